@@ -1,0 +1,237 @@
+"""The catalog: facts as data, each with its source.
+
+The numbers live in YAML files beside this module (``gpus.yaml``, ``models.yaml``,
+``precisions.yaml``); this module only loads and checks them. Every number is cited in the
+YAML ``source`` field and again, with the equation that uses it, in ``docs/model.md``.
+
+>>> from fleet_marl import catalog
+>>> catalog.gpu("h100-sxm").memory_gb
+80.0
+>>> round(catalog.model("llama-3.1-8b").total_params / 1e9, 2)
+8.03
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+_HERE = Path(__file__).resolve().parent
+
+
+def _load(name: str) -> dict:
+    with open(_HERE / name, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+_PREC = _load("precisions.yaml")
+
+#: Precision names in kernel code order (``PRECISIONS[code]``).
+PRECISIONS: tuple[str, ...] = tuple(
+    sorted(_PREC["formats"], key=lambda k: _PREC["formats"][k]["code"])
+)
+#: Precision name -> integer code used by the kernel.
+PRECISION_CODE: dict[str, int] = {p: i for i, p in enumerate(PRECISIONS)}
+#: Bytes per value, indexed by precision code. (P,) float64
+PRECISION_BYTES: np.ndarray = np.array(
+    [_PREC["formats"][p]["bytes"] for p in PRECISIONS], dtype=np.float64
+)
+#: True where the format is weight-only (serving only). (P,) bool
+WEIGHT_ONLY: np.ndarray = np.array(
+    [_PREC["formats"][p]["weight_only"] for p in PRECISIONS], dtype=bool
+)
+#: Layer groups in kernel order.
+GROUPS: tuple[str, ...] = tuple(_PREC["groups"])
+#: unsafe[g, p] is True when precision p is numerically unsafe on layer group g. (G, P) bool
+UNSAFE: np.ndarray = np.array(
+    [[p in _PREC["unsafe"][g] for p in PRECISIONS] for g in GROUPS], dtype=bool
+)
+N_PRECISIONS = len(PRECISIONS)
+N_GROUPS = len(GROUPS)
+
+
+class CatalogError(KeyError):
+    """An unknown catalog key. The message lists the valid keys."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want it plain
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class GPUType:
+    """One GPU type. Throughput is dense (no sparsity), in TFLOPS/TOPS."""
+
+    name: str
+    memory_gb: float
+    bandwidth_tbs: float
+    tflops: dict[str, float]  # keys: fp32 (TF32 tensor), bf16, fp8 (Hopper/Ada), int8
+    fp32_vector_tflops: float
+    tdp_w: float
+    idle_w: float
+    price_per_hour: float
+    interconnect_gbs: float
+    precisions: tuple[str, ...]
+    source: str = field(repr=False)
+    idle_source: str = field(repr=False, default="")
+    price_source: str = field(repr=False, default="")
+
+    def supports(self, precision: str) -> bool:
+        return precision in self.precisions
+
+    def peak_flops(self) -> np.ndarray:
+        """Peak FLOP/s by precision code (P,); weight-only formats run at the BF16 peak,
+        unsupported ones are 0."""
+        out = np.zeros(N_PRECISIONS)
+        for i, p in enumerate(PRECISIONS):
+            if p not in self.precisions:
+                continue
+            key = "bf16" if WEIGHT_ONLY[i] else p
+            out[i] = self.tflops[key] * 1e12
+        return out
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    """A decoder-only transformer given by its dimensions (``config.json`` fields)."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    tied_embeddings: bool
+    mlp: str  # "gated" (SwiGLU) or "dense"
+    norm: str  # "rmsnorm" or "layernorm"
+    qkv_bias: bool
+    linear_bias: bool
+    learned_positions: int
+    max_seq: int
+    published_params: float
+    source: str = field(repr=False)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def params_by_group(self) -> dict[str, int]:
+        """Parameters per layer group, computed from the dimensions."""
+        h, L, d = self.hidden, self.layers, self.head_dim
+        q_dim, kv_dim = self.heads * d, self.kv_heads * d
+        attn = h * q_dim + 2 * h * kv_dim + q_dim * h
+        if self.qkv_bias or self.linear_bias:
+            attn += q_dim + 2 * kv_dim
+        if self.linear_bias:
+            attn += h
+        if self.mlp == "gated":
+            mlp = 3 * h * self.ffn
+        else:
+            mlp = 2 * h * self.ffn
+        if self.linear_bias:
+            mlp += self.ffn + h
+        per_norm = 2 * h if self.norm == "layernorm" else h
+        return {
+            "embedding": self.vocab * h + self.learned_positions * h,
+            "attention": L * attn,
+            "mlp": L * mlp,
+            "norm": (2 * L + 1) * per_norm,
+            "head": 0 if self.tied_embeddings else self.vocab * h,
+        }
+
+    @property
+    def params_vector(self) -> np.ndarray:
+        """Parameters per group in ``GROUPS`` order. (G,) float64"""
+        pg = self.params_by_group
+        return np.array([pg[g] for g in GROUPS], dtype=np.float64)
+
+    @property
+    def total_params(self) -> int:
+        return int(sum(self.params_by_group.values()))
+
+    def kv_bytes_per_token(self, kv_bytes: float = 2.0) -> float:
+        """KV-cache bytes per token: 2 (K and V) x layers x kv_heads x head_dim x bytes."""
+        return 2.0 * self.layers * self.kv_heads * self.head_dim * kv_bytes
+
+
+_GPU_FIELDS = {f for f in GPUType.__dataclass_fields__ if f != "name"}
+_MODEL_FIELDS = {f for f in ModelArch.__dataclass_fields__ if f != "name"}
+
+
+def _build(cls, fields: set[str], name: str, raw: dict, file: str):
+    missing = fields - set(raw)
+    extra = set(raw) - fields
+    if missing or extra:
+        raise ValueError(
+            f"{file}: entry {name!r} has missing fields {sorted(missing)} "
+            f"and unknown fields {sorted(extra)}"
+        )
+    kw = dict(raw)
+    if "precisions" in kw:
+        kw["precisions"] = tuple(kw["precisions"])
+        bad = [p for p in kw["precisions"] if p not in PRECISION_CODE]
+        if bad:
+            raise ValueError(f"{file}: {name}.precisions has unknown formats {bad}")
+    for k, v in kw.items():
+        if isinstance(v, int) and not isinstance(v, bool) and cls is GPUType:
+            kw[k] = float(v)
+    if "tflops" in kw:
+        kw["tflops"] = {k: float(v) for k, v in kw["tflops"].items()}
+    obj = cls(name=name, **kw)
+    return obj
+
+
+@lru_cache(maxsize=None)
+def gpus() -> dict[str, GPUType]:
+    """All GPU types by catalog key."""
+    raw = _load("gpus.yaml")
+    return {k: _build(GPUType, _GPU_FIELDS, k, v, "gpus.yaml") for k, v in raw.items()}
+
+
+@lru_cache(maxsize=None)
+def models() -> dict[str, ModelArch]:
+    """All model architectures by catalog key."""
+    raw = _load("models.yaml")
+    return {k: _build(ModelArch, _MODEL_FIELDS, k, v, "models.yaml") for k, v in raw.items()}
+
+
+def gpu(name: str) -> GPUType:
+    """The GPU type ``name``; an unknown key raises :class:`CatalogError` listing valid keys."""
+    table = gpus()
+    if name not in table:
+        raise CatalogError(
+            f"unknown GPU type {name!r}; expected one of: {', '.join(sorted(table))}"
+        )
+    return table[name]
+
+
+def model(name: str) -> ModelArch:
+    """The model ``name``; an unknown key raises :class:`CatalogError` listing valid keys."""
+    table = models()
+    if name not in table:
+        raise CatalogError(f"unknown model {name!r}; expected one of: {', '.join(sorted(table))}")
+    return table[name]
+
+
+__all__ = [
+    "CatalogError",
+    "GPUType",
+    "ModelArch",
+    "GROUPS",
+    "N_GROUPS",
+    "N_PRECISIONS",
+    "PRECISIONS",
+    "PRECISION_BYTES",
+    "PRECISION_CODE",
+    "UNSAFE",
+    "WEIGHT_ONLY",
+    "gpu",
+    "gpus",
+    "model",
+    "models",
+]

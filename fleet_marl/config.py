@@ -1,0 +1,422 @@
+"""Configuration: frozen, validated dataclasses.
+
+Every field is checked when the object is built; a bad value raises :class:`ConfigError`
+naming the field (with its dotted path when built from a dict), the value and what was
+expected. Unknown keys are an error. Configs round-trip through plain dicts and YAML
+(``yaml.safe_load`` only)::
+
+    cfg = FleetConfig.from_yaml("experiments/easy.yaml")
+    assert FleetConfig.from_dict(cfg.to_dict()) == cfg
+
+The default value of each scenario parameter is a modelling choice; the default of each
+physical constant is cited in ``docs/model.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from fleet_marl import catalog
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid. ``field`` is the dotted path of the bad field."""
+
+    def __init__(self, field_name: str, value: Any, expected: str):
+        self.field = field_name
+        self.value = value
+        self.expected = expected
+        super().__init__(f"{field_name} = {value!r}: expected {expected}")
+
+    def prefixed(self, prefix: str) -> "ConfigError":
+        return ConfigError(f"{prefix}.{self.field}" if prefix else self.field, self.value, self.expected)
+
+
+# --- field checks -------------------------------------------------------------------------
+
+
+def _set(obj, name, value):
+    object.__setattr__(obj, name, value)
+
+
+def _int(obj, name: str, lo: int, hi: int | None = None) -> None:
+    v = getattr(obj, name)
+    ok = isinstance(v, int) and not isinstance(v, bool)
+    if isinstance(v, float) and v.is_integer():
+        v, ok = int(v), True
+    rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+    if not ok or v < lo or (hi is not None and v > hi):
+        raise ConfigError(name, getattr(obj, name), f"an integer in {rng}")
+    _set(obj, name, v)
+
+
+def _num(obj, name: str, lo: float, hi: float | None = None, lo_open: bool = False) -> None:
+    v = getattr(obj, name)
+    lo_s = f"({lo}" if lo_open else f"[{lo}"
+    rng = f"{lo_s}, {hi}]" if hi is not None else (f"> {lo}" if lo_open else f">= {lo}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ConfigError(name, v, f"a finite number in {rng}")
+    v = float(v)
+    if v < lo or (lo_open and v == lo) or (hi is not None and v > hi):
+        raise ConfigError(name, v, f"a number in {rng}")
+    _set(obj, name, v)
+
+
+def _choice(obj, name: str, choices) -> None:
+    v = getattr(obj, name)
+    if v not in choices:
+        raise ConfigError(name, v, f"one of {', '.join(map(repr, choices))}")
+
+
+def _bool(obj, name: str) -> None:
+    if not isinstance(getattr(obj, name), bool):
+        raise ConfigError(name, getattr(obj, name), "true or false")
+
+
+def _tuple(obj, name: str, check_item, min_len: int = 1, max_len: int | None = None) -> None:
+    v = getattr(obj, name)
+    if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)):
+        raise ConfigError(name, v, "a list")
+    if len(v) < min_len or (max_len is not None and len(v) > max_len):
+        want = f"a list of {min_len} to {max_len} items" if max_len else f"a list of at least {min_len} items"
+        raise ConfigError(name, v, want)
+    out = []
+    for i, item in enumerate(v):
+        out.append(check_item(f"{name}[{i}]", item))
+    _set(obj, name, tuple(out))
+
+
+def _gpu_key(path: str, v):
+    if v not in catalog.gpus():
+        raise ConfigError(path, v, f"a GPU type, one of {', '.join(sorted(catalog.gpus()))}")
+    return v
+
+
+def _model_key(path: str, v):
+    if v not in catalog.models():
+        raise ConfigError(path, v, f"a model, one of {', '.join(sorted(catalog.models()))}")
+    return v
+
+
+def _pos_float(path: str, v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise ConfigError(path, v, "a finite number > 0")
+    return float(v)
+
+
+# --- the specs ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """The shared cluster.
+
+    Nodes are listed by GPU type; a rack holds ``nodes_per_rack`` consecutive nodes. Thermal
+    constants drive a first-order model of each node's GPU temperature (docs/model.md §6).
+    """
+
+    gpu_types: tuple[str, ...] = ("h100-sxm", "h100-sxm")  # (node,) GPU type of each node
+    gpus_per_node: int = 8
+    nodes_per_rack: int = 4
+    rack_power_cap_w: float = 16_000.0  # GPU power budget per rack (scenario choice)
+    network_gbs_per_gpu: float = 50.0  # inter-node bandwidth per GPU, GB/s (400 Gb/s NDR)
+    ambient_c: float = 25.0  # inlet air temperature
+    thermal_rise_at_tdp_c: float = 52.0  # steady-state rise over inlet of a GPU at its TDP
+    thermal_tau_s: float = 20.0  # first-order time constant
+    throttle_temp_c: float = 87.0  # max operating temperature: clocks slow down above it
+    critical_temp_c: float = 92.0  # shutdown temperature: the node trips and runs nothing
+    round_seconds: float = 60.0  # one scheduling round
+    restart_seconds: float = 30.0  # lost by a tenant whose allocation changed
+    usable_memory_fraction: float = 0.9  # of GPU memory usable by the job
+    mfu: float = 0.40  # model-FLOPs utilisation for compute-bound phases
+    mbu: float = 0.60  # memory-bandwidth utilisation for memory-bound decode
+    comm_overlap: float = 0.0  # fraction of communication hidden behind compute
+
+    def __post_init__(self):
+        _tuple(self, "gpu_types", _gpu_key, 1, 1024)
+        _int(self, "gpus_per_node", 1, 64)
+        _int(self, "nodes_per_rack", 1, 1024)
+        _num(self, "rack_power_cap_w", 0.0, lo_open=True)
+        _num(self, "network_gbs_per_gpu", 0.0, lo_open=True)
+        _num(self, "ambient_c", -50.0, 60.0)
+        _num(self, "thermal_rise_at_tdp_c", 0.0, lo_open=True)
+        _num(self, "thermal_tau_s", 0.0, lo_open=True)
+        _num(self, "throttle_temp_c", 0.0, 150.0)
+        _num(self, "critical_temp_c", 0.0, 150.0)
+        if self.critical_temp_c <= self.throttle_temp_c:
+            raise ConfigError("critical_temp_c", self.critical_temp_c, f"a number > throttle_temp_c ({self.throttle_temp_c})")
+        if self.throttle_temp_c <= self.ambient_c:
+            raise ConfigError("throttle_temp_c", self.throttle_temp_c, f"a number > ambient_c ({self.ambient_c})")
+        _num(self, "round_seconds", 0.0, lo_open=True)
+        _num(self, "restart_seconds", 0.0)
+        if self.restart_seconds > self.round_seconds:
+            raise ConfigError("restart_seconds", self.restart_seconds, f"a number <= round_seconds ({self.round_seconds})")
+        _num(self, "usable_memory_fraction", 0.0, 1.0, lo_open=True)
+        _num(self, "mfu", 0.0, 1.0, lo_open=True)
+        _num(self, "mbu", 0.0, 1.0, lo_open=True)
+        _num(self, "comm_overlap", 0.0, 1.0)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.gpu_types)
+
+    @property
+    def pools(self) -> tuple[str, ...]:
+        """GPU types present, in first-seen order. Each is a pool the arbiter clears."""
+        return tuple(dict.fromkeys(self.gpu_types))
+
+    def capacity(self, gpu_type: str) -> int:
+        return self.gpus_per_node * sum(t == gpu_type for t in self.gpu_types)
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """What a tenant has to do.
+
+    Training tenants run jobs of ``job_tokens`` tokens at sequence length ``seq_len``; serving
+    tenants receive requests at ``rate`` per second with ``prompt_tokens`` in and
+    ``output_tokens`` out, against latency targets ``slo_ttft_s`` and ``slo_tpot_s``.
+    """
+
+    pattern: str = "poisson"  # arrival process: poisson | bursty | diurnal | trace
+    rate: float = 1.0  # serve: requests/s; train: new jobs per hour
+    job_tokens: float = 2.0e9  # train: tokens per job
+    seq_len: int = 4096  # train: sequence length; serve: context cap
+    prompt_tokens: int = 1024  # serve: mean prompt length
+    output_tokens: int = 256  # serve: mean generated tokens
+    slo_ttft_s: float = 2.0  # serve: time-to-first-token target
+    slo_tpot_s: float = 0.1  # serve: time-per-output-token target
+    trace: Optional[str] = None  # path of a trace file when pattern == "trace"
+
+    def __post_init__(self):
+        _choice(self, "pattern", ("poisson", "bursty", "diurnal", "trace"))
+        _num(self, "rate", 0.0)
+        _num(self, "job_tokens", 0.0, lo_open=True)
+        _int(self, "seq_len", 1, 1 << 20)
+        _int(self, "prompt_tokens", 1, 1 << 20)
+        _int(self, "output_tokens", 1, 1 << 20)
+        _num(self, "slo_ttft_s", 0.0, lo_open=True)
+        _num(self, "slo_tpot_s", 0.0, lo_open=True)
+        if self.pattern == "trace" and not self.trace:
+            raise ConfigError("trace", self.trace, "a trace file path when pattern is 'trace'")
+        if self.trace is not None and not isinstance(self.trace, str):
+            raise ConfigError("trace", self.trace, "a file path string or null")
+
+
+@dataclass(frozen=True)
+class TenantSpec:
+    """One tenant: a team running a model on one GPU type."""
+
+    kind: str = "train"  # train | serve
+    model: str = "llama-3.1-8b"
+    gpu_type: str = "h100-sxm"
+    budget: float = 5_000.0  # USD for the episode
+    priority: float = 1.0  # weight in welfare and in the strict-priority arbiter
+    max_gpus: int = 8  # the most GPUs the tenant can use (its demand)
+    flash_attention: bool = True  # attention scores are not stored (Dao et al. 2022)
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+
+    def __post_init__(self):
+        _choice(self, "kind", ("train", "serve"))
+        _model_key("model", self.model)
+        _gpu_key("gpu_type", self.gpu_type)
+        _num(self, "budget", 0.0, lo_open=True)
+        _num(self, "priority", 0.0, lo_open=True)
+        _int(self, "max_gpus", 1, 4096)
+        _bool(self, "flash_attention")
+        if not isinstance(self.workload, WorkloadSpec):
+            raise ConfigError("workload", self.workload, "a WorkloadSpec")
+        m = catalog.model(self.model)
+        if self.kind == "serve" and self.workload.prompt_tokens + self.workload.output_tokens > m.max_seq:
+            raise ConfigError(
+                "workload.prompt_tokens",
+                self.workload.prompt_tokens,
+                f"prompt_tokens + output_tokens <= {m.max_seq} (the context of {self.model})",
+            )
+        if self.kind == "train" and self.workload.seq_len > m.max_seq:
+            raise ConfigError("workload.seq_len", self.workload.seq_len, f"at most {m.max_seq} (the context of {self.model})")
+
+
+MECHANISMS = ("proportional", "maxmin", "priority", "auction")
+
+
+@dataclass(frozen=True)
+class ArbiterSpec:
+    """How requests are cleared. ``bid_levels`` are multipliers of the GPU type's list price."""
+
+    mechanism: str = "maxmin"
+    bid_levels: tuple[float, ...] = (0.5, 0.75, 1.0, 1.5, 2.0)
+    reserve_price: float = 0.5  # auction: lowest clearing price, as a multiplier of list price
+
+    def __post_init__(self):
+        _choice(self, "mechanism", MECHANISMS)
+        _tuple(self, "bid_levels", _pos_float, 1, 64)
+        if list(self.bid_levels) != sorted(self.bid_levels):
+            raise ConfigError("bid_levels", self.bid_levels, "levels in increasing order")
+        _num(self, "reserve_price", 0.0)
+
+
+@dataclass(frozen=True)
+class SafetySpec:
+    """The central safety check. ``veto`` refuses an unsafe config (the tenant runs nothing);
+    ``project`` downgrades it to the nearest safe one."""
+
+    mode: str = "project"
+
+    def __post_init__(self):
+        _choice(self, "mode", ("veto", "project"))
+
+
+REWARD_SCHEMES = ("local", "global", "mixed", "difference", "difference_default", "shapley")
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """Credit assignment and the utility that feeds it (docs/model.md §8)."""
+
+    scheme: str = "difference"
+    mixed_weight: float = 0.5  # mixed = w * local + (1 - w) * global
+    shapley_samples: int = 64  # sampled permutations when tenants > 8
+    compute_all: bool = True  # also report the schemes not chosen
+    cost_weight: float = 1.0  # weight of money spent (per round budget) in utility
+    degenerate_floor: float = 0.01  # reward of a degenerate strategy
+    starvation_fraction: float = 0.5  # starved below this fraction of the fair share
+    starvation_rounds: int = 3  # for this many consecutive rounds
+    starvation_penalty: float = 0.0  # subtracted from the global reward per starved tenant
+
+    def __post_init__(self):
+        _choice(self, "scheme", REWARD_SCHEMES)
+        _num(self, "mixed_weight", 0.0, 1.0)
+        _int(self, "shapley_samples", 1, 1_000_000)
+        _bool(self, "compute_all")
+        _num(self, "cost_weight", 0.0)
+        _num(self, "degenerate_floor", -1e6, 1e6)
+        _num(self, "starvation_fraction", 0.0, 1.0)
+        _int(self, "starvation_rounds", 1, 1_000_000)
+        _num(self, "starvation_penalty", 0.0)
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """The whole scenario: the cluster, the tenants and the rules."""
+
+    cluster: ClusterSpec = field(default_factory=ClusterSpec)
+    tenants: tuple[TenantSpec, ...] = (TenantSpec(), TenantSpec(kind="serve"))
+    arbiter: ArbiterSpec = field(default_factory=ArbiterSpec)
+    safety: SafetySpec = field(default_factory=SafetySpec)
+    reward: RewardSpec = field(default_factory=RewardSpec)
+    max_cycles: int = 100
+
+    def __post_init__(self):
+        for name, cls in (("cluster", ClusterSpec), ("arbiter", ArbiterSpec), ("safety", SafetySpec), ("reward", RewardSpec)):
+            if not isinstance(getattr(self, name), cls):
+                raise ConfigError(name, getattr(self, name), f"a {cls.__name__}")
+
+        def tenant(path, t):
+            if not isinstance(t, TenantSpec):
+                raise ConfigError(path, t, "a TenantSpec")
+            return t
+
+        _tuple(self, "tenants", tenant, 1, 4096)
+        _int(self, "max_cycles", 1, 10_000_000)
+        pools = self.cluster.pools
+        for i, t in enumerate(self.tenants):
+            if t.gpu_type not in pools:
+                raise ConfigError(f"tenants[{i}].gpu_type", t.gpu_type, f"a GPU type present in the cluster: {', '.join(pools)}")
+
+    # --- dict / YAML round trip ---------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "FleetConfig":
+        return from_dict(cls, data)
+
+    def to_yaml(self, path: str | Path | None = None) -> str:
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False)
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
+        return text
+
+    @classmethod
+    def from_yaml(cls, source: str | Path) -> "FleetConfig":
+        """Load from a YAML file path, or from YAML text (anything containing a newline)."""
+        if isinstance(source, Path) or "\n" not in str(source):
+            text = Path(source).read_text(encoding="utf-8")
+        else:
+            text = str(source)
+        data = yaml.safe_load(text)
+        if not isinstance(data, dict):
+            raise ConfigError("<root>", data, "a mapping of FleetConfig fields")
+        return cls.from_dict(data)
+
+
+def to_dict(obj) -> Any:
+    """A plain dict/list/scalar tree of a config dataclass (YAML- and JSON-safe)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, tuple):
+        return [to_dict(v) for v in obj]
+    return obj
+
+
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _convert(tp, value, path: str):
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, path)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if isinstance(value, (list, tuple)):
+            return tuple(_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
+        return value  # the dataclass check names the field
+    if origin in (typing.Union, types.UnionType):
+        return value
+    return value
+
+
+def from_dict(cls, data: Any, path: str = ""):
+    """Build the config dataclass ``cls`` from a plain dict; unknown keys are an error."""
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, dict):
+        raise ConfigError(path or cls.__name__, data, f"a mapping of {cls.__name__} fields")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        where = f"{path}.{unknown[0]}" if path else unknown[0]
+        raise ConfigError(where, data[unknown[0]], f"a known field of {cls.__name__} (valid fields: {', '.join(sorted(known))})")
+    hints = _hints(cls)
+    kw = {k: _convert(hints[k], v, f"{path}.{k}" if path else k) for k, v in data.items()}
+    try:
+        return cls(**kw)
+    except ConfigError as e:
+        raise e.prefixed(path) from None
+
+
+__all__ = [
+    "ArbiterSpec",
+    "ClusterSpec",
+    "ConfigError",
+    "FleetConfig",
+    "MECHANISMS",
+    "REWARD_SCHEMES",
+    "RewardSpec",
+    "SafetySpec",
+    "TenantSpec",
+    "WorkloadSpec",
+    "from_dict",
+    "to_dict",
+]

@@ -1,0 +1,143 @@
+"""The arbiter: requests and bids -> integer GPUs per tenant per node, and prices.
+
+Each GPU type is a pool cleared on its own. Mechanisms (``config.MECHANISMS``):
+
+``proportional``  weighted water-filling with weights = bids (Kelly's proportional share,
+                  capped by requests, leftovers redistributed); each tenant pays its bid.
+``maxmin``        max-min fair water-filling (equal weights); list price.
+``priority``      strict priority (priority, then bid, then the tie-break draw); list price.
+``auction``       uniform-price multi-unit auction: highest bids served first; everyone
+                  served pays the clearing price = max(reserve, highest bid not fully
+                  served); bids below the reserve get nothing.
+
+Fractional shares become integers by the largest-remainder method (ties by the tie-break
+draw). Granted GPUs are placed on the pool's nodes largest tenant first, in contiguous slots,
+so each tenant spans as few nodes as that order allows.
+All functions are batched over leading axes and pure.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fleet_marl.config import MECHANISMS
+
+PROPORTIONAL, MAXMIN, PRIORITY, AUCTION = (MECHANISMS.index(m) for m in ("proportional", "maxmin", "priority", "auction"))
+
+
+def _rank(primary: np.ndarray, tiebreak: np.ndarray) -> np.ndarray:
+    """Rank (0 = first) along the last axis by ``primary`` descending, then ``tiebreak``
+    ascending."""
+    order = np.lexsort((tiebreak, -primary), axis=-1)
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(order.shape[-1]), axis=-1)
+    return rank
+
+
+def waterfill(caps: np.ndarray, weights: np.ndarray, capacity: np.ndarray, tiebreak: np.ndarray) -> np.ndarray:
+    """Weighted max-min fair integer shares.
+
+    caps: (B, T) int64 >= 0; weights: (B, T) > 0 where caps > 0; capacity: (B,) int64;
+    tiebreak: (B, T) or (T,). Returns (B, T) int64 with ``0 <= x <= caps`` and
+    ``sum x = min(capacity, sum caps)``.
+    """
+    caps = np.asarray(caps, np.int64)
+    B, T = caps.shape
+    total = caps.sum(-1)
+    w = np.where(caps > 0, weights, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        level = np.where(caps > 0, caps / np.where(w > 0, w, 1.0), np.inf)
+    order = np.argsort(level, axis=-1, kind="stable")
+    lv = np.take_along_axis(level, order, -1)
+    cs = np.take_along_axis(caps, order, -1).astype(np.float64)
+    ws = np.take_along_axis(w, order, -1)
+    capped_before = np.cumsum(cs, -1) - cs  # caps of tenants saturated below this level
+    w_from = np.cumsum(ws[:, ::-1], -1)[:, ::-1]  # weights still growing at this level
+    cap_f = capacity.astype(np.float64)[:, None]
+    with np.errstate(invalid="ignore"):
+        filled = np.where(np.isfinite(lv), capped_before + lv * w_from, np.inf)
+    k = np.argmax(filled >= cap_f, axis=-1)  # first level at which the pool is full
+    rows = np.arange(B)
+    lam = (cap_f[:, 0] - capped_before[rows, k]) / np.where(w_from[rows, k] > 0, w_from[rows, k], 1.0)
+    x = np.minimum(caps, lam[:, None] * w)
+    base = np.floor(x + 1e-9).astype(np.int64)
+    base = np.minimum(base, caps)
+    left = capacity - base.sum(-1)  # GPUs to hand out one by one (< T)
+    frac = np.where(base < caps, x - base, -1.0)
+    bonus = _rank(frac, np.broadcast_to(tiebreak, caps.shape)) < left[:, None]
+    out = base + (bonus & (base < caps))
+    return np.where((total <= capacity)[:, None], caps, out)
+
+
+def greedy(caps: np.ndarray, rank: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Serve tenants fully in ``rank`` order (0 first) until the capacity runs out. (B, T)."""
+    order = np.argsort(rank, axis=-1)
+    cs = np.take_along_axis(caps, order, -1)
+    before = np.cumsum(cs, -1) - cs
+    got = np.clip(capacity[:, None] - before, 0, cs)
+    out = np.empty_like(caps)
+    np.put_along_axis(out, order, got, axis=-1)
+    return out
+
+
+def clear(st, request: np.ndarray, bid: np.ndarray, tiebreak: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Run the configured mechanism on every pool.
+
+    request: (B, T) int64 (already capped by presence, max_gpus and budget); bid: (B, T) > 0.
+    Returns (alloc (B, T) int64, price multiplier of list price (B, T) float64).
+    """
+    B, T = request.shape
+    tiebreak = np.broadcast_to(tiebreak, (B, T))
+    alloc = np.zeros((B, T), np.int64)
+    mult = np.ones((B, T))
+    mech = st.mechanism
+    if mech == AUCTION:
+        request = np.where(bid >= st.reserve_price, request, 0)
+    for q, cap in enumerate(st.pool_capacity):
+        in_pool = st.pool == q
+        caps = np.where(in_pool, request, 0)
+        capacity = np.full(B, cap, np.int64)
+        if mech == MAXMIN:
+            got = waterfill(caps, np.ones((B, T)), capacity, tiebreak)
+        elif mech == PROPORTIONAL:
+            got = waterfill(caps, bid, capacity, tiebreak)
+        elif mech == PRIORITY:
+            key = st.priority * 1e6 + bid  # priority first, then bid
+            got = greedy(caps, _rank(np.broadcast_to(key, (B, T)), tiebreak), capacity)
+        else:  # AUCTION
+            got = greedy(caps, _rank(bid, tiebreak), capacity)
+            short = (got < caps) & in_pool
+            clearing = np.maximum(st.reserve_price, np.where(short, bid, 0.0).max(-1))
+            mult = np.where(in_pool, clearing[:, None], mult)
+        alloc = np.where(in_pool, got, alloc)
+    if mech == PROPORTIONAL:
+        mult = np.asarray(bid, np.float64)
+    return alloc, np.broadcast_to(mult, (B, T))
+
+
+def place(st, alloc: np.ndarray) -> np.ndarray:
+    """Place each tenant's GPUs on its pool's nodes. Returns gpus_on_node (B, T, K) int64.
+
+    Within a pool, tenants are laid out largest first (ties by index) in contiguous slots;
+    node ``k`` holds slots ``[offset_k, offset_k + gpus_per_node)``.
+    """
+    B, T = alloc.shape
+    start = np.zeros((B, T), np.int64)
+    idx = np.arange(T)
+    for q in range(len(st.pool_capacity)):
+        a = np.where(st.pool == q, alloc, 0)
+        order = np.lexsort((np.broadcast_to(idx, (B, T)), -a), axis=-1)
+        a_sorted = np.take_along_axis(a, order, -1)
+        s_sorted = np.cumsum(a_sorted, -1) - a_sorted
+        s = np.empty_like(s_sorted)
+        np.put_along_axis(s, order, s_sorted, axis=-1)
+        start = np.where(st.pool == q, s, start)
+    end = start + alloc
+    lo = st.node_offset  # (K,)
+    hi = lo + st.gpus_per_node
+    same = st.pool[:, None] == st.node_pool[None, :]  # (T, K)
+    overlap = np.minimum(end[..., None], hi) - np.maximum(start[..., None], lo)
+    return np.where(same, np.clip(overlap, 0, None), 0)
+
+
+__all__ = ["clear", "greedy", "place", "waterfill"]

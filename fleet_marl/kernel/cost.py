@@ -1,0 +1,204 @@
+"""The cost model: bytes per GPU, FLOPs and throughput by roofline.
+
+Every equation is in ``docs/model.md`` with its source. In short:
+
+* training bytes per GPU (FSDP / ZeRO-3 over ``n`` GPUs): weights, gradients, an fp32 master
+  copy and two fp32 Adam moments, all sharded ``/ n`` (Rajbhandari et al. 2020); activations
+  per sequence ``s h L (34 + 5 a s / h)`` bytes at 16 bit (Korthikanti et al. 2022), without the
+  ``5 a s / h`` term under FlashAttention (Dao et al. 2022);
+* serving bytes per GPU (tensor parallel over ``n``): weights ``/ n`` and the KV cache,
+  ``2 L kv_heads head_dim`` bytes-of-dtype per token, ``/ n``;
+* forward FLOPs per token ``2 N + 2 L ctx d_attn`` (Kaplan et al. 2020), x3 for training;
+  each layer group runs at the peak of its own precision, so the time per token is
+  ``sum_g flops_g / peak(prec_g) / MFU``;
+* communication: FSDP moves ``2 W + grad`` bytes per step at ``(n-1)/n`` (all-gather twice,
+  reduce-scatter once); tensor parallel serving all-reduces ``2 L`` activations per token at
+  ``2 (n-1)/n`` (nccl-tests bus-bandwidth factors); over NVLink inside a node and over the
+  network across nodes.
+
+Functions take and return arrays with leading batch axes; they never import PettingZoo or Ray.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from fleet_marl import catalog
+from fleet_marl.catalog import ModelArch
+
+_G = {g: i for i, g in enumerate(catalog.GROUPS)}
+EMB, ATT, MLP, NORM, HEAD = (_G[g] for g in ("embedding", "attention", "mlp", "norm", "head"))
+_FP32 = catalog.PRECISION_CODE["fp32"]
+_BF16 = catalog.PRECISION_CODE["bf16"]
+#: Bytes of the KV cache by the attention group's precision: weight-only formats keep a BF16 cache.
+_KV_BYTES = np.where(catalog.WEIGHT_ONLY, 2.0, catalog.PRECISION_BYTES)
+#: Gradient bytes by precision: FP32 groups keep FP32 gradients, others BF16 (FP8 GEMMs
+#: produce BF16 weight gradients in Transformer Engine).
+_GRAD_BYTES = np.where(np.arange(catalog.N_PRECISIONS) == _FP32, 4.0, 2.0)
+#: Bytes of the fp32 master copy per parameter: none when the group already trains in fp32.
+_MASTER_BYTES = np.where(np.arange(catalog.N_PRECISIONS) == _FP32, 0.0, 4.0)
+ADAM_BYTES = 8.0  # two fp32 moments
+ACT_CONST = 34.0  # Korthikanti et al. 2022, eq. (1): s b h (34 + 5 a s / h)
+ACT_ATTN = 5.0
+TRAIN_FLOPS_FACTOR = 3.0  # forward + backward (2x forward) = 6N per token (Kaplan et al. 2020)
+
+
+def forward_flops_per_token(m: ModelArch, ctx: float) -> np.ndarray:
+    """Forward FLOPs per token by layer group (G,), at context length ``ctx``.
+
+    Matmuls cost 2 FLOPs per parameter; attention adds ``2 L ctx d_attn`` for the scores
+    and the weighted sum; the head costs ``2 V h`` even when tied to the embedding; embedding
+    lookups and norms are not matmuls and are counted as 0 (Kaplan et al. 2020, Table 1).
+    """
+    pg = m.params_by_group
+    out = np.zeros(catalog.N_GROUPS)
+    out[ATT] = 2.0 * pg["attention"] + 2.0 * m.layers * ctx * m.heads * m.head_dim
+    out[MLP] = 2.0 * pg["mlp"]
+    out[HEAD] = 2.0 * m.vocab * m.hidden
+    return out
+
+
+def reference_rate(st) -> np.ndarray:
+    """Each tenant's reference work rate, the denominator of its value (T,).
+
+    Training: tokens/s on ``max_gpus`` GPUs at the BF16 peak and the cluster MFU, ignoring
+    communication. Serving: its mean arrival rate (value = the share of demand served in SLO).
+    """
+    bf16_peak = st.peak[:, _BF16]
+    train_rate = st.max_gpus * bf16_peak * st.mfu / (TRAIN_FLOPS_FACTOR * st.flops_fwd.sum(-1))
+    return np.where(st.is_train, train_rate, st.arrival_rate)
+
+
+class TenantTerms(NamedTuple):
+    """Per-tenant terms that do not depend on the other tenants (stage 1), (B, T) each."""
+
+    precision: np.ndarray  # (B, T, G) int64 precision run after numeric projection
+    unsafe: np.ndarray  # (B, T) bool requested precision map is numerically unsafe
+    weights: np.ndarray  # total weight bytes (all GPUs)
+    grads: np.ndarray  # total gradient bytes (train)
+    master: np.ndarray  # total fp32 master bytes (train)
+    optimizer: np.ndarray  # total optimizer bytes (train)
+    per_seq_local: np.ndarray  # bytes per sequence on each GPU, not sharded (train activations)
+    per_seq_sharded: np.ndarray  # bytes per sequence split over the GPUs (serve KV cache)
+    time_per_token: np.ndarray  # s per forward token on one GPU at peak x MFU
+    kv_read_per_seq: np.ndarray  # serve: KV bytes read per sequence per decode step
+    comm_bytes: np.ndarray  # train: bytes per step before (n-1)/n; serve: per token before 2(n-1)/n
+
+
+def tenant_terms(st, precision: np.ndarray, project: bool) -> TenantTerms:
+    """Stage 1: everything that depends only on a tenant's own action. precision: (B, T, G)."""
+    unsafe_g = catalog.UNSAFE[np.arange(catalog.N_GROUPS), precision]  # (B, T, G)
+    unsafe = unsafe_g.any(-1)
+    prec = np.where(unsafe_g, _BF16, precision) if project else precision
+    params = st.params  # (T, G)
+    nbytes = catalog.PRECISION_BYTES[prec]
+    weights = (params * nbytes).sum(-1)
+    train = st.is_train
+    grads = np.where(train, (params * _GRAD_BYTES[prec]).sum(-1), 0.0)
+    master = np.where(train, (params * _MASTER_BYTES[prec]).sum(-1), 0.0)
+    optimizer = np.where(train, ADAM_BYTES * params.sum(-1), 0.0)
+    # activations: Korthikanti's formula is for 16-bit activations; scale by the mean bytes of
+    # the attention and MLP precisions over 2.
+    act_scale = 0.25 * (nbytes[..., ATT] + nbytes[..., MLP])
+    s, h, L = st.seq_len, st.hidden, st.layers
+    per_layer = ACT_CONST + np.where(st.flash, 0.0, ACT_ATTN * st.heads * s / h)
+    act = np.where(train, s * h * L * per_layer * act_scale, 0.0)
+    kv_tok = 2.0 * L * st.kv_dim * _KV_BYTES[prec[..., ATT]]
+    kv_seq = np.where(train, 0.0, (st.prompt_tokens + st.output_tokens) * kv_tok)
+    kv_read = np.where(train, 0.0, (st.prompt_tokens + 0.5 * st.output_tokens) * kv_tok)
+    peak = np.take_along_axis(np.broadcast_to(st.peak, prec.shape[:-1] + st.peak.shape[-1:]), prec, -1)
+    with np.errstate(divide="ignore"):
+        tpt = (st.flops_fwd / peak).sum(-1) / st.mfu  # inf where a precision is unsupported
+    fsdp = 2.0 * weights + grads
+    tp = 2.0 * L * h * 2.0  # two all-reduces of a BF16 hidden vector per layer
+    comm = np.where(train, fsdp, tp)
+    return TenantTerms(prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm)
+
+
+class Memory(NamedTuple):
+    """Bytes per GPU, (B, T) each."""
+
+    weights: np.ndarray
+    grads: np.ndarray
+    master: np.ndarray
+    optimizer: np.ndarray
+    activations: np.ndarray
+    kv_cache: np.ndarray
+    total: np.ndarray
+
+
+def memory_per_gpu(terms: TenantTerms, n: np.ndarray, batch: np.ndarray, is_train: np.ndarray) -> Memory:
+    """Bytes per GPU on ``n`` GPUs at ``batch`` sequences (per GPU for training, per replica
+    for serving). ``n`` of 0 is treated as 1 (nothing runs there anyway)."""
+    inv = 1.0 / np.maximum(n, 1)
+    w = terms.weights * inv
+    g = terms.grads * inv
+    m = terms.master * inv
+    o = terms.optimizer * inv
+    a = batch * terms.per_seq_local
+    kv = batch * terms.per_seq_sharded * inv
+    return Memory(w, g, m, o, a, kv, w + g + m + o + a + kv)
+
+
+def largest_fitting_batch(terms: TenantTerms, n: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """The largest batch whose bytes per GPU fit ``capacity`` (memory is affine in batch); may be < 1."""
+    inv = 1.0 / np.maximum(n, 1)
+    fixed = (terms.weights + terms.grads + terms.master + terms.optimizer) * inv
+    per_seq = terms.per_seq_local + terms.per_seq_sharded * inv
+    return np.floor((capacity - fixed) / per_seq)
+
+
+class Throughput(NamedTuple):
+    """(B, T) each, before throttling."""
+
+    work_rate: np.ndarray  # train: tokens/s; serve: requests/s
+    tokens_per_s: np.ndarray  # train: tokens/s; serve: generated tokens/s
+    efficiency: np.ndarray  # compute (or memory) time / time with communication
+    ttft_s: np.ndarray  # serve: prefill time of one request (no queueing)
+    tpot_s: np.ndarray  # serve: time per output token at this batch
+
+
+def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: np.ndarray) -> Throughput:
+    """Roofline throughput on ``n`` GPUs spread over ``nodes`` nodes at ``batch``."""
+    nf = np.maximum(n, 1).astype(np.float64)
+    bw_link = np.where(nodes > 1, st.inter_bw, st.intra_bw)
+    b = np.maximum(batch, 1).astype(np.float64)
+    hide = 1.0 - st.comm_overlap
+    tpt = terms.time_per_token
+    # training: data parallel FSDP, compute-bound
+    t_comp = TRAIN_FLOPS_FACTOR * b * st.seq_len * tpt
+    t_comm = terms.comm_bytes * (nf - 1.0) / nf / bw_link
+    step = t_comp + hide * t_comm
+    train_rate = nf * b * st.seq_len / step
+    # serving: one tensor-parallel replica, prefill compute-bound, decode memory-bound
+    tp_comm_tok = terms.comm_bytes * 2.0 * (nf - 1.0) / nf / bw_link
+    prefill = st.prompt_tokens * (tpt / nf + hide * tp_comm_tok)
+    t_mem = (terms.weights + b * terms.kv_read_per_seq) / nf / (st.bw * st.mbu)
+    t_cmp = b * tpt / nf
+    t_dec_core = np.maximum(t_mem, t_cmp)
+    t_dec = t_dec_core + hide * b * tp_comm_tok
+    per_request = prefill + st.output_tokens * t_dec / b
+    serve_rate = 1.0 / per_request
+    train = st.is_train
+    return Throughput(
+        work_rate=np.where(train, train_rate, serve_rate),
+        tokens_per_s=np.where(train, train_rate, serve_rate * st.output_tokens),
+        efficiency=np.where(train, t_comp / step, t_dec_core / t_dec),
+        ttft_s=np.where(train, 0.0, prefill),
+        tpot_s=np.where(train, 0.0, t_dec),
+    )
+
+
+__all__ = [
+    "Memory",
+    "TenantTerms",
+    "Throughput",
+    "forward_flops_per_token",
+    "largest_fitting_batch",
+    "memory_per_gpu",
+    "reference_rate",
+    "tenant_terms",
+    "throughput",
+]

@@ -1,0 +1,291 @@
+"""One scheduling round, batched: arbiter -> safety -> cost -> outcome -> utility and welfare.
+
+The kernel runs in two stages (``DESIGN.md`` section 5):
+
+1. per-tenant terms that depend only on a tenant's own action (bytes, FLOPs, numerics), once
+   per action row: ``cost.tenant_terms``;
+2. the coupled stage over the rows of a ``present`` mask: the arbiter re-runs with absent
+   tenants' GPUs back in the pool, then memory, throughput, power, heat, progress, money,
+   utility and welfare.
+
+``evaluate_counterfactuals`` evaluates the grand coalition and every "tenant i removed" row
+in ONE call, so the environment gets ``G(z)`` and every ``G(z_-i)`` together. Random draws are
+inputs, so every row sees the same noise.
+
+Utility of tenant i (docs/model.md section 8)::
+
+    u_i = priority_i * value_i - cost_weight * spend_i / (budget_i / max_cycles)
+    value_i = trained tokens / (ref tokens/s x round)      (train)
+            = requests served within SLO / mean arrivals   (serve)
+    G = sum_i u_i over present tenants
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fleet_marl import catalog
+from fleet_marl.kernel import arbiter, cost, safety
+from fleet_marl.kernel.safety import KernelInputError
+from fleet_marl.kernel.types import Actions, Draws, KernelStatic, Outcome, RoundState
+
+_AFFORD_AT_BID = (arbiter.PROPORTIONAL, arbiter.AUCTION)
+
+
+def _field(name: str, value, dtype, tail: tuple[int, ...], integer: bool = False) -> np.ndarray:
+    """Check one array: numeric, finite, trailing shape ``tail``; integer-valued if asked."""
+    try:
+        a = np.asarray(value)
+    except Exception as exc:  # pragma: no cover - exotic inputs
+        raise KernelInputError(f"{name}: cannot be read as an array ({exc})") from None
+    if a.dtype == bool or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        raise KernelInputError(f"{name}: dtype {a.dtype} is not numeric; expected {np.dtype(dtype).name}")
+    if a.ndim < len(tail) or a.shape[a.ndim - len(tail):] != tail:
+        want = "(..., " + ", ".join(map(str, tail)) + ")"
+        raise KernelInputError(f"{name}: shape {a.shape}; expected {want}")
+    if np.issubdtype(a.dtype, np.floating):
+        bad = ~np.isfinite(a)
+        if bad.any():
+            i = tuple(int(x) for x in np.argwhere(bad)[0])
+            raise KernelInputError(f"{name}[{', '.join(map(str, i))}] = {a[i]}: expected a finite number")
+        if integer:
+            frac = a != np.round(a)
+            if frac.any():
+                i = tuple(int(x) for x in np.argwhere(frac)[0])
+                raise KernelInputError(f"{name}[{', '.join(map(str, i))}] = {a[i]}: expected an integer")
+    return a.astype(dtype, copy=False)
+
+
+def _range(name: str, a: np.ndarray, lo=None, hi=None, what: str = "") -> None:
+    bad = np.zeros(a.shape, bool)
+    if lo is not None:
+        bad |= a < lo
+    if hi is not None:
+        bad |= a > hi
+    if bad.any():
+        i = tuple(int(x) for x in np.argwhere(bad)[0])
+        raise KernelInputError(f"{name}[{', '.join(map(str, i))}] = {a[i]}: expected {what}")
+
+
+def check_actions(st: KernelStatic, actions: Actions, on_invalid: str = "raise") -> Actions:
+    """Validate and convert ``actions``; raise :class:`KernelInputError` naming the field.
+
+    Shapes: gpus, bid, batch (..., T); precision (..., T, G), with equal leading shapes.
+    """
+    T, G = st.T, catalog.N_GROUPS
+    gpus = _field("actions.gpus", actions.gpus, np.int64, (T,), integer=True)
+    bid = _field("actions.bid", actions.bid, np.float64, (T,))
+    prec = _field("actions.precision", actions.precision, np.int64, (T, G), integer=True)
+    batch = _field("actions.batch", actions.batch, np.int64, (T,), integer=True)
+    lead = {gpus.shape[:-1], bid.shape[:-1], prec.shape[:-2], batch.shape[:-1]}
+    if len(lead) != 1:
+        raise KernelInputError(
+            f"actions: leading batch shapes differ: gpus {gpus.shape}, bid {bid.shape}, "
+            f"precision {prec.shape}, batch {batch.shape}; expected gpus/bid/batch (..., {T}) and precision (..., {T}, {G})"
+        )
+    _range("actions.gpus", gpus, lo=0, what="an integer >= 0")
+    _range("actions.bid", bid, lo=np.nextafter(0.0, 1.0), what="a bid multiplier > 0")
+    _range("actions.precision", prec, lo=0, hi=catalog.N_PRECISIONS - 1, what=f"a precision code in [0, {catalog.N_PRECISIONS - 1}] ({', '.join(catalog.PRECISIONS)})")
+    _range("actions.batch", batch, lo=1, what="an integer >= 1")
+    if on_invalid not in ("raise", "veto"):
+        raise KernelInputError(f"on_invalid = {on_invalid!r}: expected 'raise' or 'veto'")
+    if on_invalid == "raise" and safety.invalid_precision(st, prec).any():
+        raise KernelInputError(safety.explain_invalid(st, prec))
+    return Actions(gpus=gpus, bid=bid, precision=prec, batch=batch)
+
+
+def check_state(st: KernelStatic, state: RoundState) -> RoundState:
+    T, K = st.T, st.K
+    kw = {
+        "prev_alloc": _field("state.prev_alloc", state.prev_alloc, np.int64, (T,), integer=True),
+        "temp_c": _field("state.temp_c", state.temp_c, np.float64, (K,)),
+        "queue": _field("state.queue", state.queue, np.float64, (T,)),
+        "remaining_tokens": _field("state.remaining_tokens", state.remaining_tokens, np.float64, (T,)),
+        "budget_left": _field("state.budget_left", state.budget_left, np.float64, (T,)),
+    }
+    for k in ("prev_alloc", "queue", "remaining_tokens"):
+        _range(f"state.{k}", kw[k], lo=0, what="a value >= 0")
+    return RoundState(**kw)
+
+
+def check_draws(st: KernelStatic, draws: Draws) -> Draws:
+    arrivals = _field("draws.arrivals", draws.arrivals, np.float64, (st.T,))
+    _range("draws.arrivals", arrivals, lo=0, what="a count >= 0")
+    tiebreak = _field("draws.tiebreak", draws.tiebreak, np.float64, (st.T,))
+    return Draws(arrivals=arrivals, tiebreak=tiebreak)
+
+
+def evaluate(
+    st: KernelStatic,
+    actions: Actions,
+    state: RoundState,
+    draws: Draws,
+    present: np.ndarray | None = None,
+    *,
+    validate: bool = True,
+    on_invalid: str = "raise",
+) -> Outcome:
+    """Evaluate one round for every batch row.
+
+    actions: fields with leading shape (B1,) or none; present: (B, T) bool (default all True),
+    where B1 is 1 or B. A tenant absent from a row asks for nothing, is granted nothing and
+    counts 0 in that row's welfare. ``on_invalid='veto'`` turns an unsupported precision into
+    a veto of that tenant instead of an error (useful when searching configurations).
+    ``validate=False`` skips input checks (for callers that have checked already).
+    """
+    if validate:
+        actions = check_actions(st, actions, on_invalid)
+        state = check_state(st, state)
+        draws = check_draws(st, draws)
+        if present is not None:
+            p = np.asarray(present)
+            if p.dtype != bool or p.ndim < 1 or p.shape[-1] != st.T:
+                raise KernelInputError(f"present: dtype {p.dtype}, shape {p.shape}; expected bool (..., {st.T})")
+    terms = cost.tenant_terms(st, actions.precision, project=not st.veto)
+    invalid = safety.invalid_precision(st, actions.precision)
+    return _stage2(st, actions, terms, invalid, state, draws, present)
+
+
+def evaluate_counterfactuals(
+    st: KernelStatic, actions: Actions, state: RoundState, draws: Draws, *, validate: bool = True, on_invalid: str = "raise"
+) -> Outcome:
+    """Rows: 0 = every tenant present; 1 + i = tenant i removed. Actions without a batch axis.
+
+    ``G(z) - G(z_-i) = out.welfare[0] - out.welfare[1 + i]`` is tenant i's difference reward.
+    """
+    present = np.ones((st.T + 1, st.T), dtype=bool)
+    present[1:] = ~np.eye(st.T, dtype=bool)
+    return evaluate(st, actions, state, draws, present, validate=validate, on_invalid=on_invalid)
+
+
+def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draws, present) -> Outcome:
+    T = st.T
+    lead = np.broadcast_shapes(actions.gpus.shape[:-1], () if present is None else np.shape(present)[:-1])
+    B = int(np.prod(lead)) if lead else 1
+    flat = lambda a, tail: np.broadcast_to(a, lead + tail).reshape((B,) + tail)  # noqa: E731
+    gpus = flat(actions.gpus, (T,))
+    bid = flat(actions.bid, (T,))
+    batch_req = flat(actions.batch, (T,))
+    pres = np.ones((B, T), bool) if present is None else flat(present, (T,))
+    terms = type(terms)(*(flat(x, (T, catalog.N_GROUPS) if i == 0 else (T,)) for i, x in enumerate(terms)))
+    invalid = flat(invalid, (T,))
+    prev = flat(state.prev_alloc, (T,))
+    temp0 = flat(state.temp_c, (st.K,))
+    queue = flat(state.queue, (T,))
+    remaining = flat(state.remaining_tokens, (T,))
+    budget = flat(state.budget_left, (T,))
+    arrivals = flat(draws.arrivals, (T,))
+    tiebreak = flat(draws.tiebreak, (T,))
+
+    # --- arbiter -------------------------------------------------------------------------
+    hours = st.round_seconds / 3600.0
+    pay_mult = bid if st.mechanism in _AFFORD_AT_BID else 1.0
+    afford = np.floor(np.maximum(budget, 0.0) / (st.list_price * pay_mult * hours) + 1e-9)
+    request = np.where(pres, np.minimum(np.minimum(gpus, st.max_gpus), afford), 0).astype(np.int64)
+    alloc, mult = arbiter.clear(st, request, bid, tiebreak)
+    gon = arbiter.place(st, alloc)
+    nodes = (gon > 0).sum(-1)
+    restarted = (alloc != prev) & (alloc > 0)
+
+    # --- safety: numerics and memory ------------------------------------------------------
+    train = st.is_train
+    if st.veto:
+        batch = batch_req
+        mem = cost.memory_per_gpu(terms, alloc, batch, train)
+        oom = (mem.total > st.mem_bytes) & (alloc > 0)
+        vetoed = (terms.unsafe | invalid) & (alloc > 0)
+        projected = np.zeros((B, T), bool)
+    else:
+        fit = cost.largest_fitting_batch(terms, alloc, st.mem_bytes)
+        batch = np.clip(np.minimum(batch_req, fit), 1, None).astype(np.int64)
+        oom = (fit < 1) & (alloc > 0)
+        vetoed = invalid & (alloc > 0)
+        projected = (terms.unsafe | (batch < batch_req)) & (alloc > 0) & ~oom & ~vetoed
+        mem = cost.memory_per_gpu(terms, alloc, batch, train)
+    running = (alloc > 0) & ~oom & ~vetoed
+
+    # --- cost: throughput ------------------------------------------------------------------
+    thr = cost.throughput(st, terms, alloc, batch, nodes)
+    avail = st.round_seconds - st.restart_seconds * restarted
+    demand = queue + arrivals
+    with np.errstate(divide="ignore", invalid="ignore"):
+        busy = np.where(train, 1.0, np.clip(demand / (thr.work_rate * avail), 0.0, 1.0))
+    activity = np.where(running, np.nan_to_num(busy), 0.0)
+
+    # --- safety: power and heat -------------------------------------------------------------
+    pt = safety.power_thermal(st, gon, activity, temp0)
+    running &= ~pt.tripped
+    f = np.where(running, pt.factor, 0.0)
+
+    # --- outcome ----------------------------------------------------------------------------
+    work = thr.work_rate * f * avail  # train tokens, serve requests this round
+    progress = np.where(train, np.minimum(remaining, work), 0.0)
+    served = np.where(train, 0.0, np.minimum(demand, work))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        on_time = (thr.tpot_s / f <= st.slo_tpot_s) & (thr.ttft_s / f <= st.slo_ttft_s) & running
+    fresh = np.clip(served - queue, 0.0, arrivals)
+    good = np.where(on_time & ~train, fresh, 0.0)
+    attain = np.where(arrivals > 0, good / np.where(arrivals > 0, arrivals, 1.0), 1.0)
+    spend = alloc * st.list_price * mult * hours
+    ref = st.ref_rate * st.round_seconds
+    value = np.where(ref > 0, np.where(train, progress, good) / np.where(ref > 0, ref, 1.0), 0.0)
+    utility = np.where(pres, st.priority * value - st.cost_weight * spend / st.spend_norm, 0.0)
+
+    out = Outcome(
+        requested=request,
+        alloc=alloc,
+        gpus_on_node=gon,
+        nodes_spanned=nodes,
+        price=st.list_price * mult,
+        restarted=restarted,
+        precision=terms.precision,
+        batch=batch,
+        unsafe_numerics=terms.unsafe & (alloc > 0),
+        projected=projected,
+        vetoed=vetoed,
+        oom=oom,
+        tripped=pt.tripped,
+        throttle=np.where(running, pt.factor, 0.0),
+        power_throttled=pt.power_throttled & running,
+        thermal_throttled=pt.thermal_throttled & running,
+        mem_weights=mem.weights,
+        mem_grads=mem.grads,
+        mem_master=mem.master,
+        mem_optimizer=mem.optimizer,
+        mem_activations=mem.activations,
+        mem_kv_cache=mem.kv_cache,
+        mem_total=mem.total,
+        mem_capacity=st.mem_bytes,
+        tokens_per_s=thr.tokens_per_s * f,
+        multi_gpu_efficiency=np.where(alloc > 0, thr.efficiency, 0.0),
+        progress_tokens=progress,
+        served=served,
+        slo_good=good,
+        slo_attainment=attain,
+        queue_next=np.where(train, 0.0, demand - served),
+        remaining_next=remaining - progress,
+        spend=spend,
+        budget_next=budget - spend,
+        value=value,
+        utility=utility,
+        welfare=utility.sum(-1),
+        node_power_w=pt.node_power_w,
+        rack_power_w=pt.rack_power_w,
+        temp_next=pt.temp_next,
+    )
+    if lead != (B,):
+        out = _reshape(out, lead)
+    return out
+
+
+def _reshape(out: Outcome, lead: tuple[int, ...]) -> Outcome:
+    from dataclasses import fields
+
+    kw = {}
+    for fd in fields(out):
+        v = getattr(out, fd.name)
+        kw[fd.name] = v if fd.name == "mem_capacity" else v.reshape(lead + v.shape[1:])
+    return Outcome(**kw)
+
+
+__all__ = ["check_actions", "check_draws", "check_state", "evaluate", "evaluate_counterfactuals"]
