@@ -5,7 +5,8 @@ Every equation is in ``docs/model.md`` with its source. In short:
 * training bytes per GPU (FSDP / ZeRO-3 over ``n`` GPUs): weights, gradients, an fp32 master
   copy and two fp32 Adam moments, all sharded ``/ n`` (Rajbhandari et al. 2020); activations
   per sequence ``s h L (34 + 5 a s / h)`` bytes at 16 bit (Korthikanti et al. 2022), without the
-  ``5 a s / h`` term under FlashAttention (Dao et al. 2022);
+  ``5 a s / h`` term under FlashAttention (Dao et al. 2022); with full activation
+  checkpointing only ``2 s h L`` bytes are kept and the forward pass runs twice;
 * serving bytes per GPU (tensor parallel over ``n``): weights ``/ n`` and the KV cache,
   ``2 L kv_heads head_dim`` bytes-of-dtype per token, ``/ n``;
 * forward FLOPs per token ``2 N + 2 L ctx d_attn`` (Kaplan et al. 2020), x3 for training;
@@ -42,7 +43,9 @@ _MASTER_BYTES = np.where(np.arange(catalog.N_PRECISIONS) == _FP32, 0.0, 4.0)
 ADAM_BYTES = 8.0  # two fp32 moments
 ACT_CONST = 34.0  # Korthikanti et al. 2022, eq. (1): s b h (34 + 5 a s / h)
 ACT_ATTN = 5.0
+ACT_CHECKPOINTED = 2.0  # full recomputation keeps only each layer's 16-bit input: 2 s b h (Korthikanti et al. 2022, sec. 4.2)
 TRAIN_FLOPS_FACTOR = 3.0  # forward + backward (2x forward) = 6N per token (Kaplan et al. 2020)
+RECOMPUTE_FLOPS_FACTOR = 4.0  # full recomputation runs the forward pass once more
 
 
 def forward_flops_per_token(m: ModelArch, ctx: float) -> np.ndarray:
@@ -103,7 +106,7 @@ def tenant_terms(st, precision: np.ndarray, project: bool) -> TenantTerms:
     # the attention and MLP precisions over 2.
     act_scale = 0.25 * (nbytes[..., ATT] + nbytes[..., MLP])
     s, h, L = st.seq_len, st.hidden, st.layers
-    per_layer = ACT_CONST + np.where(st.flash, 0.0, ACT_ATTN * st.heads * s / h)
+    per_layer = np.where(st.checkpointing, ACT_CHECKPOINTED, ACT_CONST + np.where(st.flash, 0.0, ACT_ATTN * st.heads * s / h))
     act = np.where(train, s * h * L * per_layer * act_scale, 0.0)
     kv_tok = 2.0 * L * st.kv_dim * _KV_BYTES[prec[..., ATT]]
     kv_seq = np.where(train, 0.0, (st.prompt_tokens + st.output_tokens) * kv_tok)
@@ -168,7 +171,7 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     hide = 1.0 - st.comm_overlap
     tpt = terms.time_per_token
     # training: data parallel FSDP, compute-bound
-    t_comp = TRAIN_FLOPS_FACTOR * b * st.seq_len * tpt
+    t_comp = np.where(st.checkpointing, RECOMPUTE_FLOPS_FACTOR, TRAIN_FLOPS_FACTOR) * b * st.seq_len * tpt
     t_comm = terms.comm_bytes * (nf - 1.0) / nf / bw_link
     step = t_comp + hide * t_comm
     train_rate = nf * b * st.seq_len / step
@@ -182,10 +185,12 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     per_request = prefill + st.output_tokens * t_dec / b
     serve_rate = 1.0 / per_request
     train = st.is_train
+    with np.errstate(invalid="ignore"):  # inf / inf where a precision is unsupported (vetoed)
+        eff = np.nan_to_num(np.where(train, t_comp / step, t_dec_core / t_dec))
     return Throughput(
         work_rate=np.where(train, train_rate, serve_rate),
         tokens_per_s=np.where(train, train_rate, serve_rate * st.output_tokens),
-        efficiency=np.where(train, t_comp / step, t_dec_core / t_dec),
+        efficiency=eff,
         ttft_s=np.where(train, 0.0, prefill),
         tpot_s=np.where(train, 0.0, t_dec),
     )

@@ -163,6 +163,7 @@ class KernelStatic:
     arrival_rate: np.ndarray  # (T,) float64 requests/s (0 for training tenants)
     job_tokens: np.ndarray  # (T,) float64 (0 for serving tenants)
     flash: np.ndarray  # (T,) bool
+    checkpointing: np.ndarray  # (T,) bool full activation recomputation (train)
     priority: np.ndarray  # (T,) float64
     max_gpus: np.ndarray  # (T,) int64
     budget: np.ndarray  # (T,) float64 episode budget
@@ -248,6 +249,7 @@ class KernelStatic:
             arrival_rate=np.where(is_train, 0.0, arr([t.workload.rate for t in ts])),
             job_tokens=np.where(is_train, arr([t.workload.job_tokens for t in ts]), 0.0),
             flash=np.array([t.flash_attention for t in ts]),
+            checkpointing=np.array([t.activation_checkpointing for t in ts]) & is_train,
             priority=arr([t.priority for t in ts]),
             max_gpus=arr([min(t.max_gpus, cl.capacity(t.gpu_type)) for t in ts], np.int64),
             budget=arr([t.budget for t in ts]),

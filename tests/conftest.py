@@ -1,0 +1,65 @@
+"""Shared fixtures: small scenarios built from the public config API."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fleet_marl.config import ArbiterSpec, ClusterSpec, FleetConfig, SafetySpec, TenantSpec, WorkloadSpec
+from fleet_marl.kernel import Actions, Draws, KernelStatic, RoundState
+
+MODELS = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "qwen2.5-0.5b", "gpt2"]
+
+
+def make_config(n_tenants=4, nodes=("h100-sxm", "h100-sxm"), mechanism="maxmin", safety="project", **cluster_kw) -> FleetConfig:
+    pools = list(dict.fromkeys(nodes))
+    tenants = []
+    for i in range(n_tenants):
+        kind = "train" if i % 2 == 0 else "serve"
+        model = MODELS[i % len(MODELS)]
+        wl = WorkloadSpec(seq_len=1024 if model == "gpt2" else 2048, prompt_tokens=512, output_tokens=128, rate=2.0)
+        tenants.append(TenantSpec(kind=kind, model=model, gpu_type=pools[i % len(pools)], max_gpus=8, priority=1.0 + i % 3, workload=wl))
+    return FleetConfig(
+        cluster=ClusterSpec(gpu_types=tuple(nodes), **cluster_kw),
+        tenants=tuple(tenants),
+        arbiter=ArbiterSpec(mechanism=mechanism),
+        safety=SafetySpec(mode=safety),
+    )
+
+
+def random_actions(st: KernelStatic, rng: np.random.Generator, B: int | None = None, max_gpus: int = 12) -> Actions:
+    """Random valid actions: precisions drawn from what each tenant's GPU and kind allow."""
+    from fleet_marl import catalog
+
+    lead = () if B is None else (B,)
+    T, G = st.T, catalog.N_GROUPS
+    prec = np.empty(lead + (T, G), np.int64)
+    for t in range(T):
+        ok = [p for p in range(catalog.N_PRECISIONS) if st.supported[t, p] and not (st.is_train[t] and catalog.WEIGHT_ONLY[p])]
+        prec[..., t, :] = rng.choice(ok, size=lead + (G,))
+    return Actions(
+        gpus=rng.integers(0, max_gpus + 1, size=lead + (T,)),
+        bid=rng.choice([0.5, 0.75, 1.0, 1.5, 2.0], size=lead + (T,)),
+        precision=prec,
+        batch=rng.integers(1, 33, size=lead + (T,)),
+    )
+
+
+@pytest.fixture
+def cfg():
+    return make_config()
+
+
+@pytest.fixture
+def st(cfg):
+    return KernelStatic.from_config(cfg)
+
+
+@pytest.fixture
+def state(st):
+    return RoundState.initial(st)
+
+
+@pytest.fixture
+def draws(st):
+    return Draws.expected(st)

@@ -1,0 +1,71 @@
+import pytest
+
+from fleet_marl import catalog
+
+REQUIRED_GPUS = {"h100-sxm", "h200", "a100-80gb", "a100-40gb", "l40s", "l4"}
+REQUIRED_MODELS = {"gpt2", "llama-3.1-8b", "llama-3.1-70b", "mistral-7b", "qwen2.5-0.5b", "qwen2.5-14b"}
+
+
+def test_required_keys_present():
+    assert REQUIRED_GPUS <= set(catalog.gpus())
+    assert REQUIRED_MODELS <= set(catalog.models())
+
+
+@pytest.mark.parametrize("name", sorted(catalog.models()))
+def test_parameter_count_matches_published_within_1_percent(name):
+    m = catalog.model(name)
+    assert abs(m.total_params / m.published_params - 1) < 0.01, (m.total_params, m.published_params)
+
+
+def test_exact_counts_for_known_architectures():
+    # GPT-2 small as counted by GPT2LMHeadModel; Llama-3.1-8B: 8,030,261,248 (config.json arithmetic)
+    assert catalog.model("gpt2").total_params == 124_439_808
+    assert catalog.model("llama-3.1-8b").total_params == 8_030_261_248
+
+
+def test_groups_sum_and_tied_head():
+    m = catalog.model("qwen2.5-0.5b")
+    pg = m.params_by_group
+    assert set(pg) == set(catalog.GROUPS)
+    assert pg["head"] == 0  # tied embeddings
+    assert catalog.model("llama-3.1-8b").params_by_group["head"] == 128256 * 4096
+    # GQA: k and v projections use kv_heads * head_dim columns
+    l8 = catalog.model("llama-3.1-8b")
+    assert pg and l8.params_by_group["attention"] == 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024)
+
+
+def test_kv_bytes_per_token_formula():
+    m = catalog.model("llama-3.1-8b")
+    assert m.kv_bytes_per_token(2.0) == 2 * 32 * 8 * 128 * 2  # 131,072 bytes
+
+
+@pytest.mark.parametrize("name", sorted(catalog.gpus()))
+def test_every_gpu_number_has_a_source(name):
+    g = catalog.gpu(name)
+    assert g.source.startswith("NVIDIA") and "http" in g.source
+    assert g.idle_source and g.price_source
+    assert 0 < g.idle_w < g.tdp_w
+    assert g.price_per_hour > 0
+    assert g.tflops["fp32"] < g.tflops["bf16"]
+
+
+def test_fp8_only_on_hopper_and_ada():
+    fp8 = {n for n, g in catalog.gpus().items() if g.supports("fp8")}
+    assert fp8 == {"h100-sxm", "h200", "l40s", "l4"}
+
+
+def test_unsafe_table():
+    u = catalog.UNSAFE
+    G, P = catalog.GROUPS.index, catalog.PRECISION_CODE
+    assert u[G("embedding"), P["fp8"]] and u[G("norm"), P["fp8"]] and u[G("head"), P["fp8"]]
+    assert not u[G("attention"), P["bf16"]] and not u[G("mlp"), P["fp8"]]
+    assert not u[:, P["bf16"]].any() and not u[:, P["fp32"]].any()
+
+
+def test_unknown_key_lists_valid_keys():
+    with pytest.raises(catalog.CatalogError) as e:
+        catalog.gpu("h100")
+    assert "h100-sxm" in str(e.value) and "l4" in str(e.value)
+    with pytest.raises(catalog.CatalogError) as e:
+        catalog.model("llama-2")
+    assert "llama-3.1-8b" in str(e.value)

@@ -1,0 +1,223 @@
+"""The round kernel: batch == loop, counterfactual rows, safety verdicts, bad input."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
+
+from fleet_marl import catalog
+from fleet_marl.kernel import Actions, Draws, KernelInputError, KernelStatic, RoundState, evaluate, evaluate_counterfactuals
+from tests.conftest import make_config, random_actions
+
+P = catalog.PRECISION_CODE
+FIELDS = [f.name for f in dataclasses.fields(__import__("fleet_marl.kernel", fromlist=["Outcome"]).Outcome)]
+
+
+def row(a: Actions, i: int) -> Actions:
+    return Actions(a.gpus[i], a.bid[i], a.precision[i], a.batch[i])
+
+
+@pytest.mark.parametrize("mechanism", ["proportional", "maxmin", "priority", "auction"])
+@pytest.mark.parametrize("safety", ["project", "veto"])
+@settings(max_examples=15, deadline=None)
+@given(seed=hst.integers(0, 2**31 - 1))
+def test_batched_equals_loop(mechanism, safety, seed):
+    st = KernelStatic.from_config(make_config(n_tenants=5, nodes=("h100-sxm", "a100-80gb", "h100-sxm"), mechanism=mechanism, safety=safety, rack_power_cap_w=9000.0))
+    rng = np.random.default_rng(seed)
+    B = 12
+    acts = random_actions(st, rng, B)
+    state = RoundState(
+        prev_alloc=rng.integers(0, 6, (B, st.T)),
+        temp_c=rng.uniform(25, 95, (B, st.K)),
+        queue=rng.uniform(0, 300, (B, st.T)),
+        remaining_tokens=rng.uniform(0, 1e8, (B, st.T)),
+        budget_left=rng.uniform(0, 50, (B, st.T)),
+    )
+    draws = Draws(arrivals=rng.poisson(100, st.T).astype(float), tiebreak=rng.random(st.T))
+    batched = evaluate(st, acts, state, draws)
+    for i in range(B):
+        s_i = RoundState(*(getattr(state, f.name)[i] for f in dataclasses.fields(state)))
+        single = evaluate(st, row(acts, i), s_i, draws)
+        for name in FIELDS:
+            a, b = getattr(batched, name), getattr(single, name)
+            a = a if name == "mem_capacity" else a[i]
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=hst.integers(0, 2**31 - 1), mechanism=hst.sampled_from(["proportional", "maxmin", "priority", "auction"]))
+def test_counterfactual_rows_equal_separate_evaluations(seed, mechanism):
+    st = KernelStatic.from_config(make_config(n_tenants=4, mechanism=mechanism))
+    rng = np.random.default_rng(seed)
+    acts = random_actions(st, rng)
+    state, draws = RoundState.initial(st), Draws.sample(st, rng)
+    cf = evaluate_counterfactuals(st, acts, state, draws)
+    assert cf.welfare.shape == (st.T + 1,)
+    full = evaluate(st, acts, state, draws)
+    assert cf.welfare[0] == pytest.approx(full.welfare, abs=1e-12)
+    for i in range(st.T):
+        present = np.ones(st.T, bool)
+        present[i] = False
+        alone = evaluate(st, acts, state, draws, present=present[None])
+        assert cf.welfare[1 + i] == pytest.approx(alone.welfare[0], abs=1e-12)
+        assert cf.alloc[1 + i, i] == 0 and cf.utility[1 + i, i] == 0
+
+
+def test_removed_tenant_gpus_return_to_the_pool():
+    st = KernelStatic.from_config(make_config(n_tenants=3, nodes=("h100-sxm",)))
+    a = Actions(gpus=[8, 8, 8], bid=[1.0] * 3, precision=np.full((3, 5), P["bf16"]), batch=[1, 8, 1])
+    cf = evaluate_counterfactuals(st, a, RoundState.initial(st), Draws.expected(st))
+    assert cf.alloc[0].sum() == 8
+    for i in range(3):
+        assert cf.alloc[1 + i].sum() == 8  # the pool is still fully used without tenant i
+
+
+def test_same_noise_in_every_row():
+    st = KernelStatic.from_config(make_config(n_tenants=2))
+    a = Actions(gpus=[0, 4], bid=[1.0, 1.0], precision=np.full((2, 5), P["bf16"]), batch=[1, 16])
+    d = Draws(arrivals=np.array([0.0, 77.0]), tiebreak=np.array([0.3, 0.6]))
+    cf = evaluate_counterfactuals(st, a, RoundState.initial(st), d)
+    # serving tenant 1 sees the same demand in the grand row and in "tenant 0 removed"
+    assert cf.served[0, 1] == cf.served[1, 1]
+
+
+def test_inputs_are_not_mutated(st, state, draws):
+    rng = np.random.default_rng(0)
+    a = random_actions(st, rng, 4)
+    copies = [np.array(x, copy=True) for x in (a.gpus, a.bid, a.precision, a.batch, state.temp_c, state.budget_left)]
+    evaluate(st, a, state, draws)
+    for before, after in zip(copies, (a.gpus, a.bid, a.precision, a.batch, state.temp_c, state.budget_left)):
+        np.testing.assert_array_equal(before, after)
+
+
+# --- safety ----------------------------------------------------------------------------------
+
+
+def _one(st, prec, gpus=8, batch=1, **state_kw):
+    T = st.T
+    a = Actions(gpus=[gpus] + [0] * (T - 1), bid=[1.0] * T, precision=np.array([prec] + [[P["bf16"]] * 5] * (T - 1)), batch=[batch] + [1] * (T - 1))
+    s = RoundState.initial(st)
+    s = dataclasses.replace(s, **state_kw)
+    return evaluate(st, a, s, Draws.expected(st))
+
+
+def test_fp8_on_embedding_is_projected_or_vetoed():
+    bad = [P["fp8"], P["fp8"], P["fp8"], P["bf16"], P["bf16"]]
+    proj = _one(KernelStatic.from_config(make_config(n_tenants=2, safety="project")), bad)
+    assert proj.unsafe_numerics[0] and proj.projected[0] and not proj.vetoed[0]
+    assert proj.precision[0].tolist() == [P["bf16"], P["fp8"], P["fp8"], P["bf16"], P["bf16"]]
+    assert proj.progress_tokens[0] > 0
+    veto = _one(KernelStatic.from_config(make_config(n_tenants=2, safety="veto")), bad)
+    assert veto.vetoed[0] and veto.progress_tokens[0] == 0
+    assert veto.spend[0] > 0  # the GPUs were held and paid for
+
+
+def test_oom_runs_nothing_and_project_lowers_the_batch():
+    cfg = make_config(n_tenants=2, safety="veto")
+    st = KernelStatic.from_config(cfg)
+    out = _one(st, [P["bf16"]] * 5, gpus=1, batch=64)
+    assert out.oom[0] and out.progress_tokens[0] == 0 and out.mem_total[0] > out.mem_capacity[0]
+    st = KernelStatic.from_config(make_config(n_tenants=2, safety="project"))
+    out = _one(st, [P["bf16"]] * 5, gpus=8, batch=64)
+    assert out.projected[0] and 1 <= out.batch[0] < 64 and out.mem_total[0] <= out.mem_capacity[0]
+    assert out.progress_tokens[0] > 0
+
+
+def test_rack_power_cap_throttles():
+    free = _one(KernelStatic.from_config(make_config(n_tenants=2, rack_power_cap_w=1e6)), [P["bf16"]] * 5, gpus=16)
+    capped = _one(KernelStatic.from_config(make_config(n_tenants=2, rack_power_cap_w=6000.0)), [P["bf16"]] * 5, gpus=16)
+    assert not free.power_throttled[0] and capped.power_throttled[0]
+    assert capped.rack_power_w.max() <= 6000.0 + 1e-6
+    assert 0 < capped.throttle[0] < 1
+    assert capped.progress_tokens[0] == pytest.approx(free.progress_tokens[0] * capped.throttle[0], rel=1e-9)
+
+
+def test_thermal_model_heats_throttles_and_trips():
+    st = KernelStatic.from_config(make_config(n_tenants=2, rack_power_cap_w=1e6))
+    cool = _one(st, [P["bf16"]] * 5, gpus=8)
+    # first-order step response toward ambient + rise at full power
+    t_ss = st.ambient_c + st.thermal_rise_at_tdp_c
+    expect = t_ss + (st.ambient_c - t_ss) * np.exp(-st.round_seconds / st.thermal_tau_s)
+    assert cool.temp_next[0] == pytest.approx(expect)
+    hot_inlet = KernelStatic.from_config(make_config(n_tenants=2, rack_power_cap_w=1e6, ambient_c=38.0))
+    warm = _one(hot_inlet, [P["bf16"]] * 5, gpus=8, temp_c=np.array([88.0, 38.0]))
+    assert warm.thermal_throttled[0] and 0 < warm.throttle[0] < 1
+    trip = _one(hot_inlet, [P["bf16"]] * 5, gpus=8, temp_c=np.array([150.0, 38.0]))
+    assert trip.tripped[0] and trip.progress_tokens[0] == 0
+
+
+def test_budget_caps_the_request_and_spend():
+    st = KernelStatic.from_config(make_config(n_tenants=2))
+    price_round = st.list_price[0] * st.round_seconds / 3600
+    out = _one(st, [P["bf16"]] * 5, gpus=8, budget_left=np.array([3.5 * price_round, 100.0]))
+    assert out.alloc[0] == 3 and out.budget_next[0] >= 0
+
+
+def test_restart_costs_time():
+    st = KernelStatic.from_config(make_config(n_tenants=2))
+    kept = _one(st, [P["bf16"]] * 5, gpus=8, prev_alloc=np.array([8, 0]))
+    moved = _one(st, [P["bf16"]] * 5, gpus=8, prev_alloc=np.array([4, 0]))
+    assert moved.restarted[0] and not kept.restarted[0]
+    lost = st.restart_seconds / st.round_seconds
+    assert moved.progress_tokens[0] == pytest.approx(kept.progress_tokens[0] * (1 - lost))
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+
+def _base(st):
+    T = st.T
+    return dict(gpus=np.full(T, 2), bid=np.ones(T), precision=np.full((T, 5), P["bf16"]), batch=np.ones(T, int))
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("gpus", lambda T: np.array([-1] + [1] * (T - 1)), r"actions\.gpus\[0\] = -1: expected an integer >= 0"),
+        ("gpus", lambda T: np.array([1.5] + [1.0] * (T - 1)), r"actions\.gpus\[0\] = 1\.5: expected an integer"),
+        ("gpus", lambda T: np.ones(T + 1, int), r"actions\.gpus: shape .*expected"),
+        ("bid", lambda T: np.array([np.nan] + [1.0] * (T - 1)), r"actions\.bid\[0\] = nan: expected a finite number"),
+        ("bid", lambda T: np.zeros(T), r"actions\.bid\[0\] = 0\.0: expected a bid multiplier > 0"),
+        ("precision", lambda T: np.full((T, 4), 1), r"actions\.precision: shape"),
+        ("precision", lambda T: np.full((T, 5), 9), r"actions\.precision\[0, 0\] = 9: expected a precision code"),
+        ("batch", lambda T: np.zeros(T, int), r"actions\.batch\[0\] = 0: expected an integer >= 1"),
+        ("batch", lambda T: np.array(["a"] * T), r"actions\.batch: dtype"),
+    ],
+)
+def test_bad_actions_name_the_field(st, state, draws, field, value, match):
+    kw = _base(st)
+    kw[field] = value(st.T)
+    with pytest.raises(KernelInputError, match=match):
+        evaluate(st, Actions(**kw), state, draws)
+
+
+def test_unsupported_precision_is_an_error_naming_tenant_and_gpu():
+    st = KernelStatic.from_config(make_config(n_tenants=2, nodes=("a100-80gb",)))
+    kw = _base(st)
+    kw["precision"] = kw["precision"].copy()
+    kw["precision"][1, 2] = P["fp8"]
+    with pytest.raises(KernelInputError, match=r"tenant 1, group mlp: a100-80gb does not support fp8"):
+        evaluate(st, Actions(**kw), RoundState.initial(st), Draws.expected(st))
+    # the search-friendly mode vetoes it instead
+    out = evaluate(st, Actions(**kw), RoundState.initial(st), Draws.expected(st), on_invalid="veto")
+    assert out.vetoed[1] and not out.vetoed[0]
+
+
+def test_weight_only_precision_in_training_is_an_error(st, state, draws):
+    kw = _base(st)
+    kw["precision"] = kw["precision"].copy()
+    kw["precision"][0, 2] = P["int4"]  # tenant 0 trains
+    with pytest.raises(KernelInputError, match=r"int4 is weight-only \(serving only\) and tenant 0 trains"):
+        evaluate(st, Actions(**kw), state, draws)
+
+
+def test_bad_state_and_draws(st, state, draws):
+    a = Actions(**_base(st))
+    with pytest.raises(KernelInputError, match=r"state\.temp_c\[1\] = nan"):
+        evaluate(st, a, dataclasses.replace(state, temp_c=np.array([30.0, np.nan])), draws)
+    with pytest.raises(KernelInputError, match=r"draws\.arrivals\[0\] = -1\.0"):
+        evaluate(st, a, state, Draws(arrivals=-np.ones(st.T), tiebreak=np.zeros(st.T)))
+    with pytest.raises(KernelInputError, match=r"present: .*expected bool"):
+        evaluate(st, a, state, draws, present=np.ones((2, st.T + 1), bool))
