@@ -112,3 +112,11 @@ def test_fp8_faster_than_bf16_on_hopper_and_decode_is_memory_bound():
     # at batch 1 a decode step reads every weight once: TPOT ~ bytes / (bandwidth * MBU)
     expect = (ts.weights[0, 0] + ts.kv_read_per_seq[0, 0]) / (st.bw[0] * st.mbu)
     assert thr.tpot_s[0, 0] == pytest.approx(expect, rel=1e-12)
+
+
+def test_kv_cache_splits_over_at_most_kv_heads_gpus():
+    # Qwen2.5-0.5B has 2 KV heads: on 8 GPUs each GPU still holds half the cache
+    st, t = terms_for("qwen2.5-0.5b", "serve", "bf16", seq=512, out_tokens=128)
+    two = cost.memory_per_gpu(t, np.array([[2]]), np.array([[4]]), st.is_train).kv_cache[0, 0]
+    eight = cost.memory_per_gpu(t, np.array([[8]]), np.array([[4]]), st.is_train).kv_cache[0, 0]
+    assert two == eight == pytest.approx(4 * t.per_seq_sharded[0, 0] / 2)

@@ -8,7 +8,8 @@ Every equation is in ``docs/model.md`` with its source. In short:
   ``5 a s / h`` term under FlashAttention (Dao et al. 2022); with full activation
   checkpointing only ``2 s h L`` bytes are kept and the forward pass runs twice;
 * serving bytes per GPU (tensor parallel over ``n``): weights ``/ n`` and the KV cache,
-  ``2 L kv_heads head_dim`` bytes-of-dtype per token, ``/ n``;
+  ``2 L kv_heads head_dim`` bytes-of-dtype per token, ``/ min(n, kv_heads)`` (tensor
+  parallelism splits KV heads and replicates them when GPUs outnumber them);
 * forward FLOPs per token ``2 N + 2 L ctx d_attn`` (Kaplan et al. 2020), x3 for training;
   each layer group runs at the peak of its own precision, so the time per token is
   ``sum_g flops_g / peak(prec_g) / MFU``;
@@ -51,9 +52,11 @@ RECOMPUTE_FLOPS_FACTOR = 4.0  # full recomputation runs the forward pass once mo
 def forward_flops_per_token(m: ModelArch, ctx: float) -> np.ndarray:
     """Forward FLOPs per token by layer group (G,), at context length ``ctx``.
 
-    Matmuls cost 2 FLOPs per parameter; attention adds ``2 L ctx d_attn`` for the scores
-    and the weighted sum; the head costs ``2 V h`` even when tied to the embedding; embedding
-    lookups and norms are not matmuls and are counted as 0 (Kaplan et al. 2020, Table 1).
+    Matmuls cost 2 FLOPs per parameter and attention adds ``2 L ctx d_attn`` for the scores
+    and the weighted sum (Kaplan et al. 2020, sec. 2.1: ``C_forward = 2N + 2 n_layer n_ctx
+    d_attn``). The output head costs ``2 V h`` even when its weights are tied to the
+    embedding, since the matmul still runs; embedding lookups and norms are not matmuls and
+    count 0.
     """
     pg = m.params_by_group
     out = np.zeros(catalog.N_GROUPS)
@@ -88,6 +91,7 @@ class TenantTerms(NamedTuple):
     time_per_token: np.ndarray  # s per forward token on one GPU at peak x MFU
     kv_read_per_seq: np.ndarray  # serve: KV bytes read per sequence per decode step
     comm_bytes: np.ndarray  # train: bytes per step before (n-1)/n; serve: per token before 2(n-1)/n
+    kv_heads: np.ndarray  # (T,) the KV cache splits over at most this many GPUs (heads are replicated beyond)
 
 
 def tenant_terms(st, precision: np.ndarray, project: bool) -> TenantTerms:
@@ -117,7 +121,8 @@ def tenant_terms(st, precision: np.ndarray, project: bool) -> TenantTerms:
     fsdp = 2.0 * weights + grads
     tp = 2.0 * L * h * 2.0  # two all-reduces of a BF16 hidden vector per layer
     comm = np.where(train, fsdp, tp)
-    return TenantTerms(prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm)
+    kv_heads = np.broadcast_to(st.kv_heads, unsafe.shape)
+    return TenantTerms(prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm, kv_heads)
 
 
 class Memory(NamedTuple):
@@ -141,7 +146,7 @@ def memory_per_gpu(terms: TenantTerms, n: np.ndarray, batch: np.ndarray, is_trai
     m = terms.master * inv
     o = terms.optimizer * inv
     a = batch * terms.per_seq_local
-    kv = batch * terms.per_seq_sharded * inv
+    kv = batch * terms.per_seq_sharded / np.clip(n, 1, terms.kv_heads)
     return Memory(w, g, m, o, a, kv, w + g + m + o + a + kv)
 
 
@@ -149,7 +154,7 @@ def largest_fitting_batch(terms: TenantTerms, n: np.ndarray, capacity: np.ndarra
     """The largest batch whose bytes per GPU fit ``capacity`` (memory is affine in batch); may be < 1."""
     inv = 1.0 / np.maximum(n, 1)
     fixed = (terms.weights + terms.grads + terms.master + terms.optimizer) * inv
-    per_seq = terms.per_seq_local + terms.per_seq_sharded * inv
+    per_seq = terms.per_seq_local + terms.per_seq_sharded / np.clip(n, 1, terms.kv_heads)
     return np.floor((capacity - fixed) / per_seq)
 
 
@@ -178,7 +183,8 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     # serving: one tensor-parallel replica, prefill compute-bound, decode memory-bound
     tp_comm_tok = terms.comm_bytes * 2.0 * (nf - 1.0) / nf / bw_link
     prefill = st.prompt_tokens * (tpt / nf + hide * tp_comm_tok)
-    t_mem = (terms.weights + b * terms.kv_read_per_seq) / nf / (st.bw * st.mbu)
+    kv_split = np.clip(nf, 1.0, terms.kv_heads)
+    t_mem = (terms.weights / nf + b * terms.kv_read_per_seq / kv_split) / (st.bw * st.mbu)
     t_cmp = b * tpt / nf
     t_dec_core = np.maximum(t_mem, t_cmp)
     t_dec = t_dec_core + hide * b * tp_comm_tok

@@ -167,7 +167,7 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     bid = flat(actions.bid, (T,))
     batch_req = flat(actions.batch, (T,))
     pres = np.ones((B, T), bool) if present is None else flat(present, (T,))
-    terms = type(terms)(*(flat(x, (T, catalog.N_GROUPS) if i == 0 else (T,)) for i, x in enumerate(terms)))
+    terms = type(terms)(*(flat(x, (T, catalog.N_GROUPS) if x.ndim == actions.precision.ndim else (T,)) for x in terms))
     invalid = flat(invalid, (T,))
     prev = flat(state.prev_alloc, (T,))
     temp0 = flat(state.temp_c, (st.K,))

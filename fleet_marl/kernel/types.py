@@ -155,6 +155,7 @@ class KernelStatic:
     hidden: np.ndarray  # (T,) float64
     heads: np.ndarray  # (T,) float64
     kv_dim: np.ndarray  # (T,) float64 kv_heads * head_dim
+    kv_heads: np.ndarray  # (T,) float64
     seq_len: np.ndarray  # (T,) float64 train: sequence length
     prompt_tokens: np.ndarray  # (T,) float64
     output_tokens: np.ndarray  # (T,) float64
@@ -241,6 +242,7 @@ class KernelStatic:
             hidden=arr([m.hidden for m in models]),
             heads=arr([m.heads for m in models]),
             kv_dim=arr([m.kv_heads * m.head_dim for m in models]),
+            kv_heads=arr([m.kv_heads for m in models]),
             seq_len=seq,
             prompt_tokens=prompt,
             output_tokens=arr([t.workload.output_tokens for t in ts]),
