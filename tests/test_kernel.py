@@ -203,6 +203,8 @@ def test_unsupported_precision_is_an_error_naming_tenant_and_gpu():
     # the search-friendly mode vetoes it instead
     out = evaluate(st, Actions(**kw), RoundState.initial(st), Draws.expected(st), on_invalid="veto")
     assert out.vetoed[1] and not out.vetoed[0]
+    for name in FIELDS:
+        assert np.isfinite(np.asarray(getattr(out, name), float)).all(), name
 
 
 def test_weight_only_precision_in_training_is_an_error(st, state, draws):
@@ -221,3 +223,25 @@ def test_bad_state_and_draws(st, state, draws):
         evaluate(st, a, state, Draws(arrivals=-np.ones(st.T), tiebreak=np.zeros(st.T)))
     with pytest.raises(KernelInputError, match=r"present: .*expected bool"):
         evaluate(st, a, state, draws, present=np.ones((2, st.T + 1), bool))
+
+
+@pytest.mark.parametrize("safety", ["project", "veto"])
+def test_tabulated_stage1_equals_direct_computation(safety):
+    from fleet_marl.kernel import cost
+    from fleet_marl.kernel.safety import invalid_precision
+
+    st = KernelStatic.from_config(make_config(n_tenants=5, nodes=("h100-sxm", "a100-80gb"), safety=safety))
+    assert st.term_table is not None
+    prec = np.random.default_rng(1).integers(0, catalog.N_PRECISIONS, (64, st.T, catalog.N_GROUPS))
+    direct = cost.tenant_terms(st, prec, project=safety == "project")
+    looked, invalid = cost.lookup_terms(st.term_table, prec)
+    for name, a, b in zip(direct._fields, direct, looked):
+        np.testing.assert_array_equal(np.broadcast_to(a, b.shape), b, err_msg=name)
+    np.testing.assert_array_equal(invalid, invalid_precision(st, prec))
+    # and the whole round agrees with the untabulated kernel
+    plain = dataclasses.replace(st, term_table=None)
+    acts = random_actions(st, np.random.default_rng(2), 16)
+    a = evaluate(st, acts, RoundState.initial(st), Draws.expected(st))
+    b = evaluate(plain, acts, RoundState.initial(st), Draws.expected(st))
+    for name in FIELDS:
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)

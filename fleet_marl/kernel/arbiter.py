@@ -30,7 +30,8 @@ def _rank(primary: np.ndarray, tiebreak: np.ndarray) -> np.ndarray:
     ascending."""
     order = np.lexsort((tiebreak, -primary), axis=-1)
     rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.arange(order.shape[-1]), axis=-1)
+    rows = np.arange(order.shape[0])[:, None]
+    rank[rows, order] = np.arange(order.shape[-1])
     return rank
 
 
@@ -48,9 +49,10 @@ def waterfill(caps: np.ndarray, weights: np.ndarray, capacity: np.ndarray, tiebr
     with np.errstate(divide="ignore", invalid="ignore"):
         level = np.where(caps > 0, caps / np.where(w > 0, w, 1.0), np.inf)
     order = np.argsort(level, axis=-1, kind="stable")
-    lv = np.take_along_axis(level, order, -1)
-    cs = np.take_along_axis(caps, order, -1).astype(np.float64)
-    ws = np.take_along_axis(w, order, -1)
+    r = np.arange(B)[:, None]
+    lv = level[r, order]
+    cs = caps[r, order].astype(np.float64)
+    ws = w[r, order]
     capped_before = np.cumsum(cs, -1) - cs  # caps of tenants saturated below this level
     w_from = np.cumsum(ws[:, ::-1], -1)[:, ::-1]  # weights still growing at this level
     cap_f = capacity.astype(np.float64)[:, None]
@@ -72,11 +74,12 @@ def waterfill(caps: np.ndarray, weights: np.ndarray, capacity: np.ndarray, tiebr
 def greedy(caps: np.ndarray, rank: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     """Serve tenants fully in ``rank`` order (0 first) until the capacity runs out. (B, T)."""
     order = np.argsort(rank, axis=-1)
-    cs = np.take_along_axis(caps, order, -1)
+    r = np.arange(caps.shape[0])[:, None]
+    cs = caps[r, order]
     before = np.cumsum(cs, -1) - cs
-    got = np.clip(capacity[:, None] - before, 0, cs)
+    got = np.minimum(np.maximum(capacity[:, None] - before, 0), cs)
     out = np.empty_like(caps)
-    np.put_along_axis(out, order, got, axis=-1)
+    out[r, order] = got
     return out
 
 
@@ -88,6 +91,7 @@ def clear(st, request: np.ndarray, bid: np.ndarray, tiebreak: np.ndarray) -> tup
     """
     B, T = request.shape
     tiebreak = np.broadcast_to(tiebreak, (B, T))
+    bid = np.broadcast_to(bid, (B, T))
     alloc = np.zeros((B, T), np.int64)
     mult = np.ones((B, T))
     mech = st.mechanism
@@ -127,17 +131,18 @@ def place(st, alloc: np.ndarray) -> np.ndarray:
     for q in range(len(st.pool_capacity)):
         a = np.where(st.pool == q, alloc, 0)
         order = np.lexsort((np.broadcast_to(idx, (B, T)), -a), axis=-1)
-        a_sorted = np.take_along_axis(a, order, -1)
+        r = np.arange(B)[:, None]
+        a_sorted = a[r, order]
         s_sorted = np.cumsum(a_sorted, -1) - a_sorted
         s = np.empty_like(s_sorted)
-        np.put_along_axis(s, order, s_sorted, axis=-1)
+        s[r, order] = s_sorted
         start = np.where(st.pool == q, s, start)
     end = start + alloc
     lo = st.node_offset  # (K,)
     hi = lo + st.gpus_per_node
     same = st.pool[:, None] == st.node_pool[None, :]  # (T, K)
     overlap = np.minimum(end[..., None], hi) - np.maximum(start[..., None], lo)
-    return np.where(same, np.clip(overlap, 0, None), 0)
+    return np.where(same, np.maximum(overlap, 0), 0)
 
 
 __all__ = ["clear", "greedy", "place", "waterfill"]

@@ -115,14 +115,57 @@ def tenant_terms(st, precision: np.ndarray, project: bool) -> TenantTerms:
     kv_tok = 2.0 * L * st.kv_dim * _KV_BYTES[prec[..., ATT]]
     kv_seq = np.where(train, 0.0, (st.prompt_tokens + st.output_tokens) * kv_tok)
     kv_read = np.where(train, 0.0, (st.prompt_tokens + 0.5 * st.output_tokens) * kv_tok)
-    peak = np.take_along_axis(np.broadcast_to(st.peak, prec.shape[:-1] + st.peak.shape[-1:]), prec, -1)
-    with np.errstate(divide="ignore"):
-        tpt = (st.flops_fwd / peak).sum(-1) / st.mfu  # inf where a precision is unsupported
+    peak = st.peak[np.arange(st.T)[:, None], prec]  # (B, T, G)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_group = np.where(st.flops_fwd > 0, st.flops_fwd / peak, 0.0)  # inf: unsupported precision
+    tpt = per_group.sum(-1) / st.mfu
     fsdp = 2.0 * weights + grads
     tp = 2.0 * L * h * 2.0  # two all-reduces of a BF16 hidden vector per layer
     comm = np.where(train, fsdp, tp)
     kv_heads = np.broadcast_to(st.kv_heads, unsafe.shape)
     return TenantTerms(prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm, kv_heads)
+
+
+# --- tabulated stage 1 -------------------------------------------------------------------------
+#
+# A tenant's precision map is one of P**G = 3125 maps. Stage 1 depends on nothing else, so it is
+# computed once per (map, tenant) when the scenario is built and then looked up: one gather per
+# term instead of a dozen (B, T, G) reductions. ``tenant_terms`` stays the reference; the tests
+# check that the table gives the same numbers.
+
+N_MAPS = catalog.N_PRECISIONS**catalog.N_GROUPS
+MAP_WEIGHTS = catalog.N_PRECISIONS ** np.arange(catalog.N_GROUPS, dtype=np.int64)  # (G,)
+#: Every precision map, indexed by its code ``sum_g prec_g * P**g``. (N_MAPS, G) int64
+ALL_MAPS = (np.arange(N_MAPS, dtype=np.int64)[:, None] // MAP_WEIGHTS) % catalog.N_PRECISIONS
+MAX_TABLE_TENANTS = 256  # beyond this the tables (N_MAPS x T per term) are not worth their memory
+
+
+def map_code(precision: np.ndarray) -> np.ndarray:
+    """(..., G) precision codes -> (...) map code."""
+    return precision @ MAP_WEIGHTS
+
+
+class TermTable(NamedTuple):
+    """Stage-1 terms for every (map, tenant): each field (N_MAPS, T)."""
+
+    terms: TenantTerms  # the precision field holds the code of the map that runs (N_MAPS, T)
+    invalid: np.ndarray  # (N_MAPS, T) bool
+
+
+def build_term_table(st, project: bool, invalid_fn) -> TermTable:
+    maps = np.broadcast_to(ALL_MAPS[:, None, :], (N_MAPS, st.T, catalog.N_GROUPS))
+    full = tenant_terms(st, maps, project)
+    full = full._replace(precision=map_code(full.precision))
+    terms = TenantTerms(*(np.ascontiguousarray(np.broadcast_to(f, (N_MAPS, st.T))) for f in full))
+    return TermTable(terms, invalid_fn(st, maps))
+
+
+def lookup_terms(table: TermTable, precision: np.ndarray) -> tuple[TenantTerms, np.ndarray]:
+    """Stage 1 by table lookup; same result as ``tenant_terms`` plus ``invalid_precision``."""
+    code = map_code(precision)
+    t = np.arange(code.shape[-1])
+    terms = TenantTerms(*(f[code, t] for f in table.terms))
+    return terms._replace(precision=ALL_MAPS[terms.precision]), table.invalid[code, t]
 
 
 class Memory(NamedTuple):
@@ -146,7 +189,7 @@ def memory_per_gpu(terms: TenantTerms, n: np.ndarray, batch: np.ndarray, is_trai
     m = terms.master * inv
     o = terms.optimizer * inv
     a = batch * terms.per_seq_local
-    kv = batch * terms.per_seq_sharded / np.clip(n, 1, terms.kv_heads)
+    kv = batch * terms.per_seq_sharded / np.minimum(np.maximum(n, 1), terms.kv_heads)
     return Memory(w, g, m, o, a, kv, w + g + m + o + a + kv)
 
 
@@ -154,7 +197,7 @@ def largest_fitting_batch(terms: TenantTerms, n: np.ndarray, capacity: np.ndarra
     """The largest batch whose bytes per GPU fit ``capacity`` (memory is affine in batch); may be < 1."""
     inv = 1.0 / np.maximum(n, 1)
     fixed = (terms.weights + terms.grads + terms.master + terms.optimizer) * inv
-    per_seq = terms.per_seq_local + terms.per_seq_sharded / np.clip(n, 1, terms.kv_heads)
+    per_seq = terms.per_seq_local + terms.per_seq_sharded / np.minimum(np.maximum(n, 1), terms.kv_heads)
     return np.floor((capacity - fixed) / per_seq)
 
 
@@ -183,7 +226,7 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     # serving: one tensor-parallel replica, prefill compute-bound, decode memory-bound
     tp_comm_tok = terms.comm_bytes * 2.0 * (nf - 1.0) / nf / bw_link
     prefill = st.prompt_tokens * (tpt / nf + hide * tp_comm_tok)
-    kv_split = np.clip(nf, 1.0, terms.kv_heads)
+    kv_split = np.minimum(nf, terms.kv_heads)
     t_mem = (terms.weights / nf + b * terms.kv_read_per_seq / kv_split) / (st.bw * st.mbu)
     t_cmp = b * tpt / nf
     t_dec_core = np.maximum(t_mem, t_cmp)
@@ -192,7 +235,8 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     serve_rate = 1.0 / per_request
     train = st.is_train
     with np.errstate(invalid="ignore"):  # inf / inf where a precision is unsupported (vetoed)
-        eff = np.nan_to_num(np.where(train, t_comp / step, t_dec_core / t_dec))
+        eff = np.where(train, t_comp / step, t_dec_core / t_dec)
+    eff = np.where(eff == eff, eff, 0.0)  # nan -> 0
     return Throughput(
         work_rate=np.where(train, train_rate, serve_rate),
         tokens_per_s=np.where(train, train_rate, serve_rate * st.output_tokens),

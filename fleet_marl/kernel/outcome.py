@@ -22,6 +22,8 @@ Utility of tenant i (docs/model.md section 8)::
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 
 from fleet_marl import catalog
@@ -141,8 +143,11 @@ def evaluate(
             p = np.asarray(present)
             if p.dtype != bool or p.ndim < 1 or p.shape[-1] != st.T:
                 raise KernelInputError(f"present: dtype {p.dtype}, shape {p.shape}; expected bool (..., {st.T})")
-    terms = cost.tenant_terms(st, actions.precision, project=not st.veto)
-    invalid = safety.invalid_precision(st, actions.precision)
+    if st.term_table is not None:
+        terms, invalid = cost.lookup_terms(st.term_table, actions.precision)
+    else:
+        terms = cost.tenant_terms(st, actions.precision, project=not st.veto)
+        invalid = safety.invalid_precision(st, actions.precision)
     return _stage2(st, actions, terms, invalid, state, draws, present)
 
 
@@ -160,22 +165,35 @@ def evaluate_counterfactuals(
 
 def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draws, present) -> Outcome:
     T = st.T
-    lead = np.broadcast_shapes(actions.gpus.shape[:-1], () if present is None else np.shape(present)[:-1])
+    lead = np.broadcast_shapes(
+        actions.gpus.shape[:-1],
+        () if present is None else np.shape(present)[:-1],
+        *(np.shape(getattr(state, f.name))[:-1] for f in fields(state)),
+        *(np.shape(getattr(draws, f.name))[:-1] for f in fields(draws)),
+    )
     B = int(np.prod(lead)) if lead else 1
-    flat = lambda a, tail: np.broadcast_to(a, lead + tail).reshape((B,) + tail)  # noqa: E731
-    gpus = flat(actions.gpus, (T,))
-    bid = flat(actions.bid, (T,))
-    batch_req = flat(actions.batch, (T,))
-    pres = np.ones((B, T), bool) if present is None else flat(present, (T,))
-    terms = type(terms)(*(flat(x, (T, catalog.N_GROUPS) if x.ndim == actions.precision.ndim else (T,)) for x in terms))
-    invalid = flat(invalid, (T,))
-    prev = flat(state.prev_alloc, (T,))
-    temp0 = flat(state.temp_c, (st.K,))
-    queue = flat(state.queue, (T,))
-    remaining = flat(state.remaining_tokens, (T,))
-    budget = flat(state.budget_left, (T,))
-    arrivals = flat(draws.arrivals, (T,))
-    tiebreak = flat(draws.tiebreak, (T,))
+
+    def rows(a, tail):
+        """``a`` as (B, *tail) or something that broadcasts to it, without copying when it can."""
+        a = np.asarray(a)
+        if a.shape[: a.ndim - len(tail)] in ((), (1,), (B,)) and len(lead) <= 1:
+            return a
+        return np.broadcast_to(a, lead + tail).reshape((B,) + tail)
+
+    gpus = rows(actions.gpus, (T,))
+    bid = rows(actions.bid, (T,))
+    batch_req = rows(actions.batch, (T,))
+    pres = np.ones((B, T), bool) if present is None else np.broadcast_to(rows(present, (T,)), (B, T))
+    G = catalog.N_GROUPS
+    terms = type(terms)(*(rows(x, (T, G) if x.ndim == actions.precision.ndim else (T,)) for x in terms))
+    invalid = rows(invalid, (T,))
+    prev = rows(state.prev_alloc, (T,))
+    temp0 = rows(state.temp_c, (st.K,))
+    queue = rows(state.queue, (T,))
+    remaining = rows(state.remaining_tokens, (T,))
+    budget = rows(state.budget_left, (T,))
+    arrivals = rows(draws.arrivals, (T,))
+    tiebreak = rows(draws.tiebreak, (T,))
 
     # --- arbiter -------------------------------------------------------------------------
     hours = st.round_seconds / 3600.0
@@ -197,7 +215,7 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
         projected = np.zeros((B, T), bool)
     else:
         fit = cost.largest_fitting_batch(terms, alloc, st.mem_bytes)
-        batch = np.clip(np.minimum(batch_req, fit), 1, None).astype(np.int64)
+        batch = np.maximum(np.minimum(batch_req, fit), 1).astype(np.int64)
         oom = (fit < 1) & (alloc > 0)
         vetoed = invalid & (alloc > 0)
         projected = (terms.unsafe | (batch < batch_req)) & (alloc > 0) & ~oom & ~vetoed
@@ -208,9 +226,10 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     thr = cost.throughput(st, terms, alloc, batch, nodes)
     avail = st.round_seconds - st.restart_seconds * restarted
     demand = queue + arrivals
+    capacity = thr.work_rate * avail
     with np.errstate(divide="ignore", invalid="ignore"):
-        busy = np.where(train, 1.0, np.clip(demand / (thr.work_rate * avail), 0.0, 1.0))
-    activity = np.where(running, np.nan_to_num(busy), 0.0)
+        busy = np.where(train, 1.0, np.where(capacity > 0, np.minimum(demand / capacity, 1.0), 0.0))
+    activity = np.where(running, busy, 0.0)
 
     # --- safety: power and heat -------------------------------------------------------------
     pt = safety.power_thermal(st, gon, activity, temp0)
@@ -218,12 +237,12 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     f = np.where(running, pt.factor, 0.0)
 
     # --- outcome ----------------------------------------------------------------------------
-    work = thr.work_rate * f * avail  # train tokens, serve requests this round
+    work = np.where(running, thr.work_rate * f * avail, 0.0)  # train tokens, serve requests this round
     progress = np.where(train, np.minimum(remaining, work), 0.0)
     served = np.where(train, 0.0, np.minimum(demand, work))
     with np.errstate(divide="ignore", invalid="ignore"):
         on_time = (thr.tpot_s / f <= st.slo_tpot_s) & (thr.ttft_s / f <= st.slo_ttft_s) & running
-    fresh = np.clip(served - queue, 0.0, arrivals)
+    fresh = np.minimum(np.maximum(served - queue, 0.0), arrivals)
     good = np.where(on_time & ~train, fresh, 0.0)
     attain = np.where(arrivals > 0, good / np.where(arrivals > 0, arrivals, 1.0), 1.0)
     spend = alloc * st.list_price * mult * hours
@@ -273,18 +292,32 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
         rack_power_w=pt.rack_power_w,
         temp_next=pt.temp_next,
     )
-    if lead != (B,):
-        out = _reshape(out, lead)
-    return out
+    return _shape(out, B, lead)
 
 
-def _reshape(out: Outcome, lead: tuple[int, ...]) -> Outcome:
-    from dataclasses import fields
+_PER_TENANT_G = {"precision"}
+_PER_NODE = {"node_power_w", "temp_next", "rack_power_w"}
 
+
+def _shape(out: Outcome, B: int, lead: tuple[int, ...]) -> Outcome:
+    """Give every field the full leading shape ``lead`` (inputs without a batch axis broadcast)."""
     kw = {}
     for fd in fields(out):
         v = getattr(out, fd.name)
-        kw[fd.name] = v if fd.name == "mem_capacity" else v.reshape(lead + v.shape[1:])
+        if fd.name == "mem_capacity":
+            kw[fd.name] = v
+            continue
+        if fd.name == "welfare":
+            tail = ()
+        elif fd.name == "gpus_on_node":
+            tail = v.shape[-2:]
+        elif fd.name in _PER_TENANT_G:
+            tail = v.shape[-2:]
+        else:
+            tail = v.shape[-1:]
+        if v.shape[:-len(tail) or None] != (B,):
+            v = np.broadcast_to(v, (B,) + tail)
+        kw[fd.name] = v if lead == (B,) else v.reshape(lead + tail)
     return Outcome(**kw)
 
 

@@ -29,9 +29,7 @@ class KernelInputError(ValueError):
 
 def invalid_precision(st, precision: np.ndarray) -> np.ndarray:
     """(B, T) bool: a group uses a precision the GPU lacks, or a weight-only format in training."""
-    supported = np.take_along_axis(
-        np.broadcast_to(st.supported, precision.shape[:-1] + st.supported.shape[-1:]), precision, -1
-    )
+    supported = st.supported[np.arange(st.T)[:, None], precision]
     weight_only = catalog.WEIGHT_ONLY[precision] & st.is_train[:, None]
     return (~supported | weight_only).any(-1)
 
@@ -79,7 +77,7 @@ def power_thermal(st, gpus_on_node: np.ndarray, activity: np.ndarray, temp0: np.
     rack_dyn = node_dyn @ rack_of
     rack_idle = node_idle @ rack_of
     with np.errstate(divide="ignore", invalid="ignore"):
-        f_rack = np.where(rack_dyn > 0, np.clip((st.rack_power_cap_w - rack_idle) / rack_dyn, 0.0, 1.0), 1.0)
+        f_rack = np.where(rack_dyn > 0, np.minimum(np.maximum((st.rack_power_cap_w - rack_idle) / rack_dyn, 0.0), 1.0), 1.0)
     f_cap = f_rack[:, st.node_rack]  # (B, K)
     full = g * st.node_tdp_w
     decay = np.exp(-st.round_seconds / st.thermal_tau_s)
@@ -90,7 +88,7 @@ def power_thermal(st, gpus_on_node: np.ndarray, activity: np.ndarray, temp0: np.
 
     t_pred = settle(node_idle + node_dyn * f_cap)
     span = st.critical_temp_c - st.throttle_temp_c
-    f_heat = np.clip((st.critical_temp_c - t_pred) / span, 0.0, 1.0)
+    f_heat = np.minimum(np.maximum((st.critical_temp_c - t_pred) / span, 0.0), 1.0)
     f_node = f_cap * f_heat
     node_power = node_idle + node_dyn * f_node
     temp_next = settle(node_power)

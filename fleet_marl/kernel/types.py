@@ -11,6 +11,7 @@ Any field of :class:`Actions`, :class:`RoundState` and :class:`Draws` may omit t
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -206,10 +207,13 @@ class KernelStatic:
     reserve_price: float
     veto: bool  # safety mode
     cost_weight: float
+    term_table: Any = None  # cost.TermTable: stage 1 for every precision map, when T is small
 
     @staticmethod
     def from_config(cfg: FleetConfig) -> "KernelStatic":
+        from fleet_marl.kernel import cost
         from fleet_marl.kernel.cost import forward_flops_per_token, reference_rate
+        from fleet_marl.kernel.safety import invalid_precision
 
         cl = cfg.cluster
         ts = cfg.tenants
@@ -292,6 +296,8 @@ class KernelStatic:
             cost_weight=cfg.reward.cost_weight,
         )
         object.__setattr__(st, "ref_rate", reference_rate(st))
+        if T <= cost.MAX_TABLE_TENANTS:
+            object.__setattr__(st, "term_table", cost.build_term_table(st, not st.veto, invalid_precision))
         for f in fields(st):
             v = getattr(st, f.name)
             if isinstance(v, np.ndarray):
