@@ -1,6 +1,6 @@
 # fleet_marl — the two commands of the README, and a few helpers.
 # Every target sets up .venv itself if it is missing.
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3 2>/dev/null)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -8,7 +8,8 @@ STAMP  := $(VENV)/.installed
 .PHONY: train test install clean estimate
 
 $(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
+	@test -n "$(PYTHON)" || { echo "error: no python3.11 or python3 on PATH; install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || { echo "error: $(PYTHON) is older than Python 3.11; run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	# torch is pinned to the CPU wheel these machines provide; an unpinned torch pulls GBs of CUDA packages.
