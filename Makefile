@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: train test install clean estimate
+.PHONY: train test install clean
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no python3.11 or python3 on PATH; install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
