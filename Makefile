@@ -19,9 +19,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## make train: the main job (until the RLlib trainer lands: a kernel sweep over the catalog)
+## make train: the main job. Until the RLlib trainer lands it runs the batched-kernel sweep over the catalog.
 train: $(STAMP)
-	$(VENV)/bin/fleet-marl train
+	$(VENV)/bin/fleet-marl sweep
 
 ## make test: the whole test suite
 test: $(STAMP)

@@ -80,3 +80,14 @@ def test_help_has_examples():
     assert "examples:" in out and "fleet-marl estimate --model" in out
     out = subprocess.run([sys.executable, "-m", "fleet_marl.cli", "--help"], capture_output=True, text=True, check=True).stdout
     assert "estimate" in out and "sweep" in out
+
+
+def test_make_train_runs_an_existing_subcommand():
+    from pathlib import Path
+
+    from fleet_marl.cli import build_parser
+
+    lines = (Path(__file__).resolve().parents[1] / "Makefile").read_text().splitlines()
+    recipe = lines[lines.index(next(x for x in lines if x.startswith("train:"))) + 1].split()
+    assert recipe[0].endswith("fleet-marl")
+    build_parser().parse_args(recipe[1:])  # exits (SystemExit) on an unknown subcommand
