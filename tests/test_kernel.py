@@ -175,14 +175,16 @@ def _base(st):
 @pytest.mark.parametrize(
     "field, value, match",
     [
-        ("gpus", lambda T: np.array([-1] + [1] * (T - 1)), r"actions\.gpus\[0\] = -1: expected an integer >= 0"),
+        ("gpus", lambda T: np.array([-1] + [1] * (T - 1)), r"actions\.gpus\[0\] = -1: expected an integer in \[0, 1000000\]"),
         ("gpus", lambda T: np.array([1.5] + [1.0] * (T - 1)), r"actions\.gpus\[0\] = 1\.5: expected an integer"),
         ("gpus", lambda T: np.ones(T + 1, int), r"actions\.gpus: shape .*expected"),
+        ("gpus", lambda T: np.array([1e30] + [1.0] * (T - 1)), r"actions\.gpus\[0\] = 1e\+30: expected an integer in"),
+        ("bid", lambda T: np.array([1e308] + [1.0] * (T - 1)), r"actions\.bid\[0\] = 1e\+308: expected a bid multiplier in"),
         ("bid", lambda T: np.array([np.nan] + [1.0] * (T - 1)), r"actions\.bid\[0\] = nan: expected a finite number"),
-        ("bid", lambda T: np.zeros(T), r"actions\.bid\[0\] = 0\.0: expected a bid multiplier > 0"),
+        ("bid", lambda T: np.zeros(T), r"actions\.bid\[0\] = 0\.0: expected a bid multiplier in \(0, 1e\+06\]"),
         ("precision", lambda T: np.full((T, 4), 1), r"actions\.precision: shape"),
         ("precision", lambda T: np.full((T, 5), 9), r"actions\.precision\[0, 0\] = 9: expected a precision code"),
-        ("batch", lambda T: np.zeros(T, int), r"actions\.batch\[0\] = 0: expected an integer >= 1"),
+        ("batch", lambda T: np.zeros(T, int), r"actions\.batch\[0\] = 0: expected an integer in \[1, 1000000\]"),
         ("batch", lambda T: np.array(["a"] * T), r"actions\.batch: dtype"),
     ],
 )
@@ -223,6 +225,56 @@ def test_bad_state_and_draws(st, state, draws):
         evaluate(st, a, state, Draws(arrivals=-np.ones(st.T), tiebreak=np.zeros(st.T)))
     with pytest.raises(KernelInputError, match=r"present: .*expected bool"):
         evaluate(st, a, state, draws, present=np.ones((2, st.T + 1), bool))
+    with pytest.raises(KernelInputError, match=r"state\.temp_c\[0\] = -1e\+300: expected a temperature"):
+        evaluate(st, a, dataclasses.replace(state, temp_c=np.array([-1e300, 30.0])), draws)
+    # batch shapes that do not broadcast name every field's leading shape
+    b3 = Actions(np.ones((3, st.T), int), np.ones((3, st.T)), np.ones((3, st.T, 5), int), np.ones((3, st.T), int))
+    with pytest.raises(KernelInputError, match=r"leading \(batch\) shapes do not broadcast: actions\.gpus \(3,\).*state\.queue \(2,\)"):
+        evaluate(st, b3, dataclasses.replace(state, queue=np.zeros((2, st.T))), draws)
+
+
+def test_outputs_do_not_alias_inputs():
+    st = KernelStatic.from_config(make_config(n_tenants=2, safety="veto"))
+    a = Actions(np.array([2, 2]), np.ones(2), np.ones((2, 5), np.int64), np.array([1, 4]))
+    out = evaluate(st, a, RoundState.initial(st), Draws.expected(st))
+    a.batch[0] = 99
+    assert out.batch[0] == 1
+    assert all(getattr(out, n).flags.writeable for n in FIELDS if n != "mem_capacity")
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=hst.integers(0, 2**31 - 1))
+def test_batched_counterfactuals_equal_one_call_per_env(seed):
+    st = KernelStatic.from_config(make_config(n_tenants=3))
+    rng = np.random.default_rng(seed)
+    B = 4
+    acts = random_actions(st, rng, B)
+    state = dataclasses.replace(RoundState.initial(st), queue=rng.uniform(0, 50, (B, st.T)))
+    draws = Draws(arrivals=rng.poisson(100, (B, st.T)).astype(float), tiebreak=rng.random(st.T))
+    cf = evaluate_counterfactuals(st, acts, state, draws)
+    assert cf.welfare.shape == (B, st.T + 1)
+    for b in range(B):
+        s_b = dataclasses.replace(state, queue=state.queue[b])
+        one = evaluate_counterfactuals(st, row(acts, b), s_b, Draws(draws.arrivals[b], draws.tiebreak))
+        for name in FIELDS:
+            a, c = getattr(cf, name), getattr(one, name)
+            np.testing.assert_allclose(a if name == "mem_capacity" else a[b], c, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+def test_priority_cannot_be_bought_with_a_big_bid():
+    st = KernelStatic.from_config(make_config(n_tenants=2, nodes=("h100-sxm",), mechanism="priority"))
+    # priorities 1 and 2 (make_config): tenant 1 first whatever tenant 0 bids
+    a = Actions([8, 8], [1e6, 0.5], np.ones((2, 5), np.int64), [1, 1])
+    out = evaluate(st, a, RoundState.initial(st), Draws.expected(st))
+    assert out.alloc.tolist() == [0, 8]
+
+
+def test_spend_never_exceeds_budget():
+    st = KernelStatic.from_config(make_config(n_tenants=2))
+    unit = st.list_price[0] * st.round_seconds / 3600
+    for budget in (unit * (1 - 1e-10), unit, 3 * unit * (1 + 1e-12), 0.0):
+        out = _one(st, [P["bf16"]] * 5, gpus=8, budget_left=np.array([budget, 100.0]))
+        assert out.spend[0] <= budget and out.budget_next[0] >= 0
 
 
 @pytest.mark.parametrize("safety", ["project", "veto"])

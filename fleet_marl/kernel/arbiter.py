@@ -25,10 +25,11 @@ from fleet_marl.config import MECHANISMS
 PROPORTIONAL, MAXMIN, PRIORITY, AUCTION = (MECHANISMS.index(m) for m in ("proportional", "maxmin", "priority", "auction"))
 
 
-def _rank(primary: np.ndarray, tiebreak: np.ndarray) -> np.ndarray:
-    """Rank (0 = first) along the last axis by ``primary`` descending, then ``tiebreak``
-    ascending."""
-    order = np.lexsort((tiebreak, -primary), axis=-1)
+def _rank(primary: np.ndarray, tiebreak: np.ndarray, first: np.ndarray | None = None) -> np.ndarray:
+    """Rank (0 = first) along the last axis by ``first`` descending (if given), then
+    ``primary`` descending, then ``tiebreak`` ascending."""
+    keys = (tiebreak, -primary) if first is None else (tiebreak, -primary, -np.broadcast_to(first, primary.shape))
+    order = np.lexsort(keys, axis=-1)
     rank = np.empty_like(order)
     rows = np.arange(order.shape[0])[:, None]
     rank[rows, order] = np.arange(order.shape[-1])
@@ -106,8 +107,7 @@ def clear(st, request: np.ndarray, bid: np.ndarray, tiebreak: np.ndarray) -> tup
         elif mech == PROPORTIONAL:
             got = waterfill(caps, bid, capacity, tiebreak)
         elif mech == PRIORITY:
-            key = st.priority * 1e6 + bid  # priority first, then bid
-            got = greedy(caps, _rank(np.broadcast_to(key, (B, T)), tiebreak), capacity)
+            got = greedy(caps, _rank(bid, tiebreak, first=st.priority), capacity)  # priority, then bid
         else:  # AUCTION
             got = greedy(caps, _rank(bid, tiebreak), capacity)
             short = (got < caps) & in_pool

@@ -32,10 +32,13 @@ from fleet_marl.kernel.safety import KernelInputError
 from fleet_marl.kernel.types import Actions, Draws, KernelStatic, Outcome, RoundState
 
 _AFFORD_AT_BID = (arbiter.PROPORTIONAL, arbiter.AUCTION)
+MAX_COUNT = 1_000_000  # largest GPU count, batch or previous allocation accepted
+MAX_BID = 1e6  # largest bid multiplier accepted (a million times list price)
 
 
-def _field(name: str, value, dtype, tail: tuple[int, ...], integer: bool = False) -> np.ndarray:
-    """Check one array: numeric, finite, trailing shape ``tail``; integer-valued if asked."""
+def _field(name: str, value, dtype, tail: tuple[int, ...], integer: bool = False, lo=None, hi=None, what: str = "") -> np.ndarray:
+    """Check one array: numeric, finite, trailing shape ``tail``, integer-valued if asked, in
+    ``[lo, hi]``; return a copy of dtype ``dtype`` (outputs never alias the caller's arrays)."""
     try:
         a = np.asarray(value)
     except Exception as exc:  # pragma: no cover - exotic inputs
@@ -55,7 +58,8 @@ def _field(name: str, value, dtype, tail: tuple[int, ...], integer: bool = False
             if frac.any():
                 i = tuple(int(x) for x in np.argwhere(frac)[0])
                 raise KernelInputError(f"{name}[{', '.join(map(str, i))}] = {a[i]}: expected an integer")
-    return a.astype(dtype, copy=False)
+    _range(name, a, lo, hi, what)  # before the cast, so the message shows the value given
+    return np.array(a, dtype=dtype, copy=True)
 
 
 def _range(name: str, a: np.ndarray, lo=None, hi=None, what: str = "") -> None:
@@ -75,20 +79,16 @@ def check_actions(st: KernelStatic, actions: Actions, on_invalid: str = "raise")
     Shapes: gpus, bid, batch (..., T); precision (..., T, G), with equal leading shapes.
     """
     T, G = st.T, catalog.N_GROUPS
-    gpus = _field("actions.gpus", actions.gpus, np.int64, (T,), integer=True)
-    bid = _field("actions.bid", actions.bid, np.float64, (T,))
-    prec = _field("actions.precision", actions.precision, np.int64, (T, G), integer=True)
-    batch = _field("actions.batch", actions.batch, np.int64, (T,), integer=True)
+    gpus = _field("actions.gpus", actions.gpus, np.int64, (T,), True, 0, MAX_COUNT, f"an integer in [0, {MAX_COUNT}]")
+    bid = _field("actions.bid", actions.bid, np.float64, (T,), False, np.nextafter(0.0, 1.0), MAX_BID, f"a bid multiplier in (0, {MAX_BID:g}]")
+    prec = _field("actions.precision", actions.precision, np.int64, (T, G), True, 0, catalog.N_PRECISIONS - 1, f"a precision code in [0, {catalog.N_PRECISIONS - 1}] ({', '.join(catalog.PRECISIONS)})")
+    batch = _field("actions.batch", actions.batch, np.int64, (T,), True, 1, MAX_COUNT, f"an integer in [1, {MAX_COUNT}]")
     lead = {gpus.shape[:-1], bid.shape[:-1], prec.shape[:-2], batch.shape[:-1]}
     if len(lead) != 1:
         raise KernelInputError(
             f"actions: leading batch shapes differ: gpus {gpus.shape}, bid {bid.shape}, "
             f"precision {prec.shape}, batch {batch.shape}; expected gpus/bid/batch (..., {T}) and precision (..., {T}, {G})"
         )
-    _range("actions.gpus", gpus, lo=0, what="an integer >= 0")
-    _range("actions.bid", bid, lo=np.nextafter(0.0, 1.0), what="a bid multiplier > 0")
-    _range("actions.precision", prec, lo=0, hi=catalog.N_PRECISIONS - 1, what=f"a precision code in [0, {catalog.N_PRECISIONS - 1}] ({', '.join(catalog.PRECISIONS)})")
-    _range("actions.batch", batch, lo=1, what="an integer >= 1")
     if on_invalid not in ("raise", "veto"):
         raise KernelInputError(f"on_invalid = {on_invalid!r}: expected 'raise' or 'veto'")
     if on_invalid == "raise" and safety.invalid_precision(st, prec).any():
@@ -98,23 +98,41 @@ def check_actions(st: KernelStatic, actions: Actions, on_invalid: str = "raise")
 
 def check_state(st: KernelStatic, state: RoundState) -> RoundState:
     T, K = st.T, st.K
+    big = 1e300
     kw = {
-        "prev_alloc": _field("state.prev_alloc", state.prev_alloc, np.int64, (T,), integer=True),
-        "temp_c": _field("state.temp_c", state.temp_c, np.float64, (K,)),
-        "queue": _field("state.queue", state.queue, np.float64, (T,)),
-        "remaining_tokens": _field("state.remaining_tokens", state.remaining_tokens, np.float64, (T,)),
-        "budget_left": _field("state.budget_left", state.budget_left, np.float64, (T,)),
+        "prev_alloc": _field("state.prev_alloc", state.prev_alloc, np.int64, (T,), True, 0, MAX_COUNT, f"an integer in [0, {MAX_COUNT}]"),
+        "temp_c": _field("state.temp_c", state.temp_c, np.float64, (K,), False, -273.15, 1e4, "a temperature in [-273.15, 1e4] C"),
+        "queue": _field("state.queue", state.queue, np.float64, (T,), False, 0, 1e18, "a request count in [0, 1e18]"),
+        "remaining_tokens": _field("state.remaining_tokens", state.remaining_tokens, np.float64, (T,), False, 0, big, "a token count >= 0"),
+        "budget_left": _field("state.budget_left", state.budget_left, np.float64, (T,), False, 0, big, "an amount of USD >= 0"),
     }
-    for k in ("prev_alloc", "queue", "remaining_tokens"):
-        _range(f"state.{k}", kw[k], lo=0, what="a value >= 0")
     return RoundState(**kw)
 
 
 def check_draws(st: KernelStatic, draws: Draws) -> Draws:
-    arrivals = _field("draws.arrivals", draws.arrivals, np.float64, (st.T,))
-    _range("draws.arrivals", arrivals, lo=0, what="a count >= 0")
+    arrivals = _field("draws.arrivals", draws.arrivals, np.float64, (st.T,), False, 0, 1e18, "a request count in [0, 1e18]")
     tiebreak = _field("draws.tiebreak", draws.tiebreak, np.float64, (st.T,))
     return Draws(arrivals=arrivals, tiebreak=tiebreak)
+
+
+def _leads(actions: Actions, state: RoundState, draws: Draws, present) -> dict[str, tuple]:
+    out = {f"actions.{f.name}": np.shape(getattr(actions, f.name))[: -2 if f.name == "precision" else -1] for f in fields(actions)}
+    out.update({f"state.{f.name}": np.shape(getattr(state, f.name))[:-1] for f in fields(state)})
+    out.update({f"draws.{f.name}": np.shape(getattr(draws, f.name))[:-1] for f in fields(draws)})
+    if present is not None:
+        out["present"] = np.shape(present)[:-1]
+    return out
+
+
+def _check_leading(actions, state, draws, present) -> None:
+    leads = _leads(actions, state, draws, present)
+    try:
+        np.broadcast_shapes(*leads.values())
+    except ValueError:
+        shown = ", ".join(f"{k} {v}" for k, v in leads.items())
+        raise KernelInputError(
+            f"leading (batch) shapes do not broadcast: {shown}; expected each to be () or the same batch shape"
+        ) from None
 
 
 def evaluate(
@@ -143,6 +161,7 @@ def evaluate(
             p = np.asarray(present)
             if p.dtype != bool or p.ndim < 1 or p.shape[-1] != st.T:
                 raise KernelInputError(f"present: dtype {p.dtype}, shape {p.shape}; expected bool (..., {st.T})")
+        _check_leading(actions, state, draws, present)
     if st.term_table is not None:
         terms, invalid = cost.lookup_terms(st.term_table, actions.precision)
     else:
@@ -154,13 +173,34 @@ def evaluate(
 def evaluate_counterfactuals(
     st: KernelStatic, actions: Actions, state: RoundState, draws: Draws, *, validate: bool = True, on_invalid: str = "raise"
 ) -> Outcome:
-    """Rows: 0 = every tenant present; 1 + i = tenant i removed. Actions without a batch axis.
+    """Rows: 0 = every tenant present; 1 + i = tenant i removed.
 
+    Without a batch axis the result has leading shape ``(T + 1,)`` and
     ``G(z) - G(z_-i) = out.welfare[0] - out.welfare[1 + i]`` is tenant i's difference reward.
+    With inputs of leading shape ``(B,)`` (for example B vectorised environments) the result has
+    leading shape ``(B, T + 1)``: ``out.welfare[:, :1] - out.welfare[:, 1:]``.
     """
     present = np.ones((st.T + 1, st.T), dtype=bool)
     present[1:] = ~np.eye(st.T, dtype=bool)
-    return evaluate(st, actions, state, draws, present, validate=validate, on_invalid=on_invalid)
+    if validate:
+        actions = check_actions(st, actions, on_invalid)
+        state, draws = check_state(st, state), check_draws(st, draws)
+        _check_leading(actions, state, draws, None)
+    lead = np.broadcast_shapes(*_leads(actions, state, draws, None).values())
+    if len(lead) > 1:
+        raise KernelInputError(f"leading (batch) shape {lead}: expected () or (B,) for counterfactual rows")
+    if lead:  # a row axis goes between the batch axis and the tenants
+        def add_row_axis(obj):
+            kw = {}
+            for f in fields(obj):
+                v = np.asarray(getattr(obj, f.name))
+                tail = 2 if (type(obj) is Actions and f.name == "precision") else 1
+                kw[f.name] = np.expand_dims(v, v.ndim - tail - 1 + 1) if v.ndim > tail else v
+            return type(obj)(**kw)
+
+        actions, state, draws = add_row_axis(actions), add_row_axis(state), add_row_axis(draws)
+        present = present[None]
+    return evaluate(st, actions, state, draws, present, validate=False, on_invalid=on_invalid)
 
 
 def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draws, present) -> Outcome:
@@ -198,7 +238,9 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     # --- arbiter -------------------------------------------------------------------------
     hours = st.round_seconds / 3600.0
     pay_mult = bid if st.mechanism in _AFFORD_AT_BID else 1.0
-    afford = np.floor(np.maximum(budget, 0.0) / (st.list_price * pay_mult * hours) + 1e-9)
+    unit = st.list_price * pay_mult * hours  # USD per GPU for the round, at most
+    afford = np.floor(np.maximum(budget, 0.0) / unit)
+    afford = np.where(afford * unit > budget, afford - 1, afford)  # never overspend by rounding
     request = np.where(pres, np.minimum(np.minimum(gpus, st.max_gpus), afford), 0).astype(np.int64)
     alloc, mult = arbiter.clear(st, request, bid, tiebreak)
     gon = arbiter.place(st, alloc)
@@ -316,7 +358,7 @@ def _shape(out: Outcome, B: int, lead: tuple[int, ...]) -> Outcome:
         else:
             tail = v.shape[-1:]
         if v.shape[:-len(tail) or None] != (B,):
-            v = np.broadcast_to(v, (B,) + tail)
+            v = np.broadcast_to(v, (B,) + tail).copy()
         kw[fd.name] = v if lead == (B,) else v.reshape(lead + tail)
     return Outcome(**kw)
 
