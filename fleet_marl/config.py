@@ -329,6 +329,17 @@ class FleetConfig:
 
         _tuple(self, "tenants", tenant, 1, 4096)
         _int(self, "max_cycles", 1, 10_000_000)
+        cl = self.cluster
+        for r in range(0, cl.num_nodes, cl.nodes_per_rack):
+            idle = sum(catalog.gpu(g).idle_w for g in cl.gpu_types[r : r + cl.nodes_per_rack]) * cl.gpus_per_node
+            if cl.rack_power_cap_w <= idle:
+                raise ConfigError(
+                    "cluster.rack_power_cap_w",
+                    cl.rack_power_cap_w,
+                    f"a cap above the idle power of rack {r // cl.nodes_per_rack} ({idle:g} W), or nothing in it can ever run",
+                )
+        if self.arbiter.reserve_price > self.arbiter.bid_levels[-1]:
+            raise ConfigError("arbiter.reserve_price", self.arbiter.reserve_price, f"at most the highest bid level ({self.arbiter.bid_levels[-1]:g}), or no bid can ever win")
         pools = self.cluster.pools
         for i, t in enumerate(self.tenants):
             if t.gpu_type not in pools:

@@ -83,3 +83,12 @@ def test_trace_pattern_needs_a_path():
 def test_ints_normalised_from_integral_floats():
     c = ClusterSpec(gpus_per_node=8.0)
     assert c.gpus_per_node == 8 and isinstance(c.gpus_per_node, int)
+
+
+def test_scenarios_where_nothing_can_run_are_rejected():
+    with pytest.raises(ConfigError) as e:
+        FleetConfig.from_dict({"cluster": {"rack_power_cap_w": 100.0}})
+    assert e.value.field == "cluster.rack_power_cap_w" and "idle power" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        FleetConfig.from_dict({"arbiter": {"mechanism": "auction", "reserve_price": 10.0}})
+    assert e.value.field == "arbiter.reserve_price"

@@ -297,3 +297,20 @@ def test_tabulated_stage1_equals_direct_computation(safety):
     b = evaluate(plain, acts, RoundState.initial(st), Draws.expected(st))
     for name in FIELDS:
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+def test_node_past_shutdown_at_the_start_stays_off():
+    st = KernelStatic.from_config(make_config(n_tenants=2, rack_power_cap_w=1e6))
+    out = _one(st, [P["bf16"]] * 5, gpus=8, temp_c=np.array([500.0, 25.0]))
+    assert out.tripped[0] and out.progress_tokens[0] == 0
+
+
+def test_next_state_chains_rounds():
+    st = KernelStatic.from_config(make_config(n_tenants=2))
+    a = Actions([8, 4], [1.0, 1.0], np.ones((2, 5), np.int64), [1, 16])
+    out = evaluate(st, a, RoundState.initial(st), Draws.expected(st))
+    nxt = out.next_state()
+    assert (nxt.prev_alloc == out.alloc).all() and (nxt.budget_left == out.budget_next).all()
+    again = evaluate(st, a, nxt, Draws.expected(st))
+    assert not again.restarted.any()  # same allocation: no restart the second round
+    assert again.remaining_next[0] < out.remaining_next[0]

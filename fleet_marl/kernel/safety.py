@@ -10,7 +10,8 @@
   the same factor so that idle + factor x dynamic power = cap.
 * **Heat**: each node's GPU temperature follows a first-order model toward
   ``ambient + rise_at_tdp x P / TDP``; above the max operating temperature clocks fall
-  linearly to 0 at the shutdown temperature, where the node trips and runs nothing.
+  linearly to 0 at the shutdown temperature, where the node trips and runs nothing (so does a
+  node that starts the round at or above it).
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def power_thermal(st, gpus_on_node: np.ndarray, activity: np.ndarray, temp0: np.
     t_pred = settle(node_idle + node_dyn * f_cap)
     span = st.critical_temp_c - st.throttle_temp_c
     f_heat = np.minimum(np.maximum((st.critical_temp_c - t_pred) / span, 0.0), 1.0)
+    f_heat = np.where(temp0 >= st.critical_temp_c, 0.0, f_heat)  # a node already past shutdown stays off
     f_node = f_cap * f_heat
     node_power = node_idle + node_dyn * f_node
     temp_next = settle(node_power)
@@ -100,7 +102,7 @@ def power_thermal(st, gpus_on_node: np.ndarray, activity: np.ndarray, temp0: np.
         factor=fac,
         power_throttled=any_on(f_cap < 1.0),
         thermal_throttled=any_on(f_heat < 1.0),
-        tripped=any_on(t_pred >= st.critical_temp_c),
+        tripped=any_on((t_pred >= st.critical_temp_c) | (temp0 >= st.critical_temp_c)),
         node_power_w=node_power,
         rack_power_w=node_power @ rack_of,
         temp_next=temp_next,

@@ -132,6 +132,16 @@ class Outcome:
     rack_power_w: np.ndarray  # (B, R) float64
     temp_next: np.ndarray  # (B, K) float64
 
+    def next_state(self) -> "RoundState":
+        """The state the next round starts from (same leading shape as this outcome)."""
+        return RoundState(
+            prev_alloc=self.alloc,
+            temp_c=self.temp_next,
+            queue=self.queue_next,
+            remaining_tokens=self.remaining_next,
+            budget_left=self.budget_next,
+        )
+
     def row(self, i: int) -> "Outcome":
         """One batch row, with the batch axis removed (the shapes above without ``B``)."""
         kw = {}
