@@ -103,3 +103,14 @@ def test_placement_packs_onto_few_nodes():
     st = KernelStatic.from_config(make_config(n_tenants=3, nodes=("h100-sxm",) * 3))
     gon = arbiter.place(st, np.array([[8, 4, 4]]))
     assert (gon > 0).sum(-1).tolist() == [[1, 1, 1]]
+
+
+def test_best_fit_avoids_needless_splits():
+    # 5, 3, 5, 3 GPUs on two 8-GPU nodes: 5+3 | 5+3, nobody split (a contiguous layout splits one 5)
+    st = KernelStatic.from_config(make_config(n_tenants=4, nodes=("h100-sxm",) * 2))
+    gon = arbiter.place(st, np.array([[5, 3, 5, 3]]))
+    assert (gon > 0).sum(-1).tolist() == [[1, 1, 1, 1]]
+    assert gon.sum(1).tolist() == [[8, 8]]
+    # 12 GPUs must span two nodes; the 4 left fit beside it
+    gon = arbiter.place(st, np.array([[12, 4, 0, 0]]))
+    assert (gon > 0).sum(-1).tolist() == [[2, 1, 0, 0]]

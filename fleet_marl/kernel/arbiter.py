@@ -11,8 +11,9 @@ Each GPU type is a pool cleared on its own. Mechanisms (``config.MECHANISMS``):
                   served); bids below the reserve get nothing.
 
 Fractional shares become integers by the largest-remainder method (ties by the tie-break
-draw). Granted GPUs are placed on the pool's nodes largest tenant first, in contiguous slots,
-so each tenant spans as few nodes as that order allows.
+draw). Granted GPUs are placed on the pool's nodes by best-fit decreasing: largest tenant
+first, onto the fullest node that still holds it, splitting across the emptiest nodes only
+when no single node can.
 All functions are batched over leading axes and pure.
 """
 
@@ -120,29 +121,46 @@ def clear(st, request: np.ndarray, bid: np.ndarray, tiebreak: np.ndarray) -> tup
 
 
 def place(st, alloc: np.ndarray) -> np.ndarray:
-    """Place each tenant's GPUs on its pool's nodes. Returns gpus_on_node (B, T, K) int64.
+    """Place each tenant's GPUs on the nodes of its pool: best-fit decreasing.
 
-    Within a pool, tenants are laid out largest first (ties by index) in contiguous slots;
-    node ``k`` holds slots ``[offset_k, offset_k + gpus_per_node)``.
+    Tenants go largest first (ties by index). A tenant that fits on one node goes to the node of
+    its pool with the least free GPUs that still holds it (best fit); one that fits on no
+    single node takes the nodes with the most free GPUs first, so it spans as few nodes as the
+    free space allows. Returns gpus_on_node (B, T, K) int64.
+
+    The loop runs over sorted positions (at most T), each step vectorised over the batch.
     """
     B, T = alloc.shape
-    start = np.zeros((B, T), np.int64)
-    idx = np.arange(T)
-    for q in range(len(st.pool_capacity)):
-        a = np.where(st.pool == q, alloc, 0)
-        order = np.lexsort((np.broadcast_to(idx, (B, T)), -a), axis=-1)
-        r = np.arange(B)[:, None]
-        a_sorted = a[r, order]
-        s_sorted = np.cumsum(a_sorted, -1) - a_sorted
-        s = np.empty_like(s_sorted)
-        s[r, order] = s_sorted
-        start = np.where(st.pool == q, s, start)
-    end = start + alloc
-    lo = st.node_offset  # (K,)
-    hi = lo + st.gpus_per_node
-    same = st.pool[:, None] == st.node_pool[None, :]  # (T, K)
-    overlap = np.minimum(end[..., None], hi) - np.maximum(start[..., None], lo)
-    return np.where(same, np.maximum(overlap, 0), 0)
+    K = st.K
+    gon = np.zeros((B, T, K), np.int64)
+    npos = int((alloc > 0).sum(-1).max(initial=0))
+    if npos == 0:
+        return gon
+    order = np.lexsort((np.broadcast_to(np.arange(T), (B, T)), -alloc), axis=-1)
+    rows = np.arange(B)
+    col = rows[:, None]
+    free = np.full((B, K), st.gpus_per_node, np.int64)
+    big = np.int64(1) << 40
+    for j in range(npos):
+        t = order[:, j]
+        a = alloc[rows, t]
+        avail = np.where(st.node_pool[None, :] == st.pool[t][:, None], free, -1)
+        fit_key = np.where(avail >= a[:, None], avail, big)
+        k_best = fit_key.argmin(-1)
+        fits = fit_key[rows, k_best] < big
+        take = np.zeros((B, K), np.int64)
+        if fits.all():  # the common case: one node holds it in every row
+            take[rows, k_best] = a
+        else:
+            by_free = np.argsort(-avail, axis=-1, kind="stable")
+            f_sorted = np.maximum(avail[col, by_free], 0)
+            before = np.cumsum(f_sorted, -1) - f_sorted
+            take[col, by_free] = np.minimum(np.maximum(a[:, None] - before, 0), f_sorted)
+            take[fits] = 0
+            take[rows[fits], k_best[fits]] = a[fits]
+        free -= take
+        gon[rows, t] = take
+    return gon
 
 
 __all__ = ["clear", "greedy", "place", "waterfill"]
