@@ -42,7 +42,7 @@ def test_batched_equals_loop(mechanism, safety, seed):
         single = evaluate(st, row(acts, i), s_i, draws)
         for name in FIELDS:
             a, b = getattr(batched, name), getattr(single, name)
-            a = a if name == "mem_capacity" else a[i]
+            a = a[i]
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12, err_msg=name)
 
 
@@ -239,7 +239,7 @@ def test_outputs_do_not_alias_inputs():
     out = evaluate(st, a, RoundState.initial(st), Draws.expected(st))
     a.batch[0] = 99
     assert out.batch[0] == 1
-    assert all(getattr(out, n).flags.writeable for n in FIELDS if n != "mem_capacity")
+    assert all(getattr(out, n).flags.writeable for n in FIELDS)
 
 
 @settings(max_examples=10, deadline=None)
@@ -258,7 +258,7 @@ def test_batched_counterfactuals_equal_one_call_per_env(seed):
         one = evaluate_counterfactuals(st, row(acts, b), s_b, Draws(draws.arrivals[b], draws.tiebreak))
         for name in FIELDS:
             a, c = getattr(cf, name), getattr(one, name)
-            np.testing.assert_allclose(a if name == "mem_capacity" else a[b], c, rtol=1e-12, atol=1e-12, err_msg=name)
+            np.testing.assert_allclose(a[b], c, rtol=1e-12, atol=1e-12, err_msg=name)
 
 
 def test_priority_cannot_be_bought_with_a_big_bid():
@@ -314,3 +314,13 @@ def test_next_state_chains_rounds():
     again = evaluate(st, a, nxt, Draws.expected(st))
     assert not again.restarted.any()  # same allocation: no restart the second round
     assert again.remaining_next[0] < out.remaining_next[0]
+
+
+def test_batched_initial_state_and_draws():
+    st = KernelStatic.from_config(make_config(n_tenants=3))
+    s = RoundState.initial(st, batch=5)
+    d = Draws.sample(st, np.random.default_rng(0), batch=5)
+    assert s.temp_c.shape == (5, st.K) and d.arrivals.shape == (5, st.T)
+    out = evaluate(st, random_actions(st, np.random.default_rng(1), 5), s, d)
+    assert out.welfare.shape == (5,) and out.mem_capacity.shape == (5, st.T)
+    assert out.row(2).alloc.shape == (st.T,)

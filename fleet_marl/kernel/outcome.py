@@ -316,7 +316,7 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
         mem_activations=mem.activations,
         mem_kv_cache=mem.kv_cache,
         mem_total=mem.total,
-        mem_capacity=st.mem_bytes,
+        mem_capacity=np.repeat(st.mem_bytes[None], B, axis=0),
         tokens_per_s=thr.tokens_per_s * f,
         multi_gpu_efficiency=np.where(alloc > 0, thr.efficiency, 0.0),
         progress_tokens=progress,
@@ -346,9 +346,6 @@ def _shape(out: Outcome, B: int, lead: tuple[int, ...]) -> Outcome:
     kw = {}
     for fd in fields(out):
         v = getattr(out, fd.name)
-        if fd.name == "mem_capacity":
-            kw[fd.name] = v
-            continue
         if fd.name == "welfare":
             tail = ()
         elif fd.name == "gpus_on_node":

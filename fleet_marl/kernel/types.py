@@ -46,14 +46,17 @@ class RoundState:
     budget_left: np.ndarray  # (B, T) float64 USD left
 
     @staticmethod
-    def initial(static: "KernelStatic") -> "RoundState":
+    def initial(static: "KernelStatic", batch: int | None = None) -> "RoundState":
+        """Nothing held, nodes at ambient temperature, empty queues, whole jobs and budgets.
+        With ``batch`` every field gets a leading axis of that size."""
+        lead = () if batch is None else (batch,)
         T = static.T
         return RoundState(
-            prev_alloc=np.zeros(T, np.int64),
-            temp_c=np.full(static.K, static.ambient_c),
-            queue=np.zeros(T),
-            remaining_tokens=static.job_tokens.copy(),
-            budget_left=static.budget.copy(),
+            prev_alloc=np.zeros(lead + (T,), np.int64),
+            temp_c=np.full(lead + (static.K,), static.ambient_c),
+            queue=np.zeros(lead + (T,)),
+            remaining_tokens=np.broadcast_to(static.job_tokens, lead + (T,)).copy(),
+            budget_left=np.broadcast_to(static.budget, lead + (T,)).copy(),
         )
 
 
@@ -66,12 +69,14 @@ class Draws:
     tiebreak: np.ndarray  # (B, T) float64 in [0, 1): order among equal claims in the arbiter
 
     @staticmethod
-    def sample(static: "KernelStatic", rng: np.random.Generator) -> "Draws":
-        """Poisson arrivals at each serving tenant's mean rate; uniform tie-breaks."""
+    def sample(static: "KernelStatic", rng: np.random.Generator, batch: int | None = None) -> "Draws":
+        """Poisson arrivals at each serving tenant's mean rate; uniform tie-breaks. With
+        ``batch``, independent draws for each of ``batch`` rows."""
+        lead = () if batch is None else (batch,)
         lam = static.arrival_rate * static.round_seconds
         return Draws(
-            arrivals=rng.poisson(lam).astype(np.float64),
-            tiebreak=rng.random(static.T),
+            arrivals=rng.poisson(lam, size=lead + (static.T,)).astype(np.float64),
+            tiebreak=rng.random(lead + (static.T,)),
         )
 
     @staticmethod
@@ -113,7 +118,7 @@ class Outcome:
     mem_activations: np.ndarray  # (B, T) float64
     mem_kv_cache: np.ndarray  # (B, T) float64
     mem_total: np.ndarray  # (B, T) float64
-    mem_capacity: np.ndarray  # (T,) float64 usable bytes per GPU
+    mem_capacity: np.ndarray  # (B, T) float64 usable bytes per GPU
     tokens_per_s: np.ndarray  # (B, T) float64 train: training tokens/s; serve: generated tokens/s
     multi_gpu_efficiency: np.ndarray  # (B, T) float64 compute time / step time
     # outcome
@@ -144,11 +149,7 @@ class Outcome:
 
     def row(self, i: int) -> "Outcome":
         """One batch row, with the batch axis removed (the shapes above without ``B``)."""
-        kw = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            kw[f.name] = v if f.name == "mem_capacity" else v[i]
-        return Outcome(**kw)
+        return Outcome(**{f.name: getattr(self, f.name)[i] for f in fields(self)})
 
 
 @dataclass(frozen=True)
