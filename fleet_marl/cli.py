@@ -121,7 +121,7 @@ def estimate(args) -> dict:
     n = np.array([[args.gpus]])
     b = np.array([[args.batch_size]])
     nodes = np.array([[math.ceil(args.gpus / args.gpus_per_node)]])
-    mem = cost.memory_per_gpu(terms, n, b, st.is_train)
+    mem = cost.memory_per_gpu(terms, n, b)
     thr = cost.throughput(st, terms, n, b, nodes)
     cap = float(g.memory_gb * 1e9)
     usable = float(st.mem_bytes[0])

@@ -20,14 +20,14 @@ def test_bf16_weights_are_two_bytes_per_param():
     st, t = terms_for("llama-3.1-8b", "serve", "bf16")
     m = catalog.model("llama-3.1-8b")
     assert t.weights[0, 0] == 2 * m.total_params
-    mem = cost.memory_per_gpu(t, np.array([[4]]), np.array([[1]]), st.is_train)
+    mem = cost.memory_per_gpu(t, np.array([[4]]), np.array([[1]]))
     assert mem.weights[0, 0] == pytest.approx(2 * m.total_params / 4, rel=1e-12)
 
 
 def test_mixed_precision_adam_is_16_bytes_per_param_sharded():
     st, t = terms_for("mistral-7b", "train", "bf16")
     n = catalog.model("mistral-7b").total_params
-    mem = cost.memory_per_gpu(t, np.array([[8]]), np.array([[1]]), st.is_train)
+    mem = cost.memory_per_gpu(t, np.array([[8]]), np.array([[1]]))
     fixed = mem.weights + mem.grads + mem.master + mem.optimizer
     assert fixed[0, 0] == pytest.approx(16 * n / 8, rel=1e-12)
     assert mem.master[0, 0] == pytest.approx(4 * n / 8) and mem.optimizer[0, 0] == pytest.approx(8 * n / 8)
@@ -58,7 +58,7 @@ def test_korthikanti_activations():
         cfg = FleetConfig(cluster=ClusterSpec(gpu_types=("h100-sxm",)), tenants=(TenantSpec(model="gpt2", workload=WorkloadSpec(seq_len=s), **kw),))
         st = KernelStatic.from_config(cfg)
         t = cost.tenant_terms(st, np.full((1, 1, 5), P["bf16"]), project=False)
-        return cost.memory_per_gpu(t, np.array([[1]]), np.array([[3]]), st.is_train).activations[0, 0]
+        return cost.memory_per_gpu(t, np.array([[1]]), np.array([[3]])).activations[0, 0]
 
     assert acts(flash_attention=False) == pytest.approx(3 * s * h * L * (34 + 5 * a * s / h), rel=1e-12)
     assert acts() == pytest.approx(3 * s * h * L * 34, rel=1e-12)
@@ -69,7 +69,7 @@ def test_kv_cache_bytes_gqa_and_dtype():
     m = catalog.model("llama-3.1-8b")
     per_tok = 2 * m.layers * m.kv_heads * m.head_dim * 2  # bf16
     st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=1000, out_tokens=24)
-    mem = cost.memory_per_gpu(t, np.array([[2]]), np.array([[10]]), st.is_train)
+    mem = cost.memory_per_gpu(t, np.array([[2]]), np.array([[10]]))
     assert mem.kv_cache[0, 0] == pytest.approx(10 * 1024 * per_tok / 2, rel=1e-12)
     # FP8 attention -> FP8 KV cache; INT4 weight-only keeps a BF16 cache
     _, t8 = terms_for("llama-3.1-8b", "serve", ["bf16", "fp8", "bf16", "bf16", "bf16"], seq=1000, out_tokens=24)
@@ -89,7 +89,7 @@ def test_largest_fitting_batch_is_the_boundary():
     st, t = terms_for("llama-3.1-8b", "train", "bf16", seq=4096)
     n = np.array([[8]])
     b = int(cost.largest_fitting_batch(t, n, st.mem_bytes)[0, 0])
-    fits = lambda k: cost.memory_per_gpu(t, n, np.array([[k]]), st.is_train).total[0, 0] <= st.mem_bytes[0]  # noqa: E731
+    fits = lambda k: cost.memory_per_gpu(t, n, np.array([[k]])).total[0, 0] <= st.mem_bytes[0]  # noqa: E731
     assert b >= 1 and fits(b) and not fits(b + 1)
 
 
@@ -117,6 +117,6 @@ def test_fp8_faster_than_bf16_on_hopper_and_decode_is_memory_bound():
 def test_kv_cache_splits_over_at_most_kv_heads_gpus():
     # Qwen2.5-0.5B has 2 KV heads: on 8 GPUs each GPU still holds half the cache
     st, t = terms_for("qwen2.5-0.5b", "serve", "bf16", seq=512, out_tokens=128)
-    two = cost.memory_per_gpu(t, np.array([[2]]), np.array([[4]]), st.is_train).kv_cache[0, 0]
-    eight = cost.memory_per_gpu(t, np.array([[8]]), np.array([[4]]), st.is_train).kv_cache[0, 0]
+    two = cost.memory_per_gpu(t, np.array([[2]]), np.array([[4]])).kv_cache[0, 0]
+    eight = cost.memory_per_gpu(t, np.array([[8]]), np.array([[4]])).kv_cache[0, 0]
     assert two == eight == pytest.approx(4 * t.per_seq_sharded[0, 0] / 2)

@@ -180,7 +180,7 @@ class Memory(NamedTuple):
     total: np.ndarray
 
 
-def memory_per_gpu(terms: TenantTerms, n: np.ndarray, batch: np.ndarray, is_train: np.ndarray) -> Memory:
+def memory_per_gpu(terms: TenantTerms, n: np.ndarray, batch: np.ndarray) -> Memory:
     """Bytes per GPU on ``n`` GPUs at ``batch`` sequences (per GPU for training, per replica
     for serving). ``n`` of 0 is treated as 1 (nothing runs there anyway)."""
     inv = 1.0 / np.maximum(n, 1)

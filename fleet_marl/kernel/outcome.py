@@ -195,7 +195,7 @@ def evaluate_counterfactuals(
             for f in fields(obj):
                 v = np.asarray(getattr(obj, f.name))
                 tail = 2 if (type(obj) is Actions and f.name == "precision") else 1
-                kw[f.name] = np.expand_dims(v, v.ndim - tail - 1 + 1) if v.ndim > tail else v
+                kw[f.name] = np.expand_dims(v, v.ndim - tail) if v.ndim > tail else v
             return type(obj)(**kw)
 
         actions, state, draws = add_row_axis(actions), add_row_axis(state), add_row_axis(draws)
@@ -251,7 +251,7 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     train = st.is_train
     if st.veto:
         batch = batch_req
-        mem = cost.memory_per_gpu(terms, alloc, batch, train)
+        mem = cost.memory_per_gpu(terms, alloc, batch)
         oom = (mem.total > st.mem_bytes) & (alloc > 0)
         vetoed = (terms.unsafe | invalid) & (alloc > 0)
         projected = np.zeros((B, T), bool)
@@ -261,7 +261,7 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
         oom = (fit < 1) & (alloc > 0)
         vetoed = invalid & (alloc > 0)
         projected = (terms.unsafe | (batch < batch_req)) & (alloc > 0) & ~oom & ~vetoed
-        mem = cost.memory_per_gpu(terms, alloc, batch, train)
+        mem = cost.memory_per_gpu(terms, alloc, batch)
     running = (alloc > 0) & ~oom & ~vetoed
 
     # --- cost: throughput ------------------------------------------------------------------

@@ -197,7 +197,6 @@ class KernelStatic:
     pools: tuple[str, ...]
     pool_capacity: np.ndarray  # (Q,) int64
     node_pool: np.ndarray  # (K,) int64
-    node_offset: np.ndarray  # (K,) int64 first slot of the node inside its pool
     node_rack: np.ndarray  # (K,) int64
     node_idle_w: np.ndarray  # (K,) float64 idle power of one GPU of the node's type
     node_tdp_w: np.ndarray  # (K,) float64
@@ -239,11 +238,6 @@ class KernelStatic:
         ctx = np.where(is_train, seq, prompt)
         flops = np.stack([forward_flops_per_token(m, c) for m, c in zip(models, ctx)])
         node_pool = arr([pools.index(g) for g in cl.gpu_types], np.int64)
-        node_offset = np.zeros(K, np.int64)
-        seen = {q: 0 for q in range(len(pools))}
-        for k, q in enumerate(node_pool):
-            node_offset[k] = seen[int(q)] * cl.gpus_per_node
-            seen[int(q)] += 1
         node_gpu = [catalog.gpu(g) for g in cl.gpu_types]
         peak = np.stack([g.peak_flops() for g in gpus])
         st = KernelStatic(
@@ -285,7 +279,6 @@ class KernelStatic:
             pools=pools,
             pool_capacity=arr([cl.capacity(q) for q in pools], np.int64),
             node_pool=node_pool,
-            node_offset=node_offset,
             node_rack=np.arange(K, dtype=np.int64) // cl.nodes_per_rack,
             node_idle_w=arr([g.idle_w for g in node_gpu]),
             node_tdp_w=arr([g.tdp_w for g in node_gpu]),
