@@ -47,6 +47,8 @@ def waterfill(caps: np.ndarray, weights: np.ndarray, capacity: np.ndarray, tiebr
     caps = np.asarray(caps, np.int64)
     B, T = caps.shape
     total = caps.sum(-1)
+    if (total <= capacity).all():  # no contention in any row: every request is granted
+        return caps
     w = np.where(caps > 0, weights, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         level = np.where(caps > 0, caps / np.where(w > 0, w, 1.0), np.inf)

@@ -299,8 +299,8 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
         nodes_spanned=nodes,
         price=st.list_price * mult,
         restarted=restarted,
-        precision=terms.precision,
-        batch=batch,
+        precision=np.broadcast_to(terms.precision, (B, T, G)).copy() if terms.precision.shape[0] != B else terms.precision,
+        batch=np.broadcast_to(batch, (B, T)).copy() if batch.shape[0] != B else batch,
         unsafe_numerics=terms.unsafe & (alloc > 0),
         projected=projected,
         vetoed=vetoed,
@@ -334,6 +334,8 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
         rack_power_w=pt.rack_power_w,
         temp_next=pt.temp_next,
     )
+    if lead == (B,):  # every field is (B, ...) already
+        return out
     return _shape(out, B, lead)
 
 

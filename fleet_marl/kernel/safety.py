@@ -73,8 +73,7 @@ def power_thermal(st, gpus_on_node: np.ndarray, activity: np.ndarray, temp0: np.
     dyn = (st.tdp_w - st.idle_w) * activity  # (B, T) dynamic W per GPU
     node_dyn = np.einsum("btk,bt->bk", gpus_on_node, dyn)
     node_idle = g * st.node_idle_w  # (K,)
-    rack_of = np.zeros((st.K, st.n_racks))
-    rack_of[np.arange(st.K), st.node_rack] = 1.0
+    rack_of = st.rack_of
     rack_dyn = node_dyn @ rack_of
     rack_idle = node_idle @ rack_of
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -198,6 +198,7 @@ class KernelStatic:
     pool_capacity: np.ndarray  # (Q,) int64
     node_pool: np.ndarray  # (K,) int64
     node_rack: np.ndarray  # (K,) int64
+    rack_of: np.ndarray  # (K, R) float64 one-hot: node k is in rack r
     node_idle_w: np.ndarray  # (K,) float64 idle power of one GPU of the node's type
     node_tdp_w: np.ndarray  # (K,) float64
     gpus_per_node: int
@@ -280,6 +281,7 @@ class KernelStatic:
             pool_capacity=arr([cl.capacity(q) for q in pools], np.int64),
             node_pool=node_pool,
             node_rack=np.arange(K, dtype=np.int64) // cl.nodes_per_rack,
+            rack_of=np.eye(-(-K // cl.nodes_per_rack))[np.arange(K) // cl.nodes_per_rack],
             node_idle_w=arr([g.idle_w for g in node_gpu]),
             node_tdp_w=arr([g.tdp_w for g in node_gpu]),
             gpus_per_node=cl.gpus_per_node,
