@@ -160,7 +160,7 @@ def estimate(args) -> dict:
         "unsafe_groups": unsafe,
     }
     if args.mode == "serve":
-        kv_b = 2.0 if catalog.WEIGHT_ONLY[prec[0, 0, 1]] else float(catalog.PRECISION_BYTES[prec[0, 0, 1]])
+        kv_b = float(cost.KV_BYTES[prec[0, 0, catalog.GROUPS.index("attention")]])
         out["output_tokens"] = args.output_tokens
         out["kv_bytes_per_token"] = m.kv_bytes_per_token(kv_b)
         out["requests_per_s"] = float(thr.work_rate[0, 0])

@@ -47,14 +47,20 @@ def test_batched_equals_loop(mechanism, safety, seed):
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=hst.integers(0, 2**31 - 1), mechanism=hst.sampled_from(["proportional", "maxmin", "priority", "auction"]))
-def test_counterfactual_rows_equal_separate_evaluations(seed, mechanism):
-    st = KernelStatic.from_config(make_config(n_tenants=4, mechanism=mechanism))
+@given(
+    seed=hst.integers(0, 2**31 - 1),
+    mechanism=hst.sampled_from(["proportional", "maxmin", "priority", "auction"]),
+    safety=hst.sampled_from(["project", "veto"]),
+)
+def test_counterfactual_rows_equal_separate_evaluations(seed, mechanism, safety):
+    st = KernelStatic.from_config(make_config(n_tenants=4, mechanism=mechanism, safety=safety))
     rng = np.random.default_rng(seed)
     acts = random_actions(st, rng)
     state, draws = RoundState.initial(st), Draws.sample(st, rng)
     cf = evaluate_counterfactuals(st, acts, state, draws)
     assert cf.welfare.shape == (st.T + 1,)
+    for name in FIELDS:  # every field has one row per counterfactual
+        assert getattr(cf, name).shape[0] == st.T + 1, name
     full = evaluate(st, acts, state, draws)
     assert cf.welfare[0] == pytest.approx(full.welfare, abs=1e-12)
     for i in range(st.T):

@@ -35,7 +35,7 @@ EMB, ATT, MLP, NORM, HEAD = (_G[g] for g in ("embedding", "attention", "mlp", "n
 _FP32 = catalog.PRECISION_CODE["fp32"]
 _BF16 = catalog.PRECISION_CODE["bf16"]
 #: Bytes of the KV cache by the attention group's precision: weight-only formats keep a BF16 cache.
-_KV_BYTES = np.where(catalog.WEIGHT_ONLY, 2.0, catalog.PRECISION_BYTES)
+KV_BYTES = np.where(catalog.WEIGHT_ONLY, 2.0, catalog.PRECISION_BYTES)
 #: Gradient bytes by precision: FP32 groups keep FP32 gradients, others BF16 (FP8 GEMMs
 #: produce BF16 weight gradients in Transformer Engine).
 _GRAD_BYTES = np.where(np.arange(catalog.N_PRECISIONS) == _FP32, 4.0, 2.0)
@@ -112,7 +112,7 @@ def tenant_terms(st, precision: np.ndarray, project: bool) -> TenantTerms:
     s, h, L = st.seq_len, st.hidden, st.layers
     per_layer = np.where(st.checkpointing, ACT_CHECKPOINTED, ACT_CONST + np.where(st.flash, 0.0, ACT_ATTN * st.heads * s / h))
     act = np.where(train, s * h * L * per_layer * act_scale, 0.0)
-    kv_tok = 2.0 * L * st.kv_dim * _KV_BYTES[prec[..., ATT]]
+    kv_tok = 2.0 * L * st.kv_dim * KV_BYTES[prec[..., ATT]]
     kv_seq = np.where(train, 0.0, (st.prompt_tokens + st.output_tokens) * kv_tok)
     kv_read = np.where(train, 0.0, (st.prompt_tokens + 0.5 * st.output_tokens) * kv_tok)
     peak = st.peak[np.arange(st.T)[:, None], prec]  # (B, T, G)
@@ -189,6 +189,8 @@ def memory_per_gpu(terms: TenantTerms, n: np.ndarray, batch: np.ndarray) -> Memo
     m = terms.master * inv
     o = terms.optimizer * inv
     a = batch * terms.per_seq_local
+    if a.shape != w.shape:  # activations do not depend on n: give them the rows' shape too
+        a = np.broadcast_to(a, np.broadcast_shapes(a.shape, w.shape)).copy()
     kv = batch * terms.per_seq_sharded / np.minimum(np.maximum(n, 1), terms.kv_heads)
     return Memory(w, g, m, o, a, kv, w + g + m + o + a + kv)
 

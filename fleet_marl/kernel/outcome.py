@@ -334,32 +334,12 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
         rack_power_w=pt.rack_power_w,
         temp_next=pt.temp_next,
     )
-    if lead == (B,):  # every field is (B, ...) already
-        return out
-    return _shape(out, B, lead)
+    return out if lead == (B,) else _shape(out, lead)
 
 
-_PER_TENANT_G = {"precision"}
-_PER_NODE = {"node_power_w", "temp_next", "rack_power_w"}
-
-
-def _shape(out: Outcome, B: int, lead: tuple[int, ...]) -> Outcome:
-    """Give every field the full leading shape ``lead`` (inputs without a batch axis broadcast)."""
-    kw = {}
-    for fd in fields(out):
-        v = getattr(out, fd.name)
-        if fd.name == "welfare":
-            tail = ()
-        elif fd.name == "gpus_on_node":
-            tail = v.shape[-2:]
-        elif fd.name in _PER_TENANT_G:
-            tail = v.shape[-2:]
-        else:
-            tail = v.shape[-1:]
-        if v.shape[:-len(tail) or None] != (B,):
-            v = np.broadcast_to(v, (B,) + tail).copy()
-        kw[fd.name] = v if lead == (B,) else v.reshape(lead + tail)
-    return Outcome(**kw)
+def _shape(out: Outcome, lead: tuple[int, ...]) -> Outcome:
+    """Every field is (B, ...) with B = prod(lead); give it the leading shape ``lead``."""
+    return Outcome(**{f.name: getattr(out, f.name).reshape(lead + getattr(out, f.name).shape[1:]) for f in fields(out)})
 
 
 __all__ = ["check_actions", "check_draws", "check_state", "evaluate", "evaluate_counterfactuals"]

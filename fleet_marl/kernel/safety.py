@@ -28,19 +28,21 @@ class KernelInputError(ValueError):
     was expected."""
 
 
+def _check_groups(st, precision: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(supported, weight_only_in_training), each (B, T, G) bool."""
+    supported = st.supported[np.arange(st.T)[:, None], precision]
+    return supported, catalog.WEIGHT_ONLY[precision] & st.is_train[:, None]
+
+
 def invalid_precision(st, precision: np.ndarray) -> np.ndarray:
     """(B, T) bool: a group uses a precision the GPU lacks, or a weight-only format in training."""
-    supported = st.supported[np.arange(st.T)[:, None], precision]
-    weight_only = catalog.WEIGHT_ONLY[precision] & st.is_train[:, None]
+    supported, weight_only = _check_groups(st, precision)
     return (~supported | weight_only).any(-1)
 
 
 def explain_invalid(st, precision: np.ndarray) -> str:
     """A message for the first invalid precision in ``precision`` (B, T, G)."""
-    supported = np.take_along_axis(
-        np.broadcast_to(st.supported, precision.shape[:-1] + st.supported.shape[-1:]), precision, -1
-    )
-    weight_only = catalog.WEIGHT_ONLY[precision] & st.is_train[:, None]
+    supported, weight_only = _check_groups(st, precision)
     bad = ~supported | weight_only
     idx = tuple(int(i) for i in np.argwhere(bad)[0])
     t, g = idx[-2], idx[-1]

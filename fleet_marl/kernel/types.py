@@ -311,7 +311,4 @@ class KernelStatic:
         return st
 
 
-BF16 = catalog.PRECISION_CODE["bf16"]
-FP32 = catalog.PRECISION_CODE["fp32"]
-
 __all__ = ["Actions", "Draws", "KernelStatic", "MECHANISM_CODE", "Outcome", "RoundState"]
