@@ -194,7 +194,17 @@ class WorkloadSpec:
     output_tokens: int = 256  # serve: mean generated tokens
     slo_ttft_s: float = 2.0  # serve: time-to-first-token target
     slo_tpot_s: float = 0.1  # serve: time-per-output-token target
-    trace: Optional[str] = None  # path of a trace file when pattern == "trace"
+    trace: Optional[str] = None  # trace file (a path, or a name in the traces folder) when pattern == "trace"
+    burst_factor: float = 4.0  # bursty: arrival rate in a burst over the calm rate
+    burst_fraction: float = 0.2  # bursty: long-run fraction of rounds spent in a burst
+    burst_rounds: float = 3.0  # bursty: mean length of a burst, in rounds
+    burst_shared: bool = False  # bursty: follow the one on/off chain shared by all such tenants
+    diurnal_amplitude: float = 0.5  # diurnal: rate swings by +- this fraction of the mean
+    diurnal_period_s: float = 86_400.0  # diurnal: period of the swing
+    trace_offset_s: float = 0.0  # trace: replay starts this many seconds into the trace
+    trace_speedup: float = 1.0  # trace: trace seconds replayed per simulated second
+    trace_shard: int = 0  # trace: replay rows i with i % trace_shards == trace_shard
+    trace_shards: int = 1
 
     def __post_init__(self):
         _choice(self, "pattern", ("poisson", "bursty", "diurnal", "trace"))
@@ -205,6 +215,18 @@ class WorkloadSpec:
         _int(self, "output_tokens", 1, 1 << 20)
         _num(self, "slo_ttft_s", 0.0, lo_open=True)
         _num(self, "slo_tpot_s", 0.0, lo_open=True)
+        _num(self, "burst_factor", 1.0)
+        _num(self, "burst_fraction", 0.0, 1.0, lo_open=True)
+        if self.burst_fraction >= 1.0:
+            raise ConfigError("burst_fraction", self.burst_fraction, "a number in (0, 1)")
+        _num(self, "burst_rounds", 1.0)
+        _bool(self, "burst_shared")
+        _num(self, "diurnal_amplitude", 0.0, 1.0)
+        _num(self, "diurnal_period_s", 0.0, lo_open=True)
+        _num(self, "trace_offset_s", 0.0)
+        _num(self, "trace_speedup", 0.0, lo_open=True)
+        _int(self, "trace_shards", 1, 1_000_000)
+        _int(self, "trace_shard", 0, self.trace_shards - 1)
         if self.pattern == "trace" and not self.trace:
             raise ConfigError("trace", self.trace, "a trace file path when pattern is 'trace'")
         if self.trace is not None and not isinstance(self.trace, str):
@@ -293,6 +315,7 @@ class RewardSpec:
     starvation_fraction: float = 0.5  # starved below this fraction of the fair share
     starvation_rounds: int = 3  # for this many consecutive rounds
     starvation_penalty: float = 0.0  # subtracted from the global reward per starved tenant
+    hoard_share: float = 0.5  # degenerate: holding more than this share of the cluster while another tenant starves
 
     def __post_init__(self):
         _choice(self, "scheme", REWARD_SCHEMES)
@@ -304,6 +327,7 @@ class RewardSpec:
         _num(self, "starvation_fraction", 0.0, 1.0)
         _int(self, "starvation_rounds", 1, 1_000_000)
         _num(self, "starvation_penalty", 0.0)
+        _num(self, "hoard_share", 0.0, 1.0)
 
 
 @dataclass(frozen=True)
