@@ -1,0 +1,211 @@
+"""Named scenarios and the config builder behind ``fleet_marl.parallel_env(**config)``.
+
+Every task is a :class:`~fleet_marl.config.FleetConfig`. ``make_config`` starts from one and
+applies overrides of any field, so ``parallel_env(task="easy", reward_scheme="global",
+cluster={"rack_power_cap_w": 9000})`` works, and an unknown field is a
+:class:`~fleet_marl.config.ConfigError` that lists the valid ones.
+
+=========  ========  ===================================================================
+task       tenants   what it tests
+=========  ========  ===================================================================
+tiny       2         one node of 8 H100, two trainers of different priority; the one-round
+                     optimum can be worked out by hand (``tests/test_env.py``)
+easy       4         two H100 nodes, two trainers and two servers, Poisson arrivals,
+                     generous budgets, max-min fair arbiter
+medium     8         H100 and A100 nodes (the A100 has no FP8), training and serving mixed,
+                     bursty arrivals, proportional-share arbiter (bids matter)
+hard       16        four H100 nodes in one rack under a tight power cap, hot inlet air,
+                     correlated (adversarial) bursts, tight budgets, uniform-price auction
+trace      6         arrivals replayed from real traces: Pollux/Philly jobs for the four
+                     trainers, Azure LLM inference requests for the two servers
+=========  ========  ===================================================================
+
+The scenario numbers below (budgets, rates, job sizes, caps) are scenario choices, not
+facts; the physical constants they sit on are cited in ``docs/model.md``. The design of each
+task and the reasoning behind its numbers are in ``docs/environment.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+from fleet_marl.config import ConfigError, FleetConfig, from_dict
+
+#: Options of the environment itself (not part of the scenario).
+ENV_OPTIONS = ("obs_mode", "render_mode", "illegal_action")
+#: Shortcuts: a top-level keyword that sets a nested config field.
+SHORTCUTS = {
+    "reward_scheme": ("reward", "scheme"),
+    "mixed_weight": ("reward", "mixed_weight"),
+    "shapley_samples": ("reward", "shapley_samples"),
+    "compute_all": ("reward", "compute_all"),
+    "mechanism": ("arbiter", "mechanism"),
+    "safety_mode": ("safety", "mode"),
+}
+
+
+def _tenant(kind, model, gpu, budget, max_gpus=8, priority=1.0, **wl) -> dict:
+    return {
+        "kind": kind,
+        "model": model,
+        "gpu_type": gpu,
+        "budget": budget,
+        "max_gpus": max_gpus,
+        "priority": priority,
+        "workload": wl,
+    }
+
+
+def _tiny() -> dict:
+    # Two trainers of one small model on one 8-GPU node. Priority 2 vs 1 makes the one-round
+    # optimum unique: every GPU to tenant_0 at the fastest safe precision (FP8 on attention
+    # and MLP) and the largest batch level that fits. Budgets cover the whole node for the
+    # whole episode twice over, so money never binds.
+    wl = dict(seq_len=2048, job_tokens=1.0e9, rate=2.0)
+    return {
+        "cluster": {"gpu_types": ["h100-sxm"]},
+        "tenants": [
+            _tenant("train", "qwen2.5-0.5b", "h100-sxm", 40.0, priority=2.0, **wl),
+            _tenant("train", "qwen2.5-0.5b", "h100-sxm", 40.0, priority=1.0, **wl),
+        ],
+        "arbiter": {"mechanism": "maxmin"},
+        "safety": {"mode": "veto"},
+        "max_cycles": 25,
+    }
+
+
+def _easy() -> dict:
+    # 16 H100s, demand 32: the arbiter matters, money hardly does.
+    return {
+        "cluster": {"gpu_types": ["h100-sxm", "h100-sxm"]},
+        "tenants": [
+            _tenant("train", "qwen2.5-0.5b", "h100-sxm", 300.0, seq_len=2048, job_tokens=2.0e9, rate=1.0),
+            _tenant("serve", "llama-3.1-8b", "h100-sxm", 300.0, rate=6.0, prompt_tokens=1024, output_tokens=256),
+            _tenant("train", "qwen2.5-7b", "h100-sxm", 300.0, seq_len=2048, job_tokens=3.0e8, rate=1.0),
+            _tenant("serve", "qwen2.5-7b", "h100-sxm", 300.0, rate=4.0, prompt_tokens=512, output_tokens=256),
+        ],
+        "arbiter": {"mechanism": "maxmin"},
+        "max_cycles": 100,
+    }
+
+
+def _medium() -> dict:
+    bursty = dict(pattern="bursty", burst_factor=4.0, burst_fraction=0.2, burst_rounds=3.0)
+    h, a = "h100-sxm", "a100-80gb"
+    return {
+        "cluster": {"gpu_types": [h, h, a, a]},
+        "tenants": [
+            _tenant("train", "qwen2.5-0.5b", h, 250.0, seq_len=2048, job_tokens=2.0e9, rate=1.0, pattern="bursty"),
+            _tenant("serve", "llama-3.1-8b", h, 250.0, rate=6.0, **bursty),
+            _tenant("train", "qwen2.5-7b", h, 250.0, seq_len=2048, job_tokens=3.0e8, rate=1.0, priority=2.0),
+            _tenant("serve", "mistral-7b", h, 250.0, rate=4.0, prompt_tokens=512, **bursty),
+            _tenant("train", "gpt2", a, 150.0, seq_len=1024, job_tokens=2.0e9, rate=2.0, pattern="bursty"),
+            _tenant("serve", "qwen2.5-7b", a, 150.0, rate=4.0, **bursty),
+            _tenant("train", "qwen2.5-0.5b", a, 150.0, seq_len=2048, job_tokens=1.0e9, rate=1.0),
+            _tenant("serve", "qwen2.5-0.5b", a, 150.0, rate=10.0, prompt_tokens=512, output_tokens=128, priority=2.0, **bursty),
+        ],
+        "arbiter": {"mechanism": "proportional"},
+        "max_cycles": 100,
+    }
+
+
+def _hard() -> dict:
+    # One rack of four H100 nodes: 32 x 700 W = 22.4 kW at TDP against a 15 kW cap; inlet air
+    # at 35 C leaves 52 C of rise to the 87 C throttle point. All servers burst together.
+    h = "h100-sxm"
+    storm = dict(pattern="bursty", burst_factor=8.0, burst_fraction=0.15, burst_rounds=4.0, burst_shared=True)
+    models = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "qwen2.5-0.5b"]
+    tenants = []
+    for i in range(16):
+        m = models[i % 4]
+        if i % 2 == 0:
+            tenants.append(_tenant("train", m, h, 120.0, seq_len=2048, job_tokens=2.0e8 if m != "qwen2.5-0.5b" else 1.0e9, rate=2.0, priority=1.0 + (i % 3 == 0)))
+        else:
+            tenants.append(_tenant("serve", m, h, 120.0, rate=3.0, prompt_tokens=1024, output_tokens=256, priority=1.0 + (i % 4 == 1), **storm))
+    return {
+        "cluster": {"gpu_types": [h] * 4, "nodes_per_rack": 4, "rack_power_cap_w": 15_000.0, "ambient_c": 35.0},
+        "tenants": tenants,
+        "arbiter": {"mechanism": "auction", "reserve_price": 0.75},
+        "max_cycles": 100,
+    }
+
+
+def _trace() -> dict:
+    # Pollux workload 1 (160 jobs over 7.7 h) replayed 4.6x faster so it spans the 100-round
+    # episode, dealt round-robin to four trainers; the Azure conversation trace (19,366
+    # requests in one hour) split between two servers. Prompt and output lengths are the
+    # trace's means (fleet_marl.workloads.trace_stats; checked by tests/test_workloads.py).
+    h, a = "h100-sxm", "a100-80gb"
+    jobs = dict(pattern="trace", trace="pollux_workload-1.csv", trace_speedup=4.6, trace_shards=4, seq_len=2048)
+    reqs = dict(pattern="trace", trace="azure_llm_inference_conv_2023.csv", trace_shards=2, prompt_tokens=1155, output_tokens=211)
+    return {
+        "cluster": {"gpu_types": [h, h, a, a]},
+        "tenants": [
+            _tenant("train", "qwen2.5-0.5b", h, 250.0, job_tokens=1.0e8, trace_shard=0, **jobs),
+            _tenant("train", "gpt2", a, 150.0, job_tokens=2.0e8, trace_shard=1, **{**jobs, "seq_len": 1024}),
+            _tenant("train", "qwen2.5-0.5b", a, 150.0, job_tokens=1.0e8, trace_shard=2, **jobs),
+            _tenant("train", "qwen2.5-7b", h, 250.0, job_tokens=2.0e7, trace_shard=3, **jobs),
+            _tenant("serve", "llama-3.1-8b", h, 250.0, trace_shard=0, **reqs),
+            _tenant("serve", "qwen2.5-7b", a, 150.0, trace_shard=1, **reqs),
+        ],
+        "arbiter": {"mechanism": "maxmin"},
+        "max_cycles": 100,
+    }
+
+
+TASKS: dict[str, Callable[[], dict]] = {"tiny": _tiny, "easy": _easy, "medium": _medium, "hard": _hard, "trace": _trace}
+
+
+def task_dict(name: str) -> dict:
+    """The plain-dict config of task ``name`` (a fresh copy, safe to edit)."""
+    if name not in TASKS:
+        raise ConfigError("task", name, f"one of {', '.join(map(repr, TASKS))}")
+    return copy.deepcopy(TASKS[name]())
+
+
+def _merge(base: dict, over: dict, path: str) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v, f"{path}{k}.")
+        else:
+            out[k] = v
+    return out
+
+
+def make_config(task: str | None = "easy", config: FleetConfig | dict | None = None, **overrides: Any) -> tuple[FleetConfig, dict]:
+    """Build ``(FleetConfig, env_options)`` from a task name, or a full ``config``, plus overrides.
+
+    Overrides are any top-level FleetConfig field (``cluster``, ``tenants``, ``arbiter``,
+    ``safety``, ``reward``, ``max_cycles``); dicts merge into the task's dicts, lists
+    replace. Shortcuts set one nested field: ``reward_scheme``, ``mixed_weight``,
+    ``shapley_samples``, ``compute_all``, ``mechanism``, ``safety_mode``. Environment options
+    (``obs_mode``, ``render_mode``, ``illegal_action``) are returned separately.
+    """
+    env_opts = {k: overrides.pop(k) for k in ENV_OPTIONS if k in overrides}
+    if config is not None:
+        base = config.to_dict() if isinstance(config, FleetConfig) else copy.deepcopy(dict(config))
+    elif task is None:
+        base = {}
+    else:
+        base = task_dict(task)
+    fields_ = set(FleetConfig.__dataclass_fields__)
+    nested: dict = {}
+    for k, v in overrides.items():
+        if k in SHORTCUTS:
+            top, sub = SHORTCUTS[k]
+            nested.setdefault(top, {})[sub] = v
+        elif k in fields_:
+            if isinstance(v, dict) and isinstance(nested.get(k), dict):
+                nested[k] = _merge(nested[k], v, f"{k}.")
+            else:
+                nested[k] = v
+        else:
+            valid = sorted(fields_ | set(SHORTCUTS) | set(ENV_OPTIONS) | {"task", "config"})
+            raise ConfigError(k, v, f"a known option (valid: {', '.join(valid)})")
+    merged = _merge(base, nested, "")
+    return from_dict(FleetConfig, merged), env_opts
+
+
+__all__ = ["ENV_OPTIONS", "SHORTCUTS", "TASKS", "make_config", "task_dict"]
