@@ -217,17 +217,23 @@ class FleetParallelEnv(ParallelEnv):
 
     def _default_action(self) -> tuple[np.ndarray, Actions]:
         """Each tenant's default action ``c_i`` (docs/environment.md): its static fair share of
-        its pool (capacity / tenants on the pool, at most max_gpus, at least 1), the bid level
-        nearest list price, BF16 on every group, and the largest batch level that fits there."""
+        its pool (capacity // tenants on the pool), raised to the fewest GPUs that hold its
+        model if the share cannot, within [1, max_gpus]; the bid level nearest list price; BF16
+        on every group; and the largest batch level that fits there."""
         st = self.kernel_static
         T = st.T
         per_pool = np.bincount(st.pool, minlength=len(st.pools))
-        gpus = np.clip(st.pool_capacity[st.pool] // per_pool[st.pool], 1, st.max_gpus).astype(np.int64)
+        share = st.pool_capacity[st.pool] // per_pool[st.pool]
         bid_idx = int(np.argmin(np.abs(self.bid_levels - 1.0)))
         bf16 = catalog.PRECISION_CODE["bf16"]
         prec = np.where(self._prec_legal[:, bf16], bf16, catalog.PRECISION_CODE["fp32"])
         precision = np.repeat(prec[:, None], catalog.N_GROUPS, axis=1).astype(np.int64)
         terms = cost.tenant_terms(st, precision[None], project=not st.veto)
+        # the fewest GPUs that hold one sequence, for models too big for the fair share
+        counts = np.arange(1, int(st.max_gpus.max()) + 1)[:, None] * np.ones((1, T), np.int64)
+        holds = cost.largest_fitting_batch(terms, counts, st.mem_bytes) >= 1
+        least = np.where(holds.any(0), np.argmax(holds, axis=0) + 1, st.max_gpus)
+        gpus = np.clip(np.maximum(share, least), 1, st.max_gpus).astype(np.int64)
         fit = cost.largest_fitting_batch(terms, gpus[None], st.mem_bytes)[0]
         level = np.maximum(np.searchsorted(BATCH_LEVELS, fit, side="right") - 1, 0)
         idx = np.zeros((T, N_ACT), np.int64)
@@ -374,7 +380,8 @@ class FleetParallelEnv(ParallelEnv):
         # who leaves
         broke = self._state.budget_left < self._min_unit
         done = ~self._has_work(np.zeros(T), upcoming=True)
-        terminated = live & (broke | done)
+        # the schedule ends at the horizon: at max_cycles running out of it is truncation
+        terminated = live & (broke | (done & (self._round < cfg.max_cycles)))
         truncated = live & ~terminated & (self._round >= cfg.max_cycles)
         finished = terminated | truncated
         self._finished_at = np.where(finished, self._round, self._finished_at)

@@ -62,7 +62,7 @@ def _tiny() -> dict:
     # optimum unique: every GPU to tenant_0 at the fastest safe precision (FP8 on attention
     # and MLP) and the largest batch level that fits. Budgets cover the whole node for the
     # whole episode twice over, so money never binds.
-    wl = dict(seq_len=2048, job_tokens=1.0e9, rate=2.0)
+    wl = dict(seq_len=2048, job_tokens=2.0e8, rate=6.0)
     return {
         "cluster": {"gpu_types": ["h100-sxm"]},
         "tenants": [
@@ -80,9 +80,9 @@ def _easy() -> dict:
     return {
         "cluster": {"gpu_types": ["h100-sxm", "h100-sxm"]},
         "tenants": [
-            _tenant("train", "qwen2.5-0.5b", "h100-sxm", 300.0, seq_len=2048, job_tokens=2.0e9, rate=1.0),
+            _tenant("train", "qwen2.5-0.5b", "h100-sxm", 300.0, seq_len=2048, job_tokens=2.0e8, rate=6.0),
             _tenant("serve", "llama-3.1-8b", "h100-sxm", 300.0, rate=6.0, prompt_tokens=1024, output_tokens=256),
-            _tenant("train", "qwen2.5-7b", "h100-sxm", 300.0, seq_len=2048, job_tokens=3.0e8, rate=1.0),
+            _tenant("train", "qwen2.5-7b", "h100-sxm", 300.0, seq_len=2048, job_tokens=2.0e7, rate=6.0),
             _tenant("serve", "qwen2.5-7b", "h100-sxm", 300.0, rate=4.0, prompt_tokens=512, output_tokens=256),
         ],
         "arbiter": {"mechanism": "maxmin"},
@@ -96,14 +96,14 @@ def _medium() -> dict:
     return {
         "cluster": {"gpu_types": [h, h, a, a]},
         "tenants": [
-            _tenant("train", "qwen2.5-0.5b", h, 250.0, seq_len=2048, job_tokens=2.0e9, rate=1.0, pattern="bursty"),
-            _tenant("serve", "llama-3.1-8b", h, 250.0, rate=6.0, **bursty),
-            _tenant("train", "qwen2.5-7b", h, 250.0, seq_len=2048, job_tokens=3.0e8, rate=1.0, priority=2.0),
-            _tenant("serve", "mistral-7b", h, 250.0, rate=4.0, prompt_tokens=512, **bursty),
-            _tenant("train", "gpt2", a, 150.0, seq_len=1024, job_tokens=2.0e9, rate=2.0, pattern="bursty"),
-            _tenant("serve", "qwen2.5-7b", a, 150.0, rate=4.0, **bursty),
-            _tenant("train", "qwen2.5-0.5b", a, 150.0, seq_len=2048, job_tokens=1.0e9, rate=1.0),
-            _tenant("serve", "qwen2.5-0.5b", a, 150.0, rate=10.0, prompt_tokens=512, output_tokens=128, priority=2.0, **bursty),
+            _tenant("train", "qwen2.5-0.5b", h, 100.0, seq_len=2048, job_tokens=2.0e8, rate=6.0, pattern="bursty"),
+            _tenant("serve", "llama-3.1-8b", h, 100.0, rate=6.0, **bursty),
+            _tenant("train", "qwen2.5-7b", h, 100.0, seq_len=2048, job_tokens=2.0e7, rate=6.0, priority=2.0),
+            _tenant("serve", "mistral-7b", h, 100.0, rate=4.0, prompt_tokens=512, **bursty),
+            _tenant("train", "gpt2", a, 60.0, seq_len=1024, job_tokens=2.0e8, rate=6.0, pattern="bursty"),
+            _tenant("serve", "qwen2.5-7b", a, 60.0, rate=4.0, **bursty),
+            _tenant("train", "qwen2.5-0.5b", a, 60.0, seq_len=2048, job_tokens=1.0e8, rate=6.0),
+            _tenant("serve", "qwen2.5-0.5b", a, 60.0, rate=10.0, prompt_tokens=512, output_tokens=128, priority=2.0, **bursty),
         ],
         "arbiter": {"mechanism": "proportional"},
         "max_cycles": 100,
@@ -113,16 +113,23 @@ def _medium() -> dict:
 def _hard() -> dict:
     # One rack of four H100 nodes: 32 x 700 W = 22.4 kW at TDP against a 15 kW cap; inlet air
     # at 35 C leaves 52 C of rise to the 87 C throttle point. All servers burst together.
+    # A $60 budget buys about twice its 2-GPU fair share for the episode at list price (2 x 100
+    # rounds x $6.88/h / 60 = $22.9); 8 GPUs at twice list price spend it in 33 rounds.
     h = "h100-sxm"
     storm = dict(pattern="bursty", burst_factor=8.0, burst_fraction=0.15, burst_rounds=4.0, burst_shared=True)
-    models = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "qwen2.5-0.5b"]
+    trainers = [("gpt2", 4.0e8), ("qwen2.5-0.5b", 1.0e8), ("qwen2.5-7b", 1.0e7), ("llama-3.1-8b", 1.0e7)]
+    servers = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "qwen2.5-0.5b"]
     tenants = []
     for i in range(16):
-        m = models[i % 4]
         if i % 2 == 0:
-            tenants.append(_tenant("train", m, h, 120.0, seq_len=2048, job_tokens=2.0e8 if m != "qwen2.5-0.5b" else 1.0e9, rate=2.0, priority=1.0 + (i % 3 == 0)))
+            m, tokens = trainers[(i // 2) % 4]
+            seq = 1024 if m == "gpt2" else 2048
+            t = _tenant("train", m, h, 60.0, seq_len=seq, job_tokens=tokens, rate=6.0, priority=1.0 + (i % 3 == 0))
+            t["activation_checkpointing"] = m in ("qwen2.5-7b", "llama-3.1-8b")  # else they need 4+ GPUs
+            tenants.append(t)
         else:
-            tenants.append(_tenant("serve", m, h, 120.0, rate=3.0, prompt_tokens=1024, output_tokens=256, priority=1.0 + (i % 4 == 1), **storm))
+            m = servers[(i // 2) % 4]
+            tenants.append(_tenant("serve", m, h, 60.0, rate=3.0, prompt_tokens=1024, output_tokens=256, priority=1.0 + (i % 4 == 1), **storm))
     return {
         "cluster": {"gpu_types": [h] * 4, "nodes_per_rack": 4, "rack_power_cap_w": 15_000.0, "ambient_c": 35.0},
         "tenants": tenants,
