@@ -1,0 +1,480 @@
+"""The environment's semantics: credit-assignment invariants, the tiny task's optimum, bad
+input, termination and truncation, masks, starvation and degenerate strategies."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import pickle
+from math import factorial
+
+import numpy as np
+import pytest
+
+import fleet_marl
+from fleet_marl import catalog
+from fleet_marl.config import ConfigError
+from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS, ActionError
+from fleet_marl.fairness import fair_share, jain
+from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
+from fleet_marl.tasks import task_dict
+
+BF, F8, I8, I4, F32 = (catalog.PRECISION_CODE[p] for p in ("bf16", "fp8", "int8", "int4", "fp32"))
+
+
+def act(gpus, bid=2, prec=(BF,) * 5, batch=3):
+    return np.array([gpus, bid, *prec, batch], dtype=np.int64)
+
+
+def masked_random(env, infos, rng):
+    return {a: np.array([rng.choice(np.flatnonzero(d)) for d in infos[a]["action_mask"]]) for a in env.agents}
+
+
+def pre_step(env):
+    """What the next step will use: state, draws (from a copy of the env's generator), live."""
+    rng = copy.deepcopy(env._rng)
+    live = env._live.copy()
+    draws = Draws(arrivals=np.where(live, env._requests[env.round], 0.0), tiebreak=rng.random(env.kernel_static.T))
+    state = RoundState(**{k: np.array(getattr(env._state, k)) for k in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left")})
+    return state, draws, live
+
+
+def welfare_of(env, acts_idx, state, draws, present):
+    out = evaluate(env.kernel_static, env._decode(acts_idx), state, draws, present)
+    return float(out.welfare)
+
+
+def index_matrix(env, actions):
+    idx = np.zeros((env.kernel_static.T, len(ACTION_FIELDS)), np.int64)
+    for a, x in actions.items():
+        idx[env.agent_index[a]] = x
+    return idx
+
+
+# --- credit assignment ---------------------------------------------------------------------------
+
+
+def test_difference_rewards_match_independent_removal_counterfactuals():
+    env = fleet_marl.parallel_env(task="medium")
+    obs, infos = env.reset(seed=2)
+    rng = np.random.default_rng(2)
+    for _ in range(4):
+        actions = masked_random(env, infos, rng)
+        state, draws, live = pre_step(env)
+        idx = index_matrix(env, actions)
+        obs, rew, term, trunc, infos = env.step(actions)
+        G = welfare_of(env, idx, state, draws, live)
+        for a in actions:
+            i = env.agent_index[a]
+            without = live.copy()
+            without[i] = False
+            assert infos[a]["welfare"] == pytest.approx(G, abs=1e-9)
+            assert infos[a]["rewards"]["difference"] == pytest.approx(G - welfare_of(env, idx, state, draws, without), abs=1e-9)
+            # difference_default: i's action replaced by the documented default
+            sub = idx.copy()
+            sub[i] = env._default_idx[i]
+            assert infos[a]["rewards"]["difference_default"] == pytest.approx(G - welfare_of(env, sub, state, draws, live), abs=1e-9)
+            assert infos[a]["rewards"]["local"] == pytest.approx(infos[a]["utility"])
+            w = env.config.reward.mixed_weight
+            assert infos[a]["rewards"]["mixed"] == pytest.approx(w * infos[a]["utility"] + (1 - w) * G)
+            # the chosen scheme (difference) is the reward unless the strategy was degenerate
+            if not infos[a]["degenerate"]:
+                assert rew[a] == infos[a]["rewards"]["difference"]
+
+
+def test_shapley_matches_brute_force_over_all_permutations():
+    """Exact Shapley (N=4) equals the average marginal contribution over all 4! orders, each
+    coalition's welfare computed by its own kernel call; and the values sum to G(all) - G(none)."""
+    env = fleet_marl.parallel_env(task="easy")
+    obs, infos = env.reset(seed=4)
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        actions = masked_random(env, infos, rng)
+        state, draws, live = pre_step(env)
+        idx = index_matrix(env, actions)
+        obs, rew, term, trunc, infos = env.step(actions)
+        T = env.kernel_static.T
+        v = {}
+        for S in itertools.product([False, True], repeat=T):
+            v[S] = welfare_of(env, idx, state, draws, np.array(S)) if any(S) else 0.0
+        phi = np.zeros(T)
+        for order in itertools.permutations(range(T)):
+            S = [False] * T
+            for i in order:
+                before = v[tuple(S)]
+                S[i] = True
+                phi[i] += v[tuple(S)] - before
+        phi /= factorial(T)
+        got = np.array([infos[a]["rewards"]["shapley"] for a in env.possible_agents])
+        np.testing.assert_allclose(got, phi, atol=1e-9)
+        assert got.sum() == pytest.approx(v[(True,) * T] - v[(False,) * T], abs=1e-9)
+
+
+def test_sampled_shapley_is_efficient_above_eight_tenants():
+    env = fleet_marl.parallel_env(task="hard", shapley_samples=16)
+    obs, infos = env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        obs, rew, term, trunc, infos = env.step(masked_random(env, infos, rng))
+        vals = [infos[a]["rewards"]["shapley"] for a in infos]
+        assert sum(vals) == pytest.approx(next(iter(infos.values()))["welfare"], abs=1e-9)
+        assert len(set(np.round(vals, 12))) > 1  # not a uniform split
+
+
+def test_tenant_requesting_no_gpus_has_difference_equal_to_its_utility():
+    env = fleet_marl.parallel_env(task="easy")
+    obs, infos = env.reset(seed=1)
+    for _ in range(3):
+        actions = {a: act(0 if a == "tenant_1" else 6) for a in env.agents}
+        obs, rew, term, trunc, infos = env.step(actions)
+        zero = infos["tenant_1"]
+        assert zero["alloc"] == 0
+        assert zero["rewards"]["difference"] == pytest.approx(zero["utility"], abs=1e-12)
+        # the others do impose externalities on each other (16 GPUs, 18 asked for)
+        assert any(abs(infos[a]["rewards"]["difference"] - infos[a]["utility"]) > 1e-6 for a in ("tenant_0", "tenant_2", "tenant_3"))
+
+
+def test_tiny_hand_computed_optimum_scores_highest():
+    """tiny: one 8-GPU H100 node, two trainers of qwen2.5-0.5b with priority 2 and 1, max-min
+    arbiter (pays list price, so bids do not matter), veto safety.
+
+    By hand: a GPU yields the same tokens whoever holds it (same model, same node), counted at
+    priority 2 for tenant_0 and 1 for tenant_1, and costs the same; so every GPU goes to
+    tenant_0 and tenant_1 asks for none. The fastest map that passes the numerics check is FP8
+    on attention and MLP (the only groups with FLOPs besides the head, which FP8 makes unsafe),
+    BF16 elsewhere. Training throughput grows with batch (communication amortizes), so the
+    batch is the largest level that fits: with W bytes of optimizer state per GPU and A
+    bytes of activations per sequence (Korthikanti's 34 s h L bytes, halved for FP8 matmuls),
+    the largest b with W + b A <= 0.9 * 80 GB.
+    """
+    env = fleet_marl.parallel_env(task="tiny")
+    env.reset(seed=0)
+    st = env.kernel_static
+    m = catalog.model("qwen2.5-0.5b")
+    pg = m.params_by_group
+    s, h, L = 2048, m.hidden, m.layers
+    # bytes per parameter: weights + gradients (bf16) + fp32 master + 8 Adam
+    per_param = {"embedding": 2 + 2 + 4 + 8, "attention": 1 + 2 + 4 + 8, "mlp": 1 + 2 + 4 + 8, "norm": 16, "head": 16}
+    W = sum(pg[g] * per_param[g] for g in pg) / 8
+    A = s * h * L * 34 * 0.5
+    b_fit = int((0.9 * 80e9 - W) // A)
+    best_batch = int(np.searchsorted(BATCH_LEVELS, b_fit, side="right") - 1)
+    assert BATCH_LEVELS[best_batch] <= b_fit < BATCH_LEVELS[best_batch + 1]
+
+    maps = {"bf16": (BF,) * 5, "fp8 att+mlp": (BF, F8, F8, BF, BF), "fp32": (F32,) * 5, "fp8 mlp": (BF, BF, F8, BF, BF)}
+    batches = [best_batch - 2, best_batch - 1, best_batch, best_batch + 1]
+    rows = list(itertools.product(range(9), range(9), list(maps), list(maps), batches, batches))
+    idx = np.zeros((len(rows), 2, len(ACTION_FIELDS)), np.int64)
+    for r, (g0, g1, m0, m1, b0, b1) in enumerate(rows):
+        idx[r, 0] = act(g0, 2, maps[m0], b0)
+        idx[r, 1] = act(g1, 2, maps[m1], b1)
+    acts = Actions(
+        gpus=idx[..., 0], bid=env.bid_levels[idx[..., 1]], precision=idx[..., 2:7], batch=BATCH_LEVELS[idx[..., 7]]
+    )
+    out = evaluate(st, acts, RoundState.initial(st), Draws.expected(st))
+    G = out.welfare
+    top = np.flatnonzero(G >= G.max() - 1e-12)
+    for r in top:
+        g0, g1, m0, m1, b0, b1 = rows[r]
+        assert (g0, g1, m0, b0) == (8, 0, "fp8 att+mlp", best_batch), rows[r]
+    assert G.max() > 0
+
+
+# --- bad input ---------------------------------------------------------------------------------------
+
+
+def snapshot(env):
+    return pickle.dumps((
+        env.state(), env._rng.bit_generator.state, env._round, list(env.agents), env.tracker.streak,
+        [list(q) for q in env._backlog], env._return, env._state,
+    ))
+
+
+BAD = [
+    ("wrong shape", lambda a: a[:5], "action.shape"),
+    ("string", lambda a: "eight GPUs please", "action"),
+    ("bool dtype", lambda a: a.astype(bool), "action"),
+    ("fractional", lambda a: a.astype(float) + 0.5, "gpus"),
+    ("NaN", lambda a: np.where(np.arange(8) == 1, np.nan, a.astype(float)), "bid_level"),
+    ("out of range", lambda a: np.where(np.arange(8) == 7, 99, a), "batch_level"),
+    ("negative", lambda a: np.where(np.arange(8) == 3, -1, a), "precision.attention"),
+    ("None", lambda a: None, "action"),
+]
+
+
+@pytest.mark.parametrize("name,corrupt,field", BAD, ids=[b[0] for b in BAD])
+def test_bad_action_is_a_clear_error_and_changes_nothing(name, corrupt, field):
+    env = fleet_marl.parallel_env(task="easy")
+    ref = fleet_marl.parallel_env(task="easy")
+    env.reset(seed=9)
+    ref.reset(seed=9)
+    good = {a: act(2) for a in env.agents}
+    env.step(good)
+    ref.step(good)
+    before = snapshot(env)
+    bad = dict(good)
+    bad["tenant_2"] = corrupt(act(2))
+    with pytest.raises(ActionError) as e:
+        env.step(bad)
+    assert "tenant_2" in str(e.value) and field in str(e.value)
+    assert e.value.agent == "tenant_2"
+    assert snapshot(env) == before
+    # and the episode goes on exactly as if the bad step never happened
+    assert pickle.dumps(env.step(good)) == pickle.dumps(ref.step(good))
+
+
+def test_unknown_missing_and_finished_agents():
+    env = fleet_marl.parallel_env(task="tiny", max_cycles=5)
+    with pytest.raises(RuntimeError, match="before reset"):
+        env.step({"tenant_0": act(1), "tenant_1": act(1)})
+    env.reset(seed=0)
+    before = snapshot(env)
+    with pytest.raises(ActionError, match="tenant_7"):
+        env.step({"tenant_0": act(1), "tenant_1": act(1), "tenant_7": act(1)})
+    with pytest.raises(ActionError, match="missing tenant_1"):
+        env.step({"tenant_0": act(1)})
+    with pytest.raises(ActionError, match="dict"):
+        env.step([act(1), act(1)])
+    assert snapshot(env) == before
+    for _ in range(5):
+        env.step({a: act(1) for a in env.agents})
+    assert env.agents == []
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step({})
+
+
+def test_finished_agent_may_not_act():
+    cfg = task_dict("tiny")
+    cfg["tenants"][1]["budget"] = 0.5  # four GPU-rounds at $0.115
+    env = fleet_marl.parallel_env(config=cfg)
+    env.reset(seed=0)
+    obs, rew, term, trunc, infos = env.step({"tenant_0": act(2), "tenant_1": act(4)})
+    assert term["tenant_1"] and "tenant_1" not in env.agents
+    with pytest.raises(ActionError, match="tenant_1 has finished"):
+        env.step({"tenant_0": act(2), "tenant_1": act(4)})
+
+
+# --- termination and truncation ----------------------------------------------------------------------
+
+
+def test_budget_spent_terminates_and_horizon_truncates():
+    cfg = task_dict("tiny")
+    cfg["tenants"][1]["budget"] = 0.5
+    cfg["max_cycles"] = 4
+    env = fleet_marl.parallel_env(config=cfg)
+    env.reset(seed=0)
+    obs, rew, term, trunc, infos = env.step({"tenant_0": act(2), "tenant_1": act(4)})
+    assert term == {"tenant_0": False, "tenant_1": True} and not any(trunc.values())
+    assert infos["tenant_1"]["episode"]["rounds"] == 1
+    assert env.agents == ["tenant_0"]
+    for k in range(3):
+        obs, rew, term, trunc, infos = env.step({"tenant_0": act(2)})
+    assert trunc == {"tenant_0": True} and term == {"tenant_0": False}
+    assert env.agents == [] and "episode" in infos["tenant_0"]
+
+
+def test_work_done_terminates_a_trainer():
+    cfg = task_dict("tiny")
+    for t in cfg["tenants"]:
+        t["workload"].update(rate=0.0, job_tokens=1e6)  # one small job, nothing after it
+    env = fleet_marl.parallel_env(config=cfg)
+    env.reset(seed=0)
+    obs, rew, term, trunc, infos = env.step({"tenant_0": act(4), "tenant_1": act(0)})
+    assert term["tenant_0"] is True  # its job is done and none will come
+    assert term["tenant_1"] is False  # asked for nothing, its job is still there
+    ep = infos["tenant_0"]["episode"]
+    assert ep["jobs_done"] == 1 and ep["rho"] > 0
+
+
+def test_jobs_queue_and_start_in_order():
+    cfg = task_dict("tiny")
+    cfg["tenants"][0]["workload"].update(rate=60.0)  # a job a minute: they pile up
+    env = fleet_marl.parallel_env(config=cfg)
+    env.reset(seed=0)
+    queued = []
+    for _ in range(4):
+        env.step({a: act(0) for a in env.agents})
+        queued.append(len(env._backlog[0]))
+    assert queued == sorted(queued) and queued[-1] >= 2
+    assert np.all(np.diff(list(env._backlog[0])) >= 0)
+
+
+# --- action masks ------------------------------------------------------------------------------------
+
+
+def test_masks_forbid_missing_precisions_weight_only_training_and_unaffordable_gpus():
+    env = fleet_marl.parallel_env(task="medium")
+    obs, infos = env.reset(seed=0)
+    st = env.kernel_static
+    for a in env.agents:
+        i = env.agent_index[a]
+        mask = infos[a]["action_mask"]
+        assert isinstance(mask, tuple) and len(mask) == len(ACTION_FIELDS)
+        assert all(m.dtype == np.int8 and m.shape == (n,) for m, n in zip(mask, env.nvec[i]))
+        prec = mask[2]
+        gpu = env.config.tenants[i].gpu_type
+        assert prec[F8] == (1 if gpu == "h100-sxm" else 0)  # A100 has no FP8
+        if st.is_train[i]:
+            assert prec[I8] == 0 and prec[I4] == 0
+        else:
+            assert prec[I8] == 1 and prec[I4] == 1
+    cfg = task_dict("tiny")
+    cfg["tenants"][0]["budget"] = 0.35  # three GPU-rounds at $0.1147
+    env = fleet_marl.parallel_env(config=cfg)
+    obs, infos = env.reset(seed=0)
+    assert infos["tenant_0"]["action_mask"][0].tolist() == [1, 1, 1, 1, 0, 0, 0, 0, 0]
+    assert env.action_mask("tenant_0")[0].tolist() == [1, 1, 1, 1, 0, 0, 0, 0, 0]
+
+
+def test_dict_observation_carries_the_mask():
+    env = fleet_marl.parallel_env(task="easy", obs_mode="dict")
+    obs, infos = env.reset(seed=0)
+    for a in env.agents:
+        assert set(obs[a]) == {"observation", "action_mask"}
+        for m1, m2 in zip(obs[a]["action_mask"], infos[a]["action_mask"]):
+            assert np.array_equal(m1, m2)
+        sample = env.action_space(a).sample(mask=obs[a]["action_mask"])
+        assert env.action_space(a).contains(sample)
+
+
+def test_illegal_action_is_vetoed_or_raises():
+    env = fleet_marl.parallel_env(task="tiny")
+    env.reset(seed=0)
+    bad = act(4, prec=(BF, BF, I8, BF, BF))  # int8 is weight-only: not for a trainer
+    obs, rew, term, trunc, infos = env.step({"tenant_0": bad, "tenant_1": act(4)})
+    assert infos["tenant_0"]["illegal"] == ["precision.mlp"]
+    assert infos["tenant_0"]["vetoed"] is True and infos["tenant_0"]["alloc"] == 4
+    assert infos["tenant_1"]["illegal"] == [] and infos["tenant_1"]["vetoed"] is False
+    strict = fleet_marl.parallel_env(task="tiny", illegal_action="raise")
+    strict.reset(seed=0)
+    with pytest.raises(ActionError, match=r"tenant_0: action\[4\] \(precision.mlp\)"):
+        strict.step({"tenant_0": bad, "tenant_1": act(4)})
+
+
+# --- fairness -------------------------------------------------------------------------------------------
+
+
+def starvation_env(**reward):
+    cfg = task_dict("tiny")
+    cfg["arbiter"] = {"mechanism": "priority"}
+    cfg["reward"] = {"starvation_rounds": 3, "starvation_fraction": 0.5, **reward}
+    return fleet_marl.parallel_env(config=cfg)
+
+
+def test_starvation_streak_flag_and_penalty():
+    env = starvation_env(starvation_penalty=0.5)
+    env.reset(seed=0)
+    seen = []
+    for k in range(4):
+        obs, rew, term, trunc, infos = env.step({"tenant_0": act(8), "tenant_1": act(4)})
+        low = infos["tenant_1"]
+        seen.append((low["alloc"], low["starvation_streak"], low["starved"]))
+        pen = 0.5 if low["starved"] else 0.0
+        assert low["rewards"]["global"] == pytest.approx(low["welfare"] - pen)
+    assert seen == [(0, 1, False), (0, 2, False), (0, 3, True), (0, 4, True)]
+    assert infos["tenant_0"]["starved"] is False
+    assert infos["tenant_1"]["fair_share"] == 4.0
+
+
+def test_hoarding_while_another_starves_is_degenerate():
+    env = starvation_env(degenerate_floor=0.01, hoard_share=0.5)
+    env.reset(seed=0)
+    flags = []
+    for k in range(3):
+        obs, rew, term, trunc, infos = env.step({"tenant_0": act(8), "tenant_1": act(4)})
+        flags.append(infos["tenant_0"]["degenerate"])
+    assert flags == [[], [], ["hoarding"]]
+    assert rew["tenant_0"] == 0.01
+    assert infos["tenant_0"]["rewards"]["difference"] != 0.01  # the raw value is still reported
+
+
+def test_lowest_precision_everywhere_is_degenerate():
+    env = fleet_marl.parallel_env(task="easy")
+    env.reset(seed=0)
+    acts = {a: act(2) for a in env.agents}
+    acts["tenant_0"] = act(2, prec=(F8,) * 5)  # a trainer on H100: FP8 is its lowest
+    acts["tenant_1"] = act(2, prec=(I4,) * 5)  # a server on H100: INT4 is its lowest
+    acts["tenant_2"] = act(0, prec=(F8,) * 5)  # asks for nothing: not a strategy
+    obs, rew, term, trunc, infos = env.step(acts)
+    assert infos["tenant_0"]["degenerate"] == ["lowest_precision"] and rew["tenant_0"] == 0.01
+    assert infos["tenant_1"]["degenerate"] == ["lowest_precision"]
+    assert infos["tenant_2"]["degenerate"] == [] and infos["tenant_3"]["degenerate"] == []
+    # an A100 trainer's lowest legal precision is BF16: no low-precision degenerate strategy
+    med = fleet_marl.parallel_env(task="medium")
+    med.reset(seed=0)
+    acts = {a: act(2) for a in med.agents}
+    obs, rew, term, trunc, infos = med.step(acts)
+    assert infos["tenant_4"]["degenerate"] == []
+
+
+def test_episode_report():
+    env = fleet_marl.parallel_env(task="easy", max_cycles=30)
+    obs, infos = env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    reports = {}
+    total_welfare = 0.0
+    while env.agents:
+        obs, rew, term, trunc, infos = env.step(masked_random(env, infos, rng))
+        total_welfare += next(iter(infos.values()))["welfare"]
+        reports.update({a: i["episode"] for a, i in infos.items() if "episode" in i})
+    assert set(reports) == set(env.possible_agents)
+    keys = {"welfare", "jain", "max_starvation_streak", "rho", "p99_wait_s", "oom", "veto", "throttle", "degenerate", "starvation_events", "return"}
+    for r in reports.values():
+        assert keys <= set(r)
+        assert 0.0 < r["jain"] <= 1.0
+    assert reports["tenant_0"]["welfare"] == pytest.approx(total_welfare)
+
+
+def test_fair_share_and_jain():
+    pool = np.array([0, 0, 0, 1])
+    got = fair_share(pool, np.array([8, 8]), np.array([8.0, 8.0, 2.0, 8.0]), np.array([True, True, True, False]))
+    np.testing.assert_allclose(got, [3.0, 3.0, 2.0, 0.0])
+    assert jain(np.array([1.0, 1.0, 1.0])) == 1.0
+    assert jain(np.array([1.0, 0.0])) == 0.5
+
+
+def test_p99_wait_follows_fifo_order():
+    env = fleet_marl.parallel_env(task="easy")
+    env.reset(seed=0)
+    tr = env.tracker
+    serving = np.array([False, True, False, False])
+    tr.serve_round(0, serving, np.array([0, 100.0, 0, 0]), np.array([0, 50.0, 0, 0]))
+    tr.serve_round(1, serving, np.array([0, 0.0, 0, 0]), np.array([0, 49.0, 0, 0]))
+    # 50 waited 0 rounds, 49 waited 1, and 1 is still queued at round 3 (waited 3)
+    assert tr.p99_wait_s(1, now=3) == pytest.approx(1 * env.config.cluster.round_seconds)
+    assert tr.waits[1] == {0: 50.0, 1: 49.0}
+
+
+# --- config and render -------------------------------------------------------------------------------------
+
+
+def test_overrides_and_unknown_fields():
+    env = fleet_marl.parallel_env(task="easy", reward_scheme="global", cluster={"rack_power_cap_w": 9000.0}, max_cycles=7)
+    assert env.config.reward.scheme == "global" and env.config.cluster.rack_power_cap_w == 9000.0 and env.max_cycles == 7
+    with pytest.raises(ConfigError, match="rewardscheme"):
+        fleet_marl.parallel_env(task="easy", rewardscheme="global")
+    with pytest.raises(ConfigError, match="cluster.rack_cap"):
+        fleet_marl.parallel_env(task="easy", cluster={"rack_cap": 1})
+    with pytest.raises(ConfigError, match="task"):
+        fleet_marl.parallel_env(task="impossible")
+    with pytest.raises(ValueError, match="obs_mode"):
+        fleet_marl.parallel_env(task="easy", obs_mode="pixels")
+    with pytest.raises(ConfigError, match="reward.scheme"):
+        fleet_marl.parallel_env(task="easy", reward_scheme="vibes")
+
+
+def test_render_ansi_and_rgb():
+    env = fleet_marl.parallel_env(task="easy", render_mode="ansi")
+    env.reset(seed=0)
+    env.step({a: act(4) for a in env.agents})
+    text = env.render()
+    for col in ("tenant_3", "gpus", "precision", "tok/s", "mem", "temp", "starve"):
+        assert col in text
+    assert "4/4" in text and "bf/bf/bf/bf/bf" in text
+    rgb = fleet_marl.parallel_env(task="easy", render_mode="rgb_array")
+    rgb.reset(seed=0)
+    first = rgb.render()
+    rgb.step({a: act(4) for a in rgb.agents})
+    second = rgb.render()
+    assert first.shape == second.shape and first.ndim == 3 and first.dtype == np.uint8
+    assert not np.array_equal(first, second)  # GPUs are now coloured by tenant
