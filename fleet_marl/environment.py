@@ -174,6 +174,10 @@ class FleetParallelEnv(ParallelEnv):
         ones_bid = np.ones(len(self.bid_levels), np.int8)
         ones_batch = np.ones(len(BATCH_LEVELS), np.int8)
         self._static_masks = []
+        self._gpu_range = [np.arange(m + 1) for m in st.max_gpus]
+        self._full_gpu_masks = [np.ones(m + 1, np.int8) for m in st.max_gpus]
+        for g in self._full_gpu_masks:
+            g.setflags(write=False)
         for i in range(T):
             pm = self._prec_legal[i].astype(np.int8)
             parts = [ones_bid] + [pm] * catalog.N_GROUPS + [ones_batch]
@@ -315,6 +319,7 @@ class FleetParallelEnv(ParallelEnv):
         self._future = np.vstack([future, np.zeros((1, T))])
         self._state = RoundState.initial(st)
         self._backlog = [deque() for _ in range(T)]  # trainers: arrival round of each queued job
+        self._backlog_n = np.zeros(T, np.int64)
         self._job_born = np.full(T, -1, np.int64)  # arrival round of the current job
         self._has_job = st.is_train.copy()
         self._live = np.ones(T, bool)
@@ -434,8 +439,7 @@ class FleetParallelEnv(ParallelEnv):
         """Trainers: a job in progress or queued. Servers: requests queued (plus ``arrivals``).
         ``upcoming`` also counts arrivals still to come this episode."""
         st = self.kernel_static
-        backlog = np.array([len(q) for q in self._backlog])
-        train = self._has_job | (backlog > 0)
+        train = self._has_job | (self._backlog_n > 0)
         serve = self._state.queue + (0.0 if arrivals is None else arrivals) > 0
         work = np.where(st.is_train, train, serve)
         if upcoming:
@@ -451,10 +455,11 @@ class FleetParallelEnv(ParallelEnv):
             if finished[i]:
                 self.tracker.job_finished(i, t - self._job_born[i], self._rounds_alone[i])
                 self._has_job[i] = False
-            for _ in range(int(jobs[i])):
-                self._backlog[i].append(t)
+            self._backlog[i].extend([t] * int(jobs[i]))
+            self._backlog_n[i] += int(jobs[i])
             if not self._has_job[i] and self._backlog[i]:
                 born = self._backlog[i].popleft()
+                self._backlog_n[i] -= 1
                 self._job_born[i] = born
                 self._has_job[i] = True
                 remaining[i] = st.job_tokens[i]
@@ -468,6 +473,15 @@ class FleetParallelEnv(ParallelEnv):
         T = self.kernel_static.T
         idx = np.zeros((T, N_ACT), np.int64)
         live = set(self.agents)
+        if len(actions) == len(live) and live.issuperset(actions):
+            # fast path: integer arrays of the right shape, all in range
+            vals = list(actions.values())
+            if all(type(v) is np.ndarray and v.dtype.kind in "iu" and v.shape == (N_ACT,) for v in vals):
+                rows = [self.agent_index[a] for a in actions]
+                arr = np.stack(vals)
+                if not ((arr < 0) | (arr >= self.nvec[rows])).any():
+                    idx[rows] = arr
+                    return idx, self._illegal(idx)
         for a, act in actions.items():
             if a not in self.agent_index:
                 raise ActionError(a, "agent", a, f"a live agent, one of {', '.join(self.agents)}")
@@ -492,7 +506,11 @@ class FleetParallelEnv(ParallelEnv):
         missing = [a for a in self.agents if a not in actions]
         if missing:
             raise ActionError(missing[0], "action", None, f"an action for every live agent; missing {', '.join(missing)}")
-        # masked (illegal) choices
+        return idx, self._illegal(idx)
+
+    def _illegal(self, idx: np.ndarray) -> dict[int, list[str]]:
+        """Masked choices per tenant (veto mode), or an ActionError (raise mode)."""
+        T = self.kernel_static.T
         illegal: dict[int, list[str]] = {}
         prec_bad = ~self._prec_legal[np.arange(T)[:, None], idx[:, _PREC]]  # (T, G)
         gpus_bad = idx[:, 0] * self._min_unit > self._state.budget_left
@@ -503,14 +521,18 @@ class FleetParallelEnv(ParallelEnv):
                 k = ACTION_FIELDS.index(fields_[0])
                 raise ActionError(a, f"action[{k}] ({fields_[0]})", int(idx[i, k]), "a choice the action mask allows (see infos[agent]['action_mask'])")
             illegal[i] = fields_
-        return idx, illegal
+        return illegal
 
     def _masks(self) -> list[tuple[np.ndarray, ...]]:
         st = self.kernel_static
         afford = np.floor(self._state.budget_left / self._min_unit)
         out = []
         for i in range(st.T):
-            g = (np.arange(st.max_gpus[i] + 1) <= afford[i]).astype(np.int8)
+            if afford[i] >= st.max_gpus[i]:
+                g = self._full_gpu_masks[i]
+            else:
+                g = (self._gpu_range[i] <= afford[i]).astype(np.int8)
+                g.setflags(write=False)
             out.append((g, *self._static_masks[i]))
         return out
 
@@ -524,8 +546,7 @@ class FleetParallelEnv(ParallelEnv):
         m[:, _O["budget_left"]] = s.budget_left / st.budget
         jt = np.where(st.job_tokens > 0, st.job_tokens, 1.0)
         m[:, _O["job_left"]] = np.where(st.is_train & self._has_job, s.remaining_tokens / jt, 0.0)
-        backlog = np.array([len(q) for q in self._backlog], np.float64)
-        m[:, _O["jobs_waiting"]] = _squash(backlog, 1.0)
+        m[:, _O["jobs_waiting"]] = _squash(self._backlog_n.astype(np.float64), 1.0)
         m[:, _O["queue"]] = np.where(st.is_train, 0.0, _squash(s.queue, self._mean_arrivals))
         m[:, _O["held"]] = s.prev_alloc / st.max_gpus
         m[:, _O["fair_share"]] = self._fair / st.max_gpus

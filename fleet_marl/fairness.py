@@ -33,8 +33,10 @@ def fair_share(pool: np.ndarray, capacity: np.ndarray, caps: np.ndarray, demandi
 
     pool: (T,) pool index; capacity: (Q,); caps: (T,); demanding: (T,) bool -> (T,) float64.
     """
-    out = np.zeros(caps.shape, np.float64)
     c = np.where(demanding, caps, 0.0).astype(np.float64)
+    if (np.bincount(pool, weights=c, minlength=capacity.shape[0]) <= capacity).all():
+        return c  # no contention: everyone's share is its cap
+    out = np.zeros(caps.shape, np.float64)
     for q in range(capacity.shape[0]):
         sel = np.flatnonzero((pool == q) & demanding)
         if sel.size == 0:
@@ -80,6 +82,7 @@ class FairnessTracker:
         self.total_gpus = total_gpus
         self.round_seconds = round_seconds
         self.T = pool.shape[0]
+        self._fair_cache: dict[bytes, np.ndarray] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -97,7 +100,16 @@ class FairnessTracker:
         self.welfare_sum = 0.0
 
     def fair(self, live: np.ndarray, has_work: np.ndarray) -> np.ndarray:
-        return fair_share(self.pool, self.pool_capacity, self.max_gpus, live & has_work)
+        """Fair shares for the tenants that are live and have work (cached by that set)."""
+        demanding = live & has_work
+        key = demanding.tobytes()
+        got = self._fair_cache.get(key)
+        if got is None:
+            got = fair_share(self.pool, self.pool_capacity, self.max_gpus, demanding)
+            got.setflags(write=False)
+            if len(self._fair_cache) < 4096:
+                self._fair_cache[key] = got
+        return got
 
     def step(self, live, has_work, requested, alloc, gpus_asked, precision, fair) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Update the streaks for one round. Returns (starved, lowest_precision, hoarding), each (T,) bool."""
