@@ -145,7 +145,8 @@ def _trace() -> dict:
     # trace's means (fleet_marl.workloads.trace_stats; checked by tests/test_workloads.py).
     h, a = "h100-sxm", "a100-80gb"
     jobs = dict(pattern="trace", trace="pollux_workload-1.csv", trace_speedup=4.6, trace_shards=4, seq_len=2048)
-    reqs = dict(pattern="trace", trace="azure_llm_inference_conv_2023.csv", trace_shards=2, prompt_tokens=1155, output_tokens=211)
+    # rate: the trace's 5.53 requests/s split in two, the denominator of a server's value
+    reqs = dict(pattern="trace", trace="azure_llm_inference_conv_2023.csv", trace_shards=2, rate=2.77, prompt_tokens=1155, output_tokens=211)
     return {
         "cluster": {"gpu_types": [h, h, a, a]},
         "tenants": [

@@ -478,3 +478,27 @@ def test_render_ansi_and_rgb():
     second = rgb.render()
     assert first.shape == second.shape and first.ndim == 3 and first.dtype == np.uint8
     assert not np.array_equal(first, second)  # GPUs are now coloured by tenant
+
+
+def test_trace_task_numbers_come_from_the_trace_files():
+    """The trace task's serving rate and request lengths are the Azure trace's, and its
+    arrivals in the env are the trace's rows, round by round."""
+    from fleet_marl.workloads import read_trace, resolve_trace, trace_stats, traces_dir
+
+    if not traces_dir().is_dir():
+        pytest.skip(f"trace files not found in {traces_dir()}")
+    env = fleet_marl.parallel_env(task="trace")
+    env.reset(seed=0)
+    for i, t in enumerate(env.config.tenants):
+        wl = t.workload
+        stats = trace_stats(resolve_trace(wl.trace))
+        if t.kind == "serve":
+            assert wl.rate == pytest.approx(stats["rate_per_s"] / wl.trace_shards, rel=0.01)
+            assert wl.prompt_tokens == round(stats["mean_context_tokens"])
+            assert wl.output_tokens == round(stats["mean_generated_tokens"])
+        rows = read_trace(resolve_trace(wl.trace))
+        times = rows.time_s[wl.trace_shard :: wl.trace_shards] / wl.trace_speedup
+        rs = env.config.cluster.round_seconds
+        expected = np.bincount((times // rs).astype(int), minlength=env.max_cycles)[: env.max_cycles]
+        got = env._requests[:, i] if t.kind == "serve" else env._jobs[:, i]
+        np.testing.assert_array_equal(got, expected)
