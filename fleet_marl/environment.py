@@ -104,6 +104,9 @@ OBS_FIELDS: tuple[tuple[str, str], ...] = (
     ("burn_rate", "cost of max_gpus for a round at list price / (budget / max_cycles), x / (x + 1)"),
 )
 N_OBS = len(OBS_FIELDS)
+__doc__ += "\nObservation fields (index, name, meaning)::\n\n" + "\n".join(
+    f"    {i:2d}  {name:<13} {meaning}" for i, (name, meaning) in enumerate(OBS_FIELDS)
+)
 _O = {name: i for i, (name, _) in enumerate(OBS_FIELDS)}
 
 
