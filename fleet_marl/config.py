@@ -315,7 +315,7 @@ class RewardSpec:
     starvation_fraction: float = 0.5  # starved below this fraction of the fair share
     starvation_rounds: int = 3  # for this many consecutive rounds
     starvation_penalty: float = 0.0  # subtracted from the global reward per starved tenant
-    hoard_share: float = 0.5  # degenerate: holding more than this share of the cluster while another tenant starves
+    hoard_share: float = 0.25  # degenerate: holding more than this share of its GPU pool while another tenant starves
 
     def __post_init__(self):
         _choice(self, "scheme", REWARD_SCHEMES)

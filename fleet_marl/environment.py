@@ -20,9 +20,10 @@ Action mask -- a tuple of 8 int8 arrays, one per action dimension, the layout gy
     ``MultiDiscrete.sample(mask=...)`` takes. Masked out: precisions the tenant's GPU lacks,
     INT8/INT4 for training (weight-only formats), and GPU counts the budget cannot pay for at
     the lowest bid. It is ``obs["action_mask"]`` in ``obs_mode="dict"`` and
-    ``infos[agent]["action_mask"]`` in both modes. A masked action is vetoed (the tenant runs
-    nothing that round, ``infos[agent]["illegal"]`` names the fields) or, with
-    ``illegal_action="raise"``, an :class:`ActionError`.
+    ``infos[agent]["action_mask"]`` in both modes. A masked choice is named in
+    ``infos[agent]["illegal"]``: a masked precision is vetoed (the tenant runs nothing that
+    round), a masked GPU count is capped at what the budget affords at the bid. With
+    ``illegal_action="raise"`` either is an :class:`ActionError`.
 
 Observations -- float32 in [0, 1], ``OBS_FIELDS`` (normalizations in the docs). ``state()``
     is every tenant's row followed by each node's temperature and each rack's power.
@@ -166,7 +167,15 @@ class FleetParallelEnv(ParallelEnv):
         self.agents: list[str] = []
         self.bid_levels = np.array(cfg.arbiter.bid_levels, np.float64)
         self._hours = st.round_seconds / 3600.0
-        pay_low = self.bid_levels[0] if st.mechanism in (PROPORTIONAL, AUCTION) else 1.0
+        # the budget is checked at the bid in these two mechanisms (at list price otherwise), so
+        # the cheapest GPU-round is at the lowest bid that can win: in an auction, the lowest
+        # level at or above the reserve
+        if st.mechanism == AUCTION:
+            pay_low = float(self.bid_levels[self.bid_levels >= st.reserve_price][0])
+        elif st.mechanism == PROPORTIONAL:
+            pay_low = float(self.bid_levels[0])
+        else:
+            pay_low = 1.0
         self._min_unit = st.list_price * pay_low * self._hours  # cheapest GPU-round each tenant can buy
         # masks of the static dimensions
         self._prec_legal = st.supported & ~(st.is_train[:, None] & catalog.WEIGHT_ONLY[None, :])  # (T, P)
@@ -214,8 +223,10 @@ class FleetParallelEnv(ParallelEnv):
         self._mean_arrivals = np.maximum(st.arrival_rate * st.round_seconds, 1.0)
         self._node_of_pool = st.node_pool[None, :] == np.arange(len(st.pools))[:, None]  # (Q, K)
         # the documented default action (difference_default, Themis) and the tracker
-        self._default_idx, self.default_actions = self._default_action()
-        self._rounds_alone = self._job_rounds_alone()
+        #: (T, 8) action indices and decoded kernel actions of each tenant's default action
+        self.default_action_index, self.default_actions = self._default_action()
+        #: (T,) Themis T_independent of each trainer's job, in rounds (inf for servers)
+        self.rounds_alone = self._job_rounds_alone()
         self._schemes = REWARD_SCHEMES if cfg.reward.compute_all else (cfg.reward.scheme,)
         self.tracker = FairnessTracker(
             cfg.reward, st.pool, st.pool_capacity, st.max_gpus, lowest_precision(st.supported, st.is_train),
@@ -251,17 +262,19 @@ class FleetParallelEnv(ParallelEnv):
         return idx, self._decode(idx)
 
     def _job_rounds_alone(self) -> np.ndarray:
-        """Themis ``T_independent`` in rounds: a trainer's job alone on its default action,
-        already running there (no restart), nodes at ambient. inf where it cannot run."""
+        """Themis ``T_independent`` in rounds: a trainer's job alone on its default action from
+        a standing start (the first round loses ``restart_seconds``, as every job's first round
+        does in the shared run), nodes at ambient. inf where it cannot run."""
         st = self.kernel_static
         T = st.T
         d = self.default_actions
         state = RoundState.initial(st)
         state = RoundState(prev_alloc=d.gpus.copy(), temp_c=state.temp_c, queue=state.queue, remaining_tokens=np.full(T, np.inf), budget_left=np.full(T, 1e300))
         out = evaluate(st, d, state, Draws.expected(st), np.eye(T, dtype=bool), validate=False)
-        per_round = np.diagonal(out.tokens_per_s) * st.round_seconds
+        rate = np.diagonal(out.tokens_per_s)
         with np.errstate(divide="ignore"):
-            return np.where(st.is_train & (per_round > 0), st.job_tokens / per_round, np.inf)
+            seconds = st.restart_seconds + st.job_tokens / rate
+            return np.where(st.is_train & (rate > 0), seconds / st.round_seconds, np.inf)
 
     def _decode(self, idx: np.ndarray) -> Actions:
         return Actions(
@@ -365,7 +378,9 @@ class FleetParallelEnv(ParallelEnv):
         o = credit.outcome
         # fairness of this round
         fair = self.tracker.fair(live, has_work)
-        starved, low, hoard = self.tracker.step(live, has_work, o.requested, o.alloc, acts.gpus, acts.precision, fair)
+        # a bid below an auction's reserve cannot win: that tenant is not asking
+        asked = o.requested if st.mechanism != AUCTION else np.where(acts.bid >= st.reserve_price, o.requested, 0)
+        starved, low, hoard = self.tracker.step(live, has_work, asked, o.alloc, acts.gpus, acts.precision, fair)
         self._engine.apply_starvation(credit, live, starved)
         degenerate = low | hoard
         reward = np.where(degenerate, cfg.reward.degenerate_floor, credit.rewards[cfg.reward.scheme])
@@ -456,7 +471,7 @@ class FleetParallelEnv(ParallelEnv):
         finished = live & self._has_job & (remaining <= 0)
         for i in np.flatnonzero(finished | ((jobs > 0) & live)):
             if finished[i]:
-                self.tracker.job_finished(i, t - self._job_born[i], self._rounds_alone[i])
+                self.tracker.job_finished(i, t - self._job_born[i], self.rounds_alone[i])
                 self._has_job[i] = False
             self._backlog[i].extend([t] * int(jobs[i]))
             self._backlog_n[i] += int(jobs[i])
@@ -602,9 +617,10 @@ class FleetParallelEnv(ParallelEnv):
         return self._masks()[self.agent_index[agent]]
 
     def state(self) -> np.ndarray:
-        """The global view for centralized critics: every tenant's observation row (finished
-        tenants keep their last row with ``alive`` = 0), then each node's temperature
-        ``(T - ambient) / (critical - ambient)`` and each rack's power / cap, all in [0, 1]."""
+        """The global view for centralized critics: every tenant's observation row, as it would
+        be observed now (finished tenants' rows have ``alive`` = 0 and hold nothing), then each
+        node's temperature ``(T - ambient) / (critical - ambient)`` and each rack's power / cap,
+        all in [0, 1]."""
         if not self._ready:
             raise RuntimeError("state() called before reset(): call env.reset(seed=...) first")
         st = self.kernel_static

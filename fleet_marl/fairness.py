@@ -11,7 +11,8 @@ Pure numpy over tenant arrays (agent-ID dicts live only in ``fleet_marl.env``).
 * **Degenerate strategies** (their reward is overridden to ``degenerate_floor``):
   ``lowest_precision`` -- asking for GPUs with every layer group at the tenant's lowest legal
   precision, when that precision has fewer than 16 bits; ``hoarding`` -- holding more than
-  ``hoard_share`` of the cluster's GPUs while another tenant is starved.
+  ``hoard_share`` of the GPUs of its pool (the part of the cluster it can use) while another
+  tenant is starved.
 * **Episode report**: welfare, Jain's index ``(sum x)^2 / (n sum x^2)`` over normalized service
   ``x_i = sum_t alloc_i / sum_t f_i`` (Jain, Chiu and Hawe 1984), the longest starvation
   streak, Themis finish-time fairness ``rho = T_shared / T_independent`` per finished training
@@ -127,7 +128,7 @@ class FairnessTracker:
         self.fair_sum += np.where(counted, fair, 0.0)
         low = live & (gpus_asked > 0) & (self.lowest >= 0) & np.all(precision == self.lowest[:, None], axis=-1)
         others = np.count_nonzero(starved) - starved.astype(np.int64)  # starved tenants other than i
-        hoard = live & (alloc > spec.hoard_share * self.total_gpus) & (others > 0)
+        hoard = live & (alloc > spec.hoard_share * self.pool_capacity[self.pool]) & (others > 0)
         return starved, low, hoard
 
     def count(self, live, oom, vetoed, throttled, degenerate) -> None:
@@ -159,7 +160,7 @@ class FairnessTracker:
         self.waits[i][wait_rounds] = self.waits[i].get(wait_rounds, 0.0) + 1.0
 
     def job_finished(self, i: int, rounds_taken: float, rounds_alone: float) -> None:
-        if rounds_alone > 0:
+        if 0 < rounds_alone < np.inf:
             self.rho[i].append(rounds_taken / rounds_alone)
 
     def p99_wait_s(self, i: int, now: int) -> float:

@@ -60,8 +60,8 @@ def _tenant(kind, model, gpu, budget, max_gpus=8, priority=1.0, **wl) -> dict:
 def _tiny() -> dict:
     # Two trainers of one small model on one 8-GPU node. Priority 2 vs 1 makes the one-round
     # optimum unique: every GPU to tenant_0 at the fastest safe precision (FP8 on attention
-    # and MLP) and the largest batch level that fits. Budgets cover the whole node for the
-    # whole episode twice over, so money never binds.
+    # and MLP) and the largest batch level that fits. Each budget ($40) is 1.7x the cost of
+    # the whole node for the whole episode ($22.9), so money never binds.
     wl = dict(seq_len=2048, job_tokens=2.0e8, rate=6.0)
     return {
         "cluster": {"gpu_types": ["h100-sxm"]},
@@ -113,8 +113,9 @@ def _medium() -> dict:
 def _hard() -> dict:
     # One rack of four H100 nodes: 32 x 700 W = 22.4 kW at TDP against a 15 kW cap; inlet air
     # at 35 C leaves 52 C of rise to the 87 C throttle point. All servers burst together.
-    # A $60 budget buys about twice its 2-GPU fair share for the episode at list price (2 x 100
+    # A $60 budget buys 2.6x its 2-GPU fair share for the episode at list price (2 x 100
     # rounds x $6.88/h / 60 = $22.9); 8 GPUs at twice list price spend it in 33 rounds.
+    # hoard_share 0.2 of the 32-GPU pool: holding 7 or 8 GPUs while another starves.
     h = "h100-sxm"
     storm = dict(pattern="bursty", burst_factor=8.0, burst_fraction=0.15, burst_rounds=4.0, burst_shared=True)
     trainers = [("gpt2", 4.0e8), ("qwen2.5-0.5b", 1.0e8), ("qwen2.5-7b", 1.0e7), ("llama-3.1-8b", 1.0e7)]
@@ -134,6 +135,7 @@ def _hard() -> dict:
         "cluster": {"gpu_types": [h] * 4, "nodes_per_rack": 4, "rack_power_cap_w": 15_000.0, "ambient_c": 35.0},
         "tenants": tenants,
         "arbiter": {"mechanism": "auction", "reserve_price": 0.75},
+        "reward": {"hoard_share": 0.2},
         "max_cycles": 100,
     }
 

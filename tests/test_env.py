@@ -72,7 +72,7 @@ def test_difference_rewards_match_independent_removal_counterfactuals():
             assert infos[a]["rewards"]["difference"] == pytest.approx(G - welfare_of(env, idx, state, draws, without), abs=1e-9)
             # difference_default: i's action replaced by the documented default
             sub = idx.copy()
-            sub[i] = env._default_idx[i]
+            sub[i] = env.default_action_index[i]
             assert infos[a]["rewards"]["difference_default"] == pytest.approx(G - welfare_of(env, sub, state, draws, live), abs=1e-9)
             assert infos[a]["rewards"]["local"] == pytest.approx(infos[a]["utility"])
             w = env.config.reward.mixed_weight
@@ -502,3 +502,37 @@ def test_trace_task_numbers_come_from_the_trace_files():
         expected = np.bincount((times // rs).astype(int), minlength=env.max_cycles)[: env.max_cycles]
         got = env._requests[:, i] if t.kind == "serve" else env._jobs[:, i]
         np.testing.assert_array_equal(got, expected)
+
+
+def test_auction_mask_and_starvation_respect_the_reserve():
+    """In an auction a bid below the reserve cannot win: the mask's affordability is at the
+    lowest winning bid, and a losing bid below the reserve is not starvation."""
+    cfg = task_dict("hard")
+    unit = 6.88 / 60  # one H100 for one round at list price
+    cfg["tenants"][0]["budget"] = 3.5 * unit * 0.75  # three GPU-rounds at the 0.75 reserve
+    env = fleet_marl.parallel_env(config=cfg)
+    obs, infos = env.reset(seed=0)
+    assert infos["tenant_0"]["action_mask"][0].tolist() == [1, 1, 1, 1, 0, 0, 0, 0, 0]
+    for _ in range(4):
+        acts = {a: act(1, bid=2) for a in env.agents}
+        acts["tenant_1"] = act(4, bid=0)  # 0.5 x list price, below the 0.75 reserve
+        obs, rew, term, trunc, infos = env.step(acts)
+        assert infos["tenant_1"]["alloc"] == 0
+        assert infos["tenant_1"]["starvation_streak"] == 0
+
+
+def test_rounds_alone_is_themis_t_independent():
+    """A trainer alone on its default action finishes its job in ceil(rounds_alone) rounds, so
+    its finish-time fairness is ceil(x) / x: 1 up to the rounding to whole rounds."""
+    cfg = task_dict("tiny")
+    cfg["tenants"] = cfg["tenants"][:1]
+    cfg["tenants"][0]["workload"]["rate"] = 0.0
+    env = fleet_marl.parallel_env(config=cfg)
+    env.reset(seed=0)
+    x = env.rounds_alone[0]
+    rounds = 0
+    while env.agents:
+        obs, rew, term, trunc, infos = env.step({"tenant_0": env.default_action_index[0]})
+        rounds += 1
+    assert term["tenant_0"] and rounds == int(np.ceil(x))
+    assert infos["tenant_0"]["episode"]["rho"] == pytest.approx(np.ceil(x) / x)
