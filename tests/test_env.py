@@ -536,3 +536,40 @@ def test_rounds_alone_is_themis_t_independent():
         rounds += 1
     assert term["tenant_0"] and rounds == int(np.ceil(x))
     assert infos["tenant_0"]["episode"]["rho"] == pytest.approx(np.ceil(x) / x)
+
+
+def _rounded(x):
+    if isinstance(x, float):
+        return round(x, 9)
+    if isinstance(x, dict):
+        return {k: _rounded(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_rounded(v) for v in x]
+    return x
+
+
+def run_documented_example():
+    """The run behind the infos examples in docs/environment.md."""
+    env = fleet_marl.parallel_env(task="easy", reward_scheme="difference")
+    env.reset(seed=0)
+    a = np.array([4, 2, 1, 1, 1, 1, 1, 3])
+    first, episode = None, {}
+    while env.agents:
+        obs, rew, term, trunc, infos = env.step({x: a for x in env.agents})
+        if first is None:
+            first = {k: v for k, v in infos["tenant_1"].items() if k != "action_mask"}
+        episode.update({x: i["episode"] for x, i in infos.items() if "episode" in i})
+    return first, episode["tenant_0"]
+
+
+def test_docs_infos_examples_are_current():
+    import ast
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "environment.md").read_text()
+    step_doc = ast.literal_eval(re.search(r"```python\n(\{'rewards'.*?)```", text, re.S).group(1))
+    ep_doc = ast.literal_eval(re.search(r'infos\["tenant_0"\]\["episode"\] == (\{.*?\})\n```', text, re.S).group(1))
+    first, ep = run_documented_example()
+    assert _rounded(first) == _rounded(step_doc)
+    assert _rounded(ep) == _rounded(ep_doc)
