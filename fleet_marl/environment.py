@@ -47,7 +47,8 @@ from typing import Any
 import gymnasium
 import numpy as np
 from pettingzoo import ParallelEnv
-from pettingzoo.utils.conversions import parallel_to_aec
+from pettingzoo.utils.conversions import parallel_to_aec_wrapper
+from pettingzoo.utils.wrappers import OrderEnforcingWrapper
 
 from fleet_marl import catalog
 from fleet_marl.config import REWARD_SCHEMES, FleetConfig
@@ -57,7 +58,7 @@ from fleet_marl.kernel import Actions, Draws, KernelStatic, RoundState, evaluate
 from fleet_marl.kernel import cost
 from fleet_marl.kernel.arbiter import AUCTION, PROPORTIONAL
 from fleet_marl.tasks import make_config
-from fleet_marl.workloads import arrival_schedule, burst_chain
+from fleet_marl.workloads import arrival_schedule, burst_chain, resolve_trace
 
 #: Batch sizes selectable by ``batch_level``. 256 is vLLM's default ``max_num_seqs``.
 BATCH_LEVELS = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256], dtype=np.int64)
@@ -140,9 +141,10 @@ class FleetParallelEnv(ParallelEnv):
 
     metadata = {"name": "fleet_v0", "render_modes": ["ansi", "rgb_array", "human"], "render_fps": 2, "is_parallelizable": True}
 
-    def __init__(self, task: str | None = "easy", config: FleetConfig | dict | None = None, **overrides: Any):
+    def __init__(self, task: str | None = None, config: FleetConfig | dict | None = None, **overrides: Any):
+        """``task`` (default ``"easy"``) or a full ``config``, plus overrides of any field."""
         cfg, opts = make_config(task, config, **overrides)
-        self.task = task if config is None else None
+        self.task = (task or "easy") if config is None else None
         self.obs_mode = opts.get("obs_mode", "flat")
         if self.obs_mode not in OBS_MODES:
             raise ValueError(f"obs_mode = {self.obs_mode!r}: expected one of {', '.join(map(repr, OBS_MODES))}")
@@ -159,6 +161,9 @@ class FleetParallelEnv(ParallelEnv):
     # --- construction ---------------------------------------------------------------------------
 
     def _build(self, cfg: FleetConfig) -> None:
+        for t in cfg.tenants:  # a missing trace file is an error now, not at reset()
+            if t.workload.pattern == "trace":
+                resolve_trace(t.workload.trace)
         self.config = cfg
         st = self.kernel_static = KernelStatic.from_config(cfg)
         T = st.T
@@ -312,6 +317,8 @@ class FleetParallelEnv(ParallelEnv):
         return agent
 
     def reset(self, seed: int | None = None, options: dict | None = None):
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+            raise ValueError(f"reset: seed = {seed!r}: expected None or a non-negative integer")
         if seed is not None or self._seed_seq is None:
             self._seed_seq = np.random.SeedSequence(seed)
             env_ss, credit_ss = self._seed_seq.spawn(2)
@@ -383,7 +390,8 @@ class FleetParallelEnv(ParallelEnv):
         starved, low, hoard = self.tracker.step(live, has_work, asked, o.alloc, acts.gpus, acts.precision, fair)
         self._engine.apply_starvation(credit, live, starved)
         degenerate = low | hoard
-        reward = np.where(degenerate, cfg.reward.degenerate_floor, credit.rewards[cfg.reward.scheme])
+        raw = credit.rewards[cfg.reward.scheme]
+        reward = np.where(degenerate, np.minimum(raw, cfg.reward.degenerate_floor), raw)  # never a gain
         self.tracker.count(live, o.oom, o.vetoed, o.power_throttled | o.thermal_throttled, degenerate)
         self.tracker.welfare_sum += credit.welfare
         self.tracker.serve_round(t, live & ~st.is_train, arrivals, o.served)
@@ -443,7 +451,7 @@ class FleetParallelEnv(ParallelEnv):
             for k, v in flags.items():
                 info[k] = v[i]
             if finished[i]:
-                info["episode"] = self.tracker.report(i, self._round, self._return[i], self._utility_sum[i], int(self._rounds[i]))
+                info["episode"] = self.tracker.report(i, self._round, self._return[i], self._utility_sum[i], int(self._rounds[i]), self._backlog[i])
             infos[a] = info
         self._live &= ~finished
         self.agents = [a for a in agents if not finished[self.agent_index[a]]]
@@ -501,38 +509,52 @@ class FleetParallelEnv(ParallelEnv):
                     idx[rows] = arr
                     return idx, self._illegal(idx)
         for a, act in actions.items():
-            if a not in self.agent_index:
-                raise ActionError(a, "agent", a, f"a live agent, one of {', '.join(self.agents)}")
-            if a not in live:
-                raise ActionError(a, "agent", a, f"a live agent; {a} has finished (PettingZoo: finished agents take no action). Live: {', '.join(self.agents)}")
-            i = self.agent_index[a]
-            arr = np.asarray(act) if act is not None else None
-            if arr is None or arr.dtype == object or arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-                raise ActionError(a, "action", act, f"an integer array of shape ({N_ACT},) from action_space('{a}')")
-            if arr.shape != (N_ACT,):
-                raise ActionError(a, "action.shape", arr.shape, f"({N_ACT},): {', '.join(ACTION_FIELDS)}")
-            if np.issubdtype(arr.dtype, np.floating):
-                for k in range(N_ACT):
-                    if not np.isfinite(arr[k]) or arr[k] != np.round(arr[k]):
-                        raise ActionError(a, f"action[{k}] ({ACTION_FIELDS[k]})", float(arr[k]), "an integer")
-            nv = self.nvec[i]
-            bad = (arr < 0) | (arr >= nv)
-            if bad.any():
-                k = int(np.argmax(bad))
-                raise ActionError(a, f"action[{k}] ({ACTION_FIELDS[k]})", arr[k].item(), f"an integer in [0, {nv[k] - 1}]")
-            idx[i] = arr
+            idx[self.agent_index[a] if a in self.agent_index else 0] = self.check_action(a, act, live)
         missing = [a for a in self.agents if a not in actions]
         if missing:
             raise ActionError(missing[0], "action", None, f"an action for every live agent; missing {', '.join(missing)}")
         return idx, self._illegal(idx)
 
-    def _illegal(self, idx: np.ndarray) -> dict[int, list[str]]:
+    def check_action(self, a, act, live: set | None = None) -> np.ndarray:
+        """Validate one agent's action; return its 8 indices or raise :class:`ActionError`.
+        Masked choices raise too when ``illegal_action="raise"``. Changes nothing."""
+        if not self._ready:
+            raise RuntimeError("step() called before reset(): call env.reset(seed=...) first")
+        live = set(self.agents) if live is None else live
+        if a not in self.agent_index:
+            raise ActionError(a, "agent", a, f"a live agent, one of {', '.join(self.agents)}")
+        if a not in live:
+            raise ActionError(a, "agent", a, f"a live agent; {a} has finished (PettingZoo: finished agents take no action). Live: {', '.join(self.agents)}")
+        i = self.agent_index[a]
+        arr = np.asarray(act) if act is not None else None
+        if arr is None or arr.dtype == object or arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+            raise ActionError(a, "action", act, f"an integer array of shape ({N_ACT},) from action_space('{a}')")
+        if arr.shape != (N_ACT,):
+            raise ActionError(a, "action.shape", arr.shape, f"({N_ACT},): {', '.join(ACTION_FIELDS)}")
+        if np.issubdtype(arr.dtype, np.floating):
+            for k in range(N_ACT):
+                if not np.isfinite(arr[k]) or arr[k] != np.round(arr[k]):
+                    raise ActionError(a, f"action[{k}] ({ACTION_FIELDS[k]})", float(arr[k]), "an integer")
+        nv = self.nvec[i]
+        bad = (arr < 0) | (arr >= nv)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise ActionError(a, f"action[{k}] ({ACTION_FIELDS[k]})", arr[k].item(), f"an integer in [0, {nv[k] - 1}]")
+        out = arr.astype(np.int64)
+        if self.illegal_action == "raise":
+            one = np.zeros((self.kernel_static.T, N_ACT), np.int64)
+            one[i] = out
+            self._illegal(one, only=i)
+        return out
+
+    def _illegal(self, idx: np.ndarray, only: int | None = None) -> dict[int, list[str]]:
         """Masked choices per tenant (veto mode), or an ActionError (raise mode)."""
         T = self.kernel_static.T
         illegal: dict[int, list[str]] = {}
+        live = self._live if only is None else (np.arange(T) == only)
         prec_bad = ~self._prec_legal[np.arange(T)[:, None], idx[:, _PREC]]  # (T, G)
         gpus_bad = idx[:, 0] * self._min_unit > self._state.budget_left
-        for i in np.flatnonzero(self._live & (prec_bad.any(1) | gpus_bad)):
+        for i in np.flatnonzero(live & (prec_bad.any(1) | gpus_bad)):
             fields_ = ([ACTION_FIELDS[0]] if gpus_bad[i] else []) + [ACTION_FIELDS[2 + g] for g in np.flatnonzero(prec_bad[i])]
             if self.illegal_action == "raise":
                 a = self.possible_agents[i]
@@ -614,6 +636,8 @@ class FleetParallelEnv(ParallelEnv):
     def action_mask(self, agent: str) -> tuple[np.ndarray, ...]:
         """The current action mask of ``agent``: a tuple of 8 int8 arrays (see module docstring)."""
         self._known(agent)
+        if not self._ready:
+            raise RuntimeError("action_mask() called before reset(): call env.reset(seed=...) first")
         return self._masks()[self.agent_index[agent]]
 
     def state(self) -> np.ndarray:
@@ -640,6 +664,8 @@ class FleetParallelEnv(ParallelEnv):
         return self._last
 
     def render(self):
+        if not self._ready:
+            raise RuntimeError("render() called before reset(): call env.reset(seed=...) first")
         if self.render_mode is None:
             gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi', 'rgb_array' or 'human'.")
             return None
@@ -666,9 +692,22 @@ def parallel_env(**config: Any) -> FleetParallelEnv:
     return FleetParallelEnv(**config)
 
 
+class _FleetAEC(parallel_to_aec_wrapper):
+    """PettingZoo's parallel-to-AEC conversion, with each action checked on its own turn: a
+    bad action is an :class:`ActionError` naming that agent, and is not stored, so the agent
+    can try again."""
+
+    def step(self, action):
+        agent = self.agent_selection
+        if action is not None and not (self.terminations.get(agent) or self.truncations.get(agent)):
+            self.env.check_action(agent, action)
+        super().step(action)
+
+
 def env(**config: Any):
-    """The AEC form (PettingZoo's ``parallel_to_aec`` with its order-enforcing wrapper)."""
-    return parallel_to_aec(FleetParallelEnv(**config))
+    """The AEC form (PettingZoo's ``parallel_to_aec`` with its order-enforcing wrapper, plus a
+    check of each action on its agent's turn)."""
+    return OrderEnforcingWrapper(_FleetAEC(FleetParallelEnv(**config)))
 
 
 raw_env = FleetParallelEnv

@@ -127,7 +127,8 @@ class FairnessTracker:
         self.alloc_sum += np.where(counted, alloc, 0)
         self.fair_sum += np.where(counted, fair, 0.0)
         low = live & (gpus_asked > 0) & (self.lowest >= 0) & np.all(precision == self.lowest[:, None], axis=-1)
-        others = np.count_nonzero(starved) - starved.astype(np.int64)  # starved tenants other than i
+        # starved tenants other than i in i's pool (a tenant can only hoard from its own pool)
+        others = np.bincount(self.pool, weights=starved, minlength=self.pool_capacity.size)[self.pool] - starved
         hoard = live & (alloc > spec.hoard_share * self.pool_capacity[self.pool]) & (others > 0)
         return starved, low, hoard
 
@@ -163,12 +164,15 @@ class FairnessTracker:
         if 0 < rounds_alone < np.inf:
             self.rho[i].append(rounds_taken / rounds_alone)
 
-    def p99_wait_s(self, i: int, now: int) -> float:
-        """99th percentile wait in seconds, counting requests still queued at ``now`` as
-        having waited until now (a lower bound on their wait)."""
+    def p99_wait_s(self, i: int, now: int, queued_jobs=()) -> float:
+        """99th percentile wait in seconds, counting requests still queued at ``now`` and the
+        arrival rounds ``queued_jobs`` of jobs not yet started as having waited until now (a
+        lower bound on their wait). A job that arrived in round b could start in round b + 1."""
         w = dict(self.waits[i])
         for born, n in self.cohorts[i]:
             w[now - born] = w.get(now - born, 0.0) + n
+        for born in queued_jobs:
+            w[now - born - 1] = w.get(now - born - 1, 0.0) + 1.0
         if not w:
             return 0.0
         keys = np.array(sorted(w))
@@ -181,7 +185,7 @@ class FairnessTracker:
         seen = self.fair_sum > 0
         return jain(self.alloc_sum[seen] / self.fair_sum[seen])
 
-    def report(self, i: int, now: int, agent_return: float, utility_sum: float, rounds: int) -> dict:
+    def report(self, i: int, now: int, agent_return: float, utility_sum: float, rounds: int, queued_jobs=()) -> dict:
         rho = self.rho[i]
         return {
             "welfare": float(self.welfare_sum),
@@ -194,7 +198,7 @@ class FairnessTracker:
             "starvation_events": int(self.starvation_events[i]),
             "rho": float(np.mean(rho)) if rho else None,
             "jobs_done": len(rho),
-            "p99_wait_s": self.p99_wait_s(i, now),
+            "p99_wait_s": self.p99_wait_s(i, now, queued_jobs),
             "oom": int(self.counts["oom"][i]),
             "veto": int(self.counts["veto"][i]),
             "throttle": int(self.counts["throttle"][i]),

@@ -184,7 +184,7 @@ def _merge(base: dict, over: dict, path: str) -> dict:
     return out
 
 
-def make_config(task: str | None = "easy", config: FleetConfig | dict | None = None, **overrides: Any) -> tuple[FleetConfig, dict]:
+def make_config(task: str | None = None, config: FleetConfig | dict | None = None, **overrides: Any) -> tuple[FleetConfig, dict]:
     """Build ``(FleetConfig, env_options)`` from a task name, or a full ``config``, plus overrides.
 
     Overrides are any top-level FleetConfig field (``cluster``, ``tenants``, ``arbiter``,
@@ -194,12 +194,12 @@ def make_config(task: str | None = "easy", config: FleetConfig | dict | None = N
     (``obs_mode``, ``render_mode``, ``illegal_action``) are returned separately.
     """
     env_opts = {k: overrides.pop(k) for k in ENV_OPTIONS if k in overrides}
+    if config is not None and task is not None:
+        raise ConfigError("task", task, "no task when a full config is given (pass one or the other)")
     if config is not None:
         base = config.to_dict() if isinstance(config, FleetConfig) else copy.deepcopy(dict(config))
-    elif task is None:
-        base = {}
     else:
-        base = task_dict(task)
+        base = task_dict("easy" if task is None else task)
     fields_ = set(FleetConfig.__dataclass_fields__)
     nested: dict = {}
     for k, v in overrides.items():
@@ -207,6 +207,7 @@ def make_config(task: str | None = "easy", config: FleetConfig | dict | None = N
             top, sub = SHORTCUTS[k]
             nested.setdefault(top, {})[sub] = v
         elif k in fields_:
+            v = copy.deepcopy(v)  # never write into the caller's dicts
             if isinstance(v, dict) and isinstance(nested.get(k), dict):
                 nested[k] = _merge(nested[k], v, f"{k}.")
             else:

@@ -573,3 +573,199 @@ def test_docs_infos_examples_are_current():
     first, ep = run_documented_example()
     assert _rounded(first) == _rounded(step_doc)
     assert _rounded(ep) == _rounded(ep_doc)
+
+
+# --- review follow-ups ---------------------------------------------------------------------------
+
+
+def test_aec_checks_each_action_on_its_agents_turn():
+    aec = fleet_marl.env(task="easy")
+    aec.reset(seed=0)
+    first = aec.agent_selection
+    with pytest.raises(ActionError) as e:
+        aec.step(np.array([99, 0, 1, 1, 1, 1, 1, 0]))
+    assert e.value.agent == first and "gpus" in str(e.value)
+    # nothing was stored: the same agent tries again and the round completes
+    assert aec.agent_selection == first
+    for agent in aec.agent_iter(len(aec.agents)):
+        aec.step(act(2))
+    assert aec.unwrapped.round == 1
+
+
+def test_calls_before_reset_are_clear_errors():
+    env = fleet_marl.parallel_env(task="easy", render_mode="ansi")
+    for call in (lambda: env.action_mask("tenant_0"), env.render, env.state, lambda: env.step({})):
+        with pytest.raises(RuntimeError, match="reset"):
+            call()
+    with pytest.raises(ValueError, match="seed = -1"):
+        env.reset(seed=-1)
+    with pytest.raises(KeyError, match="tenant_9"):
+        env.observation_space("tenant_9")
+
+
+def test_overrides_do_not_touch_the_callers_dicts_and_task_with_config_is_an_error():
+    r = {"starvation_penalty": 0.5}
+    env = fleet_marl.parallel_env(task="easy", reward=r, reward_scheme="global")
+    assert r == {"starvation_penalty": 0.5}
+    assert env.config.reward.scheme == "global" and env.config.reward.starvation_penalty == 0.5
+    with pytest.raises(ConfigError, match="task"):
+        fleet_marl.parallel_env(task="hard", config=task_dict("tiny"))
+
+
+def test_degenerate_strategy_never_gains():
+    """The floor caps a degenerate strategy's reward: a raw reward already below it stays."""
+    env = fleet_marl.parallel_env(task="easy", reward_scheme="local", reward={"degenerate_floor": 0.5})
+    env.reset(seed=0)
+    acts = {a: act(2) for a in env.agents}
+    acts["tenant_0"] = act(8, prec=(F8,) * 5)
+    obs, rew, term, trunc, infos = env.step(acts)
+    raw = infos["tenant_0"]["rewards"]["local"]
+    assert infos["tenant_0"]["degenerate"] == ["lowest_precision"]
+    assert rew["tenant_0"] == min(raw, 0.5) and raw < 0.5
+
+
+def test_hoarding_needs_a_starved_tenant_in_the_same_pool():
+    cfg = task_dict("medium")
+    cfg["arbiter"] = {"mechanism": "priority"}
+    cfg["reward"] = {"starvation_rounds": 1}
+    for i, t in enumerate(cfg["tenants"]):
+        t["priority"] = 1.0 + (i == 0)
+    env = fleet_marl.parallel_env(config=cfg)
+    env.reset(seed=0)
+    acts = {a: act(0) for a in env.agents}
+    acts["tenant_0"] = act(8)  # H100 pool, priority 2
+    acts["tenant_4"] = act(8)  # A100 pool, alone there
+    acts["tenant_6"] = act(8)  # A100 pool: tenant_4 and tenant_6 split 16 GPUs
+    acts["tenant_7"] = act(8)  # A100 pool: 24 asked, 16 GPUs; someone is short
+    obs, rew, term, trunc, infos = env.step(acts)
+    a100_starved = [a for a in ("tenant_4", "tenant_6", "tenant_7") if infos[a]["starved"]]
+    assert a100_starved, "the A100 pool must have a starved tenant for this test"
+    assert infos["tenant_0"]["alloc"] == 8 and infos["tenant_0"]["degenerate"] == []
+
+
+def test_trainer_p99_wait_counts_jobs_still_queued():
+    cfg = task_dict("tiny")
+    cfg["tenants"][0]["workload"].update(rate=60.0)
+    cfg["max_cycles"] = 6
+    env = fleet_marl.parallel_env(config=cfg)
+    env.reset(seed=0)
+    while env.agents:
+        obs, rew, term, trunc, infos = env.step({a: act(0) for a in env.agents})
+    # tenant_0 asked for nothing, so every job that arrived is still queued; the earliest,
+    # from round b, has waited 6 - b - 1 rounds (it could have started in round b + 1)
+    first = int(np.flatnonzero(env._jobs[:, 0])[0])
+    assert first <= 4
+    assert infos["tenant_0"]["episode"]["p99_wait_s"] == (6 - first - 1) * env.config.cluster.round_seconds
+
+
+def test_sampled_shapley_converges_to_exact(monkeypatch):
+    from fleet_marl import credit
+
+    def run():
+        env = fleet_marl.parallel_env(task="easy", shapley_samples=3000)
+        obs, infos = env.reset(seed=3)
+        rng = np.random.default_rng(3)
+        out = []
+        for _ in range(2):
+            obs, rew, term, trunc, infos = env.step(masked_random(env, infos, rng))
+            out.append([infos[a]["rewards"]["shapley"] for a in env.possible_agents])
+        return np.array(out)
+
+    exact = run()
+    monkeypatch.setattr(credit, "EXACT_SHAPLEY_MAX", 0)
+    sampled = run()
+    scale = np.abs(exact).max()
+    np.testing.assert_allclose(sampled, exact, atol=0.05 * scale)
+
+
+def test_one_kernel_call_per_step(monkeypatch):
+    from fleet_marl import credit
+
+    calls = []
+    real = credit.evaluate
+    monkeypatch.setattr(credit, "evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for task in ("easy", "hard"):
+        env = fleet_marl.parallel_env(task=task)
+        obs, infos = env.reset(seed=0)
+        rng = np.random.default_rng(0)
+        calls.clear()
+        for _ in range(3):
+            obs, rew, term, trunc, infos = env.step(masked_random(env, infos, rng))
+        assert len(calls) == 3
+
+
+def test_episode_counts_oom_veto_throttle_and_starvation():
+    cfg = task_dict("tiny")
+    cfg["arbiter"] = {"mechanism": "priority"}
+    cfg["max_cycles"] = 4
+    cfg["cluster"]["rack_power_cap_w"] = 2000.0  # 8 x 85 W idle = 680 W: running GPUs are capped
+    env = fleet_marl.parallel_env(config=cfg)
+    env.reset(seed=0)
+    plan = [  # batch level 3 = 8 sequences per GPU fits; level 8 = 256 does not (veto mode: OOM)
+        {"tenant_0": act(4), "tenant_1": act(4, prec=(BF, BF, I8, BF, BF))},  # t1 vetoed
+        {"tenant_0": act(8), "tenant_1": act(4)},  # t1 short
+        {"tenant_0": act(8), "tenant_1": act(4)},  # t1 short
+        {"tenant_0": act(4), "tenant_1": act(4, batch=8)},  # t1 OOM
+    ]
+    for acts in plan:
+        obs, rew, term, trunc, infos = env.step(acts)
+    e0, e1 = infos["tenant_0"]["episode"], infos["tenant_1"]["episode"]
+    assert (e1["veto"], e1["oom"]) == (1, 1), e1
+    assert e1["max_starvation_streak"] == 2 and e0["max_starvation_streak"] == 0
+    assert e0["throttle"] == 4 and e0["oom"] == 0 and e0["veto"] == 0
+
+
+def test_observation_features_mean_what_the_docs_say():
+    from fleet_marl.environment import OBS_FIELDS
+
+    O = {name: i for i, (name, _) in enumerate(OBS_FIELDS)}
+    env = fleet_marl.parallel_env(task="medium")
+    obs, infos = env.reset(seed=1)
+    rng = np.random.default_rng(1)
+    st = env.kernel_static
+    for _ in range(5):
+        obs, rew, term, trunc, infos = env.step(masked_random(env, infos, rng))
+    o = env.last_outcome
+    top = env.bid_levels[-1]
+    for a, x in obs.items():
+        i = env.agent_index[a]
+        assert x[O["held"]] == pytest.approx(o.alloc[i] / st.max_gpus[i], abs=1e-6)
+        assert x[O["budget_left"]] == pytest.approx(env._state.budget_left[i] / st.budget[i], abs=1e-6)
+        want_price = o.price[i] / (st.list_price[i] * top) if o.alloc[i] else 0.0
+        assert x[O["price"]] == pytest.approx(want_price, abs=1e-6)
+        if not st.is_train[i]:
+            m = max(st.arrival_rate[i] * st.round_seconds, 1.0)
+            q = env._state.queue[i]
+            assert x[O["queue"]] == pytest.approx(q / (q + m), abs=1e-6)
+        assert x[O["round"]] == pytest.approx(5 / env.max_cycles)
+    s = env.state()
+    tail = s[-(st.K + st.n_racks):]
+    np.testing.assert_allclose(tail[st.K:], np.clip(o.rack_power_w / st.rack_power_cap_w, 0, 1), atol=1e-6)
+    np.testing.assert_allclose(tail[: st.K], np.clip((env._state.temp_c - st.ambient_c) / (st.critical_temp_c - st.ambient_c), 0, 1), atol=1e-6)
+
+
+def test_starvation_entitlement_is_the_smaller_of_fair_share_and_request_and_mixed_is_penalized():
+    env = starvation_env(starvation_penalty=0.5, starvation_rounds=1)
+    env.reset(seed=0)
+    # tenant_1 asks for 1 of a fair 4 and gets the 1 left: not short
+    obs, rew, term, trunc, infos = env.step({"tenant_0": act(7), "tenant_1": act(1)})
+    assert infos["tenant_1"]["alloc"] == 1 and infos["tenant_1"]["starvation_streak"] == 0
+    # asks for 4, gets 0: short, and starved at once (starvation_rounds=1)
+    obs, rew, term, trunc, infos = env.step({"tenant_0": act(8), "tenant_1": act(4)})
+    i1 = infos["tenant_1"]
+    assert i1["starved"]
+    w = env.config.reward.mixed_weight
+    assert i1["rewards"]["mixed"] == pytest.approx(w * i1["utility"] + (1 - w) * (i1["welfare"] - 0.5))
+
+
+def test_work_finished_on_the_last_round_is_truncation():
+    cfg = task_dict("tiny")
+    cfg["tenants"] = cfg["tenants"][:1]
+    cfg["tenants"][0]["workload"]["rate"] = 0.0
+    env = fleet_marl.parallel_env(config=cfg)
+    env.max_cycles = int(np.ceil(env.rounds_alone[0]))
+    env.reset(seed=0)
+    while env.agents:
+        obs, rew, term, trunc, infos = env.step({"tenant_0": env.default_action_index[0]})
+    assert infos["tenant_0"]["episode"]["jobs_done"] == 1
+    assert trunc["tenant_0"] is True and term["tenant_0"] is False

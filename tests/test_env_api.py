@@ -76,8 +76,9 @@ def test_max_cycles(task, mode):
     max_cycles_test(mod)
 
 
-def test_render(task, capsys):
-    render_test(functools.partial(fleet_marl.env, task=task))
+@pytest.mark.parametrize("mode", MODES)
+def test_render(task, mode, capsys):
+    render_test(functools.partial(fleet_marl.env, task=task, obs_mode=mode))
     assert "tenant_0" in capsys.readouterr().out  # human mode prints the ansi table
 
 
