@@ -39,8 +39,6 @@ Termination -- a tenant whose budget cannot pay for one GPU for one round at the
 
 from __future__ import annotations
 
-import functools
-import io
 from collections import deque
 from typing import Any
 
@@ -578,7 +576,6 @@ class FleetParallelEnv(ParallelEnv):
 
     def _obs_matrix(self) -> np.ndarray:
         st, cfg = self.kernel_static, self.config
-        T = st.T
         m = self._static_obs.copy()
         s = self._state
         m[:, _O["alive"]] = self._live
