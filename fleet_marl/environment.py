@@ -232,8 +232,7 @@ class FleetParallelEnv(ParallelEnv):
         self.rounds_alone = self._job_rounds_alone()
         self._schemes = REWARD_SCHEMES if cfg.reward.compute_all else (cfg.reward.scheme,)
         self.tracker = FairnessTracker(
-            cfg.reward, st.pool, st.pool_capacity, st.max_gpus, lowest_precision(st.supported, st.is_train),
-            int(st.pool_capacity.sum()), st.round_seconds,
+            cfg.reward, st.pool, st.pool_capacity, st.max_gpus, lowest_precision(st.supported, st.is_train), st.round_seconds,
         )
 
     def _default_action(self) -> tuple[np.ndarray, Actions]:
@@ -347,12 +346,10 @@ class FleetParallelEnv(ParallelEnv):
         self._round = 0
         self._last = None
         self._last_credit = None
-        self._last_starved = np.zeros(T, bool)
         self._fair = np.zeros(T)
         self._return = np.zeros(T)
         self._utility_sum = np.zeros(T)
         self._rounds = np.zeros(T, np.int64)
-        self._finished_at = np.full(T, -1, np.int64)
         self._engine = CreditEngine(st, cfg.reward, self._schemes, self._credit_rng)
         self.tracker.reset()
         self.agents = self.possible_agents[:]
@@ -383,9 +380,7 @@ class FleetParallelEnv(ParallelEnv):
         o = credit.outcome
         # fairness of this round
         fair = self.tracker.fair(live, has_work)
-        # a bid below an auction's reserve cannot win: that tenant is not asking
-        asked = o.requested if st.mechanism != AUCTION else np.where(acts.bid >= st.reserve_price, o.requested, 0)
-        starved, low, hoard = self.tracker.step(live, has_work, asked, o.alloc, acts.gpus, acts.precision, fair)
+        starved, low, hoard = self.tracker.step(live, has_work, o.requested, o.alloc, acts.gpus, acts.precision, fair)
         self._engine.apply_starvation(credit, live, starved)
         degenerate = low | hoard
         raw = credit.rewards[cfg.reward.scheme]
@@ -405,15 +400,14 @@ class FleetParallelEnv(ParallelEnv):
         self._return += np.where(live, reward, 0.0)
         self._utility_sum += np.where(live, o.utility, 0.0)
         self._rounds += live
-        self._last, self._last_credit, self._last_starved, self._fair = o, credit, starved, fair
+        self._last, self._last_credit, self._fair = o, credit, fair
         # who leaves
         broke = self._state.budget_left < self._min_unit
-        done = ~self._has_work(np.zeros(T), upcoming=True)
+        done = ~self._has_work(upcoming=True)
         # the schedule ends at the horizon: at max_cycles running out of it is truncation
         terminated = live & (broke | (done & (self._round < cfg.max_cycles)))
         truncated = live & ~terminated & (self._round >= cfg.max_cycles)
         finished = terminated | truncated
-        self._finished_at = np.where(finished, self._round, self._finished_at)
         agents = self.agents
         obs_m = self._obs_matrix()
         masks = self._masks()

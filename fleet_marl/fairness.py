@@ -74,13 +74,12 @@ def lowest_precision(supported: np.ndarray, is_train: np.ndarray) -> np.ndarray:
 class FairnessTracker:
     """Per-episode fairness accounting for ``T`` tenants."""
 
-    def __init__(self, spec: RewardSpec, pool: np.ndarray, pool_capacity: np.ndarray, max_gpus: np.ndarray, lowest: np.ndarray, total_gpus: int, round_seconds: float):
+    def __init__(self, spec: RewardSpec, pool: np.ndarray, pool_capacity: np.ndarray, max_gpus: np.ndarray, lowest: np.ndarray, round_seconds: float):
         self.spec = spec
         self.pool = pool
         self.pool_capacity = pool_capacity.astype(np.float64)
         self.max_gpus = max_gpus.astype(np.float64)
         self.lowest = lowest
-        self.total_gpus = total_gpus
         self.round_seconds = round_seconds
         self.T = pool.shape[0]
         self._fair_cache: dict[bytes, np.ndarray] = {}

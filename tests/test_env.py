@@ -51,18 +51,25 @@ def index_matrix(env, actions):
     return idx
 
 
+def recorded_steps(env, seed, n):
+    """Step ``env`` n times with random masked actions; yield what each step was given
+    (actions, index matrix, state, draws, live) and what it returned (rewards, infos)."""
+    obs, infos = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        actions = masked_random(env, infos, rng)
+        state, draws, live = pre_step(env)
+        idx = index_matrix(env, actions)
+        obs, rew, term, trunc, infos = env.step(actions)
+        yield actions, idx, state, draws, live, rew, infos
+
+
 # --- credit assignment ---------------------------------------------------------------------------
 
 
 def test_difference_rewards_match_independent_removal_counterfactuals():
     env = fleet_marl.parallel_env(task="medium")
-    obs, infos = env.reset(seed=2)
-    rng = np.random.default_rng(2)
-    for _ in range(4):
-        actions = masked_random(env, infos, rng)
-        state, draws, live = pre_step(env)
-        idx = index_matrix(env, actions)
-        obs, rew, term, trunc, infos = env.step(actions)
+    for actions, idx, state, draws, live, rew, infos in recorded_steps(env, 2, 4):
         G = welfare_of(env, idx, state, draws, live)
         for a in actions:
             i = env.agent_index[a]
@@ -86,13 +93,7 @@ def test_shapley_matches_brute_force_over_all_permutations():
     """Exact Shapley (N=4) equals the average marginal contribution over all 4! orders, each
     coalition's welfare computed by its own kernel call; and the values sum to G(all) - G(none)."""
     env = fleet_marl.parallel_env(task="easy")
-    obs, infos = env.reset(seed=4)
-    rng = np.random.default_rng(4)
-    for _ in range(3):
-        actions = masked_random(env, infos, rng)
-        state, draws, live = pre_step(env)
-        idx = index_matrix(env, actions)
-        obs, rew, term, trunc, infos = env.step(actions)
+    for actions, idx, state, draws, live, rew, infos in recorded_steps(env, 4, 3):
         T = env.kernel_static.T
         v = {}
         for S in itertools.product([False, True], repeat=T):

@@ -47,18 +47,15 @@ def _unexpected(caught):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_parallel_api(task, mode):
+@pytest.mark.parametrize("suite", ["parallel_api_test", "api_test"])
+def test_api(task, mode, suite):
+    """PettingZoo's parallel_api_test on parallel_env() and api_test on the AEC env()."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        parallel_api_test(fleet_marl.parallel_env(task=task, obs_mode=mode), num_cycles=150)
-    assert _unexpected(caught) == []
-
-
-@pytest.mark.parametrize("mode", MODES)
-def test_aec_api(task, mode):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        api_test(fleet_marl.env(task=task, obs_mode=mode), num_cycles=150)
+        if suite == "parallel_api_test":
+            parallel_api_test(fleet_marl.parallel_env(task=task, obs_mode=mode), num_cycles=150)
+        else:
+            api_test(fleet_marl.env(task=task, obs_mode=mode), num_cycles=150)
     assert _unexpected(caught) == []
 
 

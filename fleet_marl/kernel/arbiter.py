@@ -87,6 +87,14 @@ def greedy(caps: np.ndarray, rank: np.ndarray, capacity: np.ndarray) -> np.ndarr
     return out
 
 
+def admissible(st, request: np.ndarray, bid: np.ndarray) -> np.ndarray:
+    """The requests the mechanism considers: in an auction a bid below the reserve price
+    asks for nothing. (B, T)."""
+    if st.mechanism == AUCTION:
+        return np.where(bid >= st.reserve_price, request, 0)
+    return request
+
+
 def clear(st, request: np.ndarray, bid: np.ndarray, tiebreak: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Run the configured mechanism on every pool.
 
@@ -99,8 +107,7 @@ def clear(st, request: np.ndarray, bid: np.ndarray, tiebreak: np.ndarray) -> tup
     alloc = np.zeros((B, T), np.int64)
     mult = np.ones((B, T))
     mech = st.mechanism
-    if mech == AUCTION:
-        request = np.where(bid >= st.reserve_price, request, 0)
+    request = admissible(st, request, bid)
     for q, cap in enumerate(st.pool_capacity):
         in_pool = st.pool == q
         caps = np.where(in_pool, request, 0)
@@ -165,4 +172,4 @@ def place(st, alloc: np.ndarray) -> np.ndarray:
     return gon
 
 
-__all__ = ["clear", "greedy", "place", "waterfill"]
+__all__ = ["admissible", "clear", "greedy", "place", "waterfill"]

@@ -242,6 +242,7 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     afford = np.floor(np.maximum(budget, 0.0) / unit)
     afford = np.where(afford * unit > budget, afford - 1, afford)  # never overspend by rounding
     request = np.where(pres, np.minimum(np.minimum(gpus, st.max_gpus), afford), 0).astype(np.int64)
+    request = arbiter.admissible(st, request, bid)
     alloc, mult = arbiter.clear(st, request, bid, tiebreak)
     gon = arbiter.place(st, alloc)
     nodes = (gon > 0).sum(-1)

@@ -93,7 +93,7 @@ class Outcome:
     """Everything one round produced, per batch row."""
 
     # arbiter
-    requested: np.ndarray  # (B, T) int64   request after caps (present, max_gpus, budget)
+    requested: np.ndarray  # (B, T) int64   request after caps (present, max_gpus, budget, auction reserve)
     alloc: np.ndarray  # (B, T) int64   GPUs granted
     gpus_on_node: np.ndarray  # (B, T, K) int64 placement
     nodes_spanned: np.ndarray  # (B, T) int64
