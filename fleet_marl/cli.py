@@ -7,6 +7,10 @@ Subcommands:
 ``sweep``     a batched-kernel search over precision maps, batch sizes and GPU counts for
               catalog models on catalog GPUs; prints the best safe configuration of each and
               writes a CSV and a plot. ``make train`` runs it until the RLlib trainer lands.
+``evaluate``  run a policy (a reference one, ``module:Class`` or a ``.py`` file) for K seeds
+              and grade it against ``random`` and ``planner`` (``fleet_marl.grader``).
+``baselines`` every reference policy on every task: the table in README and docs/results.md.
+``demo``      one rendered episode (``easy`` with ``precision_expert``), optionally a GIF.
 
 Run ``fleet-marl <subcommand> --help`` for the options and examples.
 """
@@ -24,6 +28,8 @@ import numpy as np
 
 from fleet_marl import catalog
 from fleet_marl.catalog import CatalogError
+from fleet_marl.grader import GraderError, PolicyError
+from fleet_marl.tasks import TASKS
 
 EXAMPLES = {
     "estimate": """examples:
@@ -35,6 +41,26 @@ EXAMPLES = {
   fleet-marl sweep                                   # every catalog model on every GPU type, training
   fleet-marl sweep --mode serve --models llama-3.1-8b,qwen2.5-14b --gpu-types h100-sxm,l40s
   fleet-marl sweep --quick --out runs/sweep
+""",
+    "evaluate": """examples:
+  fleet-marl evaluate --task easy --policy precision_expert --episodes 10 --seed 0
+  fleet-marl evaluate --task medium --policy my_policy.py --episodes 5 --json
+  fleet-marl evaluate --task hard --policy mypackage.policies:MyPolicy
+
+--policy takes a reference policy (random, greedy, fair_share, precision_expert, bidder,
+planner), 'package.module:Name', or a path to a .py file ('my_policy.py' or
+'my_policy.py:Name'). Name is a class or a function, called with the env; a file without
+':Name' must define make_policy(env) or exactly one class with reset() and act().
+score = (welfare - random's) / (planner's - random's), clipped to [0, 1], on the same seeds.
+""",
+    "baselines": """examples:
+  fleet-marl baselines                          # 10 seeds, every task and policy; updates README.md and docs/results.md
+  fleet-marl baselines --tasks tiny,easy --episodes 3 --no-write
+""",
+    "demo": """examples:
+  fleet-marl demo                               # easy, precision_expert, seed 0
+  fleet-marl demo --gif runs/demo.gif --every 10
+  fleet-marl demo --task medium --policy planner --delay 0.2
 """,
 }
 
@@ -331,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fleet-marl",
         description="fleet_marl: tenants negotiating for one shared GPU cluster.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  fleet-marl estimate --model llama-3.1-8b --gpus 8 --gpu-type h100-sxm\n  fleet-marl sweep --quick\n\nRun 'fleet-marl <command> --help' for each command's options.",
+        epilog="examples:\n  fleet-marl estimate --model llama-3.1-8b --gpus 8 --gpu-type h100-sxm\n  fleet-marl sweep --quick\n  fleet-marl evaluate --task easy --policy precision_expert\n  fleet-marl demo\n\nRun 'fleet-marl <command> --help' for each command's options.",
     )
     sub = p.add_subparsers(dest="command", metavar="command")
 
@@ -358,7 +384,107 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quick", action="store_true", help="a smaller grid")
     s.add_argument("--out", default="runs/sweep", help="output folder for the CSV and PNG (default runs/sweep)")
     s.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    v = sub.add_parser("evaluate", help="grade a policy on a task over K seeds", epilog=EXAMPLES["evaluate"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    v.add_argument("--task", default="easy", help=f"one of {', '.join(TASKS)} (default easy)")
+    v.add_argument("--policy", default="precision_expert", help="reference policy name, module:Name or path.py[:Name] (default precision_expert)")
+    v.add_argument("--episodes", type=int, default=10, help="episodes, one per seed (default 10)")
+    v.add_argument("--seed", type=int, default=0, help="first seed; episodes use seed .. seed+episodes-1 (default 0)")
+    v.add_argument("--json", action="store_true", help="print one JSON object")
+    v.add_argument("--no-cache", action="store_true", help="recompute the reference episodes instead of reading the cache")
+
+    b = sub.add_parser("baselines", help="every reference policy on every task, as a table", epilog=EXAMPLES["baselines"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("--tasks", default="", help=f"comma-separated tasks (default: all of {', '.join(TASKS)})")
+    b.add_argument("--policies", default="", help="comma-separated reference policies (default: all)")
+    b.add_argument("--episodes", type=int, default=10, help="seeds per cell (default 10)")
+    b.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    b.add_argument("--results", default="docs/results.md", help="markdown file to update (default docs/results.md)")
+    b.add_argument("--readme", default="README.md", help="README to update (default README.md)")
+    b.add_argument("--no-write", action="store_true", help="print the table only")
+
+    d = sub.add_parser("demo", help="one rendered episode with a summary", epilog=EXAMPLES["demo"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    d.add_argument("--task", default="easy", help="task (default easy)")
+    d.add_argument("--policy", default="precision_expert", help="policy, as for evaluate (default precision_expert)")
+    d.add_argument("--seed", type=int, default=0, help="episode seed (default 0)")
+    d.add_argument("--gif", default=None, metavar="PATH", help="also save the rgb_array frames as an animated GIF")
+    d.add_argument("--fps", type=float, default=4.0, help="GIF frames per second (default 4)")
+    d.add_argument("--every", type=int, default=1, help="print every N-th frame (default 1)")
+    d.add_argument("--delay", type=float, default=0.0, help="seconds to pause after each printed frame (default 0)")
     return p
+
+
+def _positive(name: str, value, minimum=1) -> None:
+    if value < minimum:
+        raise CLIError(f"--{name} {value}: expected an integer >= {minimum}")
+
+
+def print_evaluation(s: dict) -> None:
+    seeds = s["seeds"]
+    print(f"fleet-marl evaluate: task {s['task']}, policy {s['policy']}, {s['episodes']} episodes (seeds {seeds[0]}..{seeds[-1]})")
+    print(f"welfare   {s['welfare_mean']:.2f} ± {s['welfare_std']:.2f}   (random {s['random_welfare_mean']:.2f}, planner {s['reference_welfare_mean']:.2f})")
+    print(f"score     {s['score']:.3f}")
+    rho = "-" if s["rho_mean"] is None else f"{s['rho_mean']:.2f}"
+    wait = "-" if s["p99_wait_s_max"] is None else f"{s['p99_wait_s_max']:.0f} s"
+    print(f"fairness  Jain {s['jain_mean']:.3f}   max starvation streak {s['max_starvation_streak']}   starvation events {s['starvation_events']}   Themis rho {rho}   p99 wait {wait}")
+    print(f"events    oom {s['oom']}   veto {s['veto']}   throttle {s['throttle']}   degenerate {s['degenerate']}   illegal {s['illegal']}   (summed over tenants and episodes)")
+    print()
+    print(f"{'agent':<10} {'return':>9} {'utility':>9} {'service':>8} {'jobs':>5} {'starved':>8} {'degenerate':>10}   (means over episodes; counts summed)")
+    for a, r in s["agents"].items():
+        print(f"{a:<10} {r['return_mean']:>9.2f} {r['utility_mean']:>9.2f} {r['service_mean']:>8.2f} {r['jobs_done']:>5} {r['starvation_events']:>8} {r['degenerate']:>10}")
+
+
+def run_evaluate(args) -> dict:
+    from fleet_marl.grader import evaluate
+
+    _positive("episodes", args.episodes)
+    _positive("seed", args.seed, 0)
+    if args.task not in TASKS:
+        raise CLIError(f"--task {args.task!r}: expected one of {', '.join(TASKS)}")
+    s = evaluate(args.task, args.policy, episodes=args.episodes, seed=args.seed, progress=True, cache=not args.no_cache).summary()
+    if args.json:
+        print(json.dumps(s, indent=2))
+    else:
+        print_evaluation(s)
+    return s
+
+
+def run_baselines(args) -> None:
+    import policies
+
+    from fleet_marl import baselines
+
+    tasks = [t for t in args.tasks.split(",") if t] or list(TASKS)
+    names = [p for p in args.policies.split(",") if p] or list(policies.POLICIES)
+    for t in tasks:
+        if t not in TASKS:
+            raise CLIError(f"--tasks: {t!r}: expected tasks from {', '.join(TASKS)}")
+    for n in names:
+        if n not in policies.POLICIES:
+            raise CLIError(f"--policies: {n!r}: expected reference policies from {', '.join(policies.POLICIES)}")
+    _positive("episodes", args.episodes)
+    _positive("seed", args.seed, 0)
+    evals = baselines.run(tasks, names, episodes=args.episodes, seed=args.seed)
+    print(baselines.table(evals))
+    if not args.no_write:
+        text = baselines.block(evals, args.episodes, args.seed)
+        for path in (Path(args.results), Path(args.readme)):
+            if path.name == "results.md" and not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text("# Results\n\n## Baselines: the reference policies\n\n")
+            if baselines.write(path, text):
+                print(f"updated {path}", file=sys.stderr)
+
+
+def run_demo(args) -> None:
+    from fleet_marl.demo import demo
+
+    _positive("every", args.every)
+    if args.task not in TASKS:
+        raise CLIError(f"--task {args.task!r}: expected one of {', '.join(TASKS)}")
+    if not args.fps > 0:
+        raise CLIError(f"--fps {args.fps}: expected a number > 0")
+    if args.delay < 0:
+        raise CLIError(f"--delay {args.delay}: expected a number >= 0")
+    demo(args.task, args.policy, seed=args.seed, gif=args.gif, fps=args.fps, every=args.every, delay=args.delay)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -376,7 +502,13 @@ def main(argv: list[str] | None = None) -> int:
                 print_estimate(r)
         elif args.command == "sweep":
             sweep(args)
-    except (CLIError, CatalogError) as exc:
+        elif args.command == "evaluate":
+            run_evaluate(args)
+        elif args.command == "baselines":
+            run_baselines(args)
+        elif args.command == "demo":
+            run_demo(args)
+    except (CLIError, CatalogError, PolicyError, GraderError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         print(f"run 'fleet-marl {args.command} --help' for the options", file=sys.stderr)
         return 2

@@ -1,5 +1,37 @@
 """Reference policies against the plain PettingZoo API (no Ray import).
 
-The policies (random, greedy, fair_share, precision_expert, bidder, planner) arrive with the
-environment; see the README's Status table.
+>>> import fleet_marl, policies
+>>> env = fleet_marl.parallel_env(task="tiny")
+>>> policy = policies.make("precision_expert", env)
+>>> obs, infos = env.reset(seed=0)
+>>> policy.reset(seed=0)
+>>> obs, rewards, terms, truncs, infos = env.step(policy.act(obs, infos))
+
+Policies (``POLICIES``): ``random``, ``greedy``, ``fair_share``, ``precision_expert``,
+``bidder`` (``policies.heuristics``) and ``planner`` (``policies.planner``, the grader's
+reference). The protocol is in ``policies.base``; docs/policies.md describes each one.
 """
+
+from __future__ import annotations
+
+from policies.base import BasePolicy, FitTable, Policy, fleet_env, split
+from policies.heuristics import BidderPolicy, FairSharePolicy, GreedyPolicy, PrecisionExpertPolicy, RandomPolicy
+from policies.planner import PlannerPolicy
+
+#: Reference policies by name, in the order the baseline table lists them.
+POLICIES: dict[str, type[BasePolicy]] = {
+    p.name: p for p in (RandomPolicy, GreedyPolicy, FairSharePolicy, PrecisionExpertPolicy, BidderPolicy, PlannerPolicy)
+}
+
+
+def make(name: str, env, **kwargs) -> BasePolicy:
+    """The reference policy ``name`` bound to ``env`` (a parallel or AEC fleet_marl env)."""
+    if name not in POLICIES:
+        raise KeyError(f"policy {name!r}: expected one of {', '.join(POLICIES)}")
+    return POLICIES[name](env, **kwargs)
+
+
+__all__ = [
+    "BasePolicy", "BidderPolicy", "FairSharePolicy", "FitTable", "GreedyPolicy", "POLICIES", "PlannerPolicy", "Policy",
+    "PrecisionExpertPolicy", "RandomPolicy", "fleet_env", "make", "split",
+]

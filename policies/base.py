@@ -1,0 +1,212 @@
+"""The ``Policy`` protocol and what every reference policy shares.
+
+A policy plays every tenant of one environment. It sees only what PettingZoo hands out --
+observations, infos (with ``infos[agent]["action_mask"]``) -- plus the environment's public
+attributes (``action_space``, ``kernel_static``, ``bid_levels``, ``state()``), and returns
+actions in the environment's ``MultiDiscrete`` layout (``fleet_marl.environment.ACTION_FIELDS``).
+
+Two entry points, one per PettingZoo loop::
+
+    # parallel:  actions = policy.act(observations, infos)
+    # AEC:       for agent in aec.agent_iter(): obs, r, term, trunc, info = aec.last()
+    #                aec.step(None if term or trunc else policy.act_one(obs, agent, info))
+
+:class:`BasePolicy` implements ``act`` from ``act_one``; a policy that plans jointly overrides
+``act`` and answers ``act_one`` from the joint plan of the current round.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from fleet_marl import catalog
+from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS, FleetParallelEnv, N_OBS, OBS_FIELDS
+from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
+
+#: Index of each observation feature by name (``fleet_marl.environment.OBS_FIELDS``).
+OBS = {name: i for i, (name, _) in enumerate(OBS_FIELDS)}
+N_ACT = len(ACTION_FIELDS)
+PREC = slice(2, 2 + catalog.N_GROUPS)
+BF16, FP32, FP8 = (catalog.PRECISION_CODE[p] for p in ("bf16", "fp32", "fp8"))
+GROUP = {g: i for i, g in enumerate(catalog.GROUPS)}
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """What ``fleet-marl evaluate`` and the grader need from a policy."""
+
+    def reset(self, seed: int | None = None) -> None:
+        """Start an episode; a policy that draws random numbers seeds them here."""
+
+    def act(self, observations: dict[str, Any], infos: dict[str, dict]) -> dict[str, np.ndarray]:
+        """One action (an int array of the action space's shape) per agent in ``observations``."""
+
+
+def fleet_env(env) -> FleetParallelEnv:
+    """The :class:`FleetParallelEnv` under ``env``: the env itself, or the one an AEC env
+    (``fleet_marl.env()``) or another PettingZoo wrapper wraps."""
+    seen = 0
+    e = env
+    while not isinstance(e, FleetParallelEnv):
+        nxt = getattr(e, "env", None)
+        if nxt is None or seen > 16:
+            raise TypeError(f"policy: env is a {type(env).__name__}; expected a fleet_marl environment (fleet_marl.parallel_env() or fleet_marl.env())")
+        e, seen = nxt, seen + 1
+    return e
+
+
+def split(observation, agent: str, info: dict | None, env: FleetParallelEnv) -> tuple[np.ndarray, tuple]:
+    """(feature vector, action mask) from either obs mode: the mask is ``obs["action_mask"]``
+    in dict mode and ``info["action_mask"]`` in flat mode; without either it is read from
+    ``env.action_mask(agent)``."""
+    if isinstance(observation, dict):
+        return np.asarray(observation["observation"]), observation["action_mask"]
+    mask = info.get("action_mask") if info else None
+    return np.asarray(observation), (mask if mask is not None else env.action_mask(agent))
+
+
+class BasePolicy:
+    """A per-agent policy bound to one fleet_marl environment.
+
+    Subclasses implement :meth:`act_one`. ``env`` is the parallel env or the AEC env.
+    """
+
+    name = "base"
+
+    def __init__(self, env) -> None:
+        self.env = fleet_env(env)
+        self.rng = np.random.default_rng()
+        self._fits: FitTable | None = None
+
+    def reset(self, seed: int | None = None) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, observations: dict, infos: dict) -> dict[str, np.ndarray]:
+        """Actions for the agents of ``observations`` that are still live (``step`` returns an
+        observation for an agent on the round it finishes; it takes no more actions)."""
+        infos = infos or {}
+        live = set(self.env.agents)
+        return {a: self.act_one(o, a, infos.get(a)) for a, o in observations.items() if a in live}
+
+    def act_one(self, observation, agent: str, info: dict | None = None) -> np.ndarray:
+        raise NotImplementedError
+
+    # --- shared pieces ------------------------------------------------------------------------
+
+    @property
+    def fits(self) -> "FitTable":
+        if self._fits is None or self._fits.env_static is not self.env.kernel_static:
+            self._fits = FitTable(self.env)
+        return self._fits
+
+    def index(self, agent: str) -> int:
+        return self.env.agent_index[agent]
+
+    def bid_index(self, multiplier: float) -> int:
+        """The bid level nearest ``multiplier`` times the list price."""
+        return int(np.argmin(np.abs(self.env.bid_levels - multiplier)))
+
+    def lowest_winning_bid(self) -> int:
+        """The cheapest bid level that can win: the lowest one, or in an auction the lowest at
+        or above the reserve price."""
+        levels = self.env.bid_levels
+        ok = np.flatnonzero(levels >= self.env.kernel_static.reserve_price) if self.env.config.arbiter.mechanism == "auction" else np.arange(levels.size)
+        return int(ok[0]) if ok.size else levels.size - 1
+
+    @staticmethod
+    def legal_max(mask: np.ndarray) -> int:
+        return int(np.flatnonzero(mask)[-1])
+
+    @staticmethod
+    def clip_gpus(n: int, mask: np.ndarray) -> int:
+        """The largest GPU count the mask allows that is at most ``n``."""
+        ok = np.flatnonzero(mask[: max(int(n), 0) + 1])
+        return int(ok[-1]) if ok.size else 0
+
+    def precision_map(self, i: int, mask: tuple, plan: dict[str, str], fallback: str = "bf16") -> np.ndarray:
+        """Precision codes per group from ``plan`` (group -> precision name), each replaced by
+        ``fallback`` (then the first legal precision) where the mask forbids it."""
+        out = np.empty(catalog.N_GROUPS, np.int64)
+        for g, group in enumerate(catalog.GROUPS):
+            allowed = mask[2 + g]
+            want = catalog.PRECISION_CODE[plan.get(group, fallback)]
+            if not allowed[want]:
+                want = catalog.PRECISION_CODE[fallback]
+            if not allowed[want]:
+                want = int(np.flatnonzero(allowed)[0])
+            out[g] = want
+        return out
+
+    def action(self, i: int, gpus: int, bid: int, precision: np.ndarray, batch_level: int | None = None) -> np.ndarray:
+        """An action; ``batch_level=None`` takes the largest batch level that fits in memory."""
+        if batch_level is None:
+            batch_level = self.fits.largest(i, precision, gpus)
+        a = np.empty(N_ACT, np.int64)
+        a[0], a[1], a[PREC], a[-1] = gpus, bid, precision, batch_level
+        return a
+
+
+class FitTable:
+    """The largest batch level that fits in memory, per tenant, precision map and GPU count,
+    asked of the batched kernel itself (one ``evaluate`` call per new precision map, every
+    tenant alone on a fresh cluster, so nothing but memory decides): a row fits when it is
+    neither OOM, vetoed nor projected (it runs exactly as asked)."""
+
+    def __init__(self, env: FleetParallelEnv) -> None:
+        self.env = env
+        self.env_static = st = env.kernel_static
+        self._cache: dict[tuple, np.ndarray] = {}
+        L = BATCH_LEVELS.size
+        self._gmax = int(st.max_gpus.max())
+        self._state = RoundState.initial(st)
+        self._draws = Draws.expected(st)
+        self._L = L
+
+    def table(self, i: int, precision: np.ndarray) -> np.ndarray:
+        """(max_gpus + 1,) the largest fitting batch level for 0 .. max_gpus GPUs (-1: none)."""
+        key = (i, tuple(int(p) for p in precision))
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        st, L = self.env_static, self._L
+        G = self._gmax
+        counts = np.repeat(np.arange(1, G + 1), L)  # rows: (gpus, level)
+        levels = np.tile(np.arange(L), G)
+        R = counts.size
+        gpus = np.zeros((R, st.T), np.int64)
+        gpus[:, i] = counts
+        prec = np.broadcast_to(np.asarray(self.env.default_actions.precision), (R, st.T, catalog.N_GROUPS)).copy()
+        prec[:, i] = precision
+        batch = np.ones((R, st.T), np.int64)
+        batch[:, i] = BATCH_LEVELS[levels]
+        present = np.zeros((R, st.T), bool)
+        present[:, i] = True
+        state = RoundState(
+            prev_alloc=gpus.copy(), temp_c=self._state.temp_c, queue=self._state.queue,
+            remaining_tokens=np.where(st.is_train, np.maximum(st.job_tokens, 1.0), 0.0), budget_left=np.full(st.T, 1e300),
+        )
+        out = evaluate(st, Actions(gpus=gpus, bid=np.ones((R, st.T)), precision=prec, batch=batch), state, self._draws, present, validate=False)
+        ok = (out.alloc[:, i] == counts) & ~out.oom[:, i] & ~out.vetoed[:, i] & ~out.projected[:, i]
+        ok = ok.reshape(G, L)
+        best = np.where(ok.any(1), L - 1 - np.argmax(ok[:, ::-1], axis=1), -1)
+        res = np.concatenate(([-1], best))[: int(st.max_gpus[i]) + 1]
+        res.setflags(write=False)
+        self._cache[key] = res
+        return res
+
+    def largest(self, i: int, precision: np.ndarray, gpus: int) -> int:
+        """The largest batch level that fits on ``gpus`` GPUs (0 when nothing fits or gpus = 0)."""
+        if gpus <= 0:
+            return 0
+        return max(int(self.table(i, precision)[gpus]), 0)
+
+    def fewest_gpus(self, i: int, precision: np.ndarray) -> int:
+        """The fewest GPUs that hold one sequence (max_gpus when none do)."""
+        t = self.table(i, precision)
+        ok = np.flatnonzero(t >= 0)
+        return int(ok[0]) if ok.size else int(self.env_static.max_gpus[i])
+
+
+__all__ = ["BasePolicy", "FitTable", "N_OBS", "OBS", "Policy", "fleet_env", "split"]
