@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: train test install clean
+.PHONY: train test install clean baselines demo
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no python3.11 or python3 on PATH; install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
@@ -26,6 +26,14 @@ train: $(STAMP)
 ## make test: the whole test suite
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+## make baselines: every reference policy on every task, 10 seeds; updates README.md and docs/results.md
+baselines: $(STAMP)
+	$(VENV)/bin/fleet-marl baselines --episodes 10 --seed 0
+
+## make demo: one rendered episode of easy with precision_expert
+demo: $(STAMP)
+	$(VENV)/bin/fleet-marl demo --every 10
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
