@@ -377,15 +377,19 @@ def evaluate(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=3 * len(seeds), desc=f"evaluate {task}", unit="episode", file=sys.stderr, leave=False)
+        own = 0 if isinstance(policy, str) and policy in (RANDOM, REFERENCE) else len(seeds)
+        bar = tqdm(total=2 * len(seeds) + own, desc=f"evaluate {task}", unit="episode", file=sys.stderr, leave=False)
     try:
-        eps = []
-        for s in seeds:
-            eps.append(run_episode(env, pol, s, str(source)))
-            if bar is not None:
-                bar.update(1)
         rand = reference_episodes(task, RANDOM, seeds, overrides, bar, cache)
         ref = reference_episodes(task, REFERENCE, seeds, overrides, bar, cache)
+        if isinstance(policy, str) and policy in (RANDOM, REFERENCE):
+            eps = rand if policy == RANDOM else ref  # the same episodes: play them once
+        else:
+            eps = []
+            for s in seeds:
+                eps.append(run_episode(env, pol, s, str(source)))
+                if bar is not None:
+                    bar.update(1)
     finally:
         if bar is not None:
             bar.close()

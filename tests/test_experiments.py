@@ -27,6 +27,7 @@ def test_readme_python_snippets_run():
     text = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert blocks
+    ns: dict = {}  # one namespace, top to bottom: a snippet may use what an earlier one defined
     for code in blocks:
         # a snippet may end with a line that shows an error on purpose: run it expecting that error
         lines = code.strip().splitlines()
@@ -34,10 +35,10 @@ def test_readme_python_snippets_run():
             from fleet_marl.config import ConfigError
 
             try:
-                exec(compile("\n".join(lines[:-1]), "README.md", "exec"), {})
+                exec(compile("\n".join(lines[:-1]), "README.md", "exec"), ns)
             except ConfigError as e:
                 assert lines[-1].removeprefix("# ConfigError: ") == str(e)
             else:
                 raise AssertionError("the README's error example did not raise")
         else:
-            exec(compile(code, "README.md", "exec"), {})
+            exec(compile(code, "README.md", "exec"), ns)

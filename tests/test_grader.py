@@ -30,11 +30,14 @@ def test_score_formula_and_clipping():
 
 
 def test_random_scores_zero_and_planner_scores_one():
-    r = evaluate("tiny", "random", episodes=2, progress=False)
-    p = evaluate("tiny", "planner", episodes=2, progress=False)
+    # factories: played afresh, not taken from the reference episodes
+    r = evaluate("tiny", lambda env: policies.make("random", env), episodes=2, progress=False)
+    p = evaluate("tiny", lambda env: policies.make("planner", env), episodes=2, progress=False)
     assert r.score == 0.0 and p.score == 1.0
     assert r.welfare.tolist() == r.random_welfare
     assert p.welfare.tolist() == p.reference_welfare
+    by_name = evaluate("tiny", "planner", episodes=2, progress=False)  # reuses the reference episodes
+    assert by_name.welfare.tolist() == p.welfare.tolist() and by_name.policy == "planner"
     e = evaluate("tiny", "precision_expert", episodes=2, progress=False)
     assert 0.0 < e.score <= 1.0
     expected = (e.welfare.mean() - np.mean(e.random_welfare)) / (np.mean(e.reference_welfare) - np.mean(e.random_welfare))
