@@ -53,16 +53,25 @@ def table(evals: list[Evaluation]) -> str:
     return "\n".join(lines)
 
 
-def block(evals: list[Evaluation], episodes: int, seed: int) -> str:
+def block(evals: list[Evaluation], episodes: int, seed: int, extra_args: str = "") -> str:
     """The table with the command and the seeds that reproduce it."""
     seeds = f"{seed}..{seed + episodes - 1}"
+    cmd = f"fleet-marl baselines --episodes {episodes} --seed {seed}{extra_args}"
+    how = f"`{cmd}`" if extra_args else f"`make baselines` (`{cmd}`)"
     return (
         f"{START}\n"
-        f"Episode welfare over seeds {seeds} ({episodes} episodes per cell), score = (W − W_random) / (W_planner − W_random) "
-        f"clipped to [0, 1], Jain's index of normalized service. Reproduce with `make baselines` "
-        f"(`fleet-marl baselines --episodes {episodes} --seed {seed}`; Python {platform.python_version()}).\n\n"
+        f"Episode welfare over seeds {seeds} ({episodes} episodes per cell; ± is the standard deviation over episodes), "
+        f"score = (W − W_random) / (W_planner − W_random) clipped to [0, 1], Jain's index of normalized service (mean over "
+        f"episodes); starvation events and degenerate tenant-rounds are summed over tenants and episodes. "
+        f"Reproduce with {how}; Python {platform.python_version()}.\n\n"
         f"{table(evals)}\n{END}"
     )
+
+
+def checkout() -> Path | None:
+    """The fleet_marl source checkout this package runs from (None for an installed wheel)."""
+    root = Path(__file__).resolve().parents[1]
+    return root if (root / "pyproject.toml").is_file() and (root / "README.md").is_file() else None
 
 
 def write(path: Path, text: str) -> bool:

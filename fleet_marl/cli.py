@@ -28,8 +28,9 @@ import numpy as np
 
 from fleet_marl import catalog
 from fleet_marl.catalog import CatalogError
-from fleet_marl.grader import GraderError, PolicyError
-from fleet_marl.tasks import TASKS
+
+#: The task names (kept here so that ``estimate`` and ``sweep`` do not import the env).
+TASKS = ("tiny", "easy", "medium", "hard", "trace")
 
 EXAMPLES = {
     "estimate": """examples:
@@ -55,7 +56,7 @@ score = (welfare - random's) / (planner's - random's), clipped to [0, 1], on the
 """,
     "baselines": """examples:
   fleet-marl baselines                          # 10 seeds, every task and policy; updates README.md and docs/results.md
-  fleet-marl baselines --tasks tiny,easy --episodes 3 --no-write
+  fleet-marl baselines --tasks tiny,easy --episodes 3  # a partial run prints the table and writes nothing (--write to force)
 """,
     "demo": """examples:
   fleet-marl demo                               # easy, precision_expert, seed 0
@@ -397,9 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--policies", default="", help="comma-separated reference policies (default: all)")
     b.add_argument("--episodes", type=int, default=10, help="seeds per cell (default 10)")
     b.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
-    b.add_argument("--results", default="docs/results.md", help="markdown file to update (default docs/results.md)")
-    b.add_argument("--readme", default="README.md", help="README to update (default README.md)")
-    b.add_argument("--no-write", action="store_true", help="print the table only")
+    b.add_argument("--results", default=None, help="markdown file to update (default: docs/results.md of the fleet_marl checkout)")
+    b.add_argument("--readme", default=None, help="README to update (default: README.md of the fleet_marl checkout)")
+    w = b.add_mutually_exclusive_group()
+    w.add_argument("--write", action="store_true", help="update the files even for a partial run (--tasks/--policies)")
+    w.add_argument("--no-write", action="store_true", help="print the table only")
 
     d = sub.add_parser("demo", help="one rendered episode with a summary", epilog=EXAMPLES["demo"], formatter_class=argparse.RawDescriptionHelpFormatter)
     d.add_argument("--task", default="easy", help="task (default easy)")
@@ -462,22 +465,36 @@ def run_baselines(args) -> None:
             raise CLIError(f"--policies: {n!r}: expected reference policies from {', '.join(policies.POLICIES)}")
     _positive("episodes", args.episodes)
     _positive("seed", args.seed, 0)
+    full = tasks == list(TASKS) and names == list(policies.POLICIES)
+    write = not args.no_write and (full or args.write)
+    root = baselines.checkout()
+    results = Path(args.results) if args.results else (root / "docs" / "results.md" if root else None)
+    readme = Path(args.readme) if args.readme else (root / "README.md" if root else None)
+    if write and (results is None or readme is None):
+        raise CLIError("no fleet_marl checkout found to write README.md and docs/results.md into; pass --results and --readme, or --no-write")
     evals = baselines.run(tasks, names, episodes=args.episodes, seed=args.seed)
     print(baselines.table(evals))
-    if not args.no_write:
-        text = baselines.block(evals, args.episodes, args.seed)
-        for path in (Path(args.results), Path(args.readme)):
-            if path.name == "results.md" and not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text("# Results\n\n## Baselines: the reference policies\n\n")
-            if baselines.write(path, text):
-                print(f"updated {path}", file=sys.stderr)
+    if not write:
+        if not args.no_write:
+            print("partial run (--tasks/--policies): the README and docs/results.md are left as they are; pass --write to update them", file=sys.stderr)
+        return
+    extra = ("" if tasks == list(TASKS) else f" --tasks {','.join(tasks)}") + ("" if names == list(policies.POLICIES) else f" --policies {','.join(names)}")
+    text = baselines.block(evals, args.episodes, args.seed, extra)
+    for path in (results, readme):
+        if path.name == "results.md" and not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("# Results\n\n## Baselines: the reference policies\n\n")
+        if baselines.write(path, text):
+            print(f"updated {path}", file=sys.stderr)
 
 
 def run_demo(args) -> None:
     from fleet_marl.demo import demo
 
     _positive("every", args.every)
+    _positive("seed", args.seed, 0)
+    if args.gif and Path(args.gif).suffix.lower() != ".gif":
+        raise CLIError(f"--gif {args.gif}: expected a path ending in .gif")
     if args.task not in TASKS:
         raise CLIError(f"--task {args.task!r}: expected one of {', '.join(TASKS)}")
     if not args.fps > 0:
@@ -488,6 +505,18 @@ def run_demo(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `fleet-marl ... | head`
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: list[str] | None = None) -> int:
+    from fleet_marl.grader import GraderError, PolicyError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

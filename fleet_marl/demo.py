@@ -46,7 +46,7 @@ def save_gif(frames: list[np.ndarray], path: Path, fps: float) -> Path:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     images = [Image.fromarray(f) for f in frames]
-    images[0].save(path, save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
+    images[0].save(path, format="GIF", save_all=True, append_images=images[1:], duration=int(1000 / fps), loop=0)
     return path
 
 

@@ -14,14 +14,15 @@ episode with seed ``s`` resets the environment and the policy with ``s``.
 >>> round(ev.score, 2)  # doctest: +SKIP
 
 A policy is given as a reference name (``policies.POLICIES``), ``package.module:Name``, a
-path to a ``.py`` file (``my_policy.py`` or ``my_policy.py:Name``), a policy object, or a
-factory ``env -> policy``. ``Name`` is a class or a function; it is called with the env if it
+path to a ``.py`` file (``my_policy.py`` or ``my_policy.py:Name``), a class or a factory
+``env -> policy``, or a policy object that is not bound to another env. ``Name`` is a class or a function; it is called with the env if it
 takes an argument, else with none. A file without ``:Name`` must define ``make_policy(env)``
 or exactly one class with ``act`` and ``reset`` methods. Every problem -- an import that
 fails, an object that lacks the protocol, a malformed action -- is a :class:`PolicyError`
 that names the source, the agent and the problem.
 
-The reference welfares are cached per (task, overrides, seed, policy, code version) under
+The reference welfares are cached per (task, overrides, seed, policy, code version and the
+contents of any trace file the task replays) under
 ``$FLEET_MARL_CACHE`` (default ``~/.cache/fleet_marl``), so repeated evaluations only run the
 policy under test.
 """
@@ -96,19 +97,54 @@ def _from_module(source: str, module, name: str | None, env):
         if inspect.isclass(v) and v.__module__ == module.__name__ and callable(getattr(v, "act", None)) and callable(getattr(v, "reset", None))
     ]
     if len(classes) != 1:
-        what = "no class" if not classes else f"{len(classes)} classes ({', '.join(c.__name__ for c in classes)})"
-        raise PolicyError(source, f"defines {what} with act() and reset(); expected make_policy(env) or exactly one such class, or name one with {source}:ClassName")
+        if classes:
+            what = f"{len(classes)} classes with act() and reset() ({', '.join(c.__name__ for c in classes)})"
+        else:
+            others = [v for v in vars(module).values() if inspect.isclass(v) and v.__module__ == module.__name__]
+            lacks = [f"{c.__name__} lacks {' and '.join(m + '()' for m in ('reset', 'act') if not callable(getattr(c, m, None)))}" for c in others]
+            what = "no class with act() and reset()" + (f" ({'; '.join(lacks)})" if lacks else "")
+        raise PolicyError(source, f"defines {what}; expected make_policy(env) or exactly one such class, or name one with {source}:ClassName")
     return _call(source, classes[0], env)
+
+
+def source_name(spec) -> str:
+    """How a policy given as an object, a class or a factory is named in reports and errors."""
+    if isinstance(spec, str):
+        return spec
+    if inspect.isclass(spec) or inspect.isfunction(spec):
+        return spec.__qualname__
+    return getattr(spec, "name", None) or type(spec).__qualname__
+
+
+def _fleet_env_or_none(env):
+    from policies.base import fleet_env
+
+    try:
+        return fleet_env(env)
+    except TypeError:
+        return None
+
+
+def _on_path(folder: Path) -> None:
+    """Put ``folder`` first on ``sys.path`` (as ``python file.py`` and ``python -m`` do), so a
+    policy can import its siblings and ``module:Name`` finds modules in the working directory."""
+    f = str(folder.resolve())
+    if f not in sys.path:
+        sys.path.insert(0, f)
 
 
 def load_policy(spec, env) -> Any:
     """A policy object for ``env`` from ``spec`` (see the module docstring)."""
     if not isinstance(spec, str):
+        name = source_name(spec)
+        if inspect.isclass(spec) or (callable(spec) and not callable(getattr(spec, "act", None))):
+            return _check_protocol(name, _call(name, spec, env))
         if callable(getattr(spec, "act", None)):
-            return _check_protocol(type(spec).__name__, spec)
-        if callable(spec):
-            return _check_protocol(getattr(spec, "__name__", repr(spec)), _call(getattr(spec, "__name__", repr(spec)), spec, env))
-        raise PolicyError(repr(spec), "expected a reference policy name, 'module:Name', a .py path, a policy object or a factory env -> policy")
+            bound = getattr(spec, "env", None)
+            if bound is not None and _fleet_env_or_none(bound) is not None and _fleet_env_or_none(bound) is not env:
+                raise PolicyError(name, "is bound to another environment than the one being evaluated; pass its class or a factory env -> policy instead (for example lambda env: policies.make('bidder', env))")
+            return _check_protocol(name, spec)
+        raise PolicyError(repr(spec), "expected a reference policy name, 'module:Name', a .py path, a policy object, a class or a factory env -> policy")
     import policies
 
     if spec in policies.POLICIES:
@@ -119,6 +155,7 @@ def load_policy(spec, env) -> Any:
         if not path.is_file():
             raise PolicyError(spec, f"file {path} not found (looked from {Path.cwd()})")
         mod_name = f"fleet_marl_user_policy_{hashlib.blake2b(str(path.resolve()).encode(), digest_size=6).hexdigest()}"
+        _on_path(path.parent)
         try:
             loader_spec = importlib.util.spec_from_file_location(mod_name, path)
             module = importlib.util.module_from_spec(loader_spec)
@@ -129,6 +166,7 @@ def load_policy(spec, env) -> Any:
             raise PolicyError(str(path), f"failed to import: {type(exc).__name__}: {exc}") from exc
         return _check_protocol(spec, _from_module(spec, module, name or None, env))
     if name:
+        _on_path(Path.cwd())
         try:
             module = importlib.import_module(path_part)
         except Exception as exc:
@@ -160,7 +198,8 @@ def _checked_actions(source: str, env: FleetParallelEnv, actions, round_: int) -
         raise PolicyError(source, f"act() returned a {type(actions).__name__} at round {round_}; expected a dict {{agent: action}} for the live agents {', '.join(env.agents)}")
     for a in actions:
         if a not in env.agents:
-            raise PolicyError(source, f"act() returned an action for {a!r} at round {round_}, which is not a live agent; live: {', '.join(env.agents)}", agent=str(a))
+            raise PolicyError(source, f"act() returned an action for {a!r} at round {round_}, which is not a live agent; live: {', '.join(env.agents)}. "
+                              "step() returns an observation for an agent on the round it finishes: act only for the agents in env.agents", agent=str(a))
     for a in env.agents:
         if a not in actions:
             raise PolicyError(source, f"act() returned no action at round {round_}; expected one for every live agent", agent=a)
@@ -174,6 +213,8 @@ def _checked_actions(source: str, env: FleetParallelEnv, actions, round_: int) -
 def run_episode(env: FleetParallelEnv, policy, seed: int, source: str = "policy") -> Episode:
     """Play one episode of ``env`` with ``policy`` from ``seed``, checking every action."""
     obs, infos = env.reset(seed=seed)
+    for k, a in enumerate(env.possible_agents):  # so action_space(a).sample(mask) is reproducible too
+        env.action_space(a).seed(seed * 1_000_003 + k)
     try:
         policy.reset(seed)
     except Exception as exc:
@@ -234,6 +275,26 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("FLEET_MARL_CACHE", Path.home() / ".cache" / "fleet_marl")) / "grader"
 
 
+_TRACE_DIGESTS: dict[tuple, str] = {}
+
+
+def data_version(env: FleetParallelEnv) -> str:
+    """A digest of the trace files the env replays (empty when it replays none)."""
+    from fleet_marl.workloads import resolve_trace
+
+    h = hashlib.blake2b(digest_size=12)
+    for t in env.config.tenants:
+        if t.workload.pattern != "trace":
+            continue
+        p = resolve_trace(t.workload.trace).resolve()
+        stat = p.stat()
+        key = (str(p), stat.st_size, stat.st_mtime_ns)
+        if key not in _TRACE_DIGESTS:
+            _TRACE_DIGESTS[key] = hashlib.blake2b(p.read_bytes(), digest_size=12).hexdigest()
+        h.update(_TRACE_DIGESTS[key].encode())
+    return h.hexdigest()
+
+
 def _cache_key(task: str, overrides: dict, policy: str, seed: int, version: str) -> str:
     blob = json.dumps({"task": task, "overrides": overrides, "policy": policy, "seed": seed, "version": version}, sort_keys=True, default=str)
     return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
@@ -243,8 +304,9 @@ def reference_episodes(task: str, name: str, seeds, overrides: dict | None = Non
     """Episodes of the reference policy ``name`` (random or planner), from the cache when it
     has them."""
     overrides = dict(overrides or {})
-    version = code_version() if cache else ""
-    out, env, pol = [], None, None
+    env, pol = make_env(task, **overrides), None
+    version = code_version() + data_version(env) if cache else ""
+    out = []
     d = _cache_dir()
     for s in seeds:
         path = d / f"{_cache_key(task, overrides, name, int(s), version)}.json"
@@ -256,8 +318,7 @@ def reference_episodes(task: str, name: str, seeds, overrides: dict | None = Non
                 continue
             except (OSError, ValueError, TypeError):
                 pass  # a damaged entry is recomputed
-        if env is None:
-            env = make_env(task, **overrides)
+        if pol is None:
             pol = load_policy(name, env)
         ep = run_episode(env, pol, int(s), name)
         out.append(ep)
@@ -371,7 +432,7 @@ def evaluate(
     overrides = dict(overrides or {})
     seeds = list(range(int(seed), int(seed) + int(episodes)))
     env = make_env(task, **overrides)
-    source = policy if isinstance(policy, str) else getattr(policy, "name", None) or type(policy).__name__
+    source = source_name(policy)
     pol = load_policy(policy, env)
     bar = None
     if progress:
@@ -399,4 +460,4 @@ def evaluate(
     )
 
 
-__all__ = ["Episode", "Evaluation", "GraderError", "PolicyError", "evaluate", "load_policy", "make_env", "reference_episodes", "run_episode", "score"]
+__all__ = ["Episode", "Evaluation", "GraderError", "PolicyError", "code_version", "data_version", "evaluate", "load_policy", "make_env", "reference_episodes", "run_episode", "score", "source_name"]

@@ -119,6 +119,18 @@ class BasePolicy:
     def legal_max(mask: np.ndarray) -> int:
         return int(np.flatnonzero(mask)[-1])
 
+    def holding(self, i: int, n: int, mask: np.ndarray, precision: np.ndarray) -> int:
+        """``n`` GPUs raised to the fewest that hold the model, within the mask; 0 when ``n``
+        is 0, when no count holds the model, or when the mask forbids enough GPUs (asking
+        for GPUs that cannot run anything only costs money)."""
+        if n <= 0:
+            return 0
+        least = self.fits.fewest_gpus(i, precision)
+        if least is None:
+            return 0
+        n = self.clip_gpus(max(n, least), mask)
+        return n if n >= least else 0
+
     @staticmethod
     def clip_gpus(n: int, mask: np.ndarray) -> int:
         """The largest GPU count the mask allows that is at most ``n``."""
@@ -202,11 +214,11 @@ class FitTable:
             return 0
         return max(int(self.table(i, precision)[gpus]), 0)
 
-    def fewest_gpus(self, i: int, precision: np.ndarray) -> int:
-        """The fewest GPUs that hold one sequence (max_gpus when none do)."""
+    def fewest_gpus(self, i: int, precision: np.ndarray) -> int | None:
+        """The fewest GPUs that hold one sequence (None when even max_gpus cannot)."""
         t = self.table(i, precision)
         ok = np.flatnonzero(t >= 0)
-        return int(ok[0]) if ok.size else int(self.env_static.max_gpus[i])
+        return int(ok[0]) if ok.size else None
 
 
 __all__ = ["BasePolicy", "FitTable", "N_OBS", "OBS", "Policy", "fleet_env", "split"]

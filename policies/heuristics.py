@@ -8,8 +8,8 @@ greedy             the most GPUs the mask allows, the highest bid, FP32 (the mos
                    precision) on every group, the largest batch that fits
 fair_share         its max-min fair share of GPUs (``fair_share`` feature), at list price,
                    BF16 on every group, the largest batch that fits
-precision_expert   its fair share (at least the fewest GPUs that hold the model), at list
-                   price; BF16 on embeddings, attention, norms and head, FP8 on the MLP where
+precision_expert   its fair share (at least the fewest GPUs that hold the model; none if
+                   the model fits on no count the mask allows), at list price; BF16 on embeddings, attention, norms and head, FP8 on the MLP where
                    the GPU supports it; the largest batch that fits
 bidder             budget-aware: paces spending over the rounds left, bids higher the longer
                    its backlog and the more budget it has to spare, asks for nothing without
@@ -79,10 +79,8 @@ class PrecisionExpertPolicy(BasePolicy):
     name = "precision_expert"
 
     def gpus_for(self, i: int, obs: np.ndarray, mask: tuple, prec: np.ndarray) -> int:
-        fair = fair_gpus(obs, int(self.env.kernel_static.max_gpus[i]))
-        if fair > 0:
-            fair = max(fair, self.fits.fewest_gpus(i, prec))
-        return self.clip_gpus(fair, mask[0])
+        """Its fair share, raised to the fewest GPUs that hold the model; 0 if none can."""
+        return self.holding(i, fair_gpus(obs, int(self.env.kernel_static.max_gpus[i])), mask[0], prec)
 
     def act_one(self, observation, agent, info=None):
         obs, mask = split(observation, agent, info, self.env)
@@ -98,10 +96,13 @@ class BidderPolicy(PrecisionExpertPolicy):
       a server's ``max(queue, arrivals)``; 0 without work, and then it asks for nothing.
     * **Pace** ``p = budget share left / time share left``: above 1 it can afford to spend
       faster than evenly, below 1 it must slow down.
-    * **Bid** the level nearest ``b * p * (highest level)``, never below the lowest level that
-      can win.
-    * **GPUs**: as many as ``b`` times the GPUs its even-paced budget per round buys at that
-      bid, at least its fair share when the pace allows it (p >= 1), within the mask.
+    * **Bid** the level nearest ``b * min(p, 1) * (highest level)``, never below the lowest
+      level that can win.
+    * **GPUs**: as many as ``b`` times the GPUs its even-paced budget per round buys at the
+      price it would pay (the bid under proportional share and auction, list price
+      otherwise), at least its fair share when the pace allows it (p >= 1); then raised to the
+      fewest GPUs that hold its model, within the mask, or 0 when the mask does not allow that
+      many.
     """
 
     name = "bidder"
@@ -125,14 +126,15 @@ class BidderPolicy(PrecisionExpertPolicy):
         levels = env.bid_levels
         want = backlog * min(pace, 1.0) * levels[-1]
         bid = max(int(np.argmin(np.abs(levels - want))), low)
-        unit = float(st.list_price[i]) * float(levels[bid]) * st.round_seconds / 3600.0
+        # what a GPU-round costs: the bid in a proportional share or an auction (at most the
+        # bid), the list price under max-min and priority
+        paid = float(levels[bid]) if env.config.arbiter.mechanism in ("proportional", "auction") else 1.0
+        unit = float(st.list_price[i]) * paid * st.round_seconds / 3600.0
         per_round = budget_left / rounds_left
         gpus = int(math.floor(backlog * per_round / unit))
         if pace >= 1.0:
-            gpus = max(gpus, self.gpus_for(i, obs, mask, prec))
-        gpus = self.clip_gpus(min(gpus, int(st.max_gpus[i])), mask[0])
-        if gpus > 0:
-            gpus = self.clip_gpus(max(gpus, self.fits.fewest_gpus(i, prec)), mask[0])
+            gpus = max(gpus, fair_gpus(obs, int(st.max_gpus[i])))
+        gpus = self.holding(i, min(gpus, int(st.max_gpus[i])), mask[0], prec)
         return self.action(i, gpus, bid, prec)
 
 

@@ -193,15 +193,19 @@ def test_baselines_table_and_marked_blocks(tmp_path, capsys):
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\nbefore\n\n<!-- baselines:start -->\nold\n<!-- baselines:end -->\n\nafter\n")
     results = tmp_path / "docs" / "results.md"
-    assert cli.main(["baselines", "--tasks", "tiny", "--policies", "random,fair_share,planner", "--episodes", "2",
-                     "--results", str(results), "--readme", str(readme)]) == 0
-    out = capsys.readouterr().out
-    assert "| tiny | fair_share |" in out
+    args = ["baselines", "--tasks", "tiny", "--policies", "random,fair_share,planner", "--episodes", "2", "--results", str(results), "--readme", str(readme)]
+    assert cli.main(args) == 0  # a partial run writes nothing unless asked
+    captured = capsys.readouterr()
+    assert "| tiny | fair_share |" in captured.out and "pass --write" in captured.err
+    assert "old" in readme.read_text() and not results.exists()
+    assert cli.main(args + ["--write"]) == 0
     text = readme.read_text()
     assert "old" not in text and "before" in text and "after" in text and "| tiny | planner |" in text and "| 1.00 |" in text
+    assert "--tasks tiny --policies random,fair_share,planner`" in text  # the command that reproduces it
     assert "| tiny | random |" in results.read_text()
     # a second run with the same results rewrites nothing
-    assert not baselines.write(readme, baselines.block(baselines.run(["tiny"], ["random", "fair_share", "planner"], 2, 0, progress=False), 2, 0))
+    assert not baselines.write(readme, baselines.block(baselines.run(["tiny"], ["random", "fair_share", "planner"], 2, 0, progress=False), 2, 0,
+                                                          " --tasks tiny --policies random,fair_share,planner"))
 
 
 def test_demo_prints_frames_and_a_summary_and_saves_a_gif(tmp_path, capsys):
@@ -215,3 +219,69 @@ def test_demo_prints_frames_and_a_summary_and_saves_a_gif(tmp_path, capsys):
     with Image.open(gif) as im:
         assert im.n_frames >= 3
     assert cli.main(["demo", "--every", "0"]) == 2
+    assert cli.main(["demo", "--seed", "-1"]) == 2
+    assert cli.main(["demo", "--gif", str(tmp_path / "noext")]) == 2
+    assert "expected a path ending in .gif" in capsys.readouterr().err
+
+
+def test_cli_task_names_match_the_tasks():
+    from fleet_marl.tasks import TASKS
+
+    assert cli.TASKS == tuple(TASKS)
+
+
+def test_policy_objects_bound_elsewhere_are_refused_and_classes_are_built():
+    other = fleet_marl.parallel_env(task="easy")
+    with pytest.raises(PolicyError, match="bound to another environment"):
+        evaluate("tiny", policies.make("fair_share", other), episodes=1, progress=False)
+    ev = evaluate("tiny", policies.GreedyPolicy, episodes=1, progress=False)
+    assert ev.policy == "GreedyPolicy"
+    assert ev.welfare.tolist() == evaluate("tiny", "greedy", episodes=1, progress=False).welfare.tolist()
+
+
+def test_module_from_the_working_directory_and_sibling_imports(tmp_path, monkeypatch):
+    write(tmp_path, "good_mod.py", GOOD)
+    sibling = write(tmp_path, "uses_sibling.py", """
+        from good_mod import Mine
+
+        def make_policy(env):
+            return Mine(env)
+    """)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
+    env = fleet_marl.parallel_env(task="tiny")
+    assert type(load_policy("good_mod:Mine", env)).__name__ == "Mine"
+    assert type(load_policy(str(sibling), env)).__name__ == "Mine"
+
+
+def test_policies_that_sample_the_action_space_are_deterministic(tmp_path):
+    f = write(tmp_path, "sampler.py", """
+        class Sampler:
+            def __init__(self, env):
+                self.env = env
+            def reset(self, seed=None):
+                pass
+            def act(self, observations, infos):
+                return {a: self.env.action_space(a).sample(infos[a]["action_mask"]) for a in self.env.agents}
+    """)
+    a = evaluate("easy", str(f), episodes=2, progress=False).welfare.tolist()
+    b = evaluate("easy", str(f), episodes=2, progress=False).welfare.tolist()
+    assert a == b and a[0] != a[1]
+
+
+def test_the_cache_follows_the_trace_files(tmp_path, monkeypatch):
+    from fleet_marl.workloads import traces_dir
+
+    src = traces_dir()
+    if not (src / "pollux_workload-1.csv").is_file():
+        pytest.skip(f"the public traces are not at {src}")
+    import shutil
+
+    copy = tmp_path / "traces"
+    shutil.copytree(src, copy)
+    monkeypatch.setenv("FLEET_MARL_TRACES", str(copy))
+    before = reference_episodes("trace", "random", [0])[0].welfare
+    lines = (copy / "pollux_workload-1.csv").read_text().splitlines()
+    (copy / "pollux_workload-1.csv").write_text("\n".join(lines[:4]) + "\n")  # only the first three jobs
+    after = reference_episodes("trace", "random", [0])[0].welfare
+    assert after != before

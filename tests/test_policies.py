@@ -11,7 +11,7 @@ import policies
 from fleet_marl import catalog
 from fleet_marl.environment import BATCH_LEVELS
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
-from fleet_marl.tasks import TASKS
+from fleet_marl.tasks import TASKS, task_dict
 from policies.base import OBS, PREC
 from policies.heuristics import EXPERT_MAP
 
@@ -246,3 +246,96 @@ def test_policies_import_no_ray():
     code = "import sys, policies, fleet_marl.grader; bad = [m for m in ('ray', 'torch') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+BUDGET_SCALE = {"tiny": 0.01, "easy": 0.02, "medium": 0.05, "hard": 0.1, "trace": 0.02}
+
+
+@pytest.mark.parametrize("task", TASK_NAMES)
+@pytest.mark.parametrize("name", ["random", "greedy", "fair_share", "precision_expert", "bidder", "planner"])
+def test_policies_stay_legal_when_budgets_shrink_the_gpu_mask(task, name):
+    """With budgets cut, the GPU mask shrinks as money runs out and tenants go broke: every
+    choice stays within the mask (illegal_action='raise'; play() is not used here, but the
+    env raises on any masked choice)."""
+    d = task_dict(task)
+    for t in d["tenants"]:
+        t["budget"] *= BUDGET_SCALE[task]
+    # money out of the utility (cost_weight 0), so that even the planner spends until it is broke
+    env = fleet_marl.parallel_env(task=task, tenants=d["tenants"], reward={"cost_weight": 0.0}, compute_all=False, illegal_action="raise")
+    pol = policies.make(name, env)
+    obs, infos = env.reset(seed=0)
+    pol.reset(0)
+    shrunk = broke = 0
+    while env.agents:
+        for a in env.agents:
+            shrunk += int(env.action_mask(a)[0].sum() < len(env.action_mask(a)[0]))
+        obs, _, terms, _, infos = env.step(pol.act(obs, infos))
+        broke += sum(terms.values())
+    assert shrunk > 0 and broke > 0
+
+
+def test_a_model_that_fits_nowhere_gets_no_gpus():
+    """precision_expert and bidder ask for nothing rather than pay for GPUs that OOM."""
+    tenants = [
+        {"kind": "train", "model": "llama-3.1-70b", "gpu_type": "l4", "budget": 100.0, "max_gpus": 2, "workload": {"seq_len": 2048, "job_tokens": 1e7, "rate": 6.0}},
+        {"kind": "train", "model": "qwen2.5-0.5b", "gpu_type": "l4", "budget": 100.0, "max_gpus": 8, "workload": {"seq_len": 2048, "job_tokens": 1e8, "rate": 6.0}},
+    ]
+    env = fleet_marl.parallel_env(task="tiny", tenants=tenants, cluster={"gpu_types": ["l4"]}, compute_all=False)
+    for name in ("precision_expert", "bidder", "planner"):
+        pol = policies.make(name, env)
+        obs, infos = env.reset(seed=0)
+        pol.reset(0)
+        assert pol.fits.fewest_gpus(0, pol.precision_map(0, env.action_mask("tenant_0"), EXPERT_MAP)) is None
+        act = pol.act(obs, infos)
+        assert act["tenant_0"][0] == 0 and act["tenant_1"][0] > 0, name
+
+
+def test_bidder_bids_by_backlog_and_budget():
+    """Same tenant, same round: a longer backlog or more budget to spare raises the bid."""
+    env = fleet_marl.parallel_env(task="medium", compute_all=False)
+    obs, infos = env.reset(seed=0)
+    pol = policies.make("bidder", env)
+    a = "tenant_1"  # a server
+    base = obs[a].copy()
+    base[OBS["round"]] = 0.5
+
+    def bid(queue, budget):
+        o = base.copy()
+        o[OBS["queue"]], o[OBS["arrivals"]], o[OBS["budget_left"]] = queue, 0.0, budget
+        return int(pol.act_one(o, a, infos[a])[1])
+
+    assert bid(0.9, 0.5) > bid(0.3, 0.5)  # backlog
+    assert bid(0.9, 0.5) > bid(0.9, 0.1)  # budget pace
+    assert bid(0.0, 0.5) == pol.lowest_winning_bid() and pol.act_one(base * 0, a, infos[a])[0] == 0
+
+
+def test_split_reads_the_mask_where_the_obs_mode_puts_it():
+    from policies.base import split
+
+    env = fleet_marl.parallel_env(task="tiny", obs_mode="dict")
+    obs, infos = env.reset(seed=0)
+    mask = tuple(np.zeros_like(m) for m in obs["tenant_0"]["action_mask"])
+    vec, got = split({"observation": obs["tenant_0"]["observation"], "action_mask": mask}, "tenant_0", {"action_mask": None}, env)
+    assert got is mask and vec.shape == (34,)
+    flat_mask = env.action_mask("tenant_0")
+    assert split(obs["tenant_0"]["observation"], "tenant_0", {"action_mask": flat_mask}, env)[1] is flat_mask
+    assert split(obs["tenant_0"]["observation"], "tenant_0", None, env)[1][0].tolist() == flat_mask[0].tolist()
+
+
+@pytest.mark.parametrize("name", ["random", "bidder", "planner"])
+def test_aec_loop_in_dict_mode_with_early_terminations(name):
+    """AEC with obs_mode='dict' on a budget-starved easy (tenants go broke at different rounds)."""
+    d = task_dict("easy")
+    for t in d["tenants"]:
+        t["budget"] *= 0.02
+    aec = fleet_marl.env(task="easy", tenants=d["tenants"], compute_all=False, illegal_action="raise", obs_mode="dict")
+    pol = policies.make(name, aec)
+    aec.reset(seed=1)
+    pol.reset(1)
+    finished_at = {}
+    for agent in aec.agent_iter():
+        obs, r, term, trunc, info = aec.last()
+        if term or trunc:
+            finished_at.setdefault(agent, aec.unwrapped.env.round)
+        aec.step(None if term or trunc else pol.act_one(obs, agent, info))
+    assert len(set(finished_at.values())) > 1  # not everyone at the horizon
