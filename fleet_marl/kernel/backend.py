@@ -19,10 +19,10 @@ class BackendWarning(RuntimeWarning):
 
 def numba_available() -> bool:
     try:
-        import numba  # noqa: F401
+        import numba
     except ImportError:
         return False
-    return True
+    return numba is not None
 
 
 def resolve_backend(name: str) -> str:

@@ -150,34 +150,38 @@ TABLE_FLOATS = ("weights", "grads", "master", "optimizer", "per_seq_local", "per
 
 
 class TermTable(NamedTuple):
-    """Stage-1 terms for every (map, tenant), packed so that one lookup is three ``np.take``
-    calls: entry ``code * T + t`` of each row is tenant t under precision map ``code``."""
+    """Stage-1 terms for every (map, tenant), packed so that one lookup is one row gather:
+    row ``code * T + t`` holds tenant t under precision map ``code``."""
 
-    floats: np.ndarray  # (len(TABLE_FLOATS), N_MAPS * T) float64
-    run_code: np.ndarray  # (N_MAPS * T,) int64 code of the map that runs (after projection)
-    flags: np.ndarray  # (2, N_MAPS * T) bool: the map is numerically unsafe; the map is invalid
+    floats: np.ndarray  # (N_MAPS * T, len(TABLE_FLOATS)) float64, C order
+    ints: np.ndarray  # (N_MAPS * T, 3) int64: code of the map that runs (after projection), unsafe, invalid
     T: int
 
 
 def build_term_table(st, project: bool, invalid_fn) -> TermTable:
     maps = np.broadcast_to(ALL_MAPS[:, None, :], (N_MAPS, st.T, catalog.N_GROUPS))
     full = tenant_terms(st, maps, project)
-    flat = lambda a: np.ascontiguousarray(np.broadcast_to(a, (N_MAPS, st.T))).reshape(-1)  # noqa: E731
-    floats = np.stack([flat(getattr(full, f)) for f in TABLE_FLOATS])
-    flags = np.stack([flat(full.unsafe), flat(invalid_fn(st, maps))])
-    table = TermTable(floats, flat(map_code(full.precision)), flags, st.T)
-    for a in table[:3]:
-        a.setflags(write=False)
+    flat = lambda a: np.broadcast_to(a, (N_MAPS, st.T)).reshape(-1)  # noqa: E731
+    floats = np.stack([flat(getattr(full, f)) for f in TABLE_FLOATS], axis=-1)
+    ints = np.stack([flat(map_code(full.precision)), flat(full.unsafe), flat(invalid_fn(st, maps))], axis=-1).astype(np.int64)
+    table = TermTable(np.ascontiguousarray(floats), np.ascontiguousarray(ints), st.T)
+    table.floats.setflags(write=False)
+    table.ints.setflags(write=False)
     return table
+
+
+def table_index(table: TermTable, precision: np.ndarray) -> np.ndarray:
+    """(..., T, G) precision codes -> (..., T) row of the term table."""
+    return map_code(precision) * table.T + np.arange(table.T)
 
 
 def lookup_terms(table: TermTable, precision: np.ndarray) -> tuple[TenantTerms, np.ndarray]:
     """Stage 1 by table lookup; same result as ``tenant_terms`` plus ``invalid_precision``."""
-    idx = map_code(precision) * table.T + np.arange(table.T)
-    f = np.take(table.floats, idx, axis=1)
-    unsafe, invalid = np.take(table.flags, idx, axis=1)
+    idx = table_index(table, precision)
+    f = np.moveaxis(table.floats[idx], -1, 0)
+    code, unsafe, invalid = np.moveaxis(table.ints[idx], -1, 0)
     w, g, m, o, psl, pss, tpt, kvr, comm, kvh = f
-    return TenantTerms(ALL_MAPS[np.take(table.run_code, idx)], unsafe, w, g, m, o, psl, pss, tpt, kvr, comm, kvh), invalid
+    return TenantTerms(ALL_MAPS[code], unsafe.astype(bool), w, g, m, o, psl, pss, tpt, kvr, comm, kvh), invalid.astype(bool)
 
 
 class Memory(NamedTuple):

@@ -20,9 +20,9 @@ import numba as nb
 import numpy as np
 
 from fleet_marl import catalog
-from fleet_marl.kernel import arbiter
+from fleet_marl.kernel import arbiter, cost
 from fleet_marl.kernel.cost import RECOMPUTE_FLOPS_FACTOR, TRAIN_FLOPS_FACTOR
-from fleet_marl.kernel.safety import _thermal_constants
+from fleet_marl.kernel.safety import _thermal_constants, invalid_precision
 from fleet_marl.kernel.types import Outcome
 
 _jit = nb.njit(cache=True, nogil=True, error_model="numpy")
@@ -95,30 +95,23 @@ def _waterfill(caps, weights, equal, capacity, tiebreak, got, w, level, order, f
     _argsort_asc(order, level)
     cap_f = float(capacity)
     # capped_before[i] = cumsum(cs)[i] - cs[i]; w_from[i] = sum of ws[i:] added from the end
-    k = 0
-    found = False
-    run = 0.0
+    acc = 0.0
+    for i in range(T - 1, -1, -1):  # frac doubles as w_from: the weights at or after i, added from the end
+        acc += w[order[i]]
+        frac[i] = acc
     cb_k = 0.0
+    wk = frac[0]  # argmax of all-False is 0
+    run = 0.0
     for i in range(T):
         cs = float(caps[order[i]])
         run += cs
         cb = run - cs
-        if not found:
-            wf = 0.0
-            for j in range(T - 1, i - 1, -1):
-                wf += w[order[j]]
-            lv = level[order[i]]
-            filled = cb + lv * wf if math.isfinite(lv) else np.inf
-            if filled >= cap_f:
-                k = i
-                found = True
-                cb_k = cb
-    if not found:  # argmax of all-False is 0
-        k = 0
-        cb_k = 0.0
-    wk = 0.0
-    for j in range(T - 1, k - 1, -1):
-        wk += w[order[j]]
+        lv = level[order[i]]
+        filled = cb + lv * frac[i] if math.isfinite(lv) else np.inf
+        if filled >= cap_f:
+            cb_k = cb
+            wk = frac[i]
+            break
     lam = (cap_f - cb_k) / (wk if wk > 0 else 1.0)
     left = capacity
     for t in range(T):
@@ -149,7 +142,7 @@ def _greedy(caps, order, capacity, got):
 @_jit
 def _rows(
     # inputs, (B, T) unless noted
-    gpus, bid, batch_req, pres, unsafe, invalid, weights, grads, master, optimizer, psl, pss, tpt, kvr, comm, kvh,
+    gpus, bid, batch_req, pres, tidx, tabf, tabi, all_maps,
     prev, temp0, queue, remaining, budget, arrivals, tiebreak,
     # per tenant (T,)
     list_price, max_gpus, pool, priority, is_train, mem_bytes, inter_bw, intra_bw, checkpointing, seq_len,
@@ -159,7 +152,7 @@ def _rows(
     # scalars
     mech, afford_at_bid, reserve, veto, gpn, comm_overlap, mbu, round_s, restart_s, ambient, rise, decay, crit, span, cost_weight,
     # outputs (B, T) unless noted
-    o_req, o_alloc, o_gon, o_nodes, o_price, o_restarted, o_batch, o_unsafe, o_projected, o_vetoed, o_oom, o_tripped,
+    o_prec, o_req, o_alloc, o_gon, o_nodes, o_price, o_restarted, o_batch, o_unsafe, o_projected, o_vetoed, o_oom, o_tripped,
     o_throttle, o_pthr, o_tthr, o_mw, o_mg, o_mm, o_mo, o_ma, o_mkv, o_mtot, o_tps, o_eff, o_progress, o_served,
     o_good, o_attain, o_qnext, o_rnext, o_spend, o_bnext, o_value, o_util, o_welfare, o_node_power, o_rack_power, o_temp_next,
 ):
@@ -178,7 +171,6 @@ def _rows(
     frac = np.empty(T)
     mult = np.empty(T)
     dummy = np.zeros(T)
-    neg_bid = np.empty(T)
     pos_key = np.empty(T)
     free = np.empty(K, np.int64)
     avail = np.empty(K, np.int64)
@@ -277,6 +269,12 @@ def _rows(
                     free[k] -= take
         # --- per tenant: safety, memory, throughput ------------------------------------------
         for t in range(T):
+            row = tidx[b, t]
+            weights, grads, master, optimizer = tabf[row, 0], tabf[row, 1], tabf[row, 2], tabf[row, 3]
+            psl, pss, tpt, kvr, comm, kvh = tabf[row, 4], tabf[row, 5], tabf[row, 6], tabf[row, 7], tabf[row, 8], tabf[row, 9]
+            unsafe, invalid = tabi[row, 1] != 0, tabi[row, 2] != 0
+            for g in range(all_maps.shape[1]):
+                o_prec[b, t, g] = all_maps[tabi[row, 0], g]
             n = o_alloc[b, t]
             has = n > 0
             nodes = 0
@@ -288,26 +286,26 @@ def _rows(
             o_price[b, t] = list_price[t] * mult[t]
             n1 = max(n, 1)
             inv = 1.0 / n1
-            kv_div = min(float(n1), kvh[b, t])
+            kv_div = min(float(n1), kvh)
             if veto:
                 bt = batch_req[b, t]
                 oom = False
-                vetoed = (unsafe[b, t] or invalid[b, t]) and has
+                vetoed = (unsafe or invalid) and has
                 projected = False
             else:
-                fixed = (weights[b, t] + grads[b, t] + master[b, t] + optimizer[b, t]) * inv
-                per_seq = psl[b, t] + pss[b, t] / kv_div
+                fixed = (weights + grads + master + optimizer) * inv
+                per_seq = psl + pss / kv_div
                 fit = math.floor((mem_bytes[t] - fixed) / per_seq)
                 bt = int(max(min(float(batch_req[b, t]), fit), 1.0))
                 oom = fit < 1 and has
-                vetoed = invalid[b, t] and has
-                projected = (unsafe[b, t] or bt < batch_req[b, t]) and has and not oom and not vetoed
-            mw = weights[b, t] * inv
-            mg = grads[b, t] * inv
-            mm = master[b, t] * inv
-            mo = optimizer[b, t] * inv
-            ma = bt * psl[b, t]
-            mkv = bt * pss[b, t] / kv_div
+                vetoed = invalid and has
+                projected = (unsafe or bt < batch_req[b, t]) and has and not oom and not vetoed
+            mw = weights * inv
+            mg = grads * inv
+            mm = master * inv
+            mo = optimizer * inv
+            ma = bt * psl
+            mkv = bt * pss / kv_div
             mtot = mw + mg + mm + mo + ma + mkv
             if veto:
                 oom = mtot > mem_bytes[t] and has
@@ -322,22 +320,22 @@ def _rows(
             o_oom[b, t] = oom
             o_vetoed[b, t] = vetoed
             o_projected[b, t] = projected
-            o_unsafe[b, t] = unsafe[b, t] and has
+            o_unsafe[b, t] = unsafe and has
             run = has and not oom and not vetoed
             running[t] = run
             # throughput (cost.throughput)
             nf = float(n1)
             bw_link = inter_bw[t] if nodes > 1 else intra_bw[t]
             bf = float(max(bt, 1))
-            tp = tpt[b, t]
+            tp = tpt
             passes = RECOMPUTE_FLOPS_FACTOR if checkpointing[t] else TRAIN_FLOPS_FACTOR
             t_comp = passes * seq_len[t] * bf * tp
-            t_comm = comm[b, t] * (nf - 1.0) / nf / bw_link
+            t_comm = comm * (nf - 1.0) / nf / bw_link
             step = t_comp + (t_comm if hide == 1.0 else hide * t_comm)
             train_rate = nf * bf * seq_len[t] / step
             tp_comm = 2.0 * t_comm
             prefill = prompt_tokens[t] * (tp / nf + (tp_comm if hide == 1.0 else hide * tp_comm))
-            t_mem = (weights[b, t] / nf + bf * kvr[b, t] / min(nf, kvh[b, t])) / (hbm[t] * mbu)
+            t_mem = (weights / nf + bf * kvr / min(nf, kvh)) / (hbm[t] * mbu)
             t_cmp = bf * tp / nf
             t_core = max(t_mem, t_cmp)
             t_dec = t_core + (bf * tp_comm if hide == 1.0 else hide * bf * tp_comm)
@@ -469,22 +467,38 @@ def _static_args(st) -> tuple:
     return got
 
 
-def stage2(st, rows_in: dict, lead: tuple, B: int) -> Outcome:
-    """The coupled stage for ``B`` rows; ``rows_in`` holds every input broadcast to (B, ...)."""
+def _table(st, precision: np.ndarray):
+    """(table floats, table ints, row index (..., T)) for ``precision``: the scenario's term
+    table, or, beyond ``cost.MAX_TABLE_TENANTS`` tenants, a table of just these rows."""
+    if st.term_table is not None:
+        return st.term_table.floats, st.term_table.ints, cost.table_index(st.term_table, precision)
+    terms = cost.tenant_terms(st, precision, project=not st.veto)
+    shape = terms.unsafe.shape
+    floats = np.stack([np.broadcast_to(getattr(terms, f), shape).reshape(-1) for f in cost.TABLE_FLOATS], axis=-1)
+    ints = np.stack([cost.map_code(terms.precision).reshape(-1), terms.unsafe.reshape(-1), invalid_precision(st, precision).reshape(-1)], axis=-1)
+    return np.ascontiguousarray(floats), np.ascontiguousarray(ints, np.int64), np.arange(floats.shape[0]).reshape(shape)
+
+
+def evaluate(st, actions, state, draws, present) -> Outcome:
+    """``outcome.evaluate`` after the input checks, on the numba backend."""
+    from fleet_marl.kernel.outcome import _lead_shape, _row_view, _shape
+
     T, K, R = st.T, st.K, st.n_racks
-    c = lambda a, dt: np.ascontiguousarray(np.broadcast_to(a, (B, T)), dt)  # noqa: E731
-    x = rows_in
+    lead = _lead_shape(actions, state, draws, present)
+    B = int(np.prod(lead)) if lead else 1
+    rows = _row_view(lead, B)
+    tabf, tabi, tidx = _table(st, np.asarray(actions.precision))
     fl, it, bo = np.float64, np.int64, np.bool_
+    c = lambda a, dt: np.ascontiguousarray(np.broadcast_to(rows(a, (T,)), (B, T)), dt)  # noqa: E731
     ins = (
-        c(x["gpus"], it), c(x["bid"], fl), c(x["batch"], it), c(x["present"], bo), c(x["unsafe"], bo), c(x["invalid"], bo),
-        c(x["weights"], fl), c(x["grads"], fl), c(x["master"], fl), c(x["optimizer"], fl), c(x["per_seq_local"], fl),
-        c(x["per_seq_sharded"], fl), c(x["time_per_token"], fl), c(x["kv_read_per_seq"], fl), c(x["comm_bytes"], fl),
-        c(x["kv_heads"], fl), c(x["prev"], it),
-        np.ascontiguousarray(np.broadcast_to(x["temp0"], (B, K)), fl),
-        c(x["queue"], fl), c(x["remaining"], fl), c(x["budget"], fl), c(x["arrivals"], fl), c(x["tiebreak"], fl),
+        c(actions.gpus, it), c(actions.bid, fl), c(actions.batch, it), c(True if present is None else present, bo),
+        c(tidx, it), tabf, tabi, cost.ALL_MAPS,
+        c(state.prev_alloc, it), np.ascontiguousarray(np.broadcast_to(rows(state.temp_c, (K,)), (B, K)), fl),
+        c(state.queue, fl), c(state.remaining_tokens, fl), c(state.budget_left, fl), c(draws.arrivals, fl), c(draws.tiebreak, fl),
     )
     e = np.empty
     o = dict(
+        precision=e((B, T, catalog.N_GROUPS), it),
         requested=e((B, T), it), alloc=e((B, T), it), gpus_on_node=e((B, T, K), it), nodes_spanned=e((B, T), it),
         price=e((B, T)), restarted=e((B, T), bo), batch=e((B, T), it), unsafe_numerics=e((B, T), bo), projected=e((B, T), bo),
         vetoed=e((B, T), bo), oom=e((B, T), bo), tripped=e((B, T), bo), throttle=e((B, T)), power_throttled=e((B, T), bo),
@@ -496,10 +510,9 @@ def stage2(st, rows_in: dict, lead: tuple, B: int) -> Outcome:
         rack_power_w=e((B, R)), temp_next=e((B, K)),
     )
     _rows(*ins, *_static_args(st), *o.values())
-    prec = x["precision"]
-    o["precision"] = np.array(np.broadcast_to(prec, (B, T, catalog.N_GROUPS)), np.int64)
     o["mem_capacity"] = np.repeat(st.mem_bytes[None], B, axis=0)
-    return Outcome(**o)
+    out = Outcome(**o)
+    return out if lead == (B,) else _shape(out, lead)
 
 
-__all__ = ["stage2"]
+__all__ = ["evaluate"]

@@ -162,6 +162,10 @@ def evaluate(
             if p.dtype != bool or p.ndim < 1 or p.shape[-1] != st.T:
                 raise KernelInputError(f"present: dtype {p.dtype}, shape {p.shape}; expected bool (..., {st.T})")
         _check_leading(actions, state, draws, present)
+    if st.backend == "numba":
+        from fleet_marl.kernel import fast
+
+        return fast.evaluate(st, actions, state, draws, present)
     if st.term_table is not None:
         terms, invalid = cost.lookup_terms(st.term_table, actions.precision)
     else:
@@ -219,18 +223,25 @@ def _lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> t
     return distinct.pop() if len(distinct) == 1 else np.broadcast_shapes(*shapes)
 
 
-def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draws, present) -> Outcome:
-    T = st.T
-    lead = _lead_shape(actions, state, draws, present)
-    B = int(np.prod(lead)) if lead else 1
+def _row_view(lead: tuple[int, ...], B: int):
+    """A function giving an input as (B, *tail), or something that broadcasts to it, without
+    copying when it can (``lead`` is the broadcast leading shape, B its size)."""
     flat = len(lead) <= 1
 
     def rows(a, tail):
-        """``a`` as (B, *tail) or something that broadcasts to it, without copying when it can."""
         a = np.asarray(a)
         if flat and a.shape[: a.ndim - len(tail)] in ((), (1,), (B,)):
             return a
         return np.broadcast_to(a, lead + tail).reshape((B,) + tail)
+
+    return rows
+
+
+def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draws, present) -> Outcome:
+    T = st.T
+    lead = _lead_shape(actions, state, draws, present)
+    B = int(np.prod(lead)) if lead else 1
+    rows = _row_view(lead, B)
 
     gpus = rows(actions.gpus, (T,))
     bid = rows(actions.bid, (T,))
@@ -247,13 +258,6 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     budget = rows(state.budget_left, (T,))
     arrivals = rows(draws.arrivals, (T,))
     tiebreak = rows(draws.tiebreak, (T,))
-    if st.backend == "numba":
-        from fleet_marl.kernel import fast
-
-        x = dict(terms._asdict(), gpus=gpus, bid=bid, batch=batch_req, present=pres, invalid=invalid, prev=prev, temp0=temp0,
-                 queue=queue, remaining=remaining, budget=budget, arrivals=arrivals, tiebreak=tiebreak)
-        out = fast.stage2(st, x, lead, B)
-        return out if lead == (B,) else _shape(out, lead)
 
     # --- arbiter -------------------------------------------------------------------------
     hours = st.round_seconds / 3600.0
