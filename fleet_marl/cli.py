@@ -331,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fleet-marl",
         description="fleet_marl: tenants negotiating for one shared GPU cluster.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  fleet-marl estimate --model llama-3.1-8b --gpus 8 --gpu-type h100-sxm\n  fleet-marl sweep --quick\n\nRun 'fleet-marl <command> --help' for each command's options.",
+        epilog="examples:\n  fleet-marl estimate --model llama-3.1-8b --gpus 8 --gpu-type h100-sxm\n  fleet-marl sweep --quick\n  fleet-marl bench --quick\n\nRun 'fleet-marl <command> --help' for each command's options.",
     )
     sub = p.add_subparsers(dest="command", metavar="command")
 
@@ -358,6 +358,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quick", action="store_true", help="a smaller grid")
     s.add_argument("--out", default="runs/sweep", help="output folder for the CSV and PNG (default runs/sweep)")
     s.add_argument("--json", action="store_true", help="print JSON instead of the table")
+
+    from fleet_marl import bench
+
+    bench.add_parser(sub)
     return p
 
 
@@ -367,6 +371,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command == "bench":
+        from fleet_marl import bench
+
+        return bench.main(args)
     try:
         if args.command == "estimate":
             r = estimate(args)

@@ -194,7 +194,7 @@ def _rows(
         for t in range(T):
             pm = bid[b, t] if afford_at_bid else 1.0
             unit = list_price[t] * pm * hours
-            af = math.floor(max(budget[b, t], 0.0) / unit)
+            af = np.floor(max(budget[b, t], 0.0) / unit)
             if af * unit > budget[b, t]:
                 af -= 1.0
             r = min(float(min(gpus[b, t], max_gpus[t])), af)
@@ -295,7 +295,7 @@ def _rows(
             else:
                 fixed = (weights + grads + master + optimizer) * inv
                 per_seq = psl + pss / kv_div
-                fit = math.floor((mem_bytes[t] - fixed) / per_seq)
+                fit = np.floor((mem_bytes[t] - fixed) / per_seq)
                 bt = int(max(min(float(batch_req[b, t]), fit), 1.0))
                 oom = fit < 1 and has
                 vetoed = invalid and has
