@@ -27,6 +27,8 @@ from fleet_marl.kernel.types import Outcome
 
 _jit = nb.njit(cache=True, nogil=True, error_model="numpy")
 _BIG = 1 << 40
+_ALL_MAPS = np.array(cost.ALL_MAPS)  # a private read-only copy: one compiled signature
+_ALL_MAPS.setflags(write=False)
 
 
 @_jit
@@ -476,7 +478,10 @@ def _table(st, precision: np.ndarray):
     shape = terms.unsafe.shape
     floats = np.stack([np.broadcast_to(getattr(terms, f), shape).reshape(-1) for f in cost.TABLE_FLOATS], axis=-1)
     ints = np.stack([cost.map_code(terms.precision).reshape(-1), terms.unsafe.reshape(-1), invalid_precision(st, precision).reshape(-1)], axis=-1)
-    return np.ascontiguousarray(floats), np.ascontiguousarray(ints, np.int64), np.arange(floats.shape[0]).reshape(shape)
+    floats, ints = np.ascontiguousarray(floats), np.ascontiguousarray(ints, np.int64)
+    floats.setflags(write=False)  # read-only like the scenario's table, so both share one compiled signature
+    ints.setflags(write=False)
+    return floats, ints, np.arange(floats.shape[0]).reshape(shape)
 
 
 def evaluate(st, actions, state, draws, present) -> Outcome:
@@ -489,11 +494,12 @@ def evaluate(st, actions, state, draws, present) -> Outcome:
     rows = _row_view(lead, B)
     tabf, tabi, tidx = _table(st, np.asarray(actions.precision))
     fl, it, bo = np.float64, np.int64, np.bool_
-    c = lambda a, dt: np.ascontiguousarray(np.broadcast_to(rows(a, (T,)), (B, T)), dt)  # noqa: E731
+    # every input C-contiguous and writable (a copy where needed), so one compiled signature serves all calls
+    c = lambda a, dt: np.require(np.broadcast_to(rows(a, (T,)), (B, T)), dt, "CW")  # noqa: E731
     ins = (
         c(actions.gpus, it), c(actions.bid, fl), c(actions.batch, it), c(True if present is None else present, bo),
-        c(tidx, it), tabf, tabi, cost.ALL_MAPS,
-        c(state.prev_alloc, it), np.ascontiguousarray(np.broadcast_to(rows(state.temp_c, (K,)), (B, K)), fl),
+        c(tidx, it), tabf, tabi, _ALL_MAPS,
+        c(state.prev_alloc, it), np.require(np.broadcast_to(rows(state.temp_c, (K,)), (B, K)), fl, "CW"),
         c(state.queue, fl), c(state.remaining_tokens, fl), c(state.budget_left, fl), c(draws.arrivals, fl), c(draws.tiebreak, fl),
     )
     e = np.empty
