@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: train test install clean baselines demo
+.PHONY: train test bench install clean baselines demo
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no python3.11 or python3 on PATH; install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
@@ -14,7 +14,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --upgrade pip
 	# torch is pinned to the CPU wheel these machines provide; an unpinned torch pulls GBs of CUDA packages.
 	$(PY) -m pip install "torch==2.13.0"
-	$(PY) -m pip install -e ".[test]"
+	# fast: the numba kernel backend (its tests run on both backends); bench: the reference env of fleet-marl bench
+	$(PY) -m pip install -e ".[test,fast,bench]"
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -34,6 +35,10 @@ baselines: $(STAMP)
 ## make demo: one rendered episode of easy with precision_expert
 demo: $(STAMP)
 	$(VENV)/bin/fleet-marl demo --every 10
+
+## make bench: fleet-marl bench (env steps, batched kernel, overheads, memory, reference env)
+bench: $(STAMP)
+	$(VENV)/bin/fleet-marl bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

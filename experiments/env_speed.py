@@ -1,4 +1,4 @@
-"""Ad-hoc environment timing, until `fleet-marl bench` lands (the performance issue).
+"""Ad-hoc environment timing per named task (`fleet-marl bench` is the measured benchmark: docs/benchmarks.md).
 
 How to run:  .venv/bin/python experiments/env_speed.py [--episodes 5]
 What it prints, for each task and reward setting: agent-steps per second over random-action

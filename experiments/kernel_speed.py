@@ -1,4 +1,4 @@
-"""Ad-hoc kernel timing, until `fleet-marl bench` lands (the performance issue).
+"""Ad-hoc kernel timing (`fleet-marl bench` is the measured benchmark: docs/benchmarks.md).
 
 How to run:  .venv/bin/python experiments/kernel_speed.py
 What it prints: batched evaluations/s at N = 16 tenants (8 H100 nodes) for batch 1024, and the

@@ -11,6 +11,8 @@ Subcommands:
               and grade it against ``random`` and ``planner`` (``fleet_marl.grader``).
 ``baselines`` every reference policy on every task: the table in README and docs/results.md.
 ``demo``      one rendered episode (``easy`` with ``precision_expert``), optionally a GIF.
+``bench``     speed and memory: env steps, the batched kernel, overheads, a reference env
+              (``fleet_marl.bench``; docs/benchmarks.md).
 
 Run ``fleet-marl <subcommand> --help`` for the options and examples.
 """
@@ -358,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fleet-marl",
         description="fleet_marl: tenants negotiating for one shared GPU cluster.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  fleet-marl estimate --model llama-3.1-8b --gpus 8 --gpu-type h100-sxm\n  fleet-marl sweep --quick\n  fleet-marl evaluate --task easy --policy precision_expert\n  fleet-marl demo\n\nRun 'fleet-marl <command> --help' for each command's options.",
+        epilog="examples:\n  fleet-marl estimate --model llama-3.1-8b --gpus 8 --gpu-type h100-sxm\n  fleet-marl sweep --quick\n  fleet-marl evaluate --task easy --policy precision_expert\n  fleet-marl demo\n  fleet-marl bench --quick\n\nRun 'fleet-marl <command> --help' for each command's options.",
     )
     sub = p.add_subparsers(dest="command", metavar="command")
 
@@ -385,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quick", action="store_true", help="a smaller grid")
     s.add_argument("--out", default="runs/sweep", help="output folder for the CSV and PNG (default runs/sweep)")
     s.add_argument("--json", action="store_true", help="print JSON instead of the table")
+
     v = sub.add_parser("evaluate", help="grade a policy on a task over K seeds", epilog=EXAMPLES["evaluate"], formatter_class=argparse.RawDescriptionHelpFormatter)
     v.add_argument("--task", default="easy", help=f"one of {', '.join(TASKS)} (default easy)")
     v.add_argument("--policy", default="precision_expert", help="reference policy name, module:Name or path.py[:Name] (default precision_expert)")
@@ -412,6 +415,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--fps", type=float, default=4.0, help="GIF frames per second (default 4)")
     d.add_argument("--every", type=int, default=1, help="print every N-th frame (default 1)")
     d.add_argument("--delay", type=float, default=0.0, help="seconds to pause after each printed frame (default 0)")
+
+    from fleet_marl import bench
+
+    bench.add_parser(sub)
     return p
 
 
@@ -515,13 +522,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    from fleet_marl.grader import GraderError, PolicyError
-
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
+    errors: tuple[type[Exception], ...] = (CLIError, CatalogError)
+    if args.command in ("evaluate", "baselines", "demo"):  # only these load the env (PettingZoo)
+        from fleet_marl.grader import GraderError, PolicyError
+
+        errors += (PolicyError, GraderError)
+    if args.command == "bench":
+        from fleet_marl import bench
+
+        return bench.main(args)
     try:
         if args.command == "estimate":
             r = estimate(args)
@@ -537,7 +551,7 @@ def _main(argv: list[str] | None = None) -> int:
             run_baselines(args)
         elif args.command == "demo":
             run_demo(args)
-    except (CLIError, CatalogError, PolicyError, GraderError) as exc:
+    except errors as exc:
         print(f"error: {exc}", file=sys.stderr)
         print(f"run 'fleet-marl {args.command} --help' for the options", file=sys.stderr)
         return 2

@@ -300,6 +300,9 @@ class SafetySpec:
 
 
 REWARD_SCHEMES = ("local", "global", "mixed", "difference", "difference_default", "shapley")
+#: Kernel backends: ``numpy`` (the reference) and ``numba`` (``pip install fleet-marl[fast]``;
+#: falls back to numpy with a warning when numba is missing).
+BACKENDS = ("numpy", "numba")
 
 
 @dataclass(frozen=True)
@@ -340,8 +343,10 @@ class FleetConfig:
     safety: SafetySpec = field(default_factory=SafetySpec)
     reward: RewardSpec = field(default_factory=RewardSpec)
     max_cycles: int = 100
+    backend: str = "numpy"  # kernel backend: numpy (the reference) or numba (the [fast] extra)
 
     def __post_init__(self):
+        _choice(self, "backend", BACKENDS)
         for name, cls in (("cluster", ClusterSpec), ("arbiter", ArbiterSpec), ("safety", SafetySpec), ("reward", RewardSpec)):
             if not isinstance(getattr(self, name), cls):
                 raise ConfigError(name, getattr(self, name), f"a {cls.__name__}")
@@ -445,6 +450,7 @@ def from_dict(cls, data: Any, path: str = ""):
 
 __all__ = [
     "ArbiterSpec",
+    "BACKENDS",
     "ClusterSpec",
     "ConfigError",
     "FleetConfig",

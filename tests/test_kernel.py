@@ -12,6 +12,8 @@ from fleet_marl.kernel import Actions, Draws, KernelInputError, KernelStatic, Ro
 from tests.conftest import make_config, random_actions
 
 P = catalog.PRECISION_CODE
+# every test here runs on each kernel backend (tests/conftest.py ``backend``): one suite for both
+pytestmark = pytest.mark.usefixtures("backend")
 FIELDS = [f.name for f in dataclasses.fields(__import__("fleet_marl.kernel", fromlist=["Outcome"]).Outcome)]
 
 

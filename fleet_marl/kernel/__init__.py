@@ -9,9 +9,11 @@
 [[8, 8]]
 
 Modules: ``cost`` (bytes, FLOPs, roofline), ``arbiter`` (mechanisms, placement, prices),
-``safety`` (numerics, power cap, heat), ``outcome`` (one round, counterfactual rows).
+``safety`` (numerics, power cap, heat), ``outcome`` (one round, counterfactual rows),
+``backend`` (numpy or numba) and ``fast`` (the numba coupled stage, imported only when used).
 """
 
+from fleet_marl.kernel.backend import BACKENDS, BackendWarning, numba_available, resolve_backend
 from fleet_marl.kernel.outcome import (
     check_actions,
     check_draws,
@@ -23,7 +25,9 @@ from fleet_marl.kernel.safety import KernelInputError
 from fleet_marl.kernel.types import Actions, Draws, KernelStatic, Outcome, RoundState
 
 __all__ = [
+    "BACKENDS",
     "Actions",
+    "BackendWarning",
     "Draws",
     "KernelInputError",
     "KernelStatic",
@@ -34,4 +38,6 @@ __all__ = [
     "check_state",
     "evaluate",
     "evaluate_counterfactuals",
+    "numba_available",
+    "resolve_backend",
 ]

@@ -40,39 +40,46 @@ def _rank(primary: np.ndarray, tiebreak: np.ndarray, first: np.ndarray | None = 
 def waterfill(caps: np.ndarray, weights: np.ndarray, capacity: np.ndarray, tiebreak: np.ndarray) -> np.ndarray:
     """Weighted max-min fair integer shares.
 
-    caps: (B, T) int64 >= 0; weights: (B, T) > 0 where caps > 0; capacity: (B,) int64;
-    tiebreak: (B, T) or (T,). Returns (B, T) int64 with ``0 <= x <= caps`` and
-    ``sum x = min(capacity, sum caps)``.
+    caps: (B, T) int64 >= 0; weights: (B, T) > 0 where caps > 0 (or None: equal weights);
+    capacity: (B,) int64; tiebreak: (B, T) or (T,). Returns (B, T) int64 with
+    ``0 <= x <= caps`` and ``sum x = min(capacity, sum caps)``.
     """
     caps = np.asarray(caps, np.int64)
     B, T = caps.shape
     total = caps.sum(-1)
-    if (total <= capacity).all():  # no contention in any row: every request is granted
+    uncontended = total <= capacity
+    if uncontended.all():  # no contention in any row: every request is granted
         return caps
-    w = np.where(caps > 0, weights, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        level = np.where(caps > 0, caps / np.where(w > 0, w, 1.0), np.inf)
+    asks = caps > 0
+    if weights is None:
+        w = asks.astype(np.float64)
+        level = np.where(asks, caps, np.inf)  # caps / 1.0
+    else:
+        w = np.where(asks, weights, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            level = np.where(asks, caps / np.where(w > 0, w, 1.0), np.inf)
     order = np.argsort(level, axis=-1, kind="stable")
-    r = np.arange(B)[:, None]
-    lv = level[r, order]
-    cs = caps[r, order].astype(np.float64)
-    ws = w[r, order]
+    lv = np.take_along_axis(level, order, -1)
+    cs = np.take_along_axis(caps, order, -1).astype(np.float64)
+    ws = np.take_along_axis(w, order, -1)
     capped_before = np.cumsum(cs, -1) - cs  # caps of tenants saturated below this level
     w_from = np.cumsum(ws[:, ::-1], -1)[:, ::-1]  # weights still growing at this level
     cap_f = capacity.astype(np.float64)[:, None]
     with np.errstate(invalid="ignore"):
         filled = np.where(np.isfinite(lv), capped_before + lv * w_from, np.inf)
-    k = np.argmax(filled >= cap_f, axis=-1)  # first level at which the pool is full
-    rows = np.arange(B)
-    lam = (cap_f[:, 0] - capped_before[rows, k]) / np.where(w_from[rows, k] > 0, w_from[rows, k], 1.0)
+    k = np.argmax(filled >= cap_f, axis=-1)[:, None]  # first level at which the pool is full
+    wk = np.take_along_axis(w_from, k, -1)[:, 0]
+    lam = (cap_f[:, 0] - np.take_along_axis(capped_before, k, -1)[:, 0]) / np.where(wk > 0, wk, 1.0)
     x = np.minimum(caps, lam[:, None] * w)
     base = np.floor(x + 1e-9).astype(np.int64)
-    base = np.minimum(base, caps)
+    np.minimum(base, caps, out=base)
     left = capacity - base.sum(-1)  # GPUs to hand out one by one (< T)
-    frac = np.where(base < caps, x - base, -1.0)
-    bonus = _rank(frac, np.broadcast_to(tiebreak, caps.shape)) < left[:, None]
-    out = base + (bonus & (base < caps))
-    return np.where((total <= capacity)[:, None], caps, out)
+    if left.any():
+        below = base < caps
+        frac = np.where(below, x - base, -1.0)
+        bonus = _rank(frac, np.broadcast_to(tiebreak, caps.shape)) < left[:, None]
+        base += bonus & below
+    return np.where(uncontended[:, None], caps, base)
 
 
 def greedy(caps: np.ndarray, rank: np.ndarray, capacity: np.ndarray) -> np.ndarray:
@@ -104,16 +111,17 @@ def clear(st, request: np.ndarray, bid: np.ndarray, tiebreak: np.ndarray) -> tup
     B, T = request.shape
     tiebreak = np.broadcast_to(tiebreak, (B, T))
     bid = np.broadcast_to(bid, (B, T))
-    alloc = np.zeros((B, T), np.int64)
-    mult = np.ones((B, T))
     mech = st.mechanism
     request = admissible(st, request, bid)
+    one_pool = len(st.pool_capacity) == 1
+    alloc = None if one_pool else np.zeros((B, T), np.int64)
+    mult = np.ones((B, T)) if mech == AUCTION else None
     for q, cap in enumerate(st.pool_capacity):
         in_pool = st.pool == q
-        caps = np.where(in_pool, request, 0)
+        caps = request if one_pool else np.where(in_pool, request, 0)
         capacity = np.full(B, cap, np.int64)
         if mech == MAXMIN:
-            got = waterfill(caps, np.ones((B, T)), capacity, tiebreak)
+            got = waterfill(caps, None, capacity, tiebreak)
         elif mech == PROPORTIONAL:
             got = waterfill(caps, bid, capacity, tiebreak)
         elif mech == PRIORITY:
@@ -123,9 +131,11 @@ def clear(st, request: np.ndarray, bid: np.ndarray, tiebreak: np.ndarray) -> tup
             short = (got < caps) & in_pool
             clearing = np.maximum(st.reserve_price, np.where(short, bid, 0.0).max(-1))
             mult = np.where(in_pool, clearing[:, None], mult)
-        alloc = np.where(in_pool, got, alloc)
+        alloc = got if one_pool else np.where(in_pool, got, alloc)
     if mech == PROPORTIONAL:
         mult = np.asarray(bid, np.float64)
+    elif mech != AUCTION:
+        return alloc, np.ones((B, T))
     return alloc, np.broadcast_to(mult, (B, T))
 
 
@@ -145,28 +155,31 @@ def place(st, alloc: np.ndarray) -> np.ndarray:
     npos = int((alloc > 0).sum(-1).max(initial=0))
     if npos == 0:
         return gon
-    order = np.lexsort((np.broadcast_to(np.arange(T), (B, T)), -alloc), axis=-1)
+    order = np.argsort(-alloc, axis=-1, kind="stable")[:, :npos]  # largest first, ties by index
+    a_sorted = np.take_along_axis(alloc, order, -1)
+    in_pool = (st.pool[:, None] == st.node_pool[None, :])[order]  # (B, npos, K) node k can host
     rows = np.arange(B)
     col = rows[:, None]
     free = np.full((B, K), st.gpus_per_node, np.int64)
     big = np.int64(1) << 40
     for j in range(npos):
         t = order[:, j]
-        a = alloc[rows, t]
-        avail = np.where(st.node_pool[None, :] == st.pool[t][:, None], free, -1)
+        a = a_sorted[:, j]
+        avail = np.where(in_pool[:, j], free, -1)
         fit_key = np.where(avail >= a[:, None], avail, big)
         k_best = fit_key.argmin(-1)
         fits = fit_key[rows, k_best] < big
-        take = np.zeros((B, K), np.int64)
         if fits.all():  # the common case: one node holds it in every row
-            take[rows, k_best] = a
-        else:
-            by_free = np.argsort(-avail, axis=-1, kind="stable")
-            f_sorted = np.maximum(avail[col, by_free], 0)
-            before = np.cumsum(f_sorted, -1) - f_sorted
-            take[col, by_free] = np.minimum(np.maximum(a[:, None] - before, 0), f_sorted)
-            take[fits] = 0
-            take[rows[fits], k_best[fits]] = a[fits]
+            free[rows, k_best] -= a
+            gon[rows, t, k_best] = a
+            continue
+        take = np.zeros((B, K), np.int64)
+        by_free = np.argsort(-avail, axis=-1, kind="stable")
+        f_sorted = np.maximum(avail[col, by_free], 0)
+        before = np.cumsum(f_sorted, -1) - f_sorted
+        take[col, by_free] = np.minimum(np.maximum(a[:, None] - before, 0), f_sorted)
+        take[fits] = 0
+        take[rows[fits], k_best[fits]] = a[fits]
         free -= take
         gon[rows, t] = take
     return gon

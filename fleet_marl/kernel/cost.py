@@ -145,27 +145,43 @@ def map_code(precision: np.ndarray) -> np.ndarray:
     return precision @ MAP_WEIGHTS
 
 
-class TermTable(NamedTuple):
-    """Stage-1 terms for every (map, tenant): each field (N_MAPS, T)."""
+#: The float terms kept in a term table, in this order (``TenantTerms`` minus precision and unsafe).
+TABLE_FLOATS = ("weights", "grads", "master", "optimizer", "per_seq_local", "per_seq_sharded", "time_per_token", "kv_read_per_seq", "comm_bytes", "kv_heads")
 
-    terms: TenantTerms  # the precision field holds the code of the map that runs (N_MAPS, T)
-    invalid: np.ndarray  # (N_MAPS, T) bool
+
+class TermTable(NamedTuple):
+    """Stage-1 terms for every (map, tenant), packed so that one lookup is one row gather:
+    row ``code * T + t`` holds tenant t under precision map ``code``."""
+
+    floats: np.ndarray  # (N_MAPS * T, len(TABLE_FLOATS)) float64, C order
+    ints: np.ndarray  # (N_MAPS * T, 3) int64: code of the map that runs (after projection), unsafe, invalid
+    T: int
 
 
 def build_term_table(st, project: bool, invalid_fn) -> TermTable:
     maps = np.broadcast_to(ALL_MAPS[:, None, :], (N_MAPS, st.T, catalog.N_GROUPS))
     full = tenant_terms(st, maps, project)
-    full = full._replace(precision=map_code(full.precision))
-    terms = TenantTerms(*(np.ascontiguousarray(np.broadcast_to(f, (N_MAPS, st.T))) for f in full))
-    return TermTable(terms, invalid_fn(st, maps))
+    flat = lambda a: np.broadcast_to(a, (N_MAPS, st.T)).reshape(-1)  # noqa: E731
+    floats = np.stack([flat(getattr(full, f)) for f in TABLE_FLOATS], axis=-1)
+    ints = np.stack([flat(map_code(full.precision)), flat(full.unsafe), flat(invalid_fn(st, maps))], axis=-1).astype(np.int64)
+    table = TermTable(np.ascontiguousarray(floats), np.ascontiguousarray(ints), st.T)
+    table.floats.setflags(write=False)
+    table.ints.setflags(write=False)
+    return table
+
+
+def table_index(table: TermTable, precision: np.ndarray) -> np.ndarray:
+    """(..., T, G) precision codes -> (..., T) row of the term table."""
+    return map_code(precision) * table.T + np.arange(table.T)
 
 
 def lookup_terms(table: TermTable, precision: np.ndarray) -> tuple[TenantTerms, np.ndarray]:
     """Stage 1 by table lookup; same result as ``tenant_terms`` plus ``invalid_precision``."""
-    code = map_code(precision)
-    t = np.arange(code.shape[-1])
-    terms = TenantTerms(*(f[code, t] for f in table.terms))
-    return terms._replace(precision=ALL_MAPS[terms.precision]), table.invalid[code, t]
+    idx = table_index(table, precision)
+    f = np.moveaxis(table.floats[idx], -1, 0)
+    code, unsafe, invalid = np.moveaxis(table.ints[idx], -1, 0)
+    w, g, m, o, psl, pss, tpt, kvr, comm, kvh = f
+    return TenantTerms(ALL_MAPS[code], unsafe.astype(bool), w, g, m, o, psl, pss, tpt, kvr, comm, kvh), invalid.astype(bool)
 
 
 class Memory(NamedTuple):
@@ -220,25 +236,28 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     b = np.maximum(batch, 1).astype(np.float64)
     hide = 1.0 - st.comm_overlap
     tpt = terms.time_per_token
-    # training: data parallel FSDP, compute-bound
-    t_comp = np.where(st.checkpointing, RECOMPUTE_FLOPS_FACTOR, TRAIN_FLOPS_FACTOR) * b * st.seq_len * tpt
+    # training: data parallel FSDP, compute-bound. The passes x batch x sequence product is an
+    # exact integer in float64, so it is formed in whichever order is cheapest.
+    passes_seq = np.where(st.checkpointing, RECOMPUTE_FLOPS_FACTOR, TRAIN_FLOPS_FACTOR) * st.seq_len  # (T,)
+    t_comp = passes_seq * b * tpt
     t_comm = terms.comm_bytes * (nf - 1.0) / nf / bw_link
-    step = t_comp + hide * t_comm
+    step = t_comp + (t_comm if hide == 1.0 else hide * t_comm)
     train_rate = nf * b * st.seq_len / step
-    # serving: one tensor-parallel replica, prefill compute-bound, decode memory-bound
-    tp_comm_tok = terms.comm_bytes * 2.0 * (nf - 1.0) / nf / bw_link
-    prefill = st.prompt_tokens * (tpt / nf + hide * tp_comm_tok)
+    # serving: one tensor-parallel replica, prefill compute-bound, decode memory-bound. The
+    # all-reduce moves twice the FSDP factor's bytes: 2 x t_comm exactly (a power-of-2 scaling).
+    tp_comm_tok = 2.0 * t_comm
+    prefill = st.prompt_tokens * (tpt / nf + (tp_comm_tok if hide == 1.0 else hide * tp_comm_tok))
     kv_split = np.minimum(nf, terms.kv_heads)
     t_mem = (terms.weights / nf + b * terms.kv_read_per_seq / kv_split) / (st.bw * st.mbu)
     t_cmp = b * tpt / nf
     t_dec_core = np.maximum(t_mem, t_cmp)
-    t_dec = t_dec_core + hide * b * tp_comm_tok
+    t_dec = t_dec_core + (b * tp_comm_tok if hide == 1.0 else hide * b * tp_comm_tok)
     per_request = prefill + st.output_tokens * t_dec / b
     serve_rate = 1.0 / per_request
     train = st.is_train
     with np.errstate(invalid="ignore"):  # inf / inf where a precision is unsupported (vetoed)
         eff = np.where(train, t_comp / step, t_dec_core / t_dec)
-    eff = np.where(eff == eff, eff, 0.0)  # nan -> 0
+    eff[eff != eff] = 0.0  # nan -> 0
     return Throughput(
         work_rate=np.where(train, train_rate, serve_rate),
         tokens_per_s=np.where(train, train_rate, serve_rate * st.output_tokens),

@@ -162,6 +162,10 @@ def evaluate(
             if p.dtype != bool or p.ndim < 1 or p.shape[-1] != st.T:
                 raise KernelInputError(f"present: dtype {p.dtype}, shape {p.shape}; expected bool (..., {st.T})")
         _check_leading(actions, state, draws, present)
+    if st.backend == "numba":
+        from fleet_marl.kernel import fast
+
+        return fast.evaluate(st, actions, state, draws, present)
     if st.term_table is not None:
         terms, invalid = cost.lookup_terms(st.term_table, actions.precision)
     else:
@@ -203,29 +207,49 @@ def evaluate_counterfactuals(
     return evaluate(st, actions, state, draws, present, validate=False, on_invalid=on_invalid)
 
 
-def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draws, present) -> Outcome:
-    T = st.T
-    lead = np.broadcast_shapes(
-        actions.gpus.shape[:-1],
-        () if present is None else np.shape(present)[:-1],
-        *(np.shape(getattr(state, f.name))[:-1] for f in fields(state)),
-        *(np.shape(getattr(draws, f.name))[:-1] for f in fields(draws)),
-    )
-    B = int(np.prod(lead)) if lead else 1
+def _lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> tuple[int, ...]:
+    shapes = [
+        np.shape(actions.gpus)[:-1],
+        np.shape(state.prev_alloc)[:-1], np.shape(state.temp_c)[:-1], np.shape(state.queue)[:-1],
+        np.shape(state.remaining_tokens)[:-1], np.shape(state.budget_left)[:-1],
+        np.shape(draws.arrivals)[:-1], np.shape(draws.tiebreak)[:-1],
+    ]
+    if present is not None:
+        shapes.append(np.shape(present)[:-1])
+    distinct = set(shapes)
+    if len(distinct) == 1:
+        return shapes[0]
+    distinct.discard(())
+    return distinct.pop() if len(distinct) == 1 else np.broadcast_shapes(*shapes)
+
+
+def _row_view(lead: tuple[int, ...], B: int):
+    """A function giving an input as (B, *tail), or something that broadcasts to it, without
+    copying when it can (``lead`` is the broadcast leading shape, B its size)."""
+    flat = len(lead) <= 1
 
     def rows(a, tail):
-        """``a`` as (B, *tail) or something that broadcasts to it, without copying when it can."""
         a = np.asarray(a)
-        if a.shape[: a.ndim - len(tail)] in ((), (1,), (B,)) and len(lead) <= 1:
+        if flat and a.shape[: a.ndim - len(tail)] in ((), (1,), (B,)):
             return a
         return np.broadcast_to(a, lead + tail).reshape((B,) + tail)
+
+    return rows
+
+
+def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draws, present) -> Outcome:
+    T = st.T
+    lead = _lead_shape(actions, state, draws, present)
+    B = int(np.prod(lead)) if lead else 1
+    rows = _row_view(lead, B)
 
     gpus = rows(actions.gpus, (T,))
     bid = rows(actions.bid, (T,))
     batch_req = rows(actions.batch, (T,))
     pres = np.ones((B, T), bool) if present is None else np.broadcast_to(rows(present, (T,)), (B, T))
     G = catalog.N_GROUPS
-    terms = type(terms)(*(rows(x, (T, G) if x.ndim == actions.precision.ndim else (T,)) for x in terms))
+    tg = terms.precision.ndim
+    terms = type(terms)(*(rows(x, (T, G) if x.ndim == tg else (T,)) for x in terms))
     invalid = rows(invalid, (T,))
     prev = rows(state.prev_alloc, (T,))
     temp0 = rows(state.temp_c, (st.K,))
@@ -246,24 +270,25 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     alloc, mult = arbiter.clear(st, request, bid, tiebreak)
     gon = arbiter.place(st, alloc)
     nodes = (gon > 0).sum(-1)
-    restarted = (alloc != prev) & (alloc > 0)
+    has = alloc > 0
+    restarted = (alloc != prev) & has
 
     # --- safety: numerics and memory ------------------------------------------------------
     train = st.is_train
     if st.veto:
         batch = batch_req
         mem = cost.memory_per_gpu(terms, alloc, batch)
-        oom = (mem.total > st.mem_bytes) & (alloc > 0)
-        vetoed = (terms.unsafe | invalid) & (alloc > 0)
+        oom = (mem.total > st.mem_bytes) & has
+        vetoed = (terms.unsafe | invalid) & has
         projected = np.zeros((B, T), bool)
     else:
         fit = cost.largest_fitting_batch(terms, alloc, st.mem_bytes)
         batch = np.maximum(np.minimum(batch_req, fit), 1).astype(np.int64)
-        oom = (fit < 1) & (alloc > 0)
-        vetoed = invalid & (alloc > 0)
-        projected = (terms.unsafe | (batch < batch_req)) & (alloc > 0) & ~oom & ~vetoed
+        oom = (fit < 1) & has
+        vetoed = invalid & has
+        projected = (terms.unsafe | (batch < batch_req)) & has & ~oom & ~vetoed
         mem = cost.memory_per_gpu(terms, alloc, batch)
-    running = (alloc > 0) & ~oom & ~vetoed
+    running = has & ~oom & ~vetoed
 
     # --- cost: throughput ------------------------------------------------------------------
     thr = cost.throughput(st, terms, alloc, batch, nodes)
@@ -300,9 +325,9 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
         nodes_spanned=nodes,
         price=st.list_price * mult,
         restarted=restarted,
-        precision=np.broadcast_to(terms.precision, (B, T, G)).copy() if terms.precision.shape[0] != B else terms.precision,
-        batch=np.broadcast_to(batch, (B, T)).copy() if batch.shape[0] != B else batch,
-        unsafe_numerics=terms.unsafe & (alloc > 0),
+        precision=terms.precision if terms.precision.shape == (B, T, G) else np.broadcast_to(terms.precision, (B, T, G)).copy(),
+        batch=batch if batch.shape == (B, T) else np.broadcast_to(batch, (B, T)).copy(),
+        unsafe_numerics=terms.unsafe & has,
         projected=projected,
         vetoed=vetoed,
         oom=oom,

@@ -219,10 +219,12 @@ class KernelStatic:
     veto: bool  # safety mode
     cost_weight: float
     term_table: Any = None  # cost.TermTable: stage 1 for every precision map, when T is small
+    backend: str = "numpy"  # the kernel backend that runs (kernel.backend.resolve_backend)
 
     @staticmethod
     def from_config(cfg: FleetConfig) -> "KernelStatic":
         from fleet_marl.kernel import cost
+        from fleet_marl.kernel.backend import resolve_backend
         from fleet_marl.kernel.cost import forward_flops_per_token, reference_rate
         from fleet_marl.kernel.safety import invalid_precision
 
@@ -300,6 +302,7 @@ class KernelStatic:
             reserve_price=cfg.arbiter.reserve_price,
             veto=cfg.safety.mode == "veto",
             cost_weight=cfg.reward.cost_weight,
+            backend=resolve_backend(cfg.backend),
         )
         object.__setattr__(st, "ref_rate", reference_rate(st))
         if T <= cost.MAX_TABLE_TENANTS:

@@ -1,0 +1,108 @@
+"""`fleet-marl bench`: the quick run (the CI smoke test) prints every documented key, each a
+number; the scenario family, the reference fallback and bad options. No timing asserts."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fleet_marl import bench
+from fleet_marl.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The keys the issue asks for, each a number (backend: a name).
+REQUIRED = (
+    "env_step_us_n16_difference", "env_step_us_n16_local", "difference_overhead_ratio", "kernel_evals_per_s_n16_b1024",
+    "reference_agent_steps_per_s", "agent_steps_per_s_n16_difference", "rss_growth_fraction",
+)
+
+
+def documented_keys() -> set[str]:
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    return set(re.findall(r"^\| `([a-z0-9_]+)` \|", text, re.M))
+
+
+@pytest.fixture(scope="module")
+def report():
+    """One quick run, in a subprocess (it pins itself to one core)."""
+    out = subprocess.run([sys.executable, "-m", "fleet_marl.cli", "bench", "--quick", "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "fleet-marl bench" in out.stderr  # the progress bar goes to stderr, not into the JSON
+    return json.loads(out.stdout)
+
+
+def test_quick_run_prints_every_required_key_as_a_number(report):
+    for key in REQUIRED:
+        assert isinstance(report[key], (int, float)) and math.isfinite(report[key]), key
+    assert report["backend"] == "numpy" and report["quick"] is True
+    for n in bench.ENV_SIZES:
+        for s in bench.SCHEMES:
+            assert report[f"env_step_us_n{n}_{s}"] > 0 and report[f"agent_steps_per_s_n{n}_{s}"] > 0
+    for b in bench.KERNEL_BATCHES:
+        assert report[f"kernel_evals_per_s_n16_b{b}"] > 0
+    # derived figures are what they say
+    assert report["difference_overhead_ratio"] == pytest.approx(report["env_step_us_n16_difference"] / report["env_step_us_n16_local"])
+    assert report["agent_steps_ratio_vs_reference"] == pytest.approx(report["agent_steps_per_s_n16_difference"] / report["reference_agent_steps_per_s"])
+    assert report["rss_agent_steps"] >= bench.RSS_AGENT_STEPS // 10
+    assert set(report["targets"]) == set(bench.TARGETS)
+    for t in report["targets"].values():
+        assert t["ratio"] == pytest.approx(t["measured"] / t["target"]) and isinstance(t["met"], bool)
+
+
+def test_every_key_is_documented(report):
+    doc = documented_keys()
+    missing = [k for k in report if k not in doc]
+    assert missing == [], f"keys of the JSON report missing from docs/benchmarks.md: {missing}"
+    for sub in ("targets", "machine"):
+        for k in report[sub] if sub == "machine" else next(iter(report[sub].values())):
+            assert k in doc, f"{sub}.{k} is not documented"
+
+
+def test_table_shows_every_measure(report):
+    table = bench.format_table(report)
+    for label in ("N=16  difference", "batch 16384", "difference overhead", "exact Shapley", "reference", "RSS", "kernel_evals_per_s_n16_b1024"):
+        assert label in table, label
+
+
+def test_bench_config_has_n_tenants_all_staying_the_episode():
+    import fleet_marl
+
+    cfg = bench.bench_config(16)
+    assert len(cfg["tenants"]) == 16 and len(cfg["cluster"]["gpu_types"]) == 8
+    env = fleet_marl.parallel_env(config=cfg, reward_scheme="difference", compute_all=False)
+    obs, infos = env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    steps = 0
+    while env.agents:
+        assert len(env.agents) == 16  # nobody leaves early: every step has N agents
+        acts = {a: np.array([rng.choice(np.flatnonzero(d)) for d in infos[a]["action_mask"]]) for a in env.agents}
+        obs, rew, term, trunc, infos = env.step(acts)
+        assert set(next(iter(infos.values()))["rewards"]) == {"difference"}
+        steps += 1
+    assert steps == cfg["max_cycles"]
+    with pytest.raises(ValueError, match=r"n = 0: expected an integer >= 1"):
+        bench.bench_config(0)
+
+
+def test_reference_falls_back_to_a_bundled_pettingzoo_env(monkeypatch):
+    monkeypatch.setitem(sys.modules, "mpe2", None)
+    name, timing = bench.reference_rate(steps=20, repeats=1)
+    assert name == "pettingzoo.classic.rps_v2" and timing.agent_steps_per_s > 0 and timing.agents == 2
+
+
+def test_bad_cpu_is_a_clear_error(capsys):
+    code = main(["bench", "--quick", "--cpu", "9999", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--cpu 9999: expected one of the cores" in err
+
+
+def test_help_has_examples():
+    out = subprocess.run([sys.executable, "-m", "fleet_marl.cli", "bench", "--help"], capture_output=True, text=True, check=True).stdout
+    assert "examples:" in out and "fleet-marl bench --quick --json" in out and "docs/benchmarks.md" in out
