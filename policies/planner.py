@@ -7,7 +7,8 @@ The grader's reference (``fleet_marl.grader``). Each round it
    temperatures, serving queues, budgets, and for a trainer the tokens left in its job plus
    the jobs queued behind it). It forecasts this round's serving arrivals as last round's (the
    mean rate in the first round);
-2. starts from last round's plan (precision_expert's joint action in the first round);
+2. starts from precision_expert's joint action (with ``warm_start=True``, from last round's plan),
+   shrunk until each pool can grant it;
 3. improves it by coordinate ascent (Gauss-Seidel best responses): for each live tenant in
    turn, every candidate -- 0 .. its GPU cap, each precision map it may run (BF16 everywhere;
    FP8 on the MLP; FP8 on attention and MLP; INT8 or INT4 weights on attention and MLP for
