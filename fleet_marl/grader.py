@@ -140,8 +140,8 @@ def load_policy(spec, env) -> Any:
         if inspect.isclass(spec) or (callable(spec) and not callable(getattr(spec, "act", None))):
             return _check_protocol(name, _call(name, spec, env))
         if callable(getattr(spec, "act", None)):
-            bound = getattr(spec, "env", None)
-            if bound is not None and _fleet_env_or_none(bound) is not None and _fleet_env_or_none(bound) is not env:
+            bound = _fleet_env_or_none(getattr(spec, "env", None))
+            if bound is not None and bound is not env:
                 raise PolicyError(name, "is bound to another environment than the one being evaluated; pass its class or a factory env -> policy instead (for example lambda env: policies.make('bidder', env))")
             return _check_protocol(name, spec)
         raise PolicyError(repr(spec), "expected a reference policy name, 'module:Name', a .py path, a policy object, a class or a factory env -> policy")

@@ -42,3 +42,15 @@ def test_readme_python_snippets_run():
                 raise AssertionError("the README's error example did not raise")
         else:
             exec(compile(code, "README.md", "exec"), ns)
+
+
+def test_planner_variants_script_runs():
+    import subprocess
+    import sys
+
+    script = ROOT / "experiments" / "planner_variants.py"
+    r = subprocess.run([sys.executable, str(script), "--tasks", "tiny", "--seeds", "1"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "| default |" in r.stdout and "| horizon=3 |" in r.stdout
+    r = subprocess.run([sys.executable, str(script), "--cost", "--tasks", "tiny"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "ms per plan" in r.stdout, r.stderr
