@@ -360,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fleet-marl",
         description="fleet_marl: tenants negotiating for one shared GPU cluster.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  fleet-marl estimate --model llama-3.1-8b --gpus 8 --gpu-type h100-sxm\n  fleet-marl sweep --quick\n  fleet-marl evaluate --task easy --policy precision_expert\n  fleet-marl demo\n  fleet-marl bench --quick\n\nRun 'fleet-marl <command> --help' for each command's options.",
+        epilog="examples:\n  fleet-marl train\n  fleet-marl estimate --model llama-3.1-8b --gpus 8 --gpu-type h100-sxm\n  fleet-marl sweep --quick\n  fleet-marl evaluate --task easy --policy precision_expert\n  fleet-marl demo\n  fleet-marl bench --quick\n\nRun 'fleet-marl <command> --help' for each command's options.",
     )
     sub = p.add_subparsers(dest="command", metavar="command")
 
@@ -390,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("evaluate", help="grade a policy on a task over K seeds", epilog=EXAMPLES["evaluate"], formatter_class=argparse.RawDescriptionHelpFormatter)
     v.add_argument("--task", default="easy", help=f"one of {', '.join(TASKS)} (default easy)")
-    v.add_argument("--policy", default="precision_expert", help="reference policy name, module:Name or path.py[:Name] (default precision_expert)")
+    v.add_argument("--policy", default="precision_expert", help="reference policy name, module:Name, path.py[:Name] or a fleet-marl train run folder (default precision_expert)")
     v.add_argument("--episodes", type=int, default=10, help="episodes, one per seed (default 10)")
     v.add_argument("--seed", type=int, default=0, help="first seed; episodes use seed .. seed+episodes-1 (default 0)")
     v.add_argument("--json", action="store_true", help="print one JSON object")
@@ -417,7 +417,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--delay", type=float, default=0.0, help="seconds to pause after each printed frame (default 0)")
 
     from fleet_marl import bench
+    from fleet_marl.rllib import cli as train_cli
 
+    train_cli.add_parser(sub)
     bench.add_parser(sub)
     return p
 
@@ -536,6 +538,10 @@ def _main(argv: list[str] | None = None) -> int:
         from fleet_marl import bench
 
         return bench.main(args)
+    if args.command == "train":
+        from fleet_marl.rllib import cli as train_cli
+
+        return train_cli.main(args)
     try:
         if args.command == "estimate":
             r = estimate(args)

@@ -673,9 +673,8 @@ class FleetParallelEnv(ParallelEnv):
         return text
 
     def close(self) -> None:
-        from fleet_marl.render import close_figure
-
-        close_figure(self)
+        # nothing to import unless a frame was drawn (close() also runs at interpreter exit)
+        self._figure = None
 
 
 def parallel_env(**config: Any) -> FleetParallelEnv:

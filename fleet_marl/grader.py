@@ -14,8 +14,9 @@ episode with seed ``s`` resets the environment and the policy with ``s``.
 >>> round(ev.score, 2)  # doctest: +SKIP
 
 A policy is given as a reference name (``policies.POLICIES``), ``package.module:Name``, a
-path to a ``.py`` file (``my_policy.py`` or ``my_policy.py:Name``), a class or a factory
-``env -> policy``, or a policy object that is not bound to another env. ``Name`` is a class or a function; it is called with the env if it
+path to a ``.py`` file (``my_policy.py`` or ``my_policy.py:Name``), a ``fleet-marl train``
+checkpoint (the run folder or its ``checkpoint/``; greedy play of the trained modules, needs
+Ray's RLlib installed), a class or a factory ``env -> policy``, or a policy object that is not bound to another env. ``Name`` is a class or a function; it is called with the env if it
 takes an argument, else with none. A file without ``:Name`` must define ``make_policy(env)``
 or exactly one class with ``act`` and ``reset`` methods. Every problem -- an import that
 fails, an object that lacks the protocol, a malformed action -- is a :class:`PolicyError`
@@ -55,8 +56,11 @@ class PolicyError(Exception):
 
     def __init__(self, source: str, problem: str, agent: str | None = None):
         self.source, self.problem, self.agent = source, problem, agent
-        where = f"policy {source}" + (f", agent {agent}" if agent else "")
-        super().__init__(f"{where}: {problem}")
+        super().__init__(source, problem, agent)  # args as given: copy and pickle rebuild it (Ray does)
+
+    def __str__(self) -> str:
+        where = f"policy {self.source}" + (f", agent {self.agent}" if self.agent else "")
+        return f"{where}: {self.problem}"
 
 
 class GraderError(ValueError):
@@ -149,6 +153,9 @@ def load_policy(spec, env) -> Any:
 
     if spec in policies.POLICIES:
         return policies.make(spec, env)
+    folder = Path(spec)
+    if folder.is_dir() and ((folder / "fleet_marl.json").is_file() or (folder / "checkpoint" / "fleet_marl.json").is_file()):
+        return _from_checkpoint(spec, folder, env)
     path_part, _, name = spec.partition(":") if not (len(spec) > 1 and spec[1] == ":" and spec[0].isalpha()) else (spec, "", "")
     if path_part.endswith(".py"):
         path = Path(path_part)
@@ -173,6 +180,27 @@ def load_policy(spec, env) -> Any:
             raise PolicyError(spec, f"failed to import module {path_part!r}: {type(exc).__name__}: {exc}") from exc
         return _check_protocol(spec, _from_module(spec, module, name, env))
     raise PolicyError(spec, f"unknown policy; expected a reference policy ({', '.join(policies.POLICIES)}), 'package.module:Name' or a path to a .py file")
+
+
+def _from_checkpoint(spec: str, folder: Path, env):
+    """The greedy policy of a ``fleet-marl train`` checkpoint (a run folder or its checkpoint/)."""
+    from fleet_marl.rllib.policy import ModulePolicy
+
+    if not (folder / "fleet_marl.json").is_file():
+        folder = folder / "checkpoint"
+    import json
+
+    sig = json.loads((folder / "fleet_marl.json").read_text()).get("signature", {})
+    fe = _fleet_env_or_none(env)
+    if fe is not None:
+        want = {"possible_agents": list(fe.possible_agents), "nvec": fe.nvec.max(0).tolist()}
+        for k, v in want.items():
+            if sig.get(k) != v:
+                raise PolicyError(spec, f"the checkpoint was trained on task {sig.get('task')!r} with {k} = {sig.get(k)!r}; this environment has {v!r}. Evaluate it on its own task")
+    try:
+        return ModulePolicy.from_checkpoint(folder, env)
+    except Exception as exc:
+        raise PolicyError(spec, f"failed to load the checkpoint: {type(exc).__name__}: {exc}") from exc
 
 
 # --- running episodes ----------------------------------------------------------------------------

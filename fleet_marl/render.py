@@ -119,8 +119,4 @@ def render_rgb(env) -> np.ndarray:
     return np.ascontiguousarray(rgba[..., :3])
 
 
-def close_figure(env) -> None:
-    env._figure = None
-
-
-__all__ = ["close_figure", "render_ansi", "render_rgb"]
+__all__ = ["render_ansi", "render_rgb"]

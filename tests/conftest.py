@@ -79,3 +79,17 @@ def state(st):
 @pytest.fixture
 def draws(st):
     return Draws.expected(st)
+
+
+@pytest.fixture(scope="session")
+def ray_session(tmp_path_factory):
+    """One local Ray for the whole test session (2 CPUs, no dashboard, auth off)."""
+    import os
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield ray
+    ray.shutdown()

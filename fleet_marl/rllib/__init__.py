@@ -1,0 +1,38 @@
+"""fleet_marl with RLlib (ray 2.60, new API stack, PPO).
+
+=====================================  ==========================================================
+``FleetRLlibEnv``                      the env as an RLlib ``MultiAgentEnv`` (``env.py``)
+``register()``                         registers ``"fleet_marl"`` (dict obs) and
+                                       ``"fleet_marl_flat"`` with Ray Tune
+``MaskedPPOTorchRLModule``             PPO module with action masking (``modules.py``)
+``CentralCriticPPOTorchRLModule``      masked actor + critic on ``env.state()`` (MAPPO)
+``FleetCallbacks``                     welfare, fairness and event metrics (``callbacks.py``)
+``TrainConfig``, ``build``             run configs and the ``PPOConfig`` builder (``config.py``)
+``ModulePolicy``                       trained modules as a grader policy (``policy.py``)
+``train``                              the loop behind ``fleet-marl train`` (``train.py``)
+=====================================  ==========================================================
+
+Names are imported lazily: ``import fleet_marl.rllib`` does not import Ray.
+See ``docs/training.md``.
+"""
+
+_NAMES = {
+    "FleetRLlibEnv": "env", "register": "env", "ENV_NAMES": "env",
+    "MaskedPPOTorchRLModule": "modules", "CentralCriticPPOTorchRLModule": "modules",
+    "FleetCallbacks": "callbacks",
+    "TrainConfig": "config", "TrainConfigError": "config", "build": "config",
+    "ModulePolicy": "policy",
+    "SHARING": "sharing",
+    "train": "train",
+}
+
+
+def __getattr__(name):
+    if name in _NAMES:
+        import importlib
+
+        return getattr(importlib.import_module(f"fleet_marl.rllib.{_NAMES[name]}"), name)
+    raise AttributeError(f"module 'fleet_marl.rllib' has no attribute {name!r}")
+
+
+__all__ = sorted(_NAMES)

@@ -1,0 +1,265 @@
+"""Training configs: :class:`TrainConfig` (what ``fleet-marl train`` and the YAML files in
+``experiments/configs/`` hold) and :func:`build`, which turns one into an RLlib ``PPOConfig``.
+
+A YAML config is a flat mapping of :class:`TrainConfig` fields; any field left out keeps its
+default, an unknown one is an error that lists the valid ones::
+
+    task: medium
+    sharing: per_kind
+    reward_scheme: difference
+    iterations: 60
+    env: {arbiter: {mechanism: auction}}   # any fleet_marl.parallel_env override
+
+Everything here is checked without starting Ray, so a bad config fails in a second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleet_marl.config import REWARD_SCHEMES, ConfigError
+from fleet_marl.rllib.sharing import SHARING, mapping_for, module_ids
+from fleet_marl.tasks import SHORTCUTS, TASKS
+
+OBS_MODES = ("dict", "flat")
+#: ``env_config`` keys that change rewards only, never welfare (dropped for the grader).
+REWARD_ONLY = tuple(k for k, (section, _) in SHORTCUTS.items() if section == "reward")
+
+
+class TrainConfigError(ValueError):
+    """A bad training config: names the field, the value and what was expected."""
+
+
+@dataclass
+class TrainConfig:
+    """One training run. Each field is also a YAML key (``lambda_`` is ``lambda`` too)."""
+
+    #: scenario (``fleet_marl.tasks``) and its overrides
+    task: str = "easy"
+    reward_scheme: str = "mixed"
+    sharing: str = "shared"
+    obs_mode: str = "dict"
+    env: dict = field(default_factory=dict)
+    #: run length and seed (the env runners' seeds and the module initialization)
+    iterations: int = 60
+    seed: int = 0
+    #: sampling
+    num_env_runners: int = 0
+    num_envs_per_env_runner: int = 1
+    #: PPO (env steps per iteration; agent steps are N times more)
+    train_batch_size: int = 2000
+    minibatch_size: int = 1000
+    num_epochs: int = 6
+    lr: float = 3e-4
+    gamma: float = 0.95
+    lambda_: float = 0.95
+    clip_param: float = 0.2
+    vf_clip_param: float = 50.0
+    entropy_coeff: float = 0.003
+    vf_loss_coeff: float = 0.5
+    hidden: list = field(default_factory=lambda: [128, 128])
+    #: grader evaluations of the greedy policy during training (0: none) and at the end
+    eval_interval: int = 10
+    eval_episodes: int = 3
+    final_episodes: int = 10
+    checkpoint_interval: int = 10
+    #: where runs go: <out>/<name>/ (name defaults to <task>-<sharing>-<reward_scheme>)
+    out: str = "runs/train"
+    name: str = ""
+
+    # --- loading and checking -------------------------------------------------------------------
+
+    @classmethod
+    def fields(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "config") -> "TrainConfig":
+        if not isinstance(data, dict):
+            raise TrainConfigError(f"{source}: expected a mapping of TrainConfig fields, got a {type(data).__name__}")
+        data = dict(data)
+        if "lambda" in data:
+            data["lambda_"] = data.pop("lambda")
+        known = cls.fields()
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise TrainConfigError(f"{source}: unknown key {unknown[0]!r}; valid keys: {', '.join(k.rstrip('_') for k in known)}")
+        tc = cls(**data)
+        tc.check(source)
+        return tc
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "TrainConfig":
+        import yaml
+
+        p = Path(path)
+        if not p.is_file():
+            raise TrainConfigError(f"--config {str(path)!r}: no such file; the configs that ship are in experiments/configs/ (e.g. experiments/configs/easy_shared_mixed.yaml)")
+        try:
+            data = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as exc:
+            raise TrainConfigError(f"--config {str(path)!r}: not valid YAML ({exc})") from None
+        return cls.from_dict(data or {}, source=str(path))
+
+    def replace(self, source: str = "override", **changes: Any) -> "TrainConfig":
+        """A copy with ``changes`` (``None`` values are ignored), checked."""
+        data = dataclasses.asdict(self)
+        data.update({k: v for k, v in changes.items() if v is not None})
+        return type(self).from_dict(data, source)
+
+    def check(self, source: str = "config") -> None:
+        def bad(name, expected):
+            raise TrainConfigError(f"{source}: {name.rstrip('_')} = {getattr(self, name)!r}: expected {expected}")
+
+        if self.task not in TASKS:
+            bad("task", f"one of {', '.join(TASKS)}")
+        if self.reward_scheme not in REWARD_SCHEMES:
+            bad("reward_scheme", f"one of {', '.join(REWARD_SCHEMES)}")
+        if self.sharing not in SHARING:
+            bad("sharing", f"one of {', '.join(SHARING)}")
+        if self.obs_mode not in OBS_MODES:
+            bad("obs_mode", "'dict' (masked) or 'flat' (unmasked)")
+        if self.sharing == "mappo" and self.obs_mode != "dict":
+            bad("obs_mode", "'dict' with sharing 'mappo' (the centralized critic reads the state from the Dict observation)")
+        if not isinstance(self.env, dict):
+            bad("env", "a mapping of fleet_marl.parallel_env overrides")
+        for k in ("task", "reward_scheme", "obs_mode", "with_state"):
+            if k in self.env:
+                raise TrainConfigError(f"{source}: env.{k} is set by the top-level key; remove it from env")
+        for name, lo in (("iterations", 1), ("num_envs_per_env_runner", 1), ("train_batch_size", 1), ("minibatch_size", 1), ("num_epochs", 1),
+                         ("final_episodes", 1), ("eval_episodes", 1), ("seed", 0), ("num_env_runners", 0), ("eval_interval", 0), ("checkpoint_interval", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                bad(name, f"an integer >= {lo}")
+        if self.minibatch_size > self.train_batch_size:
+            bad("minibatch_size", f"at most train_batch_size ({self.train_batch_size})")
+        for name, lo, hi in (("lr", 0.0, 1.0), ("gamma", 0.0, 1.0), ("lambda_", 0.0, 1.0), ("clip_param", 0.0, 10.0),
+                             ("vf_clip_param", 0.0, float("inf")), ("entropy_coeff", 0.0, 1.0), ("vf_loss_coeff", 0.0, float("inf"))):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi or (name in ("lr", "clip_param") and v == 0):
+                bad(name, f"a number in [{lo}, {hi}]" + (" and > 0" if name in ("lr", "clip_param") else ""))
+        if not isinstance(self.hidden, list) or not self.hidden or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in self.hidden):
+            bad("hidden", "a non-empty list of positive layer widths, e.g. [128, 128]")
+        if not isinstance(self.out, str) or not self.out:
+            bad("out", "a folder path")
+        if not isinstance(self.name, str) or "/" in self.name:
+            bad("name", "a folder name without '/'")
+        try:  # the env itself: overrides, trace files
+            self.probe()
+        except (ConfigError, ValueError, TypeError, FileNotFoundError) as exc:
+            raise TrainConfigError(f"{source}: env = {self.env!r}: {exc}") from None
+
+    # --- derived --------------------------------------------------------------------------------
+
+    @property
+    def run_name(self) -> str:
+        return self.name or f"{self.task}-{self.sharing}-{self.reward_scheme}"
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out) / self.run_name
+
+    def env_config(self) -> dict:
+        """``env_config`` of :class:`~fleet_marl.rllib.env.FleetRLlibEnv`."""
+        return {"task": self.task, "reward_scheme": self.reward_scheme, "obs_mode": self.obs_mode,
+                "with_state": self.sharing == "mappo", **self.env}
+
+    def grader_overrides(self) -> dict:
+        """The env overrides that matter to welfare (what the grader is given)."""
+        return {k: v for k, v in self.env.items() if k not in REWARD_ONLY}
+
+    def probe(self):
+        """A ``FleetParallelEnv`` of this config (cheap; no Ray)."""
+        from fleet_marl.environment import FleetParallelEnv
+
+        return FleetParallelEnv(task=self.task, reward_scheme=self.reward_scheme, **self.env)
+
+    def signature(self) -> dict:
+        """What a checkpoint must match to be resumed or evaluated with this config."""
+        env = self.probe()
+        st = env.kernel_static
+        kinds = {a: ("train" if st.is_train[i] else "serve") for i, a in enumerate(env.possible_agents)}
+        return {
+            "task": self.task,
+            "possible_agents": list(env.possible_agents),
+            "kinds": kinds,
+            "nvec": env.nvec.max(0).tolist(),
+            "obs_dim": int(env.observation_spaces[env.possible_agents[0]].shape[0]),
+            "state_dim": int(env.state_space.shape[0]),
+            "obs_mode": self.obs_mode,
+            "sharing": self.sharing,
+            "modules": module_ids(self.sharing, list(env.possible_agents), kinds),
+            "hidden": list(self.hidden),
+        }
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["lambda"] = d.pop("lambda_")
+        return d
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def check_signature(meta: dict, tc: TrainConfig, source: str) -> None:
+    """Raise :class:`TrainConfigError` if a checkpoint's sidecar does not match ``tc``."""
+    want = tc.signature()
+    got = meta.get("signature", {})
+    for key in ("possible_agents", "nvec", "obs_dim", "state_dim", "obs_mode", "sharing", "modules", "hidden", "kinds"):
+        if got.get(key) != want[key]:
+            raise TrainConfigError(
+                f"checkpoint {source}: {key} = {got.get(key)!r} (trained on task {got.get('task')!r}), but this config has {want[key]!r} "
+                f"(task {tc.task!r}, sharing {tc.sharing!r}); resume with the run's own config (leave out --task/--sharing/--config) or start a new run"
+            )
+
+
+def build(tc: TrainConfig, address_cpus: float | None = None):
+    """The ``PPOConfig`` of ``tc`` (imports Ray; does not start it)."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from fleet_marl.rllib.callbacks import FleetCallbacks
+    from fleet_marl.rllib.env import FleetRLlibEnv
+    from fleet_marl.rllib.evaluation import grade
+    from fleet_marl.rllib.modules import CentralCriticPPOTorchRLModule, MaskedPPOTorchRLModule
+
+    sig = tc.signature()
+    if tc.sharing == "mappo":
+        module_class = CentralCriticPPOTorchRLModule
+    elif tc.obs_mode == "dict":
+        module_class = MaskedPPOTorchRLModule
+    else:
+        module_class = None  # PPO's default module on the Box observation
+    model_config = {"fcnet_hiddens": list(tc.hidden), "fcnet_activation": "tanh", "head_fcnet_hiddens": [],
+                    "vf_share_layers": tc.sharing == "mappo", "central_vf_hiddens": [256, 256]}
+    specs = {mid: RLModuleSpec(module_class=module_class, model_config=model_config) if module_class else RLModuleSpec(model_config=model_config)
+             for mid in sig["modules"]}
+    config = (
+        PPOConfig()
+        .environment(FleetRLlibEnv, env_config=tc.env_config(), disable_env_checking=True)
+        .env_runners(num_env_runners=tc.num_env_runners, num_envs_per_env_runner=tc.num_envs_per_env_runner,
+                     rollout_fragment_length="auto", sample_timeout_s=600.0)
+        .learners(num_learners=0)
+        .multi_agent(policies=set(sig["modules"]), policy_mapping_fn=mapping_for(tc.sharing, sig["possible_agents"], sig["kinds"]))
+        .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
+        .training(
+            train_batch_size_per_learner=tc.train_batch_size, minibatch_size=tc.minibatch_size, num_epochs=tc.num_epochs,
+            lr=tc.lr, gamma=tc.gamma, lambda_=tc.lambda_, clip_param=tc.clip_param, vf_clip_param=tc.vf_clip_param,
+            entropy_coeff=tc.entropy_coeff, vf_loss_coeff=tc.vf_loss_coeff,
+        )
+        .callbacks(FleetCallbacks)
+        .debugging(seed=tc.seed, log_level="ERROR")
+        .reporting(metrics_num_episodes_for_smoothing=1)
+    )
+    if tc.eval_interval:
+        config = config.evaluation(
+            evaluation_interval=tc.eval_interval, evaluation_duration=tc.eval_episodes, evaluation_duration_unit="episodes",
+            custom_evaluation_function=grade, evaluation_num_env_runners=0,
+        )
+    return config

@@ -1,0 +1,171 @@
+"""``FleetRLlibEnv``: fleet_marl as an RLlib ``MultiAgentEnv`` (new API stack, ray 2.60).
+
+Why not RLlib's ``ParallelPettingZooEnv``: its ``render()`` passes a mode argument that
+PettingZoo's ``render()`` no longer takes, its agent order comes from a ``set`` (so it changes
+with the hash seed), and when the last agents finish partly terminated and partly truncated it
+never sets ``__all__``, so the env runner steps an env with no agents left. fleet_marl can end
+that way (a tenant that goes broke in the last round is terminated while the rest are
+truncated). This wrapper fixes all three.
+
+``env_config`` -- every keyword ``fleet_marl.parallel_env`` takes (``task``, ``reward_scheme``,
+any config override), plus:
+
+``obs_mode``
+    ``"dict"`` (default): each observation is ``{"observations": Box(34), "action_mask":
+    Box(0, 1, (sum(nvec),))}``, the masks of the 8 action dimensions concatenated in action order
+    (the layout of the logits of RLlib's ``TorchMultiCategorical``), for
+    :class:`~fleet_marl.rllib.modules.MaskedPPOTorchRLModule`.
+    ``"flat"``: the plain ``Box(34)``; RLlib's default module, no masking (the env vetoes a
+    masked precision and caps a masked GPU count, see ``docs/environment.md``).
+``with_state``
+    ``True`` adds ``"state": env.state()`` (dict mode only), the input of the centralized critic
+    (:class:`~fleet_marl.rllib.modules.CentralCriticPPOTorchRLModule`).
+``compute_all``
+    Defaults to ``False`` here (only the trained scheme's reward is computed; welfare and the
+    fairness report do not depend on it).
+
+Action spaces are padded to a common ``MultiDiscrete(nvec.max(0))`` so that agents with
+different ``max_gpus`` can share a module; the padded choices are masked (dict mode) or
+clipped to the agent's range (flat mode).
+
+Seeding: RLlib passes ``seed + worker_index + sub_env_index`` to the first reset of each
+sub-env; the wrapper mixes in the worker index (``SeedSequence([seed, worker_index])``) so that
+no two sub-envs of a run share a seed. Later resets continue the env's own stream, so a run is
+reproducible from ``config.debugging(seed=...)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from ray.rllib.env.multi_agent_env import MultiAgentEnv
+
+from fleet_marl.environment import FleetParallelEnv
+
+#: The names registered with ``ray.tune.registry.register_env`` by :func:`register`.
+ENV_NAMES = {"dict": "fleet_marl", "flat": "fleet_marl_flat"}
+OBS_MODES = tuple(ENV_NAMES)
+#: Keys of ``env_config`` the wrapper consumes itself; the rest go to ``parallel_env``.
+WRAPPER_KEYS = ("obs_mode", "with_state")
+
+
+def flat_mask(mask: tuple, offsets: np.ndarray) -> np.ndarray:
+    """The per-dimension mask tuple of ``FleetParallelEnv`` as one float32 vector of length
+    ``offsets[-1] = sum(nvec_max)``: dimension ``k`` at ``offsets[k]:offsets[k+1]``, padded
+    choices 0."""
+    out = np.zeros(int(offsets[-1]), np.float32)
+    for k, m in enumerate(mask):
+        out[offsets[k]: offsets[k] + len(m)] = m
+    return out
+
+
+def mask_offsets(nvec_max: np.ndarray) -> np.ndarray:
+    """Start of each action dimension in the flat mask, and its length last."""
+    return np.concatenate(([0], np.cumsum(nvec_max))).astype(np.int64)
+
+
+class FleetRLlibEnv(MultiAgentEnv):
+    """fleet_marl's ``FleetParallelEnv`` as an RLlib ``MultiAgentEnv``. See the module docstring."""
+
+    def __init__(self, config: dict | None = None, obs_mode: str | None = None):
+        super().__init__()
+        cfg = dict(config or {})
+        self.worker_index = int(getattr(config, "worker_index", 0) or 0)  # RLlib's EnvContext
+        self.obs_mode = cfg.pop("obs_mode", "dict")
+        if obs_mode is not None:
+            self.obs_mode = obs_mode
+        if self.obs_mode not in OBS_MODES:
+            raise ValueError(f"env_config obs_mode = {self.obs_mode!r}: expected one of {', '.join(map(repr, OBS_MODES))}")
+        self.with_state = bool(cfg.pop("with_state", False))
+        if self.with_state and self.obs_mode != "dict":
+            raise ValueError("env_config with_state = True needs obs_mode = 'dict' (the state is one key of the Dict observation)")
+        cfg.setdefault("compute_all", False)
+        self.par_env = FleetParallelEnv(obs_mode="flat", **cfg)  # masks come from the infos
+        pe = self.par_env
+        self.metadata = dict(pe.metadata)  # own copy: RLlib's vector env writes into it
+        self.render_mode = pe.render_mode
+        self.possible_agents = list(pe.possible_agents)
+        self.agents = []
+        self.nvec_max = pe.nvec.max(0)
+        self._hi = {a: pe.nvec[i] - 1 for i, a in enumerate(self.possible_agents)}
+        self._offsets = mask_offsets(self.nvec_max)
+        box = pe.observation_spaces[self.possible_agents[0]]
+        if self.obs_mode == "dict":
+            spaces = {"observations": box, "action_mask": gym.spaces.Box(0.0, 1.0, (int(self.nvec_max.sum()),), np.float32)}
+            if self.with_state:
+                spaces["state"] = pe.state_space
+            obs_space: gym.Space = gym.spaces.Dict(spaces)
+        else:
+            obs_space = box
+        act_space = gym.spaces.MultiDiscrete(self.nvec_max)
+        self.observation_spaces = {a: obs_space for a in self.possible_agents}
+        self.action_spaces = {a: act_space for a in self.possible_agents}
+
+    # --- conversions ------------------------------------------------------------------------------
+
+    def flat_mask(self, mask: tuple) -> np.ndarray:
+        """See :func:`flat_mask`."""
+        return flat_mask(mask, self._offsets)
+
+    def convert(self, obs: dict, infos: dict) -> dict:
+        """The wrapper's observations from ``FleetParallelEnv``'s flat-mode ones and infos."""
+        if self.obs_mode == "flat":
+            return obs
+        state = self.par_env.state() if self.with_state else None
+        out = {}
+        for a, o in obs.items():
+            d = {"observations": o, "action_mask": self.flat_mask(infos[a]["action_mask"])}
+            if state is not None:
+                d["state"] = state
+            out[a] = d
+        return out
+
+    @staticmethod
+    def _slim(infos: dict) -> dict:
+        # the mask is in the observation (or not needed); it would only bloat the episodes
+        return {a: {k: v for k, v in i.items() if k != "action_mask"} for a, i in infos.items()}
+
+    # --- MultiAgentEnv ----------------------------------------------------------------------------
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if seed is not None:
+            seed = int(np.random.SeedSequence([int(seed), self.worker_index]).generate_state(1)[0])
+        obs, infos = self.par_env.reset(seed=seed, options=options)
+        self.agents = list(self.par_env.agents)
+        return self.convert(obs, infos), self._slim(infos)
+
+    def step(self, action_dict: dict[str, Any]):
+        acts = {a: np.minimum(np.asarray(v, np.int64), self._hi[a]) for a, v in action_dict.items()}
+        obs, rew, term, trunc, infos = self.par_env.step(acts)
+        self.agents = list(self.par_env.agents)
+        done = not self.agents  # every agent finished, however each one ended
+        term["__all__"] = done and all(term.values())
+        trunc["__all__"] = done and not term["__all__"]
+        return self.convert(obs, infos), rew, term, trunc, self._slim(infos)
+
+    def render(self):
+        return self.par_env.render()
+
+    def close(self) -> None:
+        self.par_env.close()
+
+
+def make_env(config: dict | None = None) -> FleetRLlibEnv:
+    """The env creator registered under :data:`ENV_NAMES` ``["dict"]``."""
+    return FleetRLlibEnv(config)
+
+
+def make_flat_env(config: dict | None = None) -> FleetRLlibEnv:
+    """The env creator registered under :data:`ENV_NAMES` ``["flat"]``."""
+    return FleetRLlibEnv(config, obs_mode="flat")
+
+
+def register() -> None:
+    """Register ``"fleet_marl"`` (dict obs, masked) and ``"fleet_marl_flat"`` with Ray Tune's
+    registry, so configs can name the env: ``PPOConfig().environment("fleet_marl", ...)``."""
+    from ray.tune.registry import register_env
+
+    register_env(ENV_NAMES["dict"], make_env)
+    register_env(ENV_NAMES["flat"], make_flat_env)

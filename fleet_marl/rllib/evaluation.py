@@ -1,0 +1,67 @@
+"""The grader inside RLlib: ``grade`` is the ``custom_evaluation_function`` of every config
+:func:`fleet_marl.rllib.config.build` makes.
+
+Every ``evaluation_interval`` iterations it plays the current greedy policy
+(:class:`~fleet_marl.rllib.policy.ModulePolicy` over the algorithm's modules) with
+:func:`fleet_marl.grader.evaluate` on seeds ``0 .. evaluation_duration - 1`` of the training
+task, against the random and planner references on the same seeds, and returns the score and
+the fairness figures. RLlib puts them under ``result["evaluation"]``:
+``fleet/score``, ``fleet/eval_welfare``, ``fleet/eval_jain``, ``fleet/eval_starvation_events``,
+``fleet/eval_degenerate``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fleet_marl.rllib.env import WRAPPER_KEYS
+from fleet_marl.rllib.sharing import mapping_for
+from fleet_marl.tasks import SHORTCUTS
+
+REWARD_ONLY = tuple(k for k, (section, _) in SHORTCUTS.items() if section == "reward")
+
+
+def algorithm_policy(algorithm, env):
+    """A :class:`ModulePolicy` over ``algorithm``'s current modules, for ``env``."""
+    from fleet_marl.rllib.policy import ModulePolicy
+
+    multi = algorithm.config.policy_mapping_fn
+    ids = list(algorithm.config.policies)
+    modules = {mid: algorithm.get_module(mid) for mid in ids}
+    obs_mode = algorithm.config.env_config.get("obs_mode", "dict")
+    return ModulePolicy(env, modules, lambda a: multi(a, None), obs_mode)
+
+
+def grader_task(env_config: dict) -> tuple[str, dict]:
+    """(task, overrides) of the grader for an ``env_config``."""
+    cfg = dict(env_config)
+    task = cfg.pop("task", "easy")
+    overrides = {k: v for k, v in cfg.items() if k not in WRAPPER_KEYS and k not in REWARD_ONLY}
+    return task, overrides
+
+
+def grade(algorithm, eval_env_runner_group=None):
+    """RLlib ``custom_evaluation_function``: (metrics, env steps, agent steps)."""
+    from fleet_marl import grader
+
+    task, overrides = grader_task(algorithm.config.env_config)
+    episodes = int(algorithm.config.evaluation_duration)
+    ev = grader.evaluate(task, lambda env: algorithm_policy(algorithm, env), episodes=episodes, seed=0, overrides=overrides, progress=False)
+    eps = ev.episodes
+    metrics = {
+        "fleet/score": ev.score,
+        "fleet/eval_welfare": float(ev.welfare.mean()),
+        "fleet/eval_jain": float(np.mean([e.jain for e in eps])),
+        "fleet/eval_starvation_events": float(np.mean([e.starvation_events for e in eps])),
+        "fleet/eval_degenerate": float(np.mean([e.events["degenerate"] for e in eps])),
+        "fleet/eval_illegal": float(np.mean([e.illegal for e in eps])),
+    }
+    # RLlib 2.60 replaces what this function returns with its metrics store's evaluation
+    # results; FleetCallbacks.on_train_result puts these into result["evaluation"]
+    algorithm._fleet_eval = metrics
+    steps = int(sum(e.rounds for e in eps))
+    agent_steps = int(sum(r["rounds"] for e in eps for r in e.agents.values()))
+    return metrics, steps, agent_steps
+
+
+__all__ = ["algorithm_policy", "grade", "grader_task", "mapping_for"]

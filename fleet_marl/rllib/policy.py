@@ -1,0 +1,121 @@
+"""Trained RLlib modules as a fleet_marl policy (the grader's ``Policy`` protocol).
+
+:class:`ModulePolicy` plays every tenant of a plain ``FleetParallelEnv`` with RLModules: it
+builds each agent's RLlib observation exactly as :class:`~fleet_marl.rllib.env.FleetRLlibEnv`
+does (flat mask from ``infos[agent]["action_mask"]``, padded to the common ``nvec``), runs one
+``forward_inference`` per module over the agents mapped to it, and takes the greedy action
+(the mode of each action dimension). Masked choices have logit ``FLOAT_MIN``, so the greedy
+action is always legal with a masking module.
+
+>>> policy = ModulePolicy.from_checkpoint("runs/train/easy-shared-difference/checkpoint", env)
+>>> fleet_marl.grader.evaluate("easy", lambda env: ModulePolicy.from_checkpoint(ckpt, env))
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from ray.rllib.core.columns import Columns
+
+from fleet_marl.rllib.env import flat_mask, mask_offsets
+from fleet_marl.rllib.sharing import mapping_for
+
+#: Where a fleet-marl checkpoint keeps each module, relative to the checkpoint folder.
+MODULE_DIR = ("learner_group", "learner", "rl_module")
+#: The sidecar written next to RLlib's checkpoint files by ``fleet-marl train``.
+SIDECAR = "fleet_marl.json"
+
+
+class ModulePolicy:
+    """Greedy play of RLModules on a fleet_marl env (see the module docstring).
+
+    ``modules`` maps module IDs to RLModules; ``mapping(agent_id) -> module ID``;
+    ``obs_mode`` is the ``FleetRLlibEnv`` observation mode the modules were trained on.
+    """
+
+    def __init__(self, env, modules: dict[str, Any], mapping: Callable[[str], str], obs_mode: str = "dict"):
+        from policies.base import fleet_env
+
+        self.env = fleet_env(env)
+        self.modules = modules
+        self.mapping = mapping
+        self.obs_mode = obs_mode
+        self._offsets = mask_offsets(self.env.nvec.max(0))
+        self._hi = {a: self.env.nvec[i] - 1 for i, a in enumerate(self.env.possible_agents)}
+        for a in self.env.possible_agents:
+            mid = mapping(a)
+            if mid not in modules:
+                raise ValueError(f"ModulePolicy: agent {a!r} maps to module {mid!r}, which is not among the modules {sorted(modules)}")
+
+    def reset(self, seed: int | None = None) -> None:
+        """Greedy play draws no random numbers."""
+
+    def act(self, observations: dict, infos: dict) -> dict[str, np.ndarray]:
+        groups: dict[str, list[str]] = {}
+        live = set(self.env.agents)  # step() also returns the last observation of a finished agent
+        for a in observations:
+            if a in live:
+                groups.setdefault(self.mapping(a), []).append(a)
+        out = {}
+        for mid, agents in groups.items():
+            feats = np.stack([self._features(observations[a]) for a in agents]).astype(np.float32)
+            if self.obs_mode == "dict":
+                masks = np.stack([self._mask(a, infos) for a in agents])
+                obs = {"observations": torch.from_numpy(feats), "action_mask": torch.from_numpy(masks)}
+            else:
+                obs = torch.from_numpy(feats)
+            module = self.modules[mid]
+            with torch.no_grad():
+                logits = module.forward_inference({Columns.OBS: obs})[Columns.ACTION_DIST_INPUTS]
+                dist = module.get_inference_action_dist_cls().from_logits(logits).to_deterministic()
+                acts = dist.sample().numpy()
+            for a, act in zip(agents, acts):
+                out[a] = np.minimum(act.astype(np.int64), self._hi[a])
+        return out
+
+    def act_one(self, observation, agent: str, info: dict | None) -> np.ndarray:
+        """One agent's action (the AEC loop)."""
+        return self.act({agent: observation}, {agent: info or {}})[agent]
+
+    @staticmethod
+    def _features(o) -> np.ndarray:
+        return np.asarray(o["observation"] if isinstance(o, dict) else o)
+
+    def _mask(self, agent: str, infos: dict) -> np.ndarray:
+        info = infos.get(agent) or {}
+        mask = info.get("action_mask")
+        if mask is None:
+            mask = self.env.action_mask(agent)
+        return flat_mask(mask, self._offsets)
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: str | Path, env) -> "ModulePolicy":
+        """Load the modules of a ``fleet-marl train`` checkpoint (no Ray cluster needed)."""
+        from ray.rllib.core.rl_module.rl_module import RLModule
+
+        path = Path(checkpoint)
+        sig = read_sidecar(path)["signature"]
+        root = path.joinpath(*MODULE_DIR)
+        modules = {mid: RLModule.from_checkpoint(str(root / mid)) for mid in sig["modules"]}
+        for m in modules.values():
+            m.eval()
+        return cls(env, modules, mapping_for(sig["sharing"], sig["possible_agents"], sig["kinds"]), sig["obs_mode"])
+
+
+def read_sidecar(path: str | Path) -> dict:
+    """The ``fleet_marl.json`` of a checkpoint folder, or a ValueError saying what is wrong."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"checkpoint {str(path)!r}: no such folder; pass the 'checkpoint' folder that fleet-marl train wrote (runs/train/<run>/checkpoint)")
+    side = path / SIDECAR
+    if not side.is_file():
+        hint = " (an RLlib checkpoint, but not one fleet-marl train wrote)" if (path / "rllib_checkpoint.json").is_file() else ""
+        raise ValueError(f"checkpoint {str(path)!r}: no {SIDECAR}{hint}; expected a checkpoint folder written by fleet-marl train")
+    try:
+        return json.loads(side.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"checkpoint {str(side)!r}: not valid JSON ({exc})") from None

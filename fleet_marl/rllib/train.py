@@ -1,0 +1,343 @@
+"""The loop behind ``fleet-marl train`` (``make train``): PPO on fleet_marl with RLlib.
+
+:func:`train` checks everything it can before Ray starts (the config, the checkpoint to
+resume, the CPUs asked for), then trains with a progress bar and writes, under
+``<out>/<run name>/``:
+
+===================  ==========================================================================
+``checkpoint/``      RLlib's checkpoint plus ``fleet_marl.json`` (the config and the env's
+                     signature, checked on ``--resume`` and by ``ModulePolicy``)
+``metrics.csv``      one row per iteration: :data:`COLUMNS`
+``tb/``              TensorBoard scalars: every numeric leaf of RLlib's result
+``learning_curve.png``  training welfare and the grader's evaluations against the references
+``results.md``       the final table: the trained policy and every reference policy, graded on
+                     the same seeds; ``results.json`` has the summaries
+===================  ==========================================================================
+
+Nothing here runs at import time; ``import fleet_marl.rllib.train`` imports Ray but does not
+start it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleet_marl.rllib.callbacks import EPISODE_METRICS, EVAL_METRICS
+from fleet_marl.rllib.config import TrainConfig, TrainConfigError, build, check_signature
+from fleet_marl.rllib.policy import SIDECAR, read_sidecar
+
+#: The columns of ``metrics.csv``, in order (empty where an iteration has no value, e.g. no
+#: episode ended or no evaluation ran).
+COLUMNS = (
+    ("iteration", "training_iteration"),
+    ("env_steps", "num_env_steps_sampled_lifetime"),
+    ("time_s", "time_total_s"),
+    ("episodes", "env_runners/num_episodes"),
+    ("episode_return_mean", "env_runners/episode_return_mean"),
+    *((m, f"env_runners/fleet/{m}") for m in EPISODE_METRICS),
+    *((m, f"evaluation/fleet/{m}") for m in EVAL_METRICS),
+    ("policy_loss", "learners/__mean__/policy_loss"),
+    ("vf_loss", "learners/__mean__/vf_loss"),
+    ("vf_explained_var", "learners/__mean__/vf_explained_var"),
+    ("entropy", "learners/__mean__/entropy"),
+    ("mean_kl_loss", "learners/__mean__/mean_kl_loss"),
+)
+
+
+@dataclass
+class TrainResult:
+    """What a run produced."""
+
+    run_dir: Path
+    checkpoint: Path
+    iterations: int
+    env_steps: int
+    seconds: float
+    rows: list[dict] = field(default_factory=list)
+    final: list[dict] = field(default_factory=list)  # summaries of the final evaluation
+    table: str = ""
+
+
+def flatten(result: dict, prefix: str = "") -> dict[str, float]:
+    """Numeric leaves of a nested RLlib result as ``{"a/b/c": value}``, plus
+    ``learners/__mean__/<stat>``: each learner statistic averaged over the modules."""
+    out: dict[str, float] = {}
+
+    def walk(d, pre):
+        for k, v in d.items():
+            key = f"{pre}{k}"
+            if isinstance(v, dict):
+                walk(v, key + "/")
+            elif isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v)):
+                out[key] = float(v)
+            elif hasattr(v, "item") and getattr(v, "size", 2) == 1:
+                try:
+                    x = float(v.item())
+                except (TypeError, ValueError):
+                    continue
+                if math.isfinite(x):
+                    out[key] = x
+
+    walk({k: v for k, v in result.items() if k != "config"}, prefix)
+    stats: dict[str, list[float]] = {}
+    for mid, d in (result.get("learners") or {}).items():
+        if mid == "__all_modules__" or not isinstance(d, dict):
+            continue
+        for k, v in d.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                stats.setdefault(k, []).append(float(v))
+    for k, vs in stats.items():
+        out[f"learners/__mean__/{k}"] = sum(vs) / len(vs)
+    return out
+
+
+def row_of(flat: dict[str, float]) -> dict[str, Any]:
+    return {name: flat.get(key, "") for name, key in COLUMNS}
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """The checkpoint folder for ``--resume``: the folder itself or its ``checkpoint/``."""
+    p = Path(path)
+    if (p / "checkpoint" / SIDECAR).is_file():
+        return p / "checkpoint"
+    read_sidecar(p)  # raises with what is wrong
+    return p
+
+
+def _cpus_needed(tc: TrainConfig) -> int:
+    return tc.num_env_runners  # each remote env runner asks for one CPU; the driver runs the learner
+
+
+def _init_ray(address: str | None, tc: TrainConfig) -> bool:
+    """Start or join Ray; True if this call started it (and so should stop it)."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address:
+        try:
+            ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=True)
+        except ConnectionError as exc:
+            raise TrainConfigError(
+                f"--address {address!r}: no Ray cluster found ({exc}). Start one with 'ray start --head' "
+                "(see docs/training.md), or leave out --address to train on this machine"
+            ) from None
+        cpus = ray.cluster_resources().get("CPU", 0)
+        if _cpus_needed(tc) > cpus:
+            ray.shutdown()
+            raise TrainConfigError(f"--num-env-runners {tc.num_env_runners}: the cluster at {address} has {cpus:g} CPUs; use at most {int(cpus)}")
+        return True
+    ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level="ERROR", log_to_driver=True)
+    return True
+
+
+def _save(algo, run_dir: Path, tc: TrainConfig, iteration: int, env_steps: int) -> Path:
+    """Write the checkpoint atomically: into ``checkpoint.tmp/``, then swap it in."""
+    final = run_dir / "checkpoint"
+    tmp = run_dir / "checkpoint.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    algo.save_to_path(str(tmp.resolve()))
+    meta = {"signature": tc.signature(), "train_config": tc.to_dict(), "iteration": iteration, "env_steps": env_steps}
+    (tmp / SIDECAR).write_text(json.dumps(meta, indent=2))
+    old = run_dir / "checkpoint.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def plot(rows: list[dict], path: Path, title: str, references: dict[str, float] | None = None) -> Path | None:
+    """The learning curve: training welfare per iteration and the grader's evaluations,
+    with the references' welfare as horizontal lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def series(name):
+        xs, ys = [], []
+        for r in rows:
+            if r.get(name) not in ("", None) and r.get("env_steps") not in ("", None):
+                xs.append(float(r["env_steps"]))
+                ys.append(float(r[name]))
+        return xs, ys
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    x, y = series("welfare")
+    ax.plot(x, y, color="tab:blue", label="PPO, training episodes (sampled actions)")
+    x, y = series("eval_welfare")
+    if x:
+        ax.plot(x, y, "o-", color="tab:orange", label="PPO, grader (greedy, seeds 0..)")
+    colors = iter(["tab:gray", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:olive", "tab:cyan"])
+    for name, w in (references or {}).items():
+        ax.axhline(w, ls="--", lw=1, color=next(colors, "k"), label=f"{name} ({w:.0f})")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("episode welfare")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def final_evaluation(tc: TrainConfig, checkpoint: Path, episodes: int, progress: bool = True):
+    """The trained policy (from ``checkpoint``) and every reference policy on ``tc.task``,
+    seeds ``0 .. episodes - 1``: (evaluations, markdown table)."""
+    import policies as refs
+
+    from fleet_marl import baselines, grader
+    from fleet_marl.rllib.evaluation import grader_task
+    from fleet_marl.rllib.policy import ModulePolicy
+
+    task, overrides = grader_task(tc.env_config())
+    names = list(refs.POLICIES)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=1 + len(names), desc="final evaluation", unit="policy", file=sys.stderr, leave=False)
+    evals = []
+
+    def ppo(env):
+        pol = ModulePolicy.from_checkpoint(checkpoint, env)
+        return pol
+
+    ev = grader.evaluate(task, ppo, episodes=episodes, seed=0, overrides=overrides, progress=False)
+    ev.policy = f"PPO ({tc.sharing}, {tc.reward_scheme})"
+    evals.append(ev)
+    if bar is not None:
+        bar.update(1)
+    for name in names:
+        evals.append(grader.evaluate(task, name, episodes=episodes, seed=0, overrides=overrides, progress=False))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return evals, baselines.table(evals)
+
+
+def prepare(tc: TrainConfig, resume: str | None = None) -> tuple[TrainConfig, Path | None, dict | None]:
+    """Everything checked before Ray starts: (config, checkpoint to resume or None, its sidecar)."""
+    if resume is None:
+        return tc, None, None
+    ckpt = find_checkpoint(resume)
+    meta = read_sidecar(ckpt)
+    check_signature(meta, tc, str(ckpt))
+    done = int(meta.get("iteration", 0))
+    if tc.iterations <= done:
+        raise TrainConfigError(f"--resume {resume}: the checkpoint has already trained {done} iterations and iterations = {tc.iterations}; pass --iterations N with N > {done} (the total to reach)")
+    return tc, ckpt, meta
+
+
+def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = None, progress: bool = True,
+          final_episodes: int | None = None, out=sys.stdout) -> TrainResult:
+    """Train ``tc`` (see the module docstring). ``resume``: a run folder or its checkpoint."""
+    tc, ckpt, meta = prepare(tc, resume)
+    run_dir = ckpt.parent if ckpt is not None else tc.run_dir
+    if address is None and _cpus_needed(tc) > (os.cpu_count() or 1):
+        raise TrainConfigError(f"--num-env-runners {tc.num_env_runners}: this machine has {os.cpu_count()} CPUs; use at most {os.cpu_count()} (or 0: sample in the driver)")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(_yaml(tc.to_dict()))
+    started = _init_ray(address, tc)
+    t0 = time.time()
+    writer = None
+    algo = None
+    try:
+        import torch
+
+        torch.set_num_threads(1)  # one core per process: the env runners and the learner share the machine
+        algo = build(tc).build_algo()
+        if ckpt is not None:
+            algo.restore_from_path(str(ckpt.resolve()))
+        from tensorboardX import SummaryWriter
+
+        writer = SummaryWriter(str(run_dir / "tb"))
+        csv_path = run_dir / "metrics.csv"
+        rows: list[dict] = []
+        if ckpt is not None and csv_path.is_file():
+            with csv_path.open() as f:
+                rows = [r for r in csv.DictReader(f) if r.get("iteration") and int(float(r["iteration"])) <= int(meta.get("iteration", 0))]
+        with csv_path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=[c for c, _ in COLUMNS])
+            w.writeheader()
+            w.writerows(rows)
+        first = algo.iteration
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=tc.iterations, initial=first, desc=f"train {tc.run_name}", unit="iter", file=sys.stderr, dynamic_ncols=True)
+        env_steps = 0
+        last_ckpt = ckpt
+        for it in range(first, tc.iterations):
+            result = algo.train()
+            flat = flatten(result)
+            row = row_of(flat)
+            rows.append(row)
+            with csv_path.open("a", newline="") as f:
+                csv.DictWriter(f, fieldnames=[c for c, _ in COLUMNS]).writerow(row)
+            step = int(flat.get("num_env_steps_sampled_lifetime", 0))
+            env_steps = step
+            for k, v in flat.items():
+                writer.add_scalar(k, v, step)
+            writer.flush()
+            if tc.checkpoint_interval and (it + 1) % tc.checkpoint_interval == 0 and it + 1 < tc.iterations:
+                last_ckpt = _save(algo, run_dir, tc, it + 1, step)
+            if bar is not None:
+                post = {"steps": step}
+                if row["welfare"] != "":
+                    post["welfare"] = f"{row['welfare']:.1f}"
+                if row["score"] != "":
+                    post["score"] = f"{row['score']:.2f}"
+                bar.set_postfix(post)
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        last_ckpt = _save(algo, run_dir, tc, tc.iterations, env_steps)
+    finally:
+        if writer is not None:
+            writer.close()
+        if algo is not None:
+            algo.stop()
+        if started:
+            import ray
+
+            ray.shutdown()
+    seconds = time.time() - t0
+    res = TrainResult(run_dir=run_dir, checkpoint=last_ckpt, iterations=tc.iterations, env_steps=env_steps, seconds=seconds, rows=rows)
+    episodes = tc.final_episodes if final_episodes is None else final_episodes
+    refs: dict[str, float] = {}
+    if episodes:
+        evals, table = final_evaluation(tc, last_ckpt, episodes, progress)
+        res.final = [e.summary() for e in evals]
+        res.table = table
+        for e in evals[1:]:
+            refs[e.policy] = float(e.welfare.mean())
+        seeds = f"0..{episodes - 1}"
+        text = (f"# {tc.run_name}\n\nTrained {tc.iterations} iterations ({env_steps:,} env steps, {seconds / 60:.1f} min), seed {tc.seed}. "
+                f"Graded on seeds {seeds} of `{tc.task}`.\n\n{table}\n")
+        (run_dir / "results.md").write_text(text)
+        (run_dir / "results.json").write_text(json.dumps({"train_config": tc.to_dict(), "env_steps": env_steps, "seconds": seconds, "evaluations": res.final}, indent=2))
+    plot(rows, run_dir / "learning_curve.png", f"{tc.run_name}: PPO on {tc.task}", {k: v for k, v in refs.items() if k in ("random", "fair_share", "precision_expert", "planner")})
+    return res
+
+
+def _yaml(d: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(d, sort_keys=False)

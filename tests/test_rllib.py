@@ -1,0 +1,246 @@
+"""RLlib training: every config builder trains, the metrics reach the results, checkpoints
+restore to the same actions, masking holds over whole episodes, ``train()`` writes its outputs
+and resumes, and a run on a ``ray start`` cluster through ``--address``.
+
+One Ray for the session (the ``ray_session`` fixture); short runs; generous timeouts; nothing
+here asserts on wall-clock time.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.timeout(900)
+
+import torch  # noqa: E402
+from ray.rllib.core.columns import Columns  # noqa: E402
+
+import fleet_marl  # noqa: E402
+from fleet_marl.rllib.config import TrainConfig, build  # noqa: E402
+from fleet_marl.rllib.env import FleetRLlibEnv  # noqa: E402
+from fleet_marl.rllib.policy import ModulePolicy  # noqa: E402
+
+SMALL = dict(train_batch_size=200, minibatch_size=100, num_epochs=1, eval_interval=0, hidden=[32, 32])
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def small(**kw) -> TrainConfig:
+    return TrainConfig(**{**SMALL, **kw})
+
+
+@pytest.mark.parametrize("task, sharing, obs_mode, n_modules", [
+    ("tiny", "shared", "dict", 1),
+    ("tiny", "per_tenant", "dict", 2),
+    ("easy", "per_kind", "dict", 2),
+    ("tiny", "mappo", "dict", 1),
+    ("tiny", "shared", "flat", 1),
+])
+def test_each_builder_builds_and_trains_two_iterations(ray_session, task, sharing, obs_mode, n_modules):
+    tc = small(task=task, sharing=sharing, obs_mode=obs_mode, reward_scheme="difference")
+    algo = build(tc).build_algo()
+    try:
+        r1, r2 = algo.train(), algo.train()
+        assert r2["training_iteration"] == 2
+        assert r2["num_env_steps_sampled_lifetime"] >= 2 * tc.train_batch_size
+        learners = {k for k in r2["learners"] if k != "__all_modules__"}
+        assert len(learners) == n_modules
+        for mid in learners:  # every module was updated
+            assert np.isfinite(r2["learners"][mid]["policy_loss"]) and r2["learners"][mid]["num_module_steps_trained"] > 0
+        er = r2["env_runners"]
+        for key in ("fleet/welfare", "fleet/jain", "fleet/max_starvation_streak", "fleet/oom", "fleet/veto", "fleet/throttle", "fleet/degenerate", "fleet/illegal"):
+            assert key in er, key
+        if obs_mode == "dict":
+            assert er["fleet/illegal"] == 0  # masked: never a masked choice
+        if sharing == "mappo":
+            mod = algo.learner_group._learner.module["shared"]
+            assert isinstance(mod.central_vf, torch.nn.Module)
+            # the critic never travels to the env runners
+            assert not any("central_vf" in k for k in mod.get_state(inference_only=True))
+            assert any("central_vf" in k for k in mod.get_state())
+    finally:
+        algo.stop()
+
+
+def test_grader_score_is_in_the_results(ray_session):
+    algo = build(small(task="tiny", eval_interval=1, eval_episodes=1)).build_algo()
+    try:
+        ev = algo.train()["evaluation"]
+    finally:
+        algo.stop()
+    assert 0.0 <= ev["fleet/score"] <= 1.0
+    for k in ("fleet/eval_welfare", "fleet/eval_jain", "fleet/eval_starvation_events", "fleet/eval_degenerate"):
+        assert np.isfinite(ev[k])
+    assert ev["fleet/eval_illegal"] == 0
+
+
+def _greedy(module, obs) -> np.ndarray:
+    batch = {k: torch.as_tensor(np.asarray(v)[None]) for k, v in obs.items()}
+    with torch.no_grad():
+        logits = module.forward_inference({Columns.OBS: batch})[Columns.ACTION_DIST_INPUTS]
+    return module.get_inference_action_dist_cls().from_logits(logits).to_deterministic().sample()[0].numpy()
+
+
+@pytest.mark.parametrize("sharing", ["shared", "mappo"])
+def test_checkpoint_restores_the_same_actions(ray_session, tmp_path, sharing):
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    from fleet_marl.rllib.train import _save
+
+    tc = small(task="tiny", sharing=sharing)
+    algo = build(tc).build_algo()
+    algo.train()
+    env = FleetRLlibEnv(tc.env_config())
+    obs, _ = env.reset(seed=11)
+    observations = []
+    for _ in range(10):  # observations from several rounds, not only the first
+        observations.append(obs)
+        obs, *_ = env.step({a: env.par_env.default_action_index[i] for i, a in enumerate(env.agents)})
+    before = [_greedy(algo.get_module("shared"), o[a]) for o in observations for a in o]
+    ck = _save(algo, tmp_path, tc, 1, 200)
+    algo.stop()
+    assert json.loads((ck / "fleet_marl.json").read_text())["signature"]["sharing"] == sharing
+    restored = Algorithm.from_checkpoint(str(ck))
+    try:
+        after = [_greedy(restored.get_module("shared"), o[a]) for o in observations for a in o]
+        assert restored.iteration == 1
+    finally:
+        restored.stop()
+    for b, a in zip(before, after):
+        np.testing.assert_array_equal(b, a)
+    # the standalone policy (no Algorithm) plays the same greedy actions on the plain env
+    plain = fleet_marl.parallel_env(task="tiny")
+    obs, infos = plain.reset(seed=11)
+    pol = ModulePolicy.from_checkpoint(ck, plain)
+    acts = pol.act(obs, infos)
+    for i, a in enumerate(plain.possible_agents):
+        np.testing.assert_array_equal(acts[a], before[i])
+
+
+def test_masking_never_emits_a_masked_action_over_full_episodes(ray_session):
+    """Greedy and sampled actions of a masking module (untrained: its raw logits are arbitrary)
+    are legal in every round of whole episodes; the unmasked module is not (so the check bites)."""
+    results = {}
+    for obs_mode in ("dict", "flat"):
+        tc = small(task="easy", obs_mode=obs_mode)
+        algo = build(tc).build_algo()
+        module = algo.get_module("shared")
+        algo.stop()
+        env = FleetRLlibEnv(tc.env_config())
+        illegal = 0
+        decisions = 0
+        for seed, explore in ((0, False), (1, True), (2, True)):
+            obs, _ = env.reset(seed=seed)
+            torch.manual_seed(seed)
+            while env.agents:
+                acts = {}
+                for a in env.agents:
+                    o = obs[a]
+                    batch = {Columns.OBS: {k: torch.as_tensor(np.asarray(v)[None]) for k, v in o.items()} if isinstance(o, dict) else torch.as_tensor(o[None])}
+                    with torch.no_grad():
+                        if explore:
+                            logits = module.forward_exploration(batch)[Columns.ACTION_DIST_INPUTS]
+                            act = module.get_exploration_action_dist_cls().from_logits(logits).sample()[0].numpy()
+                        else:
+                            logits = module.forward_inference(batch)[Columns.ACTION_DIST_INPUTS]
+                            act = module.get_inference_action_dist_cls().from_logits(logits).to_deterministic().sample()[0].numpy()
+                    mask = env.par_env.action_mask(a)
+                    illegal += any(not mask[k][act[k]] for k in range(len(mask)))
+                    decisions += 1
+                    acts[a] = act
+                obs, *_ = env.step(acts)
+        results[obs_mode] = (illegal, decisions)
+    assert results["dict"][0] == 0 and results["dict"][1] > 500
+    assert results["flat"][0] > 0  # without masking, random weights do pick masked choices
+
+
+def test_train_writes_outputs_and_resumes(ray_session, tmp_path):
+    from fleet_marl.rllib.train import COLUMNS, train
+
+    tc = small(task="tiny", iterations=2, eval_interval=2, eval_episodes=1, checkpoint_interval=1, out=str(tmp_path), name="run")
+    res = train(tc, progress=False, final_episodes=2)
+    run = tmp_path / "run"
+    assert res.run_dir == run and res.checkpoint == run / "checkpoint"
+    rows = list(csv.DictReader((run / "metrics.csv").open()))
+    assert [int(r["iteration"]) for r in rows] == [1, 2] and list(rows[0]) == [c for c, _ in COLUMNS]
+    assert rows[1]["score"] != "" and rows[0]["score"] == ""  # graded on iteration 2 only
+    assert float(rows[1]["env_steps"]) >= 400
+    assert (run / "learning_curve.png").stat().st_size > 10_000
+    assert any(p.name.startswith("events.out.tfevents") for p in (run / "tb").iterdir())
+    table = (run / "results.md").read_text()
+    for name in ("PPO (shared, mixed)", "fair_share", "planner", "random"):
+        assert name in table
+    assert json.loads((run / "checkpoint" / "fleet_marl.json").read_text())["iteration"] == 2
+    assert not (run / "checkpoint.tmp").exists()
+    # resume: continues at iteration 3 and appends to the CSV
+    res2 = train(tc.replace(iterations=3), resume=str(run), progress=False, final_episodes=0)
+    rows = list(csv.DictReader((run / "metrics.csv").open()))
+    assert [int(r["iteration"]) for r in rows] == [1, 2, 3]
+    assert float(rows[2]["env_steps"]) > float(rows[1]["env_steps"])
+    assert json.loads((res2.checkpoint / "fleet_marl.json").read_text())["iteration"] == 3
+    # the run folder is a policy for fleet-marl evaluate
+    from fleet_marl.grader import evaluate
+
+    ev = evaluate("tiny", str(run), episodes=1, progress=False)
+    assert ev.episodes[0].illegal == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.timeout(1200)
+def test_train_on_a_ray_start_cluster_through_address(tmp_path):
+    """ray start --head on 127.0.0.1, fleet-marl train --address against it, then stop it (only
+    the process group we started: never `ray stop`, which kills every Ray on the machine)."""
+    bindir = Path(sys.executable).parent
+    port = _free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    head = subprocess.Popen(
+        [str(bindir / "ray"), "start", "--head", "--block", "--port", str(port), "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
+         "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", str(tmp_path / "ray")],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    try:
+        cmd = [str(bindir / "fleet-marl"), "train", "--address", f"127.0.0.1:{port}", "--task", "tiny", "--iterations", "1",
+               "--num-env-runners", "1", "--final-episodes", "1", "--out", str(tmp_path / "runs"), "--name", "cluster", "--no-progress", "--json"]
+        deadline = time.time() + 120
+        while True:  # the head takes a few seconds to come up
+            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+            if r.returncode == 0 or time.time() > deadline or "no Ray cluster found" not in r.stderr:
+                break
+            time.sleep(3)
+        assert r.returncode == 0, r.stderr[-3000:]
+        out = json.loads(r.stdout)
+        assert out["env_steps"] > 0 and Path(out["checkpoint"], "fleet_marl.json").is_file()
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.communicate()
+    assert head.returncode is not None
+
+
+def test_address_without_a_cluster_says_how_to_start_one(tmp_path):
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    port = _free_port()
+    r = subprocess.run([str(Path(sys.executable).parent / "fleet-marl"), "train", "--address", f"127.0.0.1:{port}", "--task", "tiny",
+                        "--iterations", "1", "--out", str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2
+    assert "ray start --head" in r.stderr

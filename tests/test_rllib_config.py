@@ -1,0 +1,266 @@
+"""The RLlib layer without Ray running: the env wrapper, configs, YAML files, checkpoints'
+sidecars and the CLI's errors (all raised before Ray starts)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fleet_marl.rllib.config import TrainConfig, TrainConfigError, check_signature
+from fleet_marl.rllib.env import FleetRLlibEnv
+from fleet_marl.rllib.sharing import KindMapping, mapping_for, module_ids
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --- the env wrapper -----------------------------------------------------------------------------
+
+
+def test_wrapper_spaces_and_flat_mask_layout():
+    env = FleetRLlibEnv({"task": "easy"})
+    obs, infos = env.reset(seed=3)
+    assert env.agents == env.possible_agents == [f"tenant_{i}" for i in range(4)]
+    pe = env.par_env
+    for a in env.agents:
+        assert env.observation_spaces[a].contains(obs[a])
+        want = np.concatenate([np.asarray(m, np.float32) for m in pe.action_mask(a)])
+        np.testing.assert_array_equal(obs[a]["action_mask"], want)  # nvec is uniform on easy: no padding
+        np.testing.assert_array_equal(obs[a]["observations"], pe._obs_matrix()[pe.agent_index[a]].astype(np.float32))
+        assert "action_mask" not in infos[a]
+
+
+def test_wrapper_pads_heterogeneous_nvec():
+    # tenant 0 may ask for 16 GPUs, the others for 8: one common space, padded choices masked
+    import dataclasses
+
+    from fleet_marl.tasks import make_config
+
+    cfg, _ = make_config("easy")
+    tenants = list(cfg.tenants)
+    tenants[0] = dataclasses.replace(tenants[0], max_gpus=16)
+    env = FleetRLlibEnv({"config": dataclasses.replace(cfg, tenants=tuple(tenants))})
+    obs, _ = env.reset(seed=0)
+    assert env.nvec_max[0] == 17 and len({str(s) for s in env.action_spaces.values()}) == 1
+    m1 = obs["tenant_1"]["action_mask"][:17]
+    assert m1[9:].sum() == 0 and m1[:9].sum() > 0
+    # an out-of-range choice (unmasked play) is clipped to the agent's own range
+    act = {a: env.action_spaces[a].sample() for a in env.agents}
+    act["tenant_1"][0] = 16
+    env.step(act)
+    assert env.par_env.last_outcome.requested[1] <= 8
+
+
+def test_wrapper_full_episode_with_masked_sampling_is_legal_and_ends_with_all():
+    env = FleetRLlibEnv({"task": "easy", "max_cycles": 30})
+    obs, _ = env.reset(seed=1)
+    rng = np.random.default_rng(0)
+    steps = 0
+    while True:
+        acts = {}
+        for a in env.agents:
+            m = obs[a]["action_mask"]
+            acts[a] = np.array([rng.choice(np.flatnonzero(m[o:o + n])) for o, n in zip(env._offsets[:-1], env.nvec_max)])
+        obs, rew, term, trunc, infos = env.step(acts)
+        steps += 1
+        assert all(not i["illegal"] for i in infos.values())
+        if term["__all__"] or trunc["__all__"]:
+            break
+        assert env.agents
+    assert steps == 30 and not env.agents and trunc["__all__"] and not term["__all__"]
+
+
+def test_wrapper_mixed_terminated_and_truncated_ending_sets_all():
+    """RLlib's ParallelPettingZooEnv leaves __all__ False here and then steps an empty env."""
+    env = FleetRLlibEnv({"task": "tiny"})
+    env.reset(seed=0)
+    o = np.zeros(34, np.float32)
+    mask = tuple(np.ones(n, np.int8) for n in env.nvec_max)
+
+    class Ending:  # the last two agents end together, one broke (terminated), one at the horizon
+        agents: list = []
+
+        def step(self, actions):
+            return ({a: o for a in actions}, {a: 0.0 for a in actions}, {"tenant_0": True, "tenant_1": False},
+                    {"tenant_0": False, "tenant_1": True}, {a: {"action_mask": mask} for a in actions})
+
+    env.par_env = Ending()
+    _, _, term, trunc, _ = env.step({"tenant_0": np.zeros(8, int), "tenant_1": np.zeros(8, int)})
+    assert term["__all__"] or trunc["__all__"]
+
+
+def test_wrapper_render_works():
+    env = FleetRLlibEnv({"task": "tiny", "render_mode": "ansi"})
+    env.reset(seed=0)
+    text = env.render()
+    assert isinstance(text, str) and "tenant_0" in text
+
+
+def test_wrapper_state_and_flat_modes():
+    env = FleetRLlibEnv({"task": "easy", "with_state": True})
+    obs, _ = env.reset(seed=0)
+    np.testing.assert_array_equal(obs["tenant_2"]["state"], env.par_env.state())
+    flat = FleetRLlibEnv({"task": "easy"}, obs_mode="flat")
+    obs, _ = flat.reset(seed=0)
+    assert obs["tenant_0"].shape == (34,) and flat.observation_spaces["tenant_0"].contains(obs["tenant_0"])
+    with pytest.raises(ValueError, match="with_state = True needs obs_mode = 'dict'"):
+        FleetRLlibEnv({"task": "easy", "with_state": True}, obs_mode="flat")
+    with pytest.raises(ValueError, match="obs_mode = 'box'"):
+        FleetRLlibEnv({"task": "easy", "obs_mode": "box"})
+
+
+def test_wrapper_seeding_mixes_the_worker_index():
+    class Ctx(dict):
+        worker_index = 0
+
+    def first_obs(worker, seed):
+        c = Ctx(task="easy")
+        c.worker_index = worker
+        env = FleetRLlibEnv(c)
+        env.reset(seed=seed)
+        out = []
+        for _ in range(5):  # the arrivals differ by seed; compare a few rounds of the state
+            o, *_ = env.step({a: env.par_env.default_action_index[i] for i, a in enumerate(env.agents)})
+            out.append(env.par_env.state())
+        return np.concatenate(out)
+
+    np.testing.assert_array_equal(first_obs(1, 5), first_obs(1, 5))
+    # RLlib seeds runner w, sub-env i with seed + w + i: (w=1, i=1) and (w=2, i=0) both get 7
+    assert not np.array_equal(first_obs(1, 7), first_obs(2, 7))
+
+
+# --- sharing and configs --------------------------------------------------------------------------
+
+
+def test_sharing_module_ids_and_mappings():
+    agents = ["tenant_0", "tenant_1", "tenant_2"]
+    kinds = {"tenant_0": "train", "tenant_1": "serve", "tenant_2": "train"}
+    assert module_ids("shared", agents, kinds) == ["shared"] == module_ids("mappo", agents, kinds)
+    assert module_ids("per_tenant", agents, kinds) == agents
+    assert module_ids("per_kind", agents, kinds) == ["train", "serve"]
+    assert module_ids("per_kind", agents[:1], {"tenant_0": "train"}) == ["train"]  # tiny: trainers only
+    assert mapping_for("per_kind", agents, kinds)("tenant_1", None, worker=None) == "serve"
+    assert mapping_for("per_tenant", agents, kinds)("tenant_2") == "tenant_2"
+    assert mapping_for("shared", agents, kinds)("tenant_2", object()) == "shared"
+    import pickle
+
+    assert pickle.loads(pickle.dumps(KindMapping(kinds))) == KindMapping(kinds)
+
+
+def test_every_shipped_config_loads_and_matches_its_generator():
+    files = sorted((ROOT / "experiments" / "configs").glob("*.yaml"))
+    assert len(files) == 3 * 4 * 6
+    r = subprocess.run([sys.executable, str(ROOT / "experiments" / "make_configs.py"), "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    seen = set()
+    for f in files:
+        tc = TrainConfig.from_yaml(f)
+        assert f.stem == f"{tc.task}_{tc.sharing}_{tc.reward_scheme}"
+        seen.add((tc.task, tc.sharing, tc.reward_scheme))
+    assert len(seen) == 72
+
+
+@pytest.mark.parametrize("data, match", [
+    ({"tsk": "easy"}, r"unknown key 'tsk'; valid keys: task, reward_scheme"),
+    ({"reward_scheme": "selfish"}, r"reward_scheme = 'selfish': expected one of local, global, mixed"),
+    ({"sharing": "everyone"}, r"sharing = 'everyone': expected one of shared, per_tenant, per_kind, mappo"),
+    ({"task": "huge"}, r"task = 'huge': expected one of tiny, easy"),
+    ({"sharing": "mappo", "obs_mode": "flat"}, r"obs_mode = 'flat': expected 'dict' with sharing 'mappo'"),
+    ({"iterations": 0}, r"iterations = 0: expected an integer >= 1"),
+    ({"minibatch_size": 5000}, r"minibatch_size = 5000: expected at most train_batch_size"),
+    ({"lr": -1}, r"lr = -1: expected a number"),
+    ({"hidden": []}, r"hidden = \[\]: expected a non-empty list"),
+    ({"env": {"arbiter": {"mechanism": "lottery"}}}, r"env = .*lottery"),
+    ({"env": {"task": "hard"}}, r"env.task is set by the top-level key"),
+])
+def test_bad_configs_name_the_field(data, match):
+    with pytest.raises(TrainConfigError, match=match):
+        TrainConfig.from_dict(data, source="my.yaml")
+
+
+def test_yaml_errors(tmp_path):
+    with pytest.raises(TrainConfigError, match=r"--config '.*nope.yaml': no such file; the configs that ship are in experiments/configs/"):
+        TrainConfig.from_yaml(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("task: [easy\n")
+    with pytest.raises(TrainConfigError, match="not valid YAML"):
+        TrainConfig.from_yaml(bad)
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("task: tiny\nlambda: 0.9\nenv: {max_cycles: 10}\n")
+    tc = TrainConfig.from_yaml(ok)
+    assert tc.task == "tiny" and tc.lambda_ == 0.9 and tc.probe().max_cycles == 10
+
+
+def _fake_checkpoint(tmp_path: Path, tc: TrainConfig, iteration: int = 2) -> Path:
+    ck = tmp_path / "run" / "checkpoint"
+    ck.mkdir(parents=True)
+    (ck / "fleet_marl.json").write_text(json.dumps({"signature": tc.signature(), "train_config": tc.to_dict(), "iteration": iteration}))
+    return ck
+
+
+def test_checkpoint_from_another_env_is_refused(tmp_path):
+    ck = _fake_checkpoint(tmp_path, TrainConfig(task="tiny"))
+    meta = json.loads((ck / "fleet_marl.json").read_text())
+    check_signature(meta, TrainConfig(task="tiny", reward_scheme="global"), str(ck))  # the reward may change
+    with pytest.raises(TrainConfigError, match=r"possible_agents = \['tenant_0', 'tenant_1'\] \(trained on task 'tiny'\).*task 'easy'"):
+        check_signature(meta, TrainConfig(task="easy"), str(ck))
+    with pytest.raises(TrainConfigError, match=r"sharing = 'shared'.*'per_tenant'"):
+        check_signature(meta, TrainConfig(task="tiny", sharing="per_tenant"), str(ck))
+
+
+def _cli(args, monkeypatch, capsys):
+    """Run fleet-marl in-process; starting Ray is an error here (the checks come first)."""
+    from fleet_marl import cli
+    from fleet_marl.rllib import train as train_mod
+
+    def no_ray(*a, **k):
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(train_mod, "_init_ray", no_ray)
+    code = cli.main(args)
+    return code, capsys.readouterr().err
+
+
+def test_cli_errors_come_before_ray(tmp_path, monkeypatch, capsys):
+    code, err = _cli(["train", "--config", str(tmp_path / "missing.yaml")], monkeypatch, capsys)
+    assert code == 2 and "no such file" in err and "fleet-marl train --help" in err
+    y = tmp_path / "x.yaml"
+    y.write_text("task: easy\nbatch: 3\n")
+    code, err = _cli(["train", "--config", str(y)], monkeypatch, capsys)
+    assert code == 2 and "unknown key 'batch'" in err
+    code, err = _cli(["train", "--reward-scheme", "selfish"], monkeypatch, capsys)
+    assert code == 2 and "reward_scheme = 'selfish'" in err
+    code, err = _cli(["train", "--sharing", "all"], monkeypatch, capsys)
+    assert code == 2 and "sharing = 'all'" in err
+    ck = _fake_checkpoint(tmp_path, TrainConfig(task="tiny", iterations=2))
+    code, err = _cli(["train", "--resume", str(ck.parent), "--task", "easy", "--iterations", "5"], monkeypatch, capsys)
+    assert code == 2 and "trained on task 'tiny'" in err
+    code, err = _cli(["train", "--resume", str(ck.parent)], monkeypatch, capsys)
+    assert code == 2 and "already trained 2 iterations" in err
+    code, err = _cli(["train", "--resume", str(tmp_path)], monkeypatch, capsys)
+    assert code == 2 and "no fleet_marl.json" in err
+    code, err = _cli(["train", "--num-env-runners", "64"], monkeypatch, capsys)
+    assert code == 2 and "--num-env-runners 64: this machine has" in err
+
+
+def test_config_by_name_resolves_in_the_checkout():
+    from fleet_marl.rllib.cli import config_path
+
+    assert config_path("medium_per_kind_difference") == ROOT / "experiments" / "configs" / "medium_per_kind_difference.yaml"
+
+
+def test_cli_parser_does_not_import_ray():
+    code = "import sys; from fleet_marl.cli import build_parser; build_parser(); print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "False"
+
+
+def test_train_help_has_examples():
+    out = subprocess.run([sys.executable, "-m", "fleet_marl.cli", "train", "--help"], capture_output=True, text=True, check=True).stdout
+    for flag in ("--config", "--address", "--num-env-runners", "--resume", "--iterations", "--task", "--reward-scheme", "--sharing"):
+        assert flag in out
+    assert "examples:" in out and "fleet-marl train --address auto" not in out or "ray start --head" in out
