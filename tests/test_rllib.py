@@ -50,7 +50,8 @@ def test_each_builder_builds_and_trains_two_iterations(ray_session, task, sharin
     tc = small(task=task, sharing=sharing, obs_mode=obs_mode, reward_scheme="difference")
     algo = build(tc).build_algo()
     try:
-        r1, r2 = algo.train(), algo.train()
+        algo.train()
+        r2 = algo.train()
         assert r2["training_iteration"] == 2
         assert r2["num_env_steps_sampled_lifetime"] >= 2 * tc.train_batch_size
         learners = {k for k in r2["learners"] if k != "__all_modules__"}
@@ -206,12 +207,16 @@ def test_train_on_a_ray_start_cluster_through_address(tmp_path):
     """ray start --head on 127.0.0.1, fleet-marl train --address against it, then stop it (only
     the process group we started: never `ray stop`, which kills every Ray on the machine)."""
     bindir = Path(sys.executable).parent
+    import shutil
+    import tempfile
+
     port = _free_port()
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
+    temp = tempfile.mkdtemp(prefix="fr-", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
     head = subprocess.Popen(
         [str(bindir / "ray"), "start", "--head", "--block", "--port", str(port), "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
-         "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", str(tmp_path / "ray")],
+         "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", temp],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     try:
@@ -233,6 +238,7 @@ def test_train_on_a_ray_start_cluster_through_address(tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(head.pid, signal.SIGKILL)
             head.communicate()
+        shutil.rmtree(temp, ignore_errors=True)
     assert head.returncode is not None
 
 

@@ -100,8 +100,15 @@ def flatten(result: dict, prefix: str = "") -> dict[str, float]:
     return out
 
 
+INT_COLUMNS = ("iteration", "env_steps", "episodes")
+
+
 def row_of(flat: dict[str, float]) -> dict[str, Any]:
-    return {name: flat.get(key, "") for name, key in COLUMNS}
+    row = {name: flat.get(key, "") for name, key in COLUMNS}
+    for name in INT_COLUMNS:
+        if row[name] != "":
+            row[name] = int(row[name])
+    return row
 
 
 def find_checkpoint(path: str | Path) -> Path:
@@ -126,6 +133,7 @@ def _init_ray(address: str | None, tc: TrainConfig) -> bool:
     if ray.is_initialized():
         return False
     if address:
+        _check_reachable(address)
         try:
             ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=True)
         except ConnectionError as exc:
@@ -140,6 +148,23 @@ def _init_ray(address: str | None, tc: TrainConfig) -> bool:
         return True
     ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level="ERROR", log_to_driver=True)
     return True
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast on a ``host:port`` nobody listens on (``ray.init`` would retry for minutes)."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or address.startswith(("ray://", "auto")):
+        return  # "auto" and ray:// addresses: ray.init reports them itself
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=5):
+            pass
+    except OSError as exc:
+        raise TrainConfigError(
+            f"--address {address!r}: no Ray cluster found (nothing answers on {host}:{port}: {exc.strerror or exc}). "
+            "Start one with 'ray start --head --port PORT' (see docs/training.md), or leave out --address to train on this machine"
+        ) from None
 
 
 def _save(algo, run_dir: Path, tc: TrainConfig, iteration: int, env_steps: int) -> Path:
