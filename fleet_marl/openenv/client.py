@@ -174,7 +174,7 @@ class RemoteParallelEnv(FleetParallelEnv):
 
     def reset(self, seed: Optional[int] = None, options: Optional[dict] = None):
         """Reset on the server. ``options`` may set ``task`` and ``config`` (overrides) for this
-        and later episodes."""
+        and later episodes; other keys are ignored, as the local env ignores ``options``."""
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
             raise ValueError(f"reset: seed = {seed!r}: expected None or a non-negative integer")
         options = dict(options or {})
@@ -182,8 +182,6 @@ class RemoteParallelEnv(FleetParallelEnv):
             self.task = options.pop("task")
         if "config" in options:
             self._overrides = dict(options.pop("config") or {})
-        if options:
-            raise ValueError(f"reset: options.{sorted(options)[0]}: expected only task and config")
         return self._remote_reset(None if seed is None else int(seed))
 
     def step(self, actions: dict):

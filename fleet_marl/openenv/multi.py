@@ -25,7 +25,7 @@ import numpy as np
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
-from fleet_marl.environment import ActionError, FleetParallelEnv
+from fleet_marl.environment import ACTION_FIELDS, N_ACT, ActionError, FleetParallelEnv
 from fleet_marl.openenv.base import SessionEnv, TaskAPI, check_seed, config_digest, fairness_report, resolve_task
 from fleet_marl.openenv.models import FleetJointAction, FleetMultiObservation, FleetState, encode
 
@@ -70,11 +70,10 @@ class FleetMultiEnvironment(TaskAPI, Environment):
             raise RuntimeError("step() called before reset(): send a reset first")
         actions = {}
         for a, v in action.actions.items():
-            try:
-                arr = np.asarray(v)
-            except ValueError:
-                raise ActionError(a, "action", v, "a list of 8 integers") from None
-            actions[a] = arr
+            numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+            if not numeric and a in env.agents:  # name the value as sent, not as a numpy array
+                raise ActionError(a, "action", v, f"a list of {N_ACT} integers ({', '.join(ACTION_FIELDS)})")
+            actions[a] = np.asarray(v) if numeric else np.zeros(0)
         obs, rewards, terms, truncs, infos = env.step(actions)  # ActionError: nothing changed
         self._steps += 1
         welfare = next(iter(infos.values()))["welfare"] if infos else 0.0
