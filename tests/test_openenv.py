@@ -3,6 +3,7 @@ episodes on the WebSocket, RemoteParallelEnv against PettingZoo's API test and a
 local env, session isolation and the session limit, and the documented handling of bad input."""
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -345,3 +346,20 @@ def test_ego_session_with_the_python_session_object(ego):
         with pytest.raises(RuntimeError, match="code: VALIDATION_ERROR"):
             s.step({"text": "x", "temperature": 1})  # the action model forbids unknown fields
         assert s.state().round == 1
+
+
+def test_llm_agent_example_runs_a_grpo_group(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / "llm_agent.py"
+    spec = importlib.util.spec_from_file_location("llm_agent", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("llm_agent", mod)  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    assert mod.main(["--prompts", "1", "--group", "3", "--rounds", "4"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.strip().splitlines()[1:]]
+    assert len(rows) == 3 and all(r[3] == "4" for r in rows)  # 3 samples of 4 turns
+    adv = [float(r[6]) for r in rows]
+    assert abs(sum(adv)) < 1e-3  # group-relative advantages sum to zero
+    assert mod.advantages([1.0, 3.0]) == pytest.approx([-1.0, 1.0], abs=1e-5)

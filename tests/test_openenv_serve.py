@@ -100,5 +100,21 @@ def test_serve_ego_with_the_real_client():
             bad = client.step(FleetEgoAction(text="no"))
             assert bad.observation.last_action_error.startswith("input: no JSON object found")
             assert bad.reward == pytest.approx(bad.observation.metadata["rewards"][bad.observation.metadata["scheme"]] - 1.0)
+        # the TRL environment_factory sketch of experiments/llm_agent.py works against it
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("llm_agent", Path(__file__).resolve().parents[1] / "experiments" / "llm_agent.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules.setdefault("llm_agent", mod)  # dataclasses look their module up
+        spec.loader.exec_module(mod)
+        mod.FleetTenantEnv.url = url
+        tenant = mod.FleetTenantEnv()
+        try:
+            prompt = tenant.reset(seed=1, task="tiny")
+            assert "You are tenant_0" in prompt
+            nxt = tenant.act('{"request_gpus": 2, "bid": "list", "batch": 8, "precision": "bf16"}')
+            assert "Last round: asked 2" in nxt and tenant.total != 0.0
+        finally:
+            tenant.client.close()
     finally:
         _stop(proc)
