@@ -363,3 +363,20 @@ def test_llm_agent_example_runs_a_grpo_group(capsys):
     adv = [float(r[6]) for r in rows]
     assert abs(sum(adv)) < 1e-3  # group-relative advantages sum to zero
     assert mod.advantages([1.0, 3.0]) == pytest.approx([-1.0, 1.0], abs=1e-5)
+
+
+def test_space_app_and_manifest():
+    import subprocess
+    from pathlib import Path
+
+    from fleet_marl.openenv.space import app_from_env
+
+    with TestClient(app_from_env({"FLEET_MARL_MODE": "multi", "FLEET_MARL_TASK": "tiny"})) as c, c.websocket_connect("/ws") as ws:
+        assert call(ws, "reset", {"seed": 0})["data"]["observation"]["task"] == "tiny"
+    with TestClient(app_from_env({"FLEET_MARL_MODE": "ego", "FLEET_MARL_OPPONENTS": "bidder"})) as c, c.websocket_connect("/ws") as ws:
+        assert "You are tenant_0" in call(ws, "reset", {"seed": 0})["data"]["observation"]["prompt"]
+    root = Path(__file__).resolve().parents[1]
+    cli = Path(sys.executable).parent / "openenv"
+    r = subprocess.run([str(cli), "validate", str(root), "--level", "static", "--skip-build"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "PASS  static.manifest" in r.stdout, r.stdout + r.stderr
+    assert "fleet_marl.openenv.space:app" in (root / "openenv.yaml").read_text()
