@@ -61,7 +61,7 @@ def add_parser(sub) -> None:
 
 def _import_server():
     """``(make_app, uvicorn)``; ImportError when the extra is missing."""
-    from fleet_marl.openenv import make_app  # noqa: needs openenv
+    from fleet_marl.openenv import make_app  # the extra: openenv, fastapi
     import uvicorn
 
     return make_app, uvicorn

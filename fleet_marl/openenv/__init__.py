@@ -21,8 +21,10 @@ to install it. Two views of :class:`~fleet_marl.environment.FleetParallelEnv`
 
 from __future__ import annotations
 
+import importlib
+
 try:
-    import openenv.core  # noqa: F401
+    importlib.import_module("openenv.core")
 except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
     raise ImportError(
         "fleet_marl.openenv needs the optional 'openenv' extra: pip install 'fleet-marl[openenv]' "

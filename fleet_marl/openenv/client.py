@@ -21,7 +21,7 @@ from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 
 from fleet_marl.config import FleetConfig, from_dict
-from fleet_marl.environment import N_ACT, OBS_MODES, ActionError, FleetParallelEnv
+from fleet_marl.environment import OBS_MODES, ActionError, FleetParallelEnv
 from fleet_marl.openenv.base import config_digest
 from fleet_marl.openenv.models import (
     FleetEgoAction, FleetEgoObservation, FleetJointAction, FleetMultiObservation, FleetState, decode,
@@ -237,4 +237,4 @@ class RemoteParallelEnv(FleetParallelEnv):
             close()
 
 
-__all__ = ["FleetEgoClient", "FleetEnvClient", "RemoteParallelEnv", "WebSocketSession", "N_ACT"]
+__all__ = ["FleetEgoClient", "FleetEnvClient", "RemoteParallelEnv", "WebSocketSession"]
