@@ -380,3 +380,15 @@ def test_space_app_and_manifest():
     r = subprocess.run([str(cli), "validate", str(root), "--level", "static", "--skip-build"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "PASS  static.manifest" in r.stdout, r.stdout + r.stderr
     assert "fleet_marl.openenv.space:app" in (root / "openenv.yaml").read_text()
+
+
+def test_ego_switching_tasks_rebinds_the_opponents(ego):
+    with ego.websocket_connect("/ws") as ws:
+        call(ws, "reset", {"seed": 0, "task": "tiny"})
+        _ego_step(ws, json.dumps(GOOD))
+        o = call(ws, "reset", {"seed": 0, "task": "easy"})["data"]["observation"]
+        assert o["cluster"]["tenants"] == 4
+        o = _ego_step(ws, json.dumps(GOOD))["observation"]
+        assert [r["agent"] for r in o["cluster"]["others"]] == ["tenant_1", "tenant_2", "tenant_3"]
+        assert sum(r["granted_gpus"] for r in o["cluster"]["others"]) > 0  # the opponents played
+        assert o["tenant"]["workload"]["job_tokens_left"] <= o["tenant"]["workload"]["job_tokens"]

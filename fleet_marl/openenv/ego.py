@@ -110,11 +110,10 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         env = self._session.get(name, {**d["config"], **(config or {})})
         ego_id = self._resolve_ego(env, d["ego"] if ego is None else ego, seed)
         obs, infos = env.reset(seed=seed)
-        key = (id(env), opponents)
-        if self._policy is None or self._policy_key != key:
+        if self._policy is None or self._policy_key != opponents or self._policy.env is not env:
             import policies
 
-            self._policy, self._policy_key = policies.make(opponents, env), key
+            self._policy, self._policy_key = policies.make(opponents, env), opponents
         self._policy.reset(seed)
         self.ego, self.fallback, self.penalty, self.max_streak = ego_id, fallback, float(invalid_penalty), int(max_invalid_streak)
         self._obs, self._infos = obs, infos
@@ -257,7 +256,7 @@ def describe(env: FleetParallelEnv, ego: str, obs, info: dict) -> tuple[dict, di
     if train:
         tenant["workload"] = {
             "job_tokens": float(st.job_tokens[i]), "seq_len": int(st.seq_len[i]),
-            "job_tokens_left": _r(o.remaining_next[i] if o is not None else st.job_tokens[i], 0),
+            "job_tokens_left": _r(x[_O["job_left"]] * st.job_tokens[i] if obs is not None else st.job_tokens[i], 0),  # 0 between jobs
             "jobs_waiting": int(round(x[_O["jobs_waiting"]] / max(1.0 - x[_O["jobs_waiting"]], 1e-6))),
         }
     else:
