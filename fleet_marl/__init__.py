@@ -10,12 +10,17 @@ trace readers), ``kernel`` (the batched numpy cost model), ``credit`` and ``fair
 (rewards and detectors over tenant arrays), ``environment`` (the PettingZoo API),
 ``tasks`` (named scenarios). See docs/environment.md.
 
+``parse_tenant_action(text)`` parses a tenant's action written as JSON by an LLM
+(``fleet_marl.text_action``; docs/llm_agents.md). The OpenEnv server is the optional
+subpackage ``fleet_marl.openenv`` (``pip install fleet-marl[openenv]``), never imported here.
+
 The environment names are imported lazily, so ``import fleet_marl.kernel`` does not import
 PettingZoo.
 """
 
 _ENV_NAMES = ("ActionError", "FleetParallelEnv", "env", "parallel_env", "raw_env")
 _TASK_NAMES = ("TASKS", "make_config")
+_TEXT_NAMES = ("parse_tenant_action", "TenantAction", "TextActionError")
 
 
 def __getattr__(name):
@@ -27,7 +32,11 @@ def __getattr__(name):
         from fleet_marl import tasks
 
         return getattr(tasks, name)
+    if name in _TEXT_NAMES:
+        from fleet_marl import text_action
+
+        return getattr(text_action, name)
     raise AttributeError(f"module 'fleet_marl' has no attribute {name!r}")
 
 
-__all__ = list(_ENV_NAMES + _TASK_NAMES)
+__all__ = list(_ENV_NAMES + _TASK_NAMES + _TEXT_NAMES)

@@ -360,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fleet-marl",
         description="fleet_marl: tenants negotiating for one shared GPU cluster.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  fleet-marl train\n  fleet-marl estimate --model llama-3.1-8b --gpus 8 --gpu-type h100-sxm\n  fleet-marl sweep --quick\n  fleet-marl evaluate --task easy --policy precision_expert\n  fleet-marl demo\n  fleet-marl bench --quick\n\nRun 'fleet-marl <command> --help' for each command's options.",
+        epilog="examples:\n  fleet-marl train\n  fleet-marl estimate --model llama-3.1-8b --gpus 8 --gpu-type h100-sxm\n  fleet-marl sweep --quick\n  fleet-marl evaluate --task easy --policy precision_expert\n  fleet-marl demo\n  fleet-marl bench --quick\n  fleet-marl serve --mode ego\n\nRun 'fleet-marl <command> --help' for each command's options.",
     )
     sub = p.add_subparsers(dest="command", metavar="command")
 
@@ -421,6 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     train_cli.add_parser(sub)
     bench.add_parser(sub)
+    from fleet_marl import serve
+
+    serve.add_parser(sub)
     return p
 
 
@@ -542,6 +545,10 @@ def _main(argv: list[str] | None = None) -> int:
         from fleet_marl.rllib import cli as train_cli
 
         return train_cli.main(args)
+    if args.command == "serve":
+        from fleet_marl import serve
+
+        return serve.main(args)
     try:
         if args.command == "estimate":
             r = estimate(args)

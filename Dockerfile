@@ -1,0 +1,27 @@
+# fleet_marl's OpenEnv server as a Hugging Face Docker Space (docs/llm_agents.md, "Deploy").
+# Build and run locally:
+#   docker build -t fleet-marl .
+#   docker run -p 7860:7860 -e FLEET_MARL_MODE=ego fleet-marl
+# then: openenv validate --url http://127.0.0.1:7860
+# The image is not built by CI. The 'trace' task needs the trace CSVs (not in the image).
+FROM python:3.11-slim
+
+# Spaces run the container as user 1000
+RUN useradd -m -u 1000 user
+WORKDIR /home/user/app
+
+COPY --chown=user pyproject.toml README.md ./
+COPY --chown=user fleet_marl ./fleet_marl
+COPY --chown=user policies ./policies
+# torch is a core dependency, pinned; a CPU-only wheel index keeps the image small (see the docs)
+RUN pip install --no-cache-dir ".[openenv]"
+
+USER user
+ENV FLEET_MARL_MODE=ego \
+    FLEET_MARL_TASK=easy \
+    FLEET_MARL_MAX_SESSIONS=8 \
+    PYTHONUNBUFFERED=1
+EXPOSE 7860
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:7860/health', timeout=3)"
+CMD ["sh", "-c", "fleet-marl serve --host 0.0.0.0 --port 7860 --mode \"$FLEET_MARL_MODE\" --task \"$FLEET_MARL_TASK\" --max-sessions \"$FLEET_MARL_MAX_SESSIONS\""]

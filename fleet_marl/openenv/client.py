@@ -1,0 +1,240 @@
+"""Clients of the two views, and :class:`RemoteParallelEnv`, a PettingZoo ``ParallelEnv`` over
+a server of the multi view.
+
+>>> from fleet_marl.openenv import RemoteParallelEnv                     # doctest: +SKIP
+>>> env = RemoteParallelEnv.connect("http://127.0.0.1:8000", task="easy")  # doctest: +SKIP
+>>> import policies; policy = policies.make("precision_expert", env)     # doctest: +SKIP
+>>> obs, infos = env.reset(seed=0); policy.reset(0)                      # doctest: +SKIP
+>>> while env.agents: obs, r, term, trunc, infos = env.step(policy.act(obs, infos))  # doctest: +SKIP
+
+``FleetEnvClient`` and ``FleetEgoClient`` are OpenEnv ``EnvClient`` subclasses (async; ``.sync()``
+for sync code). ``WebSocketSession`` speaks the same protocol over an open WebSocket, such as
+``fastapi.testclient.TestClient(app).websocket_connect("/ws")``, so tests need no uvicorn.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import numpy as np
+from openenv.core.client_types import StepResult
+from openenv.core.env_client import EnvClient
+
+from fleet_marl.config import FleetConfig, from_dict
+from fleet_marl.environment import OBS_MODES, ActionError, FleetParallelEnv
+from fleet_marl.openenv.base import config_digest
+from fleet_marl.openenv.models import (
+    FleetEgoAction, FleetEgoObservation, FleetJointAction, FleetMultiObservation, FleetState, decode,
+)
+
+
+def _parse(obs_cls, payload: Dict[str, Any]) -> StepResult:
+    data = dict(payload.get("observation", {}))
+    data["reward"], data["done"] = payload.get("reward"), payload.get("done", False)
+    obs = obs_cls.model_validate(data)
+    return StepResult(observation=obs, reward=payload.get("reward"), done=payload.get("done", False), metadata=payload.get("metadata"))
+
+
+class FleetEnvClient(EnvClient[FleetJointAction, FleetMultiObservation, FleetState]):
+    """Client of the multi view: ``FleetEnvClient(base_url="http://127.0.0.1:8000").sync()``."""
+
+    def _step_payload(self, action: FleetJointAction) -> Dict[str, Any]:
+        return {"actions": action.actions}
+
+    def _parse_result(self, payload: Dict[str, Any]) -> StepResult[FleetMultiObservation]:
+        return _parse(FleetMultiObservation, payload)
+
+    def _parse_state(self, payload: Dict[str, Any]) -> FleetState:
+        return FleetState.model_validate(payload)
+
+
+class FleetEgoClient(EnvClient[FleetEgoAction, FleetEgoObservation, FleetState]):
+    """Client of the ego view: ``client.step(FleetEgoAction(text=model_output))``."""
+
+    def _step_payload(self, action: FleetEgoAction) -> Dict[str, Any]:
+        return {"text": action.text}
+
+    def _parse_result(self, payload: Dict[str, Any]) -> StepResult[FleetEgoObservation]:
+        return _parse(FleetEgoObservation, payload)
+
+    def _parse_state(self, payload: Dict[str, Any]) -> FleetState:
+        return FleetState.model_validate(payload)
+
+
+class WebSocketSession:
+    """The sync client's ``reset``/``step``/``state``/``close`` over an already open WebSocket
+    (anything with ``send_json`` and ``receive_json``, such as Starlette's test session). Error
+    frames raise ``RuntimeError("Server error: <message> (code: <code>)")``, as ``EnvClient`` does."""
+
+    def __init__(self, ws, mode: str = "multi"):
+        if mode not in ("multi", "ego"):
+            raise ValueError(f"mode = {mode!r}: expected 'multi' or 'ego'")
+        self.ws = ws
+        self.obs_cls = FleetMultiObservation if mode == "multi" else FleetEgoObservation
+
+    def _call(self, message: dict) -> dict:
+        self.ws.send_json(message)
+        response = self.ws.receive_json()
+        if response.get("type") == "error":
+            data = response.get("data", {})
+            raise RuntimeError(f"Server error: {data.get('message', 'Unknown error')} (code: {data.get('code', 'UNKNOWN')})")
+        return response.get("data", {})
+
+    def reset(self, **kwargs: Any) -> StepResult:
+        return _parse(self.obs_cls, self._call({"type": "reset", "data": kwargs}))
+
+    def step(self, action) -> StepResult:
+        data = {"actions": action.actions} if isinstance(action, FleetJointAction) else {"text": action.text} if isinstance(action, FleetEgoAction) else action
+        return _parse(self.obs_cls, self._call({"type": "step", "data": data}))
+
+    def state(self) -> FleetState:
+        return FleetState.model_validate(self._call({"type": "state"}))
+
+    def close(self) -> None:
+        try:
+            self.ws.send_json({"type": "close"})
+        except Exception:  # already closed
+            pass
+
+
+class RemoteParallelEnv(FleetParallelEnv):
+    """A PettingZoo ``ParallelEnv`` whose episodes run on a server of the multi view.
+
+    ``client`` is a sync client (``FleetEnvClient(...).sync()``, connected) or a
+    :class:`WebSocketSession`. The scenario's static parts (spaces, ``kernel_static``,
+    ``bid_levels``, ``default_actions``, ``config``) are rebuilt locally from the config the
+    server sends at reset -- its digest is checked against the server's -- so the reference
+    policies and ``fleet_marl.grader.run_episode`` run unchanged. The dynamic parts
+    (``agents``, ``round``, ``state()``, ``action_mask()``, observations, rewards, infos) come
+    from the server. Actions are checked locally before they are sent (an
+    :class:`~fleet_marl.environment.ActionError` as from the local env), and the server checks
+    them again. ``fairness_report()`` asks the server; ``last_outcome`` is None and
+    ``render()`` is not available remotely.
+    """
+
+    def __init__(self, client, task: Optional[str] = None, config: Optional[dict] = None, obs_mode: str = "flat"):
+        if obs_mode not in OBS_MODES:
+            raise ValueError(f"obs_mode = {obs_mode!r}: expected one of {', '.join(map(repr, OBS_MODES))}")
+        self.client = client
+        self.task = task
+        self._overrides = dict(config or {})
+        self.obs_mode, self.render_mode, self.illegal_action = obs_mode, None, "veto"
+        self._digest = None
+        self._ready = False
+        self._seed_seq = None
+        self._last = None
+        self._round = 0
+        self._remote_reset(seed=None)  # learn the scenario: spaces must exist before reset()
+        self._ready = False
+        self.agents = []
+
+    @classmethod
+    def connect(cls, base_url: str, task: Optional[str] = None, config: Optional[dict] = None, obs_mode: str = "flat", **client_kwargs: Any) -> "RemoteParallelEnv":
+        """Open a WebSocket session on the server at ``base_url`` (``http://host:port``)."""
+        client = FleetEnvClient(base_url=base_url, **client_kwargs).sync()
+        client.connect()
+        return cls(client, task=task, config=config, obs_mode=obs_mode)
+
+    # --- the wire --------------------------------------------------------------------------------
+
+    def _remote_reset(self, seed):
+        kwargs: Dict[str, Any] = {"seed": seed, "config": self._overrides}
+        if self.task is not None:
+            kwargs["task"] = self.task
+        obs: FleetMultiObservation = self.client.reset(**kwargs).observation
+        if obs.config_digest != self._digest:
+            cfg = from_dict(FleetConfig, decode(obs.config))
+            self._build(cfg)
+            if config_digest(self) != obs.config_digest:
+                raise RuntimeError(f"the scenario rebuilt from the server's config has digest {config_digest(self)}, the server's is {obs.config_digest}: "
+                                   "client and server run different fleet_marl versions?")
+            self._digest = obs.config_digest
+        self._ready = True
+        return self._apply(obs, with_rewards=False)
+
+    def _apply(self, obs: FleetMultiObservation, with_rewards: bool):
+        self.agents = list(obs.agents)
+        self._round = obs.round
+        self._state_vec = np.asarray(obs.state, np.float32)
+        self._remote_masks = {a: tuple(np.asarray(m, np.int8) for m in ms) for a, ms in obs.action_masks.items()}
+        observations = {}
+        for a, o in obs.observations.items():
+            vec = np.asarray(o, np.float32)
+            observations[a] = vec if self.obs_mode == "flat" else {"observation": vec, "action_mask": self._remote_masks[a]}
+        infos = {}
+        for a, info in obs.infos.items():
+            info = decode(info)
+            if with_rewards:
+                info = {"rewards": dict(obs.reward_schemes.get(a, {})), **info}
+            info["action_mask"] = self._remote_masks[a]
+            infos[a] = info
+        return observations, infos
+
+    # --- PettingZoo API ----------------------------------------------------------------------------
+
+    def reset(self, seed: Optional[int] = None, options: Optional[dict] = None):
+        """Reset on the server. ``options`` may set ``task`` and ``config`` (overrides) for this
+        and later episodes; other keys are ignored, as the local env ignores ``options``."""
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+            raise ValueError(f"reset: seed = {seed!r}: expected None or a non-negative integer")
+        options = dict(options or {})
+        if "task" in options:
+            self.task = options.pop("task")
+        if "config" in options:
+            self._overrides = dict(options.pop("config") or {})
+        return self._remote_reset(None if seed is None else int(seed))
+
+    def step(self, actions: dict):
+        if not self._ready:
+            raise RuntimeError("step() called before reset(): call env.reset(seed=...) first")
+        if not self.agents:
+            raise RuntimeError("step() called after every agent finished: call env.reset() to start a new episode")
+        if not isinstance(actions, dict):
+            raise ActionError("actions", "type", type(actions).__name__, "a dict {agent: action}")
+        live = set(self.agents)
+        checked = {a: self.check_action(a, act, live).tolist() for a, act in actions.items()}
+        missing = [a for a in self.agents if a not in actions]
+        if missing:
+            raise ActionError(missing[0], "action", None, f"an action for every live agent; missing {', '.join(missing)}")
+        obs: FleetMultiObservation = self.client.step(FleetJointAction(actions=checked)).observation
+        observations, infos = self._apply(obs, with_rewards=True)
+        return observations, dict(obs.rewards), dict(obs.terminations), dict(obs.truncations), infos
+
+    def state(self) -> np.ndarray:
+        if not self._ready:
+            raise RuntimeError("state() called before reset(): call env.reset(seed=...) first")
+        return self._state_vec.copy()
+
+    def action_mask(self, agent: str) -> tuple:
+        self._known(agent)
+        if not self._ready:
+            raise RuntimeError("action_mask() called before reset(): call env.reset(seed=...) first")
+        if agent not in self._remote_masks:
+            raise KeyError(f"{agent}: no mask this round (it finished earlier); live: {', '.join(self.agents)}")
+        return self._remote_masks[agent]
+
+    @property
+    def max_cycles(self) -> int:
+        return self.config.max_cycles
+
+    @max_cycles.setter
+    def max_cycles(self, value: int) -> None:
+        """Takes effect at the next reset (sent to the server as an override)."""
+        if value != self.config.max_cycles:
+            self._overrides["max_cycles"] = int(value)
+            self._ready = False
+
+    def fairness_report(self) -> dict:
+        """The server's fairness report of the episode so far (``FleetState.fairness``)."""
+        return decode(self.client.state().fairness)
+
+    def render(self):
+        raise NotImplementedError("RemoteParallelEnv does not render: the episode runs on the server (use fleet-marl demo locally)")
+
+    def close(self) -> None:
+        close = getattr(self.client, "close", None)
+        if callable(close):
+            close()
+
+
+__all__ = ["FleetEgoClient", "FleetEnvClient", "RemoteParallelEnv", "WebSocketSession"]

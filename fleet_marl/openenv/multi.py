@@ -1,0 +1,136 @@
+"""The multi-agent view: every tenant of a :class:`FleetParallelEnv`, over OpenEnv.
+
+========  =========================================================================================
+reset     ``seed`` (None continues the session's seed sequence), ``task`` (or the task API's
+          ``split`` and ``index``), ``config`` (overrides of any config field, as
+          ``fleet_marl.parallel_env(**config)`` takes them; e.g. ``{"reward_scheme": "global"}``)
+action    :class:`FleetJointAction`: ``{"actions": {agent: [8 ints]}}`` for every live agent
+obs       :class:`FleetMultiObservation`: per-agent observations, rewards (configured scheme and
+          every scheme), terminations, truncations, action masks, infos, ``state()``; the scalar
+          ``reward`` is the round's global welfare; ``done`` when every agent has finished
+state     :class:`FleetState`: round, live agents, config digest, fairness report
+========  =========================================================================================
+
+A rejected step (unknown agent, wrong shape, out of range, missing agent) is an error whose
+message is the env's :class:`~fleet_marl.environment.ActionError` text, and changes nothing:
+the env validates every action before it touches its state.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Optional
+
+import numpy as np
+from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.types import EnvironmentMetadata
+
+from fleet_marl.environment import ACTION_FIELDS, N_ACT, ActionError, FleetParallelEnv
+from fleet_marl.openenv.base import SessionEnv, TaskAPI, check_seed, config_digest, fairness_report, resolve_task
+from fleet_marl.openenv.models import FleetJointAction, FleetMultiObservation, FleetState, encode
+
+
+class FleetMultiEnvironment(TaskAPI, Environment):
+    """One WebSocket session of the multi-agent view. ``task`` and ``config`` are the
+    defaults of a reset that names none."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, task: str = "easy", config: Optional[dict] = None):
+        super().__init__()
+        self.default_task, self.default_config = task, dict(config or {})
+        resolve_task(task, None, None, task)
+        self._session = SessionEnv()
+        self._episode_id: Optional[str] = None
+        self._steps = 0
+
+    @property
+    def env(self) -> Optional[FleetParallelEnv]:
+        return self._session.env
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, task: Optional[str] = None,
+              config: Optional[dict] = None, split: Optional[str] = None, index: Optional[int] = None, **kwargs: Any) -> FleetMultiObservation:
+        if kwargs:
+            raise ValueError(f"reset: unknown argument {sorted(kwargs)[0]!r}: expected seed, episode_id, task, config, split, index")
+        seed = check_seed(seed)
+        name = resolve_task(task, split, index, self.default_task)
+        if config is not None and not isinstance(config, dict):
+            raise ValueError(f"reset: config = {config!r}: expected an object of config overrides")
+        env = self._session.get(name, {**self.default_config, **(config or {})})
+        obs, infos = env.reset(seed=seed)
+        self._episode_id = episode_id or str(uuid.uuid4())
+        self._steps = 0
+        out = self._observation(env, obs, None, None, None, infos, welfare=0.0)
+        out.config = encode(env.config.to_dict())
+        return out
+
+    def step(self, action: FleetJointAction, timeout_s: Optional[float] = None, **kwargs: Any) -> FleetMultiObservation:
+        env = self.env
+        if env is None:
+            raise RuntimeError("step() called before reset(): send a reset first")
+        actions = {}
+        for a, v in action.actions.items():
+            numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+            if not numeric and a in env.agents:  # name the value as sent, not as a numpy array
+                raise ActionError(a, "action", v, f"a list of {N_ACT} integers ({', '.join(ACTION_FIELDS)})")
+            actions[a] = np.asarray(v) if numeric else np.zeros(0)
+        obs, rewards, terms, truncs, infos = env.step(actions)  # ActionError: nothing changed
+        self._steps += 1
+        welfare = next(iter(infos.values()))["welfare"] if infos else 0.0
+        return self._observation(env, obs, rewards, terms, truncs, infos, welfare=welfare)
+
+    def _observation(self, env: FleetParallelEnv, obs, rewards, terms, truncs, infos, welfare: float) -> FleetMultiObservation:
+        masks = {a: [m.tolist() for m in env.action_mask(a)] for a in obs}
+        clean = {a: encode({k: v for k, v in info.items() if k not in ("action_mask", "rewards")}) for a, info in infos.items()}
+        return FleetMultiObservation(
+            agents=list(env.agents),
+            possible_agents=list(env.possible_agents),
+            observations={a: np.asarray(o, np.float64).tolist() for a, o in obs.items()},
+            rewards={a: float(r) for a, r in (rewards or {}).items()},
+            reward_schemes={a: {s: float(v) for s, v in info.get("rewards", {}).items()} for a, info in infos.items()} if rewards else {},
+            terminations={a: bool(t) for a, t in (terms or {}).items()},
+            truncations={a: bool(t) for a, t in (truncs or {}).items()},
+            action_masks=masks,
+            infos=clean,
+            state=np.asarray(env.state(), np.float64).tolist(),
+            round=env.round,
+            task=self._session.task,
+            config_digest=config_digest(env),
+            reward=float(welfare),
+            done=not env.agents,
+            metadata={"welfare": float(welfare), "scheme": env.config.reward.scheme},
+        )
+
+    @property
+    def state(self) -> FleetState:
+        env = self.env
+        if env is None:
+            return FleetState(episode_id=self._episode_id, step_count=0, mode="multi", task=None)
+        return FleetState(
+            episode_id=self._episode_id, step_count=self._steps, mode="multi", task=self._session.task,
+            round=env.round if hasattr(env, "_round") else 0, max_rounds=env.max_cycles,
+            agents=list(env.agents), config_digest=config_digest(env), fairness=encode(fairness_report(env)),
+        )
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        return EnvironmentMetadata(
+            name="fleet_marl",
+            description="Tenants negotiate for one shared GPU cluster (PettingZoo fleet_v0); multi-agent view: a joint action per round.",
+            version=_version(), documentation_url="docs/llm_agents.md",
+        )
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fleet-marl")
+    except PackageNotFoundError:  # pragma: no cover
+        return "0"
+
+
+__all__ = ["FleetMultiEnvironment"]

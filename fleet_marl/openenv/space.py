@@ -1,0 +1,33 @@
+"""A module-level ``app`` for ``uvicorn fleet_marl.openenv.space:app`` and ``openenv.yaml``,
+configured from environment variables (the Docker Space sets them):
+
+=========================  ==================================  =============
+variable                   meaning                             default
+=========================  ==================================  =============
+``FLEET_MARL_MODE``        ``multi`` or ``ego``                ``ego``
+``FLEET_MARL_TASK``        default task of a reset             ``easy``
+``FLEET_MARL_MAX_SESSIONS``  concurrent WebSocket sessions     ``8``
+``FLEET_MARL_OPPONENTS``   ego view: the other tenants' policy ``precision_expert``
+=========================  ==================================  =============
+
+``fleet-marl serve`` is the same server with command-line options.
+"""
+
+from __future__ import annotations
+
+import os
+
+from fleet_marl.openenv.app import make_app
+
+
+def app_from_env(environ=os.environ):
+    mode = environ.get("FLEET_MARL_MODE", "ego")
+    kw = {"mode": mode, "task": environ.get("FLEET_MARL_TASK", "easy"), "max_sessions": int(environ.get("FLEET_MARL_MAX_SESSIONS", "8"))}
+    if mode == "ego":
+        kw["opponents"] = environ.get("FLEET_MARL_OPPONENTS", "precision_expert")
+    return make_app(**kw)
+
+
+app = app_from_env()
+
+__all__ = ["app", "app_from_env"]

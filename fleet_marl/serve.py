@@ -1,0 +1,112 @@
+"""``fleet-marl serve``: the OpenEnv server (``fleet_marl.openenv``) under uvicorn.
+
+This module is core-side glue: it imports neither ``fleet_marl.openenv`` nor OpenEnv, FastAPI
+or uvicorn until the command runs, and without the ``openenv`` extra it prints how to install
+it and exits with code 2. docs/llm_agents.md describes the two views and the protocol.
+"""
+
+from __future__ import annotations
+
+import sys
+
+INSTALL_HINT = (
+    "fleet-marl serve needs the optional 'openenv' extra (OpenEnv, FastAPI, uvicorn):\n"
+    "  pip install 'fleet-marl[openenv]'\n"
+    "or, from a checkout:\n"
+    "  pip install -e '.[openenv]'"
+)
+
+EXAMPLES = """examples:
+  fleet-marl serve                                     # multi-agent view of easy on 127.0.0.1:8000
+  fleet-marl serve --mode ego --task medium --opponents bidder --port 8001
+  fleet-marl serve --mode ego --ego random --invalid-penalty 0.5 --max-invalid-streak 5
+  fleet-marl serve --host 0.0.0.0 --port 7860 --max-sessions 16   # as in the Docker Space
+
+then, from Python:
+  from fleet_marl.openenv import RemoteParallelEnv
+  env = RemoteParallelEnv.connect("http://127.0.0.1:8000", task="easy")   # a PettingZoo ParallelEnv
+
+and check a running server with:  openenv validate --url http://127.0.0.1:8000
+Episodes run on the WebSocket /ws (one env per connection). See docs/llm_agents.md.
+"""
+
+
+def add_parser(sub) -> None:
+    """Add the ``serve`` subcommand to the ``fleet-marl`` subparsers ``sub``."""
+    import argparse
+
+    s = sub.add_parser(
+        "serve",
+        help="serve the env over HTTP/WebSocket with OpenEnv (for LLM agents and remote policies)",
+        description="Start an OpenEnv server of fleet_marl with uvicorn. --mode multi serves every tenant (a joint action per "
+        "round; RemoteParallelEnv is a PettingZoo ParallelEnv over it); --mode ego serves one tenant to an LLM (a text "
+        "prompt in, JSON text out), the others played by a reference policy. Needs the 'openenv' extra.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; 0.0.0.0 in a container)")
+    s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    s.add_argument("--mode", choices=("multi", "ego"), default="multi", help="the view: every tenant (multi) or one for an LLM (ego); default multi")
+    s.add_argument("--max-sessions", type=int, default=8, help="concurrent WebSocket sessions; one more is refused (default 8)")
+    s.add_argument("--task", default="easy", help="default task of a reset that names none (default easy)")
+    s.add_argument("--reward-scheme", default=None, help="default credit scheme (default: the task's)")
+    g = s.add_argument_group("ego view")
+    g.add_argument("--ego", default="tenant_0", help="the LLM's tenant: tenant_<i>, an index, or 'random' (default tenant_0)")
+    g.add_argument("--opponents", default="precision_expert", help="reference policy of the other tenants (default precision_expert)")
+    g.add_argument("--fallback", choices=("default", "idle"), default="default", help="action run in place of an invalid answer (default: the env's default action)")
+    g.add_argument("--invalid-penalty", type=float, default=1.0, help="subtracted from the reward after an invalid answer (default 1.0)")
+    g.add_argument("--max-invalid-streak", type=int, default=3, help="invalid answers in a row that end the episode (default 3)")
+    s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"), help="uvicorn log level (default info)")
+
+
+def _import_server():
+    """``(make_app, uvicorn)``; ImportError when the extra is missing."""
+    from fleet_marl.openenv import make_app  # the extra: openenv, fastapi
+    import uvicorn
+
+    return make_app, uvicorn
+
+
+def build_app(args):
+    """The FastAPI app for parsed ``args`` (raises ImportError without the extra)."""
+    make_app, _ = _import_server()
+    return make_app(**app_kwargs(args))
+
+
+def app_kwargs(args) -> dict:
+    kw: dict = {"mode": args.mode, "max_sessions": args.max_sessions, "task": args.task}
+    if args.reward_scheme:
+        kw["config"] = {"reward_scheme": args.reward_scheme}
+    if args.mode == "ego":
+        ego = int(args.ego) if args.ego.isdigit() else args.ego
+        kw.update(ego=ego, opponents=args.opponents, fallback=args.fallback, invalid_penalty=args.invalid_penalty,
+                  max_invalid_streak=args.max_invalid_streak)
+    return kw
+
+
+def main(args) -> int:
+    """Run ``fleet-marl serve`` with parsed ``args``; return the exit code."""
+    if not 0 < args.port < 65536:
+        print(f"error: --port {args.port}: expected an integer in [1, 65535]", file=sys.stderr)
+        return 2
+    if args.max_sessions < 1:
+        print(f"error: --max-sessions {args.max_sessions}: expected an integer >= 1", file=sys.stderr)
+        return 2
+    try:
+        make_app, uvicorn = _import_server()
+    except ImportError as exc:
+        print(f"error: {INSTALL_HINT}\n({exc})", file=sys.stderr)
+        return 2
+    try:
+        app = make_app(**app_kwargs(args))
+    except (ValueError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        print("run 'fleet-marl serve --help' for the options", file=sys.stderr)
+        return 2
+    print(f"fleet-marl serve: {args.mode} view of {args.task} on http://{args.host}:{args.port} "
+          f"(WebSocket /ws, at most {args.max_sessions} sessions)", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+__all__ = ["INSTALL_HINT", "add_parser", "app_kwargs", "build_app", "main"]
