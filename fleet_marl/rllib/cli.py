@@ -84,6 +84,11 @@ def resolve(args):
 
 
 def main(args) -> int:
+    import os
+
+    # before Ray is imported: no token auth, no usage stats, for the Ray this command starts
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     from fleet_marl.rllib.config import TrainConfigError
 
     try:

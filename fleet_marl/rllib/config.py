@@ -46,7 +46,7 @@ class TrainConfig:
     obs_mode: str = "dict"
     env: dict = field(default_factory=dict)
     #: run length and seed (the env runners' seeds and the module initialization)
-    iterations: int = 60
+    iterations: int = 36
     seed: int = 0
     #: sampling
     num_env_runners: int = 0
