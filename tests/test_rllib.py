@@ -196,6 +196,21 @@ def test_train_writes_outputs_and_resumes(ray_session, tmp_path):
     assert ev.episodes[0].illegal == 0
 
 
+def test_a_relative_checkpoint_path_loads(ray_session, tmp_path, monkeypatch):
+    from fleet_marl.grader import evaluate
+    from fleet_marl.rllib.train import _save
+
+    tc = small(task="tiny")
+    algo = build(tc).build_algo()
+    try:
+        _save(algo, tmp_path / "rel", tc, 0, 0)
+    finally:
+        algo.stop()
+    monkeypatch.chdir(tmp_path)
+    ev = evaluate("tiny", "rel", episodes=1, progress=False)  # the run folder, relative
+    assert ev.episodes[0].rounds > 0
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

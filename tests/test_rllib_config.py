@@ -264,3 +264,16 @@ def test_train_help_has_examples():
     for flag in ("--config", "--address", "--num-env-runners", "--resume", "--iterations", "--task", "--reward-scheme", "--sharing"):
         assert flag in out
     assert "examples:" in out and "fleet-marl train --address auto" not in out or "ray start --head" in out
+
+
+def test_register_names_both_obs_modes():
+    from ray.tune.registry import ENV_CREATOR, _global_registry
+
+    from fleet_marl.rllib.env import ENV_NAMES, register
+
+    register()
+    d = _global_registry.get(ENV_CREATOR, ENV_NAMES["dict"])({"task": "tiny"})
+    f = _global_registry.get(ENV_CREATOR, ENV_NAMES["flat"])({"task": "tiny"})
+    assert (d.obs_mode, f.obs_mode) == ("dict", "flat")
+    assert set(d.observation_spaces["tenant_0"].spaces) == {"observations", "action_mask"}
+    assert f.observation_spaces["tenant_0"].shape == (34,)

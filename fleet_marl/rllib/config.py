@@ -24,11 +24,9 @@ from typing import Any
 
 from fleet_marl.config import REWARD_SCHEMES, ConfigError
 from fleet_marl.rllib.sharing import SHARING, mapping_for, module_ids
-from fleet_marl.tasks import SHORTCUTS, TASKS
+from fleet_marl.tasks import TASKS
 
 OBS_MODES = ("dict", "flat")
-#: ``env_config`` keys that change rewards only, never welfare (dropped for the grader).
-REWARD_ONLY = tuple(k for k, (section, _) in SHORTCUTS.items() if section == "reward")
 
 
 class TrainConfigError(ValueError):
@@ -169,10 +167,6 @@ class TrainConfig:
         return {"task": self.task, "reward_scheme": self.reward_scheme, "obs_mode": self.obs_mode,
                 "with_state": self.sharing == "mappo", **self.env}
 
-    def grader_overrides(self) -> dict:
-        """The env overrides that matter to welfare (what the grader is given)."""
-        return {k: v for k, v in self.env.items() if k not in REWARD_ONLY}
-
     def probe(self):
         """A ``FleetParallelEnv`` of this config (cheap; no Ray)."""
         from fleet_marl.environment import FleetParallelEnv
@@ -218,7 +212,7 @@ def check_signature(meta: dict, tc: TrainConfig, source: str) -> None:
             )
 
 
-def build(tc: TrainConfig, address_cpus: float | None = None):
+def build(tc: TrainConfig):
     """The ``PPOConfig`` of ``tc`` (imports Ray; does not start it)."""
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec

@@ -97,7 +97,7 @@ class ModulePolicy:
         """Load the modules of a ``fleet-marl train`` checkpoint (no Ray cluster needed)."""
         from ray.rllib.core.rl_module.rl_module import RLModule
 
-        path = Path(checkpoint)
+        path = Path(checkpoint).resolve()  # RLlib's loader takes absolute paths only
         sig = read_sidecar(path)["signature"]
         root = path.joinpath(*MODULE_DIR)
         modules = {mid: RLModule.from_checkpoint(str(root / mid)) for mid in sig["modules"]}

@@ -278,6 +278,7 @@ def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = N
         raise TrainConfigError(f"--num-env-runners {tc.num_env_runners}: this machine has {os.cpu_count()} CPUs; use at most {os.cpu_count()} (or 0: sample in the driver)")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(_yaml(tc.to_dict()))
+    _quiet()
     started = _init_ray(address, tc)
     t0 = time.time()
     writer = None
@@ -360,6 +361,18 @@ def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = N
         (run_dir / "results.json").write_text(json.dumps({"train_config": tc.to_dict(), "env_steps": env_steps, "seconds": seconds, "evaluations": res.final}, indent=2))
     plot(rows, run_dir / "learning_curve.png", f"{tc.run_name}: PPO on {tc.task}", {k: v for k, v in refs.items() if k in ("random", "fair_share", "precision_expert", "planner")})
     return res
+
+
+def _quiet() -> None:
+    """Silence notices every run prints: RLlib's "new API stack" and ``RLModuleConfig``
+    deprecation warnings (RLlib's own code triggers them), and gymnasium's re-registration of
+    RLlib's vector env."""
+    import logging
+    import warnings
+
+    logging.getLogger("ray.rllib.algorithms.algorithm_config").setLevel(logging.ERROR)
+    logging.getLogger("ray.rllib.core.rl_module.rl_module").setLevel(logging.ERROR)  # RLModuleConfig deprecation
+    warnings.filterwarnings("ignore", message=r".*Overriding environment rllib-multi-agent-env-v0")
 
 
 def _yaml(d: dict) -> str:
