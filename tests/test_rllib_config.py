@@ -277,3 +277,21 @@ def test_register_names_both_obs_modes():
     assert (d.obs_mode, f.obs_mode) == ("dict", "flat")
     assert set(d.observation_spaces["tenant_0"].spaces) == {"observations", "action_mask"}
     assert f.observation_spaces["tenant_0"].shape == (34,)
+
+
+def test_flatten_keeps_finite_numbers_and_averages_the_learners():
+    from fleet_marl.rllib.train import COLUMNS, flatten, row_of
+
+    nan = float("nan")
+    result = {
+        "training_iteration": 3, "num_env_steps_sampled_lifetime": 6000.0, "config": {"lr": 1.0},
+        "env_runners": {"fleet/welfare": 12.5, "fleet/jain": nan, "episode_return_mean": np.float32(2.0)},
+        "learners": {"train": {"vf_loss": 1.0, "entropy": nan}, "serve": {"vf_loss": 3.0, "entropy": 4.0}, "__all_modules__": {"vf_loss": 99.0}},
+    }
+    flat = flatten(result)
+    assert all(np.isfinite(v) for v in flat.values())
+    assert flat["learners/__mean__/vf_loss"] == 2.0 and flat["learners/__mean__/entropy"] == 4.0
+    assert "env_runners/fleet/jain" not in flat and "config/lr" not in flat
+    row = row_of(flat)
+    assert list(row) == [c for c, _ in COLUMNS]
+    assert row["iteration"] == 3 and row["env_steps"] == 6000 and row["welfare"] == 12.5 and row["jain"] == "" and row["vf_loss"] == 2.0

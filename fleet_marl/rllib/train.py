@@ -93,7 +93,7 @@ def flatten(result: dict, prefix: str = "") -> dict[str, float]:
         if mid == "__all_modules__" or not isinstance(d, dict):
             continue
         for k, v in d.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v)):
                 stats.setdefault(k, []).append(float(v))
     for k, vs in stats.items():
         out[f"learners/__mean__/{k}"] = sum(vs) / len(vs)
@@ -340,6 +340,10 @@ def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = N
             writer.close()
         if algo is not None:
             algo.stop()
+            try:  # the empty folder RLlib makes under ~/ray_results for every Algorithm
+                os.rmdir(algo.logdir)
+            except OSError:
+                pass
         if started:
             import ray
 
