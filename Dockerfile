@@ -13,15 +13,17 @@ WORKDIR /home/user/app
 COPY --chown=user pyproject.toml README.md ./
 COPY --chown=user fleet_marl ./fleet_marl
 COPY --chown=user policies ./policies
-# torch is a core dependency, pinned; a CPU-only wheel index keeps the image small (see the docs)
-RUN pip install --no-cache-dir ".[openenv]"
+# torch and ray[rllib] are core dependencies (fleet-marl train); the CPU-only torch wheel index
+# keeps CUDA out of the image (see the docs)
+RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu ".[openenv]"
 
 USER user
 ENV FLEET_MARL_MODE=ego \
     FLEET_MARL_TASK=easy \
     FLEET_MARL_MAX_SESSIONS=8 \
+    FLEET_MARL_OPPONENTS=precision_expert \
     PYTHONUNBUFFERED=1
 EXPOSE 7860
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:7860/health', timeout=3)"
-CMD ["sh", "-c", "fleet-marl serve --host 0.0.0.0 --port 7860 --mode \"$FLEET_MARL_MODE\" --task \"$FLEET_MARL_TASK\" --max-sessions \"$FLEET_MARL_MAX_SESSIONS\""]
+CMD ["sh", "-c", "fleet-marl serve --host 0.0.0.0 --port 7860 --mode \"$FLEET_MARL_MODE\" --task \"$FLEET_MARL_TASK\" --max-sessions \"$FLEET_MARL_MAX_SESSIONS\" --opponents \"$FLEET_MARL_OPPONENTS\""]

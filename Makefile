@@ -23,7 +23,7 @@ install: $(STAMP)
 
 ## make train: the main job. PPO tenants on easy with RLlib (~9 min on 2 cores), graded against the reference policies
 train: $(STAMP)
-	$(VENV)/bin/fleet-marl train
+	$(VENV)/bin/fleet-marl train --overwrite
 
 ## make test: the whole test suite
 test: $(STAMP)

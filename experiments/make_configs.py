@@ -5,7 +5,8 @@ reward scheme on easy, medium and hard (72 files), for ``fleet-marl train --conf
     python experiments/make_configs.py --check   # exit 1 if a file differs from what this writes
 
 ``tests/test_rllib_config.py`` checks that the files match this script and that each loads.
-The budgets grow with the task's tenants (agent steps per env step): easy 4, medium 8, hard 16.
+Only the number of iterations (of 2,000 env steps each) differs by task; the easy configs use
+the default run's 36 iterations, so ``easy_shared_mixed`` is ``make train``'s run.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from fleet_marl.config import REWARD_SCHEMES
 from fleet_marl.rllib.sharing import SHARING
 
 TASKS = ("easy", "medium", "hard")
-#: iterations of 2,000 env steps: about 10, 25 and 60 minutes on one core of this machine
-ITERATIONS = {"easy": 40, "medium": 60, "hard": 80}
+#: iterations of 2,000 env steps (timings on this 2-core machine: docs/training.md)
+ITERATIONS = {"easy": 36, "medium": 60, "hard": 80}
 HERE = Path(__file__).resolve().parent / "configs"
 
 

@@ -6,11 +6,14 @@ Subcommands:
               of ``accelerate estimate-memory``.
 ``sweep``     a batched-kernel search over precision maps, batch sizes and GPU counts for
               catalog models on catalog GPUs; prints the best safe configuration of each and
-              writes a CSV and a plot. ``make train`` runs it until the RLlib trainer lands.
+              writes a CSV and a plot.
+``train``     PPO tenants with RLlib, the main job (``make train``; ``fleet_marl.rllib``,
+              docs/training.md).
 ``evaluate``  run a policy (a reference one, ``module:Class`` or a ``.py`` file) for K seeds
               and grade it against ``random`` and ``planner`` (``fleet_marl.grader``).
 ``baselines`` every reference policy on every task: the table in README and docs/results.md.
 ``demo``      one rendered episode (``easy`` with ``precision_expert``), optionally a GIF.
+``serve``     the OpenEnv server for LLM agents (``fleet_marl.serve``; docs/llm_agents.md).
 ``bench``     speed and memory: env steps, the batched kernel, overheads, a reference env
               (``fleet_marl.bench``; docs/benchmarks.md).
 

@@ -30,6 +30,7 @@ policy under test.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import importlib.util
@@ -190,13 +191,24 @@ def _from_checkpoint(spec: str, folder: Path, env):
         folder = folder / "checkpoint"
     import json
 
-    sig = json.loads((folder / "fleet_marl.json").read_text()).get("signature", {})
+    meta = json.loads((folder / "fleet_marl.json").read_text())
+    sig = meta.get("signature", {})
     fe = _fleet_env_or_none(env)
     if fe is not None:
         want = {"possible_agents": list(fe.possible_agents), "nvec": fe.nvec.max(0).tolist()}
         for k, v in want.items():
             if sig.get(k) != v:
                 raise PolicyError(spec, f"the checkpoint was trained on task {sig.get('task')!r} with {k} = {sig.get(k)!r}; this environment has {v!r}. Evaluate it on its own task")
+        trained = meta.get("train_config", {})
+        if trained:  # the scenario it learned, rewards aside, must be the one being played
+            from fleet_marl.tasks import make_config
+
+            cfg, _ = make_config(trained.get("task"), None, **trained.get("env", {}))
+            same = dataclasses.replace(cfg, reward=fe.config.reward, backend=fe.config.backend) == fe.config
+            if not same:
+                raise PolicyError(spec, f"the checkpoint was trained on task {trained.get('task')!r} with env overrides {trained.get('env', {})!r}, "
+                                        "and this environment's scenario differs; evaluate it with the same overrides, e.g. "
+                                        f"grader.evaluate({trained.get('task')!r}, {spec!r}, overrides={trained.get('env', {})!r})")
     try:
         return ModulePolicy.from_checkpoint(folder, env)
     except Exception as exc:

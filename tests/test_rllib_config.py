@@ -243,7 +243,7 @@ def test_cli_errors_come_before_ray(tmp_path, monkeypatch, capsys):
     assert code == 2 and "already trained 2 iterations" in err
     code, err = _cli(["train", "--resume", str(tmp_path)], monkeypatch, capsys)
     assert code == 2 and "no fleet_marl.json" in err
-    code, err = _cli(["train", "--num-env-runners", "64"], monkeypatch, capsys)
+    code, err = _cli(["train", "--num-env-runners", "64", "--out", str(tmp_path)], monkeypatch, capsys)
     assert code == 2 and "--num-env-runners 64: this machine has" in err
 
 
@@ -263,7 +263,7 @@ def test_train_help_has_examples():
     out = subprocess.run([sys.executable, "-m", "fleet_marl.cli", "train", "--help"], capture_output=True, text=True, check=True).stdout
     for flag in ("--config", "--address", "--num-env-runners", "--resume", "--iterations", "--task", "--reward-scheme", "--sharing"):
         assert flag in out
-    assert "examples:" in out and "fleet-marl train --address auto" not in out or "ray start --head" in out
+    assert "examples:" in out and "ray start --head" in out and "fleet-marl train --address auto" in out
 
 
 def test_register_names_both_obs_modes():
@@ -295,3 +295,22 @@ def test_flatten_keeps_finite_numbers_and_averages_the_learners():
     row = row_of(flat)
     assert list(row) == [c for c, _ in COLUMNS]
     assert row["iteration"] == 3 and row["env_steps"] == 6000 and row["welfare"] == 12.5 and row["jain"] == "" and row["vf_loss"] == 2.0
+
+
+def test_a_checkpoint_is_graded_only_on_the_scenario_it_learned(tmp_path):
+    import fleet_marl
+    from fleet_marl.grader import PolicyError, load_policy
+
+    ck = _fake_checkpoint(tmp_path, TrainConfig(task="tiny", env={"max_cycles": 10}))
+    with pytest.raises(PolicyError, match=r"env overrides \{'max_cycles': 10\}.*overrides=\{'max_cycles': 10\}"):
+        load_policy(str(ck.parent), fleet_marl.parallel_env(task="tiny"))
+    with pytest.raises(PolicyError, match="trained on task 'tiny'"):
+        load_policy(str(ck.parent), fleet_marl.parallel_env(task="easy"))
+
+
+def test_cli_refuses_resume_with_overwrite(tmp_path, monkeypatch, capsys):
+    ck = _fake_checkpoint(tmp_path, TrainConfig(task="tiny", iterations=2))
+    code, err = _cli(["train", "--resume", str(ck.parent), "--overwrite", "--iterations", "4"], monkeypatch, capsys)
+    assert code == 2 and "pick one" in err
+    code, err = _cli(["train", "--task", "tiny", "--out", str(tmp_path), "--name", "run"], monkeypatch, capsys)
+    assert code == 2 and "already holds a run" in err and "--overwrite" in err

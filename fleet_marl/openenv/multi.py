@@ -108,7 +108,7 @@ class FleetMultiEnvironment(TaskAPI, Environment):
             return FleetState(episode_id=self._episode_id, step_count=0, mode="multi", task=None)
         return FleetState(
             episode_id=self._episode_id, step_count=self._steps, mode="multi", task=self._session.task,
-            round=env.round if hasattr(env, "_round") else 0, max_rounds=env.max_cycles,
+            round=env.round, max_rounds=env.max_cycles,
             agents=list(env.agents), config_digest=config_digest(env), fairness=encode(fairness_report(env)),
         )
 

@@ -15,8 +15,8 @@ means under ``result["env_runners"]``:
 =================================  ===============================================================
 
 Every ``evaluation_interval`` iterations (``TrainConfig.eval_interval``), the grader plays the
-current greedy policy (:func:`fleet_marl.rllib.evaluation.grade`) and ``on_train_result`` puts
-its figures under ``result["evaluation"]``: ``fleet/score`` (the grader's score),
+current greedy policy (:func:`fleet_marl.rllib.evaluation.grade`) and ``on_evaluate_end`` adds
+its figures to the evaluation results, under ``result["evaluation"]``: ``fleet/score`` (the grader's score),
 ``fleet/eval_welfare``, ``fleet/eval_jain``, ``fleet/eval_starvation_events``,
 ``fleet/eval_degenerate`` and ``fleet/eval_illegal``.
 """
@@ -52,9 +52,10 @@ class FleetCallbacks(RLlibCallback):
                 illegal += sum(bool(i.get("illegal")) for i in sa.get_infos())
         log("fleet/illegal", illegal, reduce="mean")
 
-    def on_train_result(self, *, algorithm, result: dict, **kwargs):
-        # the grader's figures of this iteration (fleet_marl.rllib.evaluation.grade), if it ran
+    def on_evaluate_end(self, *, algorithm, evaluation_metrics: dict | None = None, **kwargs):
+        # the grader's figures of this evaluation (fleet_marl.rllib.evaluation.grade), if it ran;
+        # RLlib returns this dict from evaluate() and puts it under result["evaluation"]
         extra = getattr(algorithm, "_fleet_eval", None)
-        if extra:
-            result.setdefault("evaluation", {}).update(extra)
-            algorithm._fleet_eval = None
+        algorithm._fleet_eval = None
+        if extra and evaluation_metrics is not None:
+            evaluation_metrics.update(extra)

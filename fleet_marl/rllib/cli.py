@@ -18,7 +18,8 @@ EXAMPLES = """examples:
   fleet-marl train --config medium_per_kind_difference   # the same, by name
   fleet-marl train --task hard --sharing mappo --reward-scheme global --iterations 100
   fleet-marl train --resume runs/train/easy-shared-mixed --iterations 80
-  ray start --head && fleet-marl train --address auto --num-env-runners 4
+  fleet-marl train --overwrite                       # start runs/train/easy-shared-mixed over
+  RAY_AUTH_MODE=disabled ray start --head && fleet-marl train --address auto --num-env-runners 2
 
 Precedence: the defaults, then --config (or, with --resume, the run's own config), then the
 flags. Outputs go to <out>/<name>/ (default runs/train/<task>-<sharing>-<reward scheme>/):
@@ -43,9 +44,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     t.add_argument("--num-env-runners", type=int, default=None, metavar="N", help="remote sampling processes, one CPU each (default 0: sample in the driver)")
     t.add_argument("--address", default=None, help="join a running Ray cluster ('auto' or host:port) instead of starting one")
     t.add_argument("--resume", default=None, metavar="DIR", help="continue a run from its folder or its checkpoint/ folder")
+    t.add_argument("--overwrite", action="store_true", help="start the run folder over if it already holds a run (make train does)")
     t.add_argument("--out", default=None, help="folder for runs (default runs/train)")
     t.add_argument("--name", default=None, help="run folder name (default <task>-<sharing>-<reward scheme>)")
-    t.add_argument("--final-episodes", type=int, default=None, metavar="K", help="seeds of the final evaluation (default 10; 0 skips it)")
+    t.add_argument("--final-episodes", type=int, default=None, metavar="K", help="seeds of the final evaluation (default: the config's final_episodes, 10; 0 skips it)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--json", action="store_true", help="print the final summaries as JSON")
     return t
@@ -95,15 +97,18 @@ def main(args) -> int:
         tc, resume = resolve(args)
         from fleet_marl.rllib.train import prepare
 
-        prepare(tc, resume)  # the checkpoint is checked before Ray starts
+        if args.resume and args.overwrite:
+            raise TrainConfigError("--resume and --overwrite: pick one (continue the run, or start it over)")
+        prepare(tc, resume, args.overwrite)  # the run folder and the checkpoint are checked before Ray starts
     except (TrainConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         print("run 'fleet-marl train --help' for the options", file=sys.stderr)
         return 2
-    from fleet_marl.rllib.train import train
+    from fleet_marl.rllib.train import quiet, train
 
+    quiet()
     try:
-        res = train(tc, address=args.address, resume=resume, progress=not args.no_progress,
+        res = train(tc, address=args.address, resume=resume, overwrite=args.overwrite, progress=not args.no_progress,
                     final_episodes=args.final_episodes)
     except TrainConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -120,5 +125,8 @@ def main(args) -> int:
     print(f"checkpoint      {res.checkpoint}")
     print(f"metrics         {res.run_dir / 'metrics.csv'}  (tensorboard --logdir {res.run_dir / 'tb'})")
     print(f"learning curve  {res.run_dir / 'learning_curve.png'}")
-    print(f"evaluate again  fleet-marl evaluate --task {tc.task} --policy {res.checkpoint}")
+    if tc.env:
+        print(f"evaluate again  grader.evaluate({tc.task!r}, {str(res.run_dir)!r}, overrides={tc.env!r})  (the run's env overrides)")
+    else:
+        print(f"evaluate again  fleet-marl evaluate --task {tc.task} --policy {res.run_dir}")
     return 0

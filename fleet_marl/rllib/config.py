@@ -249,7 +249,6 @@ def build(tc: TrainConfig):
         )
         .callbacks(FleetCallbacks)
         .debugging(seed=tc.seed, log_level="ERROR")
-        .reporting(metrics_num_episodes_for_smoothing=1)
     )
     if tc.eval_interval:
         config = config.evaluation(

@@ -4,10 +4,10 @@
 Every ``evaluation_interval`` iterations it plays the current greedy policy
 (:class:`~fleet_marl.rllib.policy.ModulePolicy` over the algorithm's modules) with
 :func:`fleet_marl.grader.evaluate` on seeds ``0 .. evaluation_duration - 1`` of the training
-task, against the random and planner references on the same seeds, and returns the score and
-the fairness figures. RLlib puts them under ``result["evaluation"]``:
+task, against the random and planner references on the same seeds. ``FleetCallbacks.on_evaluate_end``
+adds its figures to the evaluation results, which RLlib puts under ``result["evaluation"]``:
 ``fleet/score``, ``fleet/eval_welfare``, ``fleet/eval_jain``, ``fleet/eval_starvation_events``,
-``fleet/eval_degenerate``.
+``fleet/eval_degenerate``, ``fleet/eval_illegal``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 
 from fleet_marl.rllib.env import WRAPPER_KEYS
-from fleet_marl.rllib.sharing import mapping_for
 from fleet_marl.tasks import SHORTCUTS
 
 REWARD_ONLY = tuple(k for k, (section, _) in SHORTCUTS.items() if section == "reward")
@@ -57,11 +56,11 @@ def grade(algorithm, eval_env_runner_group=None):
         "fleet/eval_illegal": float(np.mean([e.illegal for e in eps])),
     }
     # RLlib 2.60 replaces what this function returns with its metrics store's evaluation
-    # results; FleetCallbacks.on_train_result puts these into result["evaluation"]
+    # results; FleetCallbacks.on_evaluate_end adds these to them
     algorithm._fleet_eval = metrics
     steps = int(sum(e.rounds for e in eps))
     agent_steps = int(sum(r["rounds"] for e in eps for r in e.agents.values()))
     return metrics, steps, agent_steps
 
 
-__all__ = ["algorithm_policy", "grade", "grader_task", "mapping_for"]
+__all__ = ["algorithm_policy", "grade", "grader_task"]

@@ -167,13 +167,13 @@ def _check_reachable(address: str) -> None:
         ) from None
 
 
-def _save(algo, run_dir: Path, tc: TrainConfig, iteration: int, env_steps: int) -> Path:
+def _save(algo, run_dir: Path, tc: TrainConfig, iteration: int, env_steps: int, seconds: float = 0.0) -> Path:
     """Write the checkpoint atomically: into ``checkpoint.tmp/``, then swap it in."""
     final = run_dir / "checkpoint"
     tmp = run_dir / "checkpoint.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     algo.save_to_path(str(tmp.resolve()))
-    meta = {"signature": tc.signature(), "train_config": tc.to_dict(), "iteration": iteration, "env_steps": env_steps}
+    meta = {"signature": tc.signature(), "train_config": tc.to_dict(), "iteration": iteration, "env_steps": env_steps, "seconds": seconds}
     (tmp / SIDECAR).write_text(json.dumps(meta, indent=2))
     old = run_dir / "checkpoint.old"
     shutil.rmtree(old, ignore_errors=True)
@@ -256,9 +256,19 @@ def final_evaluation(tc: TrainConfig, checkpoint: Path, episodes: int, progress:
     return evals, baselines.table(evals)
 
 
-def prepare(tc: TrainConfig, resume: str | None = None) -> tuple[TrainConfig, Path | None, dict | None]:
+#: What a run writes into its folder (``--overwrite`` removes these first).
+OUTPUTS = ("checkpoint", "checkpoint.tmp", "tb", "metrics.csv", "learning_curve.png", "results.md", "results.json", "config.yaml")
+
+
+def prepare(tc: TrainConfig, resume: str | None = None, overwrite: bool = False) -> tuple[TrainConfig, Path | None, dict | None]:
     """Everything checked before Ray starts: (config, checkpoint to resume or None, its sidecar)."""
     if resume is None:
+        run = tc.run_dir
+        if not overwrite and ((run / "checkpoint").exists() or (run / "metrics.csv").exists()):
+            raise TrainConfigError(
+                f"run folder {str(run)!r} already holds a run; pass --resume {run} to continue it, --overwrite to start it over, "
+                "or --name to start another"
+            )
         return tc, None, None
     ckpt = find_checkpoint(resume)
     meta = read_sidecar(ckpt)
@@ -269,16 +279,21 @@ def prepare(tc: TrainConfig, resume: str | None = None) -> tuple[TrainConfig, Pa
     return tc, ckpt, meta
 
 
-def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = None, progress: bool = True,
-          final_episodes: int | None = None, out=sys.stdout) -> TrainResult:
-    """Train ``tc`` (see the module docstring). ``resume``: a run folder or its checkpoint."""
-    tc, ckpt, meta = prepare(tc, resume)
+def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = None, overwrite: bool = False,
+          progress: bool = True, final_episodes: int | None = None) -> TrainResult:
+    """Train ``tc`` (see the module docstring). ``resume``: a run folder or its checkpoint;
+    ``overwrite``: start the run folder over (otherwise an existing run there is an error)."""
+    tc, ckpt, meta = prepare(tc, resume, overwrite)
     run_dir = ckpt.parent if ckpt is not None else tc.run_dir
+    if ckpt is None and overwrite:
+        for name in OUTPUTS:
+            p = run_dir / name
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    offset = float(meta.get("seconds", 0.0)) if meta else 0.0  # RLlib's clock restarts on restore
     if address is None and _cpus_needed(tc) > (os.cpu_count() or 1):
         raise TrainConfigError(f"--num-env-runners {tc.num_env_runners}: this machine has {os.cpu_count()} CPUs; use at most {os.cpu_count()} (or 0: sample in the driver)")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(_yaml(tc.to_dict()))
-    _quiet()
     started = _init_ray(address, tc)
     t0 = time.time()
     writer = None
@@ -313,6 +328,8 @@ def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = N
         for it in range(first, tc.iterations):
             result = algo.train()
             flat = flatten(result)
+            if "time_total_s" in flat:
+                flat["time_total_s"] += offset
             row = row_of(flat)
             rows.append(row)
             with csv_path.open("a", newline="") as f:
@@ -323,7 +340,7 @@ def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = N
                 writer.add_scalar(k, v, step)
             writer.flush()
             if tc.checkpoint_interval and (it + 1) % tc.checkpoint_interval == 0 and it + 1 < tc.iterations:
-                last_ckpt = _save(algo, run_dir, tc, it + 1, step)
+                last_ckpt = _save(algo, run_dir, tc, it + 1, step, offset + time.time() - t0)
             if bar is not None:
                 post = {"steps": step}
                 if row["welfare"] != "":
@@ -334,7 +351,7 @@ def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = N
                 bar.update(1)
         if bar is not None:
             bar.close()
-        last_ckpt = _save(algo, run_dir, tc, tc.iterations, env_steps)
+        last_ckpt = _save(algo, run_dir, tc, tc.iterations, env_steps, offset + time.time() - t0)
     finally:
         if writer is not None:
             writer.close()
@@ -348,7 +365,7 @@ def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = N
             import ray
 
             ray.shutdown()
-    seconds = time.time() - t0
+    seconds = offset + time.time() - t0
     res = TrainResult(run_dir=run_dir, checkpoint=last_ckpt, iterations=tc.iterations, env_steps=env_steps, seconds=seconds, rows=rows)
     episodes = tc.final_episodes if final_episodes is None else final_episodes
     refs: dict[str, float] = {}
@@ -367,10 +384,11 @@ def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = N
     return res
 
 
-def _quiet() -> None:
+def quiet() -> None:
     """Silence notices every run prints: RLlib's "new API stack" and ``RLModuleConfig``
     deprecation warnings (RLlib's own code triggers them), and gymnasium's re-registration of
-    RLlib's vector env."""
+    RLlib's vector env. Global (logging levels, a warnings filter): ``fleet-marl train`` calls
+    it; ``train()`` from Python does not."""
     import logging
     import warnings
 
