@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 EXAMPLES = """examples:
-  fleet-marl train                                   # the default run: PPO on easy, about 8 min on 2 cores
+  fleet-marl train                                   # the default run: PPO on easy, about 6 min on 2 cores
   fleet-marl train --iterations 5 --final-episodes 3 # a quick look
   fleet-marl train --config experiments/configs/medium_per_kind_difference.yaml
   fleet-marl train --config medium_per_kind_difference   # the same, by name

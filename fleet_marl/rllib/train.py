@@ -285,13 +285,13 @@ def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = N
     ``overwrite``: start the run folder over (otherwise an existing run there is an error)."""
     tc, ckpt, meta = prepare(tc, resume, overwrite)
     run_dir = ckpt.parent if ckpt is not None else tc.run_dir
-    if ckpt is None and overwrite:
+    if address is None and _cpus_needed(tc) > (os.cpu_count() or 1):
+        raise TrainConfigError(f"--num-env-runners {tc.num_env_runners}: this machine has {os.cpu_count()} CPUs; use at most {os.cpu_count()} (or 0: sample in the driver)")
+    if ckpt is None and overwrite:  # only once every check has passed
         for name in OUTPUTS:
             p = run_dir / name
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
     offset = float(meta.get("seconds", 0.0)) if meta else 0.0  # RLlib's clock restarts on restore
-    if address is None and _cpus_needed(tc) > (os.cpu_count() or 1):
-        raise TrainConfigError(f"--num-env-runners {tc.num_env_runners}: this machine has {os.cpu_count()} CPUs; use at most {os.cpu_count()} (or 0: sample in the driver)")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(_yaml(tc.to_dict()))
     started = _init_ray(address, tc)
