@@ -62,6 +62,13 @@ def test_each_builder_builds_and_trains_two_iterations(ray_session, task, sharin
         er = r2["env_runners"]
         for key in ("fleet/welfare", "fleet/jain", "fleet/max_starvation_streak", "fleet/oom", "fleet/veto", "fleet/throttle", "fleet/degenerate", "fleet/illegal"):
             assert key in er, key
+        # the grader's formula on the training welfare, every iteration
+        from fleet_marl import grader
+
+        seeds = [0, 1, 2]
+        rand = np.mean([e.welfare for e in grader.reference_episodes(task, "random", seeds)])
+        ref = np.mean([e.welfare for e in grader.reference_episodes(task, "planner", seeds)])
+        assert er["fleet/score_train"] == pytest.approx(float(np.clip((er["fleet/welfare"] - rand) / (ref - rand), 0, 1)))
         if obs_mode == "dict":
             assert er["fleet/illegal"] == 0  # masked: never a masked choice
         if sharing == "mappo":

@@ -14,6 +14,13 @@ means under ``result["env_runners"]``:
 ``fleet/illegal``                  masked choices the env had to veto or cap (0 with masking)
 =================================  ===============================================================
 
+Per iteration (``on_train_result``, on the driver): ``fleet/score_train``, the grader's formula
+``clip((W - W_random) / (W_planner - W_random), 0, 1)`` applied to this iteration's
+``fleet/welfare``, with the random and planner references' mean welfare on the grader's seeds
+``0 .. evaluation_duration - 1`` (3 without evaluation). It is cheap (the references are
+computed once and cached) but measures the sampled training policy on the training episodes'
+seeds; ``fleet/score`` below is the grader's own evaluation of the greedy policy.
+
 Every ``evaluation_interval`` iterations (``TrainConfig.eval_interval``), the grader plays the
 current greedy policy (:func:`fleet_marl.rllib.evaluation.grade`) and ``on_evaluate_end`` adds
 its figures to the evaluation results, under ``result["evaluation"]``: ``fleet/score`` (the grader's score),
@@ -52,6 +59,18 @@ class FleetCallbacks(RLlibCallback):
                 illegal += sum(bool(i.get("illegal")) for i in sa.get_infos())
         log("fleet/illegal", illegal, reduce="mean")
 
+    def on_train_result(self, *, algorithm, result: dict, **kwargs):
+        welfare = (result.get("env_runners") or {}).get("fleet/welfare")
+        if welfare is None:
+            return
+        refs = getattr(algorithm, "_fleet_refs", None)
+        if refs is None:
+            refs = algorithm._fleet_refs = reference_welfare(algorithm)
+        if refs is not None:
+            from fleet_marl.grader import score
+
+            result["env_runners"]["fleet/score_train"] = score(float(welfare), *refs)
+
     def on_evaluate_end(self, *, algorithm, evaluation_metrics: dict | None = None, **kwargs):
         # the grader's figures of this evaluation (fleet_marl.rllib.evaluation.grade), if it ran;
         # RLlib returns this dict from evaluate() and puts it under result["evaluation"]
@@ -59,3 +78,17 @@ class FleetCallbacks(RLlibCallback):
         algorithm._fleet_eval = None
         if extra and evaluation_metrics is not None:
             evaluation_metrics.update(extra)
+
+
+def reference_welfare(algorithm) -> tuple[float, float] | None:
+    """(random, planner) mean welfare on the grader's seeds for the algorithm's task, or None
+    when the score is undefined there (the planner does not beat random)."""
+    from fleet_marl import grader
+    from fleet_marl.rllib.evaluation import grader_task
+
+    task, overrides = grader_task(algorithm.config.env_config)
+    n = int(algorithm.config.evaluation_duration) if algorithm.config.evaluation_interval else 3
+    seeds = list(range(n))
+    rand = np.mean([e.welfare for e in grader.reference_episodes(task, grader.RANDOM, seeds, overrides)])
+    ref = np.mean([e.welfare for e in grader.reference_episodes(task, grader.REFERENCE, seeds, overrides)])
+    return (float(rand), float(ref)) if ref > rand else None

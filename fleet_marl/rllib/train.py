@@ -44,6 +44,7 @@ COLUMNS = (
     ("episodes", "env_runners/num_episodes"),
     ("episode_return_mean", "env_runners/episode_return_mean"),
     *((m, f"env_runners/fleet/{m}") for m in EPISODE_METRICS),
+    ("score_train", "env_runners/fleet/score_train"),
     *((m, f"evaluation/fleet/{m}") for m in EVAL_METRICS),
     ("policy_loss", "learners/__mean__/policy_loss"),
     ("vf_loss", "learners/__mean__/vf_loss"),
