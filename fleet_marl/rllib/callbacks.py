@@ -64,9 +64,9 @@ class FleetCallbacks(RLlibCallback):
         if welfare is None:
             return
         refs = getattr(algorithm, "_fleet_refs", None)
-        if refs is None:
-            refs = algorithm._fleet_refs = reference_welfare(algorithm)
-        if refs is not None:
+        if refs is None:  # once per algorithm; False when the score is undefined on this task
+            refs = algorithm._fleet_refs = reference_welfare(algorithm) or False
+        if refs:
             from fleet_marl.grader import score
 
             result["env_runners"]["fleet/score_train"] = score(float(welfare), *refs)
