@@ -9,6 +9,8 @@ Subcommands:
               writes a CSV and a plot.
 ``train``     PPO tenants with RLlib, the main job (``make train``; ``fleet_marl.rllib``,
               docs/training.md).
+``compare``   the credit-assignment study: PPO under every reward scheme for N = 2..16
+              tenants (``fleet_marl.rllib.compare``; docs/credit_assignment.md).
 ``evaluate``  run a policy (a reference one, ``module:Class`` or a ``.py`` file) for K seeds
               and grade it against ``random`` and ``planner`` (``fleet_marl.grader``).
 ``baselines`` every reference policy on every task: the table in README and docs/results.md.
@@ -363,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fleet-marl",
         description="fleet_marl: tenants negotiating for one shared GPU cluster.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  fleet-marl train\n  fleet-marl estimate --model llama-3.1-8b --gpus 8 --gpu-type h100-sxm\n  fleet-marl sweep --quick\n  fleet-marl evaluate --task easy --policy precision_expert\n  fleet-marl demo\n  fleet-marl bench --quick\n  fleet-marl serve --mode ego\n\nRun 'fleet-marl <command> --help' for each command's options.",
+        epilog="examples:\n  fleet-marl train\n  fleet-marl compare --quick\n  fleet-marl estimate --model llama-3.1-8b --gpus 8 --gpu-type h100-sxm\n  fleet-marl sweep --quick\n  fleet-marl evaluate --task easy --policy precision_expert\n  fleet-marl demo\n  fleet-marl bench --quick\n  fleet-marl serve --mode ego\n\nRun 'fleet-marl <command> --help' for each command's options.",
     )
     sub = p.add_subparsers(dest="command", metavar="command")
 
@@ -423,6 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     from fleet_marl.rllib import cli as train_cli
 
     train_cli.add_parser(sub)
+    train_cli.add_compare_parser(sub)
     bench.add_parser(sub)
     from fleet_marl import serve
 
@@ -548,6 +551,10 @@ def _main(argv: list[str] | None = None) -> int:
         from fleet_marl.rllib import cli as train_cli
 
         return train_cli.main(args)
+    if args.command == "compare":
+        from fleet_marl.rllib import cli as train_cli
+
+        return train_cli.compare_main(args)
     if args.command == "serve":
         from fleet_marl import serve
 

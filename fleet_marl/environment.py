@@ -31,6 +31,9 @@ Observations -- float32 in [0, 1], ``OBS_FIELDS`` (normalizations in the docs). 
 Rewards -- ``reward_scheme``: local, global, mixed, difference, difference_default, shapley
     (``fleet_marl.credit``). Every scheme's value is in ``infos[agent]["rewards"]`` unless
     ``compute_all=False``. A degenerate strategy's reward is ``degenerate_floor``.
+    ``env.credit_seconds`` is the wall time the env has spent in the credit engine (the one
+    batched kernel call per round that every computed scheme needs, plus the schemes'
+    arithmetic) since it was built, over all episodes; ``env.steps_taken`` counts the steps.
 
 Termination -- a tenant whose budget cannot pay for one GPU for one round at the lowest bid,
     or whose work is done (no job or request left, and none to come), is terminated.
@@ -40,6 +43,7 @@ Termination -- a tenant whose budget cannot pay for one GPU for one round at the
 from __future__ import annotations
 
 from collections import deque
+from time import perf_counter
 from typing import Any
 
 import gymnasium
@@ -231,6 +235,8 @@ class FleetParallelEnv(ParallelEnv):
         #: (T,) Themis T_independent of each trainer's job, in rounds (inf for servers)
         self.rounds_alone = self._job_rounds_alone()
         self._schemes = REWARD_SCHEMES if cfg.reward.compute_all else (cfg.reward.scheme,)
+        self.credit_seconds = 0.0  # wall time in the credit engine, over the env's lifetime
+        self.steps_taken = 0
         self.tracker = FairnessTracker(
             cfg.reward, st.pool, st.pool_capacity, st.max_gpus, lowest_precision(st.supported, st.is_train), st.round_seconds,
         )
@@ -376,7 +382,10 @@ class FleetParallelEnv(ParallelEnv):
         arrivals = np.where(live, self._requests[t], 0.0)
         draws = Draws(arrivals=arrivals, tiebreak=self._rng.random(T))
         has_work = self._has_work(arrivals)
+        t0 = perf_counter()
         credit = self._engine.compute(acts, self._state, draws, live, self.default_actions)
+        self.credit_seconds += perf_counter() - t0
+        self.steps_taken += 1
         o = credit.outcome
         # fairness of this round
         fair = self.tracker.fair(live, has_work)

@@ -75,16 +75,20 @@ def _tiny() -> dict:
     }
 
 
+def _easy_tenants() -> list[dict]:
+    return [
+        _tenant("train", "qwen2.5-0.5b", "h100-sxm", 300.0, seq_len=2048, job_tokens=2.0e8, rate=6.0),
+        _tenant("serve", "llama-3.1-8b", "h100-sxm", 300.0, rate=6.0, prompt_tokens=1024, output_tokens=256),
+        _tenant("train", "qwen2.5-7b", "h100-sxm", 300.0, seq_len=2048, job_tokens=2.0e7, rate=6.0),
+        _tenant("serve", "qwen2.5-7b", "h100-sxm", 300.0, rate=4.0, prompt_tokens=512, output_tokens=256),
+    ]
+
+
 def _easy() -> dict:
     # 16 H100s, demand 32: the arbiter matters, money hardly does.
     return {
         "cluster": {"gpu_types": ["h100-sxm", "h100-sxm"]},
-        "tenants": [
-            _tenant("train", "qwen2.5-0.5b", "h100-sxm", 300.0, seq_len=2048, job_tokens=2.0e8, rate=6.0),
-            _tenant("serve", "llama-3.1-8b", "h100-sxm", 300.0, rate=6.0, prompt_tokens=1024, output_tokens=256),
-            _tenant("train", "qwen2.5-7b", "h100-sxm", 300.0, seq_len=2048, job_tokens=2.0e7, rate=6.0),
-            _tenant("serve", "qwen2.5-7b", "h100-sxm", 300.0, rate=4.0, prompt_tokens=512, output_tokens=256),
-        ],
+        "tenants": _easy_tenants(),
         "arbiter": {"mechanism": "maxmin"},
         "max_cycles": 100,
     }
@@ -164,6 +168,28 @@ def _trace() -> dict:
     }
 
 
+def scaled(n: int, mechanism: str = "proportional") -> dict:
+    """Overrides of task ``easy`` that give it ``n`` tenants and a cluster that grows with them.
+
+    ``parallel_env(task="easy", **scaled(8))``. The tenants cycle through easy's four (a small
+    trainer, an 8B server, a 7B trainer, a 7B server), and the cluster has ``ceil(n / 2)``
+    H100 nodes: 4 GPUs per tenant against requests of up to 8, so demand is about twice the
+    supply at every ``n``, as in ``easy``. The racks (4 nodes, 16 kW each) grow with it.
+    ``mechanism`` is the arbiter's; the credit-assignment study uses ``proportional``, where
+    a tenant's bid takes GPUs from the others (under ``maxmin`` nobody's request can push
+    another below its max-min share, so there is little externality for credit to assign).
+    ``scaled(4, "maxmin")`` is ``easy`` itself.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 256:
+        raise ConfigError("n", n, "an integer number of tenants in [1, 256]")
+    base = _easy_tenants()
+    return {
+        "cluster": {"gpu_types": ["h100-sxm"] * -(-n // 2)},
+        "tenants": [copy.deepcopy(base[i % len(base)]) for i in range(n)],
+        "arbiter": {"mechanism": mechanism},
+    }
+
+
 TASKS: dict[str, Callable[[], dict]] = {"tiny": _tiny, "easy": _easy, "medium": _medium, "hard": _hard, "trace": _trace}
 
 
@@ -219,4 +245,4 @@ def make_config(task: str | None = None, config: FleetConfig | dict | None = Non
     return from_dict(FleetConfig, merged), env_opts
 
 
-__all__ = ["ENV_OPTIONS", "SHORTCUTS", "TASKS", "make_config", "task_dict"]
+__all__ = ["ENV_OPTIONS", "SHORTCUTS", "TASKS", "make_config", "scaled", "task_dict"]

@@ -130,3 +130,113 @@ def main(args) -> int:
     else:
         print(f"evaluate again  fleet-marl evaluate --task {tc.task} --policy {res.run_dir}")
     return 0
+
+
+# --- fleet-marl compare ----------------------------------------------------------------------------
+
+COMPARE_EXAMPLES = """examples:
+  fleet-marl compare --quick                      # the whole pipeline in a few minutes (CI runs it)
+  fleet-marl compare                              # the full study: 72 runs, about 100 min on 2 cores
+  fleet-marl compare --n 2,4 --schemes global,difference --seeds 5
+  fleet-marl compare --budget 2=40000,4=40000 --n 2,4 --out runs/longer
+  fleet-marl compare --report                     # tables and plots again from the CSVs
+  fleet-marl compare --report --docs              # ... and into docs/credit_assignment.md
+  RAY_AUTH_MODE=disabled ray start --head && fleet-marl compare --address auto --jobs 8
+
+A killed study resumes: run the same command again and the runs already in
+<out>/results.csv are skipped. Outputs in <out>/: results.csv (one row per run), curves.csv
+(one row per iteration), summary.md, curves_n<N>.png, scaling.png. See docs/credit_assignment.md.
+"""
+
+
+def add_compare_parser(sub) -> argparse.ArgumentParser:
+    from fleet_marl.config import MECHANISMS, REWARD_SCHEMES
+    from fleet_marl.rllib.compare import FULL_BUDGETS
+
+    c = sub.add_parser("compare", help="the credit-assignment study: PPO under every reward scheme, N = 2..16 tenants",
+                       epilog=COMPARE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("--quick", action="store_true", help="N = 2, 4, two seeds, tiny budgets: checks the pipeline, not the science")
+    c.add_argument("--n", default=None, metavar="N,N", help="tenant counts (default 2,4,8,16; quick 2,4)")
+    c.add_argument("--schemes", default=None, metavar="S,S", help=f"reward schemes (default all: {','.join(REWARD_SCHEMES)})")
+    c.add_argument("--seeds", type=int, default=None, help="seeds per (N, scheme): 0 .. K-1 (default 3; quick 2)")
+    c.add_argument("--budget", default=None, metavar="N=STEPS,...",
+                   help="env steps per run for each N (default " + ",".join(f"{n}={b}" for n, b in FULL_BUDGETS.items()) + ")")
+    c.add_argument("--episodes", type=int, default=None, help="grader episodes per run (default 5; quick 2)")
+    c.add_argument("--mechanism", default=None, help=f"arbiter, one of {', '.join(MECHANISMS)} (default proportional)")
+    c.add_argument("--jobs", type=int, default=2, help="runs at once, one CPU each (default 2)")
+    c.add_argument("--address", default=None, help="run on an existing Ray cluster ('auto' or host:port)")
+    c.add_argument("--out", default=None, help="study folder (default runs/credit_assignment, quick runs/credit_assignment_quick)")
+    c.add_argument("--overwrite", action="store_true", help="start the study folder over")
+    c.add_argument("--report", action="store_true", help="no training: rebuild the tables and plots from the CSVs in --out")
+    c.add_argument("--docs", action="store_true", help="also write the tables, plots and CSVs into docs/ (docs/credit_assignment.md)")
+    c.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return c
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        from fleet_marl.rllib.compare import StudyError
+
+        raise StudyError(f"{option} {text!r}: expected comma-separated integers, e.g. 2,4,8") from None
+
+
+def study_from_args(args):
+    """The :class:`~fleet_marl.rllib.compare.Study` the arguments describe (checked)."""
+    from fleet_marl.rllib.compare import Study, StudyError
+
+    changes: dict = {}
+    if args.n:
+        changes["ns"] = _ints(args.n, "--n")
+    if args.schemes:
+        changes["schemes"] = tuple(s.strip() for s in args.schemes.split(",") if s.strip())
+    for name in ("seeds", "episodes", "mechanism", "out"):
+        if getattr(args, name) is not None:
+            changes[name] = getattr(args, name)
+    study = Study.quick(**changes) if args.quick else Study(**changes)
+    if args.budget:
+        budgets = dict(study.budgets)
+        for part in args.budget.split(","):
+            n, sep, steps = part.partition("=")
+            if not sep:
+                raise StudyError(f"--budget {args.budget!r}: expected N=STEPS pairs, e.g. 2=24000,4=24000")
+            budgets[_ints(n, "--budget")[0]] = _ints(steps, "--budget")[0]
+        study.budgets = budgets
+    study.check()
+    return study
+
+
+def compare_main(args) -> int:
+    import os
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from fleet_marl.rllib import compare
+    from fleet_marl.rllib.config import TrainConfigError
+
+    try:
+        study = study_from_args(args)
+        if args.report:
+            compare.report(study.out)
+        else:
+            compare.run(study, jobs=args.jobs, address=args.address, overwrite=args.overwrite, progress=not args.no_progress)
+        if args.docs:
+            compare.write_docs(study.out, command=_command(args))
+    except (compare.StudyError, TrainConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        print("run 'fleet-marl compare --help' for the options", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _command(args) -> str:
+    parts = ["fleet-marl compare"]
+    for flag in ("quick",):
+        if getattr(args, flag):
+            parts.append(f"--{flag}")
+    for name in ("n", "schemes", "seeds", "budget", "episodes", "mechanism", "out"):
+        v = getattr(args, name)
+        if v is not None:
+            parts.append(f"--{name} {v}")
+    return " ".join(parts)
