@@ -176,7 +176,7 @@ def run_one(study: Study, n: int, scheme: str, seed: int, progress=None) -> tupl
         for it in range(1, tc.iterations + 1):
             flat = flatten(algo.train())
             prev, steps = steps, int(flat.get("num_env_steps_sampled_lifetime", 0))
-            agent_steps = int(flat.get("num_agent_steps_sampled_lifetime", 0) or agent_steps)
+            agent_steps = int(sum(v for k, v in flat.items() if k.startswith("env_runners/num_agent_steps_sampled_lifetime/")))
             curve.append({"n": n, "scheme": scheme, "seed": seed, "iteration": it, "env_steps": steps,
                           **{k: flat.get(f"env_runners/fleet/{k}", "") for k in ("welfare", "jain", "starvation_events", "degenerate")},
                           "seconds": round(time.perf_counter() - t0, 2)})

@@ -1,0 +1,205 @@
+"""The credit-assignment study's pieces that need no Ray: the scaled scenario, the study's
+settings and their errors, resuming, the statistics, the report and the docs block. The runs
+themselves (Ray) are in ``tests/test_rllib.py``."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fleet_marl
+from fleet_marl.config import REWARD_SCHEMES, ConfigError
+from fleet_marl.rllib import compare
+from fleet_marl.rllib.compare import CURVE_COLUMNS, RESULT_COLUMNS, Study, StudyError
+from fleet_marl.tasks import make_config, scaled
+
+BIN = Path(sys.executable).parent
+
+
+# --- the scenario -------------------------------------------------------------------------------
+
+
+def test_scaled_four_under_maxmin_is_easy():
+    assert make_config("easy", **scaled(4, "maxmin"))[0] == make_config("easy")[0]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 16])
+def test_scaled_grows_the_cluster_with_the_tenants(n):
+    cfg, _ = make_config("easy", **scaled(n))
+    assert len(cfg.tenants) == n
+    assert cfg.cluster.num_nodes == -(-n // 2)  # 4 GPUs per tenant (8 per node)
+    assert cfg.arbiter.mechanism == "proportional"
+    easy = make_config("easy")[0].tenants
+    assert all(t == easy[i % 4] for i, t in enumerate(cfg.tenants))
+
+
+def test_scaled_rejects_a_bad_count():
+    with pytest.raises(ConfigError, match="n"):
+        scaled(0)
+
+
+def test_the_env_times_its_credit_engine():
+    env = fleet_marl.parallel_env(task="easy", reward_scheme="shapley", compute_all=False, **scaled(2))
+    assert env.credit_seconds == 0.0 and env.steps_taken == 0
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step({a: env.default_action_index[env.agent_index[a]] for a in env.agents})
+    assert env.steps_taken == 3 and env.credit_seconds > 0.0
+    env.reset(seed=1)  # over the env's lifetime: a reset keeps the totals
+    assert env.steps_taken == 3
+
+
+# --- settings and errors ------------------------------------------------------------------------
+
+
+def test_the_full_study_runs_every_scheme_at_every_n_with_three_seeds():
+    s = Study()
+    s.check()
+    assert set(s.schemes) == set(REWARD_SCHEMES) and s.ns == (2, 4, 8, 16) and s.seeds >= 3
+    assert len(s.runs()) == 6 * 4 * 3
+    # the same env-step budget for every scheme at an N: the train config depends on N only
+    for n in s.ns:
+        tcs = [s.train_config(n, sch, 0) for sch in s.schemes]
+        assert {tc.iterations * tc.train_batch_size for tc in tcs} == {s.budgets[n]}
+        assert all(tc.env == tcs[0].env for tc in tcs)
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(schemes=("local", "selfish")), "--schemes 'selfish'"),
+    (dict(ns=(2, 0)), "--n 0"),
+    (dict(ns=(2, 6)), "missing N=6"),
+    (dict(budgets={2: 10, 4: 24_000, 8: 16_000, 16: 16_000}), "--budget '2=10'"),
+    (dict(seeds=0), "--seeds 0"),
+    (dict(mechanism="lottery"), "--mechanism 'lottery'"),
+])
+def test_bad_settings_name_the_option(change, match):
+    with pytest.raises(StudyError, match=match):
+        Study(**change).check()
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([str(BIN / "fleet-marl"), "compare", *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def test_cli_errors_before_ray(tmp_path):
+    r = _cli("--schemes", "local,nope", "--out", str(tmp_path / "s"))
+    assert r.returncode == 2 and "--schemes 'nope'" in r.stderr and "fleet-marl compare --help" in r.stderr
+    r = _cli("--budget", "2:100", "--out", str(tmp_path / "s"))
+    assert r.returncode == 2 and "N=STEPS" in r.stderr
+    r = _cli("--report", "--out", str(tmp_path / "empty"))
+    assert r.returncode == 2 and "no finished runs" in r.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_help_has_examples():
+    r = _cli("--help")
+    assert r.returncode == 0 and "fleet-marl compare --quick" in r.stdout and "resumes" in r.stdout
+
+
+# --- resuming -----------------------------------------------------------------------------------
+
+
+def _row(n, scheme, seed, welfare=10.0, **kw) -> dict:
+    base = {c: 0 for c in RESULT_COLUMNS}
+    base.update(n=n, scheme=scheme, seed=seed, eval_welfare=welfare, score=0.5, jain=0.9, run_seconds=10.0,
+                credit_seconds=1.0, credit_ms_per_step=0.5, finished="t")
+    base.update(kw)
+    return base
+
+
+def _curve(n, scheme, seed, iters=2) -> list[dict]:
+    return [{"n": n, "scheme": scheme, "seed": seed, "iteration": i, "env_steps": 100 * i, "welfare": 5.0 * i + seed,
+             "jain": 0.9, "starvation_events": 0, "degenerate": 0, "seconds": i} for i in range(1, iters + 1)]
+
+
+def _write(path: Path, columns, rows):
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def test_prepare_resumes_and_drops_the_curve_of_a_killed_run(tmp_path):
+    s = Study.quick(out=str(tmp_path / "s"))
+    out, done = compare.prepare(s)
+    assert done == set() and json.loads((out / "study.json").read_text()) == s.settings()
+    _write(out / "results.csv", RESULT_COLUMNS, [_row(2, "local", 0)])
+    _write(out / "curves.csv", CURVE_COLUMNS, _curve(2, "local", 0) + _curve(2, "global", 0))  # global was killed
+    out, done = compare.prepare(s)
+    assert done == {(2, "local", 0)}
+    with (out / "curves.csv").open() as f:
+        assert {r["scheme"] for r in csv.DictReader(f)} == {"local"}
+    todo = [r for r in s.runs() if r not in done]
+    assert len(todo) == len(s.runs()) - 1 and (2, "global", 0) in todo
+
+
+def test_prepare_refuses_other_settings_and_overwrite_starts_over(tmp_path):
+    s = Study.quick(out=str(tmp_path / "s"))
+    compare.prepare(s)
+    _write(Path(s.out) / "results.csv", RESULT_COLUMNS, [_row(2, "local", 0)])
+    other = Study.quick(out=s.out, seeds=3)
+    with pytest.raises(StudyError, match="differs in: seeds"):
+        compare.prepare(other)
+    assert (Path(s.out) / "results.csv").is_file()  # refused: nothing deleted
+    _, done = compare.prepare(other, overwrite=True)
+    assert done == set() and not (Path(s.out) / "results.csv").exists()
+
+
+def test_prepare_refuses_a_foreign_folder(tmp_path):
+    (tmp_path / "mine.txt").write_text("x")
+    with pytest.raises(StudyError, match="not empty"):
+        compare.prepare(Study.quick(out=str(tmp_path)))
+
+
+# --- statistics and the report ------------------------------------------------------------------
+
+
+def test_mean_ci_is_the_student_t_interval():
+    m, h = compare.mean_ci([1.0, 2.0, 3.0])
+    assert m == 2.0 and h == pytest.approx(4.303 / np.sqrt(3))  # t(0.975, 2) * sd / sqrt(n), sd = 1
+    m, h = compare.mean_ci([5.0])
+    assert m == 5.0 and np.isnan(h)
+
+
+def test_paired_differences_are_by_seed():
+    rows = [_row(2, "difference", s, welfare=10 + s) for s in range(3)] + [_row(2, "global", s, welfare=8 + 2 * s) for s in range(3)]
+    m, h, wins, k = compare.paired(rows, "difference", "global")[2]
+    assert (m, wins, k) == (pytest.approx(1.0), 2, 3)  # differences 2, 1, 0
+
+
+def test_report_writes_tables_and_plots(tmp_path):
+    s = Study.quick(out=str(tmp_path / "s"))
+    out, _ = compare.prepare(s)
+    rows, curves = [], []
+    for n in s.ns:
+        for seed in range(s.seeds):
+            for sch in s.schemes:
+                rows.append(_row(n, sch, seed, welfare=10.0 * n + seed))
+                curves += _curve(n, sch, seed)
+    _write(out / "results.csv", RESULT_COLUMNS, rows)
+    _write(out / "curves.csv", CURVE_COLUMNS, curves)
+    rep = compare.report(out, echo=lambda *_: None)
+    assert "| 4 | `shapley` | 2 | 40.5 ±" in rep["table"]
+    assert "welfare: `difference` − `global`" in rep["prediction"]
+    for p in [*rep["curves"].values(), rep["scaling"]]:
+        assert p.is_file() and p.stat().st_size > 5_000
+    assert set(rep["curves"]) == {2, 4}
+    # the docs block: written between markers, the text around it kept, idempotent
+    root = tmp_path / "root"
+    (root / "docs").mkdir(parents=True)
+    doc = root / compare.DOC
+    doc.write_text(f"# Study\n\nprose before\n\n{compare.START}\nold\n{compare.END}\n\nprose after\n")
+    compare.write_docs(out, "fleet-marl compare --quick", root=root, echo=lambda *_: None)
+    text = doc.read_text()
+    assert "prose before" in text and "prose after" in text and "old" not in text.split(compare.START)[1].split(compare.END)[0]
+    assert "`fleet-marl compare --quick`" in text and "img/credit_curves_n2.png" in text
+    assert (root / "docs" / "img" / "credit_scaling.png").is_file()
+    assert (root / "docs" / "data" / "credit_assignment" / "results.csv").read_text() == (out / "results.csv").read_text()
+    compare.write_docs(out, "fleet-marl compare --quick", root=root, echo=lambda *_: None)
+    assert doc.read_text() == text
