@@ -20,6 +20,9 @@ trace      6         arrivals replayed from real traces: Pollux/Philly jobs for 
                      trainers, Azure LLM inference requests for the two servers
 =========  ========  ===================================================================
 
+``scaled(n)`` grows ``easy`` to ``n`` tenants on ``ceil(n / 2)`` nodes (the credit-assignment
+study's scenarios): ``parallel_env(task="easy", **scaled(8))``.
+
 The scenario numbers below (budgets, rates, job sizes, caps) are scenario choices, not
 facts; the physical constants they sit on are cited in ``docs/model.md``. The design of each
 task and the reasoning behind its numbers are in ``docs/environment.md``.

@@ -10,6 +10,8 @@
 ``TrainConfig``, ``build``             run configs and the ``PPOConfig`` builder (``config.py``)
 ``ModulePolicy``                       trained modules as a grader policy (``policy.py``)
 ``train``                              the loop behind ``fleet-marl train`` (``train.py``)
+``Study``                              the credit-assignment study, ``fleet-marl compare``
+                                       (``compare.py``)
 =====================================  ==========================================================
 
 Names are imported lazily: ``import fleet_marl.rllib`` does not import Ray.
@@ -24,6 +26,7 @@ _NAMES = {
     "ModulePolicy": "policy",
     "SHARING": "sharing",
     "train": "train",
+    "Study": "compare",
 }
 
 
