@@ -177,17 +177,19 @@ def scaled(n: int, mechanism: str = "proportional") -> dict:
     ``parallel_env(task="easy", **scaled(8))``. The tenants cycle through easy's four (a small
     trainer, an 8B server, a 7B trainer, a 7B server), and the cluster has ``ceil(n / 2)``
     H100 nodes: 4 GPUs per tenant against requests of up to 8, so demand is about twice the
-    supply at every ``n``, as in ``easy``. The racks (4 nodes, 16 kW each) grow with it.
-    ``mechanism`` is the arbiter's; the credit-assignment study uses ``proportional``, where
+    supply at every ``n``, as in ``easy``. Racks hold 2 nodes (16 x 700 W = 11.2 kW at TDP
+    against the 16 kW cap), so, as in ``easy``, the power cap never binds at any ``n``: with
+    racks of 4 it would bind from ``n = 8`` on and the scenarios would differ by more than
+    ``n``. ``mechanism`` is the arbiter's; the credit-assignment study uses ``proportional``, where
     a tenant's bid takes GPUs from the others (under ``maxmin`` nobody's request can push
     another below its max-min share, so there is little externality for credit to assign).
-    ``scaled(4, "maxmin")`` is ``easy`` itself.
+    ``scaled(4, "maxmin")`` is ``easy`` itself (one rack of two nodes either way).
     """
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 256:
         raise ConfigError("n", n, "an integer number of tenants in [1, 256]")
     base = _easy_tenants()
     return {
-        "cluster": {"gpu_types": ["h100-sxm"] * -(-n // 2)},
+        "cluster": {"gpu_types": ["h100-sxm"] * -(-n // 2), "nodes_per_rack": 2},
         "tenants": [copy.deepcopy(base[i % len(base)]) for i in range(n)],
         "arbiter": {"mechanism": mechanism},
     }

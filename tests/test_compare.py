@@ -26,7 +26,26 @@ BIN = Path(sys.executable).parent
 
 
 def test_scaled_four_under_maxmin_is_easy():
-    assert make_config("easy", **scaled(4, "maxmin"))[0] == make_config("easy")[0]
+    # the same config but for the rack size, which changes nothing with easy's two nodes
+    assert make_config("easy", **scaled(4, "maxmin"))[0] == make_config("easy", cluster={"nodes_per_rack": 2})[0]
+    a, b = fleet_marl.parallel_env(task="easy"), fleet_marl.parallel_env(task="easy", **scaled(4, "maxmin"))
+    oa, _ = a.reset(seed=3)
+    ob, _ = b.reset(seed=3)
+    for _ in range(5):
+        act = {ag: a.default_action_index[a.agent_index[ag]] for ag in a.agents}
+        ra = a.step(act)
+        rb = b.step(act)
+        assert ra[1] == rb[1] and all(np.array_equal(ra[0][k], rb[0][k]) for k in ra[0])
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 16])
+def test_the_power_cap_never_binds_at_any_n(n):
+    """Otherwise the scenarios would differ by more than N (racks of 4 H100 nodes draw 22.4 kW)."""
+    from fleet_marl import catalog
+
+    cfg, _ = make_config("easy", **scaled(n))
+    tdp = catalog.gpu("h100-sxm").tdp_w
+    assert cfg.cluster.nodes_per_rack * cfg.cluster.gpus_per_node * tdp < cfg.cluster.rack_power_cap_w
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 8, 16])
@@ -55,6 +74,15 @@ def test_the_env_times_its_credit_engine():
     assert env.steps_taken == 3
 
 
+@pytest.mark.parametrize("scheme", REWARD_SCHEMES)
+def test_a_study_run_computes_only_its_own_scheme(scheme):
+    """So the env's reward seconds are that scheme's cost."""
+    from fleet_marl.rllib.env import FleetRLlibEnv
+
+    env = FleetRLlibEnv(Study().train_config(4, scheme, 0).env_config())
+    assert env.par_env._schemes == (scheme,)
+
+
 # --- settings and errors ------------------------------------------------------------------------
 
 
@@ -75,6 +103,7 @@ def test_the_full_study_runs_every_scheme_at_every_n_with_three_seeds():
     (dict(ns=(2, 0)), "--n 0"),
     (dict(ns=(2, 6)), "missing N=6"),
     (dict(budgets={2: 10, 4: 24_000, 8: 16_000, 16: 16_000}), "--budget '2=10'"),
+    (dict(budgets={2: 25_000, 4: 24_000, 8: 16_000, 16: 16_000}), "a multiple of the 2,000"),
     (dict(seeds=0), "--seeds 0"),
     (dict(mechanism="lottery"), "--mechanism 'lottery'"),
 ])
@@ -92,6 +121,10 @@ def test_cli_errors_before_ray(tmp_path):
     assert r.returncode == 2 and "--schemes 'nope'" in r.stderr and "fleet-marl compare --help" in r.stderr
     r = _cli("--budget", "2:100", "--out", str(tmp_path / "s"))
     assert r.returncode == 2 and "N=STEPS" in r.stderr
+    r = _cli("--budget", "2=", "--out", str(tmp_path / "s"))
+    assert r.returncode == 2 and "--budget '2=': expected N=STEPS pairs of integers" in r.stderr
+    r = _cli("--jobs", "0", "--out", str(tmp_path / "s"))
+    assert r.returncode == 2 and "--jobs 0" in r.stderr
     r = _cli("--report", "--out", str(tmp_path / "empty"))
     assert r.returncode == 2 and "no finished runs" in r.stderr
     assert not (tmp_path / "s").exists()
@@ -108,7 +141,7 @@ def test_help_has_examples():
 def _row(n, scheme, seed, welfare=10.0, **kw) -> dict:
     base = {c: 0 for c in RESULT_COLUMNS}
     base.update(n=n, scheme=scheme, seed=seed, eval_welfare=welfare, score=0.5, jain=0.9, run_seconds=10.0,
-                credit_seconds=1.0, credit_ms_per_step=0.5, finished="t")
+                credit_seconds=1.0, credit_ms_per_step=0.5, finished="2026-11-21T20:00:00")
     base.update(kw)
     return base
 
@@ -137,6 +170,18 @@ def test_prepare_resumes_and_drops_the_curve_of_a_killed_run(tmp_path):
         assert {r["scheme"] for r in csv.DictReader(f)} == {"local"}
     todo = [r for r in s.runs() if r not in done]
     assert len(todo) == len(s.runs()) - 1 and (2, "global", 0) in todo
+
+
+def test_prepare_drops_a_row_cut_short_by_a_kill(tmp_path):
+    s = Study.quick(out=str(tmp_path / "s"))
+    out, _ = compare.prepare(s)
+    _write(out / "results.csv", RESULT_COLUMNS, [_row(2, "local", 0)])
+    with (out / "results.csv").open("a") as f:
+        f.write("2,global,0,2,400")  # the process died in the middle of this row
+    _, done = compare.prepare(s)
+    assert done == {(2, "local", 0)}
+    with (out / "results.csv").open() as f:
+        assert [r["scheme"] for r in csv.DictReader(f)] == ["local"]
 
 
 def test_prepare_refuses_other_settings_and_overwrite_starts_over(tmp_path):
@@ -171,6 +216,17 @@ def test_paired_differences_are_by_seed():
     rows = [_row(2, "difference", s, welfare=10 + s) for s in range(3)] + [_row(2, "global", s, welfare=8 + 2 * s) for s in range(3)]
     m, h, wins, k = compare.paired(rows, "difference", "global")[2]
     assert (m, wins, k) == (pytest.approx(1.0), 2, 3)  # differences 2, 1, 0
+    rows += [_row(2, "local", s, welfare=20.0) for s in range(3)]
+    m, h, wins, k = compare.paired(rows, "local", compare.OTHERS)[2]  # others: mean of difference and global per seed
+    assert m == pytest.approx(np.mean([20 - (10 + s + 8 + 2 * s) / 2 for s in range(3)])) and (wins, k) == (3, 3)
+
+
+def test_the_reproducing_command_comes_from_the_study():
+    assert compare.command(Study().settings()) == "fleet-marl compare"
+    assert compare.command(Study.quick().settings()) == "fleet-marl compare --quick"
+    s = Study(ns=(2, 4), seeds=5, budgets={2: 40_000, 4: 40_000}, mechanism="maxmin").settings()
+    assert compare.command(s) == "fleet-marl compare --n 2,4 --seeds 5 --budget 2=40000,4=40000 --mechanism maxmin"
+    assert compare.command(Study(lr=1e-3).settings()) == "fleet-marl compare (and, from Python, Study(lr=0.001))"
 
 
 def test_report_writes_tables_and_plots(tmp_path):
@@ -187,6 +243,8 @@ def test_report_writes_tables_and_plots(tmp_path):
     rep = compare.report(out, echo=lambda *_: None)
     assert "| 4 | `shapley` | 2 | 40.5 ±" in rep["table"]
     assert "welfare: `difference` − `global`" in rep["prediction"]
+    assert "Jain: `local` − the mean of the other schemes" in rep["prediction"]
+    assert "growth of the welfare gap `difference` − `global` since N=2 | (reference) |" in rep["prediction"]
     for p in [*rep["curves"].values(), rep["scaling"]]:
         assert p.is_file() and p.stat().st_size > 5_000
     assert set(rep["curves"]) == {2, 4}
@@ -195,11 +253,13 @@ def test_report_writes_tables_and_plots(tmp_path):
     (root / "docs").mkdir(parents=True)
     doc = root / compare.DOC
     doc.write_text(f"# Study\n\nprose before\n\n{compare.START}\nold\n{compare.END}\n\nprose after\n")
-    compare.write_docs(out, "fleet-marl compare --quick", root=root, echo=lambda *_: None)
+    with pytest.raises(StudyError, match="quick study"):
+        compare.write_docs(out, root=root, echo=lambda *_: None)
+    compare.write_docs(out, root=root, echo=lambda *_: None, allow_quick=True)
     text = doc.read_text()
     assert "prose before" in text and "prose after" in text and "old" not in text.split(compare.START)[1].split(compare.END)[0]
     assert "`fleet-marl compare --quick`" in text and "img/credit_curves_n2.png" in text
     assert (root / "docs" / "img" / "credit_scaling.png").is_file()
     assert (root / "docs" / "data" / "credit_assignment" / "results.csv").read_text() == (out / "results.csv").read_text()
-    compare.write_docs(out, "fleet-marl compare --quick", root=root, echo=lambda *_: None)
+    compare.write_docs(out, root=root, echo=lambda *_: None, allow_quick=True)
     assert doc.read_text() == text

@@ -174,12 +174,15 @@ def add_compare_parser(sub) -> argparse.ArgumentParser:
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        from fleet_marl.rllib.compare import StudyError
+    from fleet_marl.rllib.compare import StudyError
 
-        raise StudyError(f"{option} {text!r}: expected comma-separated integers, e.g. 2,4,8") from None
+    try:
+        out = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        out = ()
+    if not out:
+        raise StudyError(f"{option} {text!r}: expected comma-separated integers, e.g. 2,4,8")
+    return out
 
 
 def study_from_args(args):
@@ -199,9 +202,9 @@ def study_from_args(args):
         budgets = dict(study.budgets)
         for part in args.budget.split(","):
             n, sep, steps = part.partition("=")
-            if not sep:
-                raise StudyError(f"--budget {args.budget!r}: expected N=STEPS pairs, e.g. 2=24000,4=24000")
-            budgets[_ints(n, "--budget")[0]] = _ints(steps, "--budget")[0]
+            if not sep or not n.strip().isdigit() or not steps.strip().isdigit():
+                raise StudyError(f"--budget {args.budget!r}: expected N=STEPS pairs of integers, e.g. 2=24000,4=24000")
+            budgets[int(n)] = int(steps)
         study.budgets = budgets
     study.check()
     return study
@@ -222,21 +225,10 @@ def compare_main(args) -> int:
         else:
             compare.run(study, jobs=args.jobs, address=args.address, overwrite=args.overwrite, progress=not args.no_progress)
         if args.docs:
-            compare.write_docs(study.out, command=_command(args))
+            compare.write_docs(study.out)
     except (compare.StudyError, TrainConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         print("run 'fleet-marl compare --help' for the options", file=sys.stderr)
         return 2
     return 0
 
-
-def _command(args) -> str:
-    parts = ["fleet-marl compare"]
-    for flag in ("quick",):
-        if getattr(args, flag):
-            parts.append(f"--{flag}")
-    for name in ("n", "schemes", "seeds", "budget", "episodes", "mechanism", "out"):
-        v = getattr(args, name)
-        if v is not None:
-            parts.append(f"--{name} {v}")
-    return " ".join(parts)

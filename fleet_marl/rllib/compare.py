@@ -106,10 +106,10 @@ class Study:
             bad("n", ",".join(map(str, self.ns)), "a non-empty list without repeats")
         for n in self.ns:
             if n not in self.budgets:
-                bad("budget", self.budgets, f"a budget for every N (missing N={n}); e.g. --budget {n}=20000")
+                bad("budget", ",".join(f"{k}={v}" for k, v in self.budgets.items()), f"a budget for every N (missing N={n}); e.g. --budget {n}=20000")
         for n, b in self.budgets.items():
-            if not isinstance(b, int) or b < self.train_batch_size:
-                bad("budget", f"{n}={b}", f"env steps >= --train-batch-size ({self.train_batch_size})")
+            if isinstance(b, bool) or not isinstance(b, int) or b < self.train_batch_size or b % self.train_batch_size:
+                bad("budget", f"{n}={b}", f"env steps per run: a multiple of the {self.train_batch_size:,} env steps of a PPO iteration")
         if self.seeds < 1:
             bad("seeds", self.seeds, "an integer >= 1")
         if self.episodes < 1:
@@ -120,7 +120,7 @@ class Study:
     # --- runs ----------------------------------------------------------------------------------
 
     def iterations(self, n: int) -> int:
-        return max(1, self.budgets[n] // self.train_batch_size)
+        return self.budgets[n] // self.train_batch_size  # check() makes it exact
 
     def env(self, n: int) -> dict:
         """The ``parallel_env`` overrides of the N-tenant scenario (task ``easy``)."""
@@ -233,6 +233,26 @@ def _key(row: dict) -> tuple[int, str, int]:
     return int(row["n"]), str(row["scheme"]), int(row["seed"])
 
 
+def _complete(row: dict, columns) -> bool:
+    """False for a row cut short by a kill in the middle of a write."""
+    if any(row.get(c) in (None, "") for c in ("n", "scheme", "seed", columns[-1])):
+        return False
+    try:
+        _key(row)
+    except ValueError:
+        return False
+    return True
+
+
+def _rewrite(path: Path, columns, rows: list[dict]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns))
+        w.writeheader()
+        w.writerows({c: r.get(c, "") for c in columns} for r in rows)
+    tmp.replace(path)
+
+
 def prepare(study: Study, overwrite: bool = False) -> tuple[Path, set]:
     """Check the study and its folder; returns (folder, runs already done). Nothing is
     deleted unless ``overwrite``, and only after every check passed."""
@@ -258,26 +278,24 @@ def prepare(study: Study, overwrite: bool = False) -> tuple[Path, set]:
     out.mkdir(parents=True, exist_ok=True)
     meta.write_text(json.dumps(study.settings(), indent=2) + "\n")
     wanted = set(study.runs())
-    done = {_key(r) for r in _read(out / "results.csv")} & wanted
+    results = [r for r in _read(out / "results.csv") if _complete(r, RESULT_COLUMNS)]
+    if (out / "results.csv").is_file():
+        _rewrite(out / "results.csv", RESULT_COLUMNS, results)  # without a row a kill cut short
+    done = {_key(r) for r in results} & wanted
     # a curve without its results row belongs to a run that was killed: drop it
-    curves = [r for r in _read(out / "curves.csv") if _key(r) in done]
+    curves = [r for r in _read(out / "curves.csv") if _complete(r, CURVE_COLUMNS) and _key(r) in done]
     if (out / "curves.csv").is_file():
-        tmp = out / "curves.csv.tmp"
-        with tmp.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(CURVE_COLUMNS))
-            w.writeheader()
-            w.writerows(curves)
-        tmp.replace(out / "curves.csv")
+        _rewrite(out / "curves.csv", CURVE_COLUMNS, curves)
     return out, done
 
 
 def run(study: Study, *, jobs: int = 2, address: str | None = None, overwrite: bool = False, progress: bool = True,
         echo=print) -> Path:
     """Run every missing run of ``study`` and write the report; returns the output folder."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise StudyError(f"--jobs {jobs!r}: expected an integer >= 1")
     out, done = prepare(study, overwrite)
     todo = [r for r in study.runs() if r not in done]
-    if jobs < 1:
-        raise StudyError(f"--jobs {jobs}: expected an integer >= 1")
     echo(f"credit-assignment study in {out}: {len(study.runs())} runs, {len(done)} done, {len(todo)} to go "
          f"(budgets {', '.join(f'N={n}: {study.budgets[n]:,} env steps' for n in sorted(study.ns))})")
     if todo:
@@ -293,8 +311,9 @@ def _references(study: Study, progress: bool) -> None:
 
     from fleet_marl import grader
 
-    seeds = range(study.episodes)
-    with tqdm(total=2 * len(study.ns) * study.episodes, desc="references (random, planner)", unit="ep", disable=not progress, leave=False) as bar:
+    # the grader's seeds, and the 3 (TrainConfig.eval_episodes) of the training score
+    seeds = range(max(study.episodes, 3))
+    with tqdm(total=2 * len(study.ns) * len(seeds), desc="references (random, planner)", unit="ep", disable=not progress, leave=False) as bar:
         for n in sorted(study.ns):
             for name in ("random", "planner"):
                 grader.reference_episodes("easy", name, seeds, study.env(n), progress=bar)
@@ -321,6 +340,7 @@ def _run_all(study: Study, out: Path, todo: list, jobs: int, address: str | None
         total_steps = sum(study.iterations(n) * study.train_batch_size for n, _, _ in todo)
         pending = list(todo)
         running: dict = {}
+        failed: list[str] = []
         runs_bar = tqdm(total=len(todo), desc="runs", unit="run", position=0, disable=not progress)
         steps_bar = tqdm(total=total_steps, desc="env steps", unit="step", unit_scale=True, position=1, disable=not progress, smoothing=0.05)
         try:
@@ -338,15 +358,22 @@ def _run_all(study: Study, out: Path, todo: list, jobs: int, address: str | None
                     key = running.pop(ref)
                     try:
                         row, curve = ray.get(ref)
-                    except Exception as exc:  # noqa: BLE001 -- report which run, keep the rest
-                        raise StudyError(f"run N={key[0]} scheme={key[1]} seed={key[2]} failed: {exc}") from exc
+                    except Exception as exc:  # noqa: BLE001 -- say which run, keep the others going
+                        failed.append(f"N={key[0]} scheme={key[1]} seed={key[2]}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__}")
+                        runs_bar.update(1)
+                        continue
                     _append(out / "curves.csv", CURVE_COLUMNS, curve)  # the curve first: results.csv marks the run done
                     _append(out / "results.csv", RESULT_COLUMNS, [row])
                     runs_bar.update(1)
                     runs_bar.set_postfix_str(f"last N={key[0]} {key[1]} seed {key[2]}: welfare {row['eval_welfare']:.1f}, {row['run_seconds']:.0f}s")
         finally:
+            for ref in running:  # interrupted: stop the runs in flight (on a cluster too)
+                ray.cancel(ref, force=True)
             steps_bar.close()
             runs_bar.close()
+        if failed:
+            raise StudyError(f"{len(failed)} run(s) failed and were not recorded (running the same command again retries them):\n  "
+                             + "\n  ".join(failed))
     finally:
         if started:
             ray.shutdown()
@@ -399,12 +426,25 @@ def summary_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+OTHERS = "others"  # in a comparison: the mean, per seed, of every other scheme
+
+
+def _by_seed(rows: list[dict], n: int, scheme: str, column: str) -> dict[int, float]:
+    if scheme != OTHERS:
+        return {int(r["seed"]): float(r[column]) for r in rows if int(r["n"]) == n and r["scheme"] == scheme}
+    acc: dict[int, list[float]] = {}
+    for r in rows:
+        if int(r["n"]) == n and r["scheme"] != "local":
+            acc.setdefault(int(r["seed"]), []).append(float(r[column]))
+    return {k: float(np.mean(v)) for k, v in acc.items()}
+
+
 def paired(rows: list[dict], a: str, b: str, column: str = "eval_welfare") -> dict[int, tuple[float, float, int, int]]:
-    """Per N: (mean of a - b paired by seed, 95% half-width, seeds where a > b, seeds)."""
+    """Per N: (mean of a - b paired by seed, 95% half-width, seeds where a > b, seeds). ``b``
+    may be ``OTHERS``: the mean of every scheme but ``local`` on the same seed."""
     out = {}
     for n in sorted({int(r["n"]) for r in rows}):
-        va = {int(r["seed"]): float(r[column]) for r in rows if int(r["n"]) == n and r["scheme"] == a}
-        vb = {int(r["seed"]): float(r[column]) for r in rows if int(r["n"]) == n and r["scheme"] == b}
+        va, vb = _by_seed(rows, n, a, column), _by_seed(rows, n, b, column)
         common = sorted(set(va) & set(vb))
         if common:
             d = [va[s] - vb[s] for s in common]
@@ -413,20 +453,47 @@ def paired(rows: list[dict], a: str, b: str, column: str = "eval_welfare") -> di
     return out
 
 
+#: The prediction's comparisons: (a, b, column, label); a - b paired by seed.
+COMPARISONS = (
+    ("difference", "global", "eval_welfare", "welfare"),
+    ("difference_default", "global", "eval_welfare", "welfare"),
+    ("shapley", "global", "eval_welfare", "welfare"),
+    ("mixed", "global", "eval_welfare", "welfare"),
+    ("local", "global", "eval_welfare", "welfare"),
+    ("difference", "local", "eval_welfare", "welfare"),
+    ("local", OTHERS, "starvation_events", "starvation events"),
+    ("local", OTHERS, "jain", "Jain"),
+)
+
+
 def prediction_table(rows: list[dict]) -> str:
-    """Markdown: the prediction's comparisons, paired by seed, per N."""
-    comps = [("difference", "global", "eval_welfare", "welfare"), ("difference", "local", "eval_welfare", "welfare"),
-             ("shapley", "global", "eval_welfare", "welfare"), ("local", "global", "starvation_events", "starvation events"),
-             ("local", "global", "jain", "Jain")]
+    """Markdown: the prediction's comparisons per N, paired by seed, and whether the
+    difference-global gap grows with N (its change from the smallest N; independent runs, so
+    the half-widths add in quadrature)."""
     ns = sorted({int(r["n"]) for r in rows})
     lines = ["| comparison (paired by seed) | " + " | ".join(f"N={n}" for n in ns) + " |", "|---|" + "---|" * len(ns)]
-    for a, b, col, label in comps:
+
+    def cell(m, h, f, wins=None, k=None):
+        return _fmt(m, h, f).replace("± +", "± ").replace("± -", "± ") + (f" ({wins}/{k})" if k else "")
+
+    for a, b, col, label in COMPARISONS:
         p = paired(rows, a, b, col)
         if not p:
             continue
         f = "{:+.3f}" if col == "jain" else "{:+.1f}"
-        cells = [(_fmt(p[n][0], p[n][1], f).replace("± +", "± ") + f" ({p[n][2]}/{p[n][3]})") if n in p else "" for n in ns]
-        lines.append(f"| {label}: `{a}` − `{b}` | " + " | ".join(cells) + " |")
+        other = "the mean of the other schemes" if b == OTHERS else f"`{b}`"
+        lines.append(f"| {label}: `{a}` − {other} | " + " | ".join(cell(*p[n][:2], f, *p[n][2:]) if n in p else "" for n in ns) + " |")
+    gap = paired(rows, "difference", "global")
+    if len(gap) > 1:
+        n0 = min(gap)
+        cells = []
+        for n in ns:
+            if n not in gap or n == n0:
+                cells.append("" if n != n0 else "(reference)")
+                continue
+            h = math.hypot(gap[n][1], gap[n0][1]) if not (math.isnan(gap[n][1]) or math.isnan(gap[n0][1])) else float("nan")
+            cells.append(cell(gap[n][0] - gap[n0][0], h, "{:+.1f}"))
+        lines.append(f"| growth of the welfare gap `difference` − `global` since N={n0} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -533,10 +600,40 @@ DOC = "docs/credit_assignment.md"
 START, END = "<!-- credit-assignment:start -->", "<!-- credit-assignment:end -->"
 
 
-def write_docs(out: str | Path, command: str, root: str | Path | None = None, echo=print) -> Path:
+def command(settings: dict, out: str | Path | None = None) -> str:
+    """The ``fleet-marl compare`` command that runs the study of ``settings`` (study.json)."""
+    quick = Study.quick().settings()
+    is_quick = settings.get("train_batch_size") == quick["train_batch_size"] and settings.get("max_cycles") == quick["max_cycles"]
+    base = quick if is_quick else Study().settings()
+    parts = ["fleet-marl compare"] + (["--quick"] if is_quick else [])
+    flags = {"ns": ("--n", lambda v: ",".join(map(str, v))), "schemes": ("--schemes", ",".join), "seeds": ("--seeds", str),
+             "budgets": ("--budget", lambda v: ",".join(f"{k}={b}" for k, b in v.items())), "episodes": ("--episodes", str),
+             "mechanism": ("--mechanism", str)}
+    for key, (flag, fmt) in flags.items():
+        if key in settings and settings[key] != base[key]:
+            parts.append(f"{flag} {fmt(settings[key])}")
+    rest = sorted(k for k in base if k not in flags and settings.get(k) != base[k])
+    if out is not None:
+        parts.append(f"--out {out}")
+    text = " ".join(parts)
+    return text + (f" (and, from Python, Study({', '.join(f'{k}={settings.get(k)!r}' for k in rest)}))" if rest else "")
+
+
+def wall_hours(rows: list[dict]) -> float:
+    """Hours from the first run's start to the last run's end (includes any pause before a resume)."""
+    import datetime as dt
+
+    ends = [dt.datetime.fromisoformat(r["finished"]) for r in rows]
+    starts = [e - dt.timedelta(seconds=float(r["run_seconds"])) for e, r in zip(ends, rows)]
+    return (max(ends) - min(starts)).total_seconds() / 3600
+
+
+def write_docs(out: str | Path, root: str | Path | None = None, echo=print, allow_quick: bool = False) -> Path:
     """Copy the study in ``out`` into the checkout's docs: the CSVs to
     ``docs/data/credit_assignment/``, the plots to ``docs/img/credit_*.png`` and the tables,
-    with ``command``, between the markers of ``docs/credit_assignment.md``."""
+    with the command that reproduces them, between the markers of ``docs/credit_assignment.md``.
+    A ``--quick`` study is refused (it would replace the full study's numbers) unless
+    ``allow_quick``."""
     import re
     import shutil
 
@@ -546,6 +643,13 @@ def write_docs(out: str | Path, command: str, root: str | Path | None = None, ec
     if root is None:
         raise StudyError("--docs: this fleet_marl is not a source checkout (no docs/ to write); drop --docs")
     out = Path(out)
+    if not (out / "study.json").is_file():
+        raise StudyError(f"--out {str(out)!r}: no study.json; --docs needs a study run by fleet-marl compare")
+    settings = json.loads((out / "study.json").read_text())
+    cmd = command(settings)
+    if "--quick" in cmd.split() and not allow_quick:
+        raise StudyError(f"--docs with the quick study in {str(out)!r}: its numbers mean nothing and would replace the full study's "
+                         "in docs/; drop --docs (the report is in the study folder)")
     data = root / "docs" / "data" / "credit_assignment"
     data.mkdir(parents=True, exist_ok=True)
     for name in ("results.csv", "curves.csv", "study.json"):
@@ -553,13 +657,13 @@ def write_docs(out: str | Path, command: str, root: str | Path | None = None, ec
             shutil.copyfile(out / name, data / name)
     rep = report(out, img_dir=root / "docs" / "img", img_prefix="credit_", echo=lambda *_: None)
     imgs = "\n\n".join(f"![N = {n}](img/{p.name})" for n, p in sorted(rep["curves"].items()))
-    settings = json.loads((out / "study.json").read_text())
     budgets = ", ".join(f"N={n}: {b:,}" for n, b in settings["budgets"].items())
     total = sum(float(r["run_seconds"]) for r in rep["rows"])
-    block = (f"{START}\n<!-- written by `{command} --report --docs`; edit the text around it, not this block -->\n\n"
-             f"Reproduce: `{command}` (then `--report --docs`). {len(rep['rows'])} runs; env-step budget per run {budgets}; "
+    block = (f"{START}\n<!-- written by `fleet-marl compare --report --docs`; edit the text around it, not this block -->\n\n"
+             f"Reproduce: `{cmd}`, then `fleet-marl compare --report --docs`. {len(rep['rows'])} runs; env-step budget per run {budgets}; "
              f"{settings['seeds']} seeds; {settings['episodes']} grader episodes per run; arbiter `{settings['mechanism']}`; "
-             f"sharing `{settings['sharing']}`. Runs took {total / 3600:.2f} CPU-hours in all. The data: "
+             f"sharing `{settings['sharing']}`. The runs took {total / 3600:.2f} CPU-hours, {wall_hours(rep['rows']):.2f} hours of "
+             f"wall time from the first start to the last finish, two at a time. The data: "
              f"[`docs/data/credit_assignment/`](data/credit_assignment/).\n\n"
              f"### Summary (mean ± 95% interval across seeds)\n\n{rep['table']}\n\n"
              f"### The prediction, paired by seed\n\nMean difference ± 95% interval; in brackets, the seeds where the first "
@@ -574,4 +678,4 @@ def write_docs(out: str | Path, command: str, root: str | Path | None = None, ec
     return path
 
 
-__all__ = ["DOC", "write_docs", "FULL_BUDGETS", "QUICK_BUDGETS", "Study", "StudyError", "mean_ci", "paired", "prepare", "report", "run", "run_one"]
+__all__ = ["COMPARISONS", "DOC", "OTHERS", "command", "wall_hours", "write_docs", "FULL_BUDGETS", "QUICK_BUDGETS", "Study", "StudyError", "mean_ci", "paired", "prepare", "report", "run", "run_one"]
