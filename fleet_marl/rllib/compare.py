@@ -62,7 +62,9 @@ class StudyError(ValueError):
 
 @dataclass
 class Study:
-    """One credit-assignment study. Every field is a ``fleet-marl compare`` option."""
+    """One credit-assignment study. ``schemes``, ``ns``, ``seeds``, ``budgets``, ``episodes``,
+    ``mechanism`` and ``out`` are ``fleet-marl compare`` options; the PPO settings are set from
+    Python (``Study(lr=1e-3)``)."""
 
     schemes: tuple = REWARD_SCHEMES
     ns: tuple = (2, 4, 8, 16)
@@ -81,8 +83,8 @@ class Study:
 
     @classmethod
     def quick(cls, **changes) -> "Study":
-        """A few minutes: N = 2 and 4, two seeds, one short iteration per run, two grader
-        episodes of 20 rounds. It checks the pipeline, not the science."""
+        """About a minute: N = 2 and 4, two seeds, two PPO iterations of 200 env steps per run,
+        episodes of 20 rounds, two grader episodes. It checks the pipeline, not the science."""
         base = dict(ns=(2, 4), seeds=2, budgets=dict(QUICK_BUDGETS), train_batch_size=200, minibatch_size=100, num_epochs=2,
                     episodes=2, max_cycles=20, out="runs/credit_assignment_quick")
         base.update({k: v for k, v in changes.items() if v is not None})
