@@ -559,11 +559,13 @@ def plot_scaling(rows: list[dict], path: Path) -> Path | None:
                 xs.append(ns.index(n) + (j - (len(schemes) - 1) / 2) * 0.08)
                 ms.append(mu)
                 hs.append(0.0 if math.isnan(h) else h)
-        ax.errorbar(xs, ms, yerr=hs, marker="o", ms=4, capsize=3, label=s)
+        lo = [m - max(m - h, 0.0) for m, h in zip(ms, hs)]  # the score lives in [0, 1]: so do its intervals
+        hi = [min(m + h, 1.0) - m for m, h in zip(ms, hs)]
+        ax.errorbar(xs, ms, yerr=[lo, hi], marker="o", ms=4, capsize=3, label=s)
     ax.set_xticks(range(len(ns)), [str(n) for n in ns])
     ax.set_xlabel("tenants N")
     ax.set_ylabel("grader score (0 = random, 1 = planner)")
-    ax.set_title("Greedy policy after the same env-step budget (mean, 95% interval across seeds)", fontsize=9)
+    ax.set_title("Greedy policy after the same env-step budget (mean, 95% interval across seeds, clipped to [0, 1])", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
