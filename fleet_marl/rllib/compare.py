@@ -667,7 +667,7 @@ def write_docs(out: str | Path, root: str | Path | None = None, echo=print, allo
              f"Reproduce: `{cmd}`, then `fleet-marl compare --report --docs`. {len(rep['rows'])} runs; env-step budget per run {budgets}; "
              f"{settings['seeds']} seeds; {settings['episodes']} grader episodes per run; arbiter `{settings['mechanism']}`; "
              f"sharing `{settings['sharing']}`. The runs took {total / 3600:.2f} CPU-hours, {wall_hours(rep['rows']):.2f} hours of "
-             f"wall time from the first start to the last finish, two at a time. The data: "
+             f"wall time from the first start to the last finish. The data: "
              f"[`docs/data/credit_assignment/`](data/credit_assignment/).\n\n"
              f"### Summary (mean ± 95% interval across seeds)\n\n{rep['table']}\n\n"
              f"### The prediction, paired by seed\n\nMean difference ± 95% interval; in brackets, the seeds where the first "
