@@ -1,11 +1,11 @@
 """How much of each reward a tenant's own action moves, in the credit-assignment study's scenario.
 
-How to run:  .venv/bin/python experiments/credit_signal.py [--episodes 20] [--n 2,4,8,16]
+How to run:  .venv/bin/python experiments/credit_signal.py [--episodes 20] [--n 2,4,8,16] [--mechanism proportional,auction]
 
 It plays masked-uniform random actions (what an untrained PPO policy does) on
-``parallel_env(task="easy", **scaled(N))`` under the proportional-share arbiter and reads each
-tenant's ``local`` (L_i), ``global`` (G) and ``difference`` (D_i) rewards from
-``infos[agent]["rewards"]``. For each tenant it regresses each reward on the tenant's own
+``parallel_env(task="easy", **scaled(N, mechanism))`` (by default under ``proportional``, the
+study's arbiter) and reads each tenant's ``local`` (L_i), ``global`` (G) and ``difference``
+(D_i) rewards from ``infos[agent]["rewards"]``. For each tenant it regresses each reward on the tenant's own
 action (one-hot per action field, least squares), then averages over the tenants:
 
 - **own-action R²** (adjusted) of G, D_i and L_i: the share of the reward's variance the
@@ -16,7 +16,8 @@ action (one-hot per action field, least squares), then averages over the tenants
   the reward ranks the tenant's own actions as its marginal contribution to the welfare does.
 - **top − bottom bid**: how much L_i and D_i change, on average, between the highest and the
   lowest bid level. Under proportional share a tenant pays its bid, so a negative L_i column
-  means a selfish tenant already pays for the GPUs it takes from others.
+  means a selfish tenant already pays for the GPUs it takes from others. Under ``priority``
+  and ``auction`` a higher bid can help the tenant while it costs the others.
 
 docs/credit_assignment.md uses this table to explain the study's results. It takes about 30 s
 on one core with the defaults.
@@ -29,6 +30,7 @@ import argparse
 import numpy as np
 
 import fleet_marl
+from fleet_marl.config import MECHANISMS
 from fleet_marl.environment import ACTION_FIELDS
 from fleet_marl.tasks import scaled
 
@@ -36,10 +38,10 @@ SCHEMES = ("global", "difference", "local")
 BID = ACTION_FIELDS.index("bid_level")
 
 
-def play(n: int, episodes: int, seed: int = 0) -> tuple[dict, dict, np.ndarray]:
+def play(n: int, episodes: int, seed: int = 0, mechanism: str = "proportional") -> tuple[dict, dict, np.ndarray]:
     """``(actions, rewards, nvec)``: per tenant, its actions ``(rounds, 8)`` and its rewards
     ``(rounds, 3)`` in the order of ``SCHEMES``, over ``episodes`` random episodes."""
-    env = fleet_marl.parallel_env(task="easy", **scaled(n))
+    env = fleet_marl.parallel_env(task="easy", **scaled(n, mechanism))
     rng = np.random.default_rng(seed)
     acts = {a: [] for a in env.possible_agents}
     rews = {a: [] for a in env.possible_agents}
@@ -69,8 +71,8 @@ def own_action_fit(x: np.ndarray, y: np.ndarray, nvec) -> tuple[np.ndarray, np.n
     return fit, 1 - (1 - r2) * (m - 1) / (m - p - 1)
 
 
-def row(n: int, episodes: int) -> dict[str, float]:
-    acts, rews, nvec = play(n, episodes)
+def row(n: int, episodes: int, mechanism: str = "proportional") -> dict[str, float]:
+    acts, rews, nvec = play(n, episodes, mechanism=mechanism)
     per = []
     for a in acts:
         x, y = acts[a], rews[a]
@@ -88,13 +90,20 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--episodes", type=int, default=20, help="random episodes per N (default 20)")
     p.add_argument("--n", default="2,4,8,16", help="comma-separated tenant counts (default 2,4,8,16)")
+    p.add_argument("--mechanism", default="proportional",
+                   help=f"comma-separated arbiters from {', '.join(MECHANISMS)} (default proportional, the study's)")
     args = p.parse_args(argv)
-    print("| N | agent-steps | own-action R²: G | D_i | L_i | alignment with D_i: L_i | G | top − bottom bid: L_i | D_i |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for n in (int(v) for v in args.n.split(",")):
-        r = row(n, args.episodes)
-        print(f"| {n} | {r['agent_steps']:,} | {r['r2_global']:.3f} | {r['r2_difference']:.3f} | {r['r2_local']:.3f} | "
-              f"{r['align_local']:.3f} | {r['align_global']:.3f} | {r['bid_local']:+.3f} | {r['bid_difference']:+.3f} |")
+    mechanisms = [m.strip() for m in args.mechanism.split(",") if m.strip()]
+    for m in mechanisms:
+        if m not in MECHANISMS:
+            p.error(f"--mechanism {m!r}: expected arbiters from {', '.join(MECHANISMS)}")
+    print("| arbiter | N | agent-steps | own-action R²: G | D_i | L_i | alignment with D_i: L_i | G | top − bottom bid: L_i | D_i |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for m in mechanisms:
+        for n in (int(v) for v in args.n.split(",")):
+            r = row(n, args.episodes, m)
+            print(f"| `{m}` | {n} | {r['agent_steps']:,} | {r['r2_global']:.3f} | {r['r2_difference']:.3f} | {r['r2_local']:.3f} | "
+                  f"{r['align_local']:.3f} | {r['align_global']:.3f} | {r['bid_local']:+.3f} | {r['bid_difference']:+.3f} |")
 
 
 if __name__ == "__main__":

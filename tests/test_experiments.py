@@ -95,3 +95,11 @@ def test_credit_signal_global_reward_loses_own_action_signal_as_n_grows():
     small, large = cs.row(2, 2), cs.row(8, 2)
     assert large["r2_global"] < small["r2_global"]
     assert large["r2_difference"] > large["r2_global"]
+
+
+def test_credit_signal_table_has_a_row_per_arbiter_and_n(capsys):
+    _credit_signal().main(["--n", "2,3", "--episodes", "1", "--mechanism", "proportional,auction"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| `")]
+    assert [r.split(" | ")[:2] for r in rows] == [["| `proportional`", "2"], ["| `proportional`", "3"], ["| `auction`", "2"], ["| `auction`", "3"]]
+    with pytest.raises(SystemExit):
+        _credit_signal().main(["--mechanism", "vickrey"])
