@@ -499,6 +499,19 @@ def prediction_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _save(fig, ax, path: Path) -> Path:
+    """Grid, legend, and the PNG at ``path``; closes the figure."""
+    import matplotlib.pyplot as plt
+
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_curves(curves: list[dict], n: int, path: Path, budget_label: str = "") -> Path | None:
     """Training welfare against env steps at one N: mean and 95% interval across seeds, per scheme."""
     import matplotlib
@@ -529,13 +542,7 @@ def plot_curves(curves: list[dict], n: int, path: Path, budget_label: str = "") 
     ax.set_xlabel("env steps")
     ax.set_ylabel("training welfare per episode")
     ax.set_title(f"N = {n} tenants: PPO, shared policy{budget_label} (mean, 95% interval across seeds)", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path)
 
 
 def plot_scaling(rows: list[dict], path: Path) -> Path | None:
@@ -566,13 +573,7 @@ def plot_scaling(rows: list[dict], path: Path) -> Path | None:
     ax.set_xlabel("tenants N")
     ax.set_ylabel("grader score (0 = random, 1 = planner)")
     ax.set_title("Greedy policy after the same env-step budget (mean, 95% interval across seeds, clipped to [0, 1])", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path)
 
 
 def report(out: str | Path, img_dir: str | Path | None = None, img_prefix: str = "", echo=print) -> dict:
