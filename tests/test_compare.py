@@ -258,8 +258,33 @@ def test_report_writes_tables_and_plots(tmp_path):
     compare.write_docs(out, root=root, echo=lambda *_: None, allow_quick=True)
     text = doc.read_text()
     assert "prose before" in text and "prose after" in text and "old" not in text.split(compare.START)[1].split(compare.END)[0]
-    assert "`fleet-marl compare --quick`" in text and "img/credit_curves_n2.png" in text
+    assert f"`fleet-marl compare --quick --out {out.as_posix()}`" in text and "img/credit_curves_n2.png" in text
     assert (root / "docs" / "img" / "credit_scaling.png").is_file()
     assert (root / "docs" / "data" / "credit_assignment" / "results.csv").read_text() == (out / "results.csv").read_text()
     compare.write_docs(out, root=root, echo=lambda *_: None, allow_quick=True)
     assert doc.read_text() == text
+
+
+def test_docs_of_a_study_under_another_arbiter_go_to_their_own_block(tmp_path):
+    s = Study(ns=(2,), schemes=("local", "difference"), seeds=2, mechanism="auction", out=str(tmp_path / "a"))
+    out, _ = compare.prepare(s)
+    rows = [_row(2, sch, seed, welfare=5.0 + seed) for seed in range(2) for sch in s.schemes]
+    _write(out / "results.csv", RESULT_COLUMNS, rows)
+    _write(out / "curves.csv", CURVE_COLUMNS, [c for seed in range(2) for sch in s.schemes for c in _curve(2, sch, seed)])
+    root = tmp_path / "root"
+    (root / "docs").mkdir(parents=True)
+    where = compare.docs_targets("auction")
+    main_block = f"{compare.START}\nthe main study\n{compare.END}"
+    (root / compare.DOC).write_text(f"# Study\n\n{main_block}\n\n## Auction\n\n{where['start']}\n{where['end']}\n")
+    compare.write_docs(out, root=root, echo=lambda *_: None)
+    text = (root / compare.DOC).read_text()
+    assert main_block in text  # untouched
+    block = text.split(where["start"])[1].split(where["end"])[0]
+    assert "--mechanism auction" in block and "img/credit_auction_curves_n2.png" in block
+    assert "(data/credit_assignment_auction/)" in block
+    assert (root / "docs" / "img" / "credit_auction_scaling.png").is_file()
+    assert not (root / "docs" / "img" / "credit_scaling.png").exists()
+    assert (root / "docs" / "data" / "credit_assignment_auction" / "results.csv").read_text() == (out / "results.csv").read_text()
+    assert compare.docs_targets("proportional")["start"] == compare.START
+    # the reproducing commands name the study's folder, which is not the default one
+    assert f"--mechanism auction --out {out.as_posix()}`, then `fleet-marl compare --out {out.as_posix()} --report --docs`" in block

@@ -168,7 +168,7 @@ def add_compare_parser(sub) -> argparse.ArgumentParser:
     c.add_argument("--out", default=None, help="study folder (default runs/credit_assignment, quick runs/credit_assignment_quick)")
     c.add_argument("--overwrite", action="store_true", help="start the study folder over")
     c.add_argument("--report", action="store_true", help="no training: rebuild the tables and plots from the CSVs in --out")
-    c.add_argument("--docs", action="store_true", help="also write the tables, plots and CSVs into docs/ (docs/credit_assignment.md)")
+    c.add_argument("--docs", action="store_true", help="also write the tables, plots and CSVs into docs/credit_assignment.md (its own block for an arbiter other than proportional)")
     c.add_argument("--no-progress", action="store_true", help="no progress bars")
     return c
 

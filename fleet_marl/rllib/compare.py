@@ -512,7 +512,7 @@ def _save(fig, ax, path: Path) -> Path:
     return path
 
 
-def plot_curves(curves: list[dict], n: int, path: Path, budget_label: str = "") -> Path | None:
+def plot_curves(curves: list[dict], n: int, path: Path, label: str = "") -> Path | None:
     """Training welfare against env steps at one N: mean and 95% interval across seeds, per scheme."""
     import matplotlib
 
@@ -541,7 +541,7 @@ def plot_curves(curves: list[dict], n: int, path: Path, budget_label: str = "") 
         ax.fill_between(x, lo, hi, alpha=0.15, color=line.get_color())
     ax.set_xlabel("env steps")
     ax.set_ylabel("training welfare per episode")
-    ax.set_title(f"N = {n} tenants: PPO, shared policy{budget_label} (mean, 95% interval across seeds)", fontsize=9)
+    ax.set_title(f"N = {n} tenants{label}\nPPO, shared policy: training welfare, mean and 95% interval across seeds", fontsize=9)
     return _save(fig, ax, path)
 
 
@@ -587,7 +587,8 @@ def report(out: str | Path, img_dir: str | Path | None = None, img_prefix: str =
     plots = {}
     for n in sorted({int(r["n"]) for r in rows}):
         b = settings.get("budgets", {}).get(str(n))
-        p = plot_curves(curves, n, img / f"{img_prefix}curves_n{n}.png", f", {b:,} env steps" if b else "")
+        label = (f", {settings['mechanism']} arbiter" if "mechanism" in settings else "") + (f", {b:,} env steps" if b else "")
+        p = plot_curves(curves, n, img / f"{img_prefix}curves_n{n}.png", label)
         if p:
             plots[n] = p
     scaling = plot_scaling(rows, img / f"{img_prefix}scaling.png")
@@ -603,6 +604,17 @@ def report(out: str | Path, img_dir: str | Path | None = None, img_prefix: str =
 
 DOC = "docs/credit_assignment.md"
 START, END = "<!-- credit-assignment:start -->", "<!-- credit-assignment:end -->"
+
+
+def docs_targets(mechanism: str) -> dict:
+    """Where ``--docs`` writes a study run under ``mechanism``: the study's own arbiter
+    (proportional) has the main block; another arbiter gets its own block (markers
+    ``credit-assignment-<mechanism>``), data folder and image prefix, so it never replaces
+    the main study's numbers."""
+    if mechanism == Study.mechanism:
+        return {"start": START, "end": END, "data": "docs/data/credit_assignment", "prefix": "credit_"}
+    return {"start": f"<!-- credit-assignment-{mechanism}:start -->", "end": f"<!-- credit-assignment-{mechanism}:end -->",
+            "data": f"docs/data/credit_assignment_{mechanism}", "prefix": f"credit_{mechanism}_"}
 
 
 def command(settings: dict, out: str | Path | None = None) -> str:
@@ -636,7 +648,8 @@ def wall_hours(rows: list[dict]) -> float:
 def write_docs(out: str | Path, root: str | Path | None = None, echo=print, allow_quick: bool = False) -> Path:
     """Copy the study in ``out`` into the checkout's docs: the CSVs to
     ``docs/data/credit_assignment/``, the plots to ``docs/img/credit_*.png`` and the tables,
-    with the command that reproduces them, between the markers of ``docs/credit_assignment.md``.
+    with the command that reproduces them, between the markers of ``docs/credit_assignment.md``
+    (a study under another arbiter than proportional goes to its own block: :func:`docs_targets`).
     A ``--quick`` study is refused (it would replace the full study's numbers) unless
     ``allow_quick``."""
     import re
@@ -651,36 +664,41 @@ def write_docs(out: str | Path, root: str | Path | None = None, echo=print, allo
     if not (out / "study.json").is_file():
         raise StudyError(f"--out {str(out)!r}: no study.json; --docs needs a study run by fleet-marl compare")
     settings = json.loads((out / "study.json").read_text())
-    cmd = command(settings)
-    if "--quick" in cmd.split() and not allow_quick:
+    quick = "--quick" in command(settings).split()
+    default_out = Study.quick().out if quick else Study.out
+    out_arg = "" if out.resolve() == Path(default_out).resolve() else f" --out {out.as_posix()}"
+    cmd = command(settings, out.as_posix() if out_arg else None)
+    if quick and not allow_quick:
         raise StudyError(f"--docs with the quick study in {str(out)!r}: its numbers mean nothing and would replace the full study's "
                          "in docs/; drop --docs (the report is in the study folder)")
-    data = root / "docs" / "data" / "credit_assignment"
+    where = docs_targets(settings.get("mechanism", Study.mechanism))
+    start, end = where["start"], where["end"]
+    data = root / where["data"]
     data.mkdir(parents=True, exist_ok=True)
     for name in ("results.csv", "curves.csv", "study.json"):
         if (out / name).is_file():
             shutil.copyfile(out / name, data / name)
-    rep = report(out, img_dir=root / "docs" / "img", img_prefix="credit_", echo=lambda *_: None)
+    rep = report(out, img_dir=root / "docs" / "img", img_prefix=where["prefix"], echo=lambda *_: None)
     imgs = "\n\n".join(f"![N = {n}](img/{p.name})" for n, p in sorted(rep["curves"].items()))
-    budgets = ", ".join(f"N={n}: {b:,}" for n, b in settings["budgets"].items())
+    budgets = ", ".join(f"N={n}: {b:,}" for n, b in settings["budgets"].items() if int(n) in settings["ns"])
     total = sum(float(r["run_seconds"]) for r in rep["rows"])
-    block = (f"{START}\n<!-- written by `fleet-marl compare --report --docs`; edit the text around it, not this block -->\n\n"
-             f"Reproduce: `{cmd}`, then `fleet-marl compare --report --docs`. {len(rep['rows'])} runs; env-step budget per run {budgets}; "
+    block = (f"{start}\n<!-- written by `fleet-marl compare --report --docs`; edit the text around it, not this block -->\n\n"
+             f"Reproduce: `{cmd}`, then `fleet-marl compare{out_arg} --report --docs`. {len(rep['rows'])} runs; env-step budget per run {budgets}; "
              f"{settings['seeds']} seeds; {settings['episodes']} grader episodes per run; arbiter `{settings['mechanism']}`; "
              f"sharing `{settings['sharing']}`. The runs took {total / 3600:.2f} CPU-hours, {wall_hours(rep['rows']):.2f} hours of "
              f"wall time from the first start to the last finish. The data: "
-             f"[`docs/data/credit_assignment/`](data/credit_assignment/).\n\n"
+             f"[`{where['data']}/`]({where['data'].removeprefix('docs/')}/).\n\n"
              f"### Summary (mean ± 95% interval across seeds)\n\n{rep['table']}\n\n"
              f"### The prediction, paired by seed\n\nMean difference ± 95% interval; in brackets, the seeds where the first "
              f"scheme is larger.\n\n{rep['prediction']}\n\n### Learning curves\n\n{imgs}\n\n"
-             f"### Score against N\n\n![score against N](img/{rep['scaling'].name})\n{END}")
+             f"### Score against N\n\n![score against N](img/{rep['scaling'].name})\n{end}")
     path = root / DOC
     old = path.read_text() if path.is_file() else ""
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
     new = pattern.sub(lambda _: block, old) if pattern.search(old) else (old.rstrip() + "\n\n" + block + "\n")
     path.write_text(new)
-    echo(f"wrote {path}, {data}/ and docs/img/credit_*.png")
+    echo(f"wrote {path}, {data}/ and docs/img/{where['prefix']}*.png")
     return path
 
 
-__all__ = ["COMPARISONS", "DOC", "OTHERS", "command", "wall_hours", "write_docs", "FULL_BUDGETS", "QUICK_BUDGETS", "Study", "StudyError", "mean_ci", "paired", "prepare", "report", "run", "run_one"]
+__all__ = ["COMPARISONS", "DOC", "docs_targets", "OTHERS", "command", "wall_hours", "write_docs", "FULL_BUDGETS", "QUICK_BUDGETS", "Study", "StudyError", "mean_ci", "paired", "prepare", "report", "run", "run_one"]
