@@ -9,7 +9,7 @@ The write-up with the full study's numbers is docs/credit_assignment.md.
 This script is ``fleet-marl compare`` (``fleet_marl.rllib.compare``); it takes the same options::
 
     python experiments/credit_assignment.py --quick      # the pipeline in about a minute
-    python experiments/credit_assignment.py              # the full study, about 100 min on 2 cores
+    python experiments/credit_assignment.py              # the full study, about 90 min on 2 cores
     python experiments/credit_assignment.py --report --docs
 
 A killed study resumes: run the same command again.

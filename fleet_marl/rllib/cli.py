@@ -136,7 +136,7 @@ def main(args) -> int:
 
 COMPARE_EXAMPLES = """examples:
   fleet-marl compare --quick                      # the whole pipeline in a few minutes (CI runs it)
-  fleet-marl compare                              # the full study: 72 runs, about 100 min on 2 cores
+  fleet-marl compare                              # the full study: 72 runs, about 90 min on 2 cores
   fleet-marl compare --n 2,4 --schemes global,difference --seeds 5
   fleet-marl compare --budget 2=40000,4=40000 --n 2,4 --out runs/longer
   fleet-marl compare --report                     # tables and plots again from the CSVs

@@ -32,8 +32,8 @@ from fleet_marl.config import REWARD_SCHEMES
 
 #: The full study's env-step budget per run, by N (the same for every scheme and seed). At
 #: 2,000 env steps per PPO iteration, that is 12, 12, 8 and 8 iterations. Measured on the
-#: 2-core machine: an iteration takes about 7, 9, 13 and 19 s at N = 2, 4, 8, 16 (shapley at
-#: N = 16 adds about 6 s), so 72 runs, two at a time, take about 100 minutes.
+#: 2-core machine, two runs at a time: an iteration took about 9, 12, 16 and 22 s at N = 2, 4, 8,
+#: 16 (shapley at N = 16 about 12 s more), and the 72 runs took 2.93 CPU-hours, about 90 minutes.
 FULL_BUDGETS = {2: 24_000, 4: 24_000, 8: 16_000, 16: 16_000}
 QUICK_BUDGETS = {2: 400, 4: 400}
 
