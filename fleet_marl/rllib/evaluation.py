@@ -20,15 +20,16 @@ from fleet_marl.tasks import SHORTCUTS
 REWARD_ONLY = tuple(k for k, (section, _) in SHORTCUTS.items() if section == "reward")
 
 
-def algorithm_policy(algorithm, env):
-    """A :class:`ModulePolicy` over ``algorithm``'s current modules, for ``env``."""
+def algorithm_policy(algorithm, env, explore: bool = False):
+    """A :class:`ModulePolicy` over ``algorithm``'s current modules, for ``env`` (greedy, or
+    sampled with ``explore``)."""
     from fleet_marl.rllib.policy import ModulePolicy
 
     multi = algorithm.config.policy_mapping_fn
     ids = list(algorithm.config.policies)
     modules = {mid: algorithm.get_module(mid) for mid in ids}
     obs_mode = algorithm.config.env_config.get("obs_mode", "dict")
-    return ModulePolicy(env, modules, lambda a: multi(a, None), obs_mode)
+    return ModulePolicy(env, modules, lambda a: multi(a, None), obs_mode, explore)
 
 
 def grader_task(env_config: dict) -> tuple[str, dict]:

@@ -7,6 +7,10 @@ does (flat mask from ``infos[agent]["action_mask"]``, padded to the common ``nve
 (the mode of each action dimension). Masked choices have logit ``FLOAT_MIN``, so the greedy
 action is always legal with a masking module.
 
+``explore=True`` samples each action dimension from the policy's distribution instead (what
+the env runners do in training), with a numpy generator seeded by ``reset(seed)``, so the
+grader's episodes stay reproducible. Masked choices have probability 0.
+
 >>> policy = ModulePolicy.from_checkpoint("runs/train/easy-shared-difference/checkpoint", env)
 >>> fleet_marl.grader.evaluate("easy", lambda env: ModulePolicy.from_checkpoint(ckpt, env))
 """
@@ -31,19 +35,23 @@ SIDECAR = "fleet_marl.json"
 
 
 class ModulePolicy:
-    """Greedy play of RLModules on a fleet_marl env (see the module docstring).
+    """Greedy (or, with ``explore``, sampled) play of RLModules on a fleet_marl env (see the
+    module docstring).
 
     ``modules`` maps module IDs to RLModules; ``mapping(agent_id) -> module ID``;
     ``obs_mode`` is the ``FleetRLlibEnv`` observation mode the modules were trained on.
     """
 
-    def __init__(self, env, modules: dict[str, Any], mapping: Callable[[str], str], obs_mode: str = "dict"):
+    def __init__(self, env, modules: dict[str, Any], mapping: Callable[[str], str], obs_mode: str = "dict",
+                 explore: bool = False):
         from policies.base import fleet_env
 
         self.env = fleet_env(env)
         self.modules = modules
         self.mapping = mapping
         self.obs_mode = obs_mode
+        self.explore = bool(explore)
+        self._rng = np.random.default_rng(0)
         self._offsets = mask_offsets(self.env.nvec.max(0))
         self._hi = {a: self.env.nvec[i] - 1 for i, a in enumerate(self.env.possible_agents)}
         for a in self.env.possible_agents:
@@ -52,7 +60,8 @@ class ModulePolicy:
                 raise ValueError(f"ModulePolicy: agent {a!r} maps to module {mid!r}, which is not among the modules {sorted(modules)}")
 
     def reset(self, seed: int | None = None) -> None:
-        """Greedy play draws no random numbers."""
+        """Greedy play draws no random numbers; ``explore`` reseeds its generator."""
+        self._rng = np.random.default_rng(seed)
 
     def act(self, observations: dict, infos: dict) -> dict[str, np.ndarray]:
         groups: dict[str, list[str]] = {}
@@ -71,10 +80,22 @@ class ModulePolicy:
             module = self.modules[mid]
             with torch.no_grad():
                 logits = module.forward_inference({Columns.OBS: obs})[Columns.ACTION_DIST_INPUTS]
-                dist = module.get_inference_action_dist_cls().from_logits(logits).to_deterministic()
-                acts = dist.sample().numpy()
+                if self.explore:
+                    acts = self._sample(logits.numpy().astype(np.float64))
+                else:
+                    acts = module.get_inference_action_dist_cls().from_logits(logits).to_deterministic().sample().numpy()
             for a, act in zip(agents, acts):
                 out[a] = np.minimum(act.astype(np.int64), self._hi[a])
+        return out
+
+    def _sample(self, logits: np.ndarray) -> np.ndarray:
+        """One draw per row and action dimension from the softmax of that dimension's logits."""
+        out = np.empty((logits.shape[0], len(self._offsets) - 1), np.int64)
+        for d in range(out.shape[1]):
+            z = logits[:, self._offsets[d]:self._offsets[d + 1]]
+            p = np.exp(z - z.max(axis=1, keepdims=True))  # a masked choice's logit is FLOAT_MIN: p = 0
+            p /= p.sum(axis=1, keepdims=True)
+            out[:, d] = [self._rng.choice(len(row), p=row) for row in p]
         return out
 
     def act_one(self, observation, agent: str, info: dict | None) -> np.ndarray:
@@ -93,7 +114,7 @@ class ModulePolicy:
         return flat_mask(mask, self._offsets)
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: str | Path, env) -> "ModulePolicy":
+    def from_checkpoint(cls, checkpoint: str | Path, env, explore: bool = False) -> "ModulePolicy":
         """Load the modules of a ``fleet-marl train`` checkpoint (no Ray cluster needed)."""
         from ray.rllib.core.rl_module.rl_module import RLModule
 
@@ -103,7 +124,7 @@ class ModulePolicy:
         modules = {mid: RLModule.from_checkpoint(str(root / mid)) for mid in sig["modules"]}
         for m in modules.values():
             m.eval()
-        return cls(env, modules, mapping_for(sig["sharing"], sig["possible_agents"], sig["kinds"]), sig["obs_mode"])
+        return cls(env, modules, mapping_for(sig["sharing"], sig["possible_agents"], sig["kinds"]), sig["obs_mode"], explore)
 
 
 def read_sidecar(path: str | Path) -> dict:
