@@ -2,11 +2,13 @@
 
 How to run:  .venv/bin/python experiments/credit_signal.py [--episodes 20] [--n 2,4,8,16] [--mechanism proportional,auction]
 
-It plays masked-uniform random actions (what an untrained PPO policy does) on
+It plays the reference ``random`` policy (uniform over the mask's choices, dimension by
+dimension: roughly what an untrained PPO policy does) on
 ``parallel_env(task="easy", **scaled(N, mechanism))`` (by default under ``proportional``, the
 study's arbiter) and reads each tenant's ``local`` (L_i), ``global`` (G) and ``difference``
-(D_i) rewards from ``infos[agent]["rewards"]``. For each tenant it regresses each reward on the tenant's own
-action (one-hot per action field, least squares), then averages over the tenants:
+(D_i) rewards from ``infos[agent]["rewards"]``. For each tenant it regresses each reward on
+the tenant's own action (one-hot per action field, least squares), then averages over the
+tenants:
 
 - **own-action R²** (adjusted) of G, D_i and L_i: the share of the reward's variance the
   tenant's own action explains. The rest is the state and the other tenants. This is the
@@ -30,6 +32,7 @@ import argparse
 import numpy as np
 
 import fleet_marl
+import policies
 from fleet_marl.config import MECHANISMS
 from fleet_marl.environment import ACTION_FIELDS
 from fleet_marl.tasks import scaled
@@ -42,14 +45,15 @@ def play(n: int, episodes: int, seed: int = 0, mechanism: str = "proportional") 
     """``(actions, rewards, nvec)``: per tenant, its actions ``(rounds, 8)`` and its rewards
     ``(rounds, 3)`` in the order of ``SCHEMES``, over ``episodes`` random episodes."""
     env = fleet_marl.parallel_env(task="easy", **scaled(n, mechanism))
-    rng = np.random.default_rng(seed)
+    policy = policies.make("random", env)
     acts = {a: [] for a in env.possible_agents}
     rews = {a: [] for a in env.possible_agents}
     for ep in range(episodes):
-        env.reset(seed=seed + ep)
+        obs, infos = env.reset(seed=seed + ep)
+        policy.reset(seed + ep)
         while env.agents:
-            step = {a: np.array([rng.choice(np.flatnonzero(d)) for d in env.action_mask(a)]) for a in env.agents}
-            _, _, _, _, infos = env.step(step)
+            step = policy.act(obs, infos)
+            obs, _, _, _, infos = env.step(step)
             for a, x in step.items():
                 acts[a].append(x)
                 rews[a].append([infos[a]["rewards"][s] for s in SCHEMES])

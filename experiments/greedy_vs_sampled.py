@@ -60,7 +60,7 @@ def measure(algo, n: int, study, explore: bool, episodes: int) -> dict:
     rounds = [r for x in rec for r in x.rounds]
     acts = np.concatenate(rounds)
     gpus, bid = ACTION_FIELDS.index("gpus"), ACTION_FIELDS.index("bid_level")
-    supply = 8 * -(-n // 2)  # scaled(n): ceil(n / 2) nodes of 8 GPUs
+    supply = int(rec[0].policy.env.kernel_static.pool_capacity.sum())  # the cluster's GPUs
     return {
         "welfare": float(ev.welfare.mean()),
         "starvation": float(np.mean([e.starvation_events for e in ev.episodes])),
