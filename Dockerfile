@@ -12,7 +12,6 @@ WORKDIR /home/user/app
 
 COPY --chown=user pyproject.toml README.md ./
 COPY --chown=user fleet_marl ./fleet_marl
-COPY --chown=user policies ./policies
 # torch and ray[rllib] are core dependencies (fleet-marl train); the CPU-only torch wheel index
 # keeps CUDA out of the image (see the docs)
 RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu ".[openenv]"

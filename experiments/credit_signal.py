@@ -32,7 +32,7 @@ import argparse
 import numpy as np
 
 import fleet_marl
-import policies
+from fleet_marl import policies
 from fleet_marl.config import MECHANISMS
 from fleet_marl.environment import ACTION_FIELDS
 from fleet_marl.tasks import scaled

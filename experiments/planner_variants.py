@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 import fleet_marl
-import policies
+from fleet_marl import policies
 from fleet_marl.grader import run_episode
 
 VARIANTS = {

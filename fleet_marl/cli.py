@@ -469,7 +469,7 @@ def run_evaluate(args) -> dict:
 
 
 def run_baselines(args) -> None:
-    import policies
+    from fleet_marl import policies
 
     from fleet_marl import baselines
 

@@ -85,7 +85,7 @@ def _call(source: str, obj, env):
 def _check_protocol(source: str, policy) -> Any:
     missing = [m for m in ("reset", "act") if not callable(getattr(policy, m, None))]
     if missing:
-        raise PolicyError(source, f"{type(policy).__name__} lacks {' and '.join(m + '()' for m in missing)}; expected the Policy protocol: reset(seed) and act(observations, infos) -> {{agent: action}} (see policies/base.py)")
+        raise PolicyError(source, f"{type(policy).__name__} lacks {' and '.join(m + '()' for m in missing)}; expected the Policy protocol: reset(seed) and act(observations, infos) -> {{agent: action}} (see fleet_marl/policies/base.py)")
     return policy
 
 
@@ -122,7 +122,7 @@ def source_name(spec) -> str:
 
 
 def _fleet_env_or_none(env):
-    from policies.base import fleet_env
+    from fleet_marl.policies.base import fleet_env
 
     try:
         return fleet_env(env)
@@ -150,7 +150,7 @@ def load_policy(spec, env) -> Any:
                 raise PolicyError(name, "is bound to another environment than the one being evaluated; pass its class or a factory env -> policy instead (for example lambda env: policies.make('bidder', env))")
             return _check_protocol(name, spec)
         raise PolicyError(repr(spec), "expected a reference policy name, 'module:Name', a .py path, a policy object, a class or a factory env -> policy")
-    import policies
+    from fleet_marl import policies
 
     if spec in policies.POLICIES:
         return policies.make(spec, env)
@@ -300,7 +300,7 @@ def make_env(task: str, **overrides) -> FleetParallelEnv:
 def code_version() -> str:
     """A digest of the code and data that decide an episode (fleet_marl and policies)."""
     import fleet_marl
-    import policies
+    from fleet_marl import policies
 
     h = hashlib.blake2b(digest_size=12)
     for root in (Path(fleet_marl.__file__).parent, Path(policies.__file__).parent):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fleet_marl
-import policies
+from fleet_marl import policies
 from fleet_marl import baselines, cli
 from fleet_marl.grader import GraderError, PolicyError, evaluate, load_policy, reference_episodes, score
 
@@ -101,7 +101,7 @@ def test_user_policy_file_module_and_object_load(tmp_path):
     ev = evaluate("tiny", str(f), episodes=1, progress=False)
     assert ev.policy == str(f) and ev.welfare.tolist() == [0.0]  # asking for nothing earns and spends nothing
     factory = write(tmp_path, "factory.py", """
-        import policies
+        from fleet_marl import policies
         def make_policy(env):
             return policies.make("fair_share", env)
     """)

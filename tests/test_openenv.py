@@ -14,7 +14,7 @@ from pettingzoo.test import parallel_api_test  # noqa: E402
 from starlette.websockets import WebSocketDisconnect  # noqa: E402
 
 import fleet_marl  # noqa: E402
-import policies  # noqa: E402
+from fleet_marl import policies  # noqa: E402
 from fleet_marl.environment import ActionError  # noqa: E402
 from fleet_marl.grader import run_episode  # noqa: E402
 from fleet_marl.openenv import FleetEgoAction, RemoteParallelEnv, WebSocketSession, make_app  # noqa: E402

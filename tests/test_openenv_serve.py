@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("openenv")
 
 import fleet_marl  # noqa: E402
-import policies  # noqa: E402
+from fleet_marl import policies  # noqa: E402
 from fleet_marl.grader import run_episode  # noqa: E402
 from fleet_marl.openenv import FleetEgoAction, FleetEgoClient, RemoteParallelEnv  # noqa: E402
 

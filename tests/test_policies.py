@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 import fleet_marl
-import policies
+from fleet_marl import policies
 from fleet_marl import catalog
 from fleet_marl.environment import BATCH_LEVELS
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
 from fleet_marl.tasks import TASKS, task_dict
 from fleet_marl.workloads import traces_dir
-from policies.base import OBS, PREC
-from policies.heuristics import EXPERT_MAP
+from fleet_marl.policies.base import OBS, PREC
+from fleet_marl.policies.heuristics import EXPERT_MAP
 
 TASK_NAMES = list(TASKS)
 FP32, BF16, FP8 = (catalog.PRECISION_CODE[p] for p in ("fp32", "bf16", "fp8"))
@@ -252,7 +252,7 @@ def test_policies_import_no_ray():
     import subprocess
     import sys
 
-    code = "import sys, policies, fleet_marl.grader; bad = [m for m in ('ray', 'torch') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
+    code = "import sys, fleet_marl.policies, fleet_marl.grader; bad = [m for m in ('ray', 'torch') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 
@@ -320,7 +320,7 @@ def test_bidder_bids_by_backlog_and_budget():
 
 
 def test_split_reads_the_mask_where_the_obs_mode_puts_it():
-    from policies.base import split
+    from fleet_marl.policies.base import split
 
     env = fleet_marl.parallel_env(task="tiny", obs_mode="dict")
     obs, infos = env.reset(seed=0)

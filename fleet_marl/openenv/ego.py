@@ -77,7 +77,7 @@ class FleetEgoEnvironment(TaskAPI, Environment):
 
     @staticmethod
     def _check_options(opponents, fallback, invalid_penalty, max_invalid_streak) -> None:
-        from policies import POLICIES
+        from fleet_marl.policies import POLICIES
 
         if opponents not in POLICIES:
             raise ValueError(f"opponents = {opponents!r}: expected one of {', '.join(POLICIES)}")
@@ -111,7 +111,7 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         ego_id = self._resolve_ego(env, d["ego"] if ego is None else ego, seed)
         obs, infos = env.reset(seed=seed)
         if self._policy is None or self._policy_key != opponents or self._policy.env is not env:
-            import policies
+            from fleet_marl import policies
 
             self._policy, self._policy_key = policies.make(opponents, env), opponents
         self._policy.reset(seed)

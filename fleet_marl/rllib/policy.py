@@ -44,7 +44,7 @@ class ModulePolicy:
 
     def __init__(self, env, modules: dict[str, Any], mapping: Callable[[str], str], obs_mode: str = "dict",
                  explore: bool = False):
-        from policies.base import fleet_env
+        from fleet_marl.policies.base import fleet_env
 
         self.env = fleet_env(env)
         self.modules = modules

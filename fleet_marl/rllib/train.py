@@ -224,7 +224,7 @@ def plot(rows: list[dict], path: Path, title: str, references: dict[str, float] 
 def final_evaluation(tc: TrainConfig, checkpoint: Path, episodes: int, progress: bool = True):
     """The trained policy (from ``checkpoint``) and every reference policy on ``tc.task``,
     seeds ``0 .. episodes - 1``: (evaluations, markdown table)."""
-    import policies as refs
+    from fleet_marl import policies as refs
 
     from fleet_marl import baselines, grader
     from fleet_marl.rllib.evaluation import grader_task

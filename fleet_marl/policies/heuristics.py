@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from policies.base import BF16, FP32, OBS, BasePolicy, split
+from fleet_marl.policies.base import BF16, FP32, OBS, BasePolicy, split
 
 
 class RandomPolicy(BasePolicy):

@@ -1,6 +1,7 @@
 """Reference policies against the plain PettingZoo API (no Ray import).
 
->>> import fleet_marl, policies
+>>> import fleet_marl
+>>> from fleet_marl import policies
 >>> env = fleet_marl.parallel_env(task="tiny")
 >>> policy = policies.make("precision_expert", env)
 >>> obs, infos = env.reset(seed=0)
@@ -14,9 +15,9 @@ reference). The protocol is in ``policies.base``; docs/policies.md describes eac
 
 from __future__ import annotations
 
-from policies.base import BasePolicy, FitTable, Policy, fleet_env, split
-from policies.heuristics import BidderPolicy, FairSharePolicy, GreedyPolicy, PrecisionExpertPolicy, RandomPolicy
-from policies.planner import PlannerPolicy
+from fleet_marl.policies.base import BasePolicy, FitTable, Policy, fleet_env, split
+from fleet_marl.policies.heuristics import BidderPolicy, FairSharePolicy, GreedyPolicy, PrecisionExpertPolicy, RandomPolicy
+from fleet_marl.policies.planner import PlannerPolicy
 
 #: Reference policies by name, in the order the baseline table lists them.
 POLICIES: dict[str, type[BasePolicy]] = {

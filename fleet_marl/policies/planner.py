@@ -31,8 +31,8 @@ import numpy as np
 
 from fleet_marl.environment import BATCH_LEVELS
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
-from policies.base import N_ACT, N_OBS, OBS, PREC, BasePolicy
-from policies.heuristics import EXPERT_MAP, PrecisionExpertPolicy
+from fleet_marl.policies.base import N_ACT, N_OBS, OBS, PREC, BasePolicy
+from fleet_marl.policies.heuristics import EXPERT_MAP, PrecisionExpertPolicy
 
 _MAPS = (
     {},  # BF16 everywhere

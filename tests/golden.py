@@ -1,0 +1,82 @@
+"""Whole-episode digests: every task x every mechanism x both safety modes x {difference,
+shapley}, random masked actions from a fixed generator. ``python tests/golden.py --write``
+records them in ``tests/data/golden_digests.json``; ``tests/test_golden.py`` checks them.
+
+A digest covers every observation, reward, termination, truncation and info of the episode,
+with floats rounded to 10 significant digits (so it survives harmless last-bit differences
+between CPUs, and not a change of the model).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import fleet_marl
+
+PATH = Path(__file__).parent / "data" / "golden_digests.json"
+TASKS = ("tiny", "easy", "medium", "hard", "trace")
+MECHANISMS = ("proportional", "maxmin", "priority", "auction")
+SAFETY = ("veto", "project")
+SCHEMES = ("difference", "shapley")
+
+
+def canon(x):
+    """A JSON-able, order-preserving image of ``x`` with floats at 10 significant digits."""
+    if isinstance(x, dict):
+        return [[str(k), canon(v)] for k, v in x.items()]
+    if isinstance(x, (list, tuple)):
+        return [canon(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return [str(x.dtype), list(x.shape), canon(x.tolist())]
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        x = float(x)
+        return f"{x:.10g}"
+    return x
+
+
+def digest(task: str, mechanism: str, safety: str, scheme: str, seed: int = 3) -> str:
+    env = fleet_marl.parallel_env(task=task, mechanism=mechanism, safety_mode=safety, reward_scheme=scheme)
+    obs, infos = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    h = hashlib.sha256(json.dumps(canon((obs, infos))).encode())
+    while env.agents:
+        acts = {a: np.array([rng.choice(np.flatnonzero(d)) for d in infos[a]["action_mask"]], np.int64) for a in env.agents}
+        out = env.step(acts)
+        infos = out[4]
+        h.update(json.dumps(canon(out)).encode())
+        h.update(json.dumps(canon(env.state())).encode())
+    return h.hexdigest()[:24]
+
+
+def cases():
+    for t in TASKS:
+        for m in MECHANISMS:
+            for s in SAFETY:
+                for r in SCHEMES:
+                    yield f"{t}/{m}/{s}/{r}", (t, m, s, r)
+
+
+def main() -> None:
+    out = {}
+    for key, args in cases():
+        out[key] = digest(*args)
+        print(key, out[key], flush=True)
+    if "--write" in sys.argv:
+        PATH.write_text(json.dumps(out, indent=1) + "\n")
+    elif PATH.exists():
+        want = json.loads(PATH.read_text())
+        bad = [k for k in want if want[k] != out.get(k)]
+        print("differ:", bad or "none")
+
+
+if __name__ == "__main__":
+    main()
