@@ -46,7 +46,7 @@ class Recorder:
 
 
 def measure(algo, n: int, study, explore: bool, episodes: int) -> dict:
-    from fleet_marl import grader
+    from fleet_marl import evaluation
     from fleet_marl.environment import ACTION_FIELDS
     from fleet_marl.rllib.evaluation import algorithm_policy
 
@@ -56,7 +56,7 @@ def measure(algo, n: int, study, explore: bool, episodes: int) -> dict:
         rec.append(Recorder(algorithm_policy(algo, env, explore=explore)))
         return rec[-1]
 
-    ev = grader.evaluate("easy", factory, episodes=episodes, seed=0, overrides=study.env(n), progress=False)
+    ev = evaluation.evaluate("easy", factory, episodes=episodes, seed=0, overrides=study.env(n), progress=False)
     rounds = [r for x in rec for r in x.rounds]
     acts = np.concatenate(rounds)
     gpus, bid = ACTION_FIELDS.index("gpus"), ACTION_FIELDS.index("bid_level")
@@ -84,7 +84,7 @@ def main(argv=None) -> None:
     import ray
     from tqdm import tqdm
 
-    from fleet_marl.rllib.compare import Study
+    from fleet_marl.studies.credit_assignment import Study
     from fleet_marl.rllib.config import build
     from fleet_marl.rllib.train import quiet
 

@@ -1,12 +1,15 @@
 """Write experiments/configs/<task>_<sharing>_<reward scheme>.yaml: every sharing scheme x every
-reward scheme on easy, medium and hard (72 files), for ``fleet-marl train --config``.
+reward scheme on each task of the registry (``fleet_marl.tasks.TASKS``) that has a training
+length in :data:`ITERATIONS` -- easy, medium and hard (72 files) -- for
+``fleet-marl train --config``.
 
     python experiments/make_configs.py           # (re)write them
     python experiments/make_configs.py --check   # exit 1 if a file differs from what this writes
 
 ``tests/test_rllib_config.py`` checks that the files match this script and that each loads.
 Only the number of iterations (of 2,000 env steps each) differs by task; the easy configs use
-the default run's 36 iterations, so ``easy_shared_mixed`` is ``make train``'s run.
+the default run's 36 iterations, so ``easy_shared_mixed`` is ``make train``'s run. A task
+registered without an entry in ``ITERATIONS`` gets no configs (tiny and trace have none).
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ import yaml
 
 from fleet_marl.config import REWARD_SCHEMES
 from fleet_marl.rllib.sharing import SHARING
+from fleet_marl.tasks import TASKS
 
-TASKS = ("easy", "medium", "hard")
-#: iterations of 2,000 env steps (timings on this 2-core machine: docs/training.md)
+#: The training choice: iterations of 2,000 env steps per task (timings on this 2-core machine:
+#: docs/training.md). Only these tasks get configs.
 ITERATIONS = {"easy": 36, "medium": 60, "hard": 80}
 HERE = Path(__file__).resolve().parent / "configs"
 
@@ -37,8 +41,13 @@ def text(task: str, sharing: str, scheme: str) -> str:
     return head + yaml.safe_dump(config(task, sharing, scheme), sort_keys=False)
 
 
+def trained_tasks() -> list[str]:
+    """The registry's tasks that have a training length, in registry order."""
+    return [t for t in list(TASKS) if t in ITERATIONS]
+
+
 def files() -> dict[Path, str]:
-    return {HERE / f"{t}_{s}_{r}.yaml": text(t, s, r) for t in TASKS for s in SHARING for r in REWARD_SCHEMES}
+    return {HERE / f"{t}_{s}_{r}.yaml": text(t, s, r) for t in trained_tasks() for s in SHARING for r in REWARD_SCHEMES}
 
 
 def main(argv=None) -> int:

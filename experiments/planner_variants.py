@@ -15,7 +15,7 @@ import numpy as np
 
 import fleet_marl
 from fleet_marl import policies
-from fleet_marl.grader import run_episode
+from fleet_marl.evaluation import run_episode
 
 VARIANTS = {
     "default": {},

@@ -5,13 +5,15 @@ GPU cluster.
 >>> env = fleet_marl.parallel_env(task="easy")      # PettingZoo ParallelEnv
 >>> aec = fleet_marl.env(task="easy")               # its AEC form
 
-Layers: ``catalog`` and ``config`` (facts and scenarios), ``workloads`` (arrival processes and
-trace readers), ``kernel`` (the batched numpy cost model), ``credit`` and ``fairness``
-(rewards and detectors over tenant arrays), ``environment`` (the PettingZoo API),
-``tasks`` (named scenarios). See docs/environment.md.
+Layers, bottom up (docs/architecture.md): ``catalog`` and ``config`` (facts and scenarios),
+``workloads`` (arrival processes and trace readers) and ``kernel`` (the batched cost model),
+``credit``, ``fairness`` and ``tasks`` (rewards, detectors, the registry of named scenarios),
+``environment`` (the PettingZoo API), ``policies`` (reference policies), ``evaluation`` (the
+grader) and ``tools`` (estimate, sweep); the adapters ``rllib`` and ``openenv``, ``studies``
+and the ``cli`` on top. See docs/environment.md for the env itself.
 
 ``parse_tenant_action(text)`` parses a tenant's action written as JSON by an LLM
-(``fleet_marl.text_action``; docs/llm_agents.md). The OpenEnv server is the optional
+(``fleet_marl.openenv.text_action``, which needs no extra; docs/llm_agents.md). The OpenEnv server is the optional
 subpackage ``fleet_marl.openenv`` (``pip install fleet-marl[openenv]``), never imported here.
 
 The environment names are imported lazily, so ``import fleet_marl.kernel`` does not import
@@ -33,7 +35,7 @@ def __getattr__(name):
 
         return getattr(tasks, name)
     if name in _TEXT_NAMES:
-        from fleet_marl import text_action
+        from fleet_marl.openenv import text_action
 
         return getattr(text_action, name)
     raise AttributeError(f"module 'fleet_marl' has no attribute {name!r}")

@@ -1,6 +1,7 @@
 """Fairness: fair shares, starvation, degenerate strategies and the episode report.
 
-Pure numpy over tenant arrays (agent-ID dicts live only in ``fleet_marl.env``).
+Pure numpy over tenant arrays (agent-ID dicts live only in ``fleet_marl.environment``). The
+detector's knobs are :class:`~fleet_marl.config.FairnessSpec` (config key ``fairness:``).
 
 * **Fair share** ``f_i``: the max-min fair (water-filling) split of the tenant's GPU pool among
   the live tenants that have work, each capped at its ``max_gpus`` (Bertsekas and Gallager,
@@ -13,7 +14,10 @@ Pure numpy over tenant arrays (agent-ID dicts live only in ``fleet_marl.env``).
   precision, when that precision has fewer than 16 bits; ``hoarding`` -- holding more than
   ``hoard_share`` of the GPUs of its pool (the part of the cluster it can use) while another
   tenant is starved.
-* **Episode report**: welfare, Jain's index ``(sum x)^2 / (n sum x^2)`` over normalized service
+* **Summary**: :meth:`FairnessTracker.summary` is the one read API -- a frozen
+  :class:`FairnessSummary` of the episode so far; the env's ``infos[agent]["episode"]``
+  (:meth:`FairnessSummary.episode_report`), the OpenEnv fairness report and the RLlib
+  callbacks are built from it. Its figures: welfare, Jain's index ``(sum x)^2 / (n sum x^2)`` over normalized service
   ``x_i = sum_t alloc_i / sum_t f_i`` (Jain, Chiu and Hawe 1984), the longest starvation
   streak, Themis finish-time fairness ``rho = T_shared / T_independent`` per finished training
   job (Mahajan et al., NSDI 2020), the p99 queue wait and event counts.
@@ -22,11 +26,13 @@ Pure numpy over tenant arrays (agent-ID dicts live only in ``fleet_marl.env``).
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
+from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
 from fleet_marl import catalog
-from fleet_marl.config import RewardSpec
+from fleet_marl.config import FairnessSpec
 
 
 def fair_share(pool: np.ndarray, capacity: np.ndarray, caps: np.ndarray, demanding: np.ndarray) -> np.ndarray:
@@ -71,10 +77,76 @@ def lowest_precision(supported: np.ndarray, is_train: np.ndarray) -> np.ndarray:
     return np.where(nbytes[np.arange(low.size), low] < 2.0, low, -1)
 
 
-class FairnessTracker:
-    """Per-episode fairness accounting for ``T`` tenants."""
+COUNTS = ("oom", "veto", "throttle", "degenerate")
 
-    def __init__(self, spec: RewardSpec, pool: np.ndarray, pool_capacity: np.ndarray, max_gpus: np.ndarray, lowest: np.ndarray, round_seconds: float):
+
+class RoundFairness(NamedTuple):
+    """What :meth:`FairnessTracker.step` found this round, each (T,)."""
+
+    starved: np.ndarray  # bool: starved now
+    lowest_precision: np.ndarray  # bool: the lowest-precision degenerate strategy
+    hoarding: np.ndarray  # bool: the hoarding degenerate strategy
+    streak: np.ndarray  # int64: consecutive short rounds so far
+
+
+@dataclass(frozen=True)
+class FairnessSummary:
+    """The episode's fairness so far (:meth:`FairnessTracker.summary`); arrays are (T,) copies.
+
+    ``welfare`` is the welfare summed over the rounds recorded; ``jain`` Jain's index of the
+    ``service`` of the tenants that had a fair share; ``service`` GPU-rounds granted / fair
+    share (1.0 where the tenant never had one); ``streak`` and ``starved`` the current
+    starvation streak and state; ``max_streak`` the longest streak; ``starvation_events``
+    the times a tenant became starved; ``counts`` tenant-rounds per event (``COUNTS``: oom,
+    veto, throttle, degenerate); ``rho`` the mean Themis finish-time fairness of each
+    tenant's finished jobs (None without one) and ``jobs_done`` their number; ``waits`` the
+    completed waits (wait in rounds -> requests or jobs); ``p99_wait_s`` the 99th percentile
+    wait in seconds, or None unless ``summary(now=...)`` was asked for it.
+    """
+
+    welfare: float
+    jain: float
+    service: np.ndarray
+    streak: np.ndarray
+    starved: np.ndarray
+    max_streak: np.ndarray
+    starvation_events: np.ndarray
+    counts: dict[str, np.ndarray]
+    rho: tuple[float | None, ...]
+    jobs_done: np.ndarray
+    waits: tuple[dict[int, float], ...]
+    p99_wait_s: np.ndarray | None = None
+
+    def episode_report(self, i: int, agent_return: float, utility_sum: float, rounds: int) -> dict:
+        """Tenant ``i``'s ``infos[agent]["episode"]`` (docs/environment.md): the summary's
+        figures for ``i`` plus its return, utility and rounds played. Needs ``p99_wait_s``."""
+        if self.p99_wait_s is None:
+            raise ValueError("episode_report: a summary with p99_wait_s (summary(now=..., queued_jobs=...))")
+        return {
+            "welfare": float(self.welfare),
+            "return": float(agent_return),
+            "utility": float(utility_sum),
+            "rounds": int(rounds),
+            "jain": self.jain,
+            "service": float(self.service[i]),
+            "max_starvation_streak": int(self.max_streak[i]),
+            "starvation_events": int(self.starvation_events[i]),
+            "rho": self.rho[i],
+            "jobs_done": int(self.jobs_done[i]),
+            "p99_wait_s": float(self.p99_wait_s[i]),
+            "oom": int(self.counts["oom"][i]),
+            "veto": int(self.counts["veto"][i]),
+            "throttle": int(self.counts["throttle"][i]),
+            "degenerate": int(self.counts["degenerate"][i]),
+        }
+
+
+class FairnessTracker:
+    """Per-episode fairness accounting for ``T`` tenants. The env writes to it (``step``,
+    ``record_round``, ``serve_round``, ``job_started``, ``job_finished``); everything else
+    reads :meth:`summary`."""
+
+    def __init__(self, spec: FairnessSpec, pool: np.ndarray, pool_capacity: np.ndarray, max_gpus: np.ndarray, lowest: np.ndarray, round_seconds: float):
         self.spec = spec
         self.pool = pool
         self.pool_capacity = pool_capacity.astype(np.float64)
@@ -87,17 +159,17 @@ class FairnessTracker:
 
     def reset(self) -> None:
         T = self.T
-        self.streak = np.zeros(T, np.int64)
-        self.max_streak = np.zeros(T, np.int64)
-        self.starved = np.zeros(T, bool)
-        self.starvation_events = np.zeros(T, np.int64)  # times a tenant became starved
-        self.alloc_sum = np.zeros(T)
-        self.fair_sum = np.zeros(T)
-        self.counts = {k: np.zeros(T, np.int64) for k in ("oom", "veto", "throttle", "degenerate")}
-        self.cohorts = [deque() for _ in range(T)]  # serving: [arrival round, requests waiting]
-        self.waits = [dict() for _ in range(T)]  # wait in rounds -> weight (requests or jobs)
-        self.rho = [[] for _ in range(T)]
-        self.welfare_sum = 0.0
+        self._streak = np.zeros(T, np.int64)
+        self._max_streak = np.zeros(T, np.int64)
+        self._starved = np.zeros(T, bool)
+        self._starvation_events = np.zeros(T, np.int64)  # times a tenant became starved
+        self._alloc_sum = np.zeros(T)
+        self._fair_sum = np.zeros(T)
+        self._counts = {k: np.zeros(T, np.int64) for k in COUNTS}
+        self._cohorts = [deque() for _ in range(T)]  # serving: [arrival round, requests waiting]
+        self._waits = [dict() for _ in range(T)]  # wait in rounds -> weight (requests or jobs)
+        self._rho = [[] for _ in range(T)]
+        self._welfare_sum = 0.0
 
     def fair(self, live: np.ndarray, has_work: np.ndarray) -> np.ndarray:
         """Fair shares for the tenants that are live and have work (cached by that set)."""
@@ -111,29 +183,32 @@ class FairnessTracker:
                 self._fair_cache[key] = got
         return got
 
-    def step(self, live, has_work, requested, alloc, gpus_asked, precision, fair) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Update the streaks for one round. Returns (starved, lowest_precision, hoarding), each (T,) bool."""
+    def step(self, live, has_work, requested, alloc, gpus_asked, precision, fair) -> RoundFairness:
+        """Update the streaks for one round. Returns (starved, lowest_precision, hoarding,
+        streak), each (T,); ``streak`` is the tracker's own array (do not write to it)."""
         spec = self.spec
         asking = live & has_work & (requested > 0)
         entitled = np.minimum(fair, requested)
         short = asking & (alloc < spec.starvation_fraction * entitled)
-        self.streak = np.where(short, self.streak + 1, 0)
-        self.max_streak = np.maximum(self.max_streak, self.streak)
-        starved = self.streak >= spec.starvation_rounds
-        self.starvation_events += starved & ~self.starved
-        self.starved = starved
+        self._streak = np.where(short, self._streak + 1, 0)
+        self._max_streak = np.maximum(self._max_streak, self._streak)
+        starved = self._streak >= spec.starvation_rounds
+        self._starvation_events += starved & ~self._starved
+        self._starved = starved
         counted = live & has_work
-        self.alloc_sum += np.where(counted, alloc, 0)
-        self.fair_sum += np.where(counted, fair, 0.0)
+        self._alloc_sum += np.where(counted, alloc, 0)
+        self._fair_sum += np.where(counted, fair, 0.0)
         low = live & (gpus_asked > 0) & (self.lowest >= 0) & np.all(precision == self.lowest[:, None], axis=-1)
         # starved tenants other than i in i's pool (a tenant can only hoard from its own pool)
         others = np.bincount(self.pool, weights=starved, minlength=self.pool_capacity.size)[self.pool] - starved
         hoard = live & (alloc > spec.hoard_share * self.pool_capacity[self.pool]) & (others > 0)
-        return starved, low, hoard
+        return RoundFairness(starved, low, hoard, self._streak)
 
-    def count(self, live, oom, vetoed, throttled, degenerate) -> None:
+    def record_round(self, welfare: float, live, oom, vetoed, throttled, degenerate) -> None:
+        """Count the round: its welfare, and each live tenant's events (``COUNTS``)."""
         for key, flag in (("oom", oom), ("veto", vetoed), ("throttle", throttled), ("degenerate", degenerate)):
-            self.counts[key] += live & flag
+            self._counts[key] += live & flag
+        self._welfare_sum += welfare
 
     # --- waits --------------------------------------------------------------------------------
 
@@ -141,11 +216,11 @@ class FairnessTracker:
         """FIFO accounting of serving requests: this round's arrivals join the queue, then
         ``served`` requests leave from the front; each records its wait in whole rounds."""
         for i in np.flatnonzero(serving & ((arrivals > 0) | (served > 0))):
-            q = self.cohorts[i]
+            q = self._cohorts[i]
             if arrivals[i] > 0:
                 q.append([t, float(arrivals[i])])
             left = float(served[i])
-            w = self.waits[i]
+            w = self._waits[i]
             while left > 1e-9 and q:
                 born, n = q[0]
                 take = min(n, left)
@@ -157,18 +232,18 @@ class FairnessTracker:
                     q[0][1] = n - take
 
     def job_started(self, i: int, wait_rounds: int) -> None:
-        self.waits[i][wait_rounds] = self.waits[i].get(wait_rounds, 0.0) + 1.0
+        self._waits[i][wait_rounds] = self._waits[i].get(wait_rounds, 0.0) + 1.0
 
     def job_finished(self, i: int, rounds_taken: float, rounds_alone: float) -> None:
         if 0 < rounds_alone < np.inf:
-            self.rho[i].append(rounds_taken / rounds_alone)
+            self._rho[i].append(rounds_taken / rounds_alone)
 
-    def p99_wait_s(self, i: int, now: int, queued_jobs=()) -> float:
+    def _p99_wait_s(self, i: int, now: int, queued_jobs: Iterable[int] = ()) -> float:
         """99th percentile wait in seconds, counting requests still queued at ``now`` and the
         arrival rounds ``queued_jobs`` of jobs not yet started as having waited until now (a
         lower bound on their wait). A job that arrived in round b could start in round b + 1."""
-        w = dict(self.waits[i])
-        for born, n in self.cohorts[i]:
+        w = dict(self._waits[i])
+        for born, n in self._cohorts[i]:
             w[now - born] = w.get(now - born, 0.0) + n
         for born in queued_jobs:
             w[now - born - 1] = w.get(now - born - 1, 0.0) + 1.0
@@ -178,31 +253,32 @@ class FairnessTracker:
         cum = np.cumsum([w[k] for k in keys])
         return float(keys[np.searchsorted(cum, 0.99 * cum[-1])] * self.round_seconds)
 
-    # --- report -------------------------------------------------------------------------------
+    # --- the read API ---------------------------------------------------------------------------
 
-    def jain_index(self) -> float:
-        seen = self.fair_sum > 0
-        return jain(self.alloc_sum[seen] / self.fair_sum[seen])
+    def summary(self, now: int | None = None, queued_jobs: Sequence[Iterable[int]] | None = None) -> FairnessSummary:
+        """The episode's fairness so far. With ``now`` (rounds played), ``p99_wait_s`` is filled
+        in, counting requests still queued and the arrival rounds ``queued_jobs[i]`` of each
+        tenant's jobs not yet started as having waited until ``now``."""
+        seen = self._fair_sum > 0
+        service = np.ones(self.T)
+        service[seen] = self._alloc_sum[seen] / self._fair_sum[seen]
+        p99 = None
+        if now is not None:
+            p99 = np.array([self._p99_wait_s(i, now, () if queued_jobs is None else queued_jobs[i]) for i in range(self.T)])
+        return FairnessSummary(
+            welfare=float(self._welfare_sum),
+            jain=jain(self._alloc_sum[seen] / self._fair_sum[seen]),
+            service=service,
+            streak=self._streak.copy(),
+            starved=self._starved.copy(),
+            max_streak=self._max_streak.copy(),
+            starvation_events=self._starvation_events.copy(),
+            counts={k: v.copy() for k, v in self._counts.items()},
+            rho=tuple(float(np.mean(r)) if r else None for r in self._rho),
+            jobs_done=np.array([len(r) for r in self._rho], np.int64),
+            waits=tuple(dict(w) for w in self._waits),
+            p99_wait_s=p99,
+        )
 
-    def report(self, i: int, now: int, agent_return: float, utility_sum: float, rounds: int, queued_jobs=()) -> dict:
-        rho = self.rho[i]
-        return {
-            "welfare": float(self.welfare_sum),
-            "return": float(agent_return),
-            "utility": float(utility_sum),
-            "rounds": int(rounds),
-            "jain": self.jain_index(),
-            "service": float(self.alloc_sum[i] / self.fair_sum[i]) if self.fair_sum[i] > 0 else 1.0,
-            "max_starvation_streak": int(self.max_streak[i]),
-            "starvation_events": int(self.starvation_events[i]),
-            "rho": float(np.mean(rho)) if rho else None,
-            "jobs_done": len(rho),
-            "p99_wait_s": self.p99_wait_s(i, now, queued_jobs),
-            "oom": int(self.counts["oom"][i]),
-            "veto": int(self.counts["veto"][i]),
-            "throttle": int(self.counts["throttle"][i]),
-            "degenerate": int(self.counts["degenerate"][i]),
-        }
 
-
-__all__ = ["FairnessTracker", "fair_share", "jain", "lowest_precision"]
+__all__ = ["COUNTS", "FairnessSummary", "FairnessTracker", "RoundFairness", "fair_share", "jain", "lowest_precision"]

@@ -20,6 +20,10 @@ trace      6         arrivals replayed from real traces: Pollux/Philly jobs for 
                      trainers, Azure LLM inference requests for the two servers
 =========  ========  ===================================================================
 
+``TASKS`` is the one registry of named scenarios (name, builder, one-line description); the
+CLI, the baseline table, OpenEnv's task API and ``experiments/make_configs.py`` all read it.
+A new task is one call of :func:`register_task`, in this file or in your own module.
+
 ``scaled(n)`` grows ``easy`` to ``n`` tenants on ``ceil(n / 2)`` nodes (the credit-assignment
 study's scenarios): ``parallel_env(task="easy", **scaled(8))``.
 
@@ -31,6 +35,7 @@ task and the reasoning behind its numbers are in ``docs/environment.md``.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from fleet_marl.config import ConfigError, FleetConfig, from_dict
@@ -142,7 +147,7 @@ def _hard() -> dict:
         "cluster": {"gpu_types": [h] * 4, "nodes_per_rack": 4, "rack_power_cap_w": 15_000.0, "ambient_c": 35.0},
         "tenants": tenants,
         "arbiter": {"mechanism": "auction", "reserve_price": 0.75},
-        "reward": {"hoard_share": 0.2},
+        "fairness": {"hoard_share": 0.2},
         "max_cycles": 100,
     }
 
@@ -195,14 +200,46 @@ def scaled(n: int, mechanism: str = "proportional") -> dict:
     }
 
 
-TASKS: dict[str, Callable[[], dict]] = {"tiny": _tiny, "easy": _easy, "medium": _medium, "hard": _hard, "trace": _trace}
+@dataclass(frozen=True)
+class Task:
+    """A named scenario: ``builder()`` returns its plain-dict config (``FleetConfig`` fields)."""
+
+    name: str
+    builder: Callable[[], dict]
+    description: str  # one line, shown by the CLI and OpenEnv's task API
+
+
+#: The one registry of named scenarios, in the order the CLI, the baseline table and OpenEnv's
+#: task API list them. Every place that lists tasks reads it; add one with :func:`register_task`.
+TASKS: dict[str, Task] = {}
+
+
+def register_task(name: str, builder: Callable[[], dict], description: str) -> Task:
+    """Add a named scenario (from any module: ``parallel_env(task=name)``, ``fleet-marl evaluate
+    --task name``, the baseline table and OpenEnv's task list pick it up). Replacing a name
+    already registered is an error."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ConfigError("task", name, "a task name that is a Python identifier (letters, digits, _)")
+    if name in TASKS:
+        raise ConfigError("task", name, f"a new task name; {name!r} is already registered")
+    if not callable(builder):
+        raise ConfigError(f"task {name}: builder", builder, "a function returning the config dict")
+    TASKS[name] = task = Task(name, builder, str(description))
+    return task
+
+
+register_task("tiny", _tiny, "2 trainers on one 8-GPU H100 node; the one-round optimum is known")
+register_task("easy", _easy, "2 trainers and 2 servers on two H100 nodes, Poisson arrivals, max-min fair arbiter")
+register_task("medium", _medium, "8 tenants on H100 and A100 nodes, bursty arrivals, proportional-share arbiter")
+register_task("hard", _hard, "16 tenants, four H100 nodes under a tight power cap, correlated bursts, uniform-price auction")
+register_task("trace", _trace, "6 tenants replaying Pollux jobs and Azure LLM inference requests")
 
 
 def task_dict(name: str) -> dict:
     """The plain-dict config of task ``name`` (a fresh copy, safe to edit)."""
     if name not in TASKS:
         raise ConfigError("task", name, f"one of {', '.join(map(repr, TASKS))}")
-    return copy.deepcopy(TASKS[name]())
+    return copy.deepcopy(TASKS[name].builder())
 
 
 def _merge(base: dict, over: dict, path: str) -> dict:
@@ -250,4 +287,4 @@ def make_config(task: str | None = None, config: FleetConfig | dict | None = Non
     return from_dict(FleetConfig, merged), env_opts
 
 
-__all__ = ["ENV_OPTIONS", "SHORTCUTS", "TASKS", "make_config", "scaled", "task_dict"]
+__all__ = ["ENV_OPTIONS", "SHORTCUTS", "TASKS", "Task", "make_config", "register_task", "scaled", "task_dict"]

@@ -3,6 +3,7 @@ number; the scenario family, the reference fallback and bad options. No timing a
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import re
@@ -13,8 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fleet_marl import bench
-from fleet_marl.cli import main
+from fleet_marl.studies import bench
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The keys the issue asks for, each a number (backend: a name).
@@ -98,7 +98,9 @@ def test_reference_falls_back_to_a_bundled_pettingzoo_env(monkeypatch):
 
 
 def test_bad_cpu_is_a_clear_error(capsys):
-    code = main(["bench", "--quick", "--cpu", "9999", "--no-progress"])
+    parser = argparse.ArgumentParser(epilog=bench.EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench.add_arguments(parser)  # the bench entry of the CLI's command table, on its own
+    code = bench.run(parser.parse_args(["--quick", "--cpu", "9999", "--no-progress"]))
     err = capsys.readouterr().err
     assert code == 2 and "--cpu 9999: expected one of the cores" in err
 

@@ -1,9 +1,11 @@
-"""The credit-assignment study's pieces that need no Ray: the scaled scenario, the study's
-settings and their errors, resuming, the statistics, the report and the docs block. The runs
+"""The credit-assignment study's pieces that need no Ray (``fleet_marl.studies``): the scaled
+scenario, the study's settings and their errors, the ``compare`` command, resuming
+(``credit_assignment``), the statistics, the report and the docs block (``report``). The runs
 themselves (Ray) are in ``tests/test_rllib.py``."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import subprocess
@@ -15,8 +17,8 @@ import pytest
 
 import fleet_marl
 from fleet_marl.config import REWARD_SCHEMES, ConfigError
-from fleet_marl.rllib import compare
-from fleet_marl.rllib.compare import CURVE_COLUMNS, RESULT_COLUMNS, Study, StudyError
+from fleet_marl.studies import command, credit_assignment, report
+from fleet_marl.studies.credit_assignment import CURVE_COLUMNS, RESULT_COLUMNS, Study, StudyError
 from fleet_marl.tasks import make_config, scaled
 
 BIN = Path(sys.executable).parent
@@ -135,6 +137,28 @@ def test_help_has_examples():
     assert r.returncode == 0 and "fleet-marl compare --quick" in r.stdout and "resumes" in r.stdout
 
 
+def test_the_command_module_on_its_own(tmp_path, capsys):
+    """The compare entry of the CLI's table: its own parser, errors before Ray, in-process."""
+    parser = argparse.ArgumentParser(epilog=command.EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    command.add_arguments(parser)
+    assert command.run(parser.parse_args(["--schemes", "local,nope", "--out", str(tmp_path / "s")])) == 2
+    assert "error: --schemes 'nope'" in capsys.readouterr().err
+    assert command.run(parser.parse_args(["--n", "2,x", "--out", str(tmp_path / "s")])) == 2
+    assert "--n '2,x': expected comma-separated integers" in capsys.readouterr().err
+    args = parser.parse_args(["--quick", "--n", "2", "--budget", "2=200", "--out", str(tmp_path / "q")])
+    study = command.study_from_args(args)
+    assert study.ns == (2,) and study.budgets[2] == 200 and study.out == str(tmp_path / "q") and study.train_batch_size == 200
+    assert not (tmp_path / "s").exists() and not (tmp_path / "q").exists()
+
+
+def test_building_the_command_parsers_imports_no_ray_or_torch():
+    code = ("import argparse, sys; from fleet_marl.studies import bench, command; from fleet_marl.rllib import command as train; "
+            "[m.add_arguments(argparse.ArgumentParser()) for m in (bench, command, train)]; "
+            "print(sorted(m for m in ('ray', 'torch', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
+
+
 # --- resuming -----------------------------------------------------------------------------------
 
 
@@ -160,11 +184,11 @@ def _write(path: Path, columns, rows):
 
 def test_prepare_resumes_and_drops_the_curve_of_a_killed_run(tmp_path):
     s = Study.quick(out=str(tmp_path / "s"))
-    out, done = compare.prepare(s)
+    out, done = credit_assignment.prepare(s)
     assert done == set() and json.loads((out / "study.json").read_text()) == s.settings()
     _write(out / "results.csv", RESULT_COLUMNS, [_row(2, "local", 0)])
     _write(out / "curves.csv", CURVE_COLUMNS, _curve(2, "local", 0) + _curve(2, "global", 0))  # global was killed
-    out, done = compare.prepare(s)
+    out, done = credit_assignment.prepare(s)
     assert done == {(2, "local", 0)}
     with (out / "curves.csv").open() as f:
         assert {r["scheme"] for r in csv.DictReader(f)} == {"local"}
@@ -174,11 +198,11 @@ def test_prepare_resumes_and_drops_the_curve_of_a_killed_run(tmp_path):
 
 def test_prepare_drops_a_row_cut_short_by_a_kill(tmp_path):
     s = Study.quick(out=str(tmp_path / "s"))
-    out, _ = compare.prepare(s)
+    out, _ = credit_assignment.prepare(s)
     _write(out / "results.csv", RESULT_COLUMNS, [_row(2, "local", 0)])
     with (out / "results.csv").open("a") as f:
         f.write("2,global,0,2,400")  # the process died in the middle of this row
-    _, done = compare.prepare(s)
+    _, done = credit_assignment.prepare(s)
     assert done == {(2, "local", 0)}
     with (out / "results.csv").open() as f:
         assert [r["scheme"] for r in csv.DictReader(f)] == ["local"]
@@ -186,52 +210,52 @@ def test_prepare_drops_a_row_cut_short_by_a_kill(tmp_path):
 
 def test_prepare_refuses_other_settings_and_overwrite_starts_over(tmp_path):
     s = Study.quick(out=str(tmp_path / "s"))
-    compare.prepare(s)
+    credit_assignment.prepare(s)
     _write(Path(s.out) / "results.csv", RESULT_COLUMNS, [_row(2, "local", 0)])
     other = Study.quick(out=s.out, seeds=3)
     with pytest.raises(StudyError, match="differs in: seeds"):
-        compare.prepare(other)
+        credit_assignment.prepare(other)
     assert (Path(s.out) / "results.csv").is_file()  # refused: nothing deleted
-    _, done = compare.prepare(other, overwrite=True)
+    _, done = credit_assignment.prepare(other, overwrite=True)
     assert done == set() and not (Path(s.out) / "results.csv").exists()
 
 
 def test_prepare_refuses_a_foreign_folder(tmp_path):
     (tmp_path / "mine.txt").write_text("x")
     with pytest.raises(StudyError, match="not empty"):
-        compare.prepare(Study.quick(out=str(tmp_path)))
+        credit_assignment.prepare(Study.quick(out=str(tmp_path)))
 
 
 # --- statistics and the report ------------------------------------------------------------------
 
 
 def test_mean_ci_is_the_student_t_interval():
-    m, h = compare.mean_ci([1.0, 2.0, 3.0])
+    m, h = report.mean_ci([1.0, 2.0, 3.0])
     assert m == 2.0 and h == pytest.approx(4.303 / np.sqrt(3))  # t(0.975, 2) * sd / sqrt(n), sd = 1
-    m, h = compare.mean_ci([5.0])
+    m, h = report.mean_ci([5.0])
     assert m == 5.0 and np.isnan(h)
 
 
 def test_paired_differences_are_by_seed():
     rows = [_row(2, "difference", s, welfare=10 + s) for s in range(3)] + [_row(2, "global", s, welfare=8 + 2 * s) for s in range(3)]
-    m, h, wins, k = compare.paired(rows, "difference", "global")[2]
+    m, h, wins, k = report.paired(rows, "difference", "global")[2]
     assert (m, wins, k) == (pytest.approx(1.0), 2, 3)  # differences 2, 1, 0
     rows += [_row(2, "local", s, welfare=20.0) for s in range(3)]
-    m, h, wins, k = compare.paired(rows, "local", compare.OTHERS)[2]  # others: mean of difference and global per seed
+    m, h, wins, k = report.paired(rows, "local", report.OTHERS)[2]  # others: mean of difference and global per seed
     assert m == pytest.approx(np.mean([20 - (10 + s + 8 + 2 * s) / 2 for s in range(3)])) and (wins, k) == (3, 3)
 
 
 def test_the_reproducing_command_comes_from_the_study():
-    assert compare.command(Study().settings()) == "fleet-marl compare"
-    assert compare.command(Study.quick().settings()) == "fleet-marl compare --quick"
+    assert report.command(Study().settings()) == "fleet-marl compare"
+    assert report.command(Study.quick().settings()) == "fleet-marl compare --quick"
     s = Study(ns=(2, 4), seeds=5, budgets={2: 40_000, 4: 40_000}, mechanism="maxmin").settings()
-    assert compare.command(s) == "fleet-marl compare --n 2,4 --seeds 5 --budget 2=40000,4=40000 --mechanism maxmin"
-    assert compare.command(Study(lr=1e-3).settings()) == "fleet-marl compare (and, from Python, Study(lr=0.001))"
+    assert report.command(s) == "fleet-marl compare --n 2,4 --seeds 5 --budget 2=40000,4=40000 --mechanism maxmin"
+    assert report.command(Study(lr=1e-3).settings()) == "fleet-marl compare (and, from Python, Study(lr=0.001))"
 
 
 def test_report_writes_tables_and_plots(tmp_path):
     s = Study.quick(out=str(tmp_path / "s"))
-    out, _ = compare.prepare(s)
+    out, _ = credit_assignment.prepare(s)
     rows, curves = [], []
     for n in s.ns:
         for seed in range(s.seeds):
@@ -240,7 +264,7 @@ def test_report_writes_tables_and_plots(tmp_path):
                 curves += _curve(n, sch, seed)
     _write(out / "results.csv", RESULT_COLUMNS, rows)
     _write(out / "curves.csv", CURVE_COLUMNS, curves)
-    rep = compare.report(out, echo=lambda *_: None)
+    rep = report.report(out, echo=lambda *_: None)
     assert "| 4 | `shapley` | 2 | 40.5 ±" in rep["table"]
     assert "welfare: `difference` − `global`" in rep["prediction"]
     assert "Jain: `local` − the mean of the other schemes" in rep["prediction"]
@@ -251,33 +275,33 @@ def test_report_writes_tables_and_plots(tmp_path):
     # the docs block: written between markers, the text around it kept, idempotent
     root = tmp_path / "root"
     (root / "docs").mkdir(parents=True)
-    doc = root / compare.DOC
-    doc.write_text(f"# Study\n\nprose before\n\n{compare.START}\nold\n{compare.END}\n\nprose after\n")
+    doc = root / report.DOC
+    doc.write_text(f"# Study\n\nprose before\n\n{report.START}\nold\n{report.END}\n\nprose after\n")
     with pytest.raises(StudyError, match="quick study"):
-        compare.write_docs(out, root=root, echo=lambda *_: None)
-    compare.write_docs(out, root=root, echo=lambda *_: None, allow_quick=True)
+        report.write_docs(out, root=root, echo=lambda *_: None)
+    report.write_docs(out, root=root, echo=lambda *_: None, allow_quick=True)
     text = doc.read_text()
-    assert "prose before" in text and "prose after" in text and "old" not in text.split(compare.START)[1].split(compare.END)[0]
+    assert "prose before" in text and "prose after" in text and "old" not in text.split(report.START)[1].split(report.END)[0]
     assert f"`fleet-marl compare --quick --out {out.as_posix()}`" in text and "img/credit_curves_n2.png" in text
     assert (root / "docs" / "img" / "credit_scaling.png").is_file()
     assert (root / "docs" / "data" / "credit_assignment" / "results.csv").read_text() == (out / "results.csv").read_text()
-    compare.write_docs(out, root=root, echo=lambda *_: None, allow_quick=True)
+    report.write_docs(out, root=root, echo=lambda *_: None, allow_quick=True)
     assert doc.read_text() == text
 
 
 def test_docs_of_a_study_under_another_arbiter_go_to_their_own_block(tmp_path):
     s = Study(ns=(2,), schemes=("local", "difference"), seeds=2, mechanism="auction", out=str(tmp_path / "a"))
-    out, _ = compare.prepare(s)
+    out, _ = credit_assignment.prepare(s)
     rows = [_row(2, sch, seed, welfare=5.0 + seed) for seed in range(2) for sch in s.schemes]
     _write(out / "results.csv", RESULT_COLUMNS, rows)
     _write(out / "curves.csv", CURVE_COLUMNS, [c for seed in range(2) for sch in s.schemes for c in _curve(2, sch, seed)])
     root = tmp_path / "root"
     (root / "docs").mkdir(parents=True)
-    where = compare.docs_targets("auction")
-    main_block = f"{compare.START}\nthe main study\n{compare.END}"
-    (root / compare.DOC).write_text(f"# Study\n\n{main_block}\n\n## Auction\n\n{where['start']}\n{where['end']}\n")
-    compare.write_docs(out, root=root, echo=lambda *_: None)
-    text = (root / compare.DOC).read_text()
+    where = report.docs_targets("auction")
+    main_block = f"{report.START}\nthe main study\n{report.END}"
+    (root / report.DOC).write_text(f"# Study\n\n{main_block}\n\n## Auction\n\n{where['start']}\n{where['end']}\n")
+    report.write_docs(out, root=root, echo=lambda *_: None)
+    text = (root / report.DOC).read_text()
     assert main_block in text  # untouched
     block = text.split(where["start"])[1].split(where["end"])[0]
     assert "--mechanism auction" in block and "img/credit_auction_curves_n2.png" in block
@@ -285,6 +309,6 @@ def test_docs_of_a_study_under_another_arbiter_go_to_their_own_block(tmp_path):
     assert (root / "docs" / "img" / "credit_auction_scaling.png").is_file()
     assert not (root / "docs" / "img" / "credit_scaling.png").exists()
     assert (root / "docs" / "data" / "credit_assignment_auction" / "results.csv").read_text() == (out / "results.csv").read_text()
-    assert compare.docs_targets("proportional")["start"] == compare.START
+    assert report.docs_targets("proportional")["start"] == report.START
     # the reproducing commands name the study's folder, which is not the default one
     assert f"--mechanism auction --out {out.as_posix()}`, then `fleet-marl compare --out {out.as_posix()} --report --docs`" in block

@@ -5,13 +5,13 @@ import pytest
 
 from fleet_marl import catalog
 from fleet_marl.kernel import cost
-from fleet_marl.cli import _single_tenant_static
+from fleet_marl.tools.estimate import single_tenant_static
 
 P = catalog.PRECISION_CODE
 
 
 def terms_for(model, mode, prec, gpus=8, seq=2048, out_tokens=256, ckpt=False):
-    st = _single_tenant_static(model, "h100-sxm", mode, gpus, 8, seq, out_tokens, ckpt)
+    st = single_tenant_static(model, "h100-sxm", mode, gpus, 8, seq, out_tokens, ckpt)
     p = np.array([[[P[x] for x in prec]]]) if isinstance(prec, list) else np.full((1, 1, 5), P[prec])
     return st, cost.tenant_terms(st, p, project=False)
 

@@ -13,8 +13,9 @@ import pytest
 
 import fleet_marl
 from fleet_marl import catalog
-from fleet_marl.config import ConfigError
+from fleet_marl.config import MOVED_TO_FAIRNESS, ConfigError
 from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS, ActionError
+from fleet_marl.environment.spaces import decode_actions
 from fleet_marl.fairness import fair_share, jain
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
 from fleet_marl.tasks import task_dict
@@ -32,15 +33,17 @@ def masked_random(env, infos, rng):
 
 def pre_step(env):
     """What the next step will use: state, draws (from a copy of the env's generator), live."""
-    rng = copy.deepcopy(env._rng)
-    live = env._live.copy()
-    draws = Draws(arrivals=np.where(live, env._requests[env.round], 0.0), tiebreak=rng.random(env.kernel_static.T))
-    state = RoundState(**{k: np.array(getattr(env._state, k)) for k in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left")})
+    rng = copy.deepcopy(env._rng)  # white box: the tie-break draws have no public view
+    st = env.kernel_static
+    live = np.array([a in env.agents for a in env.possible_agents])
+    requests = np.where(st.is_train, 0.0, env.arrival_schedule[env.round])
+    draws = Draws(arrivals=np.where(live, requests, 0.0), tiebreak=rng.random(st.T))
+    state = RoundState(**{k: np.array(getattr(env.round_state, k)) for k in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left")})
     return state, draws, live
 
 
 def welfare_of(env, acts_idx, state, draws, present):
-    out = evaluate(env.kernel_static, env._decode(acts_idx), state, draws, present)
+    out = evaluate(env.kernel_static, decode_actions(acts_idx, env.bid_levels), state, draws, present)
     return float(out.welfare)
 
 
@@ -186,8 +189,8 @@ def test_tiny_hand_computed_optimum_scores_highest():
 
 def snapshot(env):
     return pickle.dumps((
-        env.state(), env._rng.bit_generator.state, env._round, list(env.agents), env.tracker.streak,
-        [list(q) for q in env._backlog], env._return, env._state,
+        env.state(), env._rng.bit_generator.state, env.round, list(env.agents), env.tracker.summary(),
+        [list(q) for q in env._backlog], env._return, env.round_state,  # white box: the job queues and returns have no public view
     ))
 
 
@@ -355,10 +358,13 @@ def test_illegal_action_is_vetoed_or_raises():
 # --- fairness -------------------------------------------------------------------------------------------
 
 
-def starvation_env(**reward):
+def starvation_env(**knobs):
+    """The tiny task under strict priority; ``knobs`` of FairnessSpec go to ``fairness``, the rest to ``reward``."""
     cfg = task_dict("tiny")
     cfg["arbiter"] = {"mechanism": "priority"}
-    cfg["reward"] = {"starvation_rounds": 3, "starvation_fraction": 0.5, **reward}
+    fair = {k: knobs.pop(k) for k in MOVED_TO_FAIRNESS if k in knobs}
+    cfg["fairness"] = {"starvation_rounds": 3, "starvation_fraction": 0.5, **fair}
+    cfg["reward"] = knobs
     return fleet_marl.parallel_env(config=cfg)
 
 
@@ -442,8 +448,10 @@ def test_p99_wait_follows_fifo_order():
     tr.serve_round(0, serving, np.array([0, 100.0, 0, 0]), np.array([0, 50.0, 0, 0]))
     tr.serve_round(1, serving, np.array([0, 0.0, 0, 0]), np.array([0, 49.0, 0, 0]))
     # 50 waited 0 rounds, 49 waited 1, and 1 is still queued at round 3 (waited 3)
-    assert tr.p99_wait_s(1, now=3) == pytest.approx(1 * env.config.cluster.round_seconds)
-    assert tr.waits[1] == {0: 50.0, 1: 49.0}
+    summary = tr.summary(now=3)
+    assert summary.p99_wait_s[1] == pytest.approx(1 * env.config.cluster.round_seconds)
+    assert summary.waits[1] == {0: 50.0, 1: 49.0}
+    assert tr.summary().p99_wait_s is None  # only on request
 
 
 # --- config and render -------------------------------------------------------------------------------------
@@ -501,7 +509,7 @@ def test_trace_task_numbers_come_from_the_trace_files():
         times = rows.time_s[wl.trace_shard :: wl.trace_shards] / wl.trace_speedup
         rs = env.config.cluster.round_seconds
         expected = np.bincount((times // rs).astype(int), minlength=env.max_cycles)[: env.max_cycles]
-        got = env._requests[:, i] if t.kind == "serve" else env._jobs[:, i]
+        got = env.arrival_schedule[:, i]  # requests for a server, jobs for a trainer
         np.testing.assert_array_equal(got, expected)
 
 
@@ -628,7 +636,7 @@ def test_degenerate_strategy_never_gains():
 def test_hoarding_needs_a_starved_tenant_in_the_same_pool():
     cfg = task_dict("medium")
     cfg["arbiter"] = {"mechanism": "priority"}
-    cfg["reward"] = {"starvation_rounds": 1}
+    cfg["fairness"] = {"starvation_rounds": 1}
     for i, t in enumerate(cfg["tenants"]):
         t["priority"] = 1.0 + (i == 0)
     env = fleet_marl.parallel_env(config=cfg)
@@ -654,7 +662,7 @@ def test_trainer_p99_wait_counts_jobs_still_queued():
         obs, rew, term, trunc, infos = env.step({a: act(0) for a in env.agents})
     # tenant_0 asked for nothing, so every job that arrived is still queued; the earliest,
     # from round b, has waited 6 - b - 1 rounds (it could have started in round b + 1)
-    first = int(np.flatnonzero(env._jobs[:, 0])[0])
+    first = int(np.flatnonzero(env.arrival_schedule[:, 0])[0])  # tenant_0 trains: its jobs
     assert first <= 4
     assert infos["tenant_0"]["episode"]["p99_wait_s"] == (6 - first - 1) * env.config.cluster.round_seconds
 
@@ -731,18 +739,18 @@ def test_observation_features_mean_what_the_docs_say():
     for a, x in obs.items():
         i = env.agent_index[a]
         assert x[O["held"]] == pytest.approx(o.alloc[i] / st.max_gpus[i], abs=1e-6)
-        assert x[O["budget_left"]] == pytest.approx(env._state.budget_left[i] / st.budget[i], abs=1e-6)
+        assert x[O["budget_left"]] == pytest.approx(env.round_state.budget_left[i] / st.budget[i], abs=1e-6)
         want_price = o.price[i] / (st.list_price[i] * top) if o.alloc[i] else 0.0
         assert x[O["price"]] == pytest.approx(want_price, abs=1e-6)
         if not st.is_train[i]:
             m = max(st.arrival_rate[i] * st.round_seconds, 1.0)
-            q = env._state.queue[i]
+            q = env.round_state.queue[i]
             assert x[O["queue"]] == pytest.approx(q / (q + m), abs=1e-6)
         assert x[O["round"]] == pytest.approx(5 / env.max_cycles)
     s = env.state()
     tail = s[-(st.K + st.n_racks):]
     np.testing.assert_allclose(tail[st.K:], np.clip(o.rack_power_w / st.rack_power_cap_w, 0, 1), atol=1e-6)
-    np.testing.assert_allclose(tail[: st.K], np.clip((env._state.temp_c - st.ambient_c) / (st.critical_temp_c - st.ambient_c), 0, 1), atol=1e-6)
+    np.testing.assert_allclose(tail[: st.K], np.clip((env.node_temperatures - st.ambient_c) / (st.critical_temp_c - st.ambient_c), 0, 1), atol=1e-6)
 
 
 def test_starvation_entitlement_is_the_smaller_of_fair_share_and_request_and_mixed_is_penalized():

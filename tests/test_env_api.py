@@ -156,11 +156,11 @@ def test_full_episode_is_identical_in_two_processes(task_name):
 def test_reset_without_seed_continues_the_stream():
     env = fleet_marl.parallel_env(task="easy")
     env.reset(seed=5)
-    first = env._requests.copy()
+    first = env.arrival_schedule.copy()
     env.reset()
-    assert not np.array_equal(first, env._requests)
+    assert not np.array_equal(first, env.arrival_schedule)
     env.reset(seed=5)
-    assert np.array_equal(first, env._requests)
+    assert np.array_equal(first, env.arrival_schedule)
 
 
 def test_trajectory_does_not_depend_on_the_schemes_computed():

@@ -1,38 +1,167 @@
-"""The kernel, catalog, config, workloads, credit, fairness and tasks are pure numpy: importing
-them (or the package itself, whose env names load lazily) loads no PettingZoo, Gymnasium or Ray."""
+"""The layers of the package (docs/architecture.md): data flows down, nothing reaches up.
 
+Each top-level unit of ``fleet_marl`` has a rank; a unit imports only units of a lower rank
+(checked on every import statement, module-level and function-local, by reading the source).
+The import graph between units is therefore acyclic. Function-local imports exist only to
+keep an optional dependency optional, and each one says why in a comment. Subprocess checks
+confirm what the static rules promise: the kernel and the env load no RL framework, and
+grading the reference policies loads no Ray or torch.
+"""
+
+from __future__ import annotations
+
+import ast
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "fleet_marl"
+
+#: Unit -> rank. A unit may import units of a strictly lower rank only (and itself).
+RANK = {
+    "errors": 0, "catalog": 0,
+    "config": 1,
+    "workloads": 2, "kernel": 2,
+    "credit": 3, "fairness": 3, "tasks": 3,
+    "environment": 4,
+    "policies": 5,
+    "evaluation": 6, "tools": 6,
+    "rllib": 7, "openenv": 7,
+    "studies": 8,
+    "cli": 9,
+}
+#: Third-party modules a unit must never import.
+FORBIDDEN = {
+    "kernel": {"pettingzoo", "gymnasium", "ray", "torch", "supersuit"},
+    "catalog": {"pettingzoo", "gymnasium", "ray", "torch"},
+    "config": {"pettingzoo", "gymnasium", "ray", "torch"},
+    "credit": {"pettingzoo", "gymnasium", "ray", "torch"},
+    "fairness": {"pettingzoo", "gymnasium", "ray", "torch"},
+    "policies": {"ray", "torch", "torchrl"},
+    "evaluation": {"ray", "torch"},
+}
+#: Optional dependencies: importing one (or a fleet_marl module that needs one) inside a
+#: function is how a module keeps it optional.
+OPTIONAL = ("ray", "torch", "openenv", "matplotlib", "uvicorn", "fastapi", "PIL", "mpe2", "tensorboardX", "fleet_marl.rllib",
+            "fleet_marl.openenv", "fleet_marl.studies", "resource")
 
 
-def test_kernel_imports_no_rl_framework():
-    code = (
-        "import sys; import fleet_marl, fleet_marl.kernel, fleet_marl.catalog, fleet_marl.config, "
-        "fleet_marl.workloads, fleet_marl.credit, fleet_marl.fairness, fleet_marl.tasks; "
-        "bad = [m for m in ('pettingzoo', 'gymnasium', 'ray', 'torch', 'supersuit') if m in sys.modules]; "
-        "print(','.join(bad))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert out == "", f"kernel layer imported {out}"
+def _unit(path: Path) -> str:
+    rel = path.relative_to(PKG)
+    return rel.parts[0].removesuffix(".py")
 
 
-def test_policies_and_env_do_not_import_ray():
-    code = (
-        "import sys; import fleet_marl, policies; env = fleet_marl.parallel_env(task='tiny'); env.reset(seed=0); "
-        "print(','.join(m for m in ('ray', 'torch') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert out == "", f"the environment imported {out}"
+def _modules_of(node: ast.AST) -> list[str]:
+    """The absolute modules an import statement reads."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        if node.module == "fleet_marl":  # from fleet_marl import policies, catalog ...
+            return [f"fleet_marl.{a.name}" for a in node.names]
+        return [node.module]
+    return []
 
 
-def test_grader_cli_and_rllib_package_load_no_ray_until_used():
-    """RLlib lives in fleet_marl.rllib and loads only when training or loading a checkpoint:
-    grading reference policies and building the CLI import no Ray."""
-    code = (
-        "import sys; import fleet_marl.rllib, fleet_marl.rllib.cli, fleet_marl.rllib.sharing; "
-        "from fleet_marl import grader; from fleet_marl.cli import build_parser; build_parser(); "
-        "grader.evaluate('tiny', 'fair_share', episodes=1, progress=False, cache=False); "
-        "print(','.join(m for m in ('ray', 'torch') if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert out == "", f"imported {out}"
+def _imports():
+    """(file, line, unit, imported module, function-local?, source line) for every import."""
+    out = []
+    for path in sorted(PKG.rglob("*.py")):
+        if path == PKG / "__init__.py":
+            continue  # the package root only re-exports names lazily
+        text = path.read_text()
+        lines = text.splitlines()
+        tree = ast.parse(text)
+        local = set()
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for n in ast.walk(fn):
+                    if isinstance(n, (ast.Import, ast.ImportFrom)):
+                        local.add(id(n))
+        for n in ast.walk(tree):
+            for mod in _modules_of(n):
+                out.append((path, n.lineno, _unit(path), mod, id(n) in local, lines[n.lineno - 1], lines[n.lineno - 2] if n.lineno > 1 else ""))
+    return out
+
+
+IMPORTS = _imports()
+
+
+def test_every_unit_has_a_rank():
+    units = {_unit(p) for p in PKG.rglob("*.py") if p != PKG / "__init__.py"}
+    assert units <= set(RANK), f"give these a rank in tests/test_layers.py and docs/architecture.md: {sorted(units - set(RANK))}"
+
+
+def test_imports_point_down():
+    bad = []
+    for path, line, unit, mod, _, _, _ in IMPORTS:
+        if not mod.startswith("fleet_marl."):
+            continue
+        target = mod.split(".")[1]
+        if target in RANK and target != unit and RANK[target] >= RANK[unit]:
+            bad.append(f"{path.relative_to(ROOT)}:{line}: {unit} (rank {RANK[unit]}) imports {mod} (rank {RANK[target]})")
+    assert not bad, "imports that reach up or sideways:\n" + "\n".join(bad)
+
+
+def test_no_import_of_rllib_outside_rllib_studies_and_cli():
+    bad = [f"{p.relative_to(ROOT)}:{line}: {mod}" for p, line, unit, mod, _, _, _ in IMPORTS
+           if mod.startswith("fleet_marl.rllib") and unit not in ("rllib", "studies", "cli")]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_top_level_policies_package():
+    assert not (ROOT / "policies").exists()
+    hits = []
+    for folder in ("fleet_marl", "tests", "experiments"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for n in ast.walk(ast.parse(path.read_text())):
+                if any(m == "policies" or m.startswith("policies.") for m in _modules_of(n)):
+                    hits.append(f"{path.relative_to(ROOT)}:{n.lineno}")
+    assert not hits, "imports of the top-level policies package: " + ", ".join(hits)
+
+
+@pytest.mark.parametrize("unit", sorted(FORBIDDEN))
+def test_forbidden_third_party_imports(unit):
+    bad = [f"{p.relative_to(ROOT)}:{line}: {mod}" for p, line, u, mod, _, _, _ in IMPORTS
+           if u == unit and mod.split(".")[0] in FORBIDDEN[unit]]
+    assert not bad, "\n".join(bad)
+
+
+def test_function_local_imports_keep_an_optional_dependency_optional_and_say_so():
+    bad = []
+    for path, line, unit, mod, local, src, above in IMPORTS:
+        if not local or mod == "__future__":
+            continue
+        optional = any(mod == o or mod.startswith(o + ".") for o in OPTIONAL)
+        explained = "#" in src or above.strip().startswith("#")
+        if not optional or not explained:
+            why = "not an optional dependency" if not optional else "no comment saying why"
+            bad.append(f"{path.relative_to(ROOT)}:{line}: {src.strip()}  ({why})")
+    assert not bad, "function-local imports:\n" + "\n".join(bad)
+
+
+def _loaded(code: str, modules=("ray", "torch", "pettingzoo", "gymnasium", "supersuit")) -> set[str]:
+    code += f"; print(','.join(m for m in {modules!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", "import sys; " + code], capture_output=True, text=True, check=True).stdout.strip()
+    return set(filter(None, out.split(",")))
+
+
+def test_kernel_layer_loads_no_rl_framework():
+    code = ("import fleet_marl, fleet_marl.kernel, fleet_marl.catalog, fleet_marl.config, fleet_marl.workloads, "
+            "fleet_marl.credit, fleet_marl.fairness, fleet_marl.tasks, fleet_marl.tools.estimate, fleet_marl.tools.sweep")
+    assert _loaded(code) == set()
+
+
+def test_env_policies_and_grader_load_no_ray_or_torch():
+    code = ("import fleet_marl, fleet_marl.policies; from fleet_marl.evaluation import evaluate; "
+            "evaluate('tiny', 'fair_share', episodes=1, progress=False, cache=False)")
+    assert _loaded(code, ("ray", "torch")) == set()
+
+
+def test_cli_and_adapter_packages_load_no_ray_until_used():
+    code = ("import fleet_marl.rllib, fleet_marl.rllib.loader, fleet_marl.studies, fleet_marl.openenv; "
+            "from fleet_marl.cli import build_parser; build_parser(); "
+            "from fleet_marl.evaluation import loaders; loaders()")
+    assert _loaded(code, ("ray", "torch", "openenv")) == set()

@@ -16,10 +16,10 @@ from starlette.websockets import WebSocketDisconnect  # noqa: E402
 import fleet_marl  # noqa: E402
 from fleet_marl import policies  # noqa: E402
 from fleet_marl.environment import ActionError  # noqa: E402
-from fleet_marl.grader import run_episode  # noqa: E402
+from fleet_marl.evaluation import run_episode  # noqa: E402
 from fleet_marl.openenv import FleetEgoAction, RemoteParallelEnv, WebSocketSession, make_app  # noqa: E402
-from fleet_marl.openenv.base import TASK_NAMES  # noqa: E402
-from fleet_marl.text_action import GROUP_KEYS  # noqa: E402
+from fleet_marl.openenv.base import task_names  # noqa: E402
+from fleet_marl.openenv.text_action import GROUP_KEYS  # noqa: E402
 
 GOOD = {"request_gpus": 4, "bid": "high", "batch": 8, "precision": {"embed": "bf16", "attn": "bf16", "mlp": "fp8", "norm": "bf16", "head": "bf16"}}
 
@@ -76,7 +76,8 @@ def test_multi_full_episode_over_the_websocket(multi):
         assert "episode" in o["infos"]["tenant_0"]
         s = call(ws, "state")["data"]
         assert s["round"] == local.round and s["agents"] == [] and len(s["config_digest"]) == 16
-        assert s["fairness"]["welfare"] == pytest.approx(local.tracker.welfare_sum)
+        summary = local.tracker.summary()
+        assert s["fairness"]["welfare"] == pytest.approx(summary.welfare) and s["fairness"]["jain"] == pytest.approx(summary.jain)
         assert set(s["fairness"]["agents"]) == {"tenant_0", "tenant_1"}
 
 
@@ -119,6 +120,50 @@ def test_planner_reads_state_and_masks_remotely(multi):
         ws.__exit__(None, None, None)
     local_env = fleet_marl.parallel_env(task="tiny", max_cycles=4)
     assert remote.welfare == run_episode(local_env, policies.make("planner", local_env), seed=2).welfare
+
+
+def test_remote_env_wraps_a_client_and_is_not_a_fleet_env(multi):
+    from pettingzoo import ParallelEnv
+
+    from fleet_marl.environment import FleetParallelEnv
+    from fleet_marl.policies.base import ENV_ATTRIBUTES, fleet_env
+
+    assert not issubclass(RemoteParallelEnv, FleetParallelEnv) and issubclass(RemoteParallelEnv, ParallelEnv)
+    env, ws = _remote(multi, task="easy", config={"max_cycles": 5})
+    local = fleet_marl.parallel_env(task="easy", max_cycles=5)
+    try:
+        assert not isinstance(env, FleetParallelEnv) and isinstance(env.scenario, FleetParallelEnv)
+        assert all(hasattr(env, n) for n in ENV_ATTRIBUTES)
+        policy = policies.make("bidder", env)
+        assert fleet_env(env) is env and policy.env is env  # a policy plays the remote env itself
+        # the static parts are the local scenario's, equal to a local env's
+        assert env.config == local.config and env.possible_agents == local.possible_agents
+        assert np.array_equal(env.bid_levels, local.bid_levels) and np.array_equal(env.nvec, local.nvec)
+        assert np.array_equal(env.default_action_index, local.default_action_index)
+        assert env.kernel_static.T == local.kernel_static.T and env.last_outcome is None
+        obs, infos = env.reset(seed=4)
+        lobs, linfos = local.reset(seed=4)
+        policy.reset(4)
+        lpolicy = policies.make("bidder", local)
+        lpolicy.reset(4)
+        while env.agents:
+            # the remote state vector reads back into the same round as the local one
+            seen, lseen = env.observed_round(), local.observed_round()
+            assert np.array_equal(seen.live, lseen.live) and np.array_equal(seen.arrivals, lseen.arrivals)
+            for f in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left"):
+                assert np.array_equal(getattr(seen.state, f), getattr(lseen.state, f)), f
+            acts = policy.act(obs, infos)
+            for a, x in lpolicy.act(lobs, linfos).items():
+                assert np.array_equal(acts[a], x)
+            obs, rew, term, trunc, infos = env.step(acts)
+            lobs, lrew, lterm, ltrunc, linfos = local.step(acts)
+            assert rew == lrew and term == lterm and trunc == ltrunc
+        assert env.fairness_report()["welfare"] == pytest.approx(local.tracker.summary().welfare)
+        with pytest.raises(NotImplementedError):
+            env.render()
+    finally:
+        env.close()
+        ws.__exit__(None, None, None)
 
 
 @pytest.mark.parametrize("actions, message", [
@@ -197,8 +242,8 @@ def test_reset_options_task_api_and_bad_reset(multi):
     r = multi.get("/fleet_marl/splits")
     assert r.status_code == 200 and r.json() == [{"name": "train", "type": "train"}]
     tasks = multi.post("/fleet_marl/tasks", json={"split": "train"}).json()["tasks"]
-    assert [t["id"] for t in tasks] == list(TASK_NAMES)
-    assert multi.post("/fleet_marl/num_tasks", json={"split": "train"}).json() == {"num_tasks": len(TASK_NAMES)}
+    assert [t["id"] for t in tasks] == list(task_names())
+    assert multi.post("/fleet_marl/num_tasks", json={"split": "train"}).json() == {"num_tasks": len(task_names())}
     assert multi.post("/fleet_marl/task", json={"split": "train", "index": 1}).json()["task"]["id"] == "easy"
     assert multi.post("/fleet_marl/task", json={"split": "train", "index": 99}).status_code == 400
     with multi.websocket_connect("/ws") as ws:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fleet_marl
-from fleet_marl import text_action as ta
+from fleet_marl.openenv import text_action as ta
 from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS
 
 GOOD = {"request_gpus": 4, "bid": "high", "batch": 32,
@@ -100,7 +100,7 @@ def test_json_schema_accepts_the_documented_example_and_forbids_extras():
 
 def test_core_import_loads_no_openenv_fastapi_or_server():
     code = (
-        "import sys, fleet_marl, fleet_marl.cli, fleet_marl.serve; fleet_marl.parse_tenant_action; "
+        "import sys, fleet_marl, fleet_marl.cli, fleet_marl.openenv.command; fleet_marl.parse_tenant_action; "
         "env = fleet_marl.parallel_env(task='tiny'); env.reset(seed=0); fleet_marl.cli.build_parser(); "
         "print(','.join(m for m in ('fleet_marl.openenv', 'openenv', 'fastapi', 'uvicorn', 'starlette') if m in sys.modules))"
     )

@@ -18,7 +18,7 @@ pytest.importorskip("openenv")
 
 import fleet_marl  # noqa: E402
 from fleet_marl import policies  # noqa: E402
-from fleet_marl.grader import run_episode  # noqa: E402
+from fleet_marl.evaluation import run_episode  # noqa: E402
 from fleet_marl.openenv import FleetEgoAction, FleetEgoClient, RemoteParallelEnv  # noqa: E402
 
 BIN = Path(sys.executable).parent

@@ -27,9 +27,10 @@ import torch  # noqa: E402
 from ray.rllib.core.columns import Columns  # noqa: E402
 
 import fleet_marl  # noqa: E402
+from fleet_marl.evaluation import evaluate, reference_episodes  # noqa: E402
 from fleet_marl.rllib.config import TrainConfig, build  # noqa: E402
-from fleet_marl.rllib.env import FleetRLlibEnv  # noqa: E402
-from fleet_marl.rllib.evaluation import algorithm_policy  # noqa: E402
+from fleet_marl.rllib.env import FleetRLlibEnv, credit_timing, fleet_envs  # noqa: E402
+from fleet_marl.rllib.evaluation import algorithm_policy, take_grades  # noqa: E402
 from fleet_marl.rllib.policy import ModulePolicy  # noqa: E402
 
 SMALL = dict(train_batch_size=200, minibatch_size=100, num_epochs=1, eval_interval=0, hidden=[32, 32])
@@ -64,11 +65,9 @@ def test_each_builder_builds_and_trains_two_iterations(ray_session, task, sharin
         for key in ("fleet/welfare", "fleet/jain", "fleet/max_starvation_streak", "fleet/oom", "fleet/veto", "fleet/throttle", "fleet/degenerate", "fleet/illegal"):
             assert key in er, key
         # the grader's formula on the training welfare, every iteration
-        from fleet_marl import grader
-
         seeds = [0, 1, 2]
-        rand = np.mean([e.welfare for e in grader.reference_episodes(task, "random", seeds)])
-        ref = np.mean([e.welfare for e in grader.reference_episodes(task, "planner", seeds)])
+        rand = np.mean([e.welfare for e in reference_episodes(task, "random", seeds)])
+        ref = np.mean([e.welfare for e in reference_episodes(task, "planner", seeds)])
         assert er["fleet/score_train"] == pytest.approx(float(np.clip((er["fleet/welfare"] - rand) / (ref - rand), 0, 1)))
         if obs_mode == "dict":
             assert er["fleet/illegal"] == 0  # masked: never a masked choice
@@ -78,6 +77,12 @@ def test_each_builder_builds_and_trains_two_iterations(ray_session, task, sharin
             # the critic never travels to the env runners
             assert not any("central_vf" in k for k in mod.get_state(inference_only=True))
             assert any("central_vf" in k for k in mod.get_state())
+        # the reward seconds and steps of the envs the local runner steps (the study's cost figure)
+        envs = fleet_envs(algo.env_runner.env)
+        assert len(envs) == tc.num_envs_per_env_runner
+        seconds, steps = credit_timing(algo)
+        assert steps == sum(e.steps_taken for e in envs) > 0 and seconds > 0.0
+        assert not [k for k in vars(algo) if k.startswith("_fleet")]  # nothing of ours on RLlib's object
     finally:
         algo.stop()
 
@@ -86,6 +91,8 @@ def test_grader_score_is_in_the_results(ray_session):
     algo = build(small(task="tiny", eval_interval=1, eval_episodes=1)).build_algo()
     try:
         ev = algo.train()["evaluation"]
+        assert take_grades(algo) is None  # on_evaluate_end took the grader's figures
+        assert not [k for k in vars(algo) if k.startswith("_fleet")]
     finally:
         algo.stop()
     assert 0.0 <= ev["fleet/score"] <= 1.0
@@ -206,14 +213,11 @@ def test_train_writes_outputs_and_resumes(ray_session, tmp_path):
     assert meta["iteration"] == 3 and meta["seconds"] > float(rows[1]["time_s"])
     assert float(rows[2]["time_s"]) > float(rows[1]["time_s"])  # the clock carries over the restore
     # the run folder is a policy for fleet-marl evaluate
-    from fleet_marl.grader import evaluate
-
     ev = evaluate("tiny", str(run), episodes=1, progress=False)
     assert ev.episodes[0].illegal == 0
 
 
 def test_a_relative_checkpoint_path_loads(ray_session, tmp_path, monkeypatch):
-    from fleet_marl.grader import evaluate
     from fleet_marl.rllib.train import _save
 
     tc = small(task="tiny")
@@ -324,7 +328,7 @@ def test_compare_quick_runs_the_whole_pipeline_and_a_rerun_trains_nothing(tmp_pa
 
 
 def test_a_killed_study_resumes_where_it_stopped(ray_session, tmp_path):
-    from fleet_marl.rllib.compare import RESULT_COLUMNS, Study, run
+    from fleet_marl.studies.credit_assignment import RESULT_COLUMNS, Study, run
 
     study = Study.quick(ns=(2,), schemes=("local", "difference"), seeds=1, budgets={2: 200}, out=str(tmp_path / "s"))
     run(study, progress=False, echo=lambda *_: None)
@@ -379,7 +383,7 @@ def test_module_policy_explore_samples_legal_reproducible_actions(ray_session):
 def test_greedy_vs_sampled_script_measures_both_plays(ray_session):
     import importlib.util
 
-    from fleet_marl.rllib.compare import Study
+    from fleet_marl.studies.credit_assignment import Study
 
     spec = importlib.util.spec_from_file_location("greedy_vs_sampled", ROOT / "experiments" / "greedy_vs_sampled.py")
     mod = importlib.util.module_from_spec(spec)

@@ -93,6 +93,34 @@ def test_wrapper_mixed_terminated_and_truncated_ending_sets_all():
     assert term["__all__"] or trunc["__all__"]
 
 
+def test_episode_metrics_come_from_the_fairness_summary():
+    """FleetCallbacks.on_episode_end, without Ray running: what it logs is the env's fairness
+    summary (and the masked choices of the episode's infos), reduced over the tenants."""
+    from types import SimpleNamespace
+
+    from fleet_marl.rllib.callbacks import EPISODE_METRICS, FleetCallbacks
+
+    env = FleetRLlibEnv({"task": "easy", "max_cycles": 12})
+    env.reset(seed=4)
+    pe = env.par_env
+    rng = np.random.default_rng(0)
+    while env.agents:  # random legal play, so some events happen
+        env.step({a: np.array([rng.choice(np.flatnonzero(m)) for m in pe.action_mask(a)]) for a in env.agents})
+    logged = {}
+    logger = SimpleNamespace(log_value=lambda key, value, reduce: logged.__setitem__(key, (value, reduce)))
+    infos = [{"illegal": True}, {"illegal": False}, {}]
+    episode = SimpleNamespace(agent_episodes={"tenant_0": SimpleNamespace(get_infos=lambda: infos)})
+    FleetCallbacks().on_episode_end(episode=episode, metrics_logger=logger, env=SimpleNamespace(envs=[env]), env_index=0)
+    s = pe.tracker.summary()
+    assert set(logged) == {f"fleet/{m}" for m in EPISODE_METRICS}
+    assert logged["fleet/welfare"] == (s.welfare, "mean") and logged["fleet/jain"] == (s.jain, "mean")
+    assert logged["fleet/max_starvation_streak"] == (int(s.max_streak.max()), "max")
+    assert logged["fleet/starvation_events"] == (int(s.starvation_events.sum()), "mean")
+    for k in ("oom", "veto", "throttle", "degenerate"):
+        assert logged[f"fleet/{k}"] == (int(s.counts[k].sum()), "mean")
+    assert logged["fleet/illegal"] == (1, "mean")
+
+
 def test_wrapper_render_works():
     env = FleetRLlibEnv({"task": "tiny", "render_mode": "ansi"})
     env.reset(seed=0)
@@ -213,15 +241,21 @@ def test_checkpoint_from_another_env_is_refused(tmp_path):
 
 
 def _cli(args, monkeypatch, capsys):
-    """Run fleet-marl in-process; starting Ray is an error here (the checks come first)."""
-    from fleet_marl import cli
+    """Run ``fleet-marl train`` in-process through its command module (the train entry of the
+    CLI's table, on a parser of its own); starting Ray is an error here (the checks come first)."""
+    import argparse
+
+    from fleet_marl.rllib import command
     from fleet_marl.rllib import train as train_mod
 
     def no_ray(*a, **k):
         raise AssertionError("Ray was started")
 
-    monkeypatch.setattr(train_mod, "_init_ray", no_ray)
-    code = cli.main(args)
+    monkeypatch.setattr(train_mod, "init_ray", no_ray)
+    assert args[0] == "train"
+    parser = argparse.ArgumentParser(prog="fleet-marl train", epilog=command.EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    command.add_arguments(parser)
+    code = command.run(parser.parse_args(args[1:]))
     return code, capsys.readouterr().err
 
 
@@ -248,7 +282,7 @@ def test_cli_errors_come_before_ray(tmp_path, monkeypatch, capsys):
 
 
 def test_config_by_name_resolves_in_the_checkout():
-    from fleet_marl.rllib.cli import config_path
+    from fleet_marl.rllib.command import config_path
 
     assert config_path("medium_per_kind_difference") == ROOT / "experiments" / "configs" / "medium_per_kind_difference.yaml"
 
@@ -299,7 +333,7 @@ def test_flatten_keeps_finite_numbers_and_averages_the_learners():
 
 def test_a_checkpoint_is_graded_only_on_the_scenario_it_learned(tmp_path):
     import fleet_marl
-    from fleet_marl.grader import PolicyError, load_policy
+    from fleet_marl.evaluation import PolicyError, load_policy
 
     ck = _fake_checkpoint(tmp_path, TrainConfig(task="tiny", env={"max_cycles": 10}))
     with pytest.raises(PolicyError, match=r"env overrides \{'max_cycles': 10\}.*overrides=\{'max_cycles': 10\}"):

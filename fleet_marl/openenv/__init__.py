@@ -1,9 +1,7 @@
 """fleet_marl served over HTTP/WebSocket with OpenEnv, for LLM agents and remote policies.
 
-An optional extra (``pip install fleet-marl[openenv]``): the core package never imports this
-subpackage, and importing it without the ``openenv`` package is an ImportError that says how
-to install it. Two views of :class:`~fleet_marl.environment.FleetParallelEnv`
-(docs/llm_agents.md):
+An optional extra (``pip install fleet-marl[openenv]``). Two views of
+:class:`~fleet_marl.environment.FleetParallelEnv` (docs/llm_agents.md):
 
 ``multi``  every tenant, as PettingZoo has them (:mod:`fleet_marl.openenv.multi`): a joint
            action ``{"actions": {agent: [8 ints]}}``; per-agent observations, rewards in every
@@ -17,33 +15,44 @@ to install it. Two views of :class:`~fleet_marl.environment.FleetParallelEnv`
 >>> app = make_app(mode="ego", max_sessions=4)       # a FastAPI app; uvicorn serves it
 
 ``fleet-marl serve --mode multi|ego`` runs it with uvicorn.
+
+The text-action parser :mod:`fleet_marl.openenv.text_action` and the ``serve`` command
+(:mod:`fleet_marl.openenv.command`) need no extra; every other name here is imported on first
+use, and without the extra that is an ImportError saying how to install it.
 """
 
 from __future__ import annotations
 
 import importlib
 
-try:
-    importlib.import_module("openenv.core")
-except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
-    raise ImportError(
-        "fleet_marl.openenv needs the optional 'openenv' extra: pip install 'fleet-marl[openenv]' "
-        f"(from a checkout: pip install -e '.[openenv]'). Import failed: {exc}"
-    ) from exc
+#: Public names -> the submodule that defines them (imported on first use).
+_NAMES = {
+    "MODES": "app", "make_app": "app",
+    "FleetEgoClient": "client", "FleetEnvClient": "client", "RemoteParallelEnv": "client", "WebSocketSession": "client",
+    "FleetEgoEnvironment": "ego", "FleetMultiEnvironment": "multi",
+    "FleetEgoAction": "models", "FleetEgoObservation": "models", "FleetJointAction": "models", "FleetMultiObservation": "models",
+    "FleetState": "models",
+}
 
-from fleet_marl.openenv.app import MODES, make_app
-from fleet_marl.openenv.client import FleetEgoClient, FleetEnvClient, RemoteParallelEnv, WebSocketSession
-from fleet_marl.openenv.ego import FleetEgoEnvironment
-from fleet_marl.openenv.models import (
-    FleetEgoAction,
-    FleetEgoObservation,
-    FleetJointAction,
-    FleetMultiObservation,
-    FleetState,
+INSTALL_HINT = (
+    "fleet_marl.openenv needs the optional 'openenv' extra: pip install 'fleet-marl[openenv]' "
+    "(from a checkout: pip install -e '.[openenv]')"
 )
-from fleet_marl.openenv.multi import FleetMultiEnvironment
 
-__all__ = [
-    "FleetEgoAction", "FleetEgoClient", "FleetEgoEnvironment", "FleetEgoObservation", "FleetEnvClient", "FleetJointAction",
-    "FleetMultiEnvironment", "FleetMultiObservation", "FleetState", "MODES", "RemoteParallelEnv", "WebSocketSession", "make_app",
-]
+
+def require() -> None:
+    """Raise an ImportError that says how to install the extra when OpenEnv is missing."""
+    try:
+        importlib.import_module("openenv.core")
+    except ImportError as exc:
+        raise ImportError(f"{INSTALL_HINT}. Import failed: {exc}") from exc
+
+
+def __getattr__(name):
+    if name in _NAMES:
+        require()
+        return getattr(importlib.import_module(f"fleet_marl.openenv.{_NAMES[name]}"), name)
+    raise AttributeError(f"module 'fleet_marl.openenv' has no attribute {name!r}")
+
+
+__all__ = sorted(_NAMES)

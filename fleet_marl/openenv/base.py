@@ -2,7 +2,7 @@
 config digest, the fairness report, and OpenEnv's task API over ``fleet_marl.tasks``.
 
 Task API (``GET /{env_name}/splits``, ``POST /{env_name}/tasks`` ...): one split, ``train``,
-whose tasks are the named scenarios in ``TASKS`` order (tiny, easy, medium, hard, trace).
+whose tasks are the named scenarios of the registry ``fleet_marl.tasks.TASKS``, in its order.
 ``reset(split="train", index=i)`` selects one, as does ``reset(task="easy")``.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Optional
 
 import numpy as np
@@ -19,15 +20,12 @@ from fleet_marl.tasks import TASKS, task_dict
 
 #: The task API's one split.
 SPLIT = "train"
-TASK_NAMES = tuple(TASKS)
-#: What each task is for (the table of fleet_marl.tasks).
-TASK_DESCRIPTIONS = {
-    "tiny": "2 trainers on one 8-GPU H100 node; the one-round optimum is known",
-    "easy": "2 trainers and 2 servers on two H100 nodes, Poisson arrivals, max-min fair arbiter",
-    "medium": "8 tenants on H100 and A100 nodes, bursty arrivals, proportional-share arbiter",
-    "hard": "16 tenants, four H100 nodes under a tight power cap, correlated bursts, uniform-price auction",
-    "trace": "6 tenants replaying Pollux jobs and Azure LLM inference requests",
-}
+
+
+def task_names() -> tuple[str, ...]:
+    """The task API's tasks: the registry ``fleet_marl.tasks.TASKS``, read at each call (a
+    task registered after the server started is listed too)."""
+    return tuple(TASKS)
 
 
 def config_digest(env: FleetParallelEnv) -> str:
@@ -37,30 +35,28 @@ def config_digest(env: FleetParallelEnv) -> str:
 
 
 def fairness_report(env: FleetParallelEnv) -> dict:
-    """The episode's fairness so far, from ``env.tracker``: welfare summed over rounds, Jain's
-    index of service (GPU-rounds granted / fair share), and per agent its service, current and
-    longest starvation streak, starvation events and event counts."""
-    tr = env.tracker
-    if not hasattr(tr, "streak"):
-        return {}
+    """The episode's fairness so far, from ``env.tracker.summary()``: welfare summed over
+    rounds, Jain's index of service (GPU-rounds granted / fair share), and per agent its
+    service, current and longest starvation streak, starvation events and event counts."""
+    s = env.tracker.summary()
     agents = {}
     for i, a in enumerate(env.possible_agents):
         agents[a] = {
-            "service": float(tr.alloc_sum[i] / tr.fair_sum[i]) if tr.fair_sum[i] > 0 else 1.0,
-            "starvation_streak": int(tr.streak[i]),
-            "max_starvation_streak": int(tr.max_streak[i]),
-            "starvation_events": int(tr.starvation_events[i]),
-            **{k: int(v[i]) for k, v in tr.counts.items()},
+            "service": float(s.service[i]),
+            "starvation_streak": int(s.streak[i]),
+            "max_starvation_streak": int(s.max_streak[i]),
+            "starvation_events": int(s.starvation_events[i]),
+            **{k: int(v[i]) for k, v in s.counts.items()},
         }
-    return {"welfare": float(tr.welfare_sum), "jain": float(tr.jain_index()), "agents": agents}
+    return {"welfare": float(s.welfare), "jain": float(s.jain), "agents": agents}
 
 
 def task_spec(index: int) -> dict:
     """The task API's description of task ``index`` of the split."""
-    name = TASK_NAMES[index]
+    name = task_names()[index]
     d = task_dict(name)
     return {
-        "id": name, "index": index, "split": SPLIT, "description": TASK_DESCRIPTIONS.get(name, ""),
+        "id": name, "index": index, "split": SPLIT, "description": TASKS[name].description,
         "tenants": len(d["tenants"]), "max_cycles": d.get("max_cycles"), "reset": {"task": name},
     }
 
@@ -77,21 +73,21 @@ class TaskAPI:
 
     def list_tasks(self, split: str) -> list:
         self._check_split(split)
-        return [task_spec(i) for i in range(len(TASK_NAMES))]
+        return [task_spec(i) for i in range(len(task_names()))]
 
     def num_tasks(self, split: str) -> int:
         self._check_split(split)
-        return len(TASK_NAMES)
+        return len(task_names())
 
     def get_task(self, split: str, index: int) -> dict:
         self._check_split(split)
-        if not 0 <= index < len(TASK_NAMES):
+        if not 0 <= index < len(task_names()):
             raise IndexError(index)
         return task_spec(index)
 
     def get_task_range(self, split: str, start: Optional[int] = None, stop: Optional[int] = None) -> list:
         self._check_split(split)
-        return [task_spec(i) for i in range(len(TASK_NAMES))[start:stop]]
+        return [task_spec(i) for i in range(len(task_names()))[start:stop]]
 
 
 def resolve_task(task: Optional[str], split: Optional[str], index: Optional[int], default: str) -> str:
@@ -101,12 +97,13 @@ def resolve_task(task: Optional[str], split: Optional[str], index: Optional[int]
             raise ValueError("reset: give task or split/index, not both")
         if split not in (None, SPLIT):
             raise ValueError(f"reset: split = {split!r}: expected {SPLIT!r}")
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(TASK_NAMES):
-            raise ValueError(f"reset: index = {index!r}: expected an integer in [0, {len(TASK_NAMES) - 1}]")
-        return TASK_NAMES[index]
+        names = task_names()
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(names):
+            raise ValueError(f"reset: index = {index!r}: expected an integer in [0, {len(names) - 1}]")
+        return names[index]
     task = default if task is None else task
     if task not in TASKS:
-        raise ValueError(f"reset: task = {task!r}: expected one of {', '.join(TASK_NAMES)}")
+        raise ValueError(f"reset: task = {task!r}: expected one of {', '.join(task_names())}")
     return task
 
 
@@ -134,10 +131,18 @@ class SessionEnv:
         return self.env
 
 
+def package_version() -> str:
+    """The installed fleet-marl version (``"0"`` when running from a source tree that was never installed)."""
+    try:
+        return version("fleet-marl")
+    except PackageNotFoundError:  # pragma: no cover
+        return "0"
+
+
 def check_seed(seed: Any) -> Optional[int]:
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise ValueError(f"reset: seed = {seed!r}: expected None or a non-negative integer")
     return None if seed is None else int(seed)
 
 
-__all__ = ["SPLIT", "SessionEnv", "TASK_NAMES", "TaskAPI", "check_seed", "config_digest", "fairness_report", "resolve_task", "task_spec"]
+__all__ = ["SPLIT", "SessionEnv", "TaskAPI", "check_seed", "config_digest", "fairness_report", "package_version", "resolve_task", "task_names", "task_spec"]

@@ -7,6 +7,8 @@ a server of the multi view.
 >>> obs, infos = env.reset(seed=0); policy.reset(0)                      # doctest: +SKIP
 >>> while env.agents: obs, r, term, trunc, infos = env.step(policy.act(obs, infos))  # doctest: +SKIP
 
+``RemoteParallelEnv`` wraps the client (it is not a ``FleetParallelEnv``): a local scenario
+built from the server's config answers the static questions, the server the dynamic ones.
 ``FleetEnvClient`` and ``FleetEgoClient`` are OpenEnv ``EnvClient`` subclasses (async; ``.sync()``
 for sync code). ``WebSocketSession`` speaks the same protocol over an open WebSocket, such as
 ``fastapi.testclient.TestClient(app).websocket_connect("/ws")``, so tests need no uvicorn.
@@ -19,9 +21,12 @@ from typing import Any, Dict, Optional
 import numpy as np
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
+from pettingzoo import ParallelEnv
 
 from fleet_marl.config import FleetConfig, from_dict
 from fleet_marl.environment import OBS_MODES, ActionError, FleetParallelEnv
+from fleet_marl.environment.observations import ObservedRound, observed_round
+from fleet_marl.environment.spaces import check_agent, parse_action
 from fleet_marl.openenv.base import config_digest
 from fleet_marl.openenv.models import (
     FleetEgoAction, FleetEgoObservation, FleetJointAction, FleetMultiObservation, FleetState, decode,
@@ -97,20 +102,27 @@ class WebSocketSession:
             pass
 
 
-class RemoteParallelEnv(FleetParallelEnv):
+class RemoteParallelEnv(ParallelEnv):
     """A PettingZoo ``ParallelEnv`` whose episodes run on a server of the multi view.
 
     ``client`` is a sync client (``FleetEnvClient(...).sync()``, connected) or a
-    :class:`WebSocketSession`. The scenario's static parts (spaces, ``kernel_static``,
-    ``bid_levels``, ``default_actions``, ``config``) are rebuilt locally from the config the
-    server sends at reset -- its digest is checked against the server's -- so the reference
-    policies and ``fleet_marl.grader.run_episode`` run unchanged. The dynamic parts
-    (``agents``, ``round``, ``state()``, ``action_mask()``, observations, rewards, infos) come
-    from the server. Actions are checked locally before they are sent (an
+    :class:`WebSocketSession`. It wraps the client; it is not a ``FleetParallelEnv``. The
+    scenario's static parts -- ``possible_agents``, ``agent_index``, the spaces, ``nvec``,
+    ``config``, ``kernel_static``, ``bid_levels``, ``default_action_index``,
+    ``default_actions``, ``rounds_alone`` -- come from ``scenario``, a local
+    :class:`~fleet_marl.environment.FleetParallelEnv` built from the config the server sends
+    at reset (its digest checked against the server's) and never reset or stepped. The
+    dynamic parts (``agents``, ``round``, ``state()``, ``action_mask()``, observations,
+    rewards, infos) come from the server; ``observed_round()`` reads the server's state vector
+    as the local env reads its own. So the reference policies (which need
+    :class:`fleet_marl.policies.base.FleetEnvLike`) and ``fleet_marl.evaluation.run_episode``
+    run unchanged. Actions are checked locally before they are sent (an
     :class:`~fleet_marl.environment.ActionError` as from the local env), and the server checks
     them again. ``fairness_report()`` asks the server; ``last_outcome`` is None and
     ``render()`` is not available remotely.
     """
+
+    metadata = {"name": "fleet_v0", "render_modes": [], "is_parallelizable": True}
 
     def __init__(self, client, task: Optional[str] = None, config: Optional[dict] = None, obs_mode: str = "flat"):
         if obs_mode not in OBS_MODES:
@@ -119,10 +131,10 @@ class RemoteParallelEnv(FleetParallelEnv):
         self.task = task
         self._overrides = dict(config or {})
         self.obs_mode, self.render_mode, self.illegal_action = obs_mode, None, "veto"
+        #: the local scenario (static parts only), rebuilt when the server's config changes
+        self.scenario: Optional[FleetParallelEnv] = None
         self._digest = None
         self._ready = False
-        self._seed_seq = None
-        self._last = None
         self._round = 0
         self._remote_reset(seed=None)  # learn the scenario: spaces must exist before reset()
         self._ready = False
@@ -135,6 +147,38 @@ class RemoteParallelEnv(FleetParallelEnv):
         client.connect()
         return cls(client, task=task, config=config, obs_mode=obs_mode)
 
+    # --- the scenario's static parts, from the local scenario -----------------------------------
+
+    possible_agents = property(lambda self: self.scenario.possible_agents, doc="Every agent of the scenario.")
+    agent_index = property(lambda self: self.scenario.agent_index, doc="Agent -> tenant row.")
+    action_spaces = property(lambda self: self.scenario.action_spaces)
+    observation_spaces = property(lambda self: self.scenario.observation_spaces)
+    state_space = property(lambda self: self.scenario.state_space)
+    nvec = property(lambda self: self.scenario.nvec, doc="(T, 8) the action sizes.")
+    config = property(lambda self: self.scenario.config, doc="The scenario's FleetConfig (the server's).")
+    kernel_static = property(lambda self: self.scenario.kernel_static, doc="The scenario's KernelStatic.")
+    bid_levels = property(lambda self: self.scenario.bid_levels, doc="(L,) price multipliers of bid_level.")
+    default_action_index = property(lambda self: self.scenario.default_action_index, doc="(T, 8) each tenant's default action.")
+    default_actions = property(lambda self: self.scenario.default_actions, doc="The default actions as kernel Actions.")
+    rounds_alone = property(lambda self: self.scenario.rounds_alone, doc="(T,) Themis T_independent in rounds.")
+
+    def observation_space(self, agent: str):
+        return self.scenario.observation_space(agent)
+
+    def action_space(self, agent: str):
+        return self.scenario.action_space(agent)
+
+    @property
+    def max_cycles(self) -> int:
+        return self.config.max_cycles
+
+    @max_cycles.setter
+    def max_cycles(self, value: int) -> None:
+        """Takes effect at the next reset (sent to the server as an override)."""
+        if value != self.config.max_cycles:
+            self._overrides["max_cycles"] = int(value)
+            self._ready = False
+
     # --- the wire --------------------------------------------------------------------------------
 
     def _remote_reset(self, seed):
@@ -144,7 +188,7 @@ class RemoteParallelEnv(FleetParallelEnv):
         obs: FleetMultiObservation = self.client.reset(**kwargs).observation
         if obs.config_digest != self._digest:
             cfg = from_dict(FleetConfig, decode(obs.config))
-            self._build(cfg)
+            self.scenario = FleetParallelEnv(config=cfg, obs_mode=self.obs_mode)
             if config_digest(self) != obs.config_digest:
                 raise RuntimeError(f"the scenario rebuilt from the server's config has digest {config_digest(self)}, the server's is {obs.config_digest}: "
                                    "client and server run different fleet_marl versions?")
@@ -170,6 +214,10 @@ class RemoteParallelEnv(FleetParallelEnv):
             infos[a] = info
         return observations, infos
 
+    def _need_reset(self, what: str) -> None:
+        if not self._ready:
+            raise RuntimeError(f"{what} called before reset(): call env.reset(seed=...) first")
+
     # --- PettingZoo API ----------------------------------------------------------------------------
 
     def reset(self, seed: Optional[int] = None, options: Optional[dict] = None):
@@ -185,8 +233,7 @@ class RemoteParallelEnv(FleetParallelEnv):
         return self._remote_reset(None if seed is None else int(seed))
 
     def step(self, actions: dict):
-        if not self._ready:
-            raise RuntimeError("step() called before reset(): call env.reset(seed=...) first")
+        self._need_reset("step()")
         if not self.agents:
             raise RuntimeError("step() called after every agent finished: call env.reset() to start a new episode")
         if not isinstance(actions, dict):
@@ -200,29 +247,40 @@ class RemoteParallelEnv(FleetParallelEnv):
         observations, infos = self._apply(obs, with_rewards=True)
         return observations, dict(obs.rewards), dict(obs.terminations), dict(obs.truncations), infos
 
+    def check_action(self, a, act, live: Optional[set] = None) -> np.ndarray:
+        """Validate one agent's action locally (as the local env does, masks aside: the server
+        vetoes or caps masked choices); return its 8 indices or raise ActionError."""
+        self._need_reset("step()")
+        i = check_agent(a, self.agent_index, self.agents, set(self.agents) if live is None else live)
+        return parse_action(a, act, self.nvec[i])
+
     def state(self) -> np.ndarray:
-        if not self._ready:
-            raise RuntimeError("state() called before reset(): call env.reset(seed=...) first")
+        """The server's ``state()`` vector of the round ahead."""
+        self._need_reset("state()")
         return self._state_vec.copy()
 
+    def observed_round(self, state_vector: Optional[np.ndarray] = None, include_queued_jobs: bool = False) -> ObservedRound:
+        """What ``state_vector`` (default: the server's ``state()``) says of the round ahead,
+        read as ``FleetParallelEnv.observed_round`` reads it."""
+        return observed_round(self.kernel_static, self.state() if state_vector is None else state_vector, include_queued_jobs)
+
     def action_mask(self, agent: str) -> tuple:
-        self._known(agent)
-        if not self._ready:
-            raise RuntimeError("action_mask() called before reset(): call env.reset(seed=...) first")
+        if agent not in self.agent_index:
+            raise KeyError(f"unknown agent {agent!r}: expected one of {', '.join(self.possible_agents)}")
+        self._need_reset("action_mask()")
         if agent not in self._remote_masks:
             raise KeyError(f"{agent}: no mask this round (it finished earlier); live: {', '.join(self.agents)}")
         return self._remote_masks[agent]
 
     @property
-    def max_cycles(self) -> int:
-        return self.config.max_cycles
+    def round(self) -> int:
+        """Rounds played in this episode (the server's count)."""
+        return self._round
 
-    @max_cycles.setter
-    def max_cycles(self, value: int) -> None:
-        """Takes effect at the next reset (sent to the server as an override)."""
-        if value != self.config.max_cycles:
-            self._overrides["max_cycles"] = int(value)
-            self._ready = False
+    @property
+    def last_outcome(self):
+        """None: the kernel's outcome stays on the server."""
+        return None
 
     def fairness_report(self) -> dict:
         """The server's fairness report of the episode so far (``FleetState.fairness``)."""

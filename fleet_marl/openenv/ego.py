@@ -35,12 +35,14 @@ from openenv.core.env_server.types import EnvironmentMetadata
 
 from fleet_marl import catalog
 from fleet_marl.environment import OBS_FIELDS, FleetParallelEnv
-from fleet_marl.openenv.base import SessionEnv, TaskAPI, check_seed, config_digest, fairness_report, resolve_task
+from fleet_marl.openenv.base import SessionEnv, TaskAPI, check_seed, config_digest, fairness_report, package_version, resolve_task
 from fleet_marl.openenv.models import FleetEgoAction, FleetEgoObservation, FleetState, encode
-from fleet_marl.text_action import (
+from fleet_marl.openenv.text_action import (
     BATCH_SIZES, GROUP_KEYS, MAX_CHARS, TextActionError, action_json_schema, bid_names, check_mask, from_indices,
     parse_tenant_action, to_indices,
 )
+from fleet_marl.policies import POLICIES
+from fleet_marl.policies import make as make_policy
 
 FALLBACKS = ("default", "idle")
 _O = {name: i for i, (name, _) in enumerate(OBS_FIELDS)}
@@ -77,8 +79,6 @@ class FleetEgoEnvironment(TaskAPI, Environment):
 
     @staticmethod
     def _check_options(opponents, fallback, invalid_penalty, max_invalid_streak) -> None:
-        from fleet_marl.policies import POLICIES
-
         if opponents not in POLICIES:
             raise ValueError(f"opponents = {opponents!r}: expected one of {', '.join(POLICIES)}")
         if fallback not in FALLBACKS:
@@ -111,9 +111,7 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         ego_id = self._resolve_ego(env, d["ego"] if ego is None else ego, seed)
         obs, infos = env.reset(seed=seed)
         if self._policy is None or self._policy_key != opponents or self._policy.env is not env:
-            from fleet_marl import policies
-
-            self._policy, self._policy_key = policies.make(opponents, env), opponents
+            self._policy, self._policy_key = make_policy(opponents, env), opponents
         self._policy.reset(seed)
         self.ego, self.fallback, self.penalty, self.max_streak = ego_id, fallback, float(invalid_penalty), int(max_invalid_streak)
         self._obs, self._infos = obs, infos
@@ -181,12 +179,10 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         )
 
     def get_metadata(self) -> EnvironmentMetadata:
-        from fleet_marl.openenv.multi import _version
-
         return EnvironmentMetadata(
             name="fleet_marl",
             description="Tenants negotiate for one shared GPU cluster; single-tenant view for LLM agents: a text prompt in, JSON text out.",
-            version=_version(), documentation_url="docs/llm_agents.md",
+            version=package_version(), documentation_url="docs/llm_agents.md",
         )
 
     def close(self) -> None:

@@ -26,7 +26,7 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
 from fleet_marl.environment import ACTION_FIELDS, N_ACT, ActionError, FleetParallelEnv
-from fleet_marl.openenv.base import SessionEnv, TaskAPI, check_seed, config_digest, fairness_report, resolve_task
+from fleet_marl.openenv.base import SessionEnv, TaskAPI, check_seed, config_digest, fairness_report, package_version, resolve_task
 from fleet_marl.openenv.models import FleetJointAction, FleetMultiObservation, FleetState, encode
 
 
@@ -116,21 +116,12 @@ class FleetMultiEnvironment(TaskAPI, Environment):
         return EnvironmentMetadata(
             name="fleet_marl",
             description="Tenants negotiate for one shared GPU cluster (PettingZoo fleet_v0); multi-agent view: a joint action per round.",
-            version=_version(), documentation_url="docs/llm_agents.md",
+            version=package_version(), documentation_url="docs/llm_agents.md",
         )
 
     def close(self) -> None:
         if self.env is not None:
             self.env.close()
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("fleet-marl")
-    except PackageNotFoundError:  # pragma: no cover
-        return "0"
 
 
 __all__ = ["FleetMultiEnvironment"]

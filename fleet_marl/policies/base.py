@@ -2,8 +2,12 @@
 
 A policy plays every tenant of one environment. It sees only what PettingZoo hands out --
 observations, infos (with ``infos[agent]["action_mask"]``) -- plus the environment's public
-attributes (``action_space``, ``kernel_static``, ``bid_levels``, ``state()``), and returns
-actions in the environment's ``MultiDiscrete`` layout (``fleet_marl.environment.ACTION_FIELDS``).
+read-only attributes listed by :class:`FleetEnvLike` (``kernel_static``, ``bid_levels``,
+``default_actions``, ``state()``, ``observed_round()`` ...), and returns actions in the
+environment's ``MultiDiscrete`` layout (``fleet_marl.environment.ACTION_FIELDS``). Any env
+that provides them will do: ``FleetParallelEnv``, its AEC form, and
+``fleet_marl.openenv.RemoteParallelEnv`` (a client of a server, which is not a
+``FleetParallelEnv``).
 
 Two entry points, one per PettingZoo loop::
 
@@ -22,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from fleet_marl import catalog
-from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS, FleetParallelEnv, N_OBS, OBS_FIELDS
+from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS, N_OBS, OBS_FIELDS
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
 
 #: Index of each observation feature by name (``fleet_marl.environment.OBS_FIELDS``).
@@ -44,20 +48,63 @@ class Policy(Protocol):
         """One action (an int array of the action space's shape) per agent in ``observations``."""
 
 
-def fleet_env(env) -> FleetParallelEnv:
-    """The :class:`FleetParallelEnv` under ``env``: the env itself, or the one an AEC env
-    (``fleet_marl.env()``) or another PettingZoo wrapper wraps."""
+@runtime_checkable
+class FleetEnvLike(Protocol):
+    """What a reference policy reads of its environment besides observations and infos: the
+    PettingZoo ``ParallelEnv`` surface plus fleet_marl's read-only views of the scenario and
+    the round. ``FleetParallelEnv`` and ``RemoteParallelEnv`` provide it; so may any env."""
+
+    possible_agents: list[str]
+    agents: list[str]
+    agent_index: dict[str, int]  # agent -> tenant row
+    config: Any  # the FleetConfig
+    kernel_static: Any  # the scenario's KernelStatic
+    bid_levels: np.ndarray  # (L,) price multipliers of bid_level
+    default_actions: Any  # kernel Actions of each tenant's default action (FitTable's background)
+
+    @property
+    def max_cycles(self) -> int: ...
+
+    @property
+    def round(self) -> int: ...  # rounds played in the episode
+
+    def action_space(self, agent: str) -> Any: ...
+
+    def action_mask(self, agent: str) -> tuple: ...
+
+    def state(self) -> np.ndarray: ...
+
+    def observed_round(self, state_vector: np.ndarray | None = None, include_queued_jobs: bool = False) -> Any: ...
+
+
+#: The names of :class:`FleetEnvLike`, checked without calling anything (a property may need reset()).
+ENV_ATTRIBUTES = ("possible_agents", "agents", "agent_index", "config", "kernel_static", "bid_levels", "default_actions",
+                  "max_cycles", "round", "action_space", "action_mask", "state", "observed_round")
+
+
+def _provides(e) -> bool:
+    names = set(dir(e))
+    return all(n in names for n in ENV_ATTRIBUTES)
+
+
+def fleet_env(env) -> FleetEnvLike:
+    """The env a policy plays under ``env``: ``env`` itself when it provides
+    :class:`FleetEnvLike` (a ``FleetParallelEnv``, a ``RemoteParallelEnv``, or any env with
+    those members), else the one a PettingZoo AEC env or wrapper (``fleet_marl.env()``) wraps."""
+    from pettingzoo import AECEnv
+
     seen = 0
     e = env
-    while not isinstance(e, FleetParallelEnv):
+    while isinstance(e, AECEnv) or not _provides(e):
         nxt = getattr(e, "env", None)
         if nxt is None or seen > 16:
-            raise TypeError(f"policy: env is a {type(env).__name__}; expected a fleet_marl environment (fleet_marl.parallel_env() or fleet_marl.env())")
+            raise TypeError(f"policy: env is a {type(env).__name__}; expected a fleet_marl environment (fleet_marl.parallel_env(), fleet_marl.env() "
+                            f"or an env with {', '.join(ENV_ATTRIBUTES)})")
         e, seen = nxt, seen + 1
     return e
 
 
-def split(observation, agent: str, info: dict | None, env: FleetParallelEnv) -> tuple[np.ndarray, tuple]:
+def split(observation, agent: str, info: dict | None, env: FleetEnvLike) -> tuple[np.ndarray, tuple]:
     """(feature vector, action mask) from either obs mode: the mask is ``obs["action_mask"]``
     in dict mode and ``info["action_mask"]`` in flat mode; without either it is read from
     ``env.action_mask(agent)``."""
@@ -166,7 +213,7 @@ class FitTable:
     tenant alone on a fresh cluster, so nothing but memory decides): a row fits when it is
     neither OOM, vetoed nor projected (it runs exactly as asked)."""
 
-    def __init__(self, env: FleetParallelEnv) -> None:
+    def __init__(self, env: FleetEnvLike) -> None:
         self.env = env
         self.env_static = st = env.kernel_static
         self._cache: dict[tuple, np.ndarray] = {}
@@ -221,4 +268,4 @@ class FitTable:
         return int(ok[0]) if ok.size else None
 
 
-__all__ = ["BasePolicy", "FitTable", "N_OBS", "OBS", "Policy", "fleet_env", "split"]
+__all__ = ["BasePolicy", "ENV_ATTRIBUTES", "FitTable", "FleetEnvLike", "N_OBS", "OBS", "Policy", "fleet_env", "split"]

@@ -1,12 +1,13 @@
 """``planner``: a centralized search over joint allocations with the batched kernel.
 
-The grader's reference (``fleet_marl.grader``). Each round it
+The grader's reference (``fleet_marl.evaluation``). Each round it
 
-1. reads ``env.state()`` -- every tenant's observation row and each node's temperature -- and
-   turns it back into the kernel's :class:`~fleet_marl.kernel.RoundState` (GPUs held, node
-   temperatures, serving queues, budgets, and for a trainer the tokens left in its job plus
-   the jobs queued behind it). It forecasts this round's serving arrivals as last round's (the
-   mean rate in the first round);
+1. reads ``env.state()`` -- every tenant's observation row and each node's temperature -- back
+   into the kernel's :class:`~fleet_marl.kernel.RoundState` through the env's public
+   ``env.observed_round()`` (the inverse of the observation normalization,
+   ``fleet_marl.environment.observations``): GPUs held, node temperatures, serving queues,
+   budgets, and for a trainer the tokens left in its job plus the jobs queued behind it. It
+   forecasts this round's serving arrivals as last round's (the mean rate in the first round);
 2. starts from precision_expert's joint action (with ``warm_start=True``, from last round's plan),
    shrunk until each pool can grant it;
 3. improves it by coordinate ascent (Gauss-Seidel best responses): for each live tenant in
@@ -31,7 +32,7 @@ import numpy as np
 
 from fleet_marl.environment import BATCH_LEVELS
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
-from fleet_marl.policies.base import N_ACT, N_OBS, OBS, PREC, BasePolicy
+from fleet_marl.policies.base import N_ACT, N_OBS, PREC, BasePolicy
 from fleet_marl.policies.heuristics import EXPERT_MAP, PrecisionExpertPolicy
 
 _MAPS = (
@@ -79,36 +80,19 @@ class PlannerPolicy(BasePolicy):
     # --- the search ------------------------------------------------------------------------------
 
     def _kernel_state(self, s: np.ndarray) -> tuple[np.ndarray, RoundState, Draws]:
-        """(live, state, draws) from the ``state()`` vector."""
+        """(live, state, draws) from the ``state()`` vector: the env's reading of the vector
+        (``env.observed_round``, the inverse of its observation normalization), with each
+        trainer's work counted as its job plus the jobs queued behind it (a myopic search that
+        saw only the current job would leave its last sliver, worth one round's price for a few
+        tokens, unfinished, and the queue behind it stuck), and this round's serving arrivals
+        forecast as last round's (the mean rate in the first round)."""
         env, st = self.env, self.env.kernel_static
         T = st.T
-        rows = s[: T * N_OBS].reshape(T, N_OBS).astype(np.float64)
-        temp = s[T * N_OBS: T * N_OBS + st.K].astype(np.float64)
-        live = rows[:, OBS["alive"]] > 0.5
-        mean = np.maximum(st.arrival_rate * st.round_seconds, 1.0)  # the env's queue/arrival scale
-
-        def unsquash_one(x):  # the inverse of the env's x / (x + 1)
-            x = np.minimum(x, 1.0 - 1e-6)
-            return x / (1.0 - x)
-
-        def unsquash(x):  # the inverse of the env's q / (q + m)
-            return mean * unsquash_one(x)
-
-        waiting = np.rint(unsquash_one(rows[:, OBS["jobs_waiting"]]))
-        state = RoundState(
-            prev_alloc=np.rint(rows[:, OBS["held"]] * st.max_gpus).astype(np.int64),
-            temp_c=st.ambient_c + temp * (st.critical_temp_c - st.ambient_c),
-            queue=np.where(st.is_train, 0.0, unsquash(rows[:, OBS["queue"]])),
-            # a trainer's work is its job and the jobs queued behind it: a myopic search that saw
-            # only the current job would leave its last sliver (worth one round's price for a
-            # few tokens) unfinished, and the queue behind it stuck
-            remaining_tokens=np.where(st.is_train, (rows[:, OBS["job_left"]] + waiting) * st.job_tokens, 0.0),
-            budget_left=rows[:, OBS["budget_left"]] * st.budget,
-        )
+        seen = env.observed_round(s, include_queued_jobs=True)
         first = env.round == 0
-        arrivals = st.arrival_rate * st.round_seconds if first else np.where(st.is_train, 0.0, unsquash(rows[:, OBS["arrivals"]]))
-        draws = Draws(arrivals=np.where(live, arrivals, 0.0), tiebreak=np.arange(T, dtype=np.float64) / T)
-        return live, state, draws
+        arrivals = st.arrival_rate * st.round_seconds if first else seen.arrivals
+        draws = Draws(arrivals=np.where(seen.live, arrivals, 0.0), tiebreak=np.arange(T, dtype=np.float64) / T)
+        return seen.live, seen.state, draws
 
     def _candidates(self, i: int, mask: tuple, cap: int, bid: int) -> np.ndarray:
         """(C, 8) candidate actions of tenant i: nothing, and every (GPUs <= cap, map, level)

@@ -9,14 +9,20 @@
 ``FleetCallbacks``                     welfare, fairness and event metrics (``callbacks.py``)
 ``TrainConfig``, ``build``             run configs and the ``PPOConfig`` builder (``config.py``)
 ``ModulePolicy``                       trained modules as a grader policy (``policy.py``)
-``train``                              the loop behind ``fleet-marl train`` (``train.py``)
-``Study``                              the credit-assignment study, ``fleet-marl compare``
-                                       (``compare.py``)
+``grade``                              the grader as RLlib's ``custom_evaluation_function``
+                                       (``evaluation.py``)
+``train``, ``init_ray``                the loop behind ``fleet-marl train`` (``train.py``)
+``command``                            the ``train`` command (``command.py``)
+``loader``                             the grader's loader of ``fleet-marl train`` checkpoints
+                                       (an entry point; ``loader.py``)
 =====================================  ==========================================================
 
-Names are imported lazily: ``import fleet_marl.rllib`` does not import Ray.
-See ``docs/training.md``.
+This is the adapter only: the credit-assignment study that trains with it lives in
+:mod:`fleet_marl.studies`. Names are imported lazily: ``import fleet_marl.rllib`` does not
+import Ray. See ``docs/training.md``.
 """
+
+import importlib
 
 _NAMES = {
     "FleetRLlibEnv": "env", "register": "env", "ENV_NAMES": "env",
@@ -25,15 +31,13 @@ _NAMES = {
     "TrainConfig": "config", "TrainConfigError": "config", "build": "config",
     "ModulePolicy": "policy",
     "SHARING": "sharing",
-    "train": "train",
-    "Study": "compare",
+    "grade": "evaluation",
+    "train": "train", "init_ray": "train",
 }
 
 
 def __getattr__(name):
     if name in _NAMES:
-        import importlib
-
         return getattr(importlib.import_module(f"fleet_marl.rllib.{_NAMES[name]}"), name)
     raise AttributeError(f"module 'fleet_marl.rllib' has no attribute {name!r}")
 

@@ -33,26 +33,38 @@ from __future__ import annotations
 import numpy as np
 from ray.rllib.callbacks.callbacks import RLlibCallback
 
+from fleet_marl.evaluation import RANDOM, REFERENCE, reference_episodes, score
+from fleet_marl.rllib.env import fleet_envs
+from fleet_marl.rllib.evaluation import grader_task, take_grades
+
 EPISODE_METRICS = ("welfare", "jain", "max_starvation_streak", "starvation_events", "oom", "veto", "throttle", "degenerate", "illegal")
 EVAL_METRICS = ("score", "eval_welfare", "eval_jain", "eval_starvation_events", "eval_degenerate", "eval_illegal")
 
 
 class FleetCallbacks(RLlibCallback):
-    """Logs :data:`EPISODE_METRICS` per episode and the grader's :data:`EVAL_METRICS`."""
+    """Logs :data:`EPISODE_METRICS` per episode and the grader's :data:`EVAL_METRICS`.
+
+    RLlib makes one instance per env runner and one for the driver's ``Algorithm``; the
+    driver's keeps the references of ``fleet/score_train`` (computed once, on the first
+    result)."""
+
+    def __init__(self):
+        super().__init__()
+        self.references: tuple[float, float] | None = None  # (random, planner) mean welfare
+        self._references_done = False  # the score is undefined (None) on some tasks
 
     def on_episode_end(self, *, episode, metrics_logger=None, env=None, env_index=0, prev_episode_chunks=None, **kwargs):
         if metrics_logger is None or env is None:
             return
         # the vector env resets a finished sub-env on its next step, so it still holds this episode
-        fleet = env.envs[env_index].unwrapped.par_env
-        tr = fleet.tracker
+        summary = fleet_envs(env)[env_index].tracker.summary()
         log = metrics_logger.log_value
-        log("fleet/welfare", float(tr.welfare_sum), reduce="mean")
-        log("fleet/jain", float(tr.jain_index()), reduce="mean")
-        log("fleet/max_starvation_streak", int(tr.max_streak.max()), reduce="max")
-        log("fleet/starvation_events", int(tr.starvation_events.sum()), reduce="mean")
+        log("fleet/welfare", float(summary.welfare), reduce="mean")
+        log("fleet/jain", float(summary.jain), reduce="mean")
+        log("fleet/max_starvation_streak", int(summary.max_streak.max()), reduce="max")
+        log("fleet/starvation_events", int(summary.starvation_events.sum()), reduce="mean")
         for k in ("oom", "veto", "throttle", "degenerate"):
-            log(f"fleet/{k}", int(np.sum(tr.counts[k])), reduce="mean")
+            log(f"fleet/{k}", int(np.sum(summary.counts[k])), reduce="mean")
         illegal = 0
         for chunk in [episode, *(prev_episode_chunks or [])]:
             for sa in chunk.agent_episodes.values():
@@ -63,19 +75,15 @@ class FleetCallbacks(RLlibCallback):
         welfare = (result.get("env_runners") or {}).get("fleet/welfare")
         if welfare is None:
             return
-        refs = getattr(algorithm, "_fleet_refs", None)
-        if refs is None:  # once per algorithm; False when the score is undefined on this task
-            refs = algorithm._fleet_refs = reference_welfare(algorithm) or False
-        if refs:
-            from fleet_marl.grader import score
-
-            result["env_runners"]["fleet/score_train"] = score(float(welfare), *refs)
+        if not self._references_done:  # once per algorithm
+            self.references, self._references_done = reference_welfare(algorithm), True
+        if self.references is not None:
+            result["env_runners"]["fleet/score_train"] = score(float(welfare), *self.references)
 
     def on_evaluate_end(self, *, algorithm, evaluation_metrics: dict | None = None, **kwargs):
         # the grader's figures of this evaluation (fleet_marl.rllib.evaluation.grade), if it ran;
         # RLlib returns this dict from evaluate() and puts it under result["evaluation"]
-        extra = getattr(algorithm, "_fleet_eval", None)
-        algorithm._fleet_eval = None
+        extra = take_grades(algorithm)
         if extra and evaluation_metrics is not None:
             evaluation_metrics.update(extra)
 
@@ -83,12 +91,9 @@ class FleetCallbacks(RLlibCallback):
 def reference_welfare(algorithm) -> tuple[float, float] | None:
     """(random, planner) mean welfare on the grader's seeds for the algorithm's task, or None
     when the score is undefined there (the planner does not beat random)."""
-    from fleet_marl import grader
-    from fleet_marl.rllib.evaluation import grader_task
-
     task, overrides = grader_task(algorithm.config.env_config)
     n = int(algorithm.config.evaluation_duration) if algorithm.config.evaluation_interval else 3
     seeds = list(range(n))
-    rand = np.mean([e.welfare for e in grader.reference_episodes(task, grader.RANDOM, seeds, overrides)])
-    ref = np.mean([e.welfare for e in grader.reference_episodes(task, grader.REFERENCE, seeds, overrides)])
+    rand = np.mean([e.welfare for e in reference_episodes(task, RANDOM, seeds, overrides)])
+    ref = np.mean([e.welfare for e in reference_episodes(task, REFERENCE, seeds, overrides)])
     return (float(rand), float(ref)) if ref > rand else None

@@ -22,7 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from fleet_marl.config import REWARD_SCHEMES, ConfigError
+from fleet_marl.environment import FleetParallelEnv
 from fleet_marl.rllib.sharing import SHARING, mapping_for, module_ids
 from fleet_marl.tasks import TASKS
 
@@ -93,8 +96,6 @@ class TrainConfig:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "TrainConfig":
-        import yaml
-
         p = Path(path)
         if not p.is_file():
             raise TrainConfigError(f"--config {str(path)!r}: no such file; the configs that ship are in experiments/configs/ (e.g. experiments/configs/easy_shared_mixed.yaml)")
@@ -169,8 +170,6 @@ class TrainConfig:
 
     def probe(self):
         """A ``FleetParallelEnv`` of this config (cheap; no Ray)."""
-        from fleet_marl.environment import FleetParallelEnv
-
         return FleetParallelEnv(task=self.task, reward_scheme=self.reward_scheme, **self.env)
 
     def signature(self) -> dict:
@@ -214,14 +213,15 @@ def check_signature(meta: dict, tc: TrainConfig, source: str) -> None:
 
 def build(tc: TrainConfig):
     """The ``PPOConfig`` of ``tc`` (imports Ray; does not start it)."""
-    from ray.rllib.algorithms.ppo import PPOConfig
-    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
-    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+    # Ray: only when building (configs are checked without it)
+    from ray.rllib.algorithms.ppo import PPOConfig  # Ray
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec  # Ray
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec  # Ray
 
-    from fleet_marl.rllib.callbacks import FleetCallbacks
-    from fleet_marl.rllib.env import FleetRLlibEnv
-    from fleet_marl.rllib.evaluation import grade
-    from fleet_marl.rllib.modules import CentralCriticPPOTorchRLModule, MaskedPPOTorchRLModule
+    from fleet_marl.rllib.callbacks import FleetCallbacks  # Ray
+    from fleet_marl.rllib.env import FleetRLlibEnv  # Ray
+    from fleet_marl.rllib.evaluation import grade  # Ray
+    from fleet_marl.rllib.modules import CentralCriticPPOTorchRLModule, MaskedPPOTorchRLModule  # Ray and torch
 
     sig = tc.signature()
     if tc.sharing == "mappo":

@@ -28,6 +28,11 @@ Action spaces are padded to a common ``MultiDiscrete(nvec.max(0))`` so that agen
 different ``max_gpus`` can share a module; the padded choices are masked (dict mode) or
 clipped to the agent's range (flat mode).
 
+Reading the envs inside RLlib: :func:`fleet_envs` gives the ``FleetParallelEnv`` of each sub-env
+of an RLlib vector env (what ``FleetCallbacks.on_episode_end`` receives), and
+:func:`credit_timing` the reward seconds and env steps of the envs an algorithm's local env
+runner steps (the credit-assignment study's cost of each reward scheme).
+
 Seeding: RLlib passes ``seed + worker_index + sub_env_index`` to the first reset of each
 sub-env; the wrapper mixes in the worker index (``SeedSequence([seed, worker_index])``) so that
 no two sub-envs of a run share a seed. Later resets continue the env's own stream, so a run is
@@ -41,6 +46,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
+from ray.tune.registry import register_env
 
 from fleet_marl.environment import FleetParallelEnv
 
@@ -162,10 +168,24 @@ def make_flat_env(config: dict | None = None) -> FleetRLlibEnv:
     return FleetRLlibEnv(config, obs_mode="flat")
 
 
+def fleet_envs(vector_env) -> list[FleetParallelEnv]:
+    """The ``FleetParallelEnv`` of each sub-env of an RLlib vector env of :class:`FleetRLlibEnv`
+    (or of one ``FleetRLlibEnv``), in sub-env order."""
+    subs = getattr(vector_env, "envs", None) or [vector_env]
+    return [sub.unwrapped.par_env for sub in subs]
+
+
+def credit_timing(algorithm) -> tuple[float, int]:
+    """(seconds spent computing rewards, env steps taken) over the lifetime of the envs the
+    algorithm's local env runner steps: every training step when ``num_env_runners = 0``, none
+    otherwise (then ``(0.0, 0)``). See ``FleetParallelEnv.credit_seconds``."""
+    runner = algorithm.env_runner
+    envs = fleet_envs(runner.env) if runner is not None and runner.env is not None else []
+    return float(sum(e.credit_seconds for e in envs)), int(sum(e.steps_taken for e in envs))
+
+
 def register() -> None:
     """Register ``"fleet_marl"`` (dict obs, masked) and ``"fleet_marl_flat"`` with Ray Tune's
     registry, so configs can name the env: ``PPOConfig().environment("fleet_marl", ...)``."""
-    from ray.tune.registry import register_env
-
     register_env(ENV_NAMES["dict"], make_env)
     register_env(ENV_NAMES["flat"], make_flat_env)

@@ -3,28 +3,37 @@
 
 Every ``evaluation_interval`` iterations it plays the current greedy policy
 (:class:`~fleet_marl.rllib.policy.ModulePolicy` over the algorithm's modules) with
-:func:`fleet_marl.grader.evaluate` on seeds ``0 .. evaluation_duration - 1`` of the training
-task, against the random and planner references on the same seeds. ``FleetCallbacks.on_evaluate_end``
-adds its figures to the evaluation results, which RLlib puts under ``result["evaluation"]``:
-``fleet/score``, ``fleet/eval_welfare``, ``fleet/eval_jain``, ``fleet/eval_starvation_events``,
-``fleet/eval_degenerate``, ``fleet/eval_illegal``.
+:func:`fleet_marl.evaluation.evaluate` on seeds ``0 .. evaluation_duration - 1`` of the
+training task, against the random and planner references on the same seeds.
+``FleetCallbacks.on_evaluate_end`` adds its figures to the evaluation results, which RLlib puts
+under ``result["evaluation"]``: ``fleet/score``, ``fleet/eval_welfare``, ``fleet/eval_jain``,
+``fleet/eval_starvation_events``, ``fleet/eval_degenerate``, ``fleet/eval_illegal``.
+
+RLlib 2.60 replaces what a ``custom_evaluation_function`` returns with its own metrics store's
+evaluation results, so ``grade`` leaves its figures here, keyed by the algorithm (weakly: an
+algorithm that is gone takes them along), until ``on_evaluate_end`` takes them
+(:func:`take_grades`). Nothing is stored on RLlib's objects.
 """
 
 from __future__ import annotations
 
+from weakref import WeakKeyDictionary
+
 import numpy as np
 
+from fleet_marl.evaluation import evaluate
 from fleet_marl.rllib.env import WRAPPER_KEYS
+from fleet_marl.rllib.policy import ModulePolicy
 from fleet_marl.tasks import SHORTCUTS
 
 REWARD_ONLY = tuple(k for k, (section, _) in SHORTCUTS.items() if section == "reward")
+#: algorithm -> the figures of its last ``grade`` not yet taken by ``on_evaluate_end``
+_GRADES: WeakKeyDictionary = WeakKeyDictionary()
 
 
 def algorithm_policy(algorithm, env, explore: bool = False):
     """A :class:`ModulePolicy` over ``algorithm``'s current modules, for ``env`` (greedy, or
     sampled with ``explore``)."""
-    from fleet_marl.rllib.policy import ModulePolicy
-
     multi = algorithm.config.policy_mapping_fn
     ids = list(algorithm.config.policies)
     modules = {mid: algorithm.get_module(mid) for mid in ids}
@@ -42,11 +51,9 @@ def grader_task(env_config: dict) -> tuple[str, dict]:
 
 def grade(algorithm, eval_env_runner_group=None):
     """RLlib ``custom_evaluation_function``: (metrics, env steps, agent steps)."""
-    from fleet_marl import grader
-
     task, overrides = grader_task(algorithm.config.env_config)
     episodes = int(algorithm.config.evaluation_duration)
-    ev = grader.evaluate(task, lambda env: algorithm_policy(algorithm, env), episodes=episodes, seed=0, overrides=overrides, progress=False)
+    ev = evaluate(task, lambda env: algorithm_policy(algorithm, env), episodes=episodes, seed=0, overrides=overrides, progress=False)
     eps = ev.episodes
     metrics = {
         "fleet/score": ev.score,
@@ -56,12 +63,15 @@ def grade(algorithm, eval_env_runner_group=None):
         "fleet/eval_degenerate": float(np.mean([e.events["degenerate"] for e in eps])),
         "fleet/eval_illegal": float(np.mean([e.illegal for e in eps])),
     }
-    # RLlib 2.60 replaces what this function returns with its metrics store's evaluation
-    # results; FleetCallbacks.on_evaluate_end adds these to them
-    algorithm._fleet_eval = metrics
+    _GRADES[algorithm] = metrics  # for FleetCallbacks.on_evaluate_end (see the module docstring)
     steps = int(sum(e.rounds for e in eps))
     agent_steps = int(sum(r["rounds"] for e in eps for r in e.agents.values()))
     return metrics, steps, agent_steps
 
 
-__all__ = ["algorithm_policy", "grade", "grader_task"]
+def take_grades(algorithm) -> dict | None:
+    """The figures of ``algorithm``'s last :func:`grade`, once (None if none is waiting)."""
+    return _GRADES.pop(algorithm, None)
+
+
+__all__ = ["algorithm_policy", "grade", "grader_task", "take_grades"]

@@ -12,7 +12,7 @@ the env runners do in training), with a numpy generator seeded by ``reset(seed)`
 grader's episodes stay reproducible. Masked choices have probability 0.
 
 >>> policy = ModulePolicy.from_checkpoint("runs/train/easy-shared-difference/checkpoint", env)
->>> fleet_marl.grader.evaluate("easy", lambda env: ModulePolicy.from_checkpoint(ckpt, env))
+>>> fleet_marl.evaluation.evaluate("easy", lambda env: ModulePolicy.from_checkpoint(ckpt, env))
 """
 
 from __future__ import annotations
@@ -24,14 +24,15 @@ from typing import Any, Callable
 import numpy as np
 import torch
 from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.rl_module import RLModule
 
+from fleet_marl.policies.base import fleet_env
 from fleet_marl.rllib.env import flat_mask, mask_offsets
+from fleet_marl.rllib.loader import SIDECAR  # the sidecar fleet-marl train writes next to RLlib's checkpoint files
 from fleet_marl.rllib.sharing import mapping_for
 
 #: Where a fleet-marl checkpoint keeps each module, relative to the checkpoint folder.
 MODULE_DIR = ("learner_group", "learner", "rl_module")
-#: The sidecar written next to RLlib's checkpoint files by ``fleet-marl train``.
-SIDECAR = "fleet_marl.json"
 
 
 class ModulePolicy:
@@ -44,8 +45,6 @@ class ModulePolicy:
 
     def __init__(self, env, modules: dict[str, Any], mapping: Callable[[str], str], obs_mode: str = "dict",
                  explore: bool = False):
-        from fleet_marl.policies.base import fleet_env
-
         self.env = fleet_env(env)
         self.modules = modules
         self.mapping = mapping
@@ -116,8 +115,6 @@ class ModulePolicy:
     @classmethod
     def from_checkpoint(cls, checkpoint: str | Path, env, explore: bool = False) -> "ModulePolicy":
         """Load the modules of a ``fleet-marl train`` checkpoint (no Ray cluster needed)."""
-        from ray.rllib.core.rl_module.rl_module import RLModule
-
         path = Path(checkpoint).resolve()  # RLlib's loader takes absolute paths only
         sig = read_sidecar(path)["signature"]
         root = path.joinpath(*MODULE_DIR)

@@ -14,6 +14,9 @@ resume, the CPUs asked for), then trains with a progress bar and writes, under
                      the same seeds; ``results.json`` has the summaries
 ===================  ==========================================================================
 
+:func:`init_ray` starts Ray on this machine or joins a cluster (``--address``); the
+credit-assignment study (:mod:`fleet_marl.studies.credit_assignment`) uses it too.
+
 Nothing here runs at import time; ``import fleet_marl.rllib.train`` imports Ray but does not
 start it.
 """
@@ -22,18 +25,30 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import os
 import shutil
+import socket
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import ray
+import torch
+import yaml
+from tqdm import tqdm
+
+from fleet_marl.evaluation import evaluate
+from fleet_marl.evaluation.baselines import table
+from fleet_marl.policies import POLICIES
 from fleet_marl.rllib.callbacks import EPISODE_METRICS, EVAL_METRICS
 from fleet_marl.rllib.config import TrainConfig, TrainConfigError, build, check_signature
-from fleet_marl.rllib.policy import SIDECAR, read_sidecar
+from fleet_marl.rllib.evaluation import grader_task
+from fleet_marl.rllib.policy import SIDECAR, ModulePolicy, read_sidecar
 
 #: The columns of ``metrics.csv``, in order (empty where an iteration has no value, e.g. no
 #: episode ended or no evaluation ran).
@@ -121,16 +136,14 @@ def find_checkpoint(path: str | Path) -> Path:
     return p
 
 
-def _cpus_needed(tc: TrainConfig) -> int:
-    return tc.num_env_runners  # each remote env runner asks for one CPU; the driver runs the learner
-
-
-def _init_ray(address: str | None, tc: TrainConfig) -> bool:
-    """Start or join Ray; True if this call started it (and so should stop it)."""
+def init_ray(address: str | None = None, num_env_runners: int = 0, log_to_driver: bool = True) -> bool:
+    """Start Ray on this machine, or join the cluster at ``address`` ('auto' or host:port) and
+    check it has a CPU for each of ``num_env_runners`` remote env runners (the driver runs the
+    learner). Nothing happens if Ray is running already. ``log_to_driver`` applies to a local
+    start only (on a cluster the workers' lines always come back). True if this call started
+    or joined Ray (and so should ``ray.shutdown()``)."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    import ray
-
     if ray.is_initialized():
         return False
     if address:
@@ -143,18 +156,16 @@ def _init_ray(address: str | None, tc: TrainConfig) -> bool:
                 "(see docs/training.md), or leave out --address to train on this machine"
             ) from None
         cpus = ray.cluster_resources().get("CPU", 0)
-        if _cpus_needed(tc) > cpus:
+        if num_env_runners > cpus:
             ray.shutdown()
-            raise TrainConfigError(f"--num-env-runners {tc.num_env_runners}: the cluster at {address} has {cpus:g} CPUs; use at most {int(cpus)}")
+            raise TrainConfigError(f"--num-env-runners {num_env_runners}: the cluster at {address} has {cpus:g} CPUs; use at most {int(cpus)}")
         return True
-    ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level="ERROR", log_to_driver=True)
+    ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level="ERROR", log_to_driver=log_to_driver)
     return True
 
 
 def _check_reachable(address: str) -> None:
     """Fail fast on a ``host:port`` nobody listens on (``ray.init`` would retry for minutes)."""
-    import socket
-
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or address.startswith(("ray://", "auto")):
         return  # "auto" and ray:// addresses: ray.init reports them itself
@@ -188,10 +199,10 @@ def _save(algo, run_dir: Path, tc: TrainConfig, iteration: int, env_steps: int, 
 def plot(rows: list[dict], path: Path, title: str, references: dict[str, float] | None = None) -> Path | None:
     """The learning curve: training welfare per iteration and the grader's evaluations,
     with the references' welfare as horizontal lines."""
-    import matplotlib
+    import matplotlib  # matplotlib: only when plotting
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: only when plotting
 
     def series(name):
         xs, ys = [], []
@@ -224,18 +235,10 @@ def plot(rows: list[dict], path: Path, title: str, references: dict[str, float] 
 def final_evaluation(tc: TrainConfig, checkpoint: Path, episodes: int, progress: bool = True):
     """The trained policy (from ``checkpoint``) and every reference policy on ``tc.task``,
     seeds ``0 .. episodes - 1``: (evaluations, markdown table)."""
-    from fleet_marl import policies as refs
-
-    from fleet_marl import baselines, grader
-    from fleet_marl.rllib.evaluation import grader_task
-    from fleet_marl.rllib.policy import ModulePolicy
-
     task, overrides = grader_task(tc.env_config())
-    names = list(refs.POLICIES)
+    names = list(POLICIES)
     bar = None
     if progress:
-        from tqdm import tqdm
-
         bar = tqdm(total=1 + len(names), desc="final evaluation", unit="policy", file=sys.stderr, leave=False)
     evals = []
 
@@ -243,18 +246,18 @@ def final_evaluation(tc: TrainConfig, checkpoint: Path, episodes: int, progress:
         pol = ModulePolicy.from_checkpoint(checkpoint, env)
         return pol
 
-    ev = grader.evaluate(task, ppo, episodes=episodes, seed=0, overrides=overrides, progress=False)
+    ev = evaluate(task, ppo, episodes=episodes, seed=0, overrides=overrides, progress=False)
     ev.policy = f"PPO ({tc.sharing}, {tc.reward_scheme})"
     evals.append(ev)
     if bar is not None:
         bar.update(1)
     for name in names:
-        evals.append(grader.evaluate(task, name, episodes=episodes, seed=0, overrides=overrides, progress=False))
+        evals.append(evaluate(task, name, episodes=episodes, seed=0, overrides=overrides, progress=False))
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
-    return evals, baselines.table(evals)
+    return evals, table(evals)
 
 
 #: What a run writes into its folder (``--overwrite`` removes these first).
@@ -286,7 +289,7 @@ def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = N
     ``overwrite``: start the run folder over (otherwise an existing run there is an error)."""
     tc, ckpt, meta = prepare(tc, resume, overwrite)
     run_dir = ckpt.parent if ckpt is not None else tc.run_dir
-    if address is None and _cpus_needed(tc) > (os.cpu_count() or 1):
+    if address is None and tc.num_env_runners > (os.cpu_count() or 1):  # one CPU per remote env runner
         raise TrainConfigError(f"--num-env-runners {tc.num_env_runners}: this machine has {os.cpu_count()} CPUs; use at most {os.cpu_count()} (or 0: sample in the driver)")
     if ckpt is None and overwrite:  # only once every check has passed
         for name in OUTPUTS:
@@ -295,18 +298,16 @@ def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = N
     offset = float(meta.get("seconds", 0.0)) if meta else 0.0  # RLlib's clock restarts on restore
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(_yaml(tc.to_dict()))
-    started = _init_ray(address, tc)
+    started = init_ray(address, tc.num_env_runners)
     t0 = time.time()
     writer = None
     algo = None
     try:
-        import torch
-
         torch.set_num_threads(1)  # one core per process: the env runners and the learner share the machine
         algo = build(tc).build_algo()
         if ckpt is not None:
             algo.restore_from_path(str(ckpt.resolve()))
-        from tensorboardX import SummaryWriter
+        from tensorboardX import SummaryWriter  # Ray's optional dependency: only when training
 
         writer = SummaryWriter(str(run_dir / "tb"))
         csv_path = run_dir / "metrics.csv"
@@ -321,8 +322,6 @@ def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = N
         first = algo.iteration
         bar = None
         if progress:
-            from tqdm import tqdm
-
             bar = tqdm(total=tc.iterations, initial=first, desc=f"train {tc.run_name}", unit="iter", file=sys.stderr, dynamic_ncols=True)
         env_steps = 0
         last_ckpt = ckpt
@@ -363,8 +362,6 @@ def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = N
             except OSError:
                 pass
         if started:
-            import ray
-
             ray.shutdown()
     seconds = offset + time.time() - t0
     res = TrainResult(run_dir=run_dir, checkpoint=last_ckpt, iterations=tc.iterations, env_steps=env_steps, seconds=seconds, rows=rows)
@@ -390,15 +387,10 @@ def quiet() -> None:
     deprecation warnings (RLlib's own code triggers them), and gymnasium's re-registration of
     RLlib's vector env. Global (logging levels, a warnings filter): ``fleet-marl train`` calls
     it; ``train()`` from Python does not."""
-    import logging
-    import warnings
-
     logging.getLogger("ray.rllib.algorithms.algorithm_config").setLevel(logging.ERROR)
     logging.getLogger("ray.rllib.core.rl_module.rl_module").setLevel(logging.ERROR)  # RLModuleConfig deprecation
     warnings.filterwarnings("ignore", message=r".*Overriding environment rllib-multi-agent-env-v0")
 
 
 def _yaml(d: dict) -> str:
-    import yaml
-
     return yaml.safe_dump(d, sort_keys=False)

@@ -1,7 +1,7 @@
 """``fleet-marl serve``: the OpenEnv server (``fleet_marl.openenv``) under uvicorn.
 
-This module is core-side glue: it imports neither ``fleet_marl.openenv`` nor OpenEnv, FastAPI
-or uvicorn until the command runs, and without the ``openenv`` extra it prints how to install
+Importing this module imports neither OpenEnv, FastAPI nor uvicorn; they load when the command
+runs, and without the ``openenv`` extra it prints how to install
 it and exits with code 2. docs/llm_agents.md describes the two views and the protocol.
 """
 
@@ -31,19 +31,16 @@ Episodes run on the WebSocket /ws (one env per connection). See docs/llm_agents.
 """
 
 
-def add_parser(sub) -> None:
-    """Add the ``serve`` subcommand to the ``fleet-marl`` subparsers ``sub``."""
-    import argparse
+HELP = "serve the env over HTTP/WebSocket with OpenEnv (for LLM agents and remote policies)"
+DESCRIPTION = (
+    "Start an OpenEnv server of fleet_marl with uvicorn. --mode multi serves every tenant (a joint action per "
+    "round; RemoteParallelEnv is a PettingZoo ParallelEnv over it); --mode ego serves one tenant to an LLM (a text "
+    "prompt in, JSON text out), the others played by a reference policy. Needs the 'openenv' extra."
+)
 
-    s = sub.add_parser(
-        "serve",
-        help="serve the env over HTTP/WebSocket with OpenEnv (for LLM agents and remote policies)",
-        description="Start an OpenEnv server of fleet_marl with uvicorn. --mode multi serves every tenant (a joint action per "
-        "round; RemoteParallelEnv is a PettingZoo ParallelEnv over it); --mode ego serves one tenant to an LLM (a text "
-        "prompt in, JSON text out), the others played by a reference policy. Needs the 'openenv' extra.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+
+def add_arguments(s) -> None:
+    """The ``serve`` options, added to the parser ``s``."""
     s.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; 0.0.0.0 in a container)")
     s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     s.add_argument("--mode", choices=("multi", "ego"), default="multi", help="the view: every tenant (multi) or one for an LLM (ego); default multi")
@@ -61,8 +58,8 @@ def add_parser(sub) -> None:
 
 def _import_server():
     """``(make_app, uvicorn)``; ImportError when the extra is missing."""
-    from fleet_marl.openenv import make_app  # the extra: openenv, fastapi
-    import uvicorn
+    from fleet_marl.openenv import make_app  # OpenEnv and FastAPI: the optional extra
+    import uvicorn  # the optional extra
 
     return make_app, uvicorn
 
@@ -84,7 +81,7 @@ def app_kwargs(args) -> dict:
     return kw
 
 
-def main(args) -> int:
+def run(args) -> int:
     """Run ``fleet-marl serve`` with parsed ``args``; return the exit code."""
     if not 0 < args.port < 65536:
         print(f"error: --port {args.port}: expected an integer in [1, 65535]", file=sys.stderr)
@@ -109,4 +106,4 @@ def main(args) -> int:
     return 0
 
 
-__all__ = ["INSTALL_HINT", "add_parser", "app_kwargs", "build_app", "main"]
+__all__ = ["DESCRIPTION", "EXAMPLES", "HELP", "INSTALL_HINT", "add_arguments", "app_kwargs", "build_app", "run"]

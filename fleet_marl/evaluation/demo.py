@@ -13,8 +13,21 @@ from pathlib import Path
 import numpy as np
 
 from fleet_marl.environment import parallel_env
-from fleet_marl.grader import load_policy, run_episode
-from fleet_marl.render import render_ansi
+from fleet_marl.environment.render import render_ansi
+from fleet_marl.errors import UsageError
+from fleet_marl.evaluation.command import positive
+from fleet_marl.evaluation.loading import PolicyError, load_policy
+from fleet_marl.evaluation.runner import run_episode
+from fleet_marl.tasks import TASKS
+
+HELP = "one rendered episode with a summary"
+#: User errors this command reports as ``error: ...`` (exit code 2).
+ERRORS = (UsageError, PolicyError)
+EXAMPLES = """examples:
+  fleet-marl demo                               # easy, precision_expert, seed 0
+  fleet-marl demo --gif runs/demo.gif --every 10
+  fleet-marl demo --task medium --policy planner --delay 0.2
+"""
 
 
 class _Recorder:
@@ -42,7 +55,7 @@ class _Recorder:
 
 
 def save_gif(frames: list[np.ndarray], path: Path, fps: float) -> Path:
-    from PIL import Image
+    from PIL import Image  # Pillow comes with matplotlib, needed only for --gif
 
     path.parent.mkdir(parents=True, exist_ok=True)
     images = [Image.fromarray(f) for f in frames]
@@ -79,4 +92,29 @@ def demo(task: str = "easy", policy: str = "precision_expert", seed: int = 0, gi
     return summary
 
 
-__all__ = ["demo", "save_gif"]
+def add_arguments(parser) -> None:
+    parser.add_argument("--task", default="easy", help="task (default easy)")
+    parser.add_argument("--policy", default="precision_expert", help="policy, as for evaluate (default precision_expert)")
+    parser.add_argument("--seed", type=int, default=0, help="episode seed (default 0)")
+    parser.add_argument("--gif", default=None, metavar="PATH", help="also save the rgb_array frames as an animated GIF")
+    parser.add_argument("--fps", type=float, default=4.0, help="GIF frames per second (default 4)")
+    parser.add_argument("--every", type=int, default=1, help="print every N-th frame (default 1)")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds to pause after each printed frame (default 0)")
+
+
+def run(args) -> int:
+    positive("every", args.every)
+    positive("seed", args.seed, 0)
+    if args.gif and Path(args.gif).suffix.lower() != ".gif":
+        raise UsageError(f"--gif {args.gif}: expected a path ending in .gif")
+    if args.task not in TASKS:
+        raise UsageError(f"--task {args.task!r}: expected one of {', '.join(TASKS)}")
+    if not args.fps > 0:
+        raise UsageError(f"--fps {args.fps}: expected a number > 0")
+    if args.delay < 0:
+        raise UsageError(f"--delay {args.delay}: expected a number >= 0")
+    demo(args.task, args.policy, seed=args.seed, gif=args.gif, fps=args.fps, every=args.every, delay=args.delay)
+    return 0
+
+
+__all__ = ["EXAMPLES", "HELP", "add_arguments", "demo", "run", "save_gif"]

@@ -1,4 +1,6 @@
-"""Rendering of ``FleetParallelEnv``: an ANSI table and a matplotlib picture.
+"""Rendering of ``FleetParallelEnv``: an ANSI table and a matplotlib picture, drawn from the
+env's public read-only views only (``last_outcome``, ``last_credit``, ``node_temperatures``,
+``tracker.summary()``, ``kernel_static``, ``config``).
 
 * ``ansi``: one line per tenant -- kind, model, GPUs granted / requested, precision per layer
   group, batch, throughput, memory use, the hottest node it runs on, starvation streak and
@@ -32,8 +34,9 @@ def _node_hosts(env) -> np.ndarray:
 
 def render_ansi(env) -> str:
     st, cfg, o = env.kernel_static, env.config, env.last_outcome
+    credit, temp_c, fairness = env.last_credit, env.node_temperatures, env.tracker.summary()
     lines = []
-    welfare = "-" if env._last_credit is None else f"{env._last_credit.welfare:+.3f}"
+    welfare = "-" if credit is None else f"{credit.welfare:+.3f}"
     racks = "-" if o is None else " ".join(f"{p / 1000:.1f}kW" for p in o.rack_power_w)
     lines.append(f"fleet_v0 {env.task or 'custom'}  round {env.round}/{cfg.max_cycles}  welfare {welfare}  racks {racks} (cap {st.rack_power_cap_w / 1000:.1f}kW)  live {len(env.agents)}/{st.T}")
     head = f"{'tenant':<10} {'kind':<5} {'model':<13} {'gpu':<10} {'gpus':>6} {'precision':<15} {'batch':>5} {'tok/s':>7} {'mem':>5} {'temp':>6} {'starve':>6} {'u':>7}"
@@ -51,38 +54,37 @@ def render_ansi(env) -> str:
             tps = _fmt_rate(float(o.tokens_per_s[i]))
             mem = f"{100 * o.mem_total[i] / o.mem_capacity[i]:.0f}%" if o.alloc[i] > 0 else "-"
             nodes = np.flatnonzero(hosts[i])
-            temp = f"{env._state.temp_c[nodes].max():.0f}C" if nodes.size else "-"
+            temp = f"{temp_c[nodes].max():.0f}C" if nodes.size else "-"
             u = f"{o.utility[i]:+.3f}"
             flag = "OOM" if o.oom[i] else "VETO" if o.vetoed[i] else "TRIP" if o.tripped[i] else ""
             if flag:
                 tps = flag
         status = "" if a in env.agents else " (done)"
-        streak = int(env.tracker.streak[i])
-        starve = f"{streak}{'!' if env.tracker.starved[i] else ''}"
+        streak = int(fairness.streak[i])
+        starve = f"{streak}{'!' if fairness.starved[i] else ''}"
         lines.append(f"{a + status:<10} {t.kind:<5} {t.model[:13]:<13} {t.gpu_type[:10]:<10} {gp:>6} {prec:<15} {batch:>5} {tps:>7} {mem:>5} {temp:>6} {starve:>6} {u:>7}")
     return "\n".join(lines)
 
 
-def _figure(env):
-    """The env's own Agg figure (no pyplot global state), created once and reused."""
-    fig = getattr(env, "_figure", None)
-    if fig is None:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
+def new_figure():
+    """An Agg figure for :func:`render_rgb` (no pyplot global state); the env keeps one and
+    passes it to each frame."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-        fig = Figure(figsize=(9, 4), dpi=80)
-        FigureCanvasAgg(fig)
-        env._figure = fig
-    fig.clf()
+    fig = Figure(figsize=(9, 4), dpi=80)
+    FigureCanvasAgg(fig)
     return fig
 
 
-def render_rgb(env) -> np.ndarray:
-    """An (H, W, 3) uint8 picture of the cluster."""
+def render_rgb(env, fig=None) -> np.ndarray:
+    """An (H, W, 3) uint8 picture of the cluster, drawn into ``fig`` (cleared first; a new
+    figure from :func:`new_figure` by default)."""
     import matplotlib
 
     st, o = env.kernel_static, env.last_outcome
-    fig = _figure(env)
+    fig = new_figure() if fig is None else fig
+    fig.clf()
     ax_grid, ax_temp, ax_thr = fig.subplots(1, 3, gridspec_kw={"width_ratios": [2, 1, 2]})
     colors = matplotlib.colormaps["tab20"].resampled(max(st.T, 1))
     grid = np.full((st.K, st.gpus_per_node), np.nan)
@@ -99,7 +101,7 @@ def render_rgb(env) -> np.ndarray:
     ax_grid.set_ylabel("node")
     ax_grid.set_yticks(range(st.K))
     ax_grid.set_yticklabels([f"{k}:{st.pools[st.node_pool[k]][:6]}" for k in range(st.K)], fontsize=7)
-    temp = env._state.temp_c
+    temp = env.node_temperatures
     ax_temp.barh(range(st.K), temp, color=["tab:red" if x >= st.throttle_temp_c else "tab:orange" for x in temp])
     ax_temp.axvline(st.throttle_temp_c, color="k", ls="--", lw=0.8)
     ax_temp.axvline(st.critical_temp_c, color="r", ls=":", lw=0.8)
@@ -119,4 +121,4 @@ def render_rgb(env) -> np.ndarray:
     return np.ascontiguousarray(rgba[..., :3])
 
 
-__all__ = ["render_ansi", "render_rgb"]
+__all__ = ["new_figure", "render_ansi", "render_rgb"]

@@ -1,118 +1,23 @@
-"""Configuration: frozen, validated dataclasses.
+"""The scenario's specs: :class:`FleetConfig` and the frozen dataclasses it is made of.
 
-Every field is checked when the object is built; a bad value raises :class:`ConfigError`
-naming the field (with its dotted path when built from a dict), the value and what was
-expected. Unknown keys are an error. Configs round-trip through plain dicts and YAML
-(``yaml.safe_load`` only)::
-
-    cfg = FleetConfig.from_yaml("experiments/easy.yaml")
-    assert FleetConfig.from_dict(cfg.to_dict()) == cfg
-
-The default value of each scenario parameter is a modelling choice; the default of each
-physical constant is cited in ``docs/model.md``.
+Each spec checks its fields in ``__post_init__`` (helpers in :mod:`fleet_marl.config.checks`).
+``FleetConfig`` loads the fairness knobs that moved from ``reward:`` to ``fairness:``
+(``MOVED_TO_FAIRNESS``) with a ``DeprecationWarning`` naming the new key.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import types
-import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import yaml
 
 from fleet_marl import catalog
+from fleet_marl.config.checks import (
+    ConfigError, _bool, _choice, _gpu_key, _int, _model_key, _num, _pos_float, _tuple, deprecated, from_dict, to_dict,
+)
 
-
-class ConfigError(ValueError):
-    """A configuration value is invalid. ``field`` is the dotted path of the bad field."""
-
-    def __init__(self, field_name: str, value: Any, expected: str):
-        self.field = field_name
-        self.value = value
-        self.expected = expected
-        super().__init__(f"{field_name} = {value!r}: expected {expected}")
-
-    def prefixed(self, prefix: str) -> "ConfigError":
-        return ConfigError(f"{prefix}.{self.field}" if prefix else self.field, self.value, self.expected)
-
-
-# --- field checks -------------------------------------------------------------------------
-
-
-def _set(obj, name, value):
-    object.__setattr__(obj, name, value)
-
-
-def _int(obj, name: str, lo: int, hi: int | None = None) -> None:
-    v = getattr(obj, name)
-    ok = isinstance(v, int) and not isinstance(v, bool)
-    if isinstance(v, float) and v.is_integer():
-        v, ok = int(v), True
-    rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
-    if not ok or v < lo or (hi is not None and v > hi):
-        raise ConfigError(name, getattr(obj, name), f"an integer in {rng}")
-    _set(obj, name, v)
-
-
-def _num(obj, name: str, lo: float, hi: float | None = None, lo_open: bool = False) -> None:
-    v = getattr(obj, name)
-    lo_s = f"({lo}" if lo_open else f"[{lo}"
-    rng = f"{lo_s}, {hi}]" if hi is not None else (f"> {lo}" if lo_open else f">= {lo}")
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ConfigError(name, v, f"a finite number in {rng}")
-    v = float(v)
-    if v < lo or (lo_open and v == lo) or (hi is not None and v > hi):
-        raise ConfigError(name, v, f"a number in {rng}")
-    _set(obj, name, v)
-
-
-def _choice(obj, name: str, choices) -> None:
-    v = getattr(obj, name)
-    if v not in choices:
-        raise ConfigError(name, v, f"one of {', '.join(map(repr, choices))}")
-
-
-def _bool(obj, name: str) -> None:
-    if not isinstance(getattr(obj, name), bool):
-        raise ConfigError(name, getattr(obj, name), "true or false")
-
-
-def _tuple(obj, name: str, check_item, min_len: int = 1, max_len: int | None = None) -> None:
-    v = getattr(obj, name)
-    if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)):
-        raise ConfigError(name, v, "a list")
-    if len(v) < min_len or (max_len is not None and len(v) > max_len):
-        want = f"a list of {min_len} to {max_len} items" if max_len else f"a list of at least {min_len} items"
-        raise ConfigError(name, v, want)
-    out = []
-    for i, item in enumerate(v):
-        out.append(check_item(f"{name}[{i}]", item))
-    _set(obj, name, tuple(out))
-
-
-def _gpu_key(path: str, v):
-    if v not in catalog.gpus():
-        raise ConfigError(path, v, f"a GPU type, one of {', '.join(sorted(catalog.gpus()))}")
-    return v
-
-
-def _model_key(path: str, v):
-    if v not in catalog.models():
-        raise ConfigError(path, v, f"a model, one of {', '.join(sorted(catalog.models()))}")
-    return v
-
-
-def _pos_float(path: str, v):
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-        raise ConfigError(path, v, "a finite number > 0")
-    return float(v)
-
-
-# --- the specs ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -307,7 +212,12 @@ BACKENDS = ("numpy", "numba")
 
 @dataclass(frozen=True)
 class RewardSpec:
-    """Credit assignment and the utility that feeds it (docs/model.md §8)."""
+    """Credit assignment and the utility that feeds it (docs/model.md §8).
+
+    ``degenerate_floor`` and ``starvation_penalty`` shape the reward with the fairness
+    detector's verdicts (the detector's own knobs are :class:`FairnessSpec`); they stay here
+    because they are reward shaping, which the next restructuring gives to ``fleet_marl.credit``.
+    """
 
     scheme: str = "difference"
     mixed_weight: float = 0.5  # mixed = w * local + (1 - w) * global
@@ -315,10 +225,7 @@ class RewardSpec:
     compute_all: bool = True  # also report the schemes not chosen
     cost_weight: float = 1.0  # weight of money spent (per round budget) in utility
     degenerate_floor: float = 0.01  # reward of a degenerate strategy
-    starvation_fraction: float = 0.5  # starved below this fraction of the fair share
-    starvation_rounds: int = 3  # for this many consecutive rounds
     starvation_penalty: float = 0.0  # subtracted from the global reward per starved tenant
-    hoard_share: float = 0.25  # degenerate: holding more than this share of its GPU pool while another tenant starves
 
     def __post_init__(self):
         _choice(self, "scheme", REWARD_SCHEMES)
@@ -327,11 +234,27 @@ class RewardSpec:
         _bool(self, "compute_all")
         _num(self, "cost_weight", 0.0)
         _num(self, "degenerate_floor", -1e6, 1e6)
+        _num(self, "starvation_penalty", 0.0)
+
+
+@dataclass(frozen=True)
+class FairnessSpec:
+    """The fairness detector (``fleet_marl.fairness``, docs/environment.md): when a tenant is
+    starved, and when holding GPUs is hoarding."""
+
+    starvation_fraction: float = 0.5  # a round is short below this fraction of min(fair share, request)
+    starvation_rounds: int = 3  # starved after this many consecutive short rounds
+    hoard_share: float = 0.25  # degenerate: holding more than this share of its GPU pool while another tenant starves
+
+    def __post_init__(self):
         _num(self, "starvation_fraction", 0.0, 1.0)
         _int(self, "starvation_rounds", 1, 1_000_000)
-        _num(self, "starvation_penalty", 0.0)
         _num(self, "hoard_share", 0.0, 1.0)
 
+
+#: Keys that moved from ``reward:`` (RewardSpec) to ``fairness:`` (FairnessSpec). The old
+#: place still loads, with a ``DeprecationWarning``; a key given in both places is an error.
+MOVED_TO_FAIRNESS = ("starvation_fraction", "starvation_rounds", "hoard_share")
 
 @dataclass(frozen=True)
 class FleetConfig:
@@ -342,12 +265,13 @@ class FleetConfig:
     arbiter: ArbiterSpec = field(default_factory=ArbiterSpec)
     safety: SafetySpec = field(default_factory=SafetySpec)
     reward: RewardSpec = field(default_factory=RewardSpec)
+    fairness: FairnessSpec = field(default_factory=FairnessSpec)
     max_cycles: int = 100
     backend: str = "numpy"  # kernel backend: numpy (the reference) or numba (the [fast] extra)
 
     def __post_init__(self):
         _choice(self, "backend", BACKENDS)
-        for name, cls in (("cluster", ClusterSpec), ("arbiter", ArbiterSpec), ("safety", SafetySpec), ("reward", RewardSpec)):
+        for name, cls in (("cluster", ClusterSpec), ("arbiter", ArbiterSpec), ("safety", SafetySpec), ("reward", RewardSpec), ("fairness", FairnessSpec)):
             if not isinstance(getattr(self, name), cls):
                 raise ConfigError(name, getattr(self, name), f"a {cls.__name__}")
 
@@ -376,6 +300,30 @@ class FleetConfig:
 
     # --- dict / YAML round trip ---------------------------------------------------------
 
+    @classmethod
+    def migrate(cls, data: dict, path: str = "") -> dict:
+        """``data`` (a FleetConfig mapping) with the keys of ``MOVED_TO_FAIRNESS`` found under
+        ``reward`` moved to ``fairness`` (a new dict; ``data`` is not changed), with a
+        ``DeprecationWarning`` each; a key in both places is a :class:`ConfigError`."""
+        reward = data.get("reward")
+        moved = [k for k in MOVED_TO_FAIRNESS if isinstance(reward, dict) and k in reward]
+        if not moved:
+            return data
+        p = f"{path}." if path else ""
+        fair = data.get("fairness")
+        fair = {} if fair is None else fair
+        data, reward = dict(data), dict(reward)
+        fair = to_dict(fair) if isinstance(fair, FairnessSpec) else dict(fair) if isinstance(fair, dict) else fair
+        if not isinstance(fair, dict):
+            return data  # from_dict names the bad fairness field
+        for k in moved:
+            if k in fair:
+                raise ConfigError(f"{p}reward.{k}", reward[k], f"no value: {k} moved to {p}fairness.{k}, which is given too ({fair[k]!r}); give it once, as fairness.{k}")
+            deprecated(f"config key {p}reward.{k} is deprecated: use {p}fairness.{k} (the fairness detector's knobs moved from RewardSpec to FairnessSpec)")
+            fair[k] = reward.pop(k)
+        data["reward"], data["fairness"] = reward, fair
+        return data
+
     def to_dict(self) -> dict:
         return to_dict(self)
 
@@ -402,64 +350,7 @@ class FleetConfig:
         return cls.from_dict(data)
 
 
-def to_dict(obj) -> Any:
-    """A plain dict/list/scalar tree of a config dataclass (YAML- and JSON-safe)."""
-    if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in fields(obj)}
-    if isinstance(obj, tuple):
-        return [to_dict(v) for v in obj]
-    return obj
-
-
-def _hints(cls) -> dict:
-    return typing.get_type_hints(cls)
-
-
-def _convert(tp, value, path: str):
-    origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
-        return from_dict(tp, value, path)
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if isinstance(value, (list, tuple)):
-            return tuple(_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
-        return value  # the dataclass check names the field
-    if origin in (typing.Union, types.UnionType):
-        return value
-    return value
-
-
-def from_dict(cls, data: Any, path: str = ""):
-    """Build the config dataclass ``cls`` from a plain dict; unknown keys are an error."""
-    if isinstance(data, cls):
-        return data
-    if not isinstance(data, dict):
-        raise ConfigError(path or cls.__name__, data, f"a mapping of {cls.__name__} fields")
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        where = f"{path}.{unknown[0]}" if path else unknown[0]
-        raise ConfigError(where, data[unknown[0]], f"a known field of {cls.__name__} (valid fields: {', '.join(sorted(known))})")
-    hints = _hints(cls)
-    kw = {k: _convert(hints[k], v, f"{path}.{k}" if path else k) for k, v in data.items()}
-    try:
-        return cls(**kw)
-    except ConfigError as e:
-        raise e.prefixed(path) from None
-
-
 __all__ = [
-    "ArbiterSpec",
-    "BACKENDS",
-    "ClusterSpec",
-    "ConfigError",
-    "FleetConfig",
-    "MECHANISMS",
-    "REWARD_SCHEMES",
-    "RewardSpec",
-    "SafetySpec",
-    "TenantSpec",
-    "WorkloadSpec",
-    "from_dict",
-    "to_dict",
+    "ArbiterSpec", "BACKENDS", "ClusterSpec", "FairnessSpec", "FleetConfig", "MECHANISMS", "MOVED_TO_FAIRNESS", "REWARD_SCHEMES",
+    "RewardSpec", "SafetySpec", "TenantSpec", "WorkloadSpec",
 ]

@@ -4,7 +4,8 @@ Every figure is a median over repeats, measured in one process pinned to one CPU
 actions sampled from the action masks beforehand (sampling is never timed) and a stock
 PettingZoo environment measured in the same run as the reference. The keys of the JSON
 report are documented in ``docs/benchmarks.md``; the targets are the ones of the performance
-issue (``TARGETS``).
+issue (``TARGETS``). :func:`measure` runs every measurement; :data:`HELP`, :data:`DESCRIPTION`,
+:data:`EXAMPLES`, :func:`add_arguments` and :func:`run` are the ``bench`` command.
 
 The scenario family (``bench_config``): N tenants on N/2 H100 nodes (4 GPUs per tenant against
 a demand of up to 8, so the arbiter always has contention), alternating trainers and servers
@@ -18,7 +19,9 @@ enough that no tenant leaves before ``max_cycles`` (so every step has N agents).
 
 from __future__ import annotations
 
+import argparse
 import gc
+import json
 import math
 import os
 import platform
@@ -29,6 +32,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+from tqdm import tqdm
+
+from pettingzoo.classic.rps.rps import parallel_env as rps_parallel_env  # what pettingzoo.classic.rps_v2 re-exports, without its warning
+
+from fleet_marl import catalog
+from fleet_marl.config import BACKENDS, FleetConfig, from_dict
+from fleet_marl.environment import parallel_env
+from fleet_marl.kernel import Actions, Draws, KernelStatic, RoundState, check_actions, evaluate, resolve_backend
 
 _H100 = "h100-sxm"
 #: Trainers (model, sequence length, activation checkpointing) and servers, as in the hard task.
@@ -103,7 +114,7 @@ def rss_bytes() -> int:
         with open("/proc/self/statm") as fh:
             return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except OSError:  # pragma: no cover - not Linux
-        import resource
+        import resource  # not on Windows
 
         scale = 1 if sys.platform == "darwin" else 1024
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
@@ -184,9 +195,7 @@ def median_call_time(fn: Callable[[], object], repeats: int, min_time: float) ->
 
 
 def make_env(n: int, scheme: str, backend: str, max_cycles: int = 100):
-    import fleet_marl
-
-    return fleet_marl.parallel_env(config=bench_config(n, max_cycles), reward_scheme=scheme, compute_all=False, backend=backend)
+    return parallel_env(config=bench_config(n, max_cycles), reward_scheme=scheme, compute_all=False, backend=backend)
 
 
 def env_step(n: int, scheme: str, backend: str, steps: int, repeats: int) -> StepTiming:
@@ -198,9 +207,6 @@ def env_step(n: int, scheme: str, backend: str, steps: int, repeats: int) -> Ste
 
 def kernel_actions(st, rng: np.random.Generator, batch: int):
     """Random valid kernel actions with a leading batch axis, checked once (not timed)."""
-    from fleet_marl import catalog
-    from fleet_marl.kernel import Actions, check_actions
-
     T, G = st.T, catalog.N_GROUPS
     legal = st.supported & ~(st.is_train[:, None] & catalog.WEIGHT_ONLY[None, :])  # (T, P)
     u = rng.random((batch, T, G))
@@ -219,9 +225,6 @@ def kernel_actions(st, rng: np.random.Generator, batch: int):
 
 def kernel_rate(backend: str, batch: int, repeats: int, min_time: float) -> float:
     """Evaluations (rows) per second of ``evaluate`` at N = 16 for ``batch`` rows, inputs checked once."""
-    from fleet_marl.config import from_dict, FleetConfig
-    from fleet_marl.kernel import Draws, KernelStatic, RoundState, evaluate
-
     st = KernelStatic.from_config(from_dict(FleetConfig, {**bench_config(KERNEL_N), "backend": backend}))
     acts = kernel_actions(st, np.random.default_rng(batch), batch)
     state, draws = RoundState.initial(st), Draws.expected(st)
@@ -260,11 +263,9 @@ def reference_env():
     (3 agents, discrete actions), or PettingZoo's bundled rock-paper-scissors when ``mpe2`` is
     not installed."""
     try:
-        from mpe2 import simple_spread_v3
+        from mpe2 import simple_spread_v3  # the bench extra: optional
     except ImportError:
-        from pettingzoo.classic import rps_v2
-
-        return "pettingzoo.classic.rps_v2", rps_v2.parallel_env()
+        return "pettingzoo.classic.rps_v2", rps_parallel_env()
     return "mpe2.simple_spread_v3", simple_spread_v3.parallel_env(N=3, max_cycles=25, continuous_actions=False)
 
 
@@ -295,12 +296,8 @@ FULL = Plan(steps={4: 400, 16: 300, 64: 100}, repeats=5, kernel_min_time=0.25, s
 QUICK = Plan(steps={4: 60, 16: 40, 64: 12}, repeats=3, kernel_min_time=0.03, shapley_steps=5, rss_agent_steps=RSS_AGENT_STEPS // 10, reference_steps=300)
 
 
-def run(backend: str = "numpy", quick: bool = False, cpu: int | None = None, progress: bool = True) -> dict:
+def measure(backend: str = "numpy", quick: bool = False, cpu: int | None = None, progress: bool = True) -> dict:
     """Run every measurement and return the report (a flat dict; see docs/benchmarks.md)."""
-    from tqdm import tqdm
-
-    from fleet_marl.kernel import resolve_backend
-
     plan = QUICK if quick else FULL
     used = resolve_backend(backend)  # warns and falls back to numpy when numba is missing
     pinned = pin_to_one_core(cpu)
@@ -391,11 +388,9 @@ def format_table(r: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ENV_SIZES", "KERNEL_BATCHES", "TARGETS", "bench_config", "format_table", "run", "targets"]
-
-
 # --- the command ---------------------------------------------------------------------------------
 
+HELP = "how fast the env and the batched kernel are, against a stock PettingZoo env"
 EXAMPLES = """examples:
   fleet-marl bench                      # the full run (under 3 minutes): a table on stdout, progress on stderr
   fleet-marl bench --quick --json       # the CI smoke run (under 30 s), one JSON object
@@ -404,23 +399,13 @@ EXAMPLES = """examples:
 
 Every key of the JSON report is documented in docs/benchmarks.md.
 """
+DESCRIPTION = ("Measure env steps (N = 4, 16, 64; local and difference rewards), the batched kernel (N = 16, batch 1 to 16384), "
+               "the difference and exact-Shapley overheads, RSS over a long run and a stock PettingZoo env, on one pinned core; "
+               "medians over repeats, actions pre-sampled.")
 
 
-def add_parser(sub) -> None:
-    """Add the ``bench`` subcommand to the ``fleet-marl`` subparsers ``sub``."""
-    import argparse
-
-    from fleet_marl.config import BACKENDS
-
-    b = sub.add_parser(
-        "bench",
-        help="how fast the env and the batched kernel are, against a stock PettingZoo env",
-        description="Measure env steps (N = 4, 16, 64; local and difference rewards), the batched kernel (N = 16, "
-        "batch 1 to 16384), the difference and exact-Shapley overheads, RSS over a long run and a stock PettingZoo "
-        "env, on one pinned core; medians over repeats, actions pre-sampled.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(b: argparse.ArgumentParser) -> None:
+    """The options of ``fleet-marl bench``."""
     b.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     b.add_argument("--quick", action="store_true", help="fewer steps and repeats (under 30 s; the CI smoke test)")
     b.add_argument("--backend", choices=BACKENDS, default="numpy", help="kernel backend to measure (default numpy)")
@@ -428,15 +413,17 @@ def add_parser(sub) -> None:
     b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
-def main(args) -> int:
+def run(args) -> int:
     """Run ``fleet-marl bench`` with parsed ``args``; print the report; return the exit code."""
-    import json
-
     try:
-        r = run(backend=args.backend, quick=args.quick, cpu=args.cpu, progress=not args.no_progress)
+        r = measure(backend=args.backend, quick=args.quick, cpu=args.cpu, progress=not args.no_progress)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         print("run 'fleet-marl bench --help' for the options", file=sys.stderr)
         return 2
     print(json.dumps(r, indent=2) if args.json else format_table(r))
     return 0
+
+
+__all__ = ["DESCRIPTION", "ENV_SIZES", "EXAMPLES", "HELP", "KERNEL_BATCHES", "TARGETS", "add_arguments", "bench_config", "format_table",
+           "measure", "run", "targets"]

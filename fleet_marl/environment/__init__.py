@@ -1,0 +1,70 @@
+"""The PettingZoo environment ``fleet_v0``: tenants negotiate for one shared GPU cluster.
+
+``FleetParallelEnv`` is a :class:`pettingzoo.ParallelEnv`; ``env()`` is its AEC form. Both are
+a thin layer over the batched kernel: agent-ID dicts at the edge, tenant arrays inside. The
+full reference, with every field, formula and task, is ``docs/environment.md``.
+
+Agents
+    ``tenant_0`` ... ``tenant_{N-1}``, one per ``config.tenants`` entry. Each runs a stream of
+    jobs of its kind: a trainer works through training jobs one at a time (new jobs arrive by
+    its workload's arrival process and queue); a server receives requests that queue FIFO.
+
+Actions -- ``MultiDiscrete`` per tenant, ``ACTION_FIELDS``:
+    ``gpus`` (0 .. max_gpus), ``bid_level`` (index into ``arbiter.bid_levels``, multipliers of
+    the list price), ``precision.<group>`` for the five layer groups (index into
+    ``catalog.PRECISIONS``: fp32, bf16, fp8, int8, int4) and ``batch_level`` (index into
+    ``BATCH_LEVELS``: sequences per GPU per step for training, concurrent sequences for
+    serving).
+
+Action mask -- a tuple of 8 int8 arrays, one per action dimension, the layout gymnasium's
+    ``MultiDiscrete.sample(mask=...)`` takes. Masked out: precisions the tenant's GPU lacks,
+    INT8/INT4 for training (weight-only formats), and GPU counts the budget cannot pay for at
+    the lowest bid. It is ``obs["action_mask"]`` in ``obs_mode="dict"`` and
+    ``infos[agent]["action_mask"]`` in both modes. A masked choice is named in
+    ``infos[agent]["illegal"]``: a masked precision is vetoed (the tenant runs nothing that
+    round), a masked GPU count is capped at what the budget affords at the bid. With
+    ``illegal_action="raise"`` either is an :class:`ActionError`.
+
+Observations -- float32 in [0, 1], ``OBS_FIELDS`` (normalizations in the docs). ``state()``
+    is every tenant's row followed by each node's temperature and each rack's power.
+
+Rewards -- ``reward_scheme``: local, global, mixed, difference, difference_default, shapley
+    (``fleet_marl.credit``). Every scheme's value is in ``infos[agent]["rewards"]`` unless
+    ``compute_all=False``. A degenerate strategy's reward is ``degenerate_floor``.
+    ``env.credit_seconds`` is the wall time the env has spent in the credit engine (the one
+    batched kernel call per round that every computed scheme needs, plus the schemes'
+    arithmetic) since it was built, over all episodes, ``env.last_credit_seconds`` that of the
+    last step; ``env.steps_taken`` counts the steps.
+
+Termination -- a tenant whose budget cannot pay for one GPU for one round at the lowest bid,
+    or whose work is done (no job or request left, and none to come), is terminated.
+    Reaching ``max_cycles`` rounds truncates everyone left.
+
+Read-only views -- the scenario: ``config``, ``kernel_static``, ``bid_levels``, ``nvec``,
+    ``default_action_index``, ``default_actions``, ``rounds_alone``; the episode: ``round``,
+    ``last_outcome``, ``last_credit``, ``node_temperatures``, ``round_state``,
+    ``arrival_schedule``, ``observed_round()`` (the inverse of the observation normalization)
+    and ``tracker.summary()`` (fairness). Render, remote clients, policies and benchmarks use
+    only these.
+
+Modules -- ``spaces`` (action and observation fields, masks, spaces, :class:`ActionError`),
+    ``observations`` (the observation matrix, the state vector and their inverse),
+    ``scenario`` (default actions and other static facts), ``parallel``
+    (:class:`FleetParallelEnv`), ``views`` (its read-only views), ``aec`` (``env()``) and
+    ``render`` (ANSI and RGB frames).
+"""
+
+from fleet_marl.environment.spaces import (
+    ACTION_FIELDS, BATCH_LEVELS, N_ACT, N_OBS, OBS_FIELDS, OBS_MODES, ActionError,
+)
+from fleet_marl.environment.parallel import FleetParallelEnv, parallel_env
+from fleet_marl.environment.aec import env, raw_env
+
+__doc__ += "\nObservation fields (index, name, meaning)::\n\n" + "\n".join(
+    f"    {i:2d}  {name:<13} {meaning}" for i, (name, meaning) in enumerate(OBS_FIELDS)
+)
+
+__all__ = [
+    "ACTION_FIELDS", "ActionError", "BATCH_LEVELS", "FleetParallelEnv", "N_ACT", "N_OBS", "OBS_FIELDS", "OBS_MODES", "env",
+    "parallel_env", "raw_env",
+]

@@ -1,0 +1,70 @@
+"""The static facts of a scenario the env derives once: the cheapest GPU-round each tenant
+can buy, each tenant's documented default action, and each trainer's job time alone."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fleet_marl import catalog
+from fleet_marl.environment.spaces import BATCH_LEVELS, N_ACT, PREC, decode_actions
+from fleet_marl.kernel import Actions, Draws, RoundState, cost, evaluate
+from fleet_marl.kernel.arbiter import AUCTION, PROPORTIONAL
+
+
+def cheapest_gpu_round(st, bid_levels: np.ndarray) -> np.ndarray:
+    """(T,) the cheapest GPU-round each tenant can buy. The budget is checked at the bid in
+    the proportional and auction mechanisms (at list price otherwise), so it is at the lowest
+    bid that can win: in an auction, the lowest level at or above the reserve."""
+    if st.mechanism == AUCTION:
+        pay_low = float(bid_levels[bid_levels >= st.reserve_price][0])
+    elif st.mechanism == PROPORTIONAL:
+        pay_low = float(bid_levels[0])
+    else:
+        pay_low = 1.0
+    return st.list_price * pay_low * (st.round_seconds / 3600.0)
+
+
+def default_action(st, bid_levels: np.ndarray, prec_legal: np.ndarray) -> tuple[np.ndarray, Actions]:
+    """Each tenant's default action ``c_i`` (docs/environment.md), as (T, 8) indices and
+    decoded: its static fair share of its pool (capacity // tenants on the pool), raised to
+    the fewest GPUs that hold its model if the share cannot, within [1, max_gpus]; the bid
+    level nearest list price; BF16 on every group; and the largest batch level that fits there."""
+    T = st.T
+    per_pool = np.bincount(st.pool, minlength=len(st.pools))
+    share = st.pool_capacity[st.pool] // per_pool[st.pool]
+    bid_idx = int(np.argmin(np.abs(bid_levels - 1.0)))
+    bf16 = catalog.PRECISION_CODE["bf16"]
+    prec = np.where(prec_legal[:, bf16], bf16, catalog.PRECISION_CODE["fp32"])
+    precision = np.repeat(prec[:, None], catalog.N_GROUPS, axis=1).astype(np.int64)
+    terms = cost.tenant_terms(st, precision[None], project=not st.veto)
+    # the fewest GPUs that hold one sequence, for models too big for the fair share
+    counts = np.arange(1, int(st.max_gpus.max()) + 1)[:, None] * np.ones((1, T), np.int64)
+    holds = cost.largest_fitting_batch(terms, counts, st.mem_bytes) >= 1
+    least = np.where(holds.any(0), np.argmax(holds, axis=0) + 1, st.max_gpus)
+    gpus = np.clip(np.maximum(share, least), 1, st.max_gpus).astype(np.int64)
+    fit = cost.largest_fitting_batch(terms, gpus[None], st.mem_bytes)[0]
+    level = np.maximum(np.searchsorted(BATCH_LEVELS, fit, side="right") - 1, 0)
+    idx = np.zeros((T, N_ACT), np.int64)
+    idx[:, 0] = gpus
+    idx[:, 1] = bid_idx
+    idx[:, PREC] = precision
+    idx[:, -1] = level
+    return idx, decode_actions(idx, bid_levels)
+
+
+def job_rounds_alone(st, default_actions: Actions) -> np.ndarray:
+    """Themis ``T_independent`` in rounds: a trainer's job alone on its default action from
+    a standing start (the first round loses ``restart_seconds``, as every job's first round
+    does in the shared run), nodes at ambient. inf where it cannot run, and for servers."""
+    T = st.T
+    d = default_actions
+    state = RoundState.initial(st)
+    state = RoundState(prev_alloc=d.gpus.copy(), temp_c=state.temp_c, queue=state.queue, remaining_tokens=np.full(T, np.inf), budget_left=np.full(T, 1e300))
+    out = evaluate(st, d, state, Draws.expected(st), np.eye(T, dtype=bool), validate=False)
+    rate = np.diagonal(out.tokens_per_s)
+    with np.errstate(divide="ignore"):
+        seconds = st.restart_seconds + st.job_tokens / rate
+        return np.where(st.is_train & (rate > 0), seconds / st.round_seconds, np.inf)
+
+
+__all__ = ["cheapest_gpu_round", "default_action", "job_rounds_alone"]

@@ -1,0 +1,181 @@
+"""The action and observation layouts of ``fleet_v0``: fields, masks and gymnasium spaces.
+
+``ACTION_FIELDS`` names the 8 dimensions of each tenant's ``MultiDiscrete`` action,
+``BATCH_LEVELS`` the batch sizes ``batch_level`` selects, ``OBS_FIELDS`` the observation
+features (their normalizations are in :mod:`fleet_marl.environment.observations`).
+:class:`ActionMasks` builds the static parts of the masks once per scenario; the GPU count's
+mask follows the budget each round. :func:`parse_action` is the check of one action that
+needs no episode state (dtype, shape, range), shared by the env and the remote client.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from fleet_marl import catalog
+from fleet_marl.kernel import Actions
+
+#: Batch sizes selectable by ``batch_level``. 256 is vLLM's default ``max_num_seqs``.
+BATCH_LEVELS = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256], dtype=np.int64)
+ACTION_FIELDS = ("gpus", "bid_level") + tuple(f"precision.{g}" for g in catalog.GROUPS) + ("batch_level",)
+N_ACT = len(ACTION_FIELDS)
+#: The precision dimensions of an action (one per layer group).
+PREC = slice(2, 2 + catalog.N_GROUPS)
+OBS_MODES = ("flat", "dict")
+ILLEGAL_ACTION = ("veto", "raise")
+
+#: Observation features, in order, with their meaning (all in [0, 1]).
+OBS_FIELDS: tuple[tuple[str, str], ...] = (
+    ("is_serve", "1 for a serving tenant, 0 for a trainer"),
+    ("alive", "1 while the tenant is in the episode"),
+    ("round", "rounds played / max_cycles"),
+    ("budget_left", "budget left / episode budget"),
+    ("job_left", "train: tokens left in the current job / job_tokens (0 between jobs); serve: 0"),
+    ("jobs_waiting", "train: jobs queued behind the current one, n / (n + 1); serve: 0"),
+    ("queue", "serve: requests waiting, q / (q + m) with m the mean arrivals per round; train: 0"),
+    ("arrivals", "serve: requests that arrived last round, a / (a + m); train: 0"),
+    ("held", "GPUs held last round / max_gpus"),
+    ("granted", "GPUs granted / GPUs requested last round (1 if nothing was requested)"),
+    ("price", "price paid per GPU-hour last round / (list price x highest bid level)"),
+    ("value", "work value last round, v / (v + 1) (docs/model.md sec. 8)"),
+    ("utility", "utility last round, 0.5 + 0.5 tanh(u)"),
+    ("slo", "serve: share of last round's arrivals served within the SLO; train: 0"),
+    ("oom", "1 if last round's config did not fit in memory"),
+    ("vetoed", "1 if last round's config was refused by the safety check"),
+    ("unsafe", "1 if last round's precision map was numerically unsafe"),
+    ("throttle", "1 - clock factor last round (0 = full speed)"),
+    ("restarted", "1 if last round's allocation changed and the job restarted"),
+    ("memory", "bytes per GPU / usable bytes per GPU last round, clipped to 1"),
+    ("starvation", "starvation streak / starvation_rounds, clipped to 1"),
+    ("fair_share", "max-min fair share of its pool / max_gpus"),
+    ("pool_free", "GPUs of its pool not granted last round / pool capacity"),
+    ("pool_demand", "GPUs requested from its pool last round / capacity, x / (x + 1)"),
+    ("pool_price", "mean price multiplier paid in its pool last round / highest bid level"),
+    ("temperature", "hottest node of its pool, (T - ambient) / (critical - ambient), clipped"),
+    ("rack_power", "highest rack power last round / rack cap, clipped to 1"),
+    ("alive_share", "live tenants / all tenants"),
+    ("fp8", "1 if its GPU type supports FP8"),
+    ("gpu_memory", "memory of its GPU type / 141 GB (H200)"),
+    ("model_size", "log10(parameters) / 12"),
+    ("priority", "p / (p + 1)"),
+    ("max_gpus", "max_gpus / pool capacity"),
+    ("burn_rate", "cost of max_gpus for a round at list price / (budget / max_cycles), x / (x + 1)"),
+)
+N_OBS = len(OBS_FIELDS)
+#: Index of each observation feature by name.
+OBS_INDEX = {name: i for i, (name, _) in enumerate(OBS_FIELDS)}
+
+
+class ActionError(ValueError):
+    """A bad action. ``agent`` and ``field`` name what was wrong; the step changed nothing."""
+
+    def __init__(self, agent: Any, field: str, value: Any, expected: str):
+        self.agent, self.field, self.value, self.expected = agent, field, value, expected
+        super().__init__(f"{agent}: {field} = {value!r}: expected {expected}")
+
+
+def decode_actions(idx: np.ndarray, bid_levels: np.ndarray) -> Actions:
+    """The kernel's :class:`~fleet_marl.kernel.Actions` of (T, 8) action indices."""
+    return Actions(
+        gpus=idx[:, 0].copy(),
+        bid=bid_levels[idx[:, 1]],
+        precision=idx[:, PREC].copy(),
+        batch=BATCH_LEVELS[idx[:, -1]],
+    )
+
+
+def action_nvec(max_gpus: np.ndarray, n_bids: int) -> np.ndarray:
+    """(T, 8) the ``MultiDiscrete`` sizes of each tenant's action."""
+    return np.stack([
+        np.concatenate(([m + 1, n_bids], np.full(catalog.N_GROUPS, catalog.N_PRECISIONS), [len(BATCH_LEVELS)]))
+        for m in max_gpus
+    ]).astype(np.int64)
+
+
+def build_spaces(agents: list[str], nvec: np.ndarray, obs_mode: str, state_size: int) -> tuple[dict, dict, gymnasium.spaces.Box]:
+    """(action spaces, observation spaces, state space), built once per scenario."""
+    action_spaces = {a: gymnasium.spaces.MultiDiscrete(nvec[i]) for i, a in enumerate(agents)}
+    if obs_mode == "flat":
+        observation_spaces = {a: gymnasium.spaces.Box(0.0, 1.0, (N_OBS,), np.float32) for a in agents}
+    else:
+        observation_spaces = {
+            a: gymnasium.spaces.Dict({
+                "observation": gymnasium.spaces.Box(0.0, 1.0, (N_OBS,), np.float32),
+                "action_mask": gymnasium.spaces.Tuple([gymnasium.spaces.MultiBinary(int(n)) for n in nvec[i]]),
+            })
+            for i, a in enumerate(agents)
+        }
+    return action_spaces, observation_spaces, gymnasium.spaces.Box(0.0, 1.0, (state_size,), np.float32)
+
+
+class ActionMasks:
+    """The action masks of one scenario (see the package docstring): the static dimensions --
+    bid and batch levels, the precisions each tenant may use -- built once, read-only; the GPU
+    count's mask from what the budget affords each round."""
+
+    def __init__(self, st, n_bids: int) -> None:
+        #: (T, P) the precisions each tenant may use: its GPU's, and no weight-only format for training
+        self.prec_legal = st.supported & ~(st.is_train[:, None] & catalog.WEIGHT_ONLY[None, :])
+        self.max_gpus = st.max_gpus
+        ones_bid = np.ones(n_bids, np.int8)
+        ones_batch = np.ones(len(BATCH_LEVELS), np.int8)
+        self._static = []
+        self._gpu_range = [np.arange(m + 1) for m in st.max_gpus]
+        self._full_gpu = [np.ones(m + 1, np.int8) for m in st.max_gpus]
+        for g in self._full_gpu:
+            g.setflags(write=False)
+        for i in range(st.T):
+            pm = self.prec_legal[i].astype(np.int8)
+            parts = [ones_bid] + [pm] * catalog.N_GROUPS + [ones_batch]
+            for p in parts:
+                p.setflags(write=False)
+            self._static.append(parts)
+
+    def __call__(self, afford: np.ndarray) -> list[tuple[np.ndarray, ...]]:
+        """Every tenant's mask when it can afford ``afford[i]`` GPUs."""
+        out = []
+        for i in range(len(self._static)):
+            if afford[i] >= self.max_gpus[i]:
+                g = self._full_gpu[i]
+            else:
+                g = (self._gpu_range[i] <= afford[i]).astype(np.int8)
+                g.setflags(write=False)
+            out.append((g, *self._static[i]))
+        return out
+
+
+def parse_action(a: str, act, nvec: np.ndarray) -> np.ndarray:
+    """One agent's action as 8 int64 indices, or an :class:`ActionError` naming the bad
+    field: an integer (or integral float) array of shape (8,) within ``nvec``."""
+    arr = np.asarray(act) if act is not None else None
+    if arr is None or arr.dtype == object or arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise ActionError(a, "action", act, f"an integer array of shape ({N_ACT},) from action_space('{a}')")
+    if arr.shape != (N_ACT,):
+        raise ActionError(a, "action.shape", arr.shape, f"({N_ACT},): {', '.join(ACTION_FIELDS)}")
+    if np.issubdtype(arr.dtype, np.floating):
+        for k in range(N_ACT):
+            if not np.isfinite(arr[k]) or arr[k] != np.round(arr[k]):
+                raise ActionError(a, f"action[{k}] ({ACTION_FIELDS[k]})", float(arr[k]), "an integer")
+    bad = (arr < 0) | (arr >= nvec)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise ActionError(a, f"action[{k}] ({ACTION_FIELDS[k]})", arr[k].item(), f"an integer in [0, {nvec[k] - 1}]")
+    return arr.astype(np.int64)
+
+
+def check_agent(a, agent_index: dict, agents: list[str], live: set) -> int:
+    """The index of agent ``a``, or an :class:`ActionError` if it is unknown or finished."""
+    if a not in agent_index:
+        raise ActionError(a, "agent", a, f"a live agent, one of {', '.join(agents)}")
+    if a not in live:
+        raise ActionError(a, "agent", a, f"a live agent; {a} has finished (PettingZoo: finished agents take no action). Live: {', '.join(agents)}")
+    return agent_index[a]
+
+
+__all__ = [
+    "ACTION_FIELDS", "ActionError", "ActionMasks", "BATCH_LEVELS", "ILLEGAL_ACTION", "N_ACT", "N_OBS", "OBS_FIELDS", "OBS_INDEX",
+    "OBS_MODES", "PREC", "action_nvec", "build_spaces", "check_agent", "decode_actions", "parse_action",
+]

@@ -1,0 +1,74 @@
+"""The public read-only views of ``FleetParallelEnv`` on its episode (a mixin of the env).
+
+Render, the OpenEnv views, the planner, benchmarks and tests read the episode through these,
+never through the env's private state. Arrays are read-only views: copy before writing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from fleet_marl.environment import observations
+from fleet_marl.kernel import RoundState
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.setflags(write=False)
+    return v
+
+
+class EnvViews:
+    """``round``, ``last_outcome``, ``last_credit``, ``node_temperatures``, ``round_state``,
+    ``arrival_schedule`` and ``observed_round()`` (``FleetParallelEnv`` provides the state)."""
+
+    def observed_round(self, state_vector: np.ndarray | None = None, include_queued_jobs: bool = False) -> observations.ObservedRound:
+        """What ``state_vector`` (default: ``state()``) says of the round ahead: live tenants,
+        the kernel RoundState, last round's serving arrivals (the inverse of the observation
+        normalization, :func:`fleet_marl.environment.observations.observed_round`)."""
+        return observations.observed_round(self.kernel_static, self.state() if state_vector is None else state_vector, include_queued_jobs)
+
+    @property
+    def round(self) -> int:
+        """Rounds played in this episode."""
+        return self._round
+
+    @property
+    def last_outcome(self):
+        """The kernel's :class:`~fleet_marl.kernel.Outcome` of the last round (None before the first step)."""
+        return self._last
+
+    @property
+    def last_credit(self):
+        """The :class:`~fleet_marl.credit.Credit` of the last round: its outcome, welfare and
+        every computed scheme's rewards, with the starvation penalty and before the degenerate
+        floor (``infos[agent]["rewards"]``; None before the first step)."""
+        return self._last_credit
+
+    @property
+    def node_temperatures(self) -> np.ndarray:
+        """(K,) each node's GPU temperature now, in °C (read-only)."""
+        self._need_reset("node_temperatures")
+        return _read_only(self._state.temp_c)
+
+    @property
+    def round_state(self) -> RoundState:
+        """The kernel :class:`~fleet_marl.kernel.RoundState` the next step starts from (GPUs
+        held, node temperatures, serving queues, tokens left in each trainer's job, budgets;
+        read-only arrays)."""
+        self._need_reset("round_state")
+        s = self._state
+        return RoundState(**{f.name: _read_only(np.asarray(getattr(s, f.name))) for f in dataclasses.fields(s)})
+
+    @property
+    def arrival_schedule(self) -> np.ndarray:
+        """(max_cycles, T) the episode's arrivals per round, drawn at reset: requests for a
+        server, training jobs for a trainer (read-only). The simulator's ground truth, for
+        tests and analysis: a policy that reads it sees the future."""
+        self._need_reset("arrival_schedule")
+        return _read_only(self._schedule)
+
+
+__all__ = ["EnvViews"]

@@ -1,0 +1,32 @@
+"""Evaluation: play a policy on a task for a list of seeds and grade it against the references.
+
+=====================  ====================================================================
+module                 what it owns
+=====================  ====================================================================
+``loading``            policy specs -> policy objects; the ``PolicyLoader`` plug-in hook
+``runner``             one episode, every action checked (``run_episode``, ``Episode``)
+``reference``          the ``random`` and ``planner`` reference episodes, cached on disk
+``score``              the score and ``evaluate`` (``fleet-marl evaluate``)
+``baselines``          every reference policy on every task (``fleet-marl baselines``)
+``demo``               one rendered episode (``fleet-marl demo``)
+``command``            the ``evaluate`` command
+=====================  ====================================================================
+
+>>> from fleet_marl.evaluation import evaluate
+>>> ev = evaluate("tiny", "precision_expert", episodes=2, progress=False)  # doctest: +SKIP
+>>> round(ev.score, 2)  # doctest: +SKIP
+
+This layer sits on the env and the reference policies; it knows no RLlib (trained checkpoints
+arrive through a loader plug-in that ``fleet_marl.rllib`` declares).
+"""
+
+from fleet_marl.evaluation.loading import PolicyError, PolicyLoader, load_policy, loaders, register_loader, source_name
+from fleet_marl.evaluation.reference import RANDOM, REFERENCE, code_version, data_version, reference_episodes
+from fleet_marl.evaluation.runner import EVENTS, Episode, make_env, run_episode
+from fleet_marl.evaluation.score import Evaluation, GraderError, evaluate, score
+
+__all__ = [
+    "EVENTS", "Episode", "Evaluation", "GraderError", "PolicyError", "PolicyLoader", "RANDOM", "REFERENCE", "code_version",
+    "data_version", "evaluate", "load_policy", "loaders", "make_env", "reference_episodes", "register_loader", "run_episode",
+    "score", "source_name",
+]

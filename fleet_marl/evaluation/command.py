@@ -1,0 +1,74 @@
+"""``fleet-marl evaluate``: run a policy for K seeds and grade it against ``random`` and
+``planner`` (:func:`fleet_marl.evaluation.evaluate`); prints the report or, with ``--json``,
+the summary dict."""
+
+from __future__ import annotations
+
+import json
+
+from fleet_marl.errors import UsageError
+from fleet_marl.evaluation.loading import PolicyError
+from fleet_marl.evaluation.score import GraderError, evaluate
+from fleet_marl.tasks import TASKS
+
+HELP = "grade a policy on a task over K seeds"
+#: User errors this command reports as ``error: ...`` (exit code 2).
+ERRORS = (UsageError, PolicyError, GraderError)
+
+EXAMPLES = """examples:
+  fleet-marl evaluate --task easy --policy precision_expert --episodes 10 --seed 0
+  fleet-marl evaluate --task medium --policy my_policy.py --episodes 5 --json
+  fleet-marl evaluate --task hard --policy mypackage.policies:MyPolicy
+
+--policy takes a reference policy (random, greedy, fair_share, precision_expert, bidder,
+planner), 'package.module:Name', or a path to a .py file ('my_policy.py' or
+'my_policy.py:Name'). Name is a class or a function, called with the env; a file without
+':Name' must define make_policy(env) or exactly one class with reset() and act().
+score = (welfare - random's) / (planner's - random's), clipped to [0, 1], on the same seeds.
+"""
+
+
+def positive(name: str, value, minimum=1) -> None:
+    """A ``UsageError`` unless the option ``--name`` is an integer >= ``minimum``."""
+    if value < minimum:
+        raise UsageError(f"--{name} {value}: expected an integer >= {minimum}")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--task", default="easy", help=f"one of {', '.join(TASKS)} (default easy)")
+    parser.add_argument("--policy", default="precision_expert", help="reference policy name, module:Name, path.py[:Name] or a fleet-marl train run folder (default precision_expert)")
+    parser.add_argument("--episodes", type=int, default=10, help="episodes, one per seed (default 10)")
+    parser.add_argument("--seed", type=int, default=0, help="first seed; episodes use seed .. seed+episodes-1 (default 0)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--no-cache", action="store_true", help="recompute the reference episodes instead of reading the cache")
+
+
+def print_evaluation(s: dict) -> None:
+    seeds = s["seeds"]
+    print(f"fleet-marl evaluate: task {s['task']}, policy {s['policy']}, {s['episodes']} episodes (seeds {seeds[0]}..{seeds[-1]})")
+    print(f"welfare   {s['welfare_mean']:.2f} ± {s['welfare_std']:.2f}   (random {s['random_welfare_mean']:.2f}, planner {s['reference_welfare_mean']:.2f})")
+    print(f"score     {s['score']:.3f}")
+    rho = "-" if s["rho_mean"] is None else f"{s['rho_mean']:.2f}"
+    wait = "-" if s["p99_wait_s_max"] is None else f"{s['p99_wait_s_max']:.0f} s"
+    print(f"fairness  Jain {s['jain_mean']:.3f}   max starvation streak {s['max_starvation_streak']}   starvation events {s['starvation_events']}   Themis rho {rho}   p99 wait {wait}")
+    print(f"events    oom {s['oom']}   veto {s['veto']}   throttle {s['throttle']}   degenerate {s['degenerate']}   illegal {s['illegal']}   (summed over tenants and episodes)")
+    print()
+    print(f"{'agent':<10} {'return':>9} {'utility':>9} {'service':>8} {'jobs':>5} {'starved':>8} {'degenerate':>10}   (means over episodes; counts summed)")
+    for a, r in s["agents"].items():
+        print(f"{a:<10} {r['return_mean']:>9.2f} {r['utility_mean']:>9.2f} {r['service_mean']:>8.2f} {r['jobs_done']:>5} {r['starvation_events']:>8} {r['degenerate']:>10}")
+
+
+def run(args) -> int:
+    positive("episodes", args.episodes)
+    positive("seed", args.seed, 0)
+    if args.task not in TASKS:
+        raise UsageError(f"--task {args.task!r}: expected one of {', '.join(TASKS)}")
+    s = evaluate(args.task, args.policy, episodes=args.episodes, seed=args.seed, progress=True, cache=not args.no_cache).summary()
+    if args.json:
+        print(json.dumps(s, indent=2))
+    else:
+        print_evaluation(s)
+    return 0
+
+
+__all__ = ["EXAMPLES", "HELP", "add_arguments", "positive", "print_evaluation", "run"]

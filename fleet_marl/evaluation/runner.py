@@ -1,0 +1,98 @@
+"""Running episodes: one policy plays every tenant of one env for one seed, every action checked.
+
+``run_episode(env, policy, seed)`` resets the env and the policy with ``seed`` (and seeds each
+agent's action space, so ``action_space(a).sample(mask)`` is reproducible too), plays until no
+agent is left, and returns an :class:`Episode`: welfare, rounds, Jain's index, starvation and
+event counts, masked choices, and each agent's episode report (``infos[agent]["episode"]``,
+built by the env from ``FairnessTracker.summary()``). A malformed action or a policy that
+raises is a :class:`~fleet_marl.evaluation.loading.PolicyError` naming the agent and round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleet_marl.environment import ActionError, FleetParallelEnv, parallel_env
+from fleet_marl.evaluation.loading import PolicyError
+
+#: Event counts summed over tenants and episodes.
+EVENTS = ("oom", "veto", "throttle", "degenerate")
+
+
+@dataclass
+class Episode:
+    """One episode's result."""
+
+    seed: int
+    welfare: float
+    rounds: int
+    jain: float
+    max_starvation_streak: int
+    starvation_events: int
+    events: dict[str, int]
+    illegal: int  # masked choices (vetoed or capped by the env)
+    agents: dict[str, dict]  # each agent's episode report (``infos[agent]["episode"]``)
+
+
+def _checked_actions(source: str, env: FleetParallelEnv, actions, round_: int) -> dict:
+    if not isinstance(actions, dict):
+        raise PolicyError(source, f"act() returned a {type(actions).__name__} at round {round_}; expected a dict {{agent: action}} for the live agents {', '.join(env.agents)}")
+    for a in actions:
+        if a not in env.agents:
+            raise PolicyError(source, f"act() returned an action for {a!r} at round {round_}, which is not a live agent; live: {', '.join(env.agents)}. "
+                              "step() returns an observation for an agent on the round it finishes: act only for the agents in env.agents", agent=str(a))
+    for a in env.agents:
+        if a not in actions:
+            raise PolicyError(source, f"act() returned no action at round {round_}; expected one for every live agent", agent=a)
+        try:
+            env.check_action(a, actions[a])
+        except ActionError as exc:
+            raise PolicyError(source, f"malformed action at round {round_}: {exc.field} = {exc.value!r}; expected {exc.expected}", agent=a) from None
+    return actions
+
+
+def run_episode(env: FleetParallelEnv, policy, seed: int, source: str = "policy") -> Episode:
+    """Play one episode of ``env`` with ``policy`` from ``seed``, checking every action."""
+    obs, infos = env.reset(seed=seed)
+    for k, a in enumerate(env.possible_agents):  # so action_space(a).sample(mask) is reproducible too
+        env.action_space(a).seed(seed * 1_000_003 + k)
+    try:
+        policy.reset(seed)
+    except Exception as exc:
+        raise PolicyError(source, f"reset({seed}) raised {type(exc).__name__}: {exc}") from exc
+    reports: dict[str, dict] = {}
+    illegal = 0
+    while env.agents:
+        try:
+            actions = policy.act(obs, infos)
+        except PolicyError:
+            raise
+        except Exception as exc:
+            raise PolicyError(source, f"act() raised {type(exc).__name__} at round {env.round}: {exc}") from exc
+        obs, _, _, _, infos = env.step(_checked_actions(source, env, actions, env.round))
+        for a, info in infos.items():
+            illegal += bool(info["illegal"])
+            if "episode" in info:
+                reports[a] = info["episode"]
+    last = max(reports.values(), key=lambda r: r["rounds"])  # the last to finish saw the whole episode
+    return Episode(
+        seed=seed,
+        welfare=float(last["welfare"]),
+        rounds=env.round,
+        jain=float(last["jain"]),
+        max_starvation_streak=max(r["max_starvation_streak"] for r in reports.values()),
+        starvation_events=sum(r["starvation_events"] for r in reports.values()),
+        events={k: sum(int(r[k]) for r in reports.values()) for k in EVENTS},
+        illegal=illegal,
+        agents={a: reports[a] for a in env.possible_agents if a in reports},
+    )
+
+
+def make_env(task: str, **overrides) -> FleetParallelEnv:
+    """The evaluation env: ``task`` with ``overrides``; only the configured reward scheme is
+    computed (welfare, the score's measure, does not depend on the schemes)."""
+    overrides.setdefault("compute_all", False)
+    return parallel_env(task=task, **overrides)
+
+
+__all__ = ["EVENTS", "Episode", "make_env", "run_episode"]

@@ -1,0 +1,134 @@
+"""``fleet-marl train``: the command-line front of :mod:`fleet_marl.rllib.train`.
+
+The ``train`` entry of the CLI's command table: :data:`HELP`, :data:`EXAMPLES` (the
+epilog), :func:`add_arguments` and :func:`run`. Importing this module does not import Ray; the parser
+is built without it, and every check of the arguments, the config file and the checkpoint runs
+before Ray starts. :func:`config_path` resolves ``--config NAME`` to
+``experiments/configs/NAME.yaml`` of the checkout; :func:`resolve` turns the arguments into
+a :class:`~fleet_marl.rllib.config.TrainConfig`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from fleet_marl.config import REWARD_SCHEMES
+from fleet_marl.evaluation.baselines import checkout
+from fleet_marl.rllib.config import TrainConfig, TrainConfigError
+from fleet_marl.rllib.sharing import SHARING
+from fleet_marl.tasks import TASKS
+
+HELP = "train PPO tenants with RLlib (the main job, make train)"
+EXAMPLES = """examples:
+  fleet-marl train                                   # the default run: PPO on easy, about 6 min on 2 cores
+  fleet-marl train --iterations 5 --final-episodes 3 # a quick look
+  fleet-marl train --config experiments/configs/medium_per_kind_difference.yaml
+  fleet-marl train --config medium_per_kind_difference   # the same, by name
+  fleet-marl train --task hard --sharing mappo --reward-scheme global --iterations 100
+  fleet-marl train --resume runs/train/easy-shared-mixed --iterations 80
+  fleet-marl train --overwrite                       # start runs/train/easy-shared-mixed over
+  RAY_AUTH_MODE=disabled ray start --head && fleet-marl train --address auto --num-env-runners 2
+
+Precedence: the defaults, then --config (or, with --resume, the run's own config), then the
+flags. Outputs go to <out>/<name>/ (default runs/train/<task>-<sharing>-<reward scheme>/):
+checkpoint/, metrics.csv, tb/ (tensorboard --logdir runs/train), learning_curve.png and
+results.md. See docs/training.md.
+"""
+
+
+def add_arguments(t: argparse.ArgumentParser) -> None:
+    """The options of ``fleet-marl train``."""
+    t.add_argument("--config", default=None, metavar="YAML", help="a run config: a path, or the name of one in experiments/configs/")
+    t.add_argument("--task", default=None, help=f"one of {', '.join(TASKS)} (default easy)")
+    t.add_argument("--reward-scheme", default=None, help=f"one of {', '.join(REWARD_SCHEMES)} (default mixed)")
+    t.add_argument("--sharing", default=None, help=f"one of {', '.join(SHARING)} (default shared)")
+    t.add_argument("--iterations", type=int, default=None, help="training iterations in all (with --resume: the total to reach)")
+    t.add_argument("--seed", type=int, default=None, help="seed of the env runners and the initial weights (default 0)")
+    t.add_argument("--num-env-runners", type=int, default=None, metavar="N", help="remote sampling processes, one CPU each (default 0: sample in the driver)")
+    t.add_argument("--address", default=None, help="join a running Ray cluster ('auto' or host:port) instead of starting one")
+    t.add_argument("--resume", default=None, metavar="DIR", help="continue a run from its folder or its checkpoint/ folder")
+    t.add_argument("--overwrite", action="store_true", help="start the run folder over if it already holds a run (make train does)")
+    t.add_argument("--out", default=None, help="folder for runs (default runs/train)")
+    t.add_argument("--name", default=None, help="run folder name (default <task>-<sharing>-<reward scheme>)")
+    t.add_argument("--final-episodes", type=int, default=None, metavar="K", help="seeds of the final evaluation (default: the config's final_episodes, 10; 0 skips it)")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--json", action="store_true", help="print the final summaries as JSON")
+
+
+def config_path(name: str) -> Path:
+    """``--config`` as given, or ``experiments/configs/<name>.yaml`` of the checkout."""
+    p = Path(name)
+    if p.is_file() or p.suffix in (".yaml", ".yml") or "/" in name:
+        return p
+    root = checkout()
+    cand = (root / "experiments" / "configs" / f"{name}.yaml") if root else p
+    return cand if cand.is_file() else p
+
+
+def resolve(args):
+    """(TrainConfig, resume) from the arguments; raises TrainConfigError."""
+    # Ray: only when the command runs
+    from fleet_marl.rllib.policy import read_sidecar  # Ray
+    from fleet_marl.rllib.train import find_checkpoint  # Ray
+
+    if args.config:
+        tc = TrainConfig.from_yaml(config_path(args.config))
+    elif args.resume:
+        meta = read_sidecar(find_checkpoint(args.resume))
+        tc = TrainConfig.from_dict(meta.get("train_config", {}), source=f"{args.resume} (the run's config)")
+    else:
+        tc = TrainConfig()
+    if args.final_episodes is not None and args.final_episodes < 0:
+        raise TrainConfigError(f"--final-episodes {args.final_episodes}: expected an integer >= 0")
+    changes = {"task": args.task, "reward_scheme": args.reward_scheme, "sharing": args.sharing, "iterations": args.iterations,
+               "seed": args.seed, "num_env_runners": args.num_env_runners, "out": args.out, "name": args.name}
+    return tc.replace(source="command line", **changes), args.resume
+
+
+def run(args) -> int:
+    """Run ``fleet-marl train`` with parsed ``args``; returns the exit code (2: a bad option)."""
+    # before Ray is imported: no token auth, no usage stats, for the Ray this command starts
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from fleet_marl.rllib.train import prepare, quiet, train  # Ray: after the settings above
+
+    try:
+        tc, resume = resolve(args)
+        if args.resume and args.overwrite:
+            raise TrainConfigError("--resume and --overwrite: pick one (continue the run, or start it over)")
+        prepare(tc, resume, args.overwrite)  # the run folder and the checkpoint are checked before Ray starts
+    except (TrainConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        print("run 'fleet-marl train --help' for the options", file=sys.stderr)
+        return 2
+    quiet()
+    try:
+        res = train(tc, address=args.address, resume=resume, overwrite=args.overwrite, progress=not args.no_progress,
+                    final_episodes=args.final_episodes)
+    except TrainConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"run_dir": str(res.run_dir), "checkpoint": str(res.checkpoint), "env_steps": res.env_steps,
+                          "seconds": res.seconds, "evaluations": res.final}, indent=2))
+        return 0
+    print(f"trained {tc.run_name}: {res.iterations} iterations, {res.env_steps:,} env steps in {res.seconds / 60:.1f} min")
+    if res.table:
+        print()
+        print(res.table)
+        print()
+    print(f"checkpoint      {res.checkpoint}")
+    print(f"metrics         {res.run_dir / 'metrics.csv'}  (tensorboard --logdir {res.run_dir / 'tb'})")
+    print(f"learning curve  {res.run_dir / 'learning_curve.png'}")
+    if tc.env:
+        print(f"evaluate again  fleet_marl.evaluation.evaluate({tc.task!r}, {str(res.run_dir)!r}, overrides={tc.env!r})  (the run's env overrides)")
+    else:
+        print(f"evaluate again  fleet-marl evaluate --task {tc.task} --policy {res.run_dir}")
+    return 0
+
+
+__all__ = ["EXAMPLES", "HELP", "add_arguments", "config_path", "resolve", "run"]

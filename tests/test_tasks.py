@@ -1,0 +1,74 @@
+"""The task registry: one table of named scenarios that the env, the CLI, the grader, the
+baseline table and OpenEnv's task API all read. Adding a task is one file."""
+
+import importlib.util
+import json
+import textwrap
+
+import pytest
+
+import fleet_marl
+from fleet_marl import cli
+from fleet_marl.config import ConfigError
+from fleet_marl.openenv.base import TaskAPI, resolve_task
+from fleet_marl.tasks import TASKS, Task, register_task
+
+MY_TASKS = """
+    from fleet_marl.tasks import register_task, task_dict
+
+
+    def _duo():
+        cfg = task_dict("tiny")
+        cfg["max_cycles"] = 6
+        return cfg
+
+
+    register_task("duo", _duo, "tiny's two trainers for six rounds (a throwaway test task)")
+"""
+
+
+@pytest.fixture
+def duo(tmp_path):
+    """The throwaway task ``duo``, registered from its own file, removed afterwards."""
+    path = tmp_path / "my_tasks.py"
+    path.write_text(textwrap.dedent(MY_TASKS))
+    spec = importlib.util.spec_from_file_location("my_tasks", path)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    yield TASKS["duo"]
+    TASKS.pop("duo", None)
+
+
+def test_the_registry_has_the_five_tasks_with_descriptions():
+    assert list(TASKS) == ["tiny", "easy", "medium", "hard", "trace"]
+    for name, task in TASKS.items():
+        assert isinstance(task, Task) and task.name == name and task.description and callable(task.builder)
+
+
+def test_a_task_registered_in_one_file_reaches_every_reader(duo, capsys):
+    assert duo.description.startswith("tiny's two trainers")
+    env = fleet_marl.parallel_env(task="duo")
+    env.reset(seed=0)
+    assert env.max_cycles == 6
+    # the CLI: evaluate --help lists it, and evaluate runs it
+    sub = next(a for a in cli.build_parser()._actions if a.dest == "command")
+    assert "duo" in sub.choices["evaluate"].format_help()
+    assert cli.main(["evaluate", "--task", "duo", "--policy", "fair_share", "--episodes", "1", "--no-cache", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["task"] == "duo" and report["rounds_mean"] <= 6
+    # OpenEnv's task API lists it with its description, and a reset can name it
+    api = TaskAPI()
+    listed = {t["id"]: t for t in api.list_tasks("train")}
+    assert listed["duo"]["description"] == duo.description and listed["duo"]["max_cycles"] == 6
+    assert api.num_tasks("train") == 6
+    assert resolve_task("duo", None, None, "easy") == "duo"
+    assert resolve_task(None, "train", list(listed).index("duo"), "easy") == "duo"
+
+
+def test_bad_registrations_are_refused():
+    with pytest.raises(ConfigError, match="already registered"):
+        register_task("easy", lambda: {}, "again")
+    with pytest.raises(ConfigError, match="Python identifier"):
+        register_task("not a name", lambda: {}, "x")
+    with pytest.raises(ConfigError, match="builder"):
+        register_task("nobuilder", None, "x")
+    assert "nobuilder" not in TASKS
