@@ -283,7 +283,9 @@ def make_config(task: str | None = None, config: FleetConfig | dict | None = Non
         else:
             valid = sorted(fields_ | set(SHORTCUTS) | set(ENV_OPTIONS) | {"task", "config"})
             raise ConfigError(k, v, f"a known option (valid: {', '.join(valid)})")
-    merged = _merge(base, nested, "")
+    # old reward.<fairness knob> overrides move to fairness first (with their deprecation
+    # warning), so they override the task's fairness section instead of clashing with it
+    merged = _merge(base, FleetConfig.migrate(nested), "")
     return from_dict(FleetConfig, merged), env_opts
 
 

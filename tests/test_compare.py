@@ -82,7 +82,10 @@ def test_a_study_run_computes_only_its_own_scheme(scheme):
     from fleet_marl.rllib.env import FleetRLlibEnv
 
     env = FleetRLlibEnv(Study().train_config(4, scheme, 0).env_config())
-    assert env.par_env._schemes == (scheme,)
+    env.reset(seed=0)
+    pe = env.par_env
+    *_, infos = env.step({a: pe.default_action_index[pe.agent_index[a]] for a in env.agents})
+    assert infos and all(set(i["rewards"]) == {scheme} for i in infos.values())
 
 
 # --- settings and errors ------------------------------------------------------------------------

@@ -1,4 +1,5 @@
 import dataclasses
+from pathlib import Path
 
 import pytest
 import yaml
@@ -92,3 +93,88 @@ def test_scenarios_where_nothing_can_run_are_rejected():
     with pytest.raises(ConfigError) as e:
         FleetConfig.from_dict({"arbiter": {"mechanism": "auction", "reserve_price": 10.0}})
     assert e.value.field == "arbiter.reserve_price"
+
+
+# --- FairnessSpec: the fairness detector's knobs moved out of RewardSpec (issue 16) ----------------
+
+
+def test_every_name_still_imports_from_fleet_marl_config():
+    import fleet_marl.config as config
+
+    for name in config.__all__:
+        assert getattr(config, name) is not None
+    assert config.FleetConfig().fairness == config.FairnessSpec()
+    assert not {"starvation_fraction", "starvation_rounds", "hoard_share"} & set(config.RewardSpec.__dataclass_fields__)
+    assert {"degenerate_floor", "starvation_penalty"} <= set(config.RewardSpec.__dataclass_fields__)  # reward shaping stays
+
+
+def test_fairness_spec_checks_its_fields():
+    from fleet_marl.config import FairnessSpec
+
+    with pytest.raises(ConfigError) as e:
+        FleetConfig.from_dict({"fairness": {"hoard_share": 1.5}})
+    assert e.value.field == "fairness.hoard_share"
+    with pytest.raises(ConfigError) as e:
+        FleetConfig.from_dict({"fairness": {"starvation_rounds": 0}})
+    assert e.value.field == "fairness.starvation_rounds"
+    with pytest.raises(ConfigError, match="a FairnessSpec"):
+        FleetConfig(fairness={"hoard_share": 0.2})
+    cfg = FleetConfig.from_dict({"fairness": {"hoard_share": 0.2}})
+    assert cfg.fairness == FairnessSpec(hoard_share=0.2) and FleetConfig.from_dict(cfg.to_dict()) == cfg
+
+
+OLD = {"starvation_fraction": 0.4, "starvation_rounds": 5, "hoard_share": 0.2}
+
+
+@pytest.mark.parametrize("key", sorted(OLD))
+def test_old_reward_keys_load_with_a_deprecation_warning_naming_the_new_key(key, tmp_path):
+    from fleet_marl.tasks import make_config
+
+    want = FleetConfig.from_dict({"fairness": {key: OLD[key]}})
+    with pytest.warns(DeprecationWarning, match=rf"reward\.{key} is deprecated: use fairness\.{key}"):
+        assert FleetConfig.from_dict({"reward": {key: OLD[key], "scheme": "difference"}}) == want
+    text = yaml.safe_dump({"reward": {key: OLD[key]}})
+    with pytest.warns(DeprecationWarning, match=rf"fairness\.{key}"):
+        assert FleetConfig.from_yaml(text) == want
+    (tmp_path / "old.yaml").write_text(text)
+    with pytest.warns(DeprecationWarning, match=rf"fairness\.{key}") as rec:
+        assert FleetConfig.from_yaml(tmp_path / "old.yaml") == want
+    assert rec[0].filename == __file__  # attributed to the caller, so the default filters show it
+    with pytest.warns(DeprecationWarning, match=rf"fairness\.{key}"):
+        cfg, _ = make_config("easy", reward={key: OLD[key]})
+    assert getattr(cfg.fairness, key) == OLD[key] and cfg == make_config("easy", fairness={key: OLD[key]})[0]
+
+
+def test_a_fairness_key_in_both_places_is_an_error():
+    with pytest.raises(ConfigError) as e:
+        FleetConfig.from_dict({"reward": {"hoard_share": 0.2}, "fairness": {"hoard_share": 0.3}})
+    assert e.value.field == "reward.hoard_share" and "fairness.hoard_share" in str(e.value) and "once" in str(e.value)
+    # different keys in the two places are fine (one warning for the old place)
+    with pytest.warns(DeprecationWarning):
+        cfg = FleetConfig.from_dict({"reward": {"hoard_share": 0.2}, "fairness": {"starvation_rounds": 4}})
+    assert (cfg.fairness.hoard_share, cfg.fairness.starvation_rounds) == (0.2, 4)
+
+
+def test_the_new_keys_load_without_a_warning():
+    import warnings
+
+    from fleet_marl.tasks import make_config
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        cfg = FleetConfig.from_dict({"reward": {"degenerate_floor": 0.0}, "fairness": dict(OLD)})
+        assert cfg.fairness.starvation_rounds == 5 and cfg.reward.degenerate_floor == 0.0
+        assert make_config("hard")[0].fairness.hoard_share == 0.2
+        yaml_path = Path(__file__).resolve().parents[1] / "experiments" / "mixed_cluster.yaml"
+        assert FleetConfig.from_yaml(yaml_path).fairness.starvation_rounds == 3
+
+
+def test_an_old_fairness_override_replaces_the_tasks_value():
+    """``hard`` sets fairness.hoard_share; an old-style reward.hoard_share override moves to
+    fairness (with the warning) and wins, as an override should, instead of clashing."""
+    from fleet_marl.tasks import make_config
+
+    with pytest.warns(DeprecationWarning, match="fairness.hoard_share"):
+        cfg, _ = make_config("hard", reward={"hoard_share": 0.3})
+    assert cfg.fairness.hoard_share == 0.3
+    assert make_config("hard")[0].fairness.hoard_share == 0.2

@@ -432,6 +432,43 @@ def test_episode_report():
     assert reports["tenant_0"]["welfare"] == pytest.approx(total_welfare)
 
 
+EPISODE_KEYS = ["welfare", "return", "utility", "rounds", "jain", "service", "max_starvation_streak", "starvation_events", "rho",
+                "jobs_done", "p99_wait_s", "oom", "veto", "throttle", "degenerate"]
+
+
+@pytest.mark.parametrize("task", ["easy", "hard"])
+def test_summary_agrees_with_the_episode_reports(task):
+    """``tracker.summary()`` is what the episode reports are built from: a tenant's figures stop
+    changing when it finishes, so the summary at the end of the episode repeats each report."""
+    env = fleet_marl.parallel_env(task=task, max_cycles=20)
+    obs, infos = env.reset(seed=1)
+    rng = np.random.default_rng(1)
+    reports, finished_at = {}, {}
+    while env.agents:
+        obs, rew, term, trunc, infos = env.step(masked_random(env, infos, rng))
+        for a, info in infos.items():
+            if "episode" in info:
+                reports[a], finished_at[a] = info["episode"], env.round
+    s = env.tracker.summary(now=env.round)
+    assert set(s.counts) == {"oom", "veto", "throttle", "degenerate"} and s.p99_wait_s.shape == (env.kernel_static.T,)
+    assert set(reports) == set(env.possible_agents)
+    for a, r in reports.items():
+        i = env.agent_index[a]
+        assert list(r) == EPISODE_KEYS  # keys and their order
+        assert r["service"] == float(s.service[i]) and r["rho"] == s.rho[i] and r["jobs_done"] == int(s.jobs_done[i])
+        assert r["max_starvation_streak"] == int(s.max_streak[i]) and r["starvation_events"] == int(s.starvation_events[i])
+        assert all(r[k] == int(s.counts[k][i]) for k in ("oom", "veto", "throttle", "degenerate"))
+        if finished_at[a] == env.round:  # welfare and Jain's index are the episode's so far
+            assert r["welfare"] == s.welfare and r["jain"] == s.jain
+            if not env.kernel_static.is_train[i]:  # (a trainer's p99 also counts its queued jobs)
+                assert r["p99_wait_s"] == float(s.p99_wait_s[i])
+        assert s.episode_report(i, r["return"], r["utility"], r["rounds"])["service"] == r["service"]
+    with pytest.raises(ValueError, match="p99_wait_s"):
+        env.tracker.summary().episode_report(0, 0.0, 0.0, 1)
+    s.counts["oom"][0] = 99  # a copy: the tracker is untouched
+    assert env.tracker.summary().counts["oom"][0] != 99 or reports["tenant_0"]["oom"] == 99
+
+
 def test_fair_share_and_jain():
     pool = np.array([0, 0, 0, 1])
     got = fair_share(pool, np.array([8, 8]), np.array([8.0, 8.0, 2.0, 8.0]), np.array([True, True, True, False]))

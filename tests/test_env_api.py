@@ -180,3 +180,53 @@ def test_trajectory_does_not_depend_on_the_schemes_computed():
                 assert set(next(iter(infos.values()))["rewards"]) == {"difference"}
         digests.append(h.hexdigest())
     assert digests[0] == digests[1]
+
+
+# --- the public read-only views (issue 16) --------------------------------------------------------
+
+
+def test_public_views_are_what_the_env_used():
+    from fleet_marl.environment import FleetParallelEnv
+    from fleet_marl.environment.spaces import decode_actions
+
+    env = fleet_marl.parallel_env(task="medium", max_cycles=8)
+    for name in ("last_credit", "node_temperatures", "round_state", "arrival_schedule"):
+        assert isinstance(getattr(FleetParallelEnv, name), property) and getattr(FleetParallelEnv, name).__doc__
+    with pytest.raises(RuntimeError, match="before reset"):
+        env.node_temperatures
+    obs, infos = env.reset(seed=2)
+    st = env.kernel_static
+    assert env.last_credit is None and env.last_outcome is None and env.last_credit_seconds == 0.0
+    np.testing.assert_array_equal(env.node_temperatures, np.full(st.K, st.ambient_c))
+    # the scenario's static views
+    assert env.bid_levels.tolist() == list(env.config.arbiter.bid_levels)
+    d = decode_actions(env.default_action_index, env.bid_levels)
+    for f in ("gpus", "bid", "precision", "batch"):
+        np.testing.assert_array_equal(getattr(env.default_actions, f), getattr(d, f))
+    rng = np.random.default_rng(2)
+    total = 0.0
+    credit_before = env.credit_seconds
+    while env.agents:
+        before = env.round_state
+        sched = env.arrival_schedule[env.round]
+        acts = {a: np.array([rng.choice(np.flatnonzero(m)) for m in infos[a]["action_mask"]]) for a in env.agents}
+        obs, rew, term, trunc, infos = env.step(acts)
+        o, credit = env.last_outcome, env.last_credit
+        assert credit.outcome is o and env.last_credit_seconds > 0.0
+        total += env.last_credit_seconds
+        for a, info in infos.items():
+            i = env.agent_index[a]
+            assert info["welfare"] == credit.welfare
+            assert info["rewards"] == {s: float(v[i]) for s, v in credit.rewards.items()}
+        # the state the step started from, and the one it carried over
+        live = np.array([a in infos for a in env.possible_agents])
+        srv = live & ~st.is_train  # a live server's queue grew by the scheduled arrivals, less what it served
+        np.testing.assert_allclose((o.queue_next + o.served - before.queue)[srv], sched[srv], atol=1e-6)
+        nxt = o.next_state()
+        np.testing.assert_array_equal(env.node_temperatures, np.asarray(nxt.temp_c))
+        for f in ("prev_alloc", "temp_c", "queue", "budget_left"):
+            np.testing.assert_array_equal(getattr(env.round_state, f), np.asarray(getattr(nxt, f)))
+        assert not env.node_temperatures.flags.writeable and not env.round_state.budget_left.flags.writeable
+        assert not env.arrival_schedule.flags.writeable
+    assert env.credit_seconds - credit_before == pytest.approx(total)
+    assert env.steps_taken == env.round

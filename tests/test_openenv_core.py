@@ -102,7 +102,7 @@ def test_core_import_loads_no_openenv_fastapi_or_server():
     code = (
         "import sys, fleet_marl, fleet_marl.cli, fleet_marl.openenv.command; fleet_marl.parse_tenant_action; "
         "env = fleet_marl.parallel_env(task='tiny'); env.reset(seed=0); fleet_marl.cli.build_parser(); "
-        "print(','.join(m for m in ('fleet_marl.openenv', 'openenv', 'fastapi', 'uvicorn', 'starlette') if m in sys.modules))"
+        "print(','.join(m for m in ('fleet_marl.openenv.app', 'openenv', 'fastapi', 'uvicorn', 'starlette') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "", f"the core imported {out}"
@@ -124,7 +124,11 @@ def test_serve_without_the_extra_prints_how_to_install(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "pip install 'fleet-marl[openenv]'" in r.stderr
     assert "fleet-marl serve needs the optional 'openenv' extra" in r.stderr
-    # and the subpackage itself says the same
-    code = "import fleet_marl.openenv"
+    # and the subpackage itself says the same when a server name is used; its text-action
+    # parser needs no extra
+    code = "import fleet_marl.openenv as o; o.make_app"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode != 0 and "pip install 'fleet-marl[openenv]'" in r.stderr
+    code = f"from fleet_marl.openenv.text_action import parse_tenant_action; print(parse_tenant_action({json.dumps(json.dumps(GOOD))}).request_gpus)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "4", r.stderr

@@ -221,13 +221,52 @@ def test_planner_reads_state_back_into_the_kernel_state():
     for _ in range(6):
         obs, _, _, _, infos = env.step(planner.act(obs, infos))
     live, state, draws = planner._kernel_state(env.state())
-    true = env._state
+    true = env.round_state
     st = env.kernel_static
     assert np.array_equal(state.prev_alloc, true.prev_alloc)
     np.testing.assert_allclose(state.budget_left, true.budget_left, rtol=1e-6)
     np.testing.assert_allclose(state.temp_c, true.temp_c, atol=1e-3)
     np.testing.assert_allclose(np.where(st.is_train, 0, state.queue), np.where(st.is_train, 0, true.queue), rtol=1e-4, atol=1e-3)
     assert live.all()
+    # the planner reads the env's public inverse, counting the jobs queued behind each trainer's
+    seen = env.observed_round(include_queued_jobs=True)
+    assert np.array_equal(live, seen.live)
+    for f in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left"):
+        assert np.array_equal(getattr(state, f), getattr(seen.state, f)), f
+    assert np.array_equal(draws.arrivals, np.where(live, seen.arrivals, 0.0))  # forecast: last round's
+
+
+def test_observed_round_inverts_the_observation_normalization():
+    """The round trip state -> state() -> observed_round() gives back the env's RoundState and
+    last round's arrivals, up to float32 rounding, on every task and over whole episodes."""
+    from fleet_marl.environment.observations import observed_round
+
+    for task in ("tiny", "easy", "medium", "trace"):
+        env = fleet_marl.parallel_env(task=task, max_cycles=12)
+        st = env.kernel_static
+        obs, infos = env.reset(seed=3)
+        rng = np.random.default_rng(3)
+        while env.agents:
+            s = env.state()
+            seen = env.observed_round()
+            again = observed_round(st, s)  # the public function on the vector alone (as a remote client has it)
+            assert all(np.array_equal(getattr(seen.state, f), getattr(again.state, f)) for f in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left"))
+            true = env.round_state
+            assert np.array_equal(seen.live, [a in env.agents for a in env.possible_agents])
+            assert np.array_equal(seen.state.prev_alloc, true.prev_alloc)
+            np.testing.assert_allclose(seen.state.budget_left, true.budget_left, rtol=1e-6)
+            hot = true.temp_c >= st.critical_temp_c  # clipped at critical in the vector
+            np.testing.assert_allclose(seen.state.temp_c[~hot], true.temp_c[~hot], atol=1e-3)
+            np.testing.assert_allclose(np.where(st.is_train, 0, seen.state.queue), np.where(st.is_train, 0, true.queue), rtol=1e-4, atol=1e-3)
+            job = seen.rows[:, OBS["job_left"]] > 0
+            np.testing.assert_allclose(np.where(st.is_train & job, seen.state.remaining_tokens, 0), np.where(st.is_train & job, true.remaining_tokens, 0), rtol=1e-5)
+            if env.round > 0:
+                sched = env.arrival_schedule[env.round - 1]
+                np.testing.assert_allclose(np.where(st.is_train, 0, seen.arrivals), np.where(st.is_train, 0, sched), rtol=1e-4, atol=1e-3)
+            # include_queued_jobs adds job_tokens per queued job to the trainers' work, nothing else
+            more = env.observed_round(include_queued_jobs=True)
+            np.testing.assert_allclose(more.state.remaining_tokens - seen.state.remaining_tokens, seen.jobs_waiting * st.job_tokens * st.is_train, rtol=1e-9)
+            obs, _, _, _, infos = env.step({a: np.array([rng.choice(np.flatnonzero(d)) for d in infos[a]["action_mask"]]) for a in env.agents})
 
 
 def test_policy_reset_makes_random_reproducible():

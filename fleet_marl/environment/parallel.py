@@ -15,11 +15,12 @@ from pettingzoo import ParallelEnv
 from fleet_marl.config import REWARD_SCHEMES, FleetConfig
 from fleet_marl.credit import CreditEngine
 from fleet_marl.environment import observations, scenario
-from fleet_marl.environment.views import EnvViews
+from fleet_marl.environment.render import new_figure, render_ansi, render_rgb
 from fleet_marl.environment.spaces import (
     ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_OBS, OBS_MODES, PREC, ActionError, ActionMasks, action_nvec, build_spaces,
     check_agent, decode_actions, parse_action,
 )
+from fleet_marl.environment.views import EnvViews
 from fleet_marl.fairness import FairnessTracker, lowest_precision
 from fleet_marl.kernel import Draws, KernelStatic, RoundState
 from fleet_marl.tasks import make_config
@@ -400,13 +401,9 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
             gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi', 'rgb_array' or 'human'.")
             return None
         if self.render_mode == "rgb_array":
-            from fleet_marl.environment.render import new_figure, render_rgb
-
             if self._figure is None:
                 self._figure = new_figure()
             return render_rgb(self, self._figure)
-        from fleet_marl.environment.render import render_ansi
-
         text = render_ansi(self)
         if self.render_mode == "human":
             print(text)

@@ -69,8 +69,8 @@ def render_ansi(env) -> str:
 def new_figure():
     """An Agg figure for :func:`render_rgb` (no pyplot global state); the env keeps one and
     passes it to each frame."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # matplotlib: only for rgb_array frames
+    from matplotlib.figure import Figure  # matplotlib: only for rgb_array frames
 
     fig = Figure(figsize=(9, 4), dpi=80)
     FigureCanvasAgg(fig)
@@ -80,7 +80,7 @@ def new_figure():
 def render_rgb(env, fig=None) -> np.ndarray:
     """An (H, W, 3) uint8 picture of the cluster, drawn into ``fig`` (cleared first; a new
     figure from :func:`new_figure` by default)."""
-    import matplotlib
+    import matplotlib  # matplotlib: only for rgb_array frames
 
     st, o = env.kernel_static, env.last_outcome
     fig = new_figure() if fig is None else fig

@@ -19,7 +19,7 @@ class BackendWarning(RuntimeWarning):
 
 def numba_available() -> bool:
     try:
-        import numba
+        import numba  # numba: the optional [fast] extra
     except ImportError:
         return False
     return numba is not None

@@ -163,7 +163,7 @@ def evaluate(
                 raise KernelInputError(f"present: dtype {p.dtype}, shape {p.shape}; expected bool (..., {st.T})")
         _check_leading(actions, state, draws, present)
     if st.backend == "numba":
-        from fleet_marl.kernel import fast
+        from fleet_marl.kernel import fast  # numba: the optional [fast] extra, loaded only for this backend
 
         return fast.evaluate(st, actions, state, draws, present)
     if st.term_table is not None:

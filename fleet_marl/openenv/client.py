@@ -3,7 +3,7 @@ a server of the multi view.
 
 >>> from fleet_marl.openenv import RemoteParallelEnv                     # doctest: +SKIP
 >>> env = RemoteParallelEnv.connect("http://127.0.0.1:8000", task="easy")  # doctest: +SKIP
->>> from fleet_marl import policies; policy = policies.make("precision_expert", env)     # doctest: +SKIP
+>>> import fleet_marl.policies; policy = fleet_marl.policies.make("precision_expert", env)     # doctest: +SKIP
 >>> obs, infos = env.reset(seed=0); policy.reset(0)                      # doctest: +SKIP
 >>> while env.agents: obs, r, term, trunc, infos = env.step(policy.act(obs, infos))  # doctest: +SKIP
 

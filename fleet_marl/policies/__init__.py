@@ -1,21 +1,22 @@
 """Reference policies against the plain PettingZoo API (no Ray import).
 
 >>> import fleet_marl
->>> from fleet_marl import policies
+>>> import fleet_marl.policies
 >>> env = fleet_marl.parallel_env(task="tiny")
->>> policy = policies.make("precision_expert", env)
+>>> policy = fleet_marl.policies.make("precision_expert", env)
 >>> obs, infos = env.reset(seed=0)
 >>> policy.reset(seed=0)
 >>> obs, rewards, terms, truncs, infos = env.step(policy.act(obs, infos))
 
 Policies (``POLICIES``): ``random``, ``greedy``, ``fair_share``, ``precision_expert``,
-``bidder`` (``policies.heuristics``) and ``planner`` (``policies.planner``, the grader's
-reference). The protocol is in ``policies.base``; docs/policies.md describes each one.
+``bidder`` (``fleet_marl.policies.heuristics``) and ``planner`` (``fleet_marl.policies.planner``, the grader's
+reference). The protocol is in ``policies.base`` (``Policy``; ``FleetEnvLike``, what a policy
+reads of its env); docs/policies.md describes each one.
 """
 
 from __future__ import annotations
 
-from fleet_marl.policies.base import BasePolicy, FitTable, Policy, fleet_env, split
+from fleet_marl.policies.base import BasePolicy, FitTable, FleetEnvLike, Policy, fleet_env, split
 from fleet_marl.policies.heuristics import BidderPolicy, FairSharePolicy, GreedyPolicy, PrecisionExpertPolicy, RandomPolicy
 from fleet_marl.policies.planner import PlannerPolicy
 
@@ -33,6 +34,6 @@ def make(name: str, env, **kwargs) -> BasePolicy:
 
 
 __all__ = [
-    "BasePolicy", "BidderPolicy", "FairSharePolicy", "FitTable", "GreedyPolicy", "POLICIES", "PlannerPolicy", "Policy",
+    "BasePolicy", "BidderPolicy", "FairSharePolicy", "FitTable", "FleetEnvLike", "GreedyPolicy", "POLICIES", "PlannerPolicy", "Policy",
     "PrecisionExpertPolicy", "RandomPolicy", "fleet_env", "make", "split",
 ]

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+from pettingzoo import AECEnv
 
 from fleet_marl import catalog
 from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS, N_OBS, OBS_FIELDS
@@ -60,6 +61,7 @@ class FleetEnvLike(Protocol):
     config: Any  # the FleetConfig
     kernel_static: Any  # the scenario's KernelStatic
     bid_levels: np.ndarray  # (L,) price multipliers of bid_level
+    nvec: np.ndarray  # (T, 8) the MultiDiscrete sizes of each tenant's action
     default_actions: Any  # kernel Actions of each tenant's default action (FitTable's background)
 
     @property
@@ -78,7 +80,7 @@ class FleetEnvLike(Protocol):
 
 
 #: The names of :class:`FleetEnvLike`, checked without calling anything (a property may need reset()).
-ENV_ATTRIBUTES = ("possible_agents", "agents", "agent_index", "config", "kernel_static", "bid_levels", "default_actions",
+ENV_ATTRIBUTES = ("possible_agents", "agents", "agent_index", "config", "kernel_static", "bid_levels", "nvec", "default_actions",
                   "max_cycles", "round", "action_space", "action_mask", "state", "observed_round")
 
 
@@ -91,8 +93,6 @@ def fleet_env(env) -> FleetEnvLike:
     """The env a policy plays under ``env``: ``env`` itself when it provides
     :class:`FleetEnvLike` (a ``FleetParallelEnv``, a ``RemoteParallelEnv``, or any env with
     those members), else the one a PettingZoo AEC env or wrapper (``fleet_marl.env()``) wraps."""
-    from pettingzoo import AECEnv
-
     seen = 0
     e = env
     while isinstance(e, AECEnv) or not _provides(e):

@@ -16,7 +16,7 @@ bidder             budget-aware: paces spending over the rounds left, bids highe
                    work; precision_expert's precision map and batch
 =================  =========================================================================
 
-"The largest batch that fits" is asked of the batched kernel (:class:`~policies.base.FitTable`).
+"The largest batch that fits" is asked of the batched kernel (:class:`~fleet_marl.policies.base.FitTable`).
 """
 
 from __future__ import annotations

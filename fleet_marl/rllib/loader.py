@@ -44,9 +44,9 @@ def load(spec: str, env):
             if sig.get(k) != v:
                 raise PolicyError(spec, f"the checkpoint was trained on task {sig.get('task')!r} with {k} = {sig.get(k)!r}; this environment has {v!r}. Evaluate it on its own task")
         trained = meta.get("train_config", {})
-        if trained:  # the scenario it learned, rewards aside, must be the one being played
+        if trained:  # the scenario it learned, rewards and fairness detectors aside, must be the one being played
             cfg, _ = make_config(trained.get("task"), None, **trained.get("env", {}))
-            same = dataclasses.replace(cfg, reward=fe.config.reward, backend=fe.config.backend) == fe.config
+            same = dataclasses.replace(cfg, reward=fe.config.reward, fairness=fe.config.fairness, backend=fe.config.backend) == fe.config
             if not same:
                 raise PolicyError(spec, f"the checkpoint was trained on task {trained.get('task')!r} with env overrides {trained.get('env', {})!r}, "
                                         "and this environment's scenario differs; evaluate it with the same overrides, e.g. "

@@ -130,7 +130,7 @@ def _plot(path: Path, rows: list[dict], mode: str) -> Path | None:
     import matplotlib  # matplotlib: only when a plot is drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): no display needed
 
     models = list(dict.fromkeys(r["model"] for r in rows))
     gpus = list(dict.fromkeys(r["gpu_type"] for r in rows))
