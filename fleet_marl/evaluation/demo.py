@@ -64,8 +64,9 @@ def save_gif(frames: list[np.ndarray], path: Path, fps: float) -> Path:
 
 
 def demo(task: str = "easy", policy: str = "precision_expert", seed: int = 0, gif: str | None = None, fps: float = 4.0,
-         every: int = 1, delay: float = 0.0, out=sys.stdout) -> dict:
-    """Run and print the episode; return the summary dict."""
+         every: int = 1, delay: float = 0.0, out=None) -> dict:
+    """Run and print the episode to ``out`` (default: ``sys.stdout`` at call time); return the summary dict."""
+    out = sys.stdout if out is None else out
     env = parallel_env(task=task, compute_all=False, render_mode="rgb_array" if gif else None)
     pol = load_policy(policy, env)
     frames: list | None = [] if gif else None
