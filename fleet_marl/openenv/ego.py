@@ -35,6 +35,7 @@ from openenv.core.env_server.types import EnvironmentMetadata
 
 from fleet_marl import catalog
 from fleet_marl.environment import OBS_FIELDS, FleetParallelEnv
+from fleet_marl.environment.observations import unsquash
 from fleet_marl.openenv.base import SessionEnv, TaskAPI, check_seed, config_digest, fairness_report, package_version, resolve_task
 from fleet_marl.openenv.models import FleetEgoAction, FleetEgoObservation, FleetState, encode
 from fleet_marl.openenv.text_action import (
@@ -253,7 +254,7 @@ def describe(env: FleetParallelEnv, ego: str, obs, info: dict) -> tuple[dict, di
         tenant["workload"] = {
             "job_tokens": float(st.job_tokens[i]), "seq_len": int(st.seq_len[i]),
             "job_tokens_left": _r(x[_O["job_left"]] * st.job_tokens[i] if obs is not None else st.job_tokens[i], 0),  # 0 between jobs
-            "jobs_waiting": int(round(x[_O["jobs_waiting"]] / max(1.0 - x[_O["jobs_waiting"]], 1e-6))),
+            "jobs_waiting": int(round(float(unsquash(x[_O["jobs_waiting"]])))),  # the env's inverse of its squash
         }
     else:
         tenant["workload"] = {
