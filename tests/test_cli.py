@@ -91,3 +91,26 @@ def test_make_train_runs_an_existing_subcommand():
     recipe = lines[lines.index(next(x for x in lines if x.startswith("train:"))) + 1].split()
     assert recipe[0].endswith("fleet-marl")
     build_parser().parse_args(recipe[1:])  # exits (SystemExit) on an unknown subcommand
+
+
+def test_a_command_imports_only_its_own_module():
+    """The table names each command's module; running ``estimate`` loads the kernel tools, not
+    the env (PettingZoo), the grader, the RLlib adapter or OpenEnv."""
+    code = (
+        "import sys, io, contextlib; from fleet_marl.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['estimate', '--model', 'gpt2', '--seq-len', '512', '--json']) == 0\n"
+        "print(','.join(m for m in ('pettingzoo', 'fleet_marl.environment', 'fleet_marl.evaluation', 'fleet_marl.rllib', 'openenv', 'ray') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "", f"fleet-marl estimate imported {out}"
+
+
+def test_every_command_has_help_examples_and_a_runner():
+    from fleet_marl.cli import COMMANDS, command_module
+
+    for name, (module, help_) in COMMANDS.items():
+        mod = command_module(name)
+        assert mod.__name__ == module and help_
+        assert callable(mod.add_arguments) and callable(mod.run)
+        assert "examples:" in mod.EXAMPLES, f"{name}: EXAMPLES has no examples"

@@ -1,11 +1,12 @@
 """The ``fleet-marl`` command: one table of subcommands, each living with its feature.
 
-``COMMANDS`` maps a subcommand to the module that implements it. Each module defines ``HELP``
-(one line), ``EXAMPLES`` (the ``--help`` epilog), ``add_arguments(parser)`` and
+``COMMANDS`` maps a subcommand to the module that implements it and its one line of help.
+Each module defines ``EXAMPLES`` (the ``--help`` epilog), ``add_arguments(parser)`` and
 ``run(args) -> int`` (the exit code); optionally ``DESCRIPTION`` and ``ERRORS``, the exception
 types that are the user's mistake (printed as ``error: ...`` with a ``--help`` hint, exit
-code 2). Building the parser imports each module, so a command module imports nothing heavy
-(no Ray, no torch, no OpenEnv) at module level.
+code 2). Running a command imports only its own module; a command module imports nothing
+optional (no Ray, no torch, no OpenEnv) at module level, because ``build_parser()`` (all
+commands' options, for tests and docs) imports them all.
 
 To add a command: write the module next to its feature and add one line to ``COMMANDS``.
 Run ``fleet-marl <command> --help`` for each command's options and examples.
@@ -22,17 +23,18 @@ from fleet_marl.catalog import CatalogError
 from fleet_marl.config import ConfigError
 from fleet_marl.errors import UsageError
 
-#: Subcommand -> the module that implements it, in the order ``fleet-marl --help`` lists them.
-COMMANDS: dict[str, str] = {
-    "train": "fleet_marl.rllib.command",  # PPO tenants with RLlib, the main job (make train)
-    "compare": "fleet_marl.studies.command",  # the credit-assignment study
-    "evaluate": "fleet_marl.evaluation.command",  # grade a policy against random and planner
-    "baselines": "fleet_marl.evaluation.baselines",  # every reference policy on every task
-    "demo": "fleet_marl.evaluation.demo",  # one rendered episode
-    "estimate": "fleet_marl.tools.estimate",  # one configuration's memory, fit and throughput
-    "sweep": "fleet_marl.tools.sweep",  # the best safe configuration by batched kernel search
-    "bench": "fleet_marl.studies.bench",  # speed and memory
-    "serve": "fleet_marl.openenv.command",  # the OpenEnv server for LLM agents
+#: Subcommand -> (the module that implements it, one line of help), in the order
+#: ``fleet-marl --help`` lists them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("fleet_marl.rllib.command", "train PPO tenants with RLlib (the main job, make train)"),
+    "compare": ("fleet_marl.studies.command", "the credit-assignment study: PPO under every reward scheme, N = 2..16 tenants"),
+    "evaluate": ("fleet_marl.evaluation.command", "grade a policy on a task over K seeds"),
+    "baselines": ("fleet_marl.evaluation.baselines", "every reference policy on every task, as a table"),
+    "demo": ("fleet_marl.evaluation.demo", "one rendered episode with a summary"),
+    "estimate": ("fleet_marl.tools.estimate", "memory per GPU, fit and throughput of one configuration"),
+    "sweep": ("fleet_marl.tools.sweep", "batched-kernel search for the best safe configuration of catalog models"),
+    "bench": ("fleet_marl.studies.bench", "how fast the env and the batched kernel are, against a stock PettingZoo env"),
+    "serve": ("fleet_marl.openenv.command", "serve the env over HTTP/WebSocket with OpenEnv (for LLM agents and remote policies)"),
 }
 
 EPILOG = """examples:
@@ -53,10 +55,14 @@ USER_ERRORS: tuple[type[Exception], ...] = (UsageError, ConfigError, CatalogErro
 
 def command_module(name: str):
     """The module of subcommand ``name``."""
-    return importlib.import_module(COMMANDS[name])
+    return importlib.import_module(COMMANDS[name][0])
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands=None) -> argparse.ArgumentParser:
+    """The ``fleet-marl`` parser. ``commands`` names the subcommands whose options it loads
+    (default: all); the others are listed with their help only, so running one command
+    imports only its own module."""
+    load = set(COMMANDS) if commands is None else set(commands)
     p = argparse.ArgumentParser(
         prog="fleet-marl",
         description="fleet_marl: tenants negotiating for one shared GPU cluster.",
@@ -64,9 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
     )
     sub = p.add_subparsers(dest="command", metavar="command")
-    for name in COMMANDS:
+    for name, (_, help_) in COMMANDS.items():
+        if name not in load:
+            sub.add_parser(name, help=help_)
+            continue
         mod = command_module(name)
-        sp = sub.add_parser(name, help=mod.HELP, description=getattr(mod, "DESCRIPTION", None), epilog=mod.EXAMPLES,
+        sp = sub.add_parser(name, help=help_, description=getattr(mod, "DESCRIPTION", None), epilog=mod.EXAMPLES,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(sp)
     return p
@@ -81,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(commands=[argv[0]] if argv and argv[0] in COMMANDS else [])
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

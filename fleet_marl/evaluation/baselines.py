@@ -23,7 +23,6 @@ from fleet_marl.evaluation.score import Evaluation, GraderError, evaluate
 from fleet_marl.tasks import TASKS
 
 START, END = "<!-- baselines:start -->", "<!-- baselines:end -->"
-HELP = "every reference policy on every task, as a table"
 #: User errors this command reports as ``error: ...`` (exit code 2).
 ERRORS = (UsageError, PolicyError, GraderError)
 EXAMPLES = """examples:
@@ -144,4 +143,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["EXAMPLES", "HELP", "add_arguments", "block", "checkout", "run", "run_all", "table", "write"]
+__all__ = ["EXAMPLES", "add_arguments", "block", "checkout", "run", "run_all", "table", "write"]

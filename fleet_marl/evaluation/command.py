@@ -11,7 +11,6 @@ from fleet_marl.evaluation.loading import PolicyError
 from fleet_marl.evaluation.score import GraderError, evaluate
 from fleet_marl.tasks import TASKS
 
-HELP = "grade a policy on a task over K seeds"
 #: User errors this command reports as ``error: ...`` (exit code 2).
 ERRORS = (UsageError, PolicyError, GraderError)
 
@@ -71,4 +70,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["EXAMPLES", "HELP", "add_arguments", "positive", "print_evaluation", "run"]
+__all__ = ["EXAMPLES", "add_arguments", "positive", "print_evaluation", "run"]

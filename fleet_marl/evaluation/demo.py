@@ -20,7 +20,6 @@ from fleet_marl.evaluation.loading import PolicyError, load_policy
 from fleet_marl.evaluation.runner import run_episode
 from fleet_marl.tasks import TASKS
 
-HELP = "one rendered episode with a summary"
 #: User errors this command reports as ``error: ...`` (exit code 2).
 ERRORS = (UsageError, PolicyError)
 EXAMPLES = """examples:
@@ -118,4 +117,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["EXAMPLES", "HELP", "add_arguments", "demo", "run", "save_gif"]
+__all__ = ["EXAMPLES", "add_arguments", "demo", "run", "save_gif"]

@@ -88,9 +88,10 @@ def loaders() -> dict[str, PolicyLoader]:
                 continue
             if isinstance(obj, PolicyLoader):
                 found[obj.name] = obj
+            else:
+                print(f"warning: policy loader {ep.name} ({ep.value}) is a {type(obj).__name__}, not a PolicyLoader; ignored", file=sys.stderr)
         _FROM_ENTRY_POINTS = found
     return {**_FROM_ENTRY_POINTS, **_REGISTERED}
-
 
 
 def _call(source: str, obj, env):

@@ -31,7 +31,6 @@ Episodes run on the WebSocket /ws (one env per connection). See docs/llm_agents.
 """
 
 
-HELP = "serve the env over HTTP/WebSocket with OpenEnv (for LLM agents and remote policies)"
 DESCRIPTION = (
     "Start an OpenEnv server of fleet_marl with uvicorn. --mode multi serves every tenant (a joint action per "
     "round; RemoteParallelEnv is a PettingZoo ParallelEnv over it); --mode ego serves one tenant to an LLM (a text "
@@ -106,4 +105,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["DESCRIPTION", "EXAMPLES", "HELP", "INSTALL_HINT", "add_arguments", "app_kwargs", "build_app", "run"]
+__all__ = ["DESCRIPTION", "EXAMPLES", "INSTALL_HINT", "add_arguments", "app_kwargs", "build_app", "run"]

@@ -1,6 +1,6 @@
 """``fleet-marl train``: the command-line front of :mod:`fleet_marl.rllib.train`.
 
-The ``train`` entry of the CLI's command table: :data:`HELP`, :data:`EXAMPLES` (the
+The ``train`` entry of the CLI's command table: :data:`EXAMPLES` (the
 epilog), :func:`add_arguments` and :func:`run`. Importing this module does not import Ray; the parser
 is built without it, and every check of the arguments, the config file and the checkpoint runs
 before Ray starts. :func:`config_path` resolves ``--config NAME`` to
@@ -22,7 +22,6 @@ from fleet_marl.rllib.config import TrainConfig, TrainConfigError
 from fleet_marl.rllib.sharing import SHARING
 from fleet_marl.tasks import TASKS
 
-HELP = "train PPO tenants with RLlib (the main job, make train)"
 EXAMPLES = """examples:
   fleet-marl train                                   # the default run: PPO on easy, about 6 min on 2 cores
   fleet-marl train --iterations 5 --final-episodes 3 # a quick look
@@ -131,4 +130,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["EXAMPLES", "HELP", "add_arguments", "config_path", "resolve", "run"]
+__all__ = ["EXAMPLES", "add_arguments", "config_path", "resolve", "run"]

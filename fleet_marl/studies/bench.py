@@ -4,7 +4,7 @@ Every figure is a median over repeats, measured in one process pinned to one CPU
 actions sampled from the action masks beforehand (sampling is never timed) and a stock
 PettingZoo environment measured in the same run as the reference. The keys of the JSON
 report are documented in ``docs/benchmarks.md``; the targets are the ones of the performance
-issue (``TARGETS``). :func:`measure` runs every measurement; :data:`HELP`, :data:`DESCRIPTION`,
+issue (``TARGETS``). :func:`measure` runs every measurement; :data:`DESCRIPTION`,
 :data:`EXAMPLES`, :func:`add_arguments` and :func:`run` are the ``bench`` command.
 
 The scenario family (``bench_config``): N tenants on N/2 H100 nodes (4 GPUs per tenant against
@@ -390,7 +390,6 @@ def format_table(r: dict) -> str:
 
 # --- the command ---------------------------------------------------------------------------------
 
-HELP = "how fast the env and the batched kernel are, against a stock PettingZoo env"
 EXAMPLES = """examples:
   fleet-marl bench                      # the full run (under 3 minutes): a table on stdout, progress on stderr
   fleet-marl bench --quick --json       # the CI smoke run (under 30 s), one JSON object
@@ -425,5 +424,5 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["DESCRIPTION", "ENV_SIZES", "EXAMPLES", "HELP", "KERNEL_BATCHES", "TARGETS", "add_arguments", "bench_config", "format_table",
+__all__ = ["DESCRIPTION", "ENV_SIZES", "EXAMPLES", "KERNEL_BATCHES", "TARGETS", "add_arguments", "bench_config", "format_table",
            "measure", "run", "targets"]

@@ -1,7 +1,7 @@
 """``fleet-marl compare``: the command-line front of the credit-assignment study
 (:mod:`fleet_marl.studies.credit_assignment`, :mod:`fleet_marl.studies.report`).
 
-The ``compare`` entry of the CLI's command table: :data:`HELP`, :data:`EXAMPLES` (the
+The ``compare`` entry of the CLI's command table: :data:`EXAMPLES` (the
 epilog), :func:`add_arguments` and :func:`run`. :func:`study_from_args` turns the arguments into a
 checked :class:`~fleet_marl.studies.credit_assignment.Study`. Importing this module does not
 import Ray, and every option is checked before Ray starts.
@@ -18,7 +18,6 @@ from fleet_marl.rllib.config import TrainConfigError
 from fleet_marl.studies import credit_assignment, report
 from fleet_marl.studies.credit_assignment import FULL_BUDGETS, Study, StudyError
 
-HELP = "the credit-assignment study: PPO under every reward scheme, N = 2..16 tenants"
 EXAMPLES = """examples:
   fleet-marl compare --quick                      # the whole pipeline in a few minutes (CI runs it)
   fleet-marl compare                              # the full study: 72 runs, about 90 min on 2 cores
@@ -106,4 +105,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["EXAMPLES", "HELP", "add_arguments", "run", "study_from_args"]
+__all__ = ["EXAMPLES", "add_arguments", "run", "study_from_args"]

@@ -20,7 +20,6 @@ from fleet_marl.errors import UsageError
 from fleet_marl.kernel import KernelStatic, cost
 from fleet_marl.kernel.safety import explain_invalid, invalid_precision
 
-HELP = "memory per GPU, fit and throughput of one configuration"
 #: User errors this command reports as ``error: ...`` (exit code 2).
 ERRORS = (UsageError, CatalogError)
 
@@ -198,4 +197,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["EXAMPLES", "HELP", "add_arguments", "estimate", "parse_precision", "print_estimate", "run", "single_tenant_static"]
+__all__ = ["EXAMPLES", "add_arguments", "estimate", "parse_precision", "print_estimate", "run", "single_tenant_static"]

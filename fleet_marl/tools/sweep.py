@@ -20,7 +20,6 @@ from fleet_marl.errors import UsageError
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
 from fleet_marl.tools.estimate import single_tenant_static
 
-HELP = "batched-kernel search for the best safe configuration of catalog models"
 #: User errors this command reports as ``error: ...`` (exit code 2).
 ERRORS = (UsageError, CatalogError)
 
@@ -168,4 +167,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["EXAMPLES", "HELP", "add_arguments", "run", "sweep"]
+__all__ = ["EXAMPLES", "add_arguments", "run", "sweep"]
