@@ -19,17 +19,14 @@ A killed study resumes: run the same command again.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from fleet_marl.studies import command
+from fleet_marl.cli import main as cli_main
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="fleet-marl compare", epilog=command.EXAMPLES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    command.add_arguments(parser)
-    return command.run(parser.parse_args(argv))
+    """``fleet-marl compare`` with ``argv`` (its options, its errors and exit codes)."""
+    return cli_main(["compare", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -13,8 +13,10 @@ grader) and ``tools`` (estimate, sweep); the adapters ``rllib`` and ``openenv``,
 and the ``cli`` on top. See docs/environment.md for the env itself.
 
 ``parse_tenant_action(text)`` parses a tenant's action written as JSON by an LLM
-(``fleet_marl.openenv.text_action``, which needs no extra; docs/llm_agents.md). The OpenEnv server is the optional
-subpackage ``fleet_marl.openenv`` (``pip install fleet-marl[openenv]``), never imported here.
+(``fleet_marl.openenv.text_action``, which needs no extra; docs/llm_agents.md). The OpenEnv
+server is the optional extra ``fleet_marl.openenv`` (``pip install fleet-marl[openenv]``),
+whose server names load only when used. This root module only re-exports names lazily; it is
+the one module the layer rules (tests/test_layers.py) leave out.
 
 The environment names are imported lazily, so ``import fleet_marl.kernel`` does not import
 PettingZoo.

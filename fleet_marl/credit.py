@@ -1,6 +1,6 @@
 """Credit assignment: every reward scheme of one round from ONE batched kernel call.
 
-Pure numpy over tenant arrays; agent-ID dicts live only in ``fleet_marl.env``. With ``u_i`` the
+Pure numpy over tenant arrays; agent-ID dicts live only in ``fleet_marl.environment``. With ``u_i`` the
 utility of tenant i, ``G(z) = sum_i u_i`` the welfare of the joint action ``z`` and ``L`` the
 live tenants (Wolpert and Tumer 2001; Agogino and Tumer 2008; Shapley 1953)::
 

@@ -256,8 +256,9 @@ def make_config(task: str | None = None, config: FleetConfig | dict | None = Non
     """Build ``(FleetConfig, env_options)`` from a task name, or a full ``config``, plus overrides.
 
     Overrides are any top-level FleetConfig field (``cluster``, ``tenants``, ``arbiter``,
-    ``safety``, ``reward``, ``max_cycles``); dicts merge into the task's dicts, lists
-    replace. Shortcuts set one nested field: ``reward_scheme``, ``mixed_weight``,
+    ``safety``, ``reward``, ``fairness``, ``max_cycles``, ``backend``); dicts merge into the
+    task's dicts, lists replace. Old fairness keys under ``reward`` move to ``fairness`` first
+    (with a ``DeprecationWarning``). Shortcuts set one nested field: ``reward_scheme``, ``mixed_weight``,
     ``shapley_samples``, ``compute_all``, ``mechanism``, ``safety_mode``. Environment options
     (``obs_mode``, ``render_mode``, ``illegal_action``) are returned separately.
     """

@@ -18,9 +18,10 @@ import pytest
 from pettingzoo.test import api_test, max_cycles_test, parallel_api_test, render_test, seed_test
 
 import fleet_marl
+from fleet_marl.tasks import TASKS as REGISTRY
 from fleet_marl.workloads import traces_dir
 
-TASKS = ["tiny", "easy", "medium", "hard", "trace"]
+TASKS = list(REGISTRY)  # every registered task
 MODES = ["flat", "dict"]
 # Warnings PettingZoo's api_test always raises for the spaces the issue asks for
 # (MultiDiscrete actions, Dict observations); any other warning fails the test.

@@ -306,3 +306,11 @@ def test_policy_loader_plugins():
     with pytest.raises(PolicyError, match="failed to import module 'zoo'"):  # once unregistered, just a module:Name spec
         load_policy("zoo:fair_share", env)
     assert made == ["zoo:fair_share"]
+
+
+def test_old_policy_paths_and_unclaimed_folders_say_how_to_fix_them(tmp_path):
+    env = fleet_marl.parallel_env(task="tiny")
+    with pytest.raises(PolicyError, match="moved to fleet_marl.policies"):
+        load_policy("policies.heuristics:GreedyPolicy", env)
+    with pytest.raises(PolicyError, match="no policy loader accepts.*reinstall"):
+        load_policy(str(tmp_path), env)  # a folder, but not a run folder

@@ -424,7 +424,14 @@ def test_space_app_and_manifest():
     cli = Path(sys.executable).parent / "openenv"
     r = subprocess.run([str(cli), "validate", str(root), "--level", "static", "--skip-build"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "PASS  static.manifest" in r.stdout, r.stdout + r.stderr
-    assert "fleet_marl.openenv.space:app" in (root / "openenv.yaml").read_text()
+    manifest = (root / "openenv.yaml").read_text()
+    assert "fleet_marl.openenv.space:app" in manifest
+    from importlib.metadata import version
+
+    from fleet_marl.tasks import TASKS
+
+    assert f"version: {version('fleet-marl')}\n" in manifest  # the manifest follows pyproject.toml
+    assert f"train: {len(TASKS)}\n" in manifest  # declared_task_count: the task API lists the registry
 
 
 def test_ego_switching_tasks_rebinds_the_opponents(ego):

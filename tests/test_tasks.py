@@ -38,8 +38,8 @@ def duo(tmp_path):
     TASKS.pop("duo", None)
 
 
-def test_the_registry_has_the_five_tasks_with_descriptions():
-    assert list(TASKS) == ["tiny", "easy", "medium", "hard", "trace"]
+def test_the_registry_starts_with_the_five_tasks_and_every_task_is_described():
+    assert list(TASKS)[:5] == ["tiny", "easy", "medium", "hard", "trace"]
     for name, task in TASKS.items():
         assert isinstance(task, Task) and task.name == name and task.description and callable(task.builder)
 
@@ -59,7 +59,7 @@ def test_a_task_registered_in_one_file_reaches_every_reader(duo, capsys):
     api = TaskAPI()
     listed = {t["id"]: t for t in api.list_tasks("train")}
     assert listed["duo"]["description"] == duo.description and listed["duo"]["max_cycles"] == 6
-    assert api.num_tasks("train") == 6
+    assert api.num_tasks("train") == len(TASKS) and "duo" in TASKS
     assert resolve_task("duo", None, None, "easy") == "duo"
     assert resolve_task(None, "train", list(listed).index("duo"), "easy") == "duo"
 

@@ -44,7 +44,7 @@ Read-only views -- the scenario: ``config``, ``kernel_static``, ``bid_levels``, 
     ``default_action_index``, ``default_actions``, ``rounds_alone``; the episode: ``round``,
     ``last_outcome``, ``last_credit``, ``node_temperatures``, ``round_state``,
     ``arrival_schedule``, ``observed_round()`` (the inverse of the observation normalization)
-    and ``tracker.summary()`` (fairness). Render, remote clients, policies and benchmarks use
+    and ``fairness`` (``tracker.summary()`` as of now). Render, remote clients, policies and benchmarks use
     only these.
 
 Modules -- ``spaces`` (action and observation fields, masks, spaces, :class:`ActionError`),

@@ -1,6 +1,6 @@
 """Rendering of ``FleetParallelEnv``: an ANSI table and a matplotlib picture, drawn from the
 env's public read-only views only (``last_outcome``, ``last_credit``, ``node_temperatures``,
-``tracker.summary()``, ``kernel_static``, ``config``).
+``fairness``, ``kernel_static``, ``config``).
 
 * ``ansi``: one line per tenant -- kind, model, GPUs granted / requested, precision per layer
   group, batch, throughput, memory use, the hottest node it runs on, starvation streak and
@@ -34,7 +34,7 @@ def _node_hosts(env) -> np.ndarray:
 
 def render_ansi(env) -> str:
     st, cfg, o = env.kernel_static, env.config, env.last_outcome
-    credit, temp_c, fairness = env.last_credit, env.node_temperatures, env.tracker.summary()
+    credit, temp_c, fairness = env.last_credit, env.node_temperatures, env.fairness
     lines = []
     welfare = "-" if credit is None else f"{credit.welfare:+.3f}"
     racks = "-" if o is None else " ".join(f"{p / 1000:.1f}kW" for p in o.rack_power_w)

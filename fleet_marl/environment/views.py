@@ -21,8 +21,9 @@ def _read_only(a: np.ndarray) -> np.ndarray:
 
 
 class EnvViews:
-    """``round``, ``last_outcome``, ``last_credit``, ``node_temperatures``, ``round_state``,
-    ``arrival_schedule`` and ``observed_round()`` (``FleetParallelEnv`` provides the state)."""
+    """``round``, ``last_outcome``, ``last_credit``, ``fairness``, ``node_temperatures``,
+    ``round_state``, ``arrival_schedule`` and ``observed_round()`` (``FleetParallelEnv``
+    provides the state)."""
 
     def observed_round(self, state_vector: np.ndarray | None = None, include_queued_jobs: bool = False) -> observations.ObservedRound:
         """What ``state_vector`` (default: ``state()``) says of the round ahead: live tenants,
@@ -46,6 +47,15 @@ class EnvViews:
         every computed scheme's rewards, with the starvation penalty and before the degenerate
         floor (``infos[agent]["rewards"]``; None before the first step)."""
         return self._last_credit
+
+    @property
+    def fairness(self):
+        """The episode's fairness so far: :meth:`FairnessTracker.summary
+        <fleet_marl.fairness.FairnessTracker.summary>` as of this round, with the p99 waits
+        (queued requests and jobs counted as waiting until now). The env writes the tracker;
+        everyone else reads this."""
+        self._need_reset("fairness")
+        return self.tracker.summary(self._round, self._backlog)
 
     @property
     def node_temperatures(self) -> np.ndarray:

@@ -9,19 +9,21 @@ import json
 from fleet_marl.errors import UsageError
 from fleet_marl.evaluation.loading import PolicyError
 from fleet_marl.evaluation.score import GraderError, evaluate
+from fleet_marl.policies import POLICIES
 from fleet_marl.tasks import TASKS
 
 #: User errors this command reports as ``error: ...`` (exit code 2).
 ERRORS = (UsageError, PolicyError, GraderError)
 
-EXAMPLES = """examples:
+EXAMPLES = f"""examples:
   fleet-marl evaluate --task easy --policy precision_expert --episodes 10 --seed 0
   fleet-marl evaluate --task medium --policy my_policy.py --episodes 5 --json
   fleet-marl evaluate --task hard --policy mypackage.policies:MyPolicy
+  fleet-marl evaluate --task easy --policy runs/train/easy-shared-mixed
 
---policy takes a reference policy (random, greedy, fair_share, precision_expert, bidder,
-planner), 'package.module:Name', or a path to a .py file ('my_policy.py' or
-'my_policy.py:Name'). Name is a class or a function, called with the env; a file without
+--policy takes a reference policy ({', '.join(POLICIES)}),
+'package.module:Name', a path to a .py file ('my_policy.py' or 'my_policy.py:Name'), or a
+fleet-marl train run folder. Name is a class or a function, called with the env; a file without
 ':Name' must define make_policy(env) or exactly one class with reset() and act().
 score = (welfare - random's) / (planner's - random's), clipped to [0, 1], on the same seeds.
 """

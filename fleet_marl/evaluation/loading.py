@@ -198,9 +198,14 @@ def load_policy(spec, env) -> Any:
         try:
             module = importlib.import_module(path_part)
         except Exception as exc:
-            raise PolicyError(spec, f"failed to import module {path_part!r}: {type(exc).__name__}: {exc}") from exc
+            moved = " (the reference policies moved to fleet_marl.policies in 0.2.0: write fleet_marl.policies...)" if path_part.split(".")[0] == "policies" else ""
+            raise PolicyError(spec, f"failed to import module {path_part!r}: {type(exc).__name__}: {exc}{moved}") from exc
         return _check_protocol(spec, _from_module(spec, module, name, env))
     kinds = "".join(f", {loader.description}" for loader in loaders().values())
+    if Path(spec).is_dir():
+        raise PolicyError(spec, f"is a folder that no policy loader accepts (loaders: {', '.join(loaders()) or 'none'}). A fleet-marl train run "
+                                "folder is loaded by the 'rllib' loader, which installing fleet-marl registers as an entry point: "
+                                "reinstall it (pip install -e . in a checkout) if it is missing")
     raise PolicyError(spec, f"unknown policy; expected a reference policy ({', '.join(POLICIES)}), 'package.module:Name', a path to a .py file{kinds}")
 
 

@@ -30,7 +30,8 @@ NOT_EPISODE = frozenset({"rllib", "openenv", "studies", "cli", "tools"})
 
 
 def code_version() -> str:
-    """A digest of the code and data that decide an episode (fleet_marl and policies)."""
+    """A digest of the code and data that decide an episode: every ``.py`` and ``.yaml`` of
+    fleet_marl outside ``NOT_EPISODE``."""
     root = Path(fleet_marl.__file__).parent
     h = hashlib.blake2b(digest_size=12)
     for p in sorted(root.rglob("*")):

@@ -35,10 +35,10 @@ def config_digest(env: FleetParallelEnv) -> str:
 
 
 def fairness_report(env: FleetParallelEnv) -> dict:
-    """The episode's fairness so far, from ``env.tracker.summary()``: welfare summed over
+    """The episode's fairness so far, from ``env.fairness`` (``FairnessTracker.summary()``): welfare summed over
     rounds, Jain's index of service (GPU-rounds granted / fair share), and per agent its
     service, current and longest starvation streak, starvation events and event counts."""
-    s = env.tracker.summary()
+    s = env.fairness
     agents = {}
     for i, a in enumerate(env.possible_agents):
         agents[a] = {

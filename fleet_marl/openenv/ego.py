@@ -1,10 +1,10 @@
 """The single-tenant view for LLM agents: one ``ego`` tenant reads a text prompt and answers
-with JSON text; a reference policy (``policies/``) plays every other tenant.
+with JSON text; a reference policy (``fleet_marl.policies``) plays every other tenant.
 
 ========  =========================================================================================
 reset     ``seed``, ``task`` (or ``split``/``index``), ``config`` (overrides, e.g.
           ``{"reward_scheme": "difference"}``), ``ego`` (``"tenant_1"``, an index, or
-          ``"random"``: drawn from the seed), ``opponents`` (a ``policies.POLICIES`` name),
+          ``"random"``: drawn from the seed), ``opponents`` (a ``fleet_marl.policies.POLICIES`` name),
           ``fallback`` (``"default"`` or ``"idle"``), ``invalid_penalty``, ``max_invalid_streak``
 action    :class:`FleetEgoAction`: ``{"text": "<the model's raw answer>"}``
 obs       :class:`FleetEgoObservation`: ``prompt`` (deterministic text: workload and budget, what

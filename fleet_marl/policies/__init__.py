@@ -10,7 +10,7 @@
 
 Policies (``POLICIES``): ``random``, ``greedy``, ``fair_share``, ``precision_expert``,
 ``bidder`` (``fleet_marl.policies.heuristics``) and ``planner`` (``fleet_marl.policies.planner``, the grader's
-reference). The protocol is in ``policies.base`` (``Policy``; ``FleetEnvLike``, what a policy
+reference). The protocol is in ``fleet_marl.policies.base`` (``Policy``; ``FleetEnvLike``, what a policy
 reads of its env); docs/policies.md describes each one.
 """
 

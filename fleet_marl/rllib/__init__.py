@@ -12,10 +12,11 @@
 ``grade``                              the grader as RLlib's ``custom_evaluation_function``
                                        (``evaluation.py``)
 ``train``, ``init_ray``                the loop behind ``fleet-marl train`` (``train.py``)
-``command``                            the ``train`` command (``command.py``)
-``loader``                             the grader's loader of ``fleet-marl train`` checkpoints
-                                       (an entry point; ``loader.py``)
 =====================================  ==========================================================
+
+Modules without lazy names: ``command`` (the ``train`` command of the CLI's table) and
+``loader`` (the grader's loader of ``fleet-marl train`` checkpoints, declared as an entry
+point in ``pyproject.toml``).
 
 This is the adapter only: the credit-assignment study that trains with it lives in
 :mod:`fleet_marl.studies`. Names are imported lazily: ``import fleet_marl.rllib`` does not

@@ -63,7 +63,7 @@ LOADER = PolicyLoader(
     name="rllib",
     accepts=lambda spec: checkpoint_folder(spec) is not None,
     load=load,
-    description="a fleet-marl train run folder or checkpoint (needs the rllib extra)",
+    description="a fleet-marl train run folder or checkpoint",
 )
 
 __all__ = ["LOADER", "SIDECAR", "checkpoint_folder", "load"]
