@@ -14,9 +14,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --upgrade pip
 	# torch is pinned to the CPU wheel these machines provide; an unpinned torch pulls GBs of CUDA packages.
 	$(PY) -m pip install "torch==2.13.0"
-	# fast: the numba kernel backend (its tests run on both backends); bench: the reference env of fleet-marl bench;
-	# openenv: fleet-marl serve and fleet_marl.openenv (its tests skip without it)
-	$(PY) -m pip install -e ".[test,fast,bench,openenv]" "torch==2.13.0"
+	# bench: the reference env of fleet-marl bench; openenv: fleet-marl serve and fleet_marl.openenv (its tests skip without it)
+	$(PY) -m pip install -e ".[test,bench,openenv]" "torch==2.13.0"
 	@touch $(STAMP)
 
 install: $(STAMP)

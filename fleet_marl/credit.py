@@ -18,7 +18,8 @@ the marginal contributions along ``M`` random permutations (Castro et al. 2009),
 the efficiency property ``sum_i r_i = G(L) - G(empty)`` exactly.
 
 Every row needed -- the grand coalition, each removal, each default substitution, each
-coalition -- goes into the kernel as one batch: one ``evaluate`` call per round.
+coalition -- goes into the kernel as one batch: one ``evaluate_welfare`` call per round, which
+keeps the whole outcome of the grand coalition and only the welfare of the other rows.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from math import factorial
 import numpy as np
 
 from fleet_marl.config import REWARD_SCHEMES, RewardSpec
-from fleet_marl.kernel import Actions, Draws, KernelStatic, Outcome, RoundState, evaluate
+from fleet_marl.kernel import Actions, Draws, KernelStatic, Outcome, RoundState, evaluate_welfare
 
 EXACT_SHAPLEY_MAX = 8
 #: What each scheme needs from the kernel beyond the grand coalition.
@@ -151,8 +152,7 @@ class CreditEngine:
                 precision=sub(actions.precision, default.precision),
                 batch=sub(actions.batch, default.batch),
             )
-        out = evaluate(st, acts, state, draws, present, validate=False)
-        W = out.welfare
+        out, W = evaluate_welfare(st, acts, state, draws, present, full_every=R)  # the whole outcome of row 0 only
         G = float(W[0])
         main = out.row(0)
         rewards: dict[str, np.ndarray] = {}

@@ -256,7 +256,7 @@ def make_config(task: str | None = None, config: FleetConfig | dict | None = Non
     """Build ``(FleetConfig, env_options)`` from a task name, or a full ``config``, plus overrides.
 
     Overrides are any top-level FleetConfig field (``cluster``, ``tenants``, ``arbiter``,
-    ``safety``, ``reward``, ``fairness``, ``max_cycles``, ``backend``); dicts merge into the
+    ``safety``, ``reward``, ``fairness``, ``max_cycles``); dicts merge into the
     task's dicts, lists replace. Old fairness keys under ``reward`` move to ``fairness`` first
     (with a ``DeprecationWarning``). Shortcuts set one nested field: ``reward_scheme``, ``mixed_weight``,
     ``shapley_samples``, ``compute_all``, ``mechanism``, ``safety_mode``. Environment options
@@ -275,7 +275,7 @@ def make_config(task: str | None = None, config: FleetConfig | dict | None = Non
         if k in SHORTCUTS:
             top, sub = SHORTCUTS[k]
             nested.setdefault(top, {})[sub] = v
-        elif k in fields_:
+        elif k in fields_ or k == "backend":  # backend: fleet_marl 0.2's, dropped by migrate with a warning
             v = copy.deepcopy(v)  # never write into the caller's dicts
             if isinstance(v, dict) and isinstance(nested.get(k), dict):
                 nested[k] = _merge(nested[k], v, f"{k}.")

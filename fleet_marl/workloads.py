@@ -25,213 +25,36 @@ diurnal
     ``A = diurnal_amplitude`` in [0, 1] and ``P = diurnal_period_s``: the rate at the middle
     of each round, swinging by +-A around ``m``.
 trace
-    Deterministic replay of a real trace (``/work/shared/traces/README.md``): serving tenants
-    replay an Azure LLM inference trace (one row per request), training tenants a Pollux job
-    trace (one row per job). Rows ``i`` (0-based) with ``i % trace_shards == trace_shard`` are
-    kept, so shards split a trace between tenants. A row at trace time ``s`` arrives at
-    ``(s - trace_offset_s) / trace_speedup`` simulated seconds; rows that land before 0 or
-    after round ``n_rounds - 1`` are dropped, and round ``t`` counts arrivals in
-    ``[t round_seconds, (t + 1) round_seconds)``. ``rate`` is not used.
+    Deterministic replay of a real trace (:mod:`fleet_marl.traces`, docs/traces.md): serving
+    tenants replay a request trace (Azure LLM inference, BurstGPT: one row per request),
+    training tenants a job trace (Pollux, Philly, Alibaba PAI, Helios: one entry per job; only
+    jobs asking for >= 1 GPU, so CPU-only jobs and jobs with no GPU count recorded are not
+    arrivals). ``WorkloadSpec.trace`` is a path or a name, found by
+    :func:`~fleet_marl.traces.resolve_trace` (a path, ``$FLEET_MARL_TRACES``, the samples that
+    ship with the package, the fetched cache). Entries ``i`` (0-based, in arrival order) with
+    ``i % trace_shards == trace_shard`` are kept, so shards split a trace between tenants. An
+    entry at trace time ``s`` arrives at ``(s - trace_offset_s) / trace_speedup`` simulated
+    seconds; entries that land before 0 or after round ``n_rounds - 1`` are dropped, and round
+    ``t`` counts arrivals in ``[t round_seconds, (t + 1) round_seconds)``. ``rate`` is not used.
 
 Every random schedule is a function of the ``numpy.random.Generator`` passed in, never of
-global state. Traces are validated row by row: the first bad row raises :class:`TraceError`
-naming the file and line. Parsed traces are cached per (absolute path, mtime, size) and their
-arrays are read-only.
+global state. The trace readers (re-exported here from :mod:`fleet_marl.traces`) validate every
+row and raise :class:`TraceError` naming the file, line and column of the first bad one; parsed
+traces are cached per (absolute path, mtime, size) and their arrays are read-only.
 """
 
 from __future__ import annotations
 
-import csv
-import functools
-import os
-import re
-from dataclasses import dataclass
-from datetime import date
-from pathlib import Path
-
 import numpy as np
 
 from fleet_marl.config import WorkloadSpec
+from fleet_marl.traces import (FORMATS, TRACES_ENV, AzureTrace, JobTrace, PolluxTrace, RequestTrace, TraceError, read_azure,
+                               read_pollux, read_trace, resolve_trace, trace_stats, traces_dir)
+from fleet_marl.traces.readers import AZURE_HEADER, POLLUX_APPLICATIONS, POLLUX_HEADER
 
-TRACES_ENV = "FLEET_MARL_TRACES"
-POLLUX_HEADER = ("name", "time", "application", "num_replicas", "batch_size")
-AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-POLLUX_APPLICATIONS = ("cifar10", "ncf", "deepspeech2", "imagenet", "bert", "yolov3")
 KINDS = ("train", "serve")
-
-_INT = re.compile(r"[+-]?\d+")
-_NUM = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_STAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{0,9}))?")
-_INT64_MAX = np.iinfo(np.int64).max
-
-
-class TraceError(ValueError):
-    """A trace file has a bad row. ``line`` is 1-based; the header is line 1."""
-
-    def __init__(self, path: str, line: int, column: str, value: object, expected: str):
-        self.path, self.line, self.column, self.value, self.expected = str(path), line, column, value, expected
-        super().__init__(f"{path}:{line}: {column} = {value!r}: expected {expected}")
-
-
-def traces_dir() -> Path:
-    """``$FLEET_MARL_TRACES`` if set, else ``<repo root>/../shared/traces``."""
-    env = os.environ.get(TRACES_ENV)
-    return Path(env).expanduser() if env else Path(__file__).resolve().parents[1].parent / "shared" / "traces"
-
-
-def resolve_trace(name: str | os.PathLike) -> Path:
-    """``name`` itself if it is an existing file, else ``traces_dir() / name`` if that exists."""
-    given = Path(name).expanduser()
-    if given.is_file():
-        return given
-    in_dir = traces_dir() / name
-    if in_dir.is_file():
-        return in_dir
-    raise FileNotFoundError(f"trace {str(name)!r} not found: tried {given.resolve()} and {in_dir}; "
-                            f"set {TRACES_ENV} to the folder that holds the traces")
-
-
-@dataclass(frozen=True, eq=False)
-class PolluxTrace:
-    """A Pollux job trace: one training job per row, ``time_s`` from trace start."""
-    path: str
-    name: tuple[str, ...]
-    time_s: np.ndarray  # (jobs,) float64 submit time
-    application: tuple[str, ...]
-    num_replicas: np.ndarray  # (jobs,) int64 GPUs requested
-    batch_size: np.ndarray  # (jobs,) int64
-
-
-@dataclass(frozen=True, eq=False)
-class AzureTrace:
-    """An Azure LLM inference trace: one request per row, ``time_s`` since the first row."""
-    path: str
-    time_s: np.ndarray  # (requests,) float64
-    context_tokens: np.ndarray  # (requests,) int64
-    generated_tokens: np.ndarray  # (requests,) int64
-
-
-def _frozen(values, dtype) -> np.ndarray:
-    a = np.asarray(values, dtype=dtype)
-    a.setflags(write=False)
-    return a
-
-
-def _int(path: str, line: int, column: str, s: str, lo: int) -> int:
-    if not _INT.fullmatch(s) or int(s) < lo:
-        raise TraceError(path, line, column, s, f"an integer >= {lo}")
-    if int(s) > _INT64_MAX:
-        raise TraceError(path, line, column, s, f"an integer <= {_INT64_MAX}")
-    return int(s)
-
-
-def _rows(path: str, header: tuple[str, ...]):
-    """Yield (line, fields) of each data row after checking the header and field counts."""
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.reader(fh)
-        first = next(reader, None)
-        if first is None or tuple(first) != header:
-            raise TraceError(path, 1, "header", ",".join(first or []), f"exactly {','.join(header)!r}")
-        n = 0
-        for row in reader:
-            if len(row) != len(header):
-                raise TraceError(path, reader.line_num, "row", ",".join(row), f"{len(header)} fields ({','.join(header)})")
-            n += 1
-            yield reader.line_num, row
-        if n == 0:
-            raise TraceError(path, reader.line_num + 1, "row", "", "at least one data row after the header")
-
-
-@functools.lru_cache(maxsize=32)
-def _parse_pollux(path: str, mtime_ns: int, size: int) -> PolluxTrace:
-    cols: tuple[list, ...] = ([], [], [], [], [])
-    prev = 0.0
-    for line, (name, time, app, replicas, batch) in _rows(path, POLLUX_HEADER):
-        if not name:
-            raise TraceError(path, line, "name", name, "a non-empty job name")
-        if not _NUM.fullmatch(time) or not np.isfinite(float(time)) or float(time) < 0:
-            raise TraceError(path, line, "time", time, "a number >= 0 (seconds from trace start)")
-        if float(time) < prev:
-            raise TraceError(path, line, "time", time, f"a time >= the previous row's ({prev:g}): rows in submit order")
-        prev = float(time)
-        if app not in POLLUX_APPLICATIONS:
-            raise TraceError(path, line, "application", app, f"one of {', '.join(POLLUX_APPLICATIONS)}")
-        row = (name, prev, app, _int(path, line, "num_replicas", replicas, 1), _int(path, line, "batch_size", batch, 1))
-        for c, v in zip(cols, row):
-            c.append(v)
-    return PolluxTrace(path, tuple(cols[0]), _frozen(cols[1], np.float64), tuple(cols[2]),
-                       _frozen(cols[3], np.int64), _frozen(cols[4], np.int64))
-
-
-def _stamp_ns(path: str, line: int, s: str) -> int:
-    """Nanoseconds since 0001-01-01 of a 'YYYY-MM-DD HH:MM:SS[.fffffffff]' timestamp."""
-    m = _STAMP.fullmatch(s)
-    try:
-        y, mo, d, h, mi, sec = (int(g) for g in m.groups()[:6]) if m else (0,) * 6
-        if h > 23 or mi > 59 or sec > 59:
-            raise ValueError
-        secs = date(y, mo, d).toordinal() * 86_400 + h * 3600 + mi * 60 + sec  # year 0 -> ValueError
-    except ValueError:
-        raise TraceError(path, line, "TIMESTAMP", s, "a timestamp like '2023-11-16 18:15:46.6805900'") from None
-    return secs * 10**9 + int((m.group(7) or "").ljust(9, "0"))  # type: ignore[union-attr]
-
-
-@functools.lru_cache(maxsize=32)
-def _parse_azure(path: str, mtime_ns: int, size: int) -> AzureTrace:
-    stamps: list[int] = []
-    ctx: list[int] = []
-    gen: list[int] = []
-    for line, (stamp, context, generated) in _rows(path, AZURE_HEADER):
-        ns = _stamp_ns(path, line, stamp)
-        if stamps and ns < stamps[-1]:
-            raise TraceError(path, line, "TIMESTAMP", stamp, "a timestamp >= the previous row's: rows in arrival order")
-        stamps.append(ns)
-        ctx.append(_int(path, line, "ContextTokens", context, 1))
-        gen.append(_int(path, line, "GeneratedTokens", generated, 0))
-    t = [(ns - stamps[0]) / 1e9 for ns in stamps]
-    return AzureTrace(path, _frozen(t, np.float64), _frozen(ctx, np.int64), _frozen(gen, np.int64))
-
-
-def _key(path) -> tuple[str, int, int]:
-    p = resolve_trace(path).resolve()
-    st = p.stat()
-    return str(p), st.st_mtime_ns, st.st_size
-
-
-def read_pollux(path: str | os.PathLike) -> PolluxTrace:
-    """Parse and validate a Pollux trace (a path, or a file name in :func:`traces_dir`)."""
-    return _parse_pollux(*_key(path))
-
-
-def read_azure(path: str | os.PathLike) -> AzureTrace:
-    """Parse and validate an Azure LLM inference trace (a path, or a name in :func:`traces_dir`)."""
-    return _parse_azure(*_key(path))
-
-
-def read_trace(path: str | os.PathLike) -> PolluxTrace | AzureTrace:
-    """Parse a trace of either format, told apart by its header line."""
-    key = _key(path)
-    with open(key[0], newline="", encoding="utf-8-sig") as fh:
-        header = tuple(next(csv.reader(fh), []))
-    if header == POLLUX_HEADER:
-        return _parse_pollux(*key)
-    if header == AZURE_HEADER:
-        return _parse_azure(*key)
-    known = f"{','.join(POLLUX_HEADER)!r} (Pollux) or {','.join(AZURE_HEADER)!r} (Azure)"
-    raise TraceError(key[0], 1, "header", ",".join(header), known)
-
-
-def trace_stats(path: str | os.PathLike) -> dict:
-    """Summary figures of a trace; durations run from 0 to the last row's time."""
-    tr = read_trace(path)
-    dur = float(tr.time_s[-1])
-    n = len(tr.time_s)
-    per_s = n / dur if dur > 0 else float("nan")
-    if isinstance(tr, AzureTrace):
-        return {"requests": n, "duration_s": dur, "rate_per_s": per_s,
-                "mean_context_tokens": float(tr.context_tokens.mean()),
-                "mean_generated_tokens": float(tr.generated_tokens.mean())}
-    return {"jobs": n, "duration_s": dur, "jobs_per_hour": per_s * 3600, "mean_replicas": float(tr.num_replicas.mean())}
+#: The trace kind each tenant kind replays.
+TRACE_KIND = {"train": "jobs", "serve": "requests"}
 
 
 # --- arrival schedules ------------------------------------------------------------------------
@@ -265,14 +88,13 @@ def burst_chain(n_rounds: int, burst_fraction: float, burst_rounds: float, rng: 
 
 
 def _trace_counts(spec: WorkloadSpec, kind: str, n_rounds: int, round_seconds: float) -> np.ndarray:
-    tr = read_trace(resolve_trace(spec.trace))  # type: ignore[arg-type]
-    want = AzureTrace if kind == "serve" else PolluxTrace
-    if not isinstance(tr, want):
-        fmt, header = ("an Azure LLM inference", AZURE_HEADER) if kind == "serve" else ("a Pollux job", POLLUX_HEADER)
-        got = POLLUX_HEADER if isinstance(tr, PolluxTrace) else AZURE_HEADER
-        raise TraceError(tr.path, 1, "header", ",".join(got),
-                         f"{fmt} trace ({','.join(header)}): a {kind} tenant replays {'requests' if kind == 'serve' else 'jobs'}")
-    t = tr.time_s[np.arange(len(tr.time_s)) % spec.trace_shards == spec.trace_shard]
+    tr = read_trace(spec.trace)  # type: ignore[arg-type]
+    want = TRACE_KIND[kind]
+    if not isinstance(tr, JobTrace if want == "jobs" else RequestTrace):
+        titles = ", ".join(f.title for f in FORMATS.values() if f.kind == want)
+        raise TraceError(tr.path, 1, "format", FORMATS[tr.format].title, f"a {want} trace ({titles}): a {kind} tenant replays {want}")
+    t = tr.time_s if want == "requests" else tr.time_s[tr.gpus >= 1]
+    t = t[np.arange(len(t)) % spec.trace_shards == spec.trace_shard]
     t = (t - spec.trace_offset_s) / spec.trace_speedup
     rounds = np.floor(t[t >= 0] / round_seconds).astype(np.int64)
     return np.bincount(rounds[rounds < n_rounds], minlength=n_rounds).astype(np.float64)
@@ -311,5 +133,6 @@ def arrival_schedule(spec: WorkloadSpec, kind: str, n_rounds: int, round_seconds
     return rng.poisson(lam).astype(np.float64)
 
 
-__all__ = ["AzureTrace", "KINDS", "POLLUX_APPLICATIONS", "PolluxTrace", "TRACES_ENV", "TraceError", "arrival_schedule",
-           "burst_chain", "mean_per_round", "read_azure", "read_pollux", "read_trace", "resolve_trace", "trace_stats", "traces_dir"]
+__all__ = ["AZURE_HEADER", "AzureTrace", "JobTrace", "KINDS", "POLLUX_APPLICATIONS", "POLLUX_HEADER", "PolluxTrace", "RequestTrace",
+           "TRACES_ENV", "TRACE_KIND", "TraceError", "arrival_schedule", "burst_chain", "mean_per_round", "read_azure",
+           "read_pollux", "read_trace", "resolve_trace", "trace_stats", "traces_dir"]

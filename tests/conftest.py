@@ -6,26 +6,9 @@ import numpy as np
 import pytest
 
 from fleet_marl.config import ArbiterSpec, ClusterSpec, FleetConfig, SafetySpec, TenantSpec, WorkloadSpec
-from fleet_marl.kernel import Actions, Draws, KernelStatic, RoundState, numba_available
+from fleet_marl.kernel import Actions, Draws, KernelStatic, RoundState
 
 MODELS = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "qwen2.5-0.5b", "gpt2"]
-#: Kernel backends the shared kernel tests run on; numba is skipped (with the reason) only
-#: when it is not installed.
-BACKEND_PARAMS = [
-    "numpy",
-    pytest.param("numba", marks=pytest.mark.skipif(not numba_available(), reason="numba is not installed (pip install 'fleet-marl[fast]')")),
-]
-_BACKEND = {"name": "numpy"}  # the backend make_config() uses; set by the ``backend`` fixture
-
-
-@pytest.fixture(params=BACKEND_PARAMS)
-def backend(request):
-    """Run a test once per kernel backend: every config from ``make_config`` uses it."""
-    _BACKEND["name"] = request.param
-    yield request.param
-    _BACKEND["name"] = "numpy"
-
-
 def make_config(n_tenants=4, nodes=("h100-sxm", "h100-sxm"), mechanism="maxmin", safety="project", **cluster_kw) -> FleetConfig:
     pools = list(dict.fromkeys(nodes))
     tenants = []
@@ -39,7 +22,6 @@ def make_config(n_tenants=4, nodes=("h100-sxm", "h100-sxm"), mechanism="maxmin",
         tenants=tuple(tenants),
         arbiter=ArbiterSpec(mechanism=mechanism),
         safety=SafetySpec(mode=safety),
-        backend=_BACKEND["name"],
     )
 
 

@@ -19,7 +19,6 @@ from pettingzoo.test import api_test, max_cycles_test, parallel_api_test, render
 
 import fleet_marl
 from fleet_marl.tasks import TASKS as REGISTRY
-from fleet_marl.workloads import traces_dir
 
 TASKS = list(REGISTRY)  # every registered task
 MODES = ["flat", "dict"]
@@ -32,14 +31,8 @@ EXPECTED_WARNINGS = (
 )
 
 
-def _skip_trace(task):
-    if task == "trace" and not traces_dir().is_dir():
-        pytest.skip(f"trace files not found in {traces_dir()}")
-
-
 @pytest.fixture(params=TASKS)
 def task(request):
-    _skip_trace(request.param)
     return request.param
 
 

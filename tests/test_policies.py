@@ -12,7 +12,6 @@ from fleet_marl import catalog
 from fleet_marl.environment import BATCH_LEVELS
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
 from fleet_marl.tasks import TASKS, task_dict
-from fleet_marl.workloads import traces_dir
 from fleet_marl.policies.base import OBS, PREC
 from fleet_marl.policies.heuristics import EXPERT_MAP
 
@@ -20,17 +19,9 @@ TASK_NAMES = list(TASKS)
 FP32, BF16, FP8 = (catalog.PRECISION_CODE[p] for p in ("fp32", "bf16", "fp8"))
 
 
-def needs_traces(task):
-    """The trace task replays ../shared/traces (present in CI); skip it where they are absent,
-    as tests/test_env_api.py does."""
-    if task == "trace" and not traces_dir().is_dir():
-        pytest.skip(f"trace files not found in {traces_dir()}")
-
-
 def play(task, name, seed=0, obs_mode="flat", check=None, **kw):
     """One full episode of ``name`` on ``task`` with illegal actions raising; returns the
     last finisher's episode report. ``check(env, obs, infos, actions)`` sees every round."""
-    needs_traces(task)
     env = fleet_marl.parallel_env(task=task, compute_all=False, illegal_action="raise", obs_mode=obs_mode)
     pol = policies.make(name, env, **kw)
     obs, infos = env.reset(seed=seed)
@@ -306,7 +297,6 @@ def test_policies_stay_legal_when_budgets_shrink_the_gpu_mask(task, name):
     """With budgets cut, the GPU mask shrinks as money runs out and tenants go broke: every
     choice stays within the mask (illegal_action='raise'; play() is not used here, but the
     env raises on any masked choice)."""
-    needs_traces(task)
     d = task_dict(task)
     for t in d["tenants"]:
         t["budget"] *= BUDGET_SCALE.get(task, 0.05)

@@ -1,7 +1,8 @@
-"""Trace readers and arrival schedules (fleet_marl/workloads.py).
+"""Arrival schedules (fleet_marl/workloads.py) and the Pollux and Azure readers it re-exports.
 
-Real traces are read from the shared folder (``../shared/traces`` or ``$FLEET_MARL_TRACES``);
-tests that need them skip when it is absent. Bad-row tests write small CSVs to ``tmp_path``.
+The real traces are the samples that ship with the package (fleet_marl/traces/data), found by
+name with no folder configured; tests/test_traces.py covers the other formats, the registry and
+fetching. Bad-row tests write small CSVs to ``tmp_path``.
 """
 
 from __future__ import annotations
@@ -21,11 +22,10 @@ P_HEAD = "name,time,application,num_replicas,batch_size"
 A_HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens"
 
 
-def shared(name: str):
-    path = wl.traces_dir() / name
-    if not path.is_file():
-        pytest.skip(f"trace folder absent: {path}")
-    return path
+@pytest.fixture(autouse=True)
+def shipped_samples_only(monkeypatch):
+    """Names resolve to the shipped samples, whatever the environment sets."""
+    monkeypatch.delenv(wl.TRACES_ENV, raising=False)
 
 
 def write(tmp_path, text: str, name: str = "t.csv"):
@@ -39,21 +39,21 @@ def write(tmp_path, text: str, name: str = "t.csv"):
 
 @pytest.mark.parametrize("name", POLLUX)
 def test_pollux_traces_parse(name):
-    tr = wl.read_pollux(shared(name))
+    tr = wl.read_pollux(name)
     assert len(tr.name) == len(tr.application) == len(tr.time_s) == len(tr.num_replicas) == 160
     assert tr.time_s.dtype == np.float64 and tr.num_replicas.dtype == np.int64
     assert np.all(np.diff(tr.time_s) >= 0) and tr.time_s[0] >= 0
     assert set(tr.application) <= set(wl.POLLUX_APPLICATIONS)
     assert tr.num_replicas.min() >= 1 and tr.batch_size.min() >= 1
-    s = wl.trace_stats(shared(name))
+    s = wl.trace_stats(name)
     assert s["jobs"] == 160
     assert s["duration_s"] == tr.time_s[-1] and 20_000 < s["duration_s"] < 40_000
     assert s["jobs_per_hour"] == pytest.approx(160 / s["duration_s"] * 3600)
-    assert 1 <= s["mean_replicas"] <= 16
+    assert 1 <= s["mean_gpus"] <= 16 and s["gpu_jobs"] == 160
 
 
 def test_azure_trace_parses():
-    path = shared(AZURE)
+    path = wl.resolve_trace(AZURE)
     tr = wl.read_azure(path)
     assert len(tr.time_s) == len(tr.context_tokens) == len(tr.generated_tokens) == 19_366
     assert tr.time_s[0] == 0.0 and np.all(np.diff(tr.time_s) >= 0)
@@ -68,7 +68,6 @@ def test_azure_trace_parses():
 
 
 def test_read_trace_dispatches_on_header_and_resolves_names():
-    shared(AZURE)
     assert isinstance(wl.read_trace(AZURE), wl.AzureTrace)
     assert isinstance(wl.read_trace(POLLUX[0]), wl.PolluxTrace)
     assert wl.resolve_trace(AZURE) == wl.traces_dir() / AZURE
@@ -147,7 +146,7 @@ def test_bad_row_names_file_line_and_column(tmp_path, reader, text, line, column
     assert isinstance(e, ValueError) and e.expected in msg
 
 
-def test_unknown_header_lists_both_formats(tmp_path):
+def test_unknown_header_lists_the_formats(tmp_path):
     with pytest.raises(wl.TraceError, match=r":1: header = 'a,b,c'") as ei:
         wl.read_trace(write(tmp_path, "a,b,c\n1,2,3\n"))
     assert P_HEAD in str(ei.value) and A_HEAD in str(ei.value)
@@ -286,7 +285,7 @@ def azure_times_by_csv(path) -> list[float]:
 
 
 def test_trace_counts_match_rows_in_window():
-    path = shared(AZURE)
+    path = wl.resolve_trace(AZURE)
     t = azure_times_by_csv(path)
     offset, n = 600.0, 20
     x = sched(kind="serve", n=n, pattern="trace", trace=AZURE, trace_offset_s=offset)
@@ -297,7 +296,6 @@ def test_trace_counts_match_rows_in_window():
 
 
 def test_trace_sharding_splits_rows():
-    shared(AZURE)
     kw = dict(kind="serve", n=60, pattern="trace", trace=AZURE)
     whole = sched(**kw)
     parts = [sched(trace_shard=k, trace_shards=3, **kw) for k in range(3)]
@@ -306,9 +304,8 @@ def test_trace_sharding_splits_rows():
 
 
 def test_trace_speedup_packs_rows():
-    shared(AZURE)
     kw = dict(kind="serve", n=10, pattern="trace", trace=AZURE)
-    t = np.asarray(azure_times_by_csv(wl.traces_dir() / AZURE))
+    t = np.asarray(azure_times_by_csv(wl.resolve_trace(AZURE)))
     x1, x2 = sched(**kw), sched(trace_speedup=2.0, **kw)
     assert x1.sum() == np.sum(t < 600) and x2.sum() == np.sum(t < 1200)
     assert x2.sum() == pytest.approx(2 * x1.sum(), rel=0.1)
@@ -323,7 +320,6 @@ def test_pollux_trace_replay_for_training(tmp_path):
 
 
 def test_real_pollux_trace_replays_every_job():
-    shared(POLLUX[0])
     x = sched(kind="train", n=500, pattern="trace", trace=POLLUX[0])  # 500 min covers the 27,695 s trace
     assert x.sum() == 160 and x[: 107 // 60].sum() == 0 and x[107 // 60] >= 1  # first job at 107 s
 

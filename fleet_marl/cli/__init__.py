@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("fleet_marl.tools.sweep", "batched-kernel search for the best safe configuration of catalog models"),
     "bench": ("fleet_marl.studies.bench", "how fast the env and the batched kernel are, against a stock PettingZoo env"),
     "serve": ("fleet_marl.openenv.command", "serve the env over HTTP/WebSocket with OpenEnv (for LLM agents and remote policies)"),
+    "traces": ("fleet_marl.traces.command", "list the public traces and fetch full ones into the cache"),
 }
 
 EPILOG = """examples:
@@ -46,6 +47,7 @@ EPILOG = """examples:
   fleet-marl demo
   fleet-marl bench --quick
   fleet-marl serve --mode ego
+  fleet-marl traces list
 
 Run 'fleet-marl <command> --help' for each command's options."""
 

@@ -21,13 +21,12 @@ physical constant is cited in ``docs/model.md``.
 
 from fleet_marl.config.checks import ConfigError, from_dict, to_dict
 from fleet_marl.config.specs import (
-    BACKENDS, MECHANISMS, MOVED_TO_FAIRNESS, REWARD_SCHEMES, ArbiterSpec, ClusterSpec, FairnessSpec, FleetConfig, RewardSpec,
+    MECHANISMS, MOVED_TO_FAIRNESS, REWARD_SCHEMES, ArbiterSpec, ClusterSpec, FairnessSpec, FleetConfig, RewardSpec,
     SafetySpec, TenantSpec, WorkloadSpec,
 )
 
 __all__ = [
     "ArbiterSpec",
-    "BACKENDS",
     "ClusterSpec",
     "ConfigError",
     "FairnessSpec",

@@ -205,9 +205,6 @@ class SafetySpec:
 
 
 REWARD_SCHEMES = ("local", "global", "mixed", "difference", "difference_default", "shapley")
-#: Kernel backends: ``numpy`` (the reference) and ``numba`` (``pip install fleet-marl[fast]``;
-#: falls back to numpy with a warning when numba is missing).
-BACKENDS = ("numpy", "numba")
 
 
 @dataclass(frozen=True)
@@ -267,10 +264,8 @@ class FleetConfig:
     reward: RewardSpec = field(default_factory=RewardSpec)
     fairness: FairnessSpec = field(default_factory=FairnessSpec)
     max_cycles: int = 100
-    backend: str = "numpy"  # kernel backend: numpy (the reference) or numba (the [fast] extra)
 
     def __post_init__(self):
-        _choice(self, "backend", BACKENDS)
         for name, cls in (("cluster", ClusterSpec), ("arbiter", ArbiterSpec), ("safety", SafetySpec), ("reward", RewardSpec), ("fairness", FairnessSpec)):
             if not isinstance(getattr(self, name), cls):
                 raise ConfigError(name, getattr(self, name), f"a {cls.__name__}")
@@ -304,7 +299,13 @@ class FleetConfig:
     def migrate(cls, data: dict, path: str = "") -> dict:
         """``data`` (a FleetConfig mapping) with the keys of ``MOVED_TO_FAIRNESS`` found under
         ``reward`` moved to ``fairness`` (a new dict; ``data`` is not changed), with a
-        ``DeprecationWarning`` each; a key in both places is a :class:`ConfigError`."""
+        ``DeprecationWarning`` each; a key in both places is a :class:`ConfigError`. The
+        ``backend`` key of fleet_marl 0.2 is dropped with a ``DeprecationWarning``: the kernel
+        is always the compiled one now."""
+        if "backend" in data:
+            p = f"{path}." if path else ""
+            deprecated(f"config key {p}backend is deprecated and ignored: the kernel is always compiled (numba) since fleet_marl 0.3")
+            data = {k: v for k, v in data.items() if k != "backend"}
         reward = data.get("reward")
         moved = [k for k in MOVED_TO_FAIRNESS if isinstance(reward, dict) and k in reward]
         if not moved:
@@ -351,6 +352,6 @@ class FleetConfig:
 
 
 __all__ = [
-    "ArbiterSpec", "BACKENDS", "ClusterSpec", "FairnessSpec", "FleetConfig", "MECHANISMS", "MOVED_TO_FAIRNESS", "REWARD_SCHEMES",
+    "ArbiterSpec", "ClusterSpec", "FairnessSpec", "FleetConfig", "MECHANISMS", "MOVED_TO_FAIRNESS", "REWARD_SCHEMES",
     "RewardSpec", "SafetySpec", "TenantSpec", "WorkloadSpec",
 ]

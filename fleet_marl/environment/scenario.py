@@ -7,8 +7,9 @@ import numpy as np
 
 from fleet_marl import catalog
 from fleet_marl.environment.spaces import BATCH_LEVELS, N_ACT, PREC, decode_actions
-from fleet_marl.kernel import Actions, Draws, RoundState, cost, evaluate
-from fleet_marl.kernel.arbiter import AUCTION, PROPORTIONAL
+from fleet_marl.kernel import Actions, Draws, RoundState, evaluate, stage1
+from fleet_marl.kernel.engine import fitting_batch
+from fleet_marl.kernel.mechanisms import AUCTION, PROPORTIONAL
 
 
 def cheapest_gpu_round(st, bid_levels: np.ndarray) -> np.ndarray:
@@ -36,13 +37,16 @@ def default_action(st, bid_levels: np.ndarray, prec_legal: np.ndarray) -> tuple[
     bf16 = catalog.PRECISION_CODE["bf16"]
     prec = np.where(prec_legal[:, bf16], bf16, catalog.PRECISION_CODE["fp32"])
     precision = np.repeat(prec[:, None], catalog.N_GROUPS, axis=1).astype(np.int64)
-    terms = cost.tenant_terms(st, precision[None], project=not st.veto)
+    terms = stage1(st, precision)
+
+    def fit(t: int, n: int) -> float:
+        return fitting_batch(terms.weights[t], terms.grads[t], terms.master[t], terms.optimizer[t], terms.per_seq_local[t],
+                             terms.per_seq_sharded[t], terms.kv_heads[t], n, st.mem_bytes[t])
+
     # the fewest GPUs that hold one sequence, for models too big for the fair share
-    counts = np.arange(1, int(st.max_gpus.max()) + 1)[:, None] * np.ones((1, T), np.int64)
-    holds = cost.largest_fitting_batch(terms, counts, st.mem_bytes) >= 1
-    least = np.where(holds.any(0), np.argmax(holds, axis=0) + 1, st.max_gpus)
+    least = np.array([next((n for n in range(1, int(st.max_gpus[t]) + 1) if fit(t, n) >= 1), st.max_gpus[t]) for t in range(T)])
     gpus = np.clip(np.maximum(share, least), 1, st.max_gpus).astype(np.int64)
-    fit = cost.largest_fitting_batch(terms, gpus[None], st.mem_bytes)[0]
+    fit = np.array([fit(t, int(gpus[t])) for t in range(T)])
     level = np.maximum(np.searchsorted(BATCH_LEVELS, fit, side="right") - 1, 0)
     idx = np.zeros((T, N_ACT), np.int64)
     idx[:, 0] = gpus

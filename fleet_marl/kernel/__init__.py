@@ -1,4 +1,4 @@
-"""The batched kernel: pure numpy, no PettingZoo or Ray.
+"""The batched kernel: one scheduling round for many rows at once. No PettingZoo or Ray.
 
 >>> from fleet_marl.config import FleetConfig
 >>> from fleet_marl.kernel import KernelStatic, RoundState, Draws, Actions, evaluate
@@ -8,36 +8,40 @@
 >>> out.alloc.tolist()
 [[8, 8]]
 
-Modules: ``cost`` (bytes, FLOPs, roofline), ``arbiter`` (mechanisms, placement, prices),
-``safety`` (numerics, power cap, heat), ``outcome`` (one round, counterfactual rows),
-``backend`` (numpy or numba) and ``fast`` (the numba coupled stage, imported only when used).
+Modules, each importing only the ones before it: ``mechanisms`` (the arbiter's registry and
+compiled clearing rules), ``cost`` (stage 1: bytes, FLOPs, the term table), ``safety`` (input
+checks), ``engine`` (the compiled round: arbiter, placement, safety, cost, outcome),
+``types`` (the array containers), ``static`` (:class:`KernelStatic`) and ``outcome``
+(``evaluate``, ``evaluate_counterfactuals``, the checks). The round is written once, in
+``engine``; ``tests/oracle.py`` is an independent numpy version the tests compare it with.
 """
 
-from fleet_marl.kernel.backend import BACKENDS, BackendWarning, numba_available, resolve_backend
 from fleet_marl.kernel.outcome import (
     check_actions,
     check_draws,
     check_state,
     evaluate,
     evaluate_counterfactuals,
+    evaluate_welfare,
+    stage1,
 )
 from fleet_marl.kernel.safety import KernelInputError
-from fleet_marl.kernel.types import Actions, Draws, KernelStatic, Outcome, RoundState
+from fleet_marl.kernel.static import KernelStatic
+from fleet_marl.kernel.types import Actions, Draws, Outcome, RoundState, Stage1
 
 __all__ = [
-    "BACKENDS",
     "Actions",
-    "BackendWarning",
     "Draws",
     "KernelInputError",
     "KernelStatic",
     "Outcome",
     "RoundState",
+    "Stage1",
     "check_actions",
     "check_draws",
     "check_state",
     "evaluate",
     "evaluate_counterfactuals",
-    "numba_available",
-    "resolve_backend",
+    "evaluate_welfare",
+    "stage1",
 ]

@@ -1,12 +1,13 @@
-"""One scheduling round, batched: arbiter -> safety -> cost -> outcome -> utility and welfare.
+"""One scheduling round, batched: the kernel's public API, its input checks, and the packing
+of its inputs and outputs for the compiled round.
 
 The kernel runs in two stages (``DESIGN.md`` section 5):
 
-1. per-tenant terms that depend only on a tenant's own action (bytes, FLOPs, numerics), once
-   per action row: ``cost.tenant_terms``;
-2. the coupled stage over the rows of a ``present`` mask: the arbiter re-runs with absent
-   tenants' GPUs back in the pool, then memory, throughput, power, heat, progress, money,
-   utility and welfare.
+1. per-tenant terms that depend only on a tenant's own action (bytes, FLOPs, numerics), sums
+   of per-layer-group tables built once per scenario (``cost.stage1_tables``);
+2. the coupled stage over the rows of a ``present`` mask, compiled
+   (:mod:`fleet_marl.kernel.engine`): the arbiter re-runs with absent tenants' GPUs back in
+   the pool, then memory, throughput, power, heat, progress, money, utility and welfare.
 
 ``evaluate_counterfactuals`` evaluates the grand coalition and every "tenant i removed" row
 in ONE call, so the environment gets ``G(z)`` and every ``G(z_-i)`` together. Random draws are
@@ -27,11 +28,10 @@ from dataclasses import fields
 import numpy as np
 
 from fleet_marl import catalog
-from fleet_marl.kernel import arbiter, cost, safety
+from fleet_marl.kernel import engine, safety
 from fleet_marl.kernel.safety import KernelInputError
-from fleet_marl.kernel.types import Actions, Draws, KernelStatic, Outcome, RoundState
-
-_AFFORD_AT_BID = (arbiter.PROPORTIONAL, arbiter.AUCTION)
+from fleet_marl.kernel.static import KernelStatic
+from fleet_marl.kernel.types import Actions, Draws, Outcome, RoundState, Stage1
 MAX_COUNT = 1_000_000  # largest GPU count, batch or previous allocation accepted
 MAX_BID = 1e6  # largest bid multiplier accepted (a million times list price)
 
@@ -147,31 +147,46 @@ def evaluate(
 ) -> Outcome:
     """Evaluate one round for every batch row.
 
-    actions: fields with leading shape (B1,) or none; present: (B, T) bool (default all True),
-    where B1 is 1 or B. A tenant absent from a row asks for nothing, is granted nothing and
-    counts 0 in that row's welfare. ``on_invalid='veto'`` turns an unsupported precision into
-    a veto of that tenant instead of an error (useful when searching configurations).
-    ``validate=False`` skips input checks (for callers that have checked already).
+    Every field of ``actions``, ``state``, ``draws`` and ``present`` ((..., T) bool, default
+    all True) has a leading (batch) shape; the leading shapes broadcast to the result's. A
+    tenant absent from a row asks for nothing, is granted nothing and counts 0 in that row's
+    welfare. ``on_invalid='veto'`` turns an unsupported precision into a veto of that tenant
+    instead of an error (useful when searching configurations). ``validate=False`` skips the
+    input checks (for callers that have checked already).
     """
     if validate:
-        actions = check_actions(st, actions, on_invalid)
-        state = check_state(st, state)
-        draws = check_draws(st, draws)
-        if present is not None:
-            p = np.asarray(present)
-            if p.dtype != bool or p.ndim < 1 or p.shape[-1] != st.T:
-                raise KernelInputError(f"present: dtype {p.dtype}, shape {p.shape}; expected bool (..., {st.T})")
-        _check_leading(actions, state, draws, present)
-    if st.backend == "numba":
-        from fleet_marl.kernel import fast  # numba: the optional [fast] extra, loaded only for this backend
+        actions, state, draws, present = _checked(st, actions, state, draws, present, on_invalid)
+    out, _ = evaluate_welfare(st, actions, state, draws, present, full_every=1)
+    return out
 
-        return fast.evaluate(st, actions, state, draws, present)
-    if st.term_table is not None:
-        terms, invalid = cost.lookup_terms(st.term_table, actions.precision)
-    else:
-        terms = cost.tenant_terms(st, actions.precision, project=not st.veto)
-        invalid = safety.invalid_precision(st, actions.precision)
-    return _stage2(st, actions, terms, invalid, state, draws, present)
+
+def evaluate_welfare(
+    st: KernelStatic, actions: Actions, state: RoundState, draws: Draws, present: np.ndarray | None = None, *, full_every: int = 1,
+) -> tuple[Outcome, np.ndarray]:
+    """``(outcome, welfare)``: the welfare of every row, and the whole outcome only of the rows
+    ``b`` with ``b % full_every == 0`` (leading shape ``(B // full_every,)``). Inputs are not
+    checked and must have a leading shape of ``()`` or ``(B,)``, with ``B`` a multiple of
+    ``full_every``. Credit assignment uses it: the grand coalition's outcome, and only the
+    welfare of each counterfactual row."""
+    lead = _lead_shape(actions, state, draws, present)
+    B = int(np.prod(lead)) if lead else 1
+    if full_every < 1 or B % full_every:
+        raise KernelInputError(f"full_every = {full_every}: expected a divisor of the {B} batch rows")
+    ins_i, ins_f, temp = _pack(st, actions, state, draws, present, lead, B)
+    T, K = st.T, st.K
+    nb = B // full_every
+    out_f = np.empty((len(engine.OF), nb, T))
+    out_i = np.empty((len(engine.OI), nb, T), np.int64)
+    out_b = np.empty((len(engine.OB), nb, T), np.bool_)
+    gon = np.empty((nb, T, K), np.int64)
+    out_k = np.empty((2, nb, K))
+    rack = np.empty((nb, st.n_racks))
+    welfare = np.empty(B)
+    engine.evaluate_rows(*st.packed, ins_i, ins_f, temp, full_every, out_f, out_i, out_b, gon, out_k, rack, welfare)
+    if full_every > 1:
+        return _unpack(out_f, out_i, out_b, gon, out_k, rack, welfare[::full_every], (nb,)), welfare
+    out = _unpack(out_f, out_i, out_b, gon, out_k, rack, welfare, lead)
+    return out, out.welfare
 
 
 def evaluate_counterfactuals(
@@ -187,9 +202,7 @@ def evaluate_counterfactuals(
     present = np.ones((st.T + 1, st.T), dtype=bool)
     present[1:] = ~np.eye(st.T, dtype=bool)
     if validate:
-        actions = check_actions(st, actions, on_invalid)
-        state, draws = check_state(st, state), check_draws(st, draws)
-        _check_leading(actions, state, draws, None)
+        actions, state, draws, _ = _checked(st, actions, state, draws, None, on_invalid)
     lead = np.broadcast_shapes(*_leads(actions, state, draws, None).values())
     if len(lead) > 1:
         raise KernelInputError(f"leading (batch) shape {lead}: expected () or (B,) for counterfactual rows")
@@ -204,12 +217,36 @@ def evaluate_counterfactuals(
 
         actions, state, draws = add_row_axis(actions), add_row_axis(state), add_row_axis(draws)
         present = present[None]
-    return evaluate(st, actions, state, draws, present, validate=False, on_invalid=on_invalid)
+    return evaluate(st, actions, state, draws, present, validate=False)
+
+
+def stage1(st: KernelStatic, precision: np.ndarray, *, project: bool | None = None) -> Stage1:
+    """Stage 1 of each tenant under its precision map ``precision`` (T, G), as the round
+    computes it (``engine.tenant_terms``); ``project`` defaults to the scenario's safety mode."""
+    prec = np.asarray(precision, np.int64)
+    if prec.shape != (st.T, catalog.N_GROUPS):
+        raise KernelInputError(f"precision: shape {prec.shape}; expected ({st.T}, {catalog.N_GROUPS})")
+    tf, ti, tg = st.packed[:3]
+    run = np.empty_like(prec)
+    rows = [engine.tenant_terms(tf, ti, tg, t, prec[t], not st.veto if project is None else project, st.mfu, run[t]) for t in range(st.T)]
+    return Stage1(run, *(np.array(col) for col in zip(*rows)))
+
+
+def _checked(st, actions, state, draws, present, on_invalid):
+    actions = check_actions(st, actions, on_invalid)
+    state = check_state(st, state)
+    draws = check_draws(st, draws)
+    if present is not None:
+        p = np.asarray(present)
+        if p.dtype != bool or p.ndim < 1 or p.shape[-1] != st.T:
+            raise KernelInputError(f"present: dtype {p.dtype}, shape {p.shape}; expected bool (..., {st.T})")
+    _check_leading(actions, state, draws, present)
+    return actions, state, draws, present
 
 
 def _lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> tuple[int, ...]:
     shapes = [
-        np.shape(actions.gpus)[:-1],
+        np.shape(actions.gpus)[:-1], np.shape(actions.bid)[:-1], np.shape(actions.precision)[:-2], np.shape(actions.batch)[:-1],
         np.shape(state.prev_alloc)[:-1], np.shape(state.temp_c)[:-1], np.shape(state.queue)[:-1],
         np.shape(state.remaining_tokens)[:-1], np.shape(state.budget_left)[:-1],
         np.shape(draws.arrivals)[:-1], np.shape(draws.tiebreak)[:-1],
@@ -223,149 +260,50 @@ def _lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> t
     return distinct.pop() if len(distinct) == 1 else np.broadcast_shapes(*shapes)
 
 
-def _row_view(lead: tuple[int, ...], B: int):
-    """A function giving an input as (B, *tail), or something that broadcasts to it, without
-    copying when it can (``lead`` is the broadcast leading shape, B its size)."""
+def _pack(st, actions: Actions, state: RoundState, draws: Draws, present, lead: tuple[int, ...], B: int):
+    """The compiled round's inputs ``(ins_i, ins_f, temp)`` (``engine`` module doc)."""
+    T = st.T
     flat = len(lead) <= 1
 
-    def rows(a, tail):
-        a = np.asarray(a)
-        if flat and a.shape[: a.ndim - len(tail)] in ((), (1,), (B,)):
-            return a
-        return np.broadcast_to(a, lead + tail).reshape((B,) + tail)
+    def put(dst, x, tail):
+        if flat:
+            dst[...] = x  # (T,), (1, T) and (B, T) broadcast as they are
+        else:
+            dst[...] = np.broadcast_to(x, lead + tail).reshape((B,) + tail)
 
-    return rows
-
-
-def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draws, present) -> Outcome:
-    T = st.T
-    lead = _lead_shape(actions, state, draws, present)
-    B = int(np.prod(lead)) if lead else 1
-    rows = _row_view(lead, B)
-
-    gpus = rows(actions.gpus, (T,))
-    bid = rows(actions.bid, (T,))
-    batch_req = rows(actions.batch, (T,))
-    pres = np.ones((B, T), bool) if present is None else np.broadcast_to(rows(present, (T,)), (B, T))
-    G = catalog.N_GROUPS
-    tg = terms.precision.ndim
-    terms = type(terms)(*(rows(x, (T, G) if x.ndim == tg else (T,)) for x in terms))
-    invalid = rows(invalid, (T,))
-    prev = rows(state.prev_alloc, (T,))
-    temp0 = rows(state.temp_c, (st.K,))
-    queue = rows(state.queue, (T,))
-    remaining = rows(state.remaining_tokens, (T,))
-    budget = rows(state.budget_left, (T,))
-    arrivals = rows(draws.arrivals, (T,))
-    tiebreak = rows(draws.tiebreak, (T,))
-
-    # --- arbiter -------------------------------------------------------------------------
-    hours = st.round_seconds / 3600.0
-    pay_mult = bid if st.mechanism in _AFFORD_AT_BID else 1.0
-    unit = st.list_price * pay_mult * hours  # USD per GPU for the round, at most
-    afford = np.floor(np.maximum(budget, 0.0) / unit)
-    afford = np.where(afford * unit > budget, afford - 1, afford)  # never overspend by rounding
-    request = np.where(pres, np.minimum(np.minimum(gpus, st.max_gpus), afford), 0).astype(np.int64)
-    request = arbiter.admissible(st, request, bid)
-    alloc, mult = arbiter.clear(st, request, bid, tiebreak)
-    gon = arbiter.place(st, alloc)
-    nodes = (gon > 0).sum(-1)
-    has = alloc > 0
-    restarted = (alloc != prev) & has
-
-    # --- safety: numerics and memory ------------------------------------------------------
-    train = st.is_train
-    if st.veto:
-        batch = batch_req
-        mem = cost.memory_per_gpu(terms, alloc, batch)
-        oom = (mem.total > st.mem_bytes) & has
-        vetoed = (terms.unsafe | invalid) & has
-        projected = np.zeros((B, T), bool)
-    else:
-        fit = cost.largest_fitting_batch(terms, alloc, st.mem_bytes)
-        batch = np.maximum(np.minimum(batch_req, fit), 1).astype(np.int64)
-        oom = (fit < 1) & has
-        vetoed = invalid & has
-        projected = (terms.unsafe | (batch < batch_req)) & has & ~oom & ~vetoed
-        mem = cost.memory_per_gpu(terms, alloc, batch)
-    running = has & ~oom & ~vetoed
-
-    # --- cost: throughput ------------------------------------------------------------------
-    thr = cost.throughput(st, terms, alloc, batch, nodes)
-    avail = st.round_seconds - st.restart_seconds * restarted
-    demand = queue + arrivals
-    capacity = thr.work_rate * avail
-    with np.errstate(divide="ignore", invalid="ignore"):
-        busy = np.where(train, 1.0, np.where(capacity > 0, np.minimum(demand / capacity, 1.0), 0.0))
-    activity = np.where(running, busy, 0.0)
-
-    # --- safety: power and heat -------------------------------------------------------------
-    pt = safety.power_thermal(st, gon, activity, temp0)
-    running &= ~pt.tripped
-    f = np.where(running, pt.factor, 0.0)
-
-    # --- outcome ----------------------------------------------------------------------------
-    work = np.where(running, thr.work_rate * f * avail, 0.0)  # train tokens, serve requests this round
-    progress = np.where(train, np.minimum(remaining, work), 0.0)
-    served = np.where(train, 0.0, np.minimum(demand, work))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        on_time = (thr.tpot_s / f <= st.slo_tpot_s) & (thr.ttft_s / f <= st.slo_ttft_s) & running
-    fresh = np.minimum(np.maximum(served - queue, 0.0), arrivals)
-    good = np.where(on_time & ~train, fresh, 0.0)
-    attain = np.where(arrivals > 0, good / np.where(arrivals > 0, arrivals, 1.0), 1.0)
-    spend = alloc * st.list_price * mult * hours
-    ref = st.ref_rate * st.round_seconds
-    value = np.where(ref > 0, np.where(train, progress, good) / np.where(ref > 0, ref, 1.0), 0.0)
-    utility = np.where(pres, st.priority * value - st.cost_weight * spend / st.spend_norm, 0.0)
-
-    out = Outcome(
-        requested=request,
-        alloc=alloc,
-        gpus_on_node=gon,
-        nodes_spanned=nodes,
-        price=st.list_price * mult,
-        restarted=restarted,
-        precision=terms.precision if terms.precision.shape == (B, T, G) else np.broadcast_to(terms.precision, (B, T, G)).copy(),
-        batch=batch if batch.shape == (B, T) else np.broadcast_to(batch, (B, T)).copy(),
-        unsafe_numerics=terms.unsafe & has,
-        projected=projected,
-        vetoed=vetoed,
-        oom=oom,
-        tripped=pt.tripped,
-        throttle=np.where(running, pt.factor, 0.0),
-        power_throttled=pt.power_throttled & running,
-        thermal_throttled=pt.thermal_throttled & running,
-        mem_weights=mem.weights,
-        mem_grads=mem.grads,
-        mem_master=mem.master,
-        mem_optimizer=mem.optimizer,
-        mem_activations=mem.activations,
-        mem_kv_cache=mem.kv_cache,
-        mem_total=mem.total,
-        mem_capacity=np.repeat(st.mem_bytes[None], B, axis=0),
-        tokens_per_s=thr.tokens_per_s * f,
-        multi_gpu_efficiency=np.where(alloc > 0, thr.efficiency, 0.0),
-        progress_tokens=progress,
-        served=served,
-        slo_good=good,
-        slo_attainment=attain,
-        queue_next=np.where(train, 0.0, demand - served),
-        remaining_next=remaining - progress,
-        spend=spend,
-        budget_next=budget - spend,
-        value=value,
-        utility=utility,
-        welfare=utility.sum(-1),
-        node_power_w=pt.node_power_w,
-        rack_power_w=pt.rack_power_w,
-        temp_next=pt.temp_next,
-    )
-    return out if lead == (B,) else _shape(out, lead)
+    ins_i = np.empty((len(engine.II), B, T), np.int64)
+    ins_f = np.empty((len(engine.IF), B, T))
+    temp = np.empty((B, st.K))
+    put(ins_i[engine.I_GPUS], actions.gpus, (T,))
+    put(ins_i[engine.I_BATCH], actions.batch, (T,))
+    put(ins_i[engine.I_PREV], state.prev_alloc, (T,))
+    put(ins_i[engine.I_PRES], True if present is None else present, (T,))
+    prec = np.asarray(actions.precision)  # (..., T, G) -> (G, 1 or B, T)
+    prec = prec.reshape((-1,) + prec.shape[-2:]) if flat else np.broadcast_to(prec, lead + prec.shape[-2:]).reshape((B,) + prec.shape[-2:])
+    ins_i[engine.I_PREC:] = np.moveaxis(prec, -1, 0)
+    put(ins_f[engine.F_BID], actions.bid, (T,))
+    put(ins_f[engine.F_QUEUE], state.queue, (T,))
+    put(ins_f[engine.F_REMAIN], state.remaining_tokens, (T,))
+    put(ins_f[engine.F_BUDGET], state.budget_left, (T,))
+    put(ins_f[engine.F_ARR], draws.arrivals, (T,))
+    put(ins_f[engine.F_TIE], draws.tiebreak, (T,))
+    put(temp, state.temp_c, (st.K,))
+    return ins_i, ins_f, temp
 
 
-def _shape(out: Outcome, lead: tuple[int, ...]) -> Outcome:
-    """Every field is (B, ...) with B = prod(lead); give it the leading shape ``lead``."""
-    return Outcome(**{f.name: getattr(out, f.name).reshape(lead + getattr(out, f.name).shape[1:]) for f in fields(out)})
+def _unpack(out_f, out_i, out_b, gon, out_k, rack, welfare, lead: tuple[int, ...]) -> Outcome:
+    """The :class:`Outcome` of leading shape ``lead`` over the compiled round's outputs
+    (views, no copies)."""
+    B = welfare.shape[0]
+    if lead != (B,):
+        out_f, out_i, out_b, out_k = (a.reshape(a.shape[:1] + lead + a.shape[2:]) for a in (out_f, out_i, out_b, out_k))
+        gon, rack, welfare = (a.reshape(lead + a.shape[1:]) for a in (gon, rack, welfare))
+    kw = dict(zip(engine.OF, out_f))
+    kw.update(zip(engine.OI[: engine.OI_PREC], out_i))
+    kw.update(zip(engine.OB, out_b))
+    kw.update(precision=np.moveaxis(out_i[engine.OI_PREC:], 0, -1), gpus_on_node=gon, node_power_w=out_k[0], temp_next=out_k[1],
+              rack_power_w=rack, welfare=welfare)
+    return Outcome.of(kw)
 
 
-__all__ = ["check_actions", "check_draws", "check_state", "evaluate", "evaluate_counterfactuals"]
+__all__ = ["check_actions", "check_draws", "check_state", "evaluate", "evaluate_counterfactuals", "evaluate_welfare", "stage1"]

@@ -46,7 +46,7 @@ def load(spec: str, env):
         trained = meta.get("train_config", {})
         if trained:  # the scenario it learned, rewards and fairness detectors aside, must be the one being played
             cfg, _ = make_config(trained.get("task"), None, **trained.get("env", {}))
-            same = dataclasses.replace(cfg, reward=fe.config.reward, fairness=fe.config.fairness, backend=fe.config.backend) == fe.config
+            same = dataclasses.replace(cfg, reward=fe.config.reward, fairness=fe.config.fairness) == fe.config
             if not same:
                 raise PolicyError(spec, f"the checkpoint was trained on task {trained.get('task')!r} with env overrides {trained.get('env', {})!r}, "
                                         "and this environment's scenario differs; evaluate it with the same overrides, e.g. "

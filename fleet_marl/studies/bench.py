@@ -31,15 +31,16 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+import numba
 import numpy as np
 from tqdm import tqdm
 
 from pettingzoo.classic.rps.rps import parallel_env as rps_parallel_env  # what pettingzoo.classic.rps_v2 re-exports, without its warning
 
 from fleet_marl import catalog
-from fleet_marl.config import BACKENDS, FleetConfig, from_dict
+from fleet_marl.config import FleetConfig, from_dict
 from fleet_marl.environment import parallel_env
-from fleet_marl.kernel import Actions, Draws, KernelStatic, RoundState, check_actions, evaluate, resolve_backend
+from fleet_marl.kernel import Actions, Draws, KernelStatic, RoundState, check_actions, evaluate
 
 _H100 = "h100-sxm"
 #: Trainers (model, sequence length, activation checkpointing) and servers, as in the hard task.
@@ -54,13 +55,16 @@ SHAPLEY_N = 8
 #: Agent-steps of the memory run (the issue's 10^6; --quick runs a tenth).
 RSS_AGENT_STEPS = 1_000_000
 
-#: The issue's targets: key -> (numpy target, compiled target, "min" or "max").
+#: The targets of the "One engine" issue that the bench measures: key -> (target, "min" or
+#: "max"). The vector-env targets join when the vector env exists.
 TARGETS = {
-    "kernel_evals_per_s_n16_b1024": (250_000.0, 1_000_000.0, "min"),
-    "env_step_us_n16_difference": (250.0, 60.0, "max"),
-    "difference_overhead_ratio": (1.5, 1.5, "max"),
-    "agent_steps_ratio_vs_reference": (5.0, 5.0, "min"),
-    "rss_growth_fraction": (0.05, 0.05, "max"),
+    "kernel_evals_per_s_n16_b1024": (1_000_000.0, "min"),
+    "kernel_eval_us_n16_b1": (20.0, "max"),
+    "env_step_us_n16_difference": (150.0, "max"),
+    "agent_steps_ratio_vs_reference": (5.0, "min"),
+    "difference_overhead_ratio": (1.5, "max"),
+    f"shapley_overhead_ratio_n{SHAPLEY_N}": (3.0, "max"),
+    "rss_growth_fraction": (0.05, "max"),
 }
 
 
@@ -194,12 +198,12 @@ def median_call_time(fn: Callable[[], object], repeats: int, min_time: float) ->
 # --- the measurements --------------------------------------------------------------------------
 
 
-def make_env(n: int, scheme: str, backend: str, max_cycles: int = 100):
-    return parallel_env(config=bench_config(n, max_cycles), reward_scheme=scheme, compute_all=False, backend=backend)
+def make_env(n: int, scheme: str, max_cycles: int = 100):
+    return parallel_env(config=bench_config(n, max_cycles), reward_scheme=scheme, compute_all=False)
 
 
-def env_step(n: int, scheme: str, backend: str, steps: int, repeats: int) -> StepTiming:
-    env = make_env(n, scheme, backend)
+def env_step(n: int, scheme: str, steps: int, repeats: int) -> StepTiming:
+    env = make_env(n, scheme)
     env.reset(seed=0)
     pool = presample(env, np.random.default_rng(n))
     return time_steps(env, pool, steps, repeats)
@@ -223,19 +227,29 @@ def kernel_actions(st, rng: np.random.Generator, batch: int):
     return check_actions(st, acts)
 
 
-def kernel_rate(backend: str, batch: int, repeats: int, min_time: float) -> float:
+def kernel_rate(batch: int, repeats: int, min_time: float) -> float:
     """Evaluations (rows) per second of ``evaluate`` at N = 16 for ``batch`` rows, inputs checked once."""
-    st = KernelStatic.from_config(from_dict(FleetConfig, {**bench_config(KERNEL_N), "backend": backend}))
+    st = KernelStatic.from_config(from_dict(FleetConfig, bench_config(KERNEL_N)))
     acts = kernel_actions(st, np.random.default_rng(batch), batch)
     state, draws = RoundState.initial(st), Draws.expected(st)
     dt = median_call_time(lambda: evaluate(st, acts, state, draws, validate=False), repeats, min_time)
     return batch / dt
 
 
-def rss_run(backend: str, agent_steps: int) -> dict:
+def kernel_single_us(repeats: int, min_time: float) -> float:
+    """Microseconds per ``evaluate`` call of one configuration at N = 16: inputs without a
+    batch axis, checked once (``validate=False``), the whole Outcome returned."""
+    st = KernelStatic.from_config(from_dict(FleetConfig, bench_config(KERNEL_N)))
+    a = kernel_actions(st, np.random.default_rng(1), 1)
+    one = Actions(gpus=a.gpus[0], bid=a.bid[0], precision=a.precision[0], batch=a.batch[0])
+    state, draws = RoundState.initial(st), Draws.expected(st)
+    return median_call_time(lambda: evaluate(st, one, state, draws, validate=False), repeats, min_time) * 1e6
+
+
+def rss_run(agent_steps: int) -> dict:
     """Step the N = 16 difference env for ``agent_steps`` agent-steps (resetting at each
     episode end); RSS after the first tenth (warm) and at the end."""
-    env = make_env(KERNEL_N, "difference", backend)
+    env = make_env(KERNEL_N, "difference")
     env.reset(seed=0)
     pool = presample(env, np.random.default_rng(7))
     done, k, warm = 0, 0, None
@@ -296,19 +310,18 @@ FULL = Plan(steps={4: 400, 16: 300, 64: 100}, repeats=5, kernel_min_time=0.25, s
 QUICK = Plan(steps={4: 60, 16: 40, 64: 12}, repeats=3, kernel_min_time=0.03, shapley_steps=5, rss_agent_steps=RSS_AGENT_STEPS // 10, reference_steps=300)
 
 
-def measure(backend: str = "numpy", quick: bool = False, cpu: int | None = None, progress: bool = True) -> dict:
+def measure(quick: bool = False, cpu: int | None = None, progress: bool = True) -> dict:
     """Run every measurement and return the report (a flat dict; see docs/benchmarks.md)."""
     plan = QUICK if quick else FULL
-    used = resolve_backend(backend)  # warns and falls back to numpy when numba is missing
     pinned = pin_to_one_core(cpu)
     t_start = time.perf_counter()
-    r: dict = {"backend": used, "quick": quick, "cpu": pinned, "repeats": plan.repeats}
+    r: dict = {"quick": quick, "cpu": pinned, "repeats": plan.repeats}
     jobs: list[tuple[str, Callable[[], None]]] = []
 
     for n in ENV_SIZES:
         for scheme in SCHEMES:
             def job(n=n, scheme=scheme):
-                t = env_step(n, scheme, used, plan.steps[n], plan.repeats)
+                t = env_step(n, scheme, plan.steps[n], plan.repeats)
                 r[f"env_step_us_n{n}_{scheme}"] = t.us_per_step
                 r[f"agent_steps_per_s_n{n}_{scheme}"] = t.agent_steps_per_s
 
@@ -316,13 +329,18 @@ def measure(backend: str = "numpy", quick: bool = False, cpu: int | None = None,
 
     for b in KERNEL_BATCHES:
         def kjob(b=b):
-            r[f"kernel_evals_per_s_n{KERNEL_N}_b{b}"] = kernel_rate(used, b, plan.repeats, plan.kernel_min_time)
+            r[f"kernel_evals_per_s_n{KERNEL_N}_b{b}"] = kernel_rate(b, plan.repeats, plan.kernel_min_time)
 
         jobs.append((f"kernel batch {b}", kjob))
 
+    def single():
+        r[f"kernel_eval_us_n{KERNEL_N}_b1"] = kernel_single_us(plan.repeats, plan.kernel_min_time)
+
+    jobs.append(("one kernel evaluation", single))
+
     def shapley():
-        t = env_step(SHAPLEY_N, "shapley", used, plan.shapley_steps, plan.repeats)
-        base = env_step(SHAPLEY_N, "local", used, plan.steps[16], plan.repeats)
+        t = env_step(SHAPLEY_N, "shapley", plan.shapley_steps, plan.repeats)
+        base = env_step(SHAPLEY_N, "local", plan.steps[16], plan.repeats)
         r[f"shapley_step_us_n{SHAPLEY_N}"] = t.us_per_step
         r[f"env_step_us_n{SHAPLEY_N}_local"] = base.us_per_step
         r[f"shapley_overhead_ratio_n{SHAPLEY_N}"] = t.us_per_step / base.us_per_step
@@ -336,7 +354,7 @@ def measure(backend: str = "numpy", quick: bool = False, cpu: int | None = None,
         r["reference_agent_steps_per_s"] = t.agent_steps_per_s
 
     jobs.append(("reference env", reference))
-    jobs.append(("memory (long run)", lambda: r.update(rss_run(used, plan.rss_agent_steps))))
+    jobs.append(("memory (long run)", lambda: r.update(rss_run(plan.rss_agent_steps))))
 
     bar = tqdm(jobs, desc="fleet-marl bench", unit="part", file=sys.stderr, disable=not progress)
     for label, job in bar:
@@ -348,29 +366,29 @@ def measure(backend: str = "numpy", quick: bool = False, cpu: int | None = None,
     r["agent_steps_ratio_vs_reference"] = r["agent_steps_per_s_n16_difference"] / r["reference_agent_steps_per_s"]
     r["targets"] = targets(r)
     r["seconds"] = time.perf_counter() - t_start
-    r["machine"] = {"python": platform.python_version(), "numpy": np.__version__, "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count()}
+    r["machine"] = {"python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__, "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count()}
     return r
 
 
 def targets(r: dict) -> dict:
-    """Each target of the issue: the measured figure, the target for this backend, the ratio
-    measured / target, and whether it is met."""
+    """Each target of the issue: the measured figure, the target, the ratio measured / target,
+    and whether it is met."""
     out = {}
-    for key, (t_numpy, t_fast, kind) in TARGETS.items():
-        target = t_numpy if r["backend"] == "numpy" else t_fast
+    for key, (target, kind) in TARGETS.items():
         v = r[key]
         out[key] = {"measured": v, "target": target, "kind": kind, "ratio": v / target, "met": bool(v >= target if kind == "min" else v <= target)}
     return out
 
 
 def format_table(r: dict) -> str:
-    lines = [f"fleet-marl bench: backend {r['backend']}, pinned to CPU {r['cpu']}, medians of {r['repeats']} repeats{' (quick)' if r['quick'] else ''}", ""]
+    lines = [f"fleet-marl bench: pinned to CPU {r['cpu']}, medians of {r['repeats']} repeats{' (quick)' if r['quick'] else ''}", ""]
     lines.append(f"{'env step':<28}{'us/step':>10}{'agent-steps/s':>16}")
     for n in ENV_SIZES:
         for s in SCHEMES:
             lines.append(f"{f'  N={n:<3} {s}':<28}{r[f'env_step_us_n{n}_{s}']:>10,.0f}{r[f'agent_steps_per_s_n{n}_{s}']:>16,.0f}")
     lines.append(f"{'  reference ' + r['reference_env']:<28}{r['reference_step_us']:>10,.0f}{r['reference_agent_steps_per_s']:>16,.0f}")
     lines.append("")
+    lines.append(f"{'one kernel evaluation, N=16':<28}{r[f'kernel_eval_us_n{KERNEL_N}_b1']:>10,.1f} us")
     lines.append(f"{'batched kernel, N=16':<28}{'evals/s':>10}")
     for b in KERNEL_BATCHES:
         lines.append(f"{f'  batch {b}':<28}{r[f'kernel_evals_per_s_n{KERNEL_N}_b{b}']:>10,.0f}")
@@ -393,7 +411,6 @@ def format_table(r: dict) -> str:
 EXAMPLES = """examples:
   fleet-marl bench                      # the full run (under 3 minutes): a table on stdout, progress on stderr
   fleet-marl bench --quick --json       # the CI smoke run (under 30 s), one JSON object
-  fleet-marl bench --backend numba      # the compiled kernel (pip install 'fleet-marl[fast]')
   fleet-marl bench --cpu 0 --json > bench.json
 
 Every key of the JSON report is documented in docs/benchmarks.md.
@@ -407,7 +424,6 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
     """The options of ``fleet-marl bench``."""
     b.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     b.add_argument("--quick", action="store_true", help="fewer steps and repeats (under 30 s; the CI smoke test)")
-    b.add_argument("--backend", choices=BACKENDS, default="numpy", help="kernel backend to measure (default numpy)")
     b.add_argument("--cpu", type=int, default=None, help="core to pin to (default: the last core this process may use)")
     b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -415,7 +431,7 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     """Run ``fleet-marl bench`` with parsed ``args``; print the report; return the exit code."""
     try:
-        r = measure(backend=args.backend, quick=args.quick, cpu=args.cpu, progress=not args.no_progress)
+        r = measure(quick=args.quick, cpu=args.cpu, progress=not args.no_progress)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         print("run 'fleet-marl bench --help' for the options", file=sys.stderr)

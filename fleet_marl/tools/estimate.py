@@ -17,7 +17,7 @@ from fleet_marl import catalog
 from fleet_marl.catalog import CatalogError
 from fleet_marl.config import ArbiterSpec, ClusterSpec, FleetConfig, SafetySpec, TenantSpec, WorkloadSpec
 from fleet_marl.errors import UsageError
-from fleet_marl.kernel import KernelStatic, cost
+from fleet_marl.kernel import KernelStatic, cost, engine, stage1
 from fleet_marl.kernel.safety import explain_invalid, invalid_precision
 
 #: User errors this command reports as ``error: ...`` (exit code 2).
@@ -98,25 +98,22 @@ def estimate(args) -> dict:
     if invalid_precision(st, prec).any():
         msg = explain_invalid(st, prec)
         raise UsageError(msg.split(": ", 1)[1] if ": " in msg else msg)
-    terms = cost.tenant_terms(st, prec, project=False)
-    n = np.array([[args.gpus]])
-    b = np.array([[args.batch_size]])
-    nodes = np.array([[math.ceil(args.gpus / args.gpus_per_node)]])
-    mem = cost.memory_per_gpu(terms, n, b)
-    thr = cost.throughput(st, terms, n, b, nodes)
+    tt = stage1(st, prec[0], project=False)
+    terms = (tt.weights[0], tt.grads[0], tt.master[0], tt.optimizer[0], tt.per_seq_local[0], tt.per_seq_sharded[0], tt.kv_heads[0])
+    n, b = args.gpus, args.batch_size
+    nodes = math.ceil(args.gpus / args.gpus_per_node)
+    mem = engine.memory_per_gpu(*terms, n, b)
+    rate, tokens_per_s, efficiency, ttft_s, tpot_s = engine.roofline(
+        args.mode == "train", bool(st.checkpointing[0]), st.seq_len[0], st.prompt_tokens[0], st.output_tokens[0], st.bw[0], st.intra_bw[0],
+        st.inter_bw[0], st.mbu, st.comm_overlap, terms[0], tt.time_per_token[0], tt.kv_read_per_seq[0], tt.comm_bytes[0],
+        terms[6], n, b, nodes,
+    )
     cap = float(g.memory_gb * 1e9)
     usable = float(st.mem_bytes[0])
-    fit_b = int(max(cost.largest_fitting_batch(terms, n, st.mem_bytes)[0, 0], 0))
-    comp = {
-        "weights": mem.weights,
-        "gradients": mem.grads,
-        "master_fp32": mem.master,
-        "optimizer": mem.optimizer,
-        "activations": mem.activations,
-        "kv_cache": mem.kv_cache,
-    }
-    comp = {k: float(v[0, 0]) for k, v in comp.items() if args.mode == "train" or k in ("weights", "kv_cache")}
-    comp["total"] = float(mem.total[0, 0])
+    fit_b = int(max(engine.fitting_batch(*terms, n, usable), 0))
+    comp = dict(zip(("weights", "gradients", "master_fp32", "optimizer", "activations", "kv_cache"), map(float, mem)))
+    comp = {k: v for k, v in comp.items() if args.mode == "train" or k in ("weights", "kv_cache")}
+    comp["total"] = float(sum(mem))
     unsafe = [gr for gr, code in zip(catalog.GROUPS, prec[0, 0]) if catalog.UNSAFE[catalog.GROUPS.index(gr), code]]
     out = {
         "model": args.model,
@@ -125,7 +122,7 @@ def estimate(args) -> dict:
         "params_by_group": m.params_by_group,
         "gpu_type": args.gpu_type,
         "gpus": args.gpus,
-        "nodes": int(nodes[0, 0]),
+        "nodes": nodes,
         "precision": prec_map,
         "batch_size": args.batch_size,
         "seq_len": args.seq_len,
@@ -133,10 +130,10 @@ def estimate(args) -> dict:
         "bytes_per_gpu": comp,
         "gpu_memory_bytes": cap,
         "usable_bytes_per_gpu": usable,
-        "fits": bool(mem.total[0, 0] <= usable),
+        "fits": bool(sum(mem) <= usable),
         "max_batch_that_fits": fit_b,
-        "tokens_per_s": float(thr.tokens_per_s[0, 0]),
-        "multi_gpu_efficiency": float(thr.efficiency[0, 0]),
+        "tokens_per_s": tokens_per_s,
+        "multi_gpu_efficiency": efficiency,
         "numerically_safe": not unsafe,
         "unsafe_groups": unsafe,
     }
@@ -144,9 +141,9 @@ def estimate(args) -> dict:
         kv_b = float(cost.KV_BYTES[prec[0, 0, catalog.GROUPS.index("attention")]])
         out["output_tokens"] = args.output_tokens
         out["kv_bytes_per_token"] = m.kv_bytes_per_token(kv_b)
-        out["requests_per_s"] = float(thr.work_rate[0, 0])
-        out["ttft_s"] = float(thr.ttft_s[0, 0])
-        out["tpot_s"] = float(thr.tpot_s[0, 0])
+        out["requests_per_s"] = rate
+        out["ttft_s"] = ttft_s
+        out["tpot_s"] = tpot_s
     return out
 
 

@@ -1,0 +1,186 @@
+"""The scenario's constants, flattened to arrays once per config: :class:`KernelStatic`.
+
+Axes as in :mod:`fleet_marl.kernel.types`: ``T`` tenants, ``G`` layer groups, ``P``
+precisions, ``K`` nodes, ``Q`` pools, ``R`` racks. ``KernelStatic.from_config`` also
+packs what the compiled round reads, stage-1 tables included (``engine.pack_static``); every
+array is read-only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from fleet_marl import catalog
+from fleet_marl.config import FleetConfig
+from fleet_marl.kernel import cost
+from fleet_marl.kernel.engine import pack_static
+from fleet_marl.kernel import mechanisms
+
+
+@dataclass(frozen=True)
+class KernelStatic:
+    """Per-scenario constants, flattened to arrays once (``KernelStatic.from_config``)."""
+
+    T: int
+    K: int
+    n_racks: int
+    # tenants
+    is_train: np.ndarray  # (T,) bool
+    params: np.ndarray  # (T, G) float64 parameters per layer group
+    flops_fwd: np.ndarray  # (T, G) float64 forward FLOPs per token per group (ctx = seq / prompt)
+    layers: np.ndarray  # (T,) float64
+    hidden: np.ndarray  # (T,) float64
+    heads: np.ndarray  # (T,) float64
+    kv_dim: np.ndarray  # (T,) float64 kv_heads * head_dim
+    kv_heads: np.ndarray  # (T,) float64
+    seq_len: np.ndarray  # (T,) float64 train: sequence length
+    prompt_tokens: np.ndarray  # (T,) float64
+    output_tokens: np.ndarray  # (T,) float64
+    slo_ttft_s: np.ndarray  # (T,) float64
+    slo_tpot_s: np.ndarray  # (T,) float64
+    arrival_rate: np.ndarray  # (T,) float64 requests/s (0 for training tenants)
+    job_tokens: np.ndarray  # (T,) float64 (0 for serving tenants)
+    flash: np.ndarray  # (T,) bool
+    checkpointing: np.ndarray  # (T,) bool full activation recomputation (train)
+    priority: np.ndarray  # (T,) float64
+    max_gpus: np.ndarray  # (T,) int64
+    budget: np.ndarray  # (T,) float64 episode budget
+    spend_norm: np.ndarray  # (T,) float64 USD per round that counts as one unit of disutility
+    pool: np.ndarray  # (T,) int64 index of the tenant's GPU type in ``pools``
+    # the tenant's GPU type
+    mem_bytes: np.ndarray  # (T,) float64 usable bytes per GPU
+    bw: np.ndarray  # (T,) float64 HBM bytes/s
+    peak: np.ndarray  # (T, P) float64 FLOP/s by precision (0 = unsupported)
+    supported: np.ndarray  # (T, P) bool
+    tdp_w: np.ndarray  # (T,) float64
+    idle_w: np.ndarray  # (T,) float64
+    list_price: np.ndarray  # (T,) float64 USD per GPU-hour
+    intra_bw: np.ndarray  # (T,) float64 bytes/s per direction inside a node
+    inter_bw: np.ndarray  # (T,) float64 bytes/s per GPU across nodes
+    # cluster
+    pools: tuple[str, ...]
+    pool_capacity: np.ndarray  # (Q,) int64
+    node_pool: np.ndarray  # (K,) int64
+    node_rack: np.ndarray  # (K,) int64
+    rack_of: np.ndarray  # (K, R) float64 one-hot: node k is in rack r
+    node_idle_w: np.ndarray  # (K,) float64 idle power of one GPU of the node's type
+    node_tdp_w: np.ndarray  # (K,) float64
+    gpus_per_node: int
+    rack_power_cap_w: float
+    ambient_c: float
+    thermal_rise_at_tdp_c: float
+    thermal_tau_s: float
+    throttle_temp_c: float
+    critical_temp_c: float
+    round_seconds: float
+    restart_seconds: float
+    mfu: float
+    mbu: float
+    comm_overlap: float
+    # rules
+    mechanism: int  # code of the mechanism in mechanisms.REGISTRY
+    reserve_price: float
+    veto: bool  # safety mode
+    cost_weight: float
+
+    def __post_init__(self):
+        """Check the mechanism code, derive ``ref_rate`` and ``packed``, and make every array
+        read-only. Runs again on ``dataclasses.replace``, so the derived fields never go stale."""
+        mechanisms.check_code(self.mechanism)
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, np.ndarray):
+                v.setflags(write=False)
+        ref = cost.reference_rate(self)
+        ref.setflags(write=False)
+        #: (T,) float64 each tenant's reference work rate (train tokens/s, serve requests/s): the denominator of its value
+        object.__setattr__(self, "ref_rate", ref)
+        #: what the compiled round reads (``engine.pack_static``)
+        object.__setattr__(self, "packed", pack_static(self))
+
+    @property
+    def mechanism_name(self) -> str:
+        return next(m.name for m in mechanisms.REGISTRY.values() if m.code == self.mechanism)
+
+    @staticmethod
+    def from_config(cfg: FleetConfig) -> "KernelStatic":
+        cl = cfg.cluster
+        ts = cfg.tenants
+        T, K = len(ts), cl.num_nodes
+        pools = cl.pools
+        models = [catalog.model(t.model) for t in ts]
+        gpus = [catalog.gpu(t.gpu_type) for t in ts]
+        is_train = np.array([t.kind == "train" for t in ts])
+        arr = lambda xs, dt=np.float64: np.array(xs, dtype=dt)  # noqa: E731
+        seq = arr([t.workload.seq_len for t in ts])
+        prompt = arr([t.workload.prompt_tokens for t in ts])
+        ctx = np.where(is_train, seq, prompt)
+        flops = np.stack([cost.forward_flops_per_token(m, c) for m, c in zip(models, ctx)])
+        node_pool = arr([pools.index(g) for g in cl.gpu_types], np.int64)
+        node_gpu = [catalog.gpu(g) for g in cl.gpu_types]
+        peak = np.stack([g.peak_flops() for g in gpus])
+        return KernelStatic(
+            T=T,
+            K=K,
+            n_racks=-(-K // cl.nodes_per_rack),
+            is_train=is_train,
+            params=np.stack([m.params_vector for m in models]),
+            flops_fwd=flops,
+            layers=arr([m.layers for m in models]),
+            hidden=arr([m.hidden for m in models]),
+            heads=arr([m.heads for m in models]),
+            kv_dim=arr([m.kv_heads * m.head_dim for m in models]),
+            kv_heads=arr([m.kv_heads for m in models]),
+            seq_len=seq,
+            prompt_tokens=prompt,
+            output_tokens=arr([t.workload.output_tokens for t in ts]),
+            slo_ttft_s=arr([t.workload.slo_ttft_s for t in ts]),
+            slo_tpot_s=arr([t.workload.slo_tpot_s for t in ts]),
+            arrival_rate=np.where(is_train, 0.0, arr([t.workload.rate for t in ts])),
+            job_tokens=np.where(is_train, arr([t.workload.job_tokens for t in ts]), 0.0),
+            flash=np.array([t.flash_attention for t in ts]),
+            checkpointing=np.array([t.activation_checkpointing for t in ts]) & is_train,
+            priority=arr([t.priority for t in ts]),
+            max_gpus=arr([min(t.max_gpus, cl.capacity(t.gpu_type)) for t in ts], np.int64),
+            budget=arr([t.budget for t in ts]),
+            spend_norm=arr([t.budget / cfg.max_cycles for t in ts]),
+            pool=arr([pools.index(t.gpu_type) for t in ts], np.int64),
+            mem_bytes=arr([g.memory_gb * 1e9 * cl.usable_memory_fraction for g in gpus]),
+            bw=arr([g.bandwidth_tbs * 1e12 for g in gpus]),
+            peak=peak,
+            supported=peak > 0,
+            tdp_w=arr([g.tdp_w for g in gpus]),
+            idle_w=arr([g.idle_w for g in gpus]),
+            list_price=arr([g.price_per_hour for g in gpus]),
+            intra_bw=arr([g.interconnect_gbs * 1e9 for g in gpus]),
+            inter_bw=arr([min(g.interconnect_gbs, cl.network_gbs_per_gpu) * 1e9 for g in gpus]),
+            pools=pools,
+            pool_capacity=arr([cl.capacity(q) for q in pools], np.int64),
+            node_pool=node_pool,
+            node_rack=np.arange(K, dtype=np.int64) // cl.nodes_per_rack,
+            rack_of=np.eye(-(-K // cl.nodes_per_rack))[np.arange(K) // cl.nodes_per_rack],
+            node_idle_w=arr([g.idle_w for g in node_gpu]),
+            node_tdp_w=arr([g.tdp_w for g in node_gpu]),
+            gpus_per_node=cl.gpus_per_node,
+            rack_power_cap_w=cl.rack_power_cap_w,
+            ambient_c=cl.ambient_c,
+            thermal_rise_at_tdp_c=cl.thermal_rise_at_tdp_c,
+            thermal_tau_s=cl.thermal_tau_s,
+            throttle_temp_c=cl.throttle_temp_c,
+            critical_temp_c=cl.critical_temp_c,
+            round_seconds=cl.round_seconds,
+            restart_seconds=cl.restart_seconds,
+            mfu=cl.mfu,
+            mbu=cl.mbu,
+            comm_overlap=cl.comm_overlap,
+            mechanism=mechanisms.mechanism(cfg.arbiter.mechanism).code,
+            reserve_price=cfg.arbiter.reserve_price,
+            veto=cfg.safety.mode == "veto",
+            cost_weight=cfg.reward.cost_weight,
+        )
+
+
+
+__all__ = ["KernelStatic"]

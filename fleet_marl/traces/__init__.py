@@ -1,0 +1,41 @@
+"""Real traces out of the box: readers, a registry, shipped samples and a fetcher.
+
+Tenants with ``WorkloadSpec(pattern="trace", trace=NAME)`` replay a public trace
+(:func:`fleet_marl.workloads.arrival_schedule`): training tenants replay the submit times of a
+**job** trace, serving tenants the arrival times of a **request** trace.
+
+================  ========  ==========  =====================================================
+name              kind      sample      source (licence)
+================  ========  ==========  =====================================================
+pollux-1 .. -4    jobs      whole file  Pollux, OSDI 2021: jobs sampled from Philly (Apache-2.0)
+azure-conv-2023   requests  whole file  Azure LLM inference 2023, Splitwise (CC-BY-4.0)
+azure-code-2023   requests  first 30 m  Azure LLM inference 2023, Splitwise (CC-BY-4.0)
+azure-conv-2024   requests  none        Azure LLM inference 2024, DynamoLLM (CC-BY-4.0)
+azure-code-2024   requests  none        Azure LLM inference 2024, DynamoLLM (CC-BY-4.0)
+burstgpt-1        requests  none        BurstGPT, KDD 2025 (CC-BY-4.0)
+philly            jobs      none        Microsoft Philly, ATC 2019 (CC-BY-4.0)
+pai-2020          jobs      none        Alibaba PAI GPU 2020, NSDI 2022 (CC-BY-4.0)
+helios-<cluster>  jobs      none        SenseTime Helios, SC 2021 (CC-BY-4.0)
+================  ========  ==========  =====================================================
+
+Modules: :mod:`~fleet_marl.traces.readers` (one validating parser per format),
+:mod:`~fleet_marl.traces.registry` (``TRACES``, name resolution, ``read_*``),
+:mod:`~fleet_marl.traces.download` (``fetch``: resumable, verified downloads) and
+:mod:`~fleet_marl.traces.command` (``fleet-marl traces list`` / ``fetch``). The samples and
+their licences are in ``data/`` (``data/LICENSES.md``); docs/traces.md describes every trace,
+its columns and how they map onto tenants.
+
+>>> from fleet_marl.traces import read_trace, trace_stats
+>>> read_trace("azure_llm_inference_conv_2023.csv").context_tokens.shape
+(19366,)
+"""
+
+from fleet_marl.traces.readers import (AzureTrace, BurstGPTTrace, FORMATS, JobTrace, PolluxTrace, RequestTrace,
+                                       TraceError)
+from fleet_marl.traces.registry import (CACHE_ENV, DATA_DIR, TRACES, TRACES_ENV, TraceInfo, cache_dir, read_azure,
+                                        read_burstgpt, read_helios, read_pai, read_philly, read_pollux, read_trace,
+                                        resolve_trace, trace_stats, traces_dir)
+
+__all__ = ["AzureTrace", "BurstGPTTrace", "CACHE_ENV", "DATA_DIR", "FORMATS", "JobTrace", "PolluxTrace", "RequestTrace",
+           "TRACES", "TRACES_ENV", "TraceError", "TraceInfo", "cache_dir", "read_azure", "read_burstgpt", "read_helios",
+           "read_pai", "read_philly", "read_pollux", "read_trace", "resolve_trace", "trace_stats", "traces_dir"]

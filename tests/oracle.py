@@ -1,0 +1,572 @@
+"""An independent numpy implementation of the round's coupled stage: the oracle the compiled
+round (``fleet_marl.kernel.engine``) is tested against, and nothing else.
+
+It is the numpy kernel of fleet_marl 0.2 (arbiter, placement, memory, roofline, power and
+heat, outcome), vectorised over batch rows instead of looping over them, with stage 1 computed
+for whole precision maps at once; it shares nothing with the engine but the model's constants
+(``fleet_marl.kernel.cost``). ``evaluate``
+takes the same inputs as ``fleet_marl.kernel.evaluate`` after its checks and returns the same
+:class:`~fleet_marl.kernel.Outcome`. ``tests/test_oracle.py`` holds the engine to 1e-9 of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import NamedTuple
+
+import numpy as np
+
+from fleet_marl import catalog
+from fleet_marl.kernel import Actions, Draws, Outcome, RoundState, cost
+from fleet_marl.kernel.cost import RECOMPUTE_FLOPS_FACTOR, TRAIN_FLOPS_FACTOR
+from fleet_marl.kernel.mechanisms import AUCTION, MAXMIN, PRIORITY, PROPORTIONAL
+from fleet_marl.kernel.safety import invalid_precision
+
+_AFFORD_AT_BID = (PROPORTIONAL, AUCTION)
+
+
+# --- stage 1 ---------------------------------------------------------------------------------
+
+class TenantTerms(NamedTuple):
+    """Per-tenant terms that do not depend on the other tenants (stage 1), (B, T) each."""
+
+    precision: np.ndarray  # (B, T, G) int64 precision run after numeric projection
+    unsafe: np.ndarray  # (B, T) bool requested precision map is numerically unsafe
+    weights: np.ndarray  # total weight bytes (all GPUs)
+    grads: np.ndarray  # total gradient bytes (train)
+    master: np.ndarray  # total fp32 master bytes (train)
+    optimizer: np.ndarray  # total optimizer bytes (train)
+    per_seq_local: np.ndarray  # bytes per sequence on each GPU, not sharded (train activations)
+    per_seq_sharded: np.ndarray  # bytes per sequence split over the GPUs (serve KV cache)
+    time_per_token: np.ndarray  # s per forward token on one GPU at peak x MFU
+    kv_read_per_seq: np.ndarray  # serve: KV bytes read per sequence per decode step
+    comm_bytes: np.ndarray  # train: bytes per step before (n-1)/n; serve: per token before 2(n-1)/n
+    kv_heads: np.ndarray  # (T,) the KV cache splits over at most this many GPUs (heads are replicated beyond)
+
+
+def tenant_terms(st, precision: np.ndarray, project: bool) -> TenantTerms:
+    """Stage 1: everything that depends only on a tenant's own action. precision: (B, T, G)."""
+    unsafe_g = catalog.UNSAFE[np.arange(catalog.N_GROUPS), precision]  # (B, T, G)
+    unsafe = unsafe_g.any(-1)
+    prec = np.where(unsafe_g, cost.BF16, precision) if project else precision
+    params = st.params  # (T, G)
+    nbytes = catalog.PRECISION_BYTES[prec]
+    weights = (params * nbytes).sum(-1)
+    train = st.is_train
+    grads = np.where(train, (params * cost.GRAD_BYTES[prec]).sum(-1), 0.0)
+    master = np.where(train, (params * cost.MASTER_BYTES[prec]).sum(-1), 0.0)
+    optimizer = np.where(train, cost.ADAM_BYTES * params.sum(-1), 0.0)
+    # activations: Korthikanti's formula is for 16-bit activations; scale by the mean bytes of
+    # the attention and MLP precisions over 2.
+    act_scale = 0.25 * (nbytes[..., cost.ATT] + nbytes[..., cost.MLP])
+    s, h, L = st.seq_len, st.hidden, st.layers
+    per_layer = np.where(st.checkpointing, cost.ACT_CHECKPOINTED, cost.ACT_CONST + np.where(st.flash, 0.0, cost.ACT_ATTN * st.heads * s / h))
+    act = np.where(train, s * h * L * per_layer * act_scale, 0.0)
+    kv_tok = 2.0 * L * st.kv_dim * cost.KV_BYTES[prec[..., cost.ATT]]
+    kv_seq = np.where(train, 0.0, (st.prompt_tokens + st.output_tokens) * kv_tok)
+    kv_read = np.where(train, 0.0, (st.prompt_tokens + 0.5 * st.output_tokens) * kv_tok)
+    peak = st.peak[np.arange(st.T)[:, None], prec]  # (B, T, G)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_group = np.where(st.flops_fwd > 0, st.flops_fwd / peak, 0.0)  # inf: unsupported precision
+    tpt = per_group.sum(-1) / st.mfu
+    fsdp = 2.0 * weights + grads
+    tp = 2.0 * L * h * 2.0  # two all-reduces of a BF16 hidden vector per layer
+    comm = np.where(train, fsdp, tp)
+    kv_heads = np.broadcast_to(st.kv_heads, unsafe.shape)
+    return TenantTerms(prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm, kv_heads)
+
+
+
+# --- arbiter ---------------------------------------------------------------------------------
+
+def _rank(primary: np.ndarray, tiebreak: np.ndarray, first: np.ndarray | None = None) -> np.ndarray:
+    """Rank (0 = first) along the last axis by ``first`` descending (if given), then
+    ``primary`` descending, then ``tiebreak`` ascending."""
+    keys = (tiebreak, -primary) if first is None else (tiebreak, -primary, -np.broadcast_to(first, primary.shape))
+    order = np.lexsort(keys, axis=-1)
+    rank = np.empty_like(order)
+    rows = np.arange(order.shape[0])[:, None]
+    rank[rows, order] = np.arange(order.shape[-1])
+    return rank
+
+
+def waterfill(caps: np.ndarray, weights: np.ndarray, capacity: np.ndarray, tiebreak: np.ndarray) -> np.ndarray:
+    """Weighted max-min fair integer shares.
+
+    caps: (B, T) int64 >= 0; weights: (B, T) > 0 where caps > 0 (or None: equal weights);
+    capacity: (B,) int64; tiebreak: (B, T) or (T,). Returns (B, T) int64 with
+    ``0 <= x <= caps`` and ``sum x = min(capacity, sum caps)``.
+    """
+    caps = np.asarray(caps, np.int64)
+    B, T = caps.shape
+    total = caps.sum(-1)
+    uncontended = total <= capacity
+    if uncontended.all():  # no contention in any row: every request is granted
+        return caps
+    asks = caps > 0
+    if weights is None:
+        w = asks.astype(np.float64)
+        level = np.where(asks, caps, np.inf)  # caps / 1.0
+    else:
+        w = np.where(asks, weights, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            level = np.where(asks, caps / np.where(w > 0, w, 1.0), np.inf)
+    order = np.argsort(level, axis=-1, kind="stable")
+    lv = np.take_along_axis(level, order, -1)
+    cs = np.take_along_axis(caps, order, -1).astype(np.float64)
+    ws = np.take_along_axis(w, order, -1)
+    capped_before = np.cumsum(cs, -1) - cs  # caps of tenants saturated below this level
+    w_from = np.cumsum(ws[:, ::-1], -1)[:, ::-1]  # weights still growing at this level
+    cap_f = capacity.astype(np.float64)[:, None]
+    with np.errstate(invalid="ignore"):
+        filled = np.where(np.isfinite(lv), capped_before + lv * w_from, np.inf)
+    k = np.argmax(filled >= cap_f, axis=-1)[:, None]  # first level at which the pool is full
+    wk = np.take_along_axis(w_from, k, -1)[:, 0]
+    lam = (cap_f[:, 0] - np.take_along_axis(capped_before, k, -1)[:, 0]) / np.where(wk > 0, wk, 1.0)
+    x = np.minimum(caps, lam[:, None] * w)
+    base = np.floor(x + 1e-9).astype(np.int64)
+    np.minimum(base, caps, out=base)
+    left = capacity - base.sum(-1)  # GPUs to hand out one by one (< T)
+    if left.any():
+        below = base < caps
+        frac = np.where(below, x - base, -1.0)
+        bonus = _rank(frac, np.broadcast_to(tiebreak, caps.shape)) < left[:, None]
+        base += bonus & below
+    return np.where(uncontended[:, None], caps, base)
+
+
+def greedy(caps: np.ndarray, rank: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Serve tenants fully in ``rank`` order (0 first) until the capacity runs out. (B, T)."""
+    order = np.argsort(rank, axis=-1)
+    r = np.arange(caps.shape[0])[:, None]
+    cs = caps[r, order]
+    before = np.cumsum(cs, -1) - cs
+    got = np.minimum(np.maximum(capacity[:, None] - before, 0), cs)
+    out = np.empty_like(caps)
+    out[r, order] = got
+    return out
+
+
+def admissible(st, request: np.ndarray, bid: np.ndarray) -> np.ndarray:
+    """The requests the mechanism considers: in an auction a bid below the reserve price
+    asks for nothing. (B, T)."""
+    if st.mechanism == AUCTION:
+        return np.where(bid >= st.reserve_price, request, 0)
+    return request
+
+
+def clear(st, request: np.ndarray, bid: np.ndarray, tiebreak: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Run the configured mechanism on every pool.
+
+    request: (B, T) int64 (already capped by presence, max_gpus and budget); bid: (B, T) > 0.
+    Returns (alloc (B, T) int64, price multiplier of list price (B, T) float64).
+    """
+    B, T = request.shape
+    tiebreak = np.broadcast_to(tiebreak, (B, T))
+    bid = np.broadcast_to(bid, (B, T))
+    mech = st.mechanism
+    request = admissible(st, request, bid)
+    one_pool = len(st.pool_capacity) == 1
+    alloc = None if one_pool else np.zeros((B, T), np.int64)
+    mult = np.ones((B, T)) if mech == AUCTION else None
+    for q, cap in enumerate(st.pool_capacity):
+        in_pool = st.pool == q
+        caps = request if one_pool else np.where(in_pool, request, 0)
+        capacity = np.full(B, cap, np.int64)
+        if mech == MAXMIN:
+            got = waterfill(caps, None, capacity, tiebreak)
+        elif mech == PROPORTIONAL:
+            got = waterfill(caps, bid, capacity, tiebreak)
+        elif mech == PRIORITY:
+            got = greedy(caps, _rank(bid, tiebreak, first=st.priority), capacity)  # priority, then bid
+        else:  # AUCTION
+            got = greedy(caps, _rank(bid, tiebreak), capacity)
+            short = (got < caps) & in_pool
+            clearing = np.maximum(st.reserve_price, np.where(short, bid, 0.0).max(-1))
+            mult = np.where(in_pool, clearing[:, None], mult)
+        alloc = got if one_pool else np.where(in_pool, got, alloc)
+    if mech == PROPORTIONAL:
+        mult = np.asarray(bid, np.float64)
+    elif mech != AUCTION:
+        return alloc, np.ones((B, T))
+    return alloc, np.broadcast_to(mult, (B, T))
+
+
+def place(st, alloc: np.ndarray) -> np.ndarray:
+    """Place each tenant's GPUs on the nodes of its pool: best-fit decreasing.
+
+    Tenants go largest first (ties by index). A tenant that fits on one node goes to the node of
+    its pool with the least free GPUs that still holds it (best fit); one that fits on no
+    single node takes the nodes with the most free GPUs first, so it spans as few nodes as the
+    free space allows. Returns gpus_on_node (B, T, K) int64.
+
+    The loop runs over sorted positions (at most T), each step vectorised over the batch.
+    """
+    B, T = alloc.shape
+    K = st.K
+    gon = np.zeros((B, T, K), np.int64)
+    npos = int((alloc > 0).sum(-1).max(initial=0))
+    if npos == 0:
+        return gon
+    order = np.argsort(-alloc, axis=-1, kind="stable")[:, :npos]  # largest first, ties by index
+    a_sorted = np.take_along_axis(alloc, order, -1)
+    in_pool = (st.pool[:, None] == st.node_pool[None, :])[order]  # (B, npos, K) node k can host
+    rows = np.arange(B)
+    col = rows[:, None]
+    free = np.full((B, K), st.gpus_per_node, np.int64)
+    big = np.int64(1) << 40
+    for j in range(npos):
+        t = order[:, j]
+        a = a_sorted[:, j]
+        avail = np.where(in_pool[:, j], free, -1)
+        fit_key = np.where(avail >= a[:, None], avail, big)
+        k_best = fit_key.argmin(-1)
+        fits = fit_key[rows, k_best] < big
+        if fits.all():  # the common case: one node holds it in every row
+            free[rows, k_best] -= a
+            gon[rows, t, k_best] = a
+            continue
+        take = np.zeros((B, K), np.int64)
+        by_free = np.argsort(-avail, axis=-1, kind="stable")
+        f_sorted = np.maximum(avail[col, by_free], 0)
+        before = np.cumsum(f_sorted, -1) - f_sorted
+        take[col, by_free] = np.minimum(np.maximum(a[:, None] - before, 0), f_sorted)
+        take[fits] = 0
+        take[rows[fits], k_best[fits]] = a[fits]
+        free -= take
+        gon[rows, t] = take
+    return gon
+
+
+
+# --- memory and throughput -----------------------------------------------------------------
+
+class Memory(NamedTuple):
+    """Bytes per GPU, (B, T) each."""
+
+    weights: np.ndarray
+    grads: np.ndarray
+    master: np.ndarray
+    optimizer: np.ndarray
+    activations: np.ndarray
+    kv_cache: np.ndarray
+    total: np.ndarray
+
+
+def memory_per_gpu(terms: TenantTerms, n: np.ndarray, batch: np.ndarray) -> Memory:
+    """Bytes per GPU on ``n`` GPUs at ``batch`` sequences (per GPU for training, per replica
+    for serving). ``n`` of 0 is treated as 1 (nothing runs there anyway)."""
+    inv = 1.0 / np.maximum(n, 1)
+    w = terms.weights * inv
+    g = terms.grads * inv
+    m = terms.master * inv
+    o = terms.optimizer * inv
+    a = batch * terms.per_seq_local
+    if a.shape != w.shape:  # activations do not depend on n: give them the rows' shape too
+        a = np.broadcast_to(a, np.broadcast_shapes(a.shape, w.shape)).copy()
+    kv = batch * terms.per_seq_sharded / np.minimum(np.maximum(n, 1), terms.kv_heads)
+    return Memory(w, g, m, o, a, kv, w + g + m + o + a + kv)
+
+
+def largest_fitting_batch(terms: TenantTerms, n: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """The largest batch whose bytes per GPU fit ``capacity`` (memory is affine in batch); may be < 1."""
+    inv = 1.0 / np.maximum(n, 1)
+    fixed = (terms.weights + terms.grads + terms.master + terms.optimizer) * inv
+    per_seq = terms.per_seq_local + terms.per_seq_sharded / np.minimum(np.maximum(n, 1), terms.kv_heads)
+    return np.floor((capacity - fixed) / per_seq)
+
+
+class Throughput(NamedTuple):
+    """(B, T) each, before throttling."""
+
+    work_rate: np.ndarray  # train: tokens/s; serve: requests/s
+    tokens_per_s: np.ndarray  # train: tokens/s; serve: generated tokens/s
+    efficiency: np.ndarray  # compute (or memory) time / time with communication
+    ttft_s: np.ndarray  # serve: prefill time of one request (no queueing)
+    tpot_s: np.ndarray  # serve: time per output token at this batch
+
+
+def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: np.ndarray) -> Throughput:
+    """Roofline throughput on ``n`` GPUs spread over ``nodes`` nodes at ``batch``."""
+    nf = np.maximum(n, 1).astype(np.float64)
+    bw_link = np.where(nodes > 1, st.inter_bw, st.intra_bw)
+    b = np.maximum(batch, 1).astype(np.float64)
+    hide = 1.0 - st.comm_overlap
+    tpt = terms.time_per_token
+    # training: data parallel FSDP, compute-bound. The passes x batch x sequence product is an
+    # exact integer in float64, so it is formed in whichever order is cheapest.
+    passes_seq = np.where(st.checkpointing, RECOMPUTE_FLOPS_FACTOR, TRAIN_FLOPS_FACTOR) * st.seq_len  # (T,)
+    t_comp = passes_seq * b * tpt
+    t_comm = terms.comm_bytes * (nf - 1.0) / nf / bw_link
+    step = t_comp + (t_comm if hide == 1.0 else hide * t_comm)
+    train_rate = nf * b * st.seq_len / step
+    # serving: one tensor-parallel replica, prefill compute-bound, decode memory-bound. The
+    # all-reduce moves twice the FSDP factor's bytes: 2 x t_comm exactly (a power-of-2 scaling).
+    tp_comm_tok = 2.0 * t_comm
+    prefill = st.prompt_tokens * (tpt / nf + (tp_comm_tok if hide == 1.0 else hide * tp_comm_tok))
+    kv_split = np.minimum(nf, terms.kv_heads)
+    t_mem = (terms.weights / nf + b * terms.kv_read_per_seq / kv_split) / (st.bw * st.mbu)
+    t_cmp = b * tpt / nf
+    t_dec_core = np.maximum(t_mem, t_cmp)
+    t_dec = t_dec_core + (b * tp_comm_tok if hide == 1.0 else hide * b * tp_comm_tok)
+    per_request = prefill + st.output_tokens * t_dec / b
+    serve_rate = 1.0 / per_request
+    train = st.is_train
+    with np.errstate(invalid="ignore"):  # inf / inf where a precision is unsupported (vetoed)
+        eff = np.where(train, t_comp / step, t_dec_core / t_dec)
+    eff[eff != eff] = 0.0  # nan -> 0
+    return Throughput(
+        work_rate=np.where(train, train_rate, serve_rate),
+        tokens_per_s=np.where(train, train_rate, serve_rate * st.output_tokens),
+        efficiency=eff,
+        ttft_s=np.where(train, 0.0, prefill),
+        tpot_s=np.where(train, 0.0, t_dec),
+    )
+
+
+
+# --- power and heat -------------------------------------------------------------------------
+
+class PowerThermal(NamedTuple):
+    factor: np.ndarray  # (B, T) clock factor from power cap and heat, 1 where not running
+    power_throttled: np.ndarray  # (B, T) bool
+    thermal_throttled: np.ndarray  # (B, T) bool
+    tripped: np.ndarray  # (B, T) bool
+    node_power_w: np.ndarray  # (B, K)
+    rack_power_w: np.ndarray  # (B, R)
+    temp_next: np.ndarray  # (B, K)
+
+
+def _thermal_constants(st) -> tuple:
+    """Per-scenario constants of ``power_thermal``, computed once per KernelStatic."""
+    got = st.__dict__.get("_thermal")
+    if got is None:
+        g = st.gpus_per_node
+        node_idle = g * st.node_idle_w  # (K,)
+        got = (
+            st.tdp_w - st.idle_w,  # (T,) dynamic W per GPU at full activity
+            node_idle,
+            st.rack_power_cap_w - node_idle @ st.rack_of,  # (R,) headroom for dynamic power
+            g * st.node_tdp_w,  # (K,) node power at TDP
+            np.exp(-st.round_seconds / st.thermal_tau_s),
+            st.critical_temp_c - st.throttle_temp_c,
+        )
+        st.__dict__["_thermal"] = got
+    return got
+
+
+def power_thermal(st, gpus_on_node: np.ndarray, activity: np.ndarray, temp0: np.ndarray) -> PowerThermal:
+    """Rack power cap, then the node thermal model, over one round.
+
+    gpus_on_node: (B, T, K); activity: (B, T) in [0, 1] (share of the round at full power);
+    temp0: (B, K) or (K,).
+    """
+    dyn_w, node_idle, headroom, full, decay, span = _thermal_constants(st)
+    dyn = dyn_w * activity  # (B, T) dynamic W per GPU
+    node_dyn = np.einsum("btk,bt->bk", gpus_on_node, dyn)
+    rack_of = st.rack_of
+    rack_dyn = node_dyn @ rack_of
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f_rack = np.where(rack_dyn > 0, np.minimum(np.maximum(headroom / rack_dyn, 0.0), 1.0), 1.0)
+    f_cap = f_rack[:, st.node_rack]  # (B, K)
+
+    def settle(power):
+        t_ss = st.ambient_c + st.thermal_rise_at_tdp_c * power / full
+        return t_ss + (temp0 - t_ss) * decay
+
+    t_pred = settle(node_idle + node_dyn * f_cap)
+    crit = st.critical_temp_c
+    f_heat = np.minimum(np.maximum((crit - t_pred) / span, 0.0), 1.0)
+    dead = temp0 >= crit
+    f_heat = np.where(dead, 0.0, f_heat)  # a node already past shutdown stays off
+    f_node = f_cap * f_heat
+    node_power = node_idle + node_dyn * f_node
+    temp_next = settle(node_power)
+    on = gpus_on_node > 0  # (B, T, K)
+    fac = np.where(on, f_node[:, None, :], np.inf).min(-1)
+    fac[fac == np.inf] = 1.0  # runs on no node
+    # the three per-node flags as bits, OR-ed over each tenant's nodes in one reduction
+    bits = (f_cap < 1.0).view(np.uint8) | ((f_heat < 1.0).view(np.uint8) << 1) | (((t_pred >= crit) | dead).view(np.uint8) << 2)
+    tb = np.bitwise_or.reduce(on * bits[:, None, :], axis=-1)
+    return PowerThermal(
+        factor=fac,
+        power_throttled=(tb & 1).astype(bool),
+        thermal_throttled=(tb & 2).astype(bool),
+        tripped=(tb & 4).astype(bool),
+        node_power_w=node_power,
+        rack_power_w=node_power @ rack_of,
+        temp_next=temp_next,
+    )
+
+
+
+# --- the round --------------------------------------------------------------------------------
+
+def evaluate(st, actions: Actions, state: RoundState, draws: Draws, present=None) -> Outcome:
+    """The round for every batch row (inputs already checked), in numpy."""
+    terms = tenant_terms(st, np.asarray(actions.precision), project=not st.veto)
+    invalid = invalid_precision(st, np.asarray(actions.precision))
+    return _stage2(st, actions, terms, invalid, state, draws, present)
+
+
+def _lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> tuple[int, ...]:
+    shapes = [
+        np.shape(actions.gpus)[:-1],
+        np.shape(state.prev_alloc)[:-1], np.shape(state.temp_c)[:-1], np.shape(state.queue)[:-1],
+        np.shape(state.remaining_tokens)[:-1], np.shape(state.budget_left)[:-1],
+        np.shape(draws.arrivals)[:-1], np.shape(draws.tiebreak)[:-1],
+    ]
+    if present is not None:
+        shapes.append(np.shape(present)[:-1])
+    distinct = set(shapes)
+    if len(distinct) == 1:
+        return shapes[0]
+    distinct.discard(())
+    return distinct.pop() if len(distinct) == 1 else np.broadcast_shapes(*shapes)
+
+
+def _row_view(lead: tuple[int, ...], B: int):
+    """A function giving an input as (B, *tail), or something that broadcasts to it, without
+    copying when it can (``lead`` is the broadcast leading shape, B its size)."""
+    flat = len(lead) <= 1
+
+    def rows(a, tail):
+        a = np.asarray(a)
+        if flat and a.shape[: a.ndim - len(tail)] in ((), (1,), (B,)):
+            return a
+        return np.broadcast_to(a, lead + tail).reshape((B,) + tail)
+
+    return rows
+
+
+def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draws, present) -> Outcome:
+    T = st.T
+    lead = _lead_shape(actions, state, draws, present)
+    B = int(np.prod(lead)) if lead else 1
+    rows = _row_view(lead, B)
+
+    gpus = rows(actions.gpus, (T,))
+    bid = rows(actions.bid, (T,))
+    batch_req = rows(actions.batch, (T,))
+    pres = np.ones((B, T), bool) if present is None else np.broadcast_to(rows(present, (T,)), (B, T))
+    G = catalog.N_GROUPS
+    tg = terms.precision.ndim
+    terms = type(terms)(*(rows(x, (T, G) if x.ndim == tg else (T,)) for x in terms))
+    invalid = rows(invalid, (T,))
+    prev = rows(state.prev_alloc, (T,))
+    temp0 = rows(state.temp_c, (st.K,))
+    queue = rows(state.queue, (T,))
+    remaining = rows(state.remaining_tokens, (T,))
+    budget = rows(state.budget_left, (T,))
+    arrivals = rows(draws.arrivals, (T,))
+    tiebreak = rows(draws.tiebreak, (T,))
+
+    # --- arbiter -------------------------------------------------------------------------
+    hours = st.round_seconds / 3600.0
+    pay_mult = bid if st.mechanism in _AFFORD_AT_BID else 1.0
+    unit = st.list_price * pay_mult * hours  # USD per GPU for the round, at most
+    afford = np.floor(np.maximum(budget, 0.0) / unit)
+    afford = np.where(afford * unit > budget, afford - 1, afford)  # never overspend by rounding
+    request = np.where(pres, np.minimum(np.minimum(gpus, st.max_gpus), afford), 0).astype(np.int64)
+    request = admissible(st, request, bid)
+    alloc, mult = clear(st, request, bid, tiebreak)
+    gon = place(st, alloc)
+    nodes = (gon > 0).sum(-1)
+    has = alloc > 0
+    restarted = (alloc != prev) & has
+
+    # --- safety: numerics and memory ------------------------------------------------------
+    train = st.is_train
+    if st.veto:
+        batch = batch_req
+        mem = memory_per_gpu(terms, alloc, batch)
+        oom = (mem.total > st.mem_bytes) & has
+        vetoed = (terms.unsafe | invalid) & has
+        projected = np.zeros((B, T), bool)
+    else:
+        fit = largest_fitting_batch(terms, alloc, st.mem_bytes)
+        batch = np.maximum(np.minimum(batch_req, fit), 1).astype(np.int64)
+        oom = (fit < 1) & has
+        vetoed = invalid & has
+        projected = (terms.unsafe | (batch < batch_req)) & has & ~oom & ~vetoed
+        mem = memory_per_gpu(terms, alloc, batch)
+    running = has & ~oom & ~vetoed
+
+    # --- cost: throughput ------------------------------------------------------------------
+    thr = throughput(st, terms, alloc, batch, nodes)
+    avail = st.round_seconds - st.restart_seconds * restarted
+    demand = queue + arrivals
+    capacity = thr.work_rate * avail
+    with np.errstate(divide="ignore", invalid="ignore"):
+        busy = np.where(train, 1.0, np.where(capacity > 0, np.minimum(demand / capacity, 1.0), 0.0))
+    activity = np.where(running, busy, 0.0)
+
+    # --- safety: power and heat -------------------------------------------------------------
+    pt = power_thermal(st, gon, activity, temp0)
+    running &= ~pt.tripped
+    f = np.where(running, pt.factor, 0.0)
+
+    # --- outcome ----------------------------------------------------------------------------
+    work = np.where(running, thr.work_rate * f * avail, 0.0)  # train tokens, serve requests this round
+    progress = np.where(train, np.minimum(remaining, work), 0.0)
+    served = np.where(train, 0.0, np.minimum(demand, work))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        on_time = (thr.tpot_s / f <= st.slo_tpot_s) & (thr.ttft_s / f <= st.slo_ttft_s) & running
+    fresh = np.minimum(np.maximum(served - queue, 0.0), arrivals)
+    good = np.where(on_time & ~train, fresh, 0.0)
+    attain = np.where(arrivals > 0, good / np.where(arrivals > 0, arrivals, 1.0), 1.0)
+    spend = alloc * st.list_price * mult * hours
+    ref = st.ref_rate * st.round_seconds
+    value = np.where(ref > 0, np.where(train, progress, good) / np.where(ref > 0, ref, 1.0), 0.0)
+    utility = np.where(pres, st.priority * value - st.cost_weight * spend / st.spend_norm, 0.0)
+
+    out = Outcome(
+        requested=request,
+        alloc=alloc,
+        gpus_on_node=gon,
+        nodes_spanned=nodes,
+        price=st.list_price * mult,
+        restarted=restarted,
+        precision=terms.precision if terms.precision.shape == (B, T, G) else np.broadcast_to(terms.precision, (B, T, G)).copy(),
+        batch=batch if batch.shape == (B, T) else np.broadcast_to(batch, (B, T)).copy(),
+        unsafe_numerics=terms.unsafe & has,
+        projected=projected,
+        vetoed=vetoed,
+        oom=oom,
+        tripped=pt.tripped,
+        throttle=np.where(running, pt.factor, 0.0),
+        power_throttled=pt.power_throttled & running,
+        thermal_throttled=pt.thermal_throttled & running,
+        mem_weights=mem.weights,
+        mem_grads=mem.grads,
+        mem_master=mem.master,
+        mem_optimizer=mem.optimizer,
+        mem_activations=mem.activations,
+        mem_kv_cache=mem.kv_cache,
+        mem_total=mem.total,
+        mem_capacity=np.repeat(st.mem_bytes[None], B, axis=0),
+        tokens_per_s=thr.tokens_per_s * f,
+        multi_gpu_efficiency=np.where(alloc > 0, thr.efficiency, 0.0),
+        progress_tokens=progress,
+        served=served,
+        slo_good=good,
+        slo_attainment=attain,
+        queue_next=np.where(train, 0.0, demand - served),
+        remaining_next=remaining - progress,
+        spend=spend,
+        budget_next=budget - spend,
+        value=value,
+        utility=utility,
+        welfare=utility.sum(-1),
+        node_power_w=pt.node_power_w,
+        rack_power_w=pt.rack_power_w,
+        temp_next=pt.temp_next,
+    )
+    return out if lead == (B,) else _shape(out, lead)
+
+
+def _shape(out: Outcome, lead: tuple[int, ...]) -> Outcome:
+    """Every field is (B, ...) with B = prod(lead); give it the leading shape ``lead``."""
+    return Outcome(**{f.name: getattr(out, f.name).reshape(lead + getattr(out, f.name).shape[1:]) for f in fields(out)})
+
+
