@@ -4,6 +4,7 @@ GPU cluster.
 >>> import fleet_marl
 >>> env = fleet_marl.parallel_env(task="easy")      # PettingZoo ParallelEnv
 >>> aec = fleet_marl.env(task="easy")               # its AEC form
+>>> venv = fleet_marl.vector_env(num_envs=64, task="easy")  # 64 clusters as arrays
 
 Layers, bottom up (docs/architecture.md): ``catalog`` and ``config`` (facts and scenarios),
 ``workloads`` (arrival processes and trace readers) and ``kernel`` (the batched cost model),
@@ -22,7 +23,7 @@ The environment names are imported lazily, so ``import fleet_marl.kernel`` does 
 PettingZoo.
 """
 
-_ENV_NAMES = ("ActionError", "FleetParallelEnv", "env", "parallel_env", "raw_env")
+_ENV_NAMES = ("ActionError", "FleetParallelEnv", "FleetVectorEnv", "env", "parallel_env", "raw_env", "vector_env")
 _TASK_NAMES = ("TASKS", "make_config")
 _TEXT_NAMES = ("parse_tenant_action", "TenantAction", "TextActionError")
 

@@ -1,8 +1,9 @@
-"""Credit assignment: every reward scheme of one round from ONE batched kernel call.
+"""Credit assignment: every reward scheme of one round, for B clusters, from ONE kernel call.
 
-Pure numpy over tenant arrays; agent-ID dicts live only in ``fleet_marl.environment``. With ``u_i`` the
-utility of tenant i, ``G(z) = sum_i u_i`` the welfare of the joint action ``z`` and ``L`` the
-live tenants (Wolpert and Tumer 2001; Agogino and Tumer 2008; Shapley 1953)::
+Pure numpy over (B, T) tenant arrays; agent-ID dicts live only in ``fleet_marl.environment``.
+With ``u_i`` the utility of tenant i, ``G(z) = sum_i u_i`` the welfare of the joint action
+``z`` and ``L`` the live tenants (Wolpert and Tumer 2001; Agogino and Tumer 2008; Shapley
+1953)::
 
     local               r_i = u_i
     global              r_i = G(z) - penalty * (number of starved tenants)
@@ -17,14 +18,20 @@ over all ``2^n`` coalitions up to ``EXACT_SHAPLEY_MAX`` live tenants; above that
 the marginal contributions along ``M`` random permutations (Castro et al. 2009), which keeps
 the efficiency property ``sum_i r_i = G(L) - G(empty)`` exactly.
 
-Every row needed -- the grand coalition, each removal, each default substitution, each
-coalition -- goes into the kernel as one batch: one ``evaluate_welfare`` call per round, which
-keeps the whole outcome of the grand coalition and only the welfare of the other rows.
+A scheme is a :class:`Scheme`: the counterfactual rows it needs (``rows``: none, ``"removal"``,
+``"default"`` or ``"coalitions"``) and its reward from the evaluated rows
+(:meth:`Scheme.reward`). :data:`SCHEMES` is the registry (:func:`register_scheme` adds one).
+Every row every requested scheme needs, for every cluster -- the grand coalition, each
+removal, each default substitution, each coalition -- goes into the kernel as one batch: one
+``evaluate_welfare`` call per round, which keeps the whole outcome of each grand coalition and
+only the welfare of the other rows. Reward shaping by the fairness detector's verdicts
+(:meth:`CreditEngine.shape`: the starvation penalty and the degenerate floor) is the one
+step after it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import factorial
 
 import numpy as np
@@ -33,18 +40,111 @@ from fleet_marl.config import REWARD_SCHEMES, RewardSpec
 from fleet_marl.kernel import Actions, Draws, KernelStatic, Outcome, RoundState, evaluate_welfare
 
 EXACT_SHAPLEY_MAX = 8
-#: What each scheme needs from the kernel beyond the grand coalition.
-_NEEDS = {"difference": "removal", "difference_default": "default", "shapley": "coalitions"}
+
+
+@dataclass
+class Rows:
+    """What the schemes read, for B clusters: ``live`` (B, T) bool, the grand coalition's
+    welfare ``G`` (B,) and utilities ``u`` (B, T, 0 where not live), and each family of
+    counterfactual rows that was evaluated: ``removal`` and ``default`` (B, T) the welfare
+    without tenant i / with i on its default action, ``shapley`` (B, T) the Shapley values."""
+
+    live: np.ndarray
+    G: np.ndarray
+    u: np.ndarray
+    spec: RewardSpec
+    removal: np.ndarray | None = None
+    default: np.ndarray | None = None
+    shapley: np.ndarray | None = None
+
+
+class Scheme:
+    """A reward scheme: ``name``, the counterfactual ``rows`` it needs (None, ``"removal"``,
+    ``"default"`` or ``"coalitions"``), and :meth:`reward`."""
+
+    name: str = ""
+    rows: str | None = None
+
+    def reward(self, r: Rows) -> np.ndarray:
+        """(B, T) float64 rewards, 0 for tenants not live."""
+        raise NotImplementedError
+
+
+class Local(Scheme):
+    name = "local"
+
+    def reward(self, r: Rows) -> np.ndarray:
+        return r.u
+
+
+class Global(Scheme):
+    name = "global"
+
+    def reward(self, r: Rows) -> np.ndarray:
+        return np.where(r.live, r.G[:, None], 0.0)
+
+
+class Mixed(Scheme):
+    name = "mixed"
+
+    def reward(self, r: Rows) -> np.ndarray:
+        w = r.spec.mixed_weight
+        return w * r.u + (1.0 - w) * np.where(r.live, r.G[:, None], 0.0)
+
+
+class Difference(Scheme):
+    name = "difference"
+    rows = "removal"
+
+    def reward(self, r: Rows) -> np.ndarray:
+        return np.where(r.live, r.G[:, None] - r.removal, 0.0)
+
+
+class DifferenceDefault(Scheme):
+    name = "difference_default"
+    rows = "default"
+
+    def reward(self, r: Rows) -> np.ndarray:
+        return np.where(r.live, r.G[:, None] - r.default, 0.0)
+
+
+class Shapley(Scheme):
+    name = "shapley"
+    rows = "coalitions"
+
+    def reward(self, r: Rows) -> np.ndarray:
+        return r.shapley
+
+
+#: The reward schemes by name, in ``config.REWARD_SCHEMES`` order.
+SCHEMES: dict[str, Scheme] = {s.name: s for s in (Local(), Global(), Mixed(), Difference(), DifferenceDefault(), Shapley())}
+
+
+def register_scheme(scheme: Scheme) -> None:
+    """Add a scheme to :data:`SCHEMES` (its rows must be one of the families above). Config
+    validates scheme names against ``config.REWARD_SCHEMES``; list it there too."""
+    if scheme.rows not in (None, "removal", "default", "coalitions"):
+        raise ValueError(f"scheme {scheme.name!r}: rows = {scheme.rows!r}; expected None, 'removal', 'default' or 'coalitions'")
+    SCHEMES[scheme.name] = scheme
+
+
+assert tuple(SCHEMES) == REWARD_SCHEMES, "the scheme registry and config.REWARD_SCHEMES list the same names in the same order"
 
 
 @dataclass
 class Credit:
-    """The round's result: the grand-coalition outcome (batch axis removed) and every scheme."""
+    """One round of B clusters: each grand coalition's outcome (leading shape (B,)), its
+    welfare and every computed scheme's rewards ((B, T), 0 for tenants not live)."""
 
-    outcome: Outcome  # leading shape () -- fields (T,), (T, G), (K,)
-    welfare: float  # G(z)
-    rewards: dict[str, np.ndarray]  # scheme -> (T,) float64, 0 for tenants not live
-    rows: int  # kernel rows evaluated this round
+    outcome: Outcome
+    welfare: np.ndarray
+    rewards: dict[str, np.ndarray]
+    rows: np.ndarray  # (B,) kernel rows evaluated for each cluster
+    shaped: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def cluster(self, b: int) -> "Credit":
+        """Cluster ``b`` alone: fields without the B axis."""
+        return Credit(self.outcome.row(b), float(self.welfare[b]), {k: v[b] for k, v in self.rewards.items()}, int(self.rows[b]))
 
 
 def _shapley_plan(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -62,21 +162,25 @@ def _shapley_plan(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 class CreditEngine:
-    """Computes the requested reward schemes for one round.
+    """Computes the requested reward schemes for rounds of B clusters.
 
-    ``schemes`` is the set to compute (the chosen one, or all of them). ``rng`` draws the
-    Shapley permutations; it is separate from the environment's generator so the trajectory
-    never depends on which schemes are computed.
+    ``schemes`` is the set to compute (the chosen one, or all of them). ``default`` is every
+    tenant's default action (needed by ``difference_default``). Sampled Shapley permutations
+    come from the ``rngs`` passed to :meth:`compute` (one generator per cluster, separate from
+    the environment's, so a trajectory never depends on which schemes are computed).
     """
 
-    def __init__(self, st: KernelStatic, spec: RewardSpec, schemes: tuple[str, ...], rng: np.random.Generator):
-        unknown = [s for s in schemes if s not in REWARD_SCHEMES]
+    def __init__(self, st: KernelStatic, spec: RewardSpec, schemes: tuple[str, ...], default: Actions | None = None):
+        unknown = [s for s in schemes if s not in SCHEMES]
         if unknown:
-            raise ValueError(f"reward scheme {unknown[0]!r}: expected one of {', '.join(REWARD_SCHEMES)}")
+            raise ValueError(f"reward scheme {unknown[0]!r}: expected one of {', '.join(SCHEMES)}")
         self.st = st
         self.spec = spec
         self.schemes = tuple(schemes)
-        self.rng = rng
+        self.default = default
+        self.needs = {SCHEMES[s].rows for s in self.schemes} - {None}
+        if "default" in self.needs and default is None:
+            raise ValueError("difference_default needs the default actions")
         self._plans: dict[int, tuple] = {}
 
     def _plan(self, n: int):
@@ -84,126 +188,108 @@ class CreditEngine:
             self._plans[n] = _shapley_plan(n)
         return self._plans[n]
 
-    def compute(
-        self,
-        actions: Actions,
-        state: RoundState,
-        draws: Draws,
-        live: np.ndarray,
-        default: Actions | None = None,
-    ) -> Credit:
-        """actions, state, draws: fields with no batch axis, already validated. live: (T,) bool.
-        default: the default action of every tenant (needed for ``difference_default``).
-        The starvation penalty needs this round's allocation, so it is applied afterwards by
-        :meth:`apply_starvation`."""
+    def compute(self, actions: Actions, state: RoundState, draws: Draws, live: np.ndarray, rngs=None) -> Credit:
+        """actions, state, draws: fields with a leading (B,) axis, already validated; live
+        (B, T) bool; ``rngs``: B generators, needed only for sampled Shapley (more than
+        ``EXACT_SHAPLEY_MAX`` live tenants). The fairness verdicts shape the rewards after
+        this, in :meth:`shape`."""
         st, T = self.st, self.st.T
-        need = {_NEEDS[s] for s in self.schemes if s in _NEEDS}
-        idx = np.flatnonzero(live)
-        n = idx.size
-        masks = [live[None, :]]
-        spans: dict[str, slice] = {}
-        r = 1
-        if "removal" in need and n:
-            rem = np.repeat(live[None, :], n, axis=0)
-            rem[np.arange(n), idx] = False
-            masks.append(rem)
-            spans["removal"] = slice(r, r + n)
-            r += n
-        if "default" in need and n:
-            if default is None:
-                raise ValueError("difference_default needs the default actions")
-            masks.append(np.repeat(live[None, :], n, axis=0))
-            spans["default"] = slice(r, r + n)
-            r += n
-        perm_rank = None
-        if "coalitions" in need and n:
-            if n <= EXACT_SHAPLEY_MAX:
-                bits = (np.arange(1 << n)[:, None] >> np.arange(n)) & 1
-                co = np.zeros((1 << n, T), bool)
-                co[:, idx] = bits.astype(bool)
-                masks.append(co)
-                spans["coalitions"] = slice(r, r + (1 << n))
-                r += 1 << n
-            else:
-                M = self.spec.shapley_samples
-                perms = self.rng.permuted(np.tile(np.arange(n), (M, 1)), axis=1)
-                perm_rank = np.argsort(perms, axis=1)  # position of player j in permutation m
-                k = np.arange(1, n)  # proper, non-empty prefixes
-                pre = perm_rank[:, None, :] < k[None, :, None]  # (M, n-1, n)
-                co = np.zeros((M * (n - 1), T), bool)
-                co[:, idx] = pre.reshape(-1, n)
-                masks.append(co)
-                spans["coalitions"] = slice(r, r + M * (n - 1))
-                r += M * (n - 1)
-        present = np.concatenate(masks) if len(masks) > 1 else masks[0]
-        R = present.shape[0]
-        acts = actions
-        if "default" in spans:
-            rows = spans["default"]
+        B = live.shape[0]
+        eye = np.eye(T, dtype=bool)
+        # each cluster's rows: its grand coalition, then every family the schemes need
+        present = [live[:, None, :]]
+        if "removal" in self.needs:
+            present.append(live[:, None, :] & ~eye[None])
+        if "default" in self.needs:
+            present.append(np.repeat(live[:, None, :], T, axis=1))
+        fixed = np.concatenate(present, axis=1)  # (B, F, T): the same number of rows in every cluster
+        F = fixed.shape[1]
+        coal, perm_ranks = [], []
+        if "coalitions" in self.needs:
+            for b in range(B):
+                idx = np.flatnonzero(live[b])
+                n = idx.size
+                if n <= EXACT_SHAPLEY_MAX:
+                    bits = (np.arange(1 << n)[:, None] >> np.arange(n)) & 1
+                    co = np.zeros((1 << n, T), bool)
+                    co[:, idx] = bits.astype(bool)
+                    perm_ranks.append(None)
+                else:
+                    M = self.spec.shapley_samples
+                    perms = rngs[b].permuted(np.tile(np.arange(n), (M, 1)), axis=1)
+                    rank = np.argsort(perms, axis=1)  # position of player j in permutation m
+                    pre = rank[:, None, :] < np.arange(1, n)[None, :, None]  # (M, n-1, n): proper, non-empty prefixes
+                    co = np.zeros((M * (n - 1), T), bool)
+                    co[:, idx] = pre.reshape(-1, n)
+                    perm_ranks.append(rank)
+                coal.append(co)
+        counts = F + np.array([c.shape[0] for c in coal], np.int64) if coal else np.full(B, F, np.int64)
+        start = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        rc = np.repeat(np.arange(B), counts)  # the cluster of each row
+        rows_present = np.concatenate([np.concatenate([fixed[b]] + ([coal[b]] if coal else [])) for b in range(B)]) if coal else fixed.reshape(B * F, T)
+        acts = Actions(*(np.asarray(getattr(actions, f))[rc] for f in ("gpus", "bid", "precision", "batch")))
+        if "default" in self.needs:
+            off = 1 + (T if "removal" in self.needs else 0)
+            rows = (start[:, None] + off + np.arange(T)[None, :]).ravel()  # (B*T,) row of "tenant i on its default" in each cluster
+            ten = np.tile(np.arange(T), B)
+            d = self.default
+            for f in ("gpus", "bid", "precision", "batch"):
+                getattr(acts, f)[rows, ten] = np.asarray(getattr(d, f))[ten]
+        st_rows = RoundState(*(np.asarray(getattr(state, f))[rc] for f in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left")))
+        dr_rows = Draws(np.asarray(draws.arrivals)[rc], np.asarray(draws.tiebreak)[rc])
+        grand = np.zeros(rc.size, bool)
+        grand[start] = True
+        out, W = evaluate_welfare(st, acts, st_rows, dr_rows, rows_present, full=grand)
+        G = W[start]
+        r = Rows(live=live, G=G, u=np.where(live, out.utility, 0.0), spec=self.spec)
+        col = 1
+        if "removal" in self.needs:
+            r.removal = W[start[:, None] + col + np.arange(T)[None, :]]
+            col += T
+        if "default" in self.needs:
+            r.default = W[start[:, None] + col + np.arange(T)[None, :]]
+            col += T
+        if "coalitions" in self.needs:
+            phi = np.zeros((B, T))
+            for b in range(B):
+                idx = np.flatnonzero(live[b])
+                n = idx.size
+                if not n:
+                    continue
+                v = W[start[b] + col: start[b] + counts[b]]
+                rank = perm_ranks[b]
+                if rank is None:
+                    without, with_, weight = self._plan(n)
+                    phi[b, idx] = (weight * (v[with_] - v[without])).sum(-1)
+                else:
+                    M = rank.shape[0]
+                    full = np.empty((M, n + 1))
+                    full[:, 0] = 0.0
+                    full[:, n] = G[b]
+                    full[:, 1:n] = v.reshape(M, n - 1)
+                    m = np.arange(M)[:, None]
+                    phi[b, idx] = (full[m, rank + 1] - full[m, rank]).mean(0)
+            r.shapley = phi
+        rewards = {s: SCHEMES[s].reward(r) for s in self.schemes}
+        return Credit(outcome=out, welfare=G, rewards=rewards, rows=counts)
 
-            def sub(base, dflt):
-                a = np.repeat(np.asarray(base)[None], R, axis=0)
-                a[np.arange(rows.start, rows.stop), idx] = np.asarray(dflt)[idx]
-                return a
-
-            acts = Actions(
-                gpus=sub(actions.gpus, default.gpus),
-                bid=sub(actions.bid, default.bid),
-                precision=sub(actions.precision, default.precision),
-                batch=sub(actions.batch, default.batch),
-            )
-        out, W = evaluate_welfare(st, acts, state, draws, present, full_every=R)  # the whole outcome of row 0 only
-        G = float(W[0])
-        main = out.row(0)
-        rewards: dict[str, np.ndarray] = {}
-        u = np.where(live, main.utility, 0.0)
-        for s in self.schemes:
-            if s == "local":
-                rewards[s] = u
-            elif s == "global":
-                rewards[s] = np.where(live, G, 0.0)
-            elif s == "mixed":
-                w = self.spec.mixed_weight
-                rewards[s] = w * u + (1.0 - w) * np.where(live, G, 0.0)
-            elif s == "difference":
-                d = np.zeros(T)
-                if n:
-                    d[idx] = G - W[spans["removal"]]
-                rewards[s] = d
-            elif s == "difference_default":
-                d = np.zeros(T)
-                if n:
-                    d[idx] = G - W[spans["default"]]
-                rewards[s] = d
-            elif s == "shapley":
-                phi = np.zeros(T)
-                if n:
-                    v = W[spans["coalitions"]]
-                    if perm_rank is None:
-                        without, with_, weight = self._plan(n)
-                        phi[idx] = (weight * (v[with_] - v[without])).sum(-1)
-                    else:
-                        M = perm_rank.shape[0]
-                        full = np.empty((M, n + 1))
-                        full[:, 0] = 0.0
-                        full[:, n] = G
-                        full[:, 1:n] = v.reshape(M, n - 1)
-                        m = np.arange(M)[:, None]
-                        phi[idx] = (full[m, perm_rank + 1] - full[m, perm_rank]).mean(0)
-                rewards[s] = phi
-        return Credit(outcome=main, welfare=G, rewards=rewards, rows=R)
-
-    def apply_starvation(self, credit: Credit, live: np.ndarray, starved: np.ndarray) -> None:
-        """Subtract ``starvation_penalty`` per starved live tenant from ``global`` (and from
-        the global part of ``mixed``), in place."""
-        pen = self.spec.starvation_penalty * float(np.count_nonzero(starved & live))
-        if not pen:
-            return
-        if "global" in credit.rewards:
-            credit.rewards["global"] = np.where(live, credit.rewards["global"] - pen, 0.0)
-        if "mixed" in credit.rewards:
-            w = self.spec.mixed_weight
-            credit.rewards["mixed"] = np.where(live, credit.rewards["mixed"] - (1.0 - w) * pen, 0.0)
+    def shape(self, credit: Credit, chosen: str, live: np.ndarray, starved: np.ndarray, degenerate: np.ndarray) -> np.ndarray:
+        """Reward shaping by the fairness verdicts, in place on ``credit.rewards`` and returning
+        the ``chosen`` scheme's reward: ``starvation_penalty`` per starved live tenant comes off
+        ``global`` (and the global part of ``mixed``); a degenerate strategy's reward is at most
+        ``degenerate_floor`` (never a gain). ``credit.rewards`` keeps the rewards before the
+        floor (the env's ``infos[agent]["rewards"]``)."""
+        spec = self.spec
+        pen = spec.starvation_penalty * np.count_nonzero(starved & live, axis=-1).astype(np.float64)  # (B,)
+        if pen.any():
+            pen = pen[:, None]
+            if "global" in credit.rewards:
+                credit.rewards["global"] = np.where(live, credit.rewards["global"] - pen, 0.0)
+            if "mixed" in credit.rewards:
+                w = spec.mixed_weight
+                credit.rewards["mixed"] = np.where(live, credit.rewards["mixed"] - (1.0 - w) * pen, 0.0)
+        raw = credit.rewards[chosen]
+        return np.where(degenerate, np.minimum(raw, spec.degenerate_floor), raw)
 
 
-__all__ = ["Credit", "CreditEngine", "EXACT_SHAPLEY_MAX"]
+__all__ = ["Credit", "CreditEngine", "EXACT_SHAPLEY_MAX", "Rows", "SCHEMES", "Scheme", "register_scheme"]

@@ -14,8 +14,12 @@ detector's knobs are :class:`~fleet_marl.config.FairnessSpec` (config key ``fair
   precision, when that precision has fewer than 16 bits; ``hoarding`` -- holding more than
   ``hoard_share`` of the GPUs of its pool (the part of the cluster it can use) while another
   tenant is starved.
-* **Summary**: :meth:`FairnessTracker.summary` is the one read API -- a frozen
-  :class:`FairnessSummary` of the episode so far; the env's ``infos[agent]["episode"]``
+* **State**: :class:`FairnessState` holds the detector's arrays for B clusters (streaks,
+  sums, event counts, the FIFO of waiting requests, the histogram of waits, Themis ratios);
+  the env core writes it once per round (:func:`fair_shares`, :func:`detect`,
+  :func:`serve_round`, :func:`job_started`, :func:`job_finished`).
+* **Summary**: :func:`summary` is the one read API -- a frozen :class:`FairnessSummary` of one
+  cluster's episode so far; the env's ``infos[agent]["episode"]``
   (:meth:`FairnessSummary.episode_report`), the OpenEnv fairness report and the RLlib
   callbacks are built from it. Its figures: welfare, Jain's index ``(sum x)^2 / (n sum x^2)`` over normalized service
   ``x_i = sum_t alloc_i / sum_t f_i`` (Jain, Chiu and Hawe 1984), the longest starvation
@@ -25,14 +29,17 @@ detector's knobs are :class:`~fleet_marl.config.FairnessSpec` (config key ``fair
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass
-from typing import Iterable, NamedTuple, Sequence
+from dataclasses import dataclass, fields
+from typing import NamedTuple
 
+import numba as nb
 import numpy as np
 
 from fleet_marl import catalog
 from fleet_marl.config import FairnessSpec
+from fleet_marl.kernel.engine import numpy_sum
+
+_jit = nb.njit(cache=True, nogil=True, error_model="numpy")
 
 
 def fair_share(pool: np.ndarray, capacity: np.ndarray, caps: np.ndarray, demanding: np.ndarray) -> np.ndarray:
@@ -141,144 +148,262 @@ class FairnessSummary:
         }
 
 
-class FairnessTracker:
-    """Per-episode fairness accounting for ``T`` tenants. The env writes to it (``step``,
-    ``record_round``, ``serve_round``, ``job_started``, ``job_finished``); everything else
-    reads :meth:`summary`."""
+@dataclass
+class FairnessState:
+    """The fairness detector's state for B clusters of T tenants over episodes of at most
+    ``n`` rounds (arrays written by the env core, read through :func:`summary`).
 
-    def __init__(self, spec: FairnessSpec, pool: np.ndarray, pool_capacity: np.ndarray, max_gpus: np.ndarray, lowest: np.ndarray, round_seconds: float):
-        self.spec = spec
-        self.pool = pool
-        self.pool_capacity = pool_capacity.astype(np.float64)
-        self.max_gpus = max_gpus.astype(np.float64)
-        self.lowest = lowest
-        self.round_seconds = round_seconds
-        self.T = pool.shape[0]
-        self._fair_cache: dict[bytes, np.ndarray] = {}
-        self.reset()
+    ``queue_born`` / ``queue_left`` hold each serving tenant's FIFO of waiting requests (one
+    entry per arrival round, the requests of that round still waiting), ``queue_head`` and
+    ``queue_tail`` its bounds; ``waits`` (B, T, n + 1) the completed waits by rounds waited;
+    ``rho`` (B, T, n) each finished job's Themis ratio, ``rho_n`` how many.
+    """
 
-    def reset(self) -> None:
-        T = self.T
-        self._streak = np.zeros(T, np.int64)
-        self._max_streak = np.zeros(T, np.int64)
-        self._starved = np.zeros(T, bool)
-        self._starvation_events = np.zeros(T, np.int64)  # times a tenant became starved
-        self._alloc_sum = np.zeros(T)
-        self._fair_sum = np.zeros(T)
-        self._counts = {k: np.zeros(T, np.int64) for k in COUNTS}
-        self._cohorts = [deque() for _ in range(T)]  # serving: [arrival round, requests waiting]
-        self._waits = [dict() for _ in range(T)]  # wait in rounds -> weight (requests or jobs)
-        self._rho = [[] for _ in range(T)]
-        self._welfare_sum = 0.0
+    streak: np.ndarray  # (B, T) int64 consecutive short rounds
+    max_streak: np.ndarray  # (B, T) int64
+    starved: np.ndarray  # (B, T) bool
+    starvation_events: np.ndarray  # (B, T) int64 times a tenant became starved
+    alloc_sum: np.ndarray  # (B, T) float64 GPUs granted, summed over rounds with work
+    fair_sum: np.ndarray  # (B, T) float64 fair shares, summed over the same rounds
+    counts: np.ndarray  # (len(COUNTS), B, T) int64 tenant-rounds per event
+    welfare_sum: np.ndarray  # (B,) float64
+    queue_born: np.ndarray  # (B, T, n) int64
+    queue_left: np.ndarray  # (B, T, n) float64
+    queue_head: np.ndarray  # (B, T) int64
+    queue_tail: np.ndarray  # (B, T) int64
+    waits: np.ndarray  # (B, T, n + 1) float64
+    rho: np.ndarray  # (B, T, n) float64
+    rho_n: np.ndarray  # (B, T) int64
 
-    def fair(self, live: np.ndarray, has_work: np.ndarray) -> np.ndarray:
-        """Fair shares for the tenants that are live and have work (cached by that set)."""
-        demanding = live & has_work
-        key = demanding.tobytes()
-        got = self._fair_cache.get(key)
-        if got is None:
-            got = fair_share(self.pool, self.pool_capacity, self.max_gpus, demanding)
-            got.setflags(write=False)
-            if len(self._fair_cache) < 4096:
-                self._fair_cache[key] = got
-        return got
-
-    def step(self, live, has_work, requested, alloc, gpus_asked, precision, fair) -> RoundFairness:
-        """Update the streaks for one round. Returns (starved, lowest_precision, hoarding,
-        streak), each (T,); ``streak`` is the tracker's own array (do not write to it)."""
-        spec = self.spec
-        asking = live & has_work & (requested > 0)
-        entitled = np.minimum(fair, requested)
-        short = asking & (alloc < spec.starvation_fraction * entitled)
-        self._streak = np.where(short, self._streak + 1, 0)
-        self._max_streak = np.maximum(self._max_streak, self._streak)
-        starved = self._streak >= spec.starvation_rounds
-        self._starvation_events += starved & ~self._starved
-        self._starved = starved
-        counted = live & has_work
-        self._alloc_sum += np.where(counted, alloc, 0)
-        self._fair_sum += np.where(counted, fair, 0.0)
-        low = live & (gpus_asked > 0) & (self.lowest >= 0) & np.all(precision == self.lowest[:, None], axis=-1)
-        # starved tenants other than i in i's pool (a tenant can only hoard from its own pool)
-        others = np.bincount(self.pool, weights=starved, minlength=self.pool_capacity.size)[self.pool] - starved
-        hoard = live & (alloc > spec.hoard_share * self.pool_capacity[self.pool]) & (others > 0)
-        return RoundFairness(starved, low, hoard, self._streak)
-
-    def record_round(self, welfare: float, live, oom, vetoed, throttled, degenerate) -> None:
-        """Count the round: its welfare, and each live tenant's events (``COUNTS``)."""
-        for key, flag in (("oom", oom), ("veto", vetoed), ("throttle", throttled), ("degenerate", degenerate)):
-            self._counts[key] += live & flag
-        self._welfare_sum += welfare
-
-    # --- waits --------------------------------------------------------------------------------
-
-    def serve_round(self, t: int, serving: np.ndarray, arrivals: np.ndarray, served: np.ndarray) -> None:
-        """FIFO accounting of serving requests: this round's arrivals join the queue, then
-        ``served`` requests leave from the front; each records its wait in whole rounds."""
-        for i in np.flatnonzero(serving & ((arrivals > 0) | (served > 0))):
-            q = self._cohorts[i]
-            if arrivals[i] > 0:
-                q.append([t, float(arrivals[i])])
-            left = float(served[i])
-            w = self._waits[i]
-            while left > 1e-9 and q:
-                born, n = q[0]
-                take = min(n, left)
-                w[t - born] = w.get(t - born, 0.0) + take
-                left -= take
-                if take >= n - 1e-9:
-                    q.popleft()
-                else:
-                    q[0][1] = n - take
-
-    def job_started(self, i: int, wait_rounds: int) -> None:
-        self._waits[i][wait_rounds] = self._waits[i].get(wait_rounds, 0.0) + 1.0
-
-    def job_finished(self, i: int, rounds_taken: float, rounds_alone: float) -> None:
-        if 0 < rounds_alone < np.inf:
-            self._rho[i].append(rounds_taken / rounds_alone)
-
-    def _p99_wait_s(self, i: int, now: int, queued_jobs: Iterable[int] = ()) -> float:
-        """99th percentile wait in seconds, counting requests still queued at ``now`` and the
-        arrival rounds ``queued_jobs`` of jobs not yet started as having waited until now (a
-        lower bound on their wait). A job that arrived in round b could start in round b + 1."""
-        w = dict(self._waits[i])
-        for born, n in self._cohorts[i]:
-            w[now - born] = w.get(now - born, 0.0) + n
-        for born in queued_jobs:
-            w[now - born - 1] = w.get(now - born - 1, 0.0) + 1.0
-        if not w:
-            return 0.0
-        keys = np.array(sorted(w))
-        cum = np.cumsum([w[k] for k in keys])
-        return float(keys[np.searchsorted(cum, 0.99 * cum[-1])] * self.round_seconds)
-
-    # --- the read API ---------------------------------------------------------------------------
-
-    def summary(self, now: int | None = None, queued_jobs: Sequence[Iterable[int]] | None = None) -> FairnessSummary:
-        """The episode's fairness so far. With ``now`` (rounds played), ``p99_wait_s`` is filled
-        in, counting requests still queued and the arrival rounds ``queued_jobs[i]`` of each
-        tenant's jobs not yet started as having waited until ``now``."""
-        seen = self._fair_sum > 0
-        service = np.ones(self.T)
-        service[seen] = self._alloc_sum[seen] / self._fair_sum[seen]
-        p99 = None
-        if now is not None:
-            p99 = np.array([self._p99_wait_s(i, now, () if queued_jobs is None else queued_jobs[i]) for i in range(self.T)])
-        return FairnessSummary(
-            welfare=float(self._welfare_sum),
-            jain=jain(self._alloc_sum[seen] / self._fair_sum[seen]),
-            service=service,
-            streak=self._streak.copy(),
-            starved=self._starved.copy(),
-            max_streak=self._max_streak.copy(),
-            starvation_events=self._starvation_events.copy(),
-            counts={k: v.copy() for k, v in self._counts.items()},
-            rho=tuple(float(np.mean(r)) if r else None for r in self._rho),
-            jobs_done=np.array([len(r) for r in self._rho], np.int64),
-            waits=tuple(dict(w) for w in self._waits),
-            p99_wait_s=p99,
+    @staticmethod
+    def zeros(B: int, T: int, n: int) -> "FairnessState":
+        i, f = np.int64, np.float64
+        return FairnessState(
+            streak=np.zeros((B, T), i), max_streak=np.zeros((B, T), i), starved=np.zeros((B, T), bool),
+            starvation_events=np.zeros((B, T), i), alloc_sum=np.zeros((B, T), f), fair_sum=np.zeros((B, T), f),
+            counts=np.zeros((len(COUNTS), B, T), i), welfare_sum=np.zeros(B, f), queue_born=np.zeros((B, T, n), i),
+            queue_left=np.zeros((B, T, n), f), queue_head=np.zeros((B, T), i), queue_tail=np.zeros((B, T), i),
+            waits=np.zeros((B, T, n + 1), f), rho=np.zeros((B, T, n), f), rho_n=np.zeros((B, T), i),
         )
 
+    def reset(self, clusters: np.ndarray) -> None:
+        """Zero the state of the ``clusters`` (indices or a (B,) mask)."""
+        for f in fields(self):
+            a = getattr(self, f.name)
+            if f.name == "counts":
+                a[:, clusters] = 0
+            else:
+                a[clusters] = 0
 
-__all__ = ["COUNTS", "FairnessSummary", "FairnessTracker", "RoundFairness", "fair_share", "jain", "lowest_precision"]
+
+@_jit
+def _fair_share_row(pool, capacity, caps, demanding, out, scratch):
+    """:func:`fair_share` of one cluster into ``out`` (T,), the same arithmetic in the same order."""
+    T = pool.shape[0]
+    Q = capacity.shape[0]
+    tot = np.zeros(Q)
+    for t in range(T):
+        out[t] = caps[t] if demanding[t] else 0.0
+        tot[pool[t]] += out[t]
+    contended = False
+    for q in range(Q):
+        if tot[q] > capacity[q]:
+            contended = True
+    if not contended:
+        return
+    c = out.copy()
+    for t in range(T):
+        out[t] = 0.0
+    for q in range(Q):
+        n = 0
+        for t in range(T):
+            if pool[t] == q and demanding[t]:
+                scratch[n] = c[t]
+                n += 1
+        if n == 0:
+            continue
+        if numpy_sum(scratch, 0, n) <= capacity[q]:
+            for t in range(T):
+                if pool[t] == q and demanding[t]:
+                    out[t] = c[t]
+            continue
+        srt = np.sort(scratch[:n])
+        run = 0.0
+        level = 0.0
+        for k in range(n):
+            left = capacity[q] - run  # capacity left before the k-th smallest
+            lv = left / (n - k)
+            if lv <= srt[k]:
+                level = lv
+                break
+            run += srt[k]
+        else:  # numpy's argmax of no True is 0
+            level = capacity[q] / n
+        for t in range(T):
+            if pool[t] == q and demanding[t]:
+                out[t] = min(c[t], level)
+
+
+@_jit
+def fair_shares(pool, capacity, caps, demanding, out):
+    """Fair shares of B clusters: ``demanding`` (B, T) bool -> ``out`` (B, T) (:func:`fair_share` per cluster)."""
+    scratch = np.empty(pool.shape[0])
+    for b in range(demanding.shape[0]):
+        _fair_share_row(pool, capacity, caps, demanding[b], out[b], scratch)
+
+
+@_jit
+def _detect(pool, pool_capacity, lowest, starvation_fraction, starvation_rounds, hoard_share,
+            live, has_work, requested, alloc, gpus_asked, precision, fair,
+            streak, max_streak, starved_state, events, alloc_sum, fair_sum, o_starved, o_low, o_hoard):
+    B, T = live.shape
+    Q = pool_capacity.shape[0]
+    G = precision.shape[2]
+    starved_q = np.zeros(Q)
+    for b in range(B):
+        for q in range(Q):
+            starved_q[q] = 0.0
+        for t in range(T):
+            asking = live[b, t] and has_work[b, t] and requested[b, t] > 0
+            entitled = min(fair[b, t], float(requested[b, t]))
+            short = asking and alloc[b, t] < starvation_fraction * entitled
+            streak[b, t] = streak[b, t] + 1 if short else 0
+            if streak[b, t] > max_streak[b, t]:
+                max_streak[b, t] = streak[b, t]
+            st = streak[b, t] >= starvation_rounds
+            if st and not starved_state[b, t]:
+                events[b, t] += 1
+            starved_state[b, t] = st
+            o_starved[b, t] = st
+            if st:
+                starved_q[pool[t]] += 1.0
+            if live[b, t] and has_work[b, t]:
+                alloc_sum[b, t] += alloc[b, t]
+                fair_sum[b, t] += fair[b, t]
+            low = live[b, t] and gpus_asked[b, t] > 0 and lowest[t] >= 0
+            if low:
+                for g in range(G):
+                    if precision[b, t, g] != lowest[t]:
+                        low = False
+            o_low[b, t] = low
+        for t in range(T):
+            others = starved_q[pool[t]] - (1.0 if o_starved[b, t] else 0.0)
+            o_hoard[b, t] = live[b, t] and alloc[b, t] > hoard_share * pool_capacity[pool[t]] and others > 0
+
+
+def detect(spec: FairnessSpec, pool, pool_capacity, lowest, fs: FairnessState, live, has_work, requested, alloc, gpus_asked, precision, fair) -> RoundFairness:
+    """Update the streaks and sums of B clusters for one round; return this round's
+    (starved, lowest_precision, hoarding, streak), each (B, T) (``streak`` is the state's own
+    array: do not write to it).
+
+    A tenant with work that asks for GPUs is short when granted less than
+    ``starvation_fraction * min(fair share, request)``, starved after ``starvation_rounds``
+    short rounds in a row; ``lowest_precision``: asking for GPUs with every group at its lowest
+    sub-16-bit precision; ``hoarding``: holding more than ``hoard_share`` of its pool while
+    another tenant of that pool is starved."""
+    B, T = live.shape
+    out = np.empty((3, B, T), bool)
+    _detect(pool, pool_capacity.astype(np.float64), lowest, float(spec.starvation_fraction), int(spec.starvation_rounds), float(spec.hoard_share),
+            live, has_work, requested, alloc, gpus_asked, precision, fair, fs.streak, fs.max_streak, fs.starved, fs.starvation_events,
+            fs.alloc_sum, fs.fair_sum, out[0], out[1], out[2])
+    return RoundFairness(out[0], out[1], out[2], fs.streak)
+
+
+def record_round(fs: FairnessState, welfare, live, oom, vetoed, throttled, degenerate) -> None:
+    """Count the round of B clusters: its welfare (B,), and each live tenant's events (``COUNTS``)."""
+    for k, flag in enumerate((oom, vetoed, throttled, degenerate)):
+        fs.counts[k] += live & flag
+    fs.welfare_sum += welfare
+
+
+@_jit
+def serve_round(t, serving, arrivals, served, born, left, head, tail, waits):
+    """FIFO accounting of serving requests for B clusters in round ``t`` (per cluster):
+    this round's arrivals join the queue, then ``served`` requests leave from the front; each
+    records its wait in whole rounds. ``serving`` (B, T) bool; the rest the FairnessState's
+    queue arrays."""
+    B, T = serving.shape
+    for b in range(B):
+        for i in range(T):
+            if not serving[b, i] or not (arrivals[b, i] > 0 or served[b, i] > 0):
+                continue
+            if arrivals[b, i] > 0:
+                born[b, i, tail[b, i]] = t[b]
+                left[b, i, tail[b, i]] = arrivals[b, i]
+                tail[b, i] += 1
+            rest = served[b, i]
+            while rest > 1e-9 and head[b, i] < tail[b, i]:
+                h = head[b, i]
+                n = left[b, i, h]
+                take = min(n, rest)
+                waits[b, i, t[b] - born[b, i, h]] += take
+                rest -= take
+                if take >= n - 1e-9:
+                    head[b, i] += 1
+                else:
+                    left[b, i, h] = n - take
+
+
+def job_started(fs: FairnessState, b: int, i: int, wait_rounds: int) -> None:
+    fs.waits[b, i, wait_rounds] += 1.0
+
+
+def job_finished(fs: FairnessState, b: int, i: int, rounds_taken: float, rounds_alone: float) -> None:
+    if 0 < rounds_alone < np.inf:
+        fs.rho[b, i, fs.rho_n[b, i]] = rounds_taken / rounds_alone
+        fs.rho_n[b, i] += 1
+
+
+def _p99_wait_s(waits: np.ndarray, born, left, head: int, tail: int, now: int, queued_jobs: np.ndarray, round_seconds: float) -> float:
+    """99th percentile wait in seconds, counting requests still queued at ``now`` and the jobs
+    queued since ``queued_jobs`` (count per arrival round) as having waited until now (a lower
+    bound on their wait). A job that arrived in round b could start in round b + 1."""
+    w = waits.copy()
+    for h in range(head, tail):
+        w[now - born[h]] += left[h]
+    for r in np.flatnonzero(queued_jobs):
+        for _ in range(int(queued_jobs[r])):
+            w[now - r - 1] += 1.0
+    keys = np.flatnonzero(w)
+    if keys.size == 0:
+        return 0.0
+    cum = np.cumsum(w[keys])
+    return float(keys[np.searchsorted(cum, 0.99 * cum[-1])] * round_seconds)
+
+
+def summary(fs: FairnessState, b: int, now: int | None = None, queued_jobs: np.ndarray | None = None, round_seconds: float = 0.0) -> FairnessSummary:
+    """Cluster ``b``'s fairness so far. With ``now`` (rounds played), ``p99_wait_s`` is filled
+    in, counting requests still queued and each tenant's queued jobs (``queued_jobs`` (T, n),
+    counts by arrival round) as having waited until ``now``."""
+    T = fs.streak.shape[1]
+    fair_sum, alloc_sum = fs.fair_sum[b], fs.alloc_sum[b]
+    seen = fair_sum > 0
+    service = np.ones(T)
+    service[seen] = alloc_sum[seen] / fair_sum[seen]
+    p99 = None
+    if now is not None:
+        p99 = np.array([
+            _p99_wait_s(fs.waits[b, i], fs.queue_born[b, i], fs.queue_left[b, i], int(fs.queue_head[b, i]), int(fs.queue_tail[b, i]), now,
+                        np.zeros(0, np.int64) if queued_jobs is None else queued_jobs[i], round_seconds)
+            for i in range(T)
+        ])
+    return FairnessSummary(
+        welfare=float(fs.welfare_sum[b]),
+        jain=jain(alloc_sum[seen] / fair_sum[seen]),
+        service=service,
+        streak=fs.streak[b].copy(),
+        starved=fs.starved[b].copy(),
+        max_streak=fs.max_streak[b].copy(),
+        starvation_events=fs.starvation_events[b].copy(),
+        counts={k: fs.counts[j, b].copy() for j, k in enumerate(COUNTS)},
+        rho=tuple(float(np.mean(fs.rho[b, i, : fs.rho_n[b, i]])) if fs.rho_n[b, i] else None for i in range(T)),
+        jobs_done=fs.rho_n[b].copy(),
+        waits=tuple({int(k): float(fs.waits[b, i, k]) for k in np.flatnonzero(fs.waits[b, i])} for i in range(T)),
+        p99_wait_s=p99,
+    )
+
+
+__all__ = [
+    "COUNTS", "FairnessState", "FairnessSummary", "RoundFairness", "detect", "fair_share", "fair_shares", "jain", "job_finished",
+    "job_started", "lowest_precision", "record_round", "serve_round", "summary",
+]

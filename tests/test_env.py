@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fleet_marl
-from fleet_marl import catalog
+from fleet_marl import catalog, fairness
 from fleet_marl.config import MOVED_TO_FAIRNESS, ConfigError
 from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS, ActionError
 from fleet_marl.environment.spaces import decode_actions
@@ -189,8 +189,8 @@ def test_tiny_hand_computed_optimum_scores_highest():
 
 def snapshot(env):
     return pickle.dumps((
-        env.state(), env._rng.bit_generator.state, env.round, list(env.agents), env.tracker.summary(),
-        [list(q) for q in env._backlog], env._return, env.round_state,  # white box: the job queues and returns have no public view
+        env.state(), env._rng.bit_generator.state, env.round, list(env.agents), env.fairness,
+        env._s,  # white box: the core's whole state (job queues, returns, the detector's arrays)
     ))
 
 
@@ -295,12 +295,14 @@ def test_jobs_queue_and_start_in_order():
     cfg["tenants"][0]["workload"].update(rate=60.0)  # a job a minute: they pile up
     env = fleet_marl.parallel_env(config=cfg)
     env.reset(seed=0)
-    queued = []
+    queued, started = [], []
     for _ in range(4):
         env.step({a: act(0) for a in env.agents})
-        queued.append(len(env._backlog[0]))
+        queued.append(int(env._s.backlog_n[0, 0]))  # white box: the core's job queue (counts by arrival round)
+        started.append(int(env._s.job_born[0, 0]))
     assert queued == sorted(queued) and queued[-1] >= 2
-    assert np.all(np.diff(list(env._backlog[0])) >= 0)
+    assert env._s.pending[0, 0].sum() == queued[-1]
+    assert started == sorted(started)  # nothing runs, so the first job keeps running: FIFO, never a newer one first
 
 
 # --- action masks ------------------------------------------------------------------------------------
@@ -449,7 +451,7 @@ def test_summary_agrees_with_the_episode_reports(task):
         for a, info in infos.items():
             if "episode" in info:
                 reports[a], finished_at[a] = info["episode"], env.round
-    s = env.tracker.summary(now=env.round)
+    s = env.fairness  # as of now, with the p99 waits
     assert set(s.counts) == {"oom", "veto", "throttle", "degenerate"} and s.p99_wait_s.shape == (env.kernel_static.T,)
     assert set(reports) == set(env.possible_agents)
     for a, r in reports.items():
@@ -464,9 +466,9 @@ def test_summary_agrees_with_the_episode_reports(task):
                 assert r["p99_wait_s"] == float(s.p99_wait_s[i])
         assert s.episode_report(i, r["return"], r["utility"], r["rounds"])["service"] == r["service"]
     with pytest.raises(ValueError, match="p99_wait_s"):
-        env.tracker.summary().episode_report(0, 0.0, 0.0, 1)
-    s.counts["oom"][0] = 99  # a copy: the tracker is untouched
-    assert env.tracker.summary().counts["oom"][0] != 99 or reports["tenant_0"]["oom"] == 99
+        fairness.summary(env._s.fairness, 0).episode_report(0, 0.0, 0.0, 1)  # a summary without now has no p99
+    s.counts["oom"][0] = 99  # a copy: the detector's state is untouched
+    assert env.fairness.counts["oom"][0] != 99 or reports["tenant_0"]["oom"] == 99
 
 
 def test_fair_share_and_jain():
@@ -478,17 +480,20 @@ def test_fair_share_and_jain():
 
 
 def test_p99_wait_follows_fifo_order():
-    env = fleet_marl.parallel_env(task="easy")
-    env.reset(seed=0)
-    tr = env.tracker
-    serving = np.array([False, True, False, False])
-    tr.serve_round(0, serving, np.array([0, 100.0, 0, 0]), np.array([0, 50.0, 0, 0]))
-    tr.serve_round(1, serving, np.array([0, 0.0, 0, 0]), np.array([0, 49.0, 0, 0]))
+    fs = fairness.FairnessState.zeros(1, 4, 10)
+    serving = np.array([[False, True, False, False]])
+
+    def serve(t, arrivals, served):
+        fairness.serve_round(np.array([t]), serving, np.array([arrivals]), np.array([served]), fs.queue_born, fs.queue_left, fs.queue_head,
+                             fs.queue_tail, fs.waits)
+
+    serve(0, [0, 100.0, 0, 0], [0, 50.0, 0, 0])
+    serve(1, [0, 0.0, 0, 0], [0, 49.0, 0, 0])
     # 50 waited 0 rounds, 49 waited 1, and 1 is still queued at round 3 (waited 3)
-    summary = tr.summary(now=3)
-    assert summary.p99_wait_s[1] == pytest.approx(1 * env.config.cluster.round_seconds)
+    summary = fairness.summary(fs, 0, now=3, round_seconds=60.0)
+    assert summary.p99_wait_s[1] == pytest.approx(1 * 60.0)
     assert summary.waits[1] == {0: 50.0, 1: 49.0}
-    assert tr.summary().p99_wait_s is None  # only on request
+    assert fairness.summary(fs, 0).p99_wait_s is None  # only on request
 
 
 # --- config and render -------------------------------------------------------------------------------------

@@ -76,7 +76,7 @@ def test_multi_full_episode_over_the_websocket(multi):
         assert "episode" in o["infos"]["tenant_0"]
         s = call(ws, "state")["data"]
         assert s["round"] == local.round and s["agents"] == [] and len(s["config_digest"]) == 16
-        summary = local.tracker.summary()
+        summary = local.fairness
         assert s["fairness"]["welfare"] == pytest.approx(summary.welfare) and s["fairness"]["jain"] == pytest.approx(summary.jain)
         assert set(s["fairness"]["agents"]) == {"tenant_0", "tenant_1"}
 
@@ -158,7 +158,7 @@ def test_remote_env_wraps_a_client_and_is_not_a_fleet_env(multi):
             obs, rew, term, trunc, infos = env.step(acts)
             lobs, lrew, lterm, ltrunc, linfos = local.step(acts)
             assert rew == lrew and term == lterm and trunc == ltrunc
-        assert env.fairness_report()["welfare"] == pytest.approx(local.tracker.summary().welfare)
+        assert env.fairness_report()["welfare"] == pytest.approx(local.fairness.welfare)
         with pytest.raises(NotImplementedError):
             env.render()
     finally:

@@ -111,7 +111,7 @@ def test_episode_metrics_come_from_the_fairness_summary():
     infos = [{"illegal": True}, {"illegal": False}, {}]
     episode = SimpleNamespace(agent_episodes={"tenant_0": SimpleNamespace(get_infos=lambda: infos)})
     FleetCallbacks().on_episode_end(episode=episode, metrics_logger=logger, env=SimpleNamespace(envs=[env]), env_index=0)
-    s = pe.tracker.summary()
+    s = pe.fairness
     assert set(logged) == {f"fleet/{m}" for m in EPISODE_METRICS}
     assert logged["fleet/welfare"] == (s.welfare, "mean") and logged["fleet/jain"] == (s.jain, "mean")
     assert logged["fleet/max_starvation_streak"] == (int(s.max_streak.max()), "max")

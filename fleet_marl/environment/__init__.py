@@ -1,7 +1,9 @@
 """The PettingZoo environment ``fleet_v0``: tenants negotiate for one shared GPU cluster.
 
-``FleetParallelEnv`` is a :class:`pettingzoo.ParallelEnv`; ``env()`` is its AEC form. Both are
-a thin layer over the batched kernel: agent-ID dicts at the edge, tenant arrays inside. The
+``FleetParallelEnv`` is a :class:`pettingzoo.ParallelEnv`; ``env()`` is its AEC form;
+``vector_env(num_envs=B)`` steps B clusters as arrays (:class:`FleetVectorEnv`). All are thin
+adapters over the array core (``core``: :class:`~fleet_marl.environment.core.EnvState` and
+the round as functions on arrays): agent-ID dicts or arrays at the edge, the round inside. The
 full reference, with every field, formula and task, is ``docs/environment.md``.
 
 Agents
@@ -44,14 +46,14 @@ Read-only views -- the scenario: ``config``, ``kernel_static``, ``bid_levels``, 
     ``default_action_index``, ``default_actions``, ``rounds_alone``; the episode: ``round``,
     ``last_outcome``, ``last_credit``, ``node_temperatures``, ``round_state``,
     ``arrival_schedule``, ``observed_round()`` (the inverse of the observation normalization)
-    and ``fairness`` (``tracker.summary()`` as of now). Render, remote clients, policies and benchmarks use
+    and ``fairness`` (``fairness.summary()`` of the episode as of now). Render, remote clients, policies and benchmarks use
     only these.
 
 Modules -- ``spaces`` (action and observation fields, masks, spaces, :class:`ActionError`),
     ``observations`` (the observation matrix, the state vector and their inverse),
-    ``scenario`` (default actions and other static facts), ``parallel``
-    (:class:`FleetParallelEnv`), ``views`` (its read-only views), ``aec`` (``env()``) and
-    ``render`` (ANSI and RGB frames).
+    ``scenario`` (default actions and other static facts), ``core`` (the array core),
+    ``parallel`` (:class:`FleetParallelEnv`), ``views`` (its read-only views), ``aec``
+    (``env()``), ``vector`` (:class:`FleetVectorEnv`) and ``render`` (ANSI and RGB frames).
 """
 
 from fleet_marl.environment.spaces import (
@@ -59,12 +61,13 @@ from fleet_marl.environment.spaces import (
 )
 from fleet_marl.environment.parallel import FleetParallelEnv, parallel_env
 from fleet_marl.environment.aec import env, raw_env
+from fleet_marl.environment.vector import FleetVectorEnv, vector_env
 
 __doc__ += "\nObservation fields (index, name, meaning)::\n\n" + "\n".join(
     f"    {i:2d}  {name:<13} {meaning}" for i, (name, meaning) in enumerate(OBS_FIELDS)
 )
 
 __all__ = [
-    "ACTION_FIELDS", "ActionError", "BATCH_LEVELS", "FleetParallelEnv", "N_ACT", "N_OBS", "OBS_FIELDS", "OBS_MODES", "env",
-    "parallel_env", "raw_env",
+    "ACTION_FIELDS", "ActionError", "BATCH_LEVELS", "FleetParallelEnv", "FleetVectorEnv", "N_ACT", "N_OBS", "OBS_FIELDS", "OBS_MODES",
+    "env", "parallel_env", "raw_env", "vector_env",
 ]

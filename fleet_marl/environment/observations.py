@@ -1,7 +1,7 @@
 """The observation matrix and the ``state()`` vector of ``fleet_v0``, and their inverse.
 
-Forward: :class:`Observer` turns the episode's state into the (T, ``N_OBS``) float32 matrix
-of observation rows (``OBS_FIELDS``, all in [0, 1]); :func:`state_vector` appends each node's
+Forward: :class:`Observer` turns the state of B clusters into the (B, T, ``N_OBS``) float32
+matrices of observation rows (``OBS_FIELDS``, all in [0, 1]); :func:`state_vector` appends each node's
 temperature and each rack's power. The normalizations, one per feature:
 
 * ratios to a scale -- ``held = GPUs / max_gpus``, ``budget_left = budget / episode budget``,
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba as nb
 import numpy as np
 
 from fleet_marl import catalog
@@ -30,6 +31,12 @@ from fleet_marl.environment.spaces import N_OBS, OBS_INDEX
 from fleet_marl.kernel import RoundState
 
 _O = OBS_INDEX
+
+
+#: The observation features read from last round's outcome: 0 before the first round, except
+#: ``granted`` (1), ``utility`` (0.5) and ``pool_free`` (1).
+LAST_ROUND_FIELDS = ("arrivals", "granted", "price", "value", "utility", "slo", "oom", "vetoed", "unsafe", "throttle", "restarted",
+                     "memory", "starvation", "pool_free", "pool_demand", "pool_price", "rack_power")
 
 
 def squash(x, scale):
@@ -68,68 +75,96 @@ class Observer:
         self.static = static
         self.mean_arrivals = mean_arrivals(st)
         self.node_of_pool = st.node_pool[None, :] == np.arange(len(st.pools))[:, None]  # (Q, K)
+        #: (N_OBS,) bool: the columns set from last round's outcome (0 before the first round, but for the defaults below)
+        self.first_round = np.zeros(N_OBS, bool)
+        self.first_round[[_O[k] for k in LAST_ROUND_FIELDS]] = True
 
-    def matrix(self, *, live, round_, state: RoundState, has_job, backlog_n, fair, last, arrivals_last, streak) -> np.ndarray:
-        """(T, N_OBS) float32: ``live`` (T,) bool, ``round_`` rounds played, ``state`` the
-        round ahead's RoundState, ``has_job`` (T,) trainers with a job in progress,
-        ``backlog_n`` (T,) jobs queued behind it, ``fair`` (T,) fair shares, ``last`` the last
-        round's Outcome (None before the first), ``arrivals_last`` (T,) its serving arrivals
-        and ``streak`` (T,) the starvation streaks."""
+    def matrix(self, *, live, round_, state: RoundState, has_job, backlog_n, fair, last, has_last, arrivals_last, streak) -> np.ndarray:
+        """(B, T, N_OBS) float32 for B clusters: ``live`` (B, T) bool, ``round_`` (B,) rounds
+        played, ``state`` the round ahead's RoundState (fields (B, ...)), ``has_job`` (B, T)
+        trainers with a job in progress, ``backlog_n`` (B, T) jobs queued behind it, ``fair``
+        (B, T) fair shares, ``last`` the last round's Outcome (leading (B,); read only where
+        ``has_last`` (B,)), ``arrivals_last`` (B, T) its serving arrivals and ``streak`` (B, T)
+        the starvation streaks."""
         st, cfg = self.st, self.cfg
-        m = self.static.copy()
+        B = live.shape[0]
+        m = np.repeat(self.static[None], B, axis=0)
         s = state
-        m[:, _O["alive"]] = live
-        m[:, _O["round"]] = round_ / cfg.max_cycles
-        m[:, _O["budget_left"]] = s.budget_left / st.budget
+        m[..., _O["alive"]] = live
+        m[..., _O["round"]] = (np.asarray(round_) / cfg.max_cycles)[:, None]
+        m[..., _O["budget_left"]] = s.budget_left / st.budget
         jt = np.where(st.job_tokens > 0, st.job_tokens, 1.0)
-        m[:, _O["job_left"]] = np.where(st.is_train & has_job, s.remaining_tokens / jt, 0.0)
-        m[:, _O["jobs_waiting"]] = squash(backlog_n.astype(np.float64), 1.0)
-        m[:, _O["queue"]] = np.where(st.is_train, 0.0, squash(s.queue, self.mean_arrivals))
-        m[:, _O["held"]] = s.prev_alloc / st.max_gpus
-        m[:, _O["fair_share"]] = fair / st.max_gpus
-        m[:, _O["alive_share"]] = live.mean()
+        m[..., _O["job_left"]] = np.where(st.is_train & has_job, s.remaining_tokens / jt, 0.0)
+        m[..., _O["jobs_waiting"]] = squash(backlog_n.astype(np.float64), 1.0)
+        m[..., _O["queue"]] = np.where(st.is_train, 0.0, squash(s.queue, self.mean_arrivals))
+        m[..., _O["held"]] = s.prev_alloc / st.max_gpus
+        m[..., _O["fair_share"]] = fair / st.max_gpus
+        m[..., _O["alive_share"]] = live.mean(-1)[:, None]
         o = last
         Q = len(st.pools)
-        if o is not None:
-            m[:, _O["arrivals"]] = np.where(st.is_train, 0.0, squash(arrivals_last, self.mean_arrivals))
-            m[:, _O["granted"]] = np.where(o.requested > 0, o.alloc / np.maximum(o.requested, 1), 1.0)
+        if o is not None and np.any(has_last):
+            h = np.asarray(has_last, bool)
+            w = np.broadcast_to(self.first_round, (B, N_OBS))
+            lm = np.empty_like(m)
+            lm[..., _O["arrivals"]] = np.where(st.is_train, 0.0, squash(arrivals_last, self.mean_arrivals))
+            lm[..., _O["granted"]] = np.where(o.requested > 0, o.alloc / np.maximum(o.requested, 1), 1.0)
             top = self.bid_levels[-1]
-            m[:, _O["price"]] = np.where(o.alloc > 0, o.price / (st.list_price * top), 0.0)
-            m[:, _O["value"]] = squash(o.value, 1.0)
-            m[:, _O["utility"]] = 0.5 + 0.5 * np.tanh(o.utility)
-            m[:, _O["slo"]] = np.where(st.is_train, 0.0, o.slo_attainment)
-            m[:, _O["oom"]] = o.oom
-            m[:, _O["vetoed"]] = o.vetoed
-            m[:, _O["unsafe"]] = o.unsafe_numerics
-            m[:, _O["throttle"]] = np.where(o.alloc > 0, 1.0 - np.where(o.throttle > 0, o.throttle, 1.0), 0.0)
-            m[:, _O["restarted"]] = o.restarted
-            m[:, _O["memory"]] = np.where(o.alloc > 0, o.mem_total / o.mem_capacity, 0.0)
-            m[:, _O["starvation"]] = streak / cfg.fairness.starvation_rounds
-            alloc_q = np.bincount(st.pool, weights=o.alloc, minlength=Q)
-            req_q = np.bincount(st.pool, weights=o.requested, minlength=Q)
-            paid_q = np.bincount(st.pool, weights=o.alloc * o.price / st.list_price, minlength=Q)
+            lm[..., _O["price"]] = np.where(o.alloc > 0, o.price / (st.list_price * top), 0.0)
+            lm[..., _O["value"]] = squash(o.value, 1.0)
+            lm[..., _O["utility"]] = 0.5 + 0.5 * np.tanh(o.utility)
+            lm[..., _O["slo"]] = np.where(st.is_train, 0.0, o.slo_attainment)
+            lm[..., _O["oom"]] = o.oom
+            lm[..., _O["vetoed"]] = o.vetoed
+            lm[..., _O["unsafe"]] = o.unsafe_numerics
+            lm[..., _O["throttle"]] = np.where(o.alloc > 0, 1.0 - np.where(o.throttle > 0, o.throttle, 1.0), 0.0)
+            lm[..., _O["restarted"]] = o.restarted
+            lm[..., _O["memory"]] = np.where(o.alloc > 0, o.mem_total / o.mem_capacity, 0.0)
+            lm[..., _O["starvation"]] = streak / cfg.fairness.starvation_rounds
+            alloc_q = pool_sums(np.asarray(o.alloc, np.float64), st.pool, Q)
+            req_q = pool_sums(np.asarray(o.requested, np.float64), st.pool, Q)
+            paid_q = pool_sums(o.alloc * o.price / st.list_price, st.pool, Q)
             cap = st.pool_capacity.astype(np.float64)
-            m[:, _O["pool_free"]] = ((cap - alloc_q) / cap)[st.pool]
-            m[:, _O["pool_demand"]] = squash(req_q / cap, 1.0)[st.pool]
-            m[:, _O["pool_price"]] = (paid_q / np.maximum(alloc_q, 1) / top)[st.pool]
-            m[:, _O["rack_power"]] = (o.rack_power_w / st.rack_power_cap_w).max()
+            lm[..., _O["pool_free"]] = ((cap - alloc_q) / cap)[:, st.pool]
+            lm[..., _O["pool_demand"]] = squash(req_q / cap, 1.0)[:, st.pool]
+            lm[..., _O["pool_price"]] = (paid_q / np.maximum(alloc_q, 1) / top)[:, st.pool]
+            lm[..., _O["rack_power"]] = (o.rack_power_w / st.rack_power_cap_w).max(-1)[:, None]
+            sel = h[:, None] & w  # (B, N_OBS): the columns last round sets, in the clusters that had one (0 in the others)
+            m = np.where(sel[:, None, :], lm, m)
+            first = ~h
         else:
-            m[:, _O["granted"]] = 1.0
-            m[:, _O["utility"]] = 0.5
-            m[:, _O["pool_free"]] = 1.0
-        hot = np.where(self.node_of_pool, s.temp_c[None, :], -np.inf).max(1)  # (Q,)
-        m[:, _O["temperature"]] = ((hot - st.ambient_c) / (st.critical_temp_c - st.ambient_c))[st.pool]
+            first = np.ones(B, bool)
+        if first.any():
+            m[first, :, _O["granted"]] = 1.0
+            m[first, :, _O["utility"]] = 0.5
+            m[first, :, _O["pool_free"]] = 1.0
+        hot = np.where(self.node_of_pool[None], s.temp_c[:, None, :], -np.inf).max(-1)  # (B, Q)
+        m[..., _O["temperature"]] = ((hot - st.ambient_c) / (st.critical_temp_c - st.ambient_c))[:, st.pool]
         np.clip(m, 0.0, 1.0, out=m)
         return m.astype(np.float32)
 
 
-def state_vector(st, obs_matrix: np.ndarray, temp_c: np.ndarray, last) -> np.ndarray:
+@nb.njit(cache=True, nogil=True)
+def pool_sums(values, pool, Q):
+    """(B, Q) sums of ``values`` (B, T) over each pool's tenants, added in tenant order (as
+    ``np.bincount`` does)."""
+    B, T = values.shape
+    out = np.zeros((B, Q))
+    for b in range(B):
+        for t in range(T):
+            out[b, pool[t]] += values[b, t]
+    return out
+
+
+def state_vector(st, obs_matrix: np.ndarray, temp_c: np.ndarray, rack_power_w: np.ndarray | None) -> np.ndarray:
     """The ``state()`` vector: the observation rows, then each node's temperature
-    ``(T - ambient) / (critical - ambient)`` and each rack's power / cap (0 before the first
-    round), all clipped to [0, 1], float32."""
+    ``(T - ambient) / (critical - ambient)`` and each rack's power / cap (None: before the
+    first round, 0), all clipped to [0, 1], float32. With leading (B,) axes on every input
+    (``obs_matrix`` (B, T, N_OBS), ``temp_c`` (B, K), ``rack_power_w`` (B, R)) it returns (B, S)."""
+    lead = obs_matrix.shape[:-2]
     temp = (temp_c - st.ambient_c) / (st.critical_temp_c - st.ambient_c)
-    rack = last.rack_power_w / st.rack_power_cap_w if last is not None else np.zeros(st.n_racks)
-    return np.concatenate([obs_matrix.ravel(), np.clip(temp, 0, 1), np.clip(rack, 0, 1)]).astype(np.float32)
+    rack = rack_power_w / st.rack_power_cap_w if rack_power_w is not None else np.zeros(lead + (st.n_racks,))
+    flat = obs_matrix.reshape(lead + (-1,))
+    return np.concatenate([flat, np.clip(temp, 0, 1), np.clip(rack, 0, 1)], axis=-1).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -174,4 +209,5 @@ def observed_round(st, s: np.ndarray, include_queued_jobs: bool = False) -> Obse
     return ObservedRound(live=live, state=state, arrivals=arrivals, jobs_waiting=np.where(st.is_train, waiting, 0.0), rows=rows)
 
 
-__all__ = ["ObservedRound", "Observer", "mean_arrivals", "observed_round", "squash", "state_vector", "unsquash"]
+__all__ = ["LAST_ROUND_FIELDS", "ObservedRound", "Observer", "mean_arrivals", "observed_round", "pool_sums", "squash", "state_vector",
+           "unsquash"]

@@ -4,27 +4,20 @@ package docstring of :mod:`fleet_marl.environment`), and ``parallel_env()``."""
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
-from time import perf_counter
 from typing import Any
 
 import gymnasium
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from fleet_marl.config import REWARD_SCHEMES, FleetConfig
-from fleet_marl.credit import CreditEngine
-from fleet_marl.environment import observations, scenario
+from fleet_marl.config import FleetConfig
+from fleet_marl.environment import core
 from fleet_marl.environment.render import new_figure, render_ansi, render_rgb
 from fleet_marl.environment.spaces import (
-    ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_OBS, OBS_MODES, PREC, ActionError, ActionMasks, action_nvec, build_spaces,
-    check_agent, decode_actions, parse_action,
+    ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_OBS, OBS_MODES, PREC, ActionError, build_spaces, check_agent, parse_action,
 )
 from fleet_marl.environment.views import EnvViews
-from fleet_marl.fairness import FairnessTracker, lowest_precision
-from fleet_marl.kernel import Draws, KernelStatic, RoundState
 from fleet_marl.tasks import make_config
-from fleet_marl.workloads import arrival_schedule, burst_chain, resolve_trace
 
 
 class FleetParallelEnv(EnvViews, ParallelEnv):
@@ -45,11 +38,13 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
     :class:`~fleet_marl.kernel.KernelStatic`), ``bid_levels`` ((L,) price multipliers of
     ``bid_level``), ``nvec`` ((T, 8) action sizes), ``default_action_index`` and
     ``default_actions`` ((T, 8) indices and the decoded kernel ``Actions`` of each tenant's
-    default action), ``rounds_alone`` ((T,) Themis ``T_independent`` in rounds), ``tracker``
-    (the :class:`~fleet_marl.fairness.FairnessTracker`; read it with ``tracker.summary()``).
-    Of the episode: the properties ``round``, ``last_outcome``, ``last_credit``,
+    default action), ``rounds_alone`` ((T,) Themis ``T_independent`` in rounds).
+    Of the episode: the properties ``round``, ``last_outcome``, ``last_credit``, ``fairness``,
     ``node_temperatures``, ``round_state``, ``arrival_schedule``, and ``observed_round()``.
     Timing: ``credit_seconds``, ``last_credit_seconds``, ``steps_taken``.
+
+    It is a thin adapter over the array core (:mod:`fleet_marl.environment.core`) with one
+    cluster: agent-ID dicts and the checks of dict actions here, the round there.
     """
 
     metadata = {"name": "fleet_v0", "render_modes": ["ansi", "rgb_array", "human"], "render_fps": 2, "is_parallelizable": True}
@@ -75,37 +70,29 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
     # --- construction ---------------------------------------------------------------------------
 
     def _build(self, cfg: FleetConfig) -> None:
-        for t in cfg.tenants:  # a missing trace file is an error now, not at reset()
-            if t.workload.pattern == "trace":
-                resolve_trace(t.workload.trace)
+        cs = self._core = core.CoreStatic.from_config(cfg)
         self.config = cfg
-        st = self.kernel_static = KernelStatic.from_config(cfg)
+        st = self.kernel_static = cs.kernel
         T = st.T
         self.possible_agents = [f"tenant_{i}" for i in range(T)]
         self.agent_index = {a: i for i, a in enumerate(self.possible_agents)}
         self.agents: list[str] = []
-        self.bid_levels = np.array(cfg.arbiter.bid_levels, np.float64)
-        self._min_unit = scenario.cheapest_gpu_round(st, self.bid_levels)  # cheapest GPU-round each tenant can buy
-        self._action_masks = ActionMasks(st, len(self.bid_levels))
-        self._prec_legal = self._action_masks.prec_legal  # (T, P)
-        self.nvec = action_nvec(st.max_gpus, len(self.bid_levels))  # (T, 8)
+        self.bid_levels = cs.bid_levels
+        self._min_unit = cs.min_unit  # the cheapest GPU-round each tenant can buy
+        self._action_masks = cs.masks
+        self._prec_legal = cs.masks.prec_legal  # (T, P)
+        self.nvec = cs.nvec  # (T, 8)
         self.action_spaces, self.observation_spaces, self.state_space = build_spaces(
             self.possible_agents, self.nvec, self.obs_mode, T * N_OBS + st.K + st.n_racks,
         )
-        self._observer = observations.Observer(st, cfg, self.bid_levels)
-        # the documented default action (difference_default, Themis) and the tracker
-        self.default_action_index, self.default_actions = scenario.default_action(st, self.bid_levels, self._prec_legal)
-        self.rounds_alone = scenario.job_rounds_alone(st, self.default_actions)
-        self._schemes = REWARD_SCHEMES if cfg.reward.compute_all else (cfg.reward.scheme,)
+        # the documented default action (difference_default, Themis)
+        self.default_action_index, self.default_actions = cs.default_index, cs.default_actions
+        self.rounds_alone = cs.rounds_alone
         self.credit_seconds = 0.0  # wall time in the credit engine, over the env's lifetime
         self.last_credit_seconds = 0.0  # ... in the last step
         self.steps_taken = 0
-        self.tracker = FairnessTracker(
-            cfg.fairness, st.pool, st.pool_capacity, st.max_gpus, lowest_precision(st.supported, st.is_train), st.round_seconds,
-        )
-
-    def _decode(self, idx: np.ndarray):
-        return decode_actions(idx, self.bid_levels)
+        self._s = core.EnvState.zeros(cs, 1)  # the episode: one cluster of the array core
+        self._last_credit = None
 
     # --- PettingZoo API ---------------------------------------------------------------------------
 
@@ -144,42 +131,10 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
             env_ss, credit_ss = self._seed_seq.spawn(2)
             self._rng = np.random.default_rng(env_ss)
             self._credit_rng = np.random.default_rng(credit_ss)
-        cfg, st = self.config, self.kernel_static
-        T, n = st.T, cfg.max_cycles
-        rng = self._rng
-        cl = cfg.cluster
-        # arrival schedules for the whole episode: serving requests and training jobs per round
-        # one on/off burst chain shared by every tenant with burst_shared (the first such
-        # tenant's parameters), drawn always so the stream does not depend on the flags
-        wl = next((t.workload for t in cfg.tenants if t.workload.burst_shared), cfg.tenants[0].workload)
-        shared = burst_chain(n, wl.burst_fraction, wl.burst_rounds, rng)
-        sched = np.zeros((n, T))
-        for i, t in enumerate(cfg.tenants):
-            sched[:, i] = arrival_schedule(t.workload, t.kind, n, cl.round_seconds, rng, shared)
-        self._schedule = sched
-        self._requests = np.where(st.is_train, 0.0, sched)
-        self._jobs = np.where(st.is_train, sched, 0.0)
-        future = np.cumsum(sched[::-1], axis=0)[::-1]  # future[t] = arrivals in rounds t..n-1
-        self._future = np.vstack([future, np.zeros((1, T))])
-        self._state = RoundState.initial(st)
-        self._backlog = [deque() for _ in range(T)]  # trainers: arrival round of each queued job
-        self._backlog_n = np.zeros(T, np.int64)
-        self._job_born = np.full(T, -1, np.int64)  # arrival round of the current job
-        self._has_job = st.is_train.copy()
-        self._live = np.ones(T, bool)
-        self._round = 0
-        self._last = None
+        core.reset(self._core, self._s, [0], [self._rng])
         self._last_credit = None
-        self._streak = np.zeros(T, np.int64)
-        self._fair = np.zeros(T)
-        self._return = np.zeros(T)
-        self._utility_sum = np.zeros(T)
-        self._rounds = np.zeros(T, np.int64)
-        self._engine = CreditEngine(st, cfg.reward, self._schemes, self._credit_rng)
-        self.tracker.reset()
         self.agents = self.possible_agents[:]
         self._ready = True
-        self._fair = self.tracker.fair(self._live, self._has_work())
         obs_m = self._obs_matrix()
         masks = self._masks()
         observations_ = self._observations(obs_m, masks, self.agents)
@@ -194,62 +149,28 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
         if not self.agents:
             raise RuntimeError("step() called after every agent finished: call env.reset() to start a new episode")
         idx, illegal = self._validate(actions)
-        st, cfg = self.kernel_static, self.config
-        T, t = st.T, self._round
-        live = self._live.copy()
-        acts = self._decode(idx)
-        arrivals = np.where(live, self._requests[t], 0.0)
-        draws = Draws(arrivals=arrivals, tiebreak=self._rng.random(T))
-        has_work = self._has_work(arrivals)
-        t0 = perf_counter()
-        credit = self._engine.compute(acts, self._state, draws, live, self.default_actions)
-        dt = perf_counter() - t0
-        self.credit_seconds += dt
-        self.last_credit_seconds = dt
+        cs, s = self._core, self._s
+        r = core.step(cs, s, idx[None], [self._rng], [self._credit_rng])
+        self.credit_seconds += r.credit_seconds
+        self.last_credit_seconds = r.credit_seconds
         self.steps_taken += 1
+        credit = self._last_credit = r.credit.cluster(0)
         o = credit.outcome
-        # fairness of this round
-        fair = self.tracker.fair(live, has_work)
-        starved, low, hoard, streak = self.tracker.step(live, has_work, o.requested, o.alloc, acts.gpus, acts.precision, fair)
-        self._engine.apply_starvation(credit, live, starved)
-        degenerate = low | hoard
-        raw = credit.rewards[cfg.reward.scheme]
-        reward = np.where(degenerate, np.minimum(raw, cfg.reward.degenerate_floor), raw)  # never a gain
-        self.tracker.record_round(credit.welfare, live, o.oom, o.vetoed, o.power_throttled | o.thermal_throttled, degenerate)
-        self.tracker.serve_round(t, live & ~st.is_train, arrivals, o.served)
-        # carry the state over, then the job streams
-        nxt = o.next_state()
-        remaining = np.array(nxt.remaining_tokens, np.float64)
-        self._state = RoundState(
-            prev_alloc=np.array(nxt.prev_alloc), temp_c=np.array(nxt.temp_c), queue=np.array(nxt.queue),
-            remaining_tokens=remaining, budget_left=np.array(nxt.budget_left),
-        )
-        self._advance_jobs(t, live, remaining)
-        self._round = t + 1
-        self._return += np.where(live, reward, 0.0)
-        self._utility_sum += np.where(live, o.utility, 0.0)
-        self._rounds += live
-        self._last, self._last_credit, self._fair, self._streak = o, credit, fair, streak
-        # who leaves
-        broke = self._state.budget_left < self._min_unit
-        done = ~self._has_work(upcoming=True)
-        # the schedule ends at the horizon: at max_cycles running out of it is truncation
-        terminated = live & (broke | (done & (self._round < cfg.max_cycles)))
-        truncated = live & ~terminated & (self._round >= cfg.max_cycles)
+        terminated, truncated = r.terminated[0], r.truncated[0]
         finished = terminated | truncated
         agents = self.agents
         obs_m = self._obs_matrix()
         masks = self._masks()
         observations_ = self._observations(obs_m, masks, agents)
         schemes = tuple(credit.rewards)
-        vals = {s: credit.rewards[s].tolist() for s in schemes}
-        rew_l, u_l, alloc_l, req_l = reward.tolist(), o.utility.tolist(), o.alloc.tolist(), o.requested.tolist()
+        vals = {k: credit.rewards[k].tolist() for k in schemes}
+        rew_l, u_l, alloc_l, req_l = r.reward[0].tolist(), o.utility.tolist(), o.alloc.tolist(), o.requested.tolist()
         flags = {k: getattr(o, k).tolist() for k in ("oom", "vetoed", "unsafe_numerics", "projected", "tripped", "restarted")}
         thr_l = (o.power_throttled | o.thermal_throttled).tolist()
-        starved_l, streak_l, fair_l = starved.tolist(), streak.tolist(), fair.tolist()
-        low_l, hoard_l = low.tolist(), hoard.tolist()
+        starved_l, streak_l, fair_l = r.starved[0].tolist(), r.streak[0].tolist(), r.fair[0].tolist()
+        low_l, hoard_l = r.lowest_precision[0].tolist(), r.hoarding[0].tolist()
         welfare = credit.welfare
-        summary = self.tracker.summary(self._round, self._backlog) if finished.any() else None
+        summary = self.fairness if finished.any() else None
         rewards, terms, truncs, infos = {}, {}, {}, {}
         for a in agents:
             i = self.agent_index[a]
@@ -257,7 +178,7 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
             terms[a] = bool(terminated[i])
             truncs[a] = bool(truncated[i])
             info = {
-                "rewards": {s: vals[s][i] for s in schemes},
+                "rewards": {k: vals[k][i] for k in schemes},
                 "utility": u_l[i],
                 "welfare": welfare,
                 "requested": req_l[i],
@@ -266,52 +187,22 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
                 "starved": starved_l[i],
                 "starvation_streak": streak_l[i],
                 "fair_share": fair_l[i],
-                "degenerate": [r for r, f in (("lowest_precision", low_l[i]), ("hoarding", hoard_l[i])) if f],
+                "degenerate": [n for n, f in (("lowest_precision", low_l[i]), ("hoarding", hoard_l[i])) if f],
                 "illegal": illegal.get(i, []),
                 "action_mask": masks[i],
             }
             for k, v in flags.items():
                 info[k] = v[i]
             if finished[i]:
-                info["episode"] = summary.episode_report(i, self._return[i], self._utility_sum[i], int(self._rounds[i]))
+                info["episode"] = summary.episode_report(i, s.ret[0, i], s.utility_sum[0, i], int(s.rounds[0, i]))
             infos[a] = info
-        self._live &= ~finished
+        core.finish(s, r)
         self.agents = [a for a in agents if not finished[self.agent_index[a]]]
         if self.render_mode == "human":
             self.render()
         return observations_, rewards, terms, truncs, infos
 
     # --- internals --------------------------------------------------------------------------------
-
-    def _has_work(self, arrivals: np.ndarray | None = None, upcoming: bool = False) -> np.ndarray:
-        """Trainers: a job in progress or queued. Servers: requests queued (plus ``arrivals``).
-        ``upcoming`` also counts arrivals still to come this episode."""
-        st = self.kernel_static
-        train = self._has_job | (self._backlog_n > 0)
-        serve = self._state.queue + (0.0 if arrivals is None else arrivals) > 0
-        work = np.where(st.is_train, train, serve)
-        if upcoming:
-            work |= self._future[min(self._round, self.config.max_cycles)] > 0
-        return work
-
-    def _advance_jobs(self, t: int, live: np.ndarray, remaining: np.ndarray) -> None:
-        """Trainers: record finished jobs, queue this round's arrivals, start the next job."""
-        st = self.kernel_static
-        jobs = self._jobs[t]
-        finished = live & self._has_job & (remaining <= 0)
-        for i in np.flatnonzero(finished | ((jobs > 0) & live)):
-            if finished[i]:
-                self.tracker.job_finished(i, t - self._job_born[i], self.rounds_alone[i])
-                self._has_job[i] = False
-            self._backlog[i].extend([t] * int(jobs[i]))
-            self._backlog_n[i] += int(jobs[i])
-            if not self._has_job[i] and self._backlog[i]:
-                born = self._backlog[i].popleft()
-                self._backlog_n[i] -= 1
-                self._job_born[i] = born
-                self._has_job[i] = True
-                remaining[i] = st.job_tokens[i]
-                self.tracker.job_started(i, t + 1 - (born + 1))
 
     def _validate(self, actions) -> tuple[np.ndarray, dict]:
         """Check every action before anything changes; return (T, 8) indices and the masked
@@ -353,9 +244,9 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
         """Masked choices per tenant (veto mode), or an ActionError (raise mode)."""
         T = self.kernel_static.T
         illegal: dict[int, list[str]] = {}
-        live = self._live if only is None else (np.arange(T) == only)
+        live = self._s.live[0] if only is None else (np.arange(T) == only)
         prec_bad = ~self._prec_legal[np.arange(T)[:, None], idx[:, PREC]]  # (T, G)
-        gpus_bad = idx[:, 0] * self._min_unit > self._state.budget_left
+        gpus_bad = idx[:, 0] * self._min_unit > self._s.budget[0]
         for i in np.flatnonzero(live & (prec_bad.any(1) | gpus_bad)):
             fields_ = ([ACTION_FIELDS[0]] if gpus_bad[i] else []) + [ACTION_FIELDS[2 + g] for g in np.flatnonzero(prec_bad[i])]
             if self.illegal_action == "raise":
@@ -366,13 +257,10 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
         return illegal
 
     def _masks(self) -> list[tuple[np.ndarray, ...]]:
-        return self._action_masks(np.floor(self._state.budget_left / self._min_unit))
+        return self._action_masks(core.afford(self._core, self._s)[0])
 
     def _obs_matrix(self) -> np.ndarray:
-        return self._observer.matrix(
-            live=self._live, round_=self._round, state=self._state, has_job=self._has_job, backlog_n=self._backlog_n, fair=self._fair,
-            last=self._last, arrivals_last=self._requests[self._round - 1] if self._last is not None else None, streak=self._streak,
-        )
+        return core.observe(self._core, self._s)[0]
 
     def _observations(self, obs_m: np.ndarray, masks, agents) -> dict:
         if self.obs_mode == "flat":
@@ -393,7 +281,8 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
         node's temperature ``(T - ambient) / (critical - ambient)`` and each rack's power / cap,
         all in [0, 1]."""
         self._need_reset("state()")
-        return observations.state_vector(self.kernel_static, self._obs_matrix(), self._state.temp_c, self._last)
+        cs, s = self._core, self._s
+        return core.state_vectors(cs, s, core.observe(cs, s))[0]
 
     def render(self):
         self._need_reset("render()")

@@ -10,6 +10,7 @@ import dataclasses
 
 import numpy as np
 
+from fleet_marl import fairness
 from fleet_marl.environment import observations
 from fleet_marl.kernel import RoundState
 
@@ -34,12 +35,12 @@ class EnvViews:
     @property
     def round(self) -> int:
         """Rounds played in this episode."""
-        return self._round
+        return int(self._s.round[0])
 
     @property
     def last_outcome(self):
         """The kernel's :class:`~fleet_marl.kernel.Outcome` of the last round (None before the first step)."""
-        return self._last
+        return self._last_credit.outcome if self._last_credit is not None else None
 
     @property
     def last_credit(self):
@@ -50,18 +51,18 @@ class EnvViews:
 
     @property
     def fairness(self):
-        """The episode's fairness so far: :meth:`FairnessTracker.summary
-        <fleet_marl.fairness.FairnessTracker.summary>` as of this round, with the p99 waits
-        (queued requests and jobs counted as waiting until now). The env writes the tracker;
-        everyone else reads this."""
+        """The episode's fairness so far: :func:`fleet_marl.fairness.summary` as of this round,
+        with the p99 waits (queued requests and jobs counted as waiting until now). The env
+        core writes the detector's state; everyone else reads this."""
         self._need_reset("fairness")
-        return self.tracker.summary(self._round, self._backlog)
+        s = self._s
+        return fairness.summary(s.fairness, 0, int(s.round[0]), s.pending[0], self.kernel_static.round_seconds)
 
     @property
     def node_temperatures(self) -> np.ndarray:
         """(K,) each node's GPU temperature now, in °C (read-only)."""
         self._need_reset("node_temperatures")
-        return _read_only(self._state.temp_c)
+        return _read_only(self._s.temp_c[0])
 
     @property
     def round_state(self) -> RoundState:
@@ -69,8 +70,8 @@ class EnvViews:
         held, node temperatures, serving queues, tokens left in each trainer's job, budgets;
         read-only arrays)."""
         self._need_reset("round_state")
-        s = self._state
-        return RoundState(**{f.name: _read_only(np.asarray(getattr(s, f.name))) for f in dataclasses.fields(s)})
+        s = self._s.round_state()
+        return RoundState(**{f.name: _read_only(np.asarray(getattr(s, f.name))[0]) for f in dataclasses.fields(s)})
 
     @property
     def arrival_schedule(self) -> np.ndarray:
@@ -78,7 +79,7 @@ class EnvViews:
         server, training jobs for a trainer (read-only). The simulator's ground truth, for
         tests and analysis: a policy that reads it sees the future."""
         self._need_reset("arrival_schedule")
-        return _read_only(self._schedule)
+        return _read_only(self._s.schedule[0])
 
 
 __all__ = ["EnvViews"]

@@ -20,10 +20,10 @@ Compiled calls take packed arrays, field-major so that each field is one contigu
   ``out_b`` (``len(OB)``, B, T) bool, ``gon`` (B, T, K) int64, ``out_k`` (2, B, K) float64
   (node power, next temperature), ``rack`` (B, R) float64 and ``welfare`` (B,) float64.
 
-:func:`evaluate_rows` writes the welfare of every row ``b`` and every other output only of
-the rows with ``b % full_every == 0``, at index ``b // full_every`` (so the outputs other than
-``welfare`` have ``B // full_every`` rows): credit assignment needs the whole outcome of each
-cluster's grand coalition and only the welfare of its counterfactual rows.
+:func:`evaluate_rows` writes the welfare of every row ``b``, and every other output of row
+``b`` at index ``out_index[b]`` of the other outputs, or nowhere when it is -1: credit
+assignment needs the whole outcome of each cluster's grand coalition and only the welfare of
+its counterfactual rows.
 """
 
 from __future__ import annotations
@@ -365,7 +365,7 @@ def _place(alloc, ti, ni, gpn, gon, free, avail, order, by_free, key, neg_avail)
 
 
 @jit
-def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, full_every, out_f, out_i, out_b, gon, out_k, rack, welfare):
+def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, out_i, out_b, gon, out_k, rack, welfare):
     """Evaluate every row ``b`` of the packed inputs (see the module doc)."""
     _, B, T = ins_i.shape
     K = ni.shape[0]
@@ -585,15 +585,18 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, full_every, out_f,
             rf[O_VALUE, t] = value
             rf[O_UTIL, t] = util
         welfare[b] = numpy_sum(rf[O_UTIL], 0, T)
-        if b % full_every == 0:
-            j = b // full_every
-            for t in range(T):
-                for c in range(len(OF)):
+        j = out_index[b]
+        if j >= 0:  # field by field: each field's row is contiguous in the outputs
+            for c in range(len(OF)):
+                for t in range(T):
                     out_f[c, j, t] = rf[c, t]
-                for c in range(len(OI)):
+            for c in range(len(OI)):
+                for t in range(T):
                     out_i[c, j, t] = ri[c, t]
-                for c in range(len(OB)):
+            for c in range(len(OB)):
+                for t in range(T):
                     out_b[c, j, t] = rb[c, t]
+            for t in range(T):
                 for k in range(K):
                     gon[j, t, k] = rg[t, k]
             for k in range(K):

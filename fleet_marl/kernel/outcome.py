@@ -156,25 +156,30 @@ def evaluate(
     """
     if validate:
         actions, state, draws, present = _checked(st, actions, state, draws, present, on_invalid)
-    out, _ = evaluate_welfare(st, actions, state, draws, present, full_every=1)
+    out, _ = evaluate_welfare(st, actions, state, draws, present)
     return out
 
 
 def evaluate_welfare(
-    st: KernelStatic, actions: Actions, state: RoundState, draws: Draws, present: np.ndarray | None = None, *, full_every: int = 1,
+    st: KernelStatic, actions: Actions, state: RoundState, draws: Draws, present: np.ndarray | None = None, *, full: np.ndarray | None = None,
 ) -> tuple[Outcome, np.ndarray]:
-    """``(outcome, welfare)``: the welfare of every row, and the whole outcome only of the rows
-    ``b`` with ``b % full_every == 0`` (leading shape ``(B // full_every,)``). Inputs are not
-    checked and must have a leading shape of ``()`` or ``(B,)``, with ``B`` a multiple of
-    ``full_every``. Credit assignment uses it: the grand coalition's outcome, and only the
-    welfare of each counterfactual row."""
+    """``(outcome, welfare)``: the welfare of every row (the inputs' leading shape), and the
+    whole outcome of the rows where ``full`` (a bool mask over the rows of a leading shape
+    ``(B,)``; default: every row, with the inputs' leading shape). Inputs are not checked.
+    Credit assignment uses it: the grand coalition's outcome, and only the welfare of each
+    counterfactual row."""
     lead = _lead_shape(actions, state, draws, present)
     B = int(np.prod(lead)) if lead else 1
-    if full_every < 1 or B % full_every:
-        raise KernelInputError(f"full_every = {full_every}: expected a divisor of the {B} batch rows")
+    if full is None:
+        out_index = np.arange(B, dtype=np.int64)
+    else:
+        full = np.asarray(full, bool)
+        if full.shape != (B,) or len(lead) != 1:
+            raise KernelInputError(f"full: shape {full.shape}; expected ({B},), a mask over rows of a leading shape (B,), not {lead}")
+        out_index = np.where(full, np.cumsum(full) - 1, -1).astype(np.int64)
     ins_i, ins_f, temp = _pack(st, actions, state, draws, present, lead, B)
     T, K = st.T, st.K
-    nb = B // full_every
+    nb = int(out_index.max(initial=-1)) + 1
     out_f = np.empty((len(engine.OF), nb, T))
     out_i = np.empty((len(engine.OI), nb, T), np.int64)
     out_b = np.empty((len(engine.OB), nb, T), np.bool_)
@@ -182,9 +187,9 @@ def evaluate_welfare(
     out_k = np.empty((2, nb, K))
     rack = np.empty((nb, st.n_racks))
     welfare = np.empty(B)
-    engine.evaluate_rows(*st.packed, ins_i, ins_f, temp, full_every, out_f, out_i, out_b, gon, out_k, rack, welfare)
-    if full_every > 1:
-        return _unpack(out_f, out_i, out_b, gon, out_k, rack, welfare[::full_every], (nb,)), welfare
+    engine.evaluate_rows(*st.packed, ins_i, ins_f, temp, out_index, out_f, out_i, out_b, gon, out_k, rack, welfare)
+    if full is not None:
+        return _unpack(out_f, out_i, out_b, gon, out_k, rack, welfare[full], (nb,)), welfare
     out = _unpack(out_f, out_i, out_b, gon, out_k, rack, welfare, lead)
     return out, out.welfare
 

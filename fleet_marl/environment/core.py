@@ -1,0 +1,339 @@
+"""The env's array core: the state of B clusters (:class:`EnvState`) and the round as pure
+functions on arrays (:func:`reset`, :func:`step`, :func:`observe`).
+
+``FleetParallelEnv`` (B = 1, agent-ID dicts at the edge) and ``FleetVectorEnv`` (B clusters,
+arrays) are thin adapters over this module; the round's dynamics live here and in the layers
+below (the kernel, ``credit``, ``fairness``, ``workloads``), once.
+
+Per round, for every cluster at once: the arrivals of the round, the tie-break draws, ONE
+kernel call with every counterfactual row of every cluster (:class:`~fleet_marl.credit.CreditEngine`),
+fair shares and the fairness detector, reward shaping, request and job queues (one home each:
+serving requests in the kernel's ``queue`` plus the detector's FIFO of their arrival rounds;
+training jobs in ``pending``, counts by arrival round), terminations and observations.
+Randomness comes from one ``numpy.random.Generator`` per cluster for the env (arrival
+schedules at reset, tie-breaks each round) and one for credit (sampled Shapley permutations),
+so a cluster's trajectory depends on nothing but its own seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from time import perf_counter
+
+import numba as nb
+import numpy as np
+
+from fleet_marl import fairness
+from fleet_marl.config import REWARD_SCHEMES, FleetConfig
+from fleet_marl.credit import Credit, CreditEngine
+from fleet_marl.environment import observations, scenario
+from fleet_marl.environment.spaces import BATCH_LEVELS, N_OBS, PREC, ActionMasks, action_nvec
+from fleet_marl.fairness import FairnessState, lowest_precision
+from fleet_marl.kernel import Actions, Draws, KernelStatic, Outcome, RoundState
+from fleet_marl.workloads import arrival_schedule, burst_chain, resolve_trace
+
+
+@dataclass(frozen=True)
+class CoreStatic:
+    """Everything about a scenario that no step changes, shared by all clusters."""
+
+    config: FleetConfig
+    kernel: KernelStatic
+    bid_levels: np.ndarray  # (L,) price multipliers of bid_level
+    nvec: np.ndarray  # (T, 8) action sizes
+    min_unit: np.ndarray  # (T,) USD of the cheapest GPU-round each tenant can buy
+    masks: ActionMasks
+    default_index: np.ndarray  # (T, 8) each tenant's default action
+    default_actions: Actions
+    rounds_alone: np.ndarray  # (T,) Themis T_independent in rounds
+    lowest: np.ndarray  # (T,) lowest sub-16-bit precision code, or -1
+    observer: observations.Observer
+    schemes: tuple[str, ...]  # the schemes computed each round
+    scheme: str  # the one that is the reward
+    credit: CreditEngine
+
+    @staticmethod
+    def from_config(cfg: FleetConfig) -> "CoreStatic":
+        for t in cfg.tenants:  # a missing trace file is an error now, not at reset()
+            if t.workload.pattern == "trace":
+                resolve_trace(t.workload.trace)
+        st = KernelStatic.from_config(cfg)
+        bid_levels = np.array(cfg.arbiter.bid_levels, np.float64)
+        masks = ActionMasks(st, len(bid_levels))
+        default_index, default_actions = scenario.default_action(st, bid_levels, masks.prec_legal)
+        schemes = REWARD_SCHEMES if cfg.reward.compute_all else (cfg.reward.scheme,)
+        return CoreStatic(
+            config=cfg, kernel=st, bid_levels=bid_levels, nvec=action_nvec(st.max_gpus, len(bid_levels)),
+            min_unit=scenario.cheapest_gpu_round(st, bid_levels), masks=masks, default_index=default_index,
+            default_actions=default_actions, rounds_alone=scenario.job_rounds_alone(st, default_actions),
+            lowest=lowest_precision(st.supported, st.is_train), observer=observations.Observer(st, cfg, bid_levels),
+            schemes=schemes, scheme=cfg.reward.scheme, credit=CreditEngine(st, cfg.reward, schemes, default_actions),
+        )
+
+    @property
+    def T(self) -> int:
+        return self.kernel.T
+
+    @property
+    def max_cycles(self) -> int:
+        return self.config.max_cycles
+
+    def decode(self, idx: np.ndarray) -> Actions:
+        """The kernel :class:`~fleet_marl.kernel.Actions` of (..., T, 8) action indices."""
+        return Actions(gpus=idx[..., 0].copy(), bid=self.bid_levels[idx[..., 1]], precision=idx[..., PREC].copy(), batch=BATCH_LEVELS[idx[..., -1]])
+
+
+@dataclass
+class EnvState:
+    """The state of B clusters (the shape beside every field; ``n`` = max_cycles)."""
+
+    round: np.ndarray  # (B,) int64 rounds played
+    live: np.ndarray  # (B, T) bool tenants still in the episode
+    prev_alloc: np.ndarray  # (B, T) int64 GPUs held last round   -- the kernel's RoundState
+    temp_c: np.ndarray  # (B, K) float64 node temperatures
+    queue: np.ndarray  # (B, T) float64 serving requests waiting
+    remaining: np.ndarray  # (B, T) float64 tokens left in each trainer's current job
+    budget: np.ndarray  # (B, T) float64 USD left
+    has_job: np.ndarray  # (B, T) bool a trainer has a job in progress
+    job_born: np.ndarray  # (B, T) int64 arrival round of the current job (-1: none yet)
+    pending: np.ndarray  # (B, T, n) int64 jobs queued behind it, by arrival round
+    backlog_n: np.ndarray  # (B, T) int64 jobs queued behind it
+    schedule: np.ndarray  # (B, n, T) float64 arrivals per round drawn at reset (requests or jobs)
+    future: np.ndarray  # (B, n + 1, T) float64 arrivals in rounds t .. n-1
+    fair: np.ndarray  # (B, T) float64 this round's fair shares
+    has_last: np.ndarray  # (B,) bool a round has been played this episode
+    ret: np.ndarray  # (B, T) float64 episode return
+    utility_sum: np.ndarray  # (B, T) float64
+    rounds: np.ndarray  # (B, T) int64 rounds played by each tenant
+    fairness: FairnessState
+    last: Outcome | None = None  # the last round's outcome, leading (B,) (read where has_last)
+    last_arrivals: np.ndarray | None = None  # (B, T) float64 the last round's serving arrivals
+
+    @staticmethod
+    def zeros(cs: CoreStatic, B: int) -> "EnvState":
+        st, T, n = cs.kernel, cs.T, cs.max_cycles
+        return EnvState(
+            round=np.zeros(B, np.int64), live=np.zeros((B, T), bool), prev_alloc=np.zeros((B, T), np.int64), temp_c=np.zeros((B, st.K)),
+            queue=np.zeros((B, T)), remaining=np.zeros((B, T)), budget=np.zeros((B, T)), has_job=np.zeros((B, T), bool),
+            job_born=np.full((B, T), -1, np.int64), pending=np.zeros((B, T, n), np.int64), backlog_n=np.zeros((B, T), np.int64),
+            schedule=np.zeros((B, n, T)), future=np.zeros((B, n + 1, T)), fair=np.zeros((B, T)), has_last=np.zeros(B, bool),
+            ret=np.zeros((B, T)), utility_sum=np.zeros((B, T)), rounds=np.zeros((B, T), np.int64), fairness=FairnessState.zeros(B, T, n),
+            last_arrivals=np.zeros((B, T)),
+        )
+
+    @property
+    def B(self) -> int:
+        return self.round.shape[0]
+
+    def round_state(self) -> RoundState:
+        """The kernel :class:`~fleet_marl.kernel.RoundState` the next round starts from, (B, ...)."""
+        return RoundState(prev_alloc=self.prev_alloc, temp_c=self.temp_c, queue=self.queue, remaining_tokens=self.remaining, budget_left=self.budget)
+
+
+@dataclass
+class StepResult:
+    """What one :func:`step` of B clusters produced (every array (B, T) unless noted)."""
+
+    credit: Credit  # the kernel outcome of each grand coalition and every computed scheme's rewards
+    reward: np.ndarray  # float64 the chosen scheme's reward, shaped (0 for tenants not live)
+    terminated: np.ndarray  # bool
+    truncated: np.ndarray  # bool
+    live: np.ndarray  # bool tenants that acted this round
+    arrivals: np.ndarray  # float64 serving arrivals of the round
+    starved: np.ndarray  # bool
+    lowest_precision: np.ndarray  # bool
+    hoarding: np.ndarray  # bool
+    streak: np.ndarray  # int64 (a copy)
+    fair: np.ndarray  # float64 the round's fair shares
+    credit_seconds: float  # wall time of the credit engine (the kernel call and the schemes) this round
+
+
+def reset(cs: CoreStatic, s: EnvState, clusters, rngs) -> None:
+    """Start a new episode in each of ``clusters`` (indices into B), drawing its arrival
+    schedule from its generator in ``rngs`` (a sequence indexed like the clusters)."""
+    cfg, st = cs.config, cs.kernel
+    T, n = cs.T, cs.max_cycles
+    cl = cfg.cluster
+    clusters = np.asarray(clusters, np.int64)
+    for b in clusters:
+        rng = rngs[b]
+        # one on/off burst chain shared by every tenant with burst_shared (the first such
+        # tenant's parameters), drawn always so the stream does not depend on the flags
+        wl = next((t.workload for t in cfg.tenants if t.workload.burst_shared), cfg.tenants[0].workload)
+        shared = burst_chain(n, wl.burst_fraction, wl.burst_rounds, rng)
+        for i, t in enumerate(cfg.tenants):
+            s.schedule[b, :, i] = arrival_schedule(t.workload, t.kind, n, cl.round_seconds, rng, shared)
+        future = np.cumsum(s.schedule[b, ::-1], axis=0)[::-1]  # future[t] = arrivals in rounds t..n-1
+        s.future[b, :n] = future
+        s.future[b, n] = 0.0
+    s.round[clusters] = 0
+    s.live[clusters] = True
+    s.prev_alloc[clusters] = 0
+    s.temp_c[clusters] = st.ambient_c
+    s.queue[clusters] = 0.0
+    s.remaining[clusters] = st.job_tokens
+    s.budget[clusters] = st.budget
+    s.has_job[clusters] = st.is_train
+    s.job_born[clusters] = -1
+    s.pending[clusters] = 0
+    s.backlog_n[clusters] = 0
+    s.has_last[clusters] = False
+    s.ret[clusters] = 0.0
+    s.utility_sum[clusters] = 0.0
+    s.rounds[clusters] = 0
+    s.fairness.reset(clusters)
+    if s.last_arrivals is not None:
+        s.last_arrivals[clusters] = 0.0
+    s.fair[clusters] = _fair(cs, s, s.live[clusters], has_work(cs, s, None, False)[clusters])
+
+
+def _fair(cs: CoreStatic, s: EnvState, live: np.ndarray, work: np.ndarray) -> np.ndarray:
+    st = cs.kernel
+    out = np.empty(live.shape)
+    fairness.fair_shares(st.pool, st.pool_capacity.astype(np.float64), st.max_gpus.astype(np.float64), live & work, out)
+    return out
+
+
+def has_work(cs: CoreStatic, s: EnvState, arrivals: np.ndarray | None = None, upcoming: bool = False) -> np.ndarray:
+    """(B, T): trainers with a job in progress or queued; servers with requests queued (plus
+    ``arrivals``). ``upcoming`` also counts arrivals still to come this episode."""
+    st = cs.kernel
+    train = s.has_job | (s.backlog_n > 0)
+    serve = s.queue + (0.0 if arrivals is None else arrivals) > 0
+    work = np.where(st.is_train, train, serve)
+    if upcoming:
+        work |= s.future[np.arange(s.B), np.minimum(s.round, cs.max_cycles)] > 0
+    return work
+
+
+def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, rngs, credit_rngs) -> StepResult:
+    """Play one round in every cluster: ``idx`` (B, T, 8) checked action indices (ignored for
+    tenants not live); ``rngs`` / ``credit_rngs`` each cluster's generators. Updates ``s`` in
+    place and returns the round's :class:`StepResult`; the observations of the round ahead
+    are :func:`observe` (``live`` is updated last, so they show who acted)."""
+    st, cfg = cs.kernel, cs.config
+    B, T = s.B, cs.T
+    rows = np.arange(B)
+    t = s.round.copy()
+    live = s.live.copy()
+    acts = cs.decode(idx)
+    arrivals = np.where(live, s.schedule[rows, np.minimum(t, cs.max_cycles - 1)], 0.0)
+    arrivals = np.where(st.is_train, 0.0, arrivals)
+    tiebreak = np.stack([rngs[b].random(T) for b in range(B)])
+    work = has_work(cs, s, arrivals)
+    state = s.round_state()
+    t0 = perf_counter()
+    credit = cs.credit.compute(acts, state, Draws(arrivals=arrivals, tiebreak=tiebreak), live, credit_rngs)
+    credit_seconds = perf_counter() - t0
+    o = credit.outcome
+    fair = _fair(cs, s, live, work)
+    rf = fairness.detect(cfg.fairness, st.pool, st.pool_capacity, cs.lowest, s.fairness, live, work, o.requested, o.alloc, acts.gpus,
+                         acts.precision, fair)
+    degenerate = rf.lowest_precision | rf.hoarding
+    reward = cs.credit.shape(credit, cs.scheme, live, rf.starved, degenerate)
+    fairness.record_round(s.fairness, credit.welfare, live, o.oom, o.vetoed, o.power_throttled | o.thermal_throttled, degenerate)
+    fs = s.fairness
+    fairness.serve_round(t, live & ~st.is_train, arrivals, o.served, fs.queue_born, fs.queue_left, fs.queue_head, fs.queue_tail, fs.waits)
+    # carry the state over, then the job streams
+    s.prev_alloc = np.array(o.alloc)
+    s.temp_c = np.array(o.temp_next)
+    s.queue = np.array(o.queue_next)
+    s.remaining = np.array(o.remaining_next)
+    s.budget = np.array(o.budget_next)
+    jobs = np.where(st.is_train, s.schedule[rows, np.minimum(t, cs.max_cycles - 1)], 0.0).astype(np.int64)
+    started, finished_jobs = _advance_jobs(t, live, jobs, s.has_job, s.job_born, s.pending, s.backlog_n, s.remaining, st.job_tokens)
+    for b, i, wait in started:
+        fairness.job_started(fs, b, i, wait)
+    for b, i, taken in finished_jobs:
+        fairness.job_finished(fs, b, i, taken, cs.rounds_alone[i])
+    s.round = t + 1
+    s.ret += np.where(live, reward, 0.0)
+    s.utility_sum += np.where(live, o.utility, 0.0)
+    s.rounds += live
+    # the observation shows last round's serving arrivals of every tenant, live or not
+    s.last, s.last_arrivals, s.fair, s.has_last = o, np.where(st.is_train, 0.0, s.schedule[rows, np.minimum(t, cs.max_cycles - 1)]), fair, np.ones(B, bool)
+    # who leaves
+    broke = s.budget < cs.min_unit
+    done = ~has_work(cs, s, upcoming=True)
+    # the schedule ends at the horizon: at max_cycles running out of it is truncation
+    terminated = live & (broke | (done & (s.round < cs.max_cycles)[:, None]))
+    truncated = live & ~terminated & (s.round >= cs.max_cycles)[:, None]
+    return StepResult(credit=credit, reward=reward, terminated=terminated, truncated=truncated, live=live, arrivals=arrivals,
+                      starved=rf.starved, lowest_precision=rf.lowest_precision, hoarding=rf.hoarding, streak=rf.streak.copy(), fair=fair,
+                      credit_seconds=credit_seconds)
+
+
+def finish(s: EnvState, result: StepResult) -> None:
+    """Take the tenants that terminated or were truncated out of the episode."""
+    s.live &= ~(result.terminated | result.truncated)
+
+
+@nb.njit(cache=True, nogil=True)
+def _jobs(t, live, jobs, has_job, job_born, pending, backlog_n, remaining, job_tokens, started, finished):
+    B, T = live.shape
+    ns = 0
+    nf = 0
+    for b in range(B):
+        for i in range(T):
+            done = live[b, i] and has_job[b, i] and remaining[b, i] <= 0
+            if not (done or (jobs[b, i] > 0 and live[b, i])):
+                continue
+            if done:
+                finished[nf, 0], finished[nf, 1], finished[nf, 2] = b, i, t[b] - job_born[b, i]
+                nf += 1
+                has_job[b, i] = False
+            pending[b, i, t[b]] += jobs[b, i]
+            backlog_n[b, i] += jobs[b, i]
+            if not has_job[b, i] and backlog_n[b, i] > 0:
+                born = 0
+                while pending[b, i, born] == 0:
+                    born += 1
+                pending[b, i, born] -= 1
+                backlog_n[b, i] -= 1
+                job_born[b, i] = born
+                has_job[b, i] = True
+                remaining[b, i] = job_tokens[i]
+                started[ns, 0], started[ns, 1], started[ns, 2] = b, i, t[b] + 1 - (born + 1)
+                ns += 1
+    return ns, nf
+
+
+def _advance_jobs(t, live, jobs, has_job, job_born, pending, backlog_n, remaining, job_tokens):
+    """Trainers: record finished jobs, queue this round's arrivals, start the next job.
+    Returns ([(cluster, tenant, wait rounds)] started, [(cluster, tenant, rounds taken)] finished)."""
+    B, T = live.shape
+    started = np.empty((B * T, 3), np.int64)
+    finished = np.empty((B * T, 3), np.int64)
+    ns, nf = _jobs(t, live, jobs, has_job, job_born, pending, backlog_n, remaining, np.asarray(job_tokens, np.float64), started, finished)
+    return started[:ns].tolist(), finished[:nf].tolist()
+
+
+def observe(cs: CoreStatic, s: EnvState, live: np.ndarray | None = None) -> np.ndarray:
+    """(B, T, N_OBS) float32 observations of the round ahead (``live`` default ``s.live``)."""
+    return cs.observer.matrix(
+        live=s.live if live is None else live, round_=s.round, state=s.round_state(), has_job=s.has_job, backlog_n=s.backlog_n,
+        fair=s.fair, last=s.last, has_last=s.has_last, arrivals_last=s.last_arrivals, streak=s.fairness.streak,
+    )
+
+
+def state_vectors(cs: CoreStatic, s: EnvState, obs: np.ndarray) -> np.ndarray:
+    """(B, S) the ``state()`` vectors of B clusters from their observations ``obs`` (B, T, N_OBS)."""
+    rack = None
+    if s.last is not None:
+        rack = np.where(s.has_last[:, None], s.last.rack_power_w, 0.0)
+    return observations.state_vector(cs.kernel, obs, s.temp_c, rack)
+
+
+def afford(cs: CoreStatic, s: EnvState) -> np.ndarray:
+    """(B, T) GPUs each tenant's budget pays for at the lowest winning bid (the GPU mask)."""
+    return np.floor(s.budget / cs.min_unit)
+
+
+def queued_jobs(s: EnvState, b: int) -> np.ndarray:
+    """(T, n) cluster ``b``'s queued jobs, counts by arrival round."""
+    return s.pending[b]
+
+
+__all__ = ["CoreStatic", "EnvState", "StepResult", "afford", "finish", "has_work", "observe", "queued_jobs", "reset", "state_vectors", "step"]
+
+assert N_OBS and fields(EnvState)

@@ -1,0 +1,265 @@
+"""``FleetVectorEnv``: B clusters stepped as one array operation, and ``vector_env()``.
+
+The array API for learners (``docs/environment.md``, "The vector env"): every cluster has the
+same N tenants; observations are ``(B, N, F)`` float32, actions ``(B, N, 8)`` integers,
+rewards, terminations and truncations ``(B, N)``. One kernel call per step evaluates every
+cluster's grand coalition and every counterfactual row its reward schemes need.
+
+Agents that left keep their slot: ``infos["alive"]`` is 0 for them, their reward 0, their
+mask all-allowed, and their actions are ignored (not checked). A cluster whose last agent
+finishes is reset in the same step (gymnasium's ``AutoresetMode.SAME_STEP``): the returned
+observation of that cluster is the first of its new episode, its rewards, terminations and
+truncations are the finishing round's, and ``infos["final_obs"]``, ``infos["final_state"]``
+and ``infos["episode"]`` hold the end of the old one where ``infos["_final"]`` is True. An
+automatic reset continues the cluster's generators, as ``env.reset()`` without a seed does.
+
+``reset(seed=s)`` seeds cluster b with ``s + b`` (or ``seed[b]`` for a list), so B vector
+clusters equal B :class:`~fleet_marl.environment.FleetParallelEnv` with seeds s .. s+B-1,
+step by step, bit for bit (``tests/test_vector.py``).
+
+It is not a ``gymnasium.vector.VectorEnv`` subclass: gymnasium's vector API has one reward and
+one termination per sub-env, and here there is one per agent. It follows gymnasium's
+conventions otherwise (seeding, same-step autoreset, ``final_obs`` and ``_final`` infos,
+``single_observation_space`` and ``single_action_space``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import gymnasium
+import numpy as np
+
+from fleet_marl.environment import core
+from fleet_marl.environment.spaces import ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_OBS, PREC, ActionError
+from fleet_marl.tasks import make_config
+
+
+class FleetVectorEnv:
+    """B clusters of the same scenario (``task`` or ``config`` plus overrides, as
+    :func:`~fleet_marl.environment.parallel_env` takes them), stepped together.
+
+    >>> import numpy as np, fleet_marl
+    >>> venv = fleet_marl.vector_env(num_envs=4, task="tiny")
+    >>> obs, infos = venv.reset(seed=0)
+    >>> obs.shape, infos["action_mask"].shape
+    ((4, 2, 34), (4, 2, 36))
+    >>> obs, rewards, terminated, truncated, infos = venv.step(venv.sample_actions(infos))
+    >>> rewards.shape, infos["alive"].all()
+    ((4, 2), True)
+    """
+
+    autoreset_mode = "same_step"
+
+    def __init__(self, num_envs: int = 1, task: str | None = None, config=None, **overrides: Any):
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"num_envs = {num_envs!r}: expected an integer >= 1")
+        cfg, opts = make_config(task, config, **overrides)
+        unknown = set(opts) - {"illegal_action"}
+        if unknown:
+            raise ValueError(f"{sorted(unknown)[0]} = {opts[sorted(unknown)[0]]!r}: the vector env has no such option (obs_mode and render_mode are the parallel env's)")
+        self.illegal_action = opts.get("illegal_action", "veto")
+        if self.illegal_action not in ILLEGAL_ACTION:
+            raise ValueError(f"illegal_action = {self.illegal_action!r}: expected one of {', '.join(map(repr, ILLEGAL_ACTION))}")
+        self.num_envs = int(num_envs)
+        self.task = (task or "easy") if config is None else None
+        cs = self._core = core.CoreStatic.from_config(cfg)
+        self.config, self.kernel_static = cfg, cs.kernel
+        T = self.num_agents = cs.T
+        self.possible_agents = [f"tenant_{i}" for i in range(T)]
+        self.nvec = cs.nvec  # (N, 8)
+        #: (8,) each action dimension's size across tenants: the layout of the flat mask
+        self.nvec_max = cs.nvec.max(0)
+        self._offsets = np.concatenate(([0], np.cumsum(self.nvec_max)))
+        self.mask_size = int(self._offsets[-1])
+        static = np.zeros((T, self.mask_size), bool)  # every dimension but the GPU count: fixed per tenant
+        for d in range(1, N_ACT):
+            n = self.nvec_max[d]
+            rng = np.arange(n)
+            for t in range(T):
+                if d == 1 or d == N_ACT - 1:
+                    static[t, self._offsets[d]: self._offsets[d + 1]] = rng < cs.nvec[t, d]
+                else:
+                    static[t, self._offsets[d]: self._offsets[d + 1]] = cs.masks.prec_legal[t, :n]
+        self._static_mask = static
+        self._all_allowed = np.zeros((T, self.mask_size), bool)
+        for d in range(N_ACT):
+            self._all_allowed[:, self._offsets[d]: self._offsets[d + 1]] = np.arange(self.nvec_max[d])[None, :] < cs.nvec[:, d, None]
+        S = T * N_OBS + cs.kernel.K + cs.kernel.n_racks
+        self.single_observation_space = gymnasium.spaces.Box(0.0, 1.0, (T, N_OBS), np.float32)
+        self.single_action_space = gymnasium.spaces.MultiDiscrete(cs.nvec)
+        self.observation_space = gymnasium.spaces.Box(0.0, 1.0, (self.num_envs, T, N_OBS), np.float32)
+        self.action_space = gymnasium.spaces.MultiDiscrete(np.broadcast_to(cs.nvec, (self.num_envs, T, N_ACT)))
+        self.state_space = gymnasium.spaces.Box(0.0, 1.0, (self.num_envs, S), np.float32)
+        self._s = core.EnvState.zeros(cs, self.num_envs)
+        self._rngs: list[np.random.Generator] | None = None
+        self._credit_rngs: list[np.random.Generator] | None = None
+
+    # --- the API --------------------------------------------------------------------------------
+
+    def reset(self, seed: int | Sequence[int] | None = None, options: dict | None = None):
+        """Start a new episode in every cluster. ``seed``: an int s (cluster b gets s + b), a
+        list of B ints, or None (continue each cluster's generators; fresh entropy the first
+        time). Returns ``(obs (B, N, F), infos)``."""
+        B = self.num_envs
+        if seed is not None or self._rngs is None:
+            seeds = self._seeds(seed)
+            self._rngs, self._credit_rngs = [], []
+            for s in seeds:
+                env_ss, credit_ss = np.random.SeedSequence(s).spawn(2)
+                self._rngs.append(np.random.default_rng(env_ss))
+                self._credit_rngs.append(np.random.default_rng(credit_ss))
+        core.reset(self._core, self._s, np.arange(B), self._rngs)
+        obs = core.observe(self._core, self._s)
+        return obs, self._infos_reset()
+
+    def step(self, actions):
+        """``actions`` (B, N, 8) integer indices (those of agents that left are ignored).
+        Returns ``(obs (B, N, F) float32, rewards (B, N), terminated (B, N), truncated (B, N),
+        infos)``; a rejected step (an :class:`ActionError` naming the cluster, the tenant and
+        the field) changes nothing."""
+        if self._rngs is None:
+            raise RuntimeError("step() called before reset(): call venv.reset(seed=...) first")
+        cs, s = self._core, self._s
+        idx, illegal = self._validate(actions)
+        r = core.step(cs, s, idx, self._rngs, self._credit_rngs)
+        obs = core.observe(cs, s)
+        core.finish(s, r)
+        infos = self._infos_step(r, illegal)
+        done = ~s.live.any(-1)
+        infos["_final"] = done
+        if done.any():
+            which = np.flatnonzero(done)
+            infos["final_obs"] = obs.copy()
+            infos["final_state"] = core.state_vectors(cs, s, core.observe(cs, s))  # as state() shows it after the last step
+            infos["episode"] = {
+                "return": s.ret.copy(), "utility": s.utility_sum.copy(), "rounds": s.rounds.copy(),
+                "welfare": s.fairness.welfare_sum.copy(), "length": s.round.copy(),
+            }
+            core.reset(cs, s, which, self._rngs)
+            fresh = core.observe(cs, s)
+            obs[which] = fresh[which]
+            infos["alive"] = s.live.copy()
+            self._masks_into(infos)
+        return obs, r.reward, r.terminated, r.truncated, infos
+
+    def state(self) -> np.ndarray:
+        """(B, S) every cluster's global state vector (``FleetParallelEnv.state()`` per cluster)."""
+        self._need_reset("state()")
+        cs, s = self._core, self._s
+        return core.state_vectors(cs, s, core.observe(cs, s))
+
+    def sample_actions(self, infos: dict, rng: np.random.Generator | None = None) -> np.ndarray:
+        """(B, N, 8) random actions allowed by ``infos["action_mask"]`` (for smoke tests and
+        random baselines)."""
+        rng = np.random.default_rng() if rng is None else rng
+        mask = infos["action_mask"]
+        out = np.zeros((self.num_envs, self.num_agents, N_ACT), np.int64)
+        for d in range(N_ACT):
+            m = mask[..., self._offsets[d]: self._offsets[d + 1]]
+            u = rng.random(m.shape) * m  # the largest uniform draw among the allowed choices
+            out[..., d] = np.argmax(np.where(m, u + 1e-12, -1.0), axis=-1)
+        return out
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def alive(self) -> np.ndarray:
+        """(B, N) bool tenants in their cluster's episode now."""
+        return self._s.live.copy()
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _need_reset(self, what: str) -> None:
+        if self._rngs is None:
+            raise RuntimeError(f"{what} called before reset(): call venv.reset(seed=...) first")
+
+    def _seeds(self, seed) -> list:
+        B = self.num_envs
+        if seed is None:
+            return [None] * B
+        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            if seed < 0:
+                raise ValueError(f"reset: seed = {seed!r}: expected None, a non-negative integer or a list of {B} of them")
+            return [int(seed) + b for b in range(B)]
+        seeds = list(seed)
+        if len(seeds) != B or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0 for x in seeds):
+            raise ValueError(f"reset: seed = {seed!r}: expected None, a non-negative integer or a list of {B} of them")
+        return [int(x) for x in seeds]
+
+    def _validate(self, actions) -> tuple[np.ndarray, np.ndarray]:
+        """(B, N, 8) int64 indices with the actions of agents that left replaced by their default,
+        and (B, N) bool masked choices (veto mode); or an ActionError, changing nothing."""
+        cs, s = self._core, self._s
+        B, T = self.num_envs, self.num_agents
+        a = np.asarray(actions) if actions is not None else None
+        if a is None or a.dtype == object or a.dtype == bool or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+            raise ActionError("actions", "dtype", None if a is None else a.dtype, f"an integer array of shape ({B}, {T}, {N_ACT})")
+        if a.shape != (B, T, N_ACT):
+            raise ActionError("actions", "shape", a.shape, f"({B}, {T}, {N_ACT}): clusters, tenants, {', '.join(ACTION_FIELDS)}")
+        live = s.live
+        if np.issubdtype(a.dtype, np.floating):
+            bad = live[..., None] & ~(np.isfinite(a) & (a == np.round(np.where(np.isfinite(a), a, 0))))
+            if bad.any():
+                b, t, k = (int(x) for x in np.argwhere(bad)[0])
+                raise ActionError(f"cluster {b}, tenant_{t}", f"action[{k}] ({ACTION_FIELDS[k]})", float(a[b, t, k]), "an integer")
+        out_of_range = live[..., None] & ((a < 0) | (a >= cs.nvec[None]))
+        if out_of_range.any():
+            b, t, k = (int(x) for x in np.argwhere(out_of_range)[0])
+            raise ActionError(f"cluster {b}, tenant_{t}", f"action[{k}] ({ACTION_FIELDS[k]})", a[b, t, k].item(), f"an integer in [0, {cs.nvec[t, k] - 1}]")
+        idx = np.where(live[..., None], a, cs.default_index[None]).astype(np.int64)
+        prec_bad = ~cs.masks.prec_legal[np.arange(T)[None, :, None], idx[..., PREC]]  # (B, T, G)
+        gpus_bad = idx[..., 0] * cs.min_unit > s.budget
+        illegal = live & (prec_bad.any(-1) | gpus_bad)
+        if illegal.any() and self.illegal_action == "raise":
+            b, t = (int(x) for x in np.argwhere(illegal)[0])
+            k = 0 if gpus_bad[b, t] else 2 + int(np.argmax(prec_bad[b, t]))
+            raise ActionError(f"cluster {b}, tenant_{t}", f"action[{k}] ({ACTION_FIELDS[k]})", int(idx[b, t, k]),
+                              "a choice the action mask allows (see infos['action_mask'])")
+        return idx, illegal
+
+    def _masks_into(self, infos: dict) -> None:
+        cs, s = self._core, self._s
+        afford = core.afford(cs, s)  # (B, T)
+        mask = np.broadcast_to(self._static_mask, (self.num_envs,) + self._static_mask.shape).copy()
+        g = self.nvec_max[0]
+        mask[..., :g] = np.arange(g)[None, None, :] <= np.minimum(afford, cs.kernel.max_gpus)[..., None]
+        mask[~s.live] = self._all_allowed[np.nonzero(~s.live)[1]]
+        infos["action_mask"] = mask
+        infos["action_mask_dims"] = tuple(mask[..., self._offsets[d]: self._offsets[d + 1]] for d in range(N_ACT))
+
+    def _infos_reset(self) -> dict:
+        infos = {"alive": self._s.live.copy()}
+        self._masks_into(infos)
+        return infos
+
+    def _infos_step(self, r: core.StepResult, illegal: np.ndarray) -> dict:
+        o = r.credit.outcome
+        infos = {
+            "alive": self._s.live.copy(),
+            "rewards": r.credit.rewards,
+            "utility": np.where(r.live, o.utility, 0.0),
+            "welfare": r.credit.welfare,
+            "requested": np.asarray(o.requested),
+            "alloc": np.asarray(o.alloc),
+            "throttled": np.asarray(o.power_throttled | o.thermal_throttled),
+            "starved": r.starved,
+            "starvation_streak": r.streak,
+            "fair_share": r.fair,
+            "lowest_precision": r.lowest_precision,
+            "hoarding": r.hoarding,
+            "illegal": illegal,
+        }
+        for k in ("oom", "vetoed", "unsafe_numerics", "projected", "tripped", "restarted"):
+            infos[k] = np.asarray(getattr(o, k))
+        self._masks_into(infos)
+        return infos
+
+
+def vector_env(num_envs: int = 1, task: str | None = None, config=None, **overrides: Any) -> FleetVectorEnv:
+    """The vector env: ``vector_env(num_envs=256, task="easy", reward_scheme="difference")``."""
+    return FleetVectorEnv(num_envs, task, config, **overrides)
+
+
+__all__ = ["FleetVectorEnv", "vector_env"]
