@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: train test bench install clean baselines demo
+.PHONY: train test bench install clean baselines demo wheel-smoke
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no python3.11 or python3 on PATH; install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
@@ -14,8 +14,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --upgrade pip
 	# torch is pinned to the CPU wheel these machines provide; an unpinned torch pulls GBs of CUDA packages.
 	$(PY) -m pip install "torch==2.13.0"
-	# bench: the reference env of fleet-marl bench; openenv: fleet-marl serve and fleet_marl.openenv (its tests skip without it)
-	$(PY) -m pip install -e ".[test,bench,openenv]" "torch==2.13.0"
+	# the core plus the extras make train and make test use (pyproject.toml, README "Install"):
+	# rllib: fleet-marl train and compare (Ray, torch, matplotlib); plot: rgb_array frames, demo --gif, sweep's plot;
+	# bench: the reference env of fleet-marl bench; openenv: fleet-marl serve and fleet_marl.openenv (its tests skip without it);
+	# test: pytest, hypothesis and build (the sdist and wheel of .ci/wheel_smoke)
+	$(PY) -m pip install -e ".[test,rllib,bench,openenv,plot]" "torch==2.13.0"
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -40,5 +43,9 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/fleet-marl bench
 
+## make wheel-smoke: build the sdist and the wheel, install the wheel with no extras in a fresh venv and run the core from outside the checkout (CI runs it after make test)
+wheel-smoke: $(STAMP)
+	.ci/wheel_smoke
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

@@ -1,10 +1,65 @@
-"""The error a command raises for bad user input: the CLI prints ``error: <message>`` and the
-command's ``--help`` hint, and exits with code 2. It sits at the bottom of the package so that
-every feature's command can raise it without importing the CLI."""
+"""The errors a command raises for bad user input, and for a missing optional extra. The CLI
+prints ``error: <message>`` and the command's ``--help`` hint, and exits with code 2. It sits at
+the bottom of the package so that every feature's command can raise them without importing the
+CLI.
+
+``pip install fleet-marl`` installs the core only (the env, the kernel, the policies, the
+grader, ``estimate``, ``sweep``, ``traces``); Ray, torch, matplotlib, OpenEnv and mpe2 come
+with extras (``pyproject.toml``, README "Install"). A feature that needs one calls
+:func:`require` before it starts, so a missing extra is one line that names the pip command:
+
+>>> require("matplotlib", "plot", "fleet-marl demo --gif")        # doctest: +SKIP
+MissingExtra: fleet-marl demo --gif needs the [plot] extra: pip install 'fleet-marl[plot]' ...
+"""
+
+from __future__ import annotations
+
+import importlib
 
 
 class UsageError(ValueError):
     """A bad command-line value: the message names the option, the value and what was expected."""
 
 
-__all__ = ["UsageError"]
+def install_command(extra: str) -> str:
+    """The pip command that installs ``extra``: ``pip install 'fleet-marl[<extra>]'``."""
+    return f"pip install 'fleet-marl[{extra}]'"
+
+
+class MissingExtra(UsageError, ImportError):
+    """``what`` needs the optional extra ``extra``, and ``missing`` (a module) does not import.
+
+    A :class:`UsageError`, so every command reports it as ``error: ...`` with exit code 2 and no
+    traceback; and an ``ImportError``, so library code that catches the ImportError of an
+    optional dependency catches it too. The message starts with
+    ``<what> needs the [<extra>] extra: pip install 'fleet-marl[<extra>]'``.
+    """
+
+    def __init__(self, what: str, extra: str, missing: str = "", reason: str = ""):
+        self.what, self.extra, self.missing, self.reason = what, extra, missing, reason
+        self.name = missing or None  # ImportError's: the module that failed to import
+        text = f"{what} needs the [{extra}] extra: {install_command(extra)} (from a checkout: pip install -e '.[{extra}]')"
+        if missing:
+            text += f"; missing: {missing}" + (f" ({reason})" if reason else "")
+        super().__init__(text)
+
+    def __reduce__(self):
+        return type(self), (self.what, self.extra, self.missing, self.reason)
+
+
+def require(modules: str | tuple[str, ...] | list[str], extra: str, what: str) -> None:
+    """Import ``modules`` (a name or several), or raise :class:`MissingExtra` saying that
+    ``what`` needs ``extra``. A dotted name is imported parent first (``ray`` before
+    ``ray.rllib``), so a parent that is missing is reported as missing even when a submodule is
+    already loaded."""
+    for name in (modules,) if isinstance(modules, str) else modules:
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            mod = ".".join(parts[:i])
+            try:
+                importlib.import_module(mod)
+            except ImportError as exc:
+                raise MissingExtra(what, extra, mod, str(exc)) from exc
+
+
+__all__ = ["MissingExtra", "UsageError", "install_command", "require"]

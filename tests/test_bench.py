@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = (
     "env_step_us_n16_difference", "env_step_us_n16_local", "difference_overhead_ratio", "kernel_evals_per_s_n16_b1024",
     "kernel_eval_us_n16_b1", "reference_agent_steps_per_s", "agent_steps_per_s_n16_difference", "rss_growth_fraction",
-    "shapley_overhead_ratio_n8",
+    "shapley_overhead_ratio_n8", "vector_agent_steps_per_s_n16_b256_local", "vector_agent_steps_per_s_n16_b256_difference",
 )
 
 
@@ -51,7 +51,7 @@ def test_quick_run_prints_every_required_key_as_a_number(report):
     # derived figures are what they say
     assert report["difference_overhead_ratio"] == pytest.approx(report["env_step_us_n16_difference"] / report["env_step_us_n16_local"])
     assert report["agent_steps_ratio_vs_reference"] == pytest.approx(report["agent_steps_per_s_n16_difference"] / report["reference_agent_steps_per_s"])
-    assert report["rss_agent_steps"] >= bench.RSS_AGENT_STEPS // 10
+    assert report["rss_agent_steps"] >= bench.RSS_AGENT_STEPS // 100
     assert set(report["targets"]) == set(bench.TARGETS)
     for t in report["targets"].values():
         assert t["ratio"] == pytest.approx(t["measured"] / t["target"]) and isinstance(t["met"], bool)
@@ -68,7 +68,7 @@ def test_every_key_is_documented(report):
 
 def test_table_shows_every_measure(report):
     table = bench.format_table(report)
-    for label in ("N=16  difference", "batch 16384", "difference overhead", "exact Shapley", "reference", "RSS", "one kernel evaluation", "kernel_evals_per_s_n16_b1024"):
+    for label in ("N=16  difference", "batch 16384", "difference overhead", "exact Shapley", "reference", "RSS", "one kernel evaluation", "vector env, N=16, B=256", "kernel_evals_per_s_n16_b1024"):
         assert label in table, label
 
 

@@ -4,8 +4,9 @@ Each top-level unit of ``fleet_marl`` has a rank; a unit imports only units of a
 (checked on every import statement, module-level and function-local, by reading the source).
 The import graph between units is therefore acyclic. Function-local imports exist only to
 keep an optional dependency optional, and each one says why in a comment. Subprocess checks
-confirm what the static rules promise: the kernel and the env load no RL framework, and
-grading the reference policies loads no Ray or torch.
+confirm what the static rules promise: the kernel and the env load no RL framework, the core
+packages (env, grader, policies, tools, traces) load no extra (Ray, torch, matplotlib,
+supersuit), and grading the reference policies loads none either.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ FORBIDDEN = {
 }
 #: Optional dependencies: importing one (or a fleet_marl module that needs one) inside a
 #: function is how a module keeps it optional.
-OPTIONAL = ("ray", "torch", "openenv", "matplotlib", "uvicorn", "fastapi", "PIL", "mpe2", "tensorboardX", "resource",
+OPTIONAL = ("ray", "torch", "openenv", "matplotlib", "uvicorn", "fastapi", "PIL", "mpe2", "pettingzoo.classic", "tensorboardX", "resource",
             "fleet_marl.rllib", "fleet_marl.openenv", "fleet_marl.studies")
 
 
@@ -180,10 +181,29 @@ def test_kernel_layer_loads_no_rl_framework():
     assert _loaded(code) == set()
 
 
+#: Modules of the extras (pyproject.toml) that the core must not load.
+EXTRA_MODULES = ("ray", "torch", "matplotlib", "supersuit")
+
+
+def test_import_fleet_marl_loads_no_ray_or_torch():
+    assert _loaded("import fleet_marl", EXTRA_MODULES) == set()
+
+
+def test_core_packages_load_no_extra():
+    """Every module of the core packages (the env, the grader, the policies, estimate and sweep,
+    the traces) imports without Ray, torch, matplotlib or supersuit: ``pip install fleet-marl``
+    with no extra runs them (.ci/wheel_smoke checks it on the wheel)."""
+    code = ("import importlib, pkgutil, fleet_marl; "
+            "[importlib.import_module(m.name) for p in ('environment', 'evaluation', 'policies', 'tools', 'traces') "
+            "for m in pkgutil.walk_packages(importlib.import_module('fleet_marl.' + p).__path__, f'fleet_marl.{p}.')]; "
+            "assert 'fleet_marl.evaluation.demo' in sys.modules and 'fleet_marl.tools.sweep' in sys.modules")
+    assert _loaded(code, EXTRA_MODULES) == set()
+
+
 def test_env_policies_and_grader_load_no_ray_or_torch():
     code = ("import fleet_marl, fleet_marl.policies; from fleet_marl.evaluation import evaluate; "
             "evaluate('tiny', 'fair_share', episodes=1, progress=False, cache=False)")
-    assert _loaded(code, ("ray", "torch")) == set()
+    assert _loaded(code, EXTRA_MODULES) == set()
 
 
 def test_cli_and_adapter_packages_load_no_ray_until_used():

@@ -33,12 +33,6 @@ from fleet_marl.kernel import RoundState
 _O = OBS_INDEX
 
 
-#: The observation features read from last round's outcome: 0 before the first round, except
-#: ``granted`` (1), ``utility`` (0.5) and ``pool_free`` (1).
-LAST_ROUND_FIELDS = ("arrivals", "granted", "price", "value", "utility", "slo", "oom", "vetoed", "unsafe", "throttle", "restarted",
-                     "memory", "starvation", "pool_free", "pool_demand", "pool_price", "rack_power")
-
-
 def squash(x, scale):
     """``x / (x + scale)`` for ``x >= 0`` (negative x counts as 0): [0, inf) onto [0, 1)."""
     x = np.maximum(x, 0.0)
@@ -75,9 +69,14 @@ class Observer:
         self.static = static
         self.mean_arrivals = mean_arrivals(st)
         self.node_of_pool = st.node_pool[None, :] == np.arange(len(st.pools))[:, None]  # (Q, K)
-        #: (N_OBS,) bool: the columns set from last round's outcome (0 before the first round, but for the defaults below)
-        self.first_round = np.zeros(N_OBS, bool)
-        self.first_round[[_O[k] for k in LAST_ROUND_FIELDS]] = True
+        # per-tenant constants of _observe (max_gpus, budget, job_tokens, mean arrivals, list
+        # price), then one row of scalars (max_cycles, top bid level, starvation_rounds,
+        # ambient, critical - ambient, rack power cap)
+        consts = np.zeros((st.T + 1, 6))
+        consts[: st.T, :5] = np.stack([st.max_gpus, st.budget, st.job_tokens, self.mean_arrivals, st.list_price], axis=-1)
+        consts[st.T] = (cfg.max_cycles, bid_levels[-1], cfg.fairness.starvation_rounds, st.ambient_c, st.critical_temp_c - st.ambient_c,
+                        st.rack_power_cap_w)
+        self.consts = consts
 
     def matrix(self, *, live, round_, state: RoundState, has_job, backlog_n, fair, last, has_last, arrivals_last, streak) -> np.ndarray:
         """(B, T, N_OBS) float32 for B clusters: ``live`` (B, T) bool, ``round_`` (B,) rounds
@@ -85,74 +84,141 @@ class Observer:
         trainers with a job in progress, ``backlog_n`` (B, T) jobs queued behind it, ``fair``
         (B, T) fair shares, ``last`` the last round's Outcome (leading (B,); read only where
         ``has_last`` (B,)), ``arrivals_last`` (B, T) its serving arrivals and ``streak`` (B, T)
-        the starvation streaks."""
+        the starvation streaks. One compiled pass (:func:`_observe`), the formulas in the
+        module doc."""
         st, cfg = self.st, self.cfg
-        B = live.shape[0]
-        m = np.repeat(self.static[None], B, axis=0)
+        B, T = live.shape
+        out = np.empty((B, T, N_OBS), np.float32)
         s = state
-        m[..., _O["alive"]] = live
-        m[..., _O["round"]] = (np.asarray(round_) / cfg.max_cycles)[:, None]
-        m[..., _O["budget_left"]] = s.budget_left / st.budget
-        jt = np.where(st.job_tokens > 0, st.job_tokens, 1.0)
-        m[..., _O["job_left"]] = np.where(st.is_train & has_job, s.remaining_tokens / jt, 0.0)
-        m[..., _O["jobs_waiting"]] = squash(backlog_n.astype(np.float64), 1.0)
-        m[..., _O["queue"]] = np.where(st.is_train, 0.0, squash(s.queue, self.mean_arrivals))
-        m[..., _O["held"]] = s.prev_alloc / st.max_gpus
-        m[..., _O["fair_share"]] = fair / st.max_gpus
-        m[..., _O["alive_share"]] = live.mean(-1)[:, None]
-        o = last
-        Q = len(st.pools)
-        if o is not None and np.any(has_last):
-            h = np.asarray(has_last, bool)
-            w = np.broadcast_to(self.first_round, (B, N_OBS))
-            lm = np.empty_like(m)
-            lm[..., _O["arrivals"]] = np.where(st.is_train, 0.0, squash(arrivals_last, self.mean_arrivals))
-            lm[..., _O["granted"]] = np.where(o.requested > 0, o.alloc / np.maximum(o.requested, 1), 1.0)
-            top = self.bid_levels[-1]
-            lm[..., _O["price"]] = np.where(o.alloc > 0, o.price / (st.list_price * top), 0.0)
-            lm[..., _O["value"]] = squash(o.value, 1.0)
-            lm[..., _O["utility"]] = 0.5 + 0.5 * np.tanh(o.utility)
-            lm[..., _O["slo"]] = np.where(st.is_train, 0.0, o.slo_attainment)
-            lm[..., _O["oom"]] = o.oom
-            lm[..., _O["vetoed"]] = o.vetoed
-            lm[..., _O["unsafe"]] = o.unsafe_numerics
-            lm[..., _O["throttle"]] = np.where(o.alloc > 0, 1.0 - np.where(o.throttle > 0, o.throttle, 1.0), 0.0)
-            lm[..., _O["restarted"]] = o.restarted
-            lm[..., _O["memory"]] = np.where(o.alloc > 0, o.mem_total / o.mem_capacity, 0.0)
-            lm[..., _O["starvation"]] = streak / cfg.fairness.starvation_rounds
-            alloc_q = pool_sums(np.asarray(o.alloc, np.float64), st.pool, Q)
-            req_q = pool_sums(np.asarray(o.requested, np.float64), st.pool, Q)
-            paid_q = pool_sums(o.alloc * o.price / st.list_price, st.pool, Q)
-            cap = st.pool_capacity.astype(np.float64)
-            lm[..., _O["pool_free"]] = ((cap - alloc_q) / cap)[:, st.pool]
-            lm[..., _O["pool_demand"]] = squash(req_q / cap, 1.0)[:, st.pool]
-            lm[..., _O["pool_price"]] = (paid_q / np.maximum(alloc_q, 1) / top)[:, st.pool]
-            lm[..., _O["rack_power"]] = (o.rack_power_w / st.rack_power_cap_w).max(-1)[:, None]
-            sel = h[:, None] & w  # (B, N_OBS): the columns last round sets, in the clusters that had one (0 in the others)
-            m = np.where(sel[:, None, :], lm, m)
-            first = ~h
+        if last is None:
+            z = np.zeros((B, T))
+            zi = np.zeros((B, T), np.int64)
+            zb = np.zeros((B, T), bool)
+            lastf = (z, z, z, z, z, z, z)
+            lasti = (zi, zi)
+            lastb = (zb, zb, zb, zb)
+            rack = np.zeros((B, st.n_racks))
+            has = np.zeros(B, bool)
+            arr = z
         else:
-            first = np.ones(B, bool)
-        if first.any():
-            m[first, :, _O["granted"]] = 1.0
-            m[first, :, _O["utility"]] = 0.5
-            m[first, :, _O["pool_free"]] = 1.0
-        hot = np.where(self.node_of_pool[None], s.temp_c[:, None, :], -np.inf).max(-1)  # (B, Q)
-        m[..., _O["temperature"]] = ((hot - st.ambient_c) / (st.critical_temp_c - st.ambient_c))[:, st.pool]
-        np.clip(m, 0.0, 1.0, out=m)
-        return m.astype(np.float32)
+            lastf = (last.price, last.value, last.utility, last.slo_attainment, last.throttle, last.mem_total, last.mem_capacity)
+            lasti = (last.requested, last.alloc)
+            lastb = (last.oom, last.vetoed, last.unsafe_numerics, last.restarted)
+            rack = last.rack_power_w
+            has = np.asarray(has_last, bool)
+            arr = arrivals_last
+        _observe(
+            self.static, self.consts, st.is_train, st.pool, st.node_pool, st.pool_capacity.astype(np.float64),
+            np.asarray(live, bool), np.asarray(round_, np.int64), np.ascontiguousarray(s.budget_left, np.float64),
+            np.ascontiguousarray(s.remaining_tokens, np.float64), np.ascontiguousarray(s.queue, np.float64),
+            np.ascontiguousarray(s.prev_alloc, np.int64), np.ascontiguousarray(s.temp_c, np.float64), np.asarray(has_job, bool),
+            np.asarray(backlog_n, np.int64), np.asarray(fair, np.float64), has, np.asarray(arr, np.float64),
+            np.asarray(streak, np.int64), *(np.ascontiguousarray(a, np.float64) for a in lastf), *(np.ascontiguousarray(a, np.int64) for a in lasti),
+            *(np.ascontiguousarray(a, np.bool_) for a in lastb), np.ascontiguousarray(rack, np.float64), out,
+        )
+        return out
+
+
+# observation columns, as compile-time constants of _observe
+(_ALIVE, _ROUND, _BUDGET, _JOB, _WAIT, _QUEUE, _ARR, _HELD, _GRANT, _PRICE, _VALUE, _UTIL, _SLO, _OOM, _VETO, _UNSAFE, _THR, _RESTART,
+ _MEM, _STARVE, _FAIR, _PFREE, _PDEM, _PPRICE, _TEMP, _RACK, _ASHARE) = (_O[k] for k in (
+    "alive", "round", "budget_left", "job_left", "jobs_waiting", "queue", "arrivals", "held", "granted", "price", "value", "utility", "slo",
+    "oom", "vetoed", "unsafe", "throttle", "restarted", "memory", "starvation", "fair_share", "pool_free", "pool_demand", "pool_price",
+    "temperature", "rack_power", "alive_share"))
+#: Per-tenant constants of _observe, columns of ``Observer.consts``.
+_C_MAXG, _C_BUDGET, _C_JOBT, _C_MEAN, _C_LIST = range(5)
 
 
 @nb.njit(cache=True, nogil=True)
-def pool_sums(values, pool, Q):
-    """(B, Q) sums of ``values`` (B, T) over each pool's tenants, added in tenant order (as
-    ``np.bincount`` does)."""
-    B, T = values.shape
-    out = np.zeros((B, Q))
+def _sq(x, scale):
+    x = max(x, 0.0)
+    return x / (x + scale)
+
+
+@nb.njit(cache=True, nogil=True)
+def _observe(static, consts, is_train, pool, node_pool, pool_cap, live, round_, budget, remaining, queue, prev_alloc, temp, has_job,
+             backlog_n, fair, has_last, arrivals_last, streak, price, value, utility, slo, throttle, mem_total, mem_capacity,
+             requested, alloc, oom, vetoed, unsafe, restarted, rack_power, out):
+    """The observation matrices of B clusters (``Observer.matrix``), each feature computed
+    with the same operations in the same order as the numpy formulas of the module doc."""
+    B, T = live.shape
+    F = static.shape[1]
+    Q = pool_cap.shape[0]
+    K = node_pool.shape[0]
+    max_cycles, top, starvation_rounds, ambient, span, rack_cap = consts[T, 0], consts[T, 1], consts[T, 2], consts[T, 3], consts[T, 4], consts[T, 5]
+    m = np.empty(F)
+    alloc_q = np.empty(Q)
+    req_q = np.empty(Q)
+    paid_q = np.empty(Q)
+    hot = np.empty(Q)
     for b in range(B):
+        n_live = 0
         for t in range(T):
-            out[b, pool[t]] += values[b, t]
-    return out
+            if live[b, t]:
+                n_live += 1
+        h = has_last[b]
+        if h:
+            for q in range(Q):
+                alloc_q[q] = 0.0
+                req_q[q] = 0.0
+                paid_q[q] = 0.0
+            for t in range(T):
+                alloc_q[pool[t]] += float(alloc[b, t])
+                req_q[pool[t]] += float(requested[b, t])
+                paid_q[pool[t]] += alloc[b, t] * price[b, t] / consts[t, _C_LIST]
+            rack_max = -np.inf
+            for r in range(rack_power.shape[1]):
+                v = rack_power[b, r] / rack_cap
+                if v > rack_max:
+                    rack_max = v
+        for q in range(Q):
+            hot[q] = -np.inf
+        for k in range(K):
+            if temp[b, k] > hot[node_pool[k]]:
+                hot[node_pool[k]] = temp[b, k]
+        for t in range(T):
+            for f in range(F):
+                m[f] = static[t, f]
+            train = is_train[t]
+            maxg = consts[t, _C_MAXG]
+            mean = consts[t, _C_MEAN]
+            m[_ALIVE] = 1.0 if live[b, t] else 0.0
+            m[_ROUND] = round_[b] / max_cycles
+            m[_BUDGET] = budget[b, t] / consts[t, _C_BUDGET]
+            jt = consts[t, _C_JOBT] if consts[t, _C_JOBT] > 0 else 1.0
+            m[_JOB] = remaining[b, t] / jt if (train and has_job[b, t]) else 0.0
+            m[_WAIT] = _sq(float(backlog_n[b, t]), 1.0)
+            m[_QUEUE] = 0.0 if train else _sq(queue[b, t], mean)
+            m[_HELD] = prev_alloc[b, t] / maxg
+            m[_FAIR] = fair[b, t] / maxg
+            m[_ASHARE] = n_live / T
+            if h:
+                m[_ARR] = 0.0 if train else _sq(arrivals_last[b, t], mean)
+                m[_GRANT] = alloc[b, t] / max(requested[b, t], 1) if requested[b, t] > 0 else 1.0
+                m[_PRICE] = price[b, t] / (consts[t, _C_LIST] * top) if alloc[b, t] > 0 else 0.0
+                m[_VALUE] = _sq(value[b, t], 1.0)
+                m[_UTIL] = 0.5 + 0.5 * np.tanh(utility[b, t])
+                m[_SLO] = 0.0 if train else slo[b, t]
+                m[_OOM] = 1.0 if oom[b, t] else 0.0
+                m[_VETO] = 1.0 if vetoed[b, t] else 0.0
+                m[_UNSAFE] = 1.0 if unsafe[b, t] else 0.0
+                m[_THR] = 1.0 - (throttle[b, t] if throttle[b, t] > 0 else 1.0) if alloc[b, t] > 0 else 0.0
+                m[_RESTART] = 1.0 if restarted[b, t] else 0.0
+                m[_MEM] = mem_total[b, t] / mem_capacity[b, t] if alloc[b, t] > 0 else 0.0
+                m[_STARVE] = streak[b, t] / starvation_rounds
+                q = pool[t]
+                cap = pool_cap[q]
+                m[_PFREE] = (cap - alloc_q[q]) / cap
+                m[_PDEM] = _sq(req_q[q] / cap, 1.0)
+                m[_PPRICE] = paid_q[q] / max(alloc_q[q], 1.0) / top
+                m[_RACK] = rack_max
+            else:
+                m[_GRANT] = 1.0
+                m[_UTIL] = 0.5
+                m[_PFREE] = 1.0
+            m[_TEMP] = (hot[pool[t]] - ambient) / span
+            for f in range(F):
+                out[b, t, f] = np.float32(min(max(m[f], 0.0), 1.0))
 
 
 def state_vector(st, obs_matrix: np.ndarray, temp_c: np.ndarray, rack_power_w: np.ndarray | None) -> np.ndarray:
@@ -209,5 +275,4 @@ def observed_round(st, s: np.ndarray, include_queued_jobs: bool = False) -> Obse
     return ObservedRound(live=live, state=state, arrivals=arrivals, jobs_waiting=np.where(st.is_train, waiting, 0.0), rows=rows)
 
 
-__all__ = ["LAST_ROUND_FIELDS", "ObservedRound", "Observer", "mean_arrivals", "observed_round", "pool_sums", "squash", "state_vector",
-           "unsquash"]
+__all__ = ["ObservedRound", "Observer", "mean_arrivals", "observed_round", "squash", "state_vector", "unsquash"]

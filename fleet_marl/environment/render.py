@@ -6,7 +6,9 @@ env's public read-only views only (``last_outcome``, ``last_credit``, ``node_tem
   group, batch, throughput, memory use, the hottest node it runs on, starvation streak and
   utility -- under a header with the round, the welfare and the rack power.
 * ``rgb_array``: three panels -- the nodes x GPUs grid coloured by the tenant holding each GPU,
-  node temperatures against the throttle and shutdown lines, and per-tenant throughput.
+  node temperatures against the throttle and shutdown lines, and per-tenant throughput. Drawn
+  with matplotlib, the ``[plot]`` extra; without it a frame raises
+  :class:`~fleet_marl.errors.MissingExtra` (an ImportError) that says how to install it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from fleet_marl import catalog
+from fleet_marl.errors import require
+
+#: Who needs matplotlib, in the message of a missing [plot] extra.
+_RGB = 'render_mode="rgb_array"'
 
 _SHORT = {"fp32": "32", "bf16": "bf", "fp8": "f8", "int8": "i8", "int4": "i4"}
 
@@ -69,6 +75,7 @@ def render_ansi(env) -> str:
 def new_figure():
     """An Agg figure for :func:`render_rgb` (no pyplot global state); the env keeps one and
     passes it to each frame."""
+    require("matplotlib", "plot", _RGB)
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # matplotlib: only for rgb_array frames
     from matplotlib.figure import Figure  # matplotlib: only for rgb_array frames
 
@@ -80,6 +87,7 @@ def new_figure():
 def render_rgb(env, fig=None) -> np.ndarray:
     """An (H, W, 3) uint8 picture of the cluster, drawn into ``fig`` (cleared first; a new
     figure from :func:`new_figure` by default)."""
+    require("matplotlib", "plot", _RGB)
     import matplotlib  # matplotlib: only for rgb_array frames
 
     st, o = env.kernel_static, env.last_outcome

@@ -1,7 +1,9 @@
 """``fleet-marl demo``: one episode, rendered, with a summary at the end.
 
 By default ``easy`` played by ``precision_expert``: each round's ANSI frame (the env's
-``ansi`` render) is printed, and ``gif`` saves the ``rgb_array`` frames as an animated GIF.
+``ansi`` render) is printed, and ``gif`` saves the ``rgb_array`` frames as an animated GIF,
+which needs the ``[plot]`` extra (matplotlib draws the frames, Pillow writes the GIF): without
+it the command says how to install it before the episode starts, and exits with code 2.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 
 from fleet_marl.environment import parallel_env
 from fleet_marl.environment.render import render_ansi
-from fleet_marl.errors import UsageError
+from fleet_marl.errors import UsageError, require
 from fleet_marl.evaluation.command import positive
 from fleet_marl.evaluation.loading import PolicyError, load_policy
 from fleet_marl.evaluation.runner import run_episode
@@ -54,7 +56,8 @@ class _Recorder:
 
 
 def save_gif(frames: list[np.ndarray], path: Path, fps: float) -> Path:
-    from PIL import Image  # Pillow comes with matplotlib, needed only for --gif
+    require("PIL", "plot", "fleet-marl demo --gif")
+    from PIL import Image  # Pillow (the [plot] extra), needed only for --gif
 
     path.parent.mkdir(parents=True, exist_ok=True)
     images = [Image.fromarray(f) for f in frames]
@@ -66,6 +69,8 @@ def demo(task: str = "easy", policy: str = "precision_expert", seed: int = 0, gi
          every: int = 1, delay: float = 0.0, out=None) -> dict:
     """Run and print the episode to ``out`` (default: ``sys.stdout`` at call time); return the summary dict."""
     out = sys.stdout if out is None else out
+    if gif:  # before the episode: the frames need matplotlib, the GIF Pillow
+        require(("matplotlib", "PIL"), "plot", "fleet-marl demo --gif")
     env = parallel_env(task=task, compute_all=False, render_mode="rgb_array" if gif else None)
     pol = load_policy(policy, env)
     frames: list | None = [] if gif else None

@@ -322,21 +322,34 @@ def _clear_pools(b, q_caps, tf, ti, sc, ins_f, req, alloc, mult, caps, got, w, l
 
 
 @jit
-def _place(alloc, ti, ni, gpn, gon, free, avail, order, by_free, key, neg_avail):
+def _place(alloc, ti, ni, gpn, gon, free, avail, order, by_free, neg_avail, count):
     """Best-fit decreasing: tenants largest first (ties by index); one that fits on a node of
     its pool goes to the fullest such node, one that fits on none takes the emptiest nodes
     first. Fills ``gon`` (T, K)."""
     T, K = gon.shape
     for k in range(K):
         free[k] = gpn
-    npos = 0
+    # largest first, ties by index: a counting sort on the GPU counts (small integers)
+    top = 0
     for t in range(T):
-        key[t] = -float(alloc[t])
-        if alloc[t] > 0:
-            npos += 1
+        if alloc[t] > top:
+            top = alloc[t]
         for k in range(K):
             gon[t, k] = 0
-    argsort_asc(order, key)
+    for v in range(top + 1):  # count[v]: tenants granted exactly v (count has room for max_gpus + 1 values)
+        count[v] = 0
+    for t in range(T):
+        count[alloc[t]] += 1
+    npos = T - count[0]
+    start = 0  # where the tenants granted v begin in order: after all granted more
+    for v in range(top, 0, -1):
+        c = count[v]
+        count[v] = start
+        start += c
+    for t in range(T):
+        if alloc[t] > 0:
+            order[count[alloc[t]]] = t
+            count[alloc[t]] += 1
     for j in range(npos):
         t = order[j]
         a = alloc[t]
@@ -397,7 +410,6 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
     frac = np.empty(T)
     mult = np.empty(T)
     zeros = np.zeros(T)
-    key = np.empty(T)
     free = np.empty(K, np.int64)
     avail = np.empty(K, np.int64)
     by_free = np.empty(K, np.int64)
@@ -417,6 +429,7 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
     dead = np.empty(K, np.bool_)
     prec = np.empty(G, np.int64)
     prec_run = np.empty(G, np.int64)
+    count = np.empty(ti[:, T_MAXG].max() + 2, np.int64)
     req = ri[OI_REQ]
     alloc = ri[OI_ALLOC]
     for b in range(B):
@@ -434,7 +447,7 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
                 asked = 0
             req[t] = asked
         _clear_pools(b, q_caps, tf, ti, sc, ins_f, req, alloc, mult, caps, got, w, level, order, frac, zeros)
-        _place(alloc, ti, ni, gpn, rg, free, avail, order, by_free, key, neg_avail)
+        _place(alloc, ti, ni, gpn, rg, free, avail, order, by_free, neg_avail, count)
         # --- per tenant: numerics, memory, throughput ----------------------------------------
         for t in range(T):
             for g in range(G):

@@ -3,7 +3,8 @@
 The ``train`` entry of the CLI's command table: :data:`EXAMPLES` (the
 epilog), :func:`add_arguments` and :func:`run`. Importing this module does not import Ray; the parser
 is built without it, and every check of the arguments, the config file and the checkpoint runs
-before Ray starts. :func:`config_path` resolves ``--config NAME`` to
+before Ray starts. Without the ``[rllib]`` extra (:data:`NEEDS`) the command says how to
+install it and exits with code 2. :func:`config_path` resolves ``--config NAME`` to
 ``experiments/configs/NAME.yaml`` of the checkout; :func:`resolve` turns the arguments into
 a :class:`~fleet_marl.rllib.config.TrainConfig`.
 """
@@ -17,10 +18,15 @@ import sys
 from pathlib import Path
 
 from fleet_marl.config import REWARD_SCHEMES
+from fleet_marl.errors import require
 from fleet_marl.evaluation.baselines import checkout
 from fleet_marl.rllib.config import TrainConfig, TrainConfigError
 from fleet_marl.rllib.sharing import SHARING
 from fleet_marl.tasks import TASKS
+
+#: What training imports, all from the ``[rllib]`` extra: RLlib, torch, TensorBoard's writer
+#: and matplotlib (the learning curve).
+NEEDS = ("ray.rllib", "torch", "tensorboardX", "matplotlib")
 
 EXAMPLES = """examples:
   fleet-marl train                                   # the default run: PPO on easy, about 6 min on 2 cores
@@ -93,6 +99,7 @@ def run(args) -> int:
     # before Ray is imported: no token auth, no usage stats, for the Ray this command starts
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    require(NEEDS, "rllib", "fleet-marl train")  # MissingExtra: the CLI prints how to install it (exit code 2)
     from fleet_marl.rllib.train import prepare, quiet, train  # Ray: after the settings above
 
     try:
@@ -130,4 +137,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["EXAMPLES", "add_arguments", "config_path", "resolve", "run"]
+__all__ = ["EXAMPLES", "NEEDS", "add_arguments", "config_path", "resolve", "run"]

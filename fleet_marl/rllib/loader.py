@@ -13,6 +13,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from fleet_marl.errors import require
 from fleet_marl.evaluation.loading import PolicyError, PolicyLoader, fleet_env_or_none
 from fleet_marl.tasks import make_config
 
@@ -51,6 +52,7 @@ def load(spec: str, env):
                 raise PolicyError(spec, f"the checkpoint was trained on task {trained.get('task')!r} with env overrides {trained.get('env', {})!r}, "
                                         "and this environment's scenario differs; evaluate it with the same overrides, e.g. "
                                         f"evaluate({trained.get('task')!r}, {spec!r}, overrides={trained.get('env', {})!r})")
+    require(("ray.rllib", "torch"), "rllib", f"grading the trained run {spec}")
     from fleet_marl.rllib.policy import ModulePolicy  # Ray and torch: only when a checkpoint is loaded
 
     try:

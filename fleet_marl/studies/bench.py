@@ -33,13 +33,14 @@ from typing import Callable
 
 import numba
 import numpy as np
-from tqdm import tqdm
 
-from pettingzoo.classic.rps.rps import parallel_env as rps_parallel_env  # what pettingzoo.classic.rps_v2 re-exports, without its warning
+import fleet_marl
+from tqdm import tqdm
 
 from fleet_marl import catalog
 from fleet_marl.config import FleetConfig, from_dict
 from fleet_marl.environment import parallel_env
+from fleet_marl.errors import require
 from fleet_marl.kernel import Actions, Draws, KernelStatic, RoundState, check_actions, evaluate
 
 _H100 = "h100-sxm"
@@ -53,11 +54,15 @@ KERNEL_BATCHES = (1, 64, 1024, 16384)
 KERNEL_N = 16
 SHAPLEY_N = 8
 #: Agent-steps of the memory run (the issue's 10^6; --quick runs a tenth).
-RSS_AGENT_STEPS = 1_000_000
+#: Vector-env agent-steps of the memory run (the issue's 10^7; --quick runs a tenth).
+RSS_AGENT_STEPS = 10_000_000
+#: Clusters of the vector-env measurements.
+VECTOR_B = 256
 
-#: The targets of the "One engine" issue that the bench measures: key -> (target, "min" or
-#: "max"). The vector-env targets join when the vector env exists.
+#: The targets of the "One engine" issue: key -> (target, "min" or "max").
 TARGETS = {
+    f"vector_agent_steps_per_s_n16_b{VECTOR_B}_local": (1_000_000.0, "min"),
+    f"vector_agent_steps_per_s_n16_b{VECTOR_B}_difference": (500_000.0, "min"),
     "kernel_evals_per_s_n16_b1024": (1_000_000.0, "min"),
     "kernel_eval_us_n16_b1": (20.0, "max"),
     "env_step_us_n16_difference": (150.0, "max"),
@@ -246,22 +251,39 @@ def kernel_single_us(repeats: int, min_time: float) -> float:
     return median_call_time(lambda: evaluate(st, one, state, draws, validate=False), repeats, min_time) * 1e6
 
 
+def vector_timing(scheme: str, steps: int, repeats: int) -> tuple[float, float]:
+    """(ms per step, agent-steps/s) of the vector env, N = 16, B = ``VECTOR_B``: ``steps``
+    calls of ``step`` with pre-sampled actions per repeat (automatic resets included: they are
+    part of stepping a vector env)."""
+    venv = fleet_marl.vector_env(num_envs=VECTOR_B, config=bench_config(KERNEL_N), reward_scheme=scheme, compute_all=False)
+    obs, infos = venv.reset(seed=0)
+    rng = np.random.default_rng(3)
+    pool = [venv.sample_actions(infos, rng) for _ in range(8)]
+    venv.step(pool[0])  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for k in range(steps):
+            venv.step(pool[k % len(pool)])
+        times.append((time.perf_counter() - t0) / steps)
+    dt = statistics.median(times)
+    return dt * 1e3, VECTOR_B * KERNEL_N / dt
+
+
 def rss_run(agent_steps: int) -> dict:
-    """Step the N = 16 difference env for ``agent_steps`` agent-steps (resetting at each
-    episode end); RSS after the first tenth (warm) and at the end."""
-    env = make_env(KERNEL_N, "difference")
-    env.reset(seed=0)
-    pool = presample(env, np.random.default_rng(7))
+    """Step the N = 16, B = ``VECTOR_B`` vector env (``local`` rewards, automatic resets) for
+    ``agent_steps`` agent-steps; RSS after the first tenth (warm) and at the end."""
+    venv = fleet_marl.vector_env(num_envs=VECTOR_B, config=bench_config(KERNEL_N), reward_scheme="local", compute_all=False)
+    obs, infos = venv.reset(seed=0)
+    rng = np.random.default_rng(7)
+    pool = [venv.sample_actions(infos, rng) for _ in range(8)]
+    per_step = VECTOR_B * KERNEL_N
     done, k, warm = 0, 0, None
     gc.collect()
     t0 = time.perf_counter()
     while done < agent_steps:
-        if not env.agents:
-            env.reset(seed=k)
-        joint = pool[k % len(pool)]
-        acts = {a: joint[a] for a in env.agents}
-        env.step(acts)
-        done += len(acts)
+        venv.step(pool[k % len(pool)])
+        done += per_step
         k += 1
         if warm is None and done >= agent_steps // 10:
             gc.collect()
@@ -279,6 +301,11 @@ def reference_env():
     try:
         from mpe2 import simple_spread_v3  # the bench extra: optional
     except ImportError:
+        try:
+            from pettingzoo.classic.rps.rps import parallel_env as rps_parallel_env  # needs pygame (the bench extra brings it); rps_v2 without its warning
+        except ImportError:
+            require("mpe2", "bench", "fleet-marl bench's reference env")  # neither reference env: say which extra
+            raise
         return "pettingzoo.classic.rps_v2", rps_parallel_env()
     return "mpe2.simple_spread_v3", simple_spread_v3.parallel_env(N=3, max_cycles=25, continuous_actions=False)
 
@@ -304,10 +331,13 @@ class Plan:
     shapley_steps: int
     rss_agent_steps: int
     reference_steps: int
+    vector_steps: int  # vector-env steps per repeat
 
 
-FULL = Plan(steps={4: 400, 16: 300, 64: 100}, repeats=5, kernel_min_time=0.25, shapley_steps=40, rss_agent_steps=RSS_AGENT_STEPS, reference_steps=2000)
-QUICK = Plan(steps={4: 60, 16: 40, 64: 12}, repeats=3, kernel_min_time=0.03, shapley_steps=5, rss_agent_steps=RSS_AGENT_STEPS // 10, reference_steps=300)
+FULL = Plan(steps={4: 400, 16: 300, 64: 100}, repeats=5, kernel_min_time=0.25, shapley_steps=40, rss_agent_steps=RSS_AGENT_STEPS, reference_steps=2000,
+            vector_steps=40)
+QUICK = Plan(steps={4: 60, 16: 40, 64: 12}, repeats=3, kernel_min_time=0.03, shapley_steps=5, rss_agent_steps=RSS_AGENT_STEPS // 100, reference_steps=300,
+             vector_steps=4)
 
 
 def measure(quick: bool = False, cpu: int | None = None, progress: bool = True) -> dict:
@@ -354,6 +384,13 @@ def measure(quick: bool = False, cpu: int | None = None, progress: bool = True) 
         r["reference_agent_steps_per_s"] = t.agent_steps_per_s
 
     jobs.append(("reference env", reference))
+    for scheme in SCHEMES:
+        def vjob(scheme=scheme):
+            ms, rate = vector_timing(scheme, plan.vector_steps, plan.repeats)
+            r[f"vector_step_ms_n{KERNEL_N}_b{VECTOR_B}_{scheme}"] = ms
+            r[f"vector_agent_steps_per_s_n{KERNEL_N}_b{VECTOR_B}_{scheme}"] = rate
+
+        jobs.append((f"vector env B={VECTOR_B} {scheme}", vjob))
     jobs.append(("memory (long run)", lambda: r.update(rss_run(plan.rss_agent_steps))))
 
     bar = tqdm(jobs, desc="fleet-marl bench", unit="part", file=sys.stderr, disable=not progress)
@@ -388,6 +425,10 @@ def format_table(r: dict) -> str:
             lines.append(f"{f'  N={n:<3} {s}':<28}{r[f'env_step_us_n{n}_{s}']:>10,.0f}{r[f'agent_steps_per_s_n{n}_{s}']:>16,.0f}")
     lines.append(f"{'  reference ' + r['reference_env']:<28}{r['reference_step_us']:>10,.0f}{r['reference_agent_steps_per_s']:>16,.0f}")
     lines.append("")
+    lines.append(f"{f'vector env, N=16, B={VECTOR_B}':<28}{'ms/step':>10}{'agent-steps/s':>16}")
+    for s in SCHEMES:
+        lines.append(f"{f'  {s}':<28}{r[f'vector_step_ms_n{KERNEL_N}_b{VECTOR_B}_{s}']:>10,.1f}{r[f'vector_agent_steps_per_s_n{KERNEL_N}_b{VECTOR_B}_{s}']:>16,.0f}")
+    lines.append("")
     lines.append(f"{'one kernel evaluation, N=16':<28}{r[f'kernel_eval_us_n{KERNEL_N}_b1']:>10,.1f} us")
     lines.append(f"{'batched kernel, N=16':<28}{'evals/s':>10}")
     for b in KERNEL_BATCHES:
@@ -396,7 +437,7 @@ def format_table(r: dict) -> str:
     lines.append(f"difference overhead (N=16):     {r['difference_overhead_ratio']:.2f}x a local step")
     lines.append(f"exact Shapley (N={SHAPLEY_N}, {2 ** SHAPLEY_N} rows): {r[f'shapley_step_us_n{SHAPLEY_N}']:,.0f} us/step, {r[f'shapley_overhead_ratio_n{SHAPLEY_N}']:.1f}x a local step")
     lines.append(f"ours / reference agent-steps:   {r['agent_steps_ratio_vs_reference']:.1f}x")
-    lines.append(f"RSS over {r['rss_agent_steps']:,} agent-steps: {r['rss_start_bytes'] / 2**20:,.1f} -> {r['rss_end_bytes'] / 2**20:,.1f} MiB ({r['rss_growth_fraction']:+.2%})")
+    lines.append(f"RSS over {r['rss_agent_steps']:,} vector agent-steps: {r['rss_start_bytes'] / 2**20:,.1f} -> {r['rss_end_bytes'] / 2**20:,.1f} MiB ({r['rss_growth_fraction']:+.2%})")
     lines.append("")
     lines.append(f"{'target':<34}{'measured':>14}{'target':>12}{'ratio':>8}  met")
     for key, t in r["targets"].items():
@@ -415,8 +456,9 @@ EXAMPLES = """examples:
 
 Every key of the JSON report is documented in docs/benchmarks.md.
 """
-DESCRIPTION = ("Measure env steps (N = 4, 16, 64; local and difference rewards), the batched kernel (N = 16, batch 1 to 16384), "
-               "the difference and exact-Shapley overheads, RSS over a long run and a stock PettingZoo env, on one pinned core; "
+DESCRIPTION = ("Measure env steps (N = 4, 16, 64; local and difference rewards), the vector env (N = 16, B = 256), the batched "
+               "kernel (N = 16, batch 1 to 16384), the difference and exact-Shapley overheads, RSS over a long vector-env run and a "
+               "stock PettingZoo env, on one pinned core; "
                "medians over repeats, actions pre-sampled.")
 
 

@@ -4,7 +4,9 @@
 The ``compare`` entry of the CLI's command table: :data:`EXAMPLES` (the
 epilog), :func:`add_arguments` and :func:`run`. :func:`study_from_args` turns the arguments into a
 checked :class:`~fleet_marl.studies.credit_assignment.Study`. Importing this module does not
-import Ray, and every option is checked before Ray starts.
+import Ray, and every option is checked before Ray starts. Training needs the ``[rllib]`` extra
+(Ray, torch and matplotlib for the plots, :data:`NEEDS`), ``--report`` only the ``[plot]``
+extra; without it the command says which to install and exits with code 2.
 """
 
 from __future__ import annotations
@@ -14,9 +16,14 @@ import os
 import sys
 
 from fleet_marl.config import MECHANISMS, REWARD_SCHEMES
+from fleet_marl.errors import require
 from fleet_marl.rllib.config import TrainConfigError
 from fleet_marl.studies import credit_assignment, report
 from fleet_marl.studies.credit_assignment import FULL_BUDGETS, Study, StudyError
+
+#: What a study imports: RLlib and torch to train, matplotlib for the plots (all in the
+#: ``[rllib]`` extra); ``--report`` needs matplotlib only (the ``[plot]`` extra).
+NEEDS = ("ray.rllib", "torch", "matplotlib")
 
 EXAMPLES = """examples:
   fleet-marl compare --quick                      # the whole pipeline in a few minutes (CI runs it)
@@ -91,6 +98,11 @@ def run(args) -> int:
     # for the Ray the study starts: no token auth, no usage stats
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # MissingExtra: the CLI prints how to install it (exit code 2)
+    if args.report:
+        require("matplotlib", "plot", "fleet-marl compare --report")
+    else:
+        require(NEEDS, "rllib", "fleet-marl compare")
     try:
         study = study_from_args(args)
         if not args.report:
@@ -105,4 +117,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["EXAMPLES", "add_arguments", "run", "study_from_args"]
+__all__ = ["EXAMPLES", "NEEDS", "add_arguments", "run", "study_from_args"]

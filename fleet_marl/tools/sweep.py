@@ -1,6 +1,8 @@
 """``fleet-marl sweep``: a batched-kernel search over precision maps, batch sizes and GPU counts
 for catalog models on catalog GPUs; prints the best safe configuration of each and writes a
-CSV and a plot. Each (model, GPU type) pair is one batched ``kernel.evaluate`` call.
+CSV and a plot. Each (model, GPU type) pair is one batched ``kernel.evaluate`` call. The plot
+needs matplotlib (the ``[plot]`` extra); without it the sweep still runs and writes the CSV, and
+says how to install the extra.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -16,7 +19,7 @@ from tqdm import tqdm
 
 from fleet_marl import catalog
 from fleet_marl.catalog import CatalogError
-from fleet_marl.errors import UsageError
+from fleet_marl.errors import MissingExtra, UsageError, require
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
 from fleet_marl.tools.estimate import single_tenant_static
 
@@ -126,6 +129,12 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 
 
 def _plot(path: Path, rows: list[dict], mode: str) -> Path | None:
+    """The plot of the best configurations, or None (and a note) without matplotlib."""
+    try:
+        require("matplotlib", "plot", "the sweep's plot")
+    except MissingExtra as exc:
+        print(f"no plot: {exc}", file=sys.stderr)
+        return None
     import matplotlib  # matplotlib: only when a plot is drawn
 
     matplotlib.use("Agg")
