@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## make train: the main job. PPO tenants on easy with RLlib (about 6 min on 2 cores), graded against the reference policies
+## make train: the main job. PPO tenants on easy with RLlib (about 13 min on 2 cores), graded against the reference policies
 train: $(STAMP)
 	$(VENV)/bin/fleet-marl train --overwrite
 

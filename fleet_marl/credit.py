@@ -31,7 +31,7 @@ step after it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from math import factorial
 
 import numpy as np
@@ -140,7 +140,6 @@ class Credit:
     welfare: np.ndarray
     rewards: dict[str, np.ndarray]
     rows: np.ndarray  # (B,) kernel rows evaluated for each cluster
-    shaped: dict[str, np.ndarray] = field(default_factory=dict)
 
     def cluster(self, b: int) -> "Credit":
         """Cluster ``b`` alone: fields without the B axis."""

@@ -88,7 +88,7 @@ COUNTS = ("oom", "veto", "throttle", "degenerate")
 
 
 class RoundFairness(NamedTuple):
-    """What :meth:`FairnessTracker.step` found this round, each (T,)."""
+    """What :func:`detect` found this round, each (B, T)."""
 
     starved: np.ndarray  # bool: starved now
     lowest_precision: np.ndarray  # bool: the lowest-precision degenerate strategy
@@ -98,7 +98,7 @@ class RoundFairness(NamedTuple):
 
 @dataclass(frozen=True)
 class FairnessSummary:
-    """The episode's fairness so far (:meth:`FairnessTracker.summary`); arrays are (T,) copies.
+    """One cluster's episode fairness so far (:func:`summary`); arrays are (T,) copies.
 
     ``welfare`` is the welfare summed over the rounds recorded; ``jain`` Jain's index of the
     ``service`` of the tenants that had a fair share; ``service`` GPU-rounds granted / fair

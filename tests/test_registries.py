@@ -44,7 +44,7 @@ def test_an_unknown_mechanism_code_raises_instead_of_running_as_an_auction():
     st = KernelStatic.from_config(make_config(n_tenants=3))
     acts = random_actions(st, np.random.default_rng(0))
     with pytest.raises(ValueError, match="mechanism code 9"):
-        bad = dataclasses.replace(st, mechanism=9)
+        dataclasses.replace(st, mechanism=9)
     sc = st.packed[-1].copy()
     sc[0] = 9.0  # a packed scenario with a code the compiled round does not know
     forged = dataclasses.replace(st)

@@ -17,7 +17,7 @@ so a cluster's trajectory depends on nothing but its own seed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from time import perf_counter
 
 import numba as nb
@@ -27,7 +27,7 @@ from fleet_marl import fairness
 from fleet_marl.config import REWARD_SCHEMES, FleetConfig
 from fleet_marl.credit import Credit, CreditEngine
 from fleet_marl.environment import observations, scenario
-from fleet_marl.environment.spaces import BATCH_LEVELS, N_OBS, PREC, ActionMasks, action_nvec
+from fleet_marl.environment.spaces import BATCH_LEVELS, PREC, ActionMasks, action_nvec
 from fleet_marl.fairness import FairnessState, lowest_precision
 from fleet_marl.kernel import Actions, Draws, KernelStatic, Outcome, RoundState
 from fleet_marl.workloads import arrival_schedule, burst_chain, resolve_trace
@@ -152,7 +152,7 @@ def reset(cs: CoreStatic, s: EnvState, clusters, rngs) -> None:
     """Start a new episode in each of ``clusters`` (indices into B), drawing its arrival
     schedule from its generator in ``rngs`` (a sequence indexed like the clusters)."""
     cfg, st = cs.config, cs.kernel
-    T, n = cs.T, cs.max_cycles
+    n = cs.max_cycles
     cl = cfg.cluster
     clusters = np.asarray(clusters, np.int64)
     for b in clusters:
@@ -217,8 +217,9 @@ def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, rngs, credit_rngs) -> Ste
     t = s.round.copy()
     live = s.live.copy()
     acts = cs.decode(idx)
-    arrivals = np.where(live, s.schedule[rows, np.minimum(t, cs.max_cycles - 1)], 0.0)
-    arrivals = np.where(st.is_train, 0.0, arrivals)
+    scheduled = s.schedule[rows, np.minimum(t, cs.max_cycles - 1)]  # (B, T) this round's arrivals: requests or jobs
+    requests = np.where(st.is_train, 0.0, scheduled)
+    arrivals = np.where(live, requests, 0.0)
     tiebreak = np.stack([rngs[b].random(T) for b in range(B)])
     work = has_work(cs, s, arrivals)
     state = s.round_state()
@@ -240,7 +241,7 @@ def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, rngs, credit_rngs) -> Ste
     s.queue = np.array(o.queue_next)
     s.remaining = np.array(o.remaining_next)
     s.budget = np.array(o.budget_next)
-    jobs = np.where(st.is_train, s.schedule[rows, np.minimum(t, cs.max_cycles - 1)], 0.0).astype(np.int64)
+    jobs = np.where(st.is_train, scheduled, 0.0).astype(np.int64)
     started, finished_jobs = _advance_jobs(t, live, jobs, s.has_job, s.job_born, s.pending, s.backlog_n, s.remaining, st.job_tokens)
     for b, i, wait in started:
         fairness.job_started(fs, b, i, wait)
@@ -251,7 +252,7 @@ def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, rngs, credit_rngs) -> Ste
     s.utility_sum += np.where(live, o.utility, 0.0)
     s.rounds += live
     # the observation shows last round's serving arrivals of every tenant, live or not
-    s.last, s.last_arrivals, s.fair, s.has_last = o, np.where(st.is_train, 0.0, s.schedule[rows, np.minimum(t, cs.max_cycles - 1)]), fair, np.ones(B, bool)
+    s.last, s.last_arrivals, s.fair, s.has_last = o, requests, fair, np.ones(B, bool)
     # who leaves
     broke = s.budget < cs.min_unit
     done = ~has_work(cs, s, upcoming=True)
@@ -329,11 +330,4 @@ def afford(cs: CoreStatic, s: EnvState) -> np.ndarray:
     return np.floor(s.budget / cs.min_unit)
 
 
-def queued_jobs(s: EnvState, b: int) -> np.ndarray:
-    """(T, n) cluster ``b``'s queued jobs, counts by arrival round."""
-    return s.pending[b]
-
-
-__all__ = ["CoreStatic", "EnvState", "StepResult", "afford", "finish", "has_work", "observe", "queued_jobs", "reset", "state_vectors", "step"]
-
-assert N_OBS and fields(EnvState)
+__all__ = ["CoreStatic", "EnvState", "StepResult", "afford", "finish", "has_work", "observe", "reset", "state_vectors", "step"]

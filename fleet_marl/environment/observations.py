@@ -86,7 +86,7 @@ class Observer:
         ``has_last`` (B,)), ``arrivals_last`` (B, T) its serving arrivals and ``streak`` (B, T)
         the starvation streaks. One compiled pass (:func:`_observe`), the formulas in the
         module doc."""
-        st, cfg = self.st, self.cfg
+        st = self.st
         B, T = live.shape
         out = np.empty((B, T, N_OBS), np.float32)
         s = state

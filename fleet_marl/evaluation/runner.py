@@ -4,7 +4,7 @@
 agent's action space, so ``action_space(a).sample(mask)`` is reproducible too), plays until no
 agent is left, and returns an :class:`Episode`: welfare, rounds, Jain's index, starvation and
 event counts, masked choices, and each agent's episode report (``infos[agent]["episode"]``,
-built by the env from ``FairnessTracker.summary()``). A malformed action or a policy that
+built by the env from ``fleet_marl.fairness.summary()``). A malformed action or a policy that
 raises is a :class:`~fleet_marl.evaluation.loading.PolicyError` naming the agent and round.
 """
 

@@ -11,11 +11,9 @@ Any field of :class:`Actions`, :class:`RoundState` and :class:`Draws` may omit t
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
-
-from fleet_marl import catalog
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ def config_digest(env: FleetParallelEnv) -> str:
 
 
 def fairness_report(env: FleetParallelEnv) -> dict:
-    """The episode's fairness so far, from ``env.fairness`` (``FairnessTracker.summary()``): welfare summed over
+    """The episode's fairness so far, from ``env.fairness`` (``fleet_marl.fairness.summary()``): welfare summed over
     rounds, Jain's index of service (GPU-rounds granted / fair share), and per agent its
     service, current and longest starvation streak, starvation events and event counts."""
     s = env.fairness
