@@ -6,10 +6,11 @@ GPU cluster.
 >>> aec = fleet_marl.env(task="easy")               # its AEC form
 >>> venv = fleet_marl.vector_env(num_envs=64, task="easy")  # 64 clusters as arrays
 
-Layers, bottom up (docs/architecture.md): ``catalog`` and ``config`` (facts and scenarios),
-``workloads`` (arrival processes and trace readers) and ``kernel`` (the batched cost model),
-``credit``, ``fairness`` and ``tasks`` (rewards, detectors, the registry of named scenarios),
-``environment`` (the PettingZoo API), ``policies`` (reference policies), ``evaluation`` (the
+Layers, bottom up (docs/architecture.md): ``catalog``, ``config`` and ``traces`` (facts,
+scenarios, trace readers and samples), ``workloads`` (arrival processes) and ``kernel`` (the
+batched cost model, compiled), ``credit``, ``fairness`` and ``tasks`` (rewards, detectors, the
+registry of named scenarios), ``environment`` (the array core and the PettingZoo and vector
+APIs over it), ``policies`` (reference policies), ``evaluation`` (the
 grader) and ``tools`` (estimate, sweep); the adapters ``rllib`` and ``openenv``, ``studies``
 and the ``cli`` on top. See docs/environment.md for the env itself.
 

@@ -20,7 +20,8 @@ the efficiency property ``sum_i r_i = G(L) - G(empty)`` exactly.
 
 A scheme is a :class:`Scheme`: the counterfactual rows it needs (``rows``: none, ``"removal"``,
 ``"default"`` or ``"coalitions"``) and its reward from the evaluated rows
-(:meth:`Scheme.reward`). :data:`SCHEMES` is the registry (:func:`register_scheme` adds one).
+(:meth:`Scheme.reward`). :data:`SCHEMES` is the registry; a new scheme is a ``Scheme`` added
+to it and its name added to ``config.REWARD_SCHEMES`` (which config validates against).
 Every row every requested scheme needs, for every cluster -- the grand coalition, each
 removal, each default substitution, each coalition -- goes into the kernel as one batch: one
 ``evaluate_welfare`` call per round, which keeps the whole outcome of each grand coalition and
@@ -120,15 +121,10 @@ class Shapley(Scheme):
 SCHEMES: dict[str, Scheme] = {s.name: s for s in (Local(), Global(), Mixed(), Difference(), DifferenceDefault(), Shapley())}
 
 
-def register_scheme(scheme: Scheme) -> None:
-    """Add a scheme to :data:`SCHEMES` (its rows must be one of the families above). Config
-    validates scheme names against ``config.REWARD_SCHEMES``; list it there too."""
-    if scheme.rows not in (None, "removal", "default", "coalitions"):
-        raise ValueError(f"scheme {scheme.name!r}: rows = {scheme.rows!r}; expected None, 'removal', 'default' or 'coalitions'")
-    SCHEMES[scheme.name] = scheme
-
-
+#: The families of counterfactual rows a scheme may ask for (``Scheme.rows``).
+ROW_FAMILIES = (None, "removal", "default", "coalitions")
 assert tuple(SCHEMES) == REWARD_SCHEMES, "the scheme registry and config.REWARD_SCHEMES list the same names in the same order"
+assert all(s.rows in ROW_FAMILIES for s in SCHEMES.values())
 
 
 @dataclass
@@ -291,4 +287,4 @@ class CreditEngine:
         return np.where(degenerate, np.minimum(raw, spec.degenerate_floor), raw)
 
 
-__all__ = ["Credit", "CreditEngine", "EXACT_SHAPLEY_MAX", "Rows", "SCHEMES", "Scheme", "register_scheme"]
+__all__ = ["Credit", "CreditEngine", "EXACT_SHAPLEY_MAX", "ROW_FAMILIES", "Rows", "SCHEMES", "Scheme"]

@@ -37,7 +37,7 @@ import numpy as np
 
 from fleet_marl import catalog
 from fleet_marl.config import FairnessSpec
-from fleet_marl.kernel.engine import numpy_sum
+from fleet_marl.kernel import numpy_sum
 
 _jit = nb.njit(cache=True, nogil=True, error_model="numpy")
 
@@ -108,7 +108,7 @@ class FairnessSummary:
     veto, throttle, degenerate); ``rho`` the mean Themis finish-time fairness of each
     tenant's finished jobs (None without one) and ``jobs_done`` their number; ``waits`` the
     completed waits (wait in rounds -> requests or jobs); ``p99_wait_s`` the 99th percentile
-    wait in seconds, or None unless ``summary(now=...)`` was asked for it.
+    wait in seconds, or None unless ``summary(now=..., round_seconds=...)`` was asked for it.
     """
 
     welfare: float
@@ -128,7 +128,7 @@ class FairnessSummary:
         """Tenant ``i``'s ``infos[agent]["episode"]`` (docs/environment.md): the summary's
         figures for ``i`` plus its return, utility and rounds played. Needs ``p99_wait_s``."""
         if self.p99_wait_s is None:
-            raise ValueError("episode_report: a summary with p99_wait_s (summary(now=..., queued_jobs=...))")
+            raise ValueError("episode_report: a summary with p99_wait_s (summary(now=..., queued_jobs=..., round_seconds=...))")
         return {
             "welfare": float(self.welfare),
             "return": float(agent_return),
@@ -375,6 +375,8 @@ def summary(fs: FairnessState, b: int, now: int | None = None, queued_jobs: np.n
     """Cluster ``b``'s fairness so far. With ``now`` (rounds played), ``p99_wait_s`` is filled
     in, counting requests still queued and each tenant's queued jobs (``queued_jobs`` (T, n),
     counts by arrival round) as having waited until ``now``."""
+    if now is not None and not round_seconds > 0:
+        raise ValueError(f"summary: round_seconds = {round_seconds!r}: the p99 wait (asked for by now = {now}) needs the round length in seconds > 0")
     T = fs.streak.shape[1]
     fair_sum, alloc_sum = fs.fair_sum[b], fs.alloc_sum[b]
     seen = fair_sum > 0

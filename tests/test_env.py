@@ -440,7 +440,7 @@ EPISODE_KEYS = ["welfare", "return", "utility", "rounds", "jain", "service", "ma
 
 @pytest.mark.parametrize("task", ["easy", "hard"])
 def test_summary_agrees_with_the_episode_reports(task):
-    """``tracker.summary()`` is what the episode reports are built from: a tenant's figures stop
+    """``env.fairness`` (``fairness.summary()``) is what the episode reports are built from: a tenant's figures stop
     changing when it finishes, so the summary at the end of the episode repeats each report."""
     env = fleet_marl.parallel_env(task=task, max_cycles=20)
     obs, infos = env.reset(seed=1)

@@ -53,6 +53,8 @@ def test_vector_clusters_equal_parallel_envs_bit_for_bit(task, scheme, B):
                 for k, v in pinfos[a]["rewards"].items():
                     assert vinfos["rewards"][k][b, i] == v, (k, b, a)
                 assert vinfos["alloc"][b, i] == pinfos[a]["alloc"] and vinfos["starved"][b, i] == pinfos[a]["starved"]
+                assert vinfos["fair_share"][b, i] == pinfos[a]["fair_share"]  # also after an automatic reset of b
+                assert vinfos["starvation_streak"][b, i] == pinfos[a]["starvation_streak"]
                 if "episode" in pinfos[a] and not e.agents:
                     assert vinfos["_final"][b]
                     assert vinfos["episode"]["return"][b, i] == pinfos[a]["episode"]["return"]

@@ -27,7 +27,7 @@ from fleet_marl import fairness
 from fleet_marl.config import REWARD_SCHEMES, FleetConfig
 from fleet_marl.credit import Credit, CreditEngine
 from fleet_marl.environment import observations, scenario
-from fleet_marl.environment.spaces import BATCH_LEVELS, PREC, ActionMasks, action_nvec
+from fleet_marl.environment.spaces import ActionMasks, action_nvec, decode_actions
 from fleet_marl.fairness import FairnessState, lowest_precision
 from fleet_marl.kernel import Actions, Draws, KernelStatic, Outcome, RoundState
 from fleet_marl.workloads import arrival_schedule, burst_chain, resolve_trace
@@ -80,7 +80,7 @@ class CoreStatic:
 
     def decode(self, idx: np.ndarray) -> Actions:
         """The kernel :class:`~fleet_marl.kernel.Actions` of (..., T, 8) action indices."""
-        return Actions(gpus=idx[..., 0].copy(), bid=self.bid_levels[idx[..., 1]], precision=idx[..., PREC].copy(), batch=BATCH_LEVELS[idx[..., -1]])
+        return decode_actions(idx, self.bid_levels)
 
 
 @dataclass
@@ -107,7 +107,7 @@ class EnvState:
     rounds: np.ndarray  # (B, T) int64 rounds played by each tenant
     fairness: FairnessState
     last: Outcome | None = None  # the last round's outcome, leading (B,) (read where has_last)
-    last_arrivals: np.ndarray | None = None  # (B, T) float64 the last round's serving arrivals
+    last_arrivals: np.ndarray | None = None  # (B, T) float64 the last round's serving arrivals (``zeros`` fills it)
 
     @staticmethod
     def zeros(cs: CoreStatic, B: int) -> "EnvState":
@@ -139,7 +139,6 @@ class StepResult:
     terminated: np.ndarray  # bool
     truncated: np.ndarray  # bool
     live: np.ndarray  # bool tenants that acted this round
-    arrivals: np.ndarray  # float64 serving arrivals of the round
     starved: np.ndarray  # bool
     lowest_precision: np.ndarray  # bool
     hoarding: np.ndarray  # bool
@@ -182,12 +181,11 @@ def reset(cs: CoreStatic, s: EnvState, clusters, rngs) -> None:
     s.utility_sum[clusters] = 0.0
     s.rounds[clusters] = 0
     s.fairness.reset(clusters)
-    if s.last_arrivals is not None:
-        s.last_arrivals[clusters] = 0.0
-    s.fair[clusters] = _fair(cs, s, s.live[clusters], has_work(cs, s, None, False)[clusters])
+    s.last_arrivals[clusters] = 0.0
+    s.fair[clusters] = _fair(cs, s.live[clusters], has_work(cs, s, None, False)[clusters])
 
 
-def _fair(cs: CoreStatic, s: EnvState, live: np.ndarray, work: np.ndarray) -> np.ndarray:
+def _fair(cs: CoreStatic, live: np.ndarray, work: np.ndarray) -> np.ndarray:
     st = cs.kernel
     out = np.empty(live.shape)
     fairness.fair_shares(st.pool, st.pool_capacity.astype(np.float64), st.max_gpus.astype(np.float64), live & work, out)
@@ -227,7 +225,7 @@ def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, rngs, credit_rngs) -> Ste
     credit = cs.credit.compute(acts, state, Draws(arrivals=arrivals, tiebreak=tiebreak), live, credit_rngs)
     credit_seconds = perf_counter() - t0
     o = credit.outcome
-    fair = _fair(cs, s, live, work)
+    fair = _fair(cs, live, work)
     rf = fairness.detect(cfg.fairness, st.pool, st.pool_capacity, cs.lowest, s.fairness, live, work, o.requested, o.alloc, acts.gpus,
                          acts.precision, fair)
     degenerate = rf.lowest_precision | rf.hoarding
@@ -252,14 +250,14 @@ def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, rngs, credit_rngs) -> Ste
     s.utility_sum += np.where(live, o.utility, 0.0)
     s.rounds += live
     # the observation shows last round's serving arrivals of every tenant, live or not
-    s.last, s.last_arrivals, s.fair, s.has_last = o, requests, fair, np.ones(B, bool)
+    s.last, s.last_arrivals, s.fair, s.has_last = o, requests, fair.copy(), np.ones(B, bool)  # a copy: a reset writes s.fair in place
     # who leaves
     broke = s.budget < cs.min_unit
     done = ~has_work(cs, s, upcoming=True)
     # the schedule ends at the horizon: at max_cycles running out of it is truncation
     terminated = live & (broke | (done & (s.round < cs.max_cycles)[:, None]))
     truncated = live & ~terminated & (s.round >= cs.max_cycles)[:, None]
-    return StepResult(credit=credit, reward=reward, terminated=terminated, truncated=truncated, live=live, arrivals=arrivals,
+    return StepResult(credit=credit, reward=reward, terminated=terminated, truncated=truncated, live=live,
                       starved=rf.starved, lowest_precision=rf.lowest_precision, hoarding=rf.hoarding, streak=rf.streak.copy(), fair=fair,
                       credit_seconds=credit_seconds)
 

@@ -55,7 +55,7 @@ class Observer:
     each round from the episode's state (:meth:`matrix`)."""
 
     def __init__(self, st, cfg, bid_levels: np.ndarray) -> None:
-        self.st, self.cfg, self.bid_levels = st, cfg, bid_levels
+        self.st = st
         hours = st.round_seconds / 3600.0
         pool_cap = st.pool_capacity[st.pool].astype(np.float64)
         static = np.zeros((st.T, N_OBS))
@@ -68,7 +68,6 @@ class Observer:
         static[:, _O["burn_rate"]] = squash(st.max_gpus * st.list_price * hours / st.spend_norm, 1.0)
         self.static = static
         self.mean_arrivals = mean_arrivals(st)
-        self.node_of_pool = st.node_pool[None, :] == np.arange(len(st.pools))[:, None]  # (Q, K)
         # per-tenant constants of _observe (max_gpus, budget, job_tokens, mean arrivals, list
         # price), then one row of scalars (max_cycles, top bid level, starvation_rounds,
         # ambient, critical - ambient, rack power cap)

@@ -78,12 +78,12 @@ class ActionError(ValueError):
 
 
 def decode_actions(idx: np.ndarray, bid_levels: np.ndarray) -> Actions:
-    """The kernel's :class:`~fleet_marl.kernel.Actions` of (T, 8) action indices."""
+    """The kernel's :class:`~fleet_marl.kernel.Actions` of (..., T, 8) action indices."""
     return Actions(
-        gpus=idx[:, 0].copy(),
-        bid=bid_levels[idx[:, 1]],
-        precision=idx[:, PREC].copy(),
-        batch=BATCH_LEVELS[idx[:, -1]],
+        gpus=idx[..., 0].copy(),
+        bid=bid_levels[idx[..., 1]],
+        precision=idx[..., PREC].copy(),
+        batch=BATCH_LEVELS[idx[..., -1]],
     )
 
 

@@ -19,8 +19,8 @@ step by step, bit for bit (``tests/test_vector.py``).
 
 It is not a ``gymnasium.vector.VectorEnv`` subclass: gymnasium's vector API has one reward and
 one termination per sub-env, and here there is one per agent. It follows gymnasium's
-conventions otherwise (seeding, same-step autoreset, ``final_obs`` and ``_final`` infos,
-``single_observation_space`` and ``single_action_space``).
+conventions otherwise (seeding, same-step autoreset announced in ``metadata["autoreset_mode"]``, ``final_obs`` with its mask
+``_final_obs`` (also ``_final``), ``single_observation_space`` and ``single_action_space``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any, Sequence
 
 import gymnasium
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
 from fleet_marl.environment import core
 from fleet_marl.environment.spaces import ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_OBS, PREC, ActionError
@@ -43,13 +44,13 @@ class FleetVectorEnv:
     >>> venv = fleet_marl.vector_env(num_envs=4, task="tiny")
     >>> obs, infos = venv.reset(seed=0)
     >>> obs.shape, infos["action_mask"].shape
-    ((4, 2, 34), (4, 2, 36))
+    ((4, 2, 34), (4, 2, 48))
     >>> obs, rewards, terminated, truncated, infos = venv.step(venv.sample_actions(infos))
-    >>> rewards.shape, infos["alive"].all()
+    >>> rewards.shape, bool(infos["alive"].all())
     ((4, 2), True)
     """
 
-    autoreset_mode = "same_step"
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(self, num_envs: int = 1, task: str | None = None, config=None, **overrides: Any):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
@@ -127,7 +128,7 @@ class FleetVectorEnv:
         core.finish(s, r)
         infos = self._infos_step(r, illegal)
         done = ~s.live.any(-1)
-        infos["_final"] = done
+        infos["_final"] = infos["_final_obs"] = done  # ours, and gymnasium's name for the final_obs mask
         if done.any():
             which = np.flatnonzero(done)
             infos["final_obs"] = obs.copy()

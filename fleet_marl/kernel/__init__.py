@@ -9,7 +9,7 @@
 [[8, 8]]
 
 Modules, each importing only the ones before it: ``mechanisms`` (the arbiter's registry and
-compiled clearing rules), ``cost`` (stage 1: bytes, FLOPs, the term table), ``safety`` (input
+compiled clearing rules), ``cost`` (stage 1: bytes, FLOPs, the tables by layer group), ``safety`` (input
 checks), ``engine`` (the compiled round: arbiter, placement, safety, cost, outcome),
 ``types`` (the array containers), ``static`` (:class:`KernelStatic`) and ``outcome``
 (``evaluate``, ``evaluate_counterfactuals``, the checks). The round is written once, in
@@ -25,6 +25,7 @@ from fleet_marl.kernel.outcome import (
     evaluate_welfare,
     stage1,
 )
+from fleet_marl.kernel.engine import numpy_sum
 from fleet_marl.kernel.safety import KernelInputError
 from fleet_marl.kernel.static import KernelStatic
 from fleet_marl.kernel.types import Actions, Draws, Outcome, RoundState, Stage1
@@ -43,5 +44,6 @@ __all__ = [
     "evaluate",
     "evaluate_counterfactuals",
     "evaluate_welfare",
+    "numpy_sum",
     "stage1",
 ]

@@ -22,7 +22,7 @@ turns them into bytes per GPU, throughput and power on the GPUs it was granted. 
   ``2 (n-1)/n`` (nccl-tests bus-bandwidth factors); over NVLink inside a node and over the
   network across nodes.
 
-Functions take and return arrays with leading batch axes; they never import PettingZoo or Ray.
+They run once per scenario, in numpy; they never import PettingZoo or Ray.
 Stage 2 (bytes per GPU on ``n`` GPUs, the roofline) is ``engine.memory_per_gpu`` and
 ``engine.roofline``.
 """
@@ -96,7 +96,7 @@ TENANT_TERMS = ("optimizer", "act_per_seq", "kv_per_token", "kv_heads", "tp_comm
 def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
     """``(group_terms (T, G, P, 5), tenant_terms (T, 5))``, float64: stage 1 factored by layer
     group, so that a tenant's terms under any precision map are sums of G table entries
-    (``engine.tenant_terms``). A few kilobytes per tenant, read from cache every round."""
+    (``engine.tenant_terms``). About 1 KB per tenant, read from cache every round."""
     T, G, P = st.T, catalog.N_GROUPS, catalog.N_PRECISIONS
     train = st.is_train[:, None, None]
     params = st.params[:, :, None]  # (T, G, 1)

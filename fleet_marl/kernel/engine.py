@@ -35,7 +35,6 @@ from fleet_marl.kernel.cost import BF16, KV_BYTES, RECOMPUTE_FLOPS_FACTOR, TENAN
 from fleet_marl.kernel.mechanisms import AUCTION, MAXMIN, PRIORITY, PROPORTIONAL, REGISTRY, argsort_asc, greedy, jit, sort_by, waterfill
 
 G = catalog.N_GROUPS
-P = catalog.N_PRECISIONS
 
 
 def _layout(names: str) -> tuple[str, ...]:
@@ -53,7 +52,7 @@ NF = _layout("node_idle_w node_full_w rack_headroom_w")
 NI = _layout("node_pool node_rack")
 #: Scalars at the head of ``sc`` (the pools' capacities follow).
 SC = _layout("mechanism afford_at_bid reserve veto gpus_per_node comm_overlap mbu round_s restart_s ambient_c rise_c decay "
-             "critical_c span_c cost_weight n_racks mfu")
+             "critical_c span_c cost_weight mfu")
 #: Input rows of ``ins_i`` and ``ins_f``.
 II = _layout("gpus batch prev_alloc present") + tuple(f"precision{g}" for g in range(G))
 IF = _layout("bid queue remaining_tokens budget_left arrivals tiebreak")
@@ -69,8 +68,7 @@ def _index(layout: tuple[str, ...]) -> dict[str, int]:
     return {n: i for i, n in enumerate(layout)}
 
 
-_tf, _ti, _nf, _ni, _sc = (_index(x) for x in (TF, TI, NF, NI, SC))
-_ii, _if, _of, _oi, _ob = (_index(x) for x in (II, IF, OF, OI, OB))
+_tf, _sc, _ii, _of, _oi, _ob = (_index(x) for x in (TF, SC, II, OF, OI, OB))  # for the layout checks below
 # column constants for the compiled code (numba reads module globals as compile-time constants)
 (T_PRICE, T_PRIO, T_MEM, T_INTER, T_INTRA, T_SEQ, T_PROMPT, T_OUT, T_HBM, T_TTFT, T_TPOT, T_REF, T_NORM, T_DYN, T_OPT, T_ACT, T_KV,
  T_KVH, T_TP) = range(len(TF))
@@ -78,7 +76,7 @@ T_MAXG, T_POOL, T_TRAIN, T_CKPT = range(len(TI))
 N_IDLE, N_FULL, N_HEAD = range(len(NF))
 N_POOL, N_RACK = range(len(NI))
 (S_MECH, S_AFFORD, S_RESERVE, S_VETO, S_GPN, S_OVERLAP, S_MBU, S_ROUND, S_RESTART, S_AMBIENT, S_RISE, S_DECAY, S_CRIT, S_SPAN,
- S_COSTW, S_RACKS, S_MFU) = range(len(SC))
+ S_COSTW, S_MFU) = range(len(SC))
 I_GPUS, I_BATCH, I_PREV, I_PRES, I_PREC = 0, 1, 2, 3, 4
 F_BID, F_QUEUE, F_REMAIN, F_BUDGET, F_ARR, F_TIE = range(len(IF))
 (O_PRICE, O_THROTTLE, O_MW, O_MG, O_MM, O_MO, O_MA, O_MKV, O_MTOT, O_MCAP, O_TPS, O_EFF, O_PROGRESS, O_SERVED, O_GOOD, O_ATTAIN,
@@ -111,7 +109,7 @@ def pack_static(st) -> tuple[np.ndarray, ...]:
     sc = np.array([
         st.mechanism, next(m for m in REGISTRY.values() if m.code == st.mechanism).afford_at_bid, st.reserve_price, st.veto, g, st.comm_overlap, st.mbu, st.round_seconds, st.restart_seconds,
         st.ambient_c, st.thermal_rise_at_tdp_c, np.exp(-st.round_seconds / st.thermal_tau_s), st.critical_temp_c,
-        st.critical_temp_c - st.throttle_temp_c, st.cost_weight, st.n_racks, st.mfu,
+        st.critical_temp_c - st.throttle_temp_c, st.cost_weight, st.mfu,
     ] + [float(c) for c in st.pool_capacity], np.float64)
     out = tuple(np.ascontiguousarray(a) for a in (tf, ti, tg, nf, ni, sc))
     for a in out:

@@ -14,7 +14,7 @@ Each GPU type is a pool cleared on its own (``docs/model.md`` section 4):
 Fractional shares become integers by the largest-remainder method (ties by the tie-break
 draw). :data:`REGISTRY` maps each name to its :class:`Mechanism`; the compiled round
 (:mod:`fleet_marl.kernel.engine`) branches on the code and raises on a code it does not
-know. Adding a mechanism is an entry here, a branch in ``engine._clear_pool`` and its name in
+know. Adding a mechanism is an entry here, a branch in ``engine._clear_pools`` and its name in
 ``fleet_marl.config.MECHANISMS`` (``tests/test_registries.py`` checks that the three agree).
 """
 

@@ -100,10 +100,6 @@ class KernelStatic:
         #: what the compiled round reads (``engine.pack_static``)
         object.__setattr__(self, "packed", pack_static(self))
 
-    @property
-    def mechanism_name(self) -> str:
-        return next(m.name for m in mechanisms.REGISTRY.values() if m.code == self.mechanism)
-
     @staticmethod
     def from_config(cfg: FleetConfig) -> "KernelStatic":
         cl = cfg.cluster

@@ -135,7 +135,7 @@ class Outcome:
     @classmethod
     def of(cls, fields_: dict) -> "Outcome":
         """An Outcome of the arrays in ``fields_`` (every field, by name), without the
-        dataclass ``__init__`` (43 frozen-attribute writes): the kernel builds one per call."""
+        dataclass ``__init__`` (40 frozen-attribute writes): the kernel builds one per call."""
         if len(fields_) != len(_OUTCOME_FIELDS):
             missing = set(_OUTCOME_FIELDS) ^ set(fields_)
             raise TypeError(f"Outcome.of: fields {sorted(missing)} missing or unknown")

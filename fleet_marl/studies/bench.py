@@ -53,8 +53,7 @@ SCHEMES = ("local", "difference")
 KERNEL_BATCHES = (1, 64, 1024, 16384)
 KERNEL_N = 16
 SHAPLEY_N = 8
-#: Agent-steps of the memory run (the issue's 10^6; --quick runs a tenth).
-#: Vector-env agent-steps of the memory run (the issue's 10^7; --quick runs a tenth).
+#: Vector-env agent-steps of the memory run (the issue's 10^7; --quick runs a hundredth).
 RSS_AGENT_STEPS = 10_000_000
 #: Clusters of the vector-env measurements.
 VECTOR_B = 256
