@@ -320,10 +320,11 @@ def _clear_pools(b, q_caps, tf, ti, sc, ins_f, req, alloc, mult, caps, got, w, l
 
 
 @jit
-def _place(alloc, ti, ni, gpn, gon, free, avail, order, by_free, neg_avail, count):
+def _place(alloc, ti, ni, gpn, gon, free, avail, order, by_free, neg_avail, count, t_nodes, n_nodes):
     """Best-fit decreasing: tenants largest first (ties by index); one that fits on a node of
     its pool goes to the fullest such node, one that fits on none takes the emptiest nodes
-    first. Fills ``gon`` (T, K)."""
+    first. Fills ``gon`` (T, K), and for each tenant ``t`` the nodes it runs on,
+    ``t_nodes[t, :n_nodes[t]]`` (so that the round's loops over placements skip empty cells)."""
     T, K = gon.shape
     for k in range(K):
         free[k] = gpn
@@ -334,6 +335,7 @@ def _place(alloc, ti, ni, gpn, gon, free, avail, order, by_free, neg_avail, coun
             top = alloc[t]
         for k in range(K):
             gon[t, k] = 0
+        n_nodes[t] = 0
     for v in range(top + 1):  # count[v]: tenants granted exactly v (count has room for max_gpus + 1 values)
         count[v] = 0
     for t in range(T):
@@ -361,6 +363,8 @@ def _place(alloc, ti, ni, gpn, gon, free, avail, order, by_free, neg_avail, coun
         if best >= 0:
             gon[t, best] = a
             free[best] -= a
+            t_nodes[t, 0] = best
+            n_nodes[t] = 1
         else:
             for k in range(K):
                 neg_avail[k] = -float(avail[k])
@@ -373,6 +377,9 @@ def _place(alloc, ti, ni, gpn, gon, free, avail, order, by_free, neg_avail, coun
                 taken += fk
                 gon[t, k] = take
                 free[k] -= take
+                if take > 0:
+                    t_nodes[t, n_nodes[t]] = k
+                    n_nodes[t] += 1
 
 
 @jit
@@ -413,6 +420,8 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
     by_free = np.empty(K, np.int64)
     neg_avail = np.empty(K)
     running = np.empty(T, np.bool_)
+    t_nodes = np.empty((T, K), np.int64)
+    n_nodes = np.empty(T, np.int64)
     activity = np.empty(T)
     work_rate = np.empty(T)
     avail_s = np.empty(T)
@@ -451,7 +460,7 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
                 asked = 0
             req[t] = asked
         _clear_pools(b, q_caps, tf, ti, sc, ins_f, req, alloc, mult, caps, got, w, level, order, frac, zeros)
-        _place(alloc, ti, ni, gpn, rg, free, avail, order, by_free, neg_avail, count)
+        _place(alloc, ti, ni, gpn, rg, free, avail, order, by_free, neg_avail, count, t_nodes, n_nodes)
         # --- per tenant: numerics, memory, throughput ----------------------------------------
         for t in range(T):
             # stage 1 depends on the tenant and its precision map only: reuse it when the map is the
@@ -482,10 +491,7 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
                 ri[OI_PREC + g, t] = c_run[t, g]
             n = alloc[t]
             has = n > 0
-            nodes = 0
-            for k in range(K):
-                if rg[t, k] > 0:
-                    nodes += 1
+            nodes = n_nodes[t]
             ri[OI_NODES, t] = nodes
             restarted = (n != ins_i[I_PREV, b, t]) and has
             rb[OB_RESTART, t] = restarted
@@ -544,9 +550,9 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
             node_dyn[k] = 0.0
         for t in range(T):
             d = tf[t, T_DYN] * activity[t]
-            for k in range(K):
-                if rg[t, k] != 0:
-                    node_dyn[k] += rg[t, k] * d
+            for i in range(n_nodes[t]):
+                k = t_nodes[t, i]
+                node_dyn[k] += rg[t, k] * d
         for r in range(R):
             rack_dyn[r] = 0.0
         for k in range(K):
@@ -577,12 +583,12 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
             pthr = False
             tthr = False
             trip = False
-            for k in range(K):
-                if rg[t, k] > 0:
-                    fac = min(fac, f_node[k])
-                    pthr = pthr or f_cap[k] < 1.0
-                    tthr = tthr or f_heat[k] < 1.0
-                    trip = trip or t_pred[k] >= crit or dead[k]
+            for i in range(n_nodes[t]):
+                k = t_nodes[t, i]
+                fac = min(fac, f_node[k])
+                pthr = pthr or f_cap[k] < 1.0
+                tthr = tthr or f_heat[k] < 1.0
+                trip = trip or t_pred[k] >= crit or dead[k]
             if fac == np.inf:
                 fac = 1.0
             run = running[t] and not trip

@@ -172,17 +172,12 @@ def waterfill(caps, weights, equal, capacity, tiebreak, got, w, level, order, fr
         got[t] = base
         left -= base
         frac[t] = x - base if base < caps[t] else -1.0
-    if left > 0:  # the `left` largest remainders (ties by the draw, then index) get one more; level marks who was picked
-        for t in range(T):
-            level[t] = 0.0
+    if left > 0:  # the `left` largest remainders (ties by the draw, then index) get one more
+        sort_by(order, zeros, frac, tiebreak, 2)
         for r in range(min(left, T)):
-            best = -1
-            for t in range(T):
-                if level[t] == 0.0 and (best < 0 or before(t, best, zeros, frac, tiebreak, 2)):
-                    best = t
-            level[best] = 1.0
-            if got[best] < caps[best]:
-                got[best] += 1
+            t = order[r]
+            if got[t] < caps[t]:
+                got[t] += 1
 
 
 @jit
