@@ -45,6 +45,9 @@ traces are cached per (absolute path, mtime, size) and their arrays are read-onl
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import numba as nb
 import numpy as np
 
 from fleet_marl.config import WorkloadSpec
@@ -71,20 +74,125 @@ def mean_per_round(spec: WorkloadSpec, kind: str, round_seconds: float) -> float
     return spec.rate * round_seconds if kind == "serve" else spec.rate / 3600.0 * round_seconds
 
 
-def burst_chain(n_rounds: int, burst_fraction: float, burst_rounds: float, rng: np.random.Generator) -> np.ndarray:
-    """(n_rounds,) bool: the on/off state of the two-state burst chain in each round."""
+def _chain_rates(burst_fraction: float, burst_rounds: float, n_rounds: int = 0) -> tuple[float, float]:
+    """``(p, q)``: the burst chain's P(off -> on) and P(on -> off), or a ``ValueError``."""
     if not 0.0 < burst_fraction < 1.0 or burst_rounds < 1.0 or n_rounds < 0:
         raise ValueError(f"burst_chain({n_rounds}, {burst_fraction}, {burst_rounds}): expected n_rounds >= 0, "
                          "burst_fraction in (0, 1), burst_rounds >= 1")
     q = 1.0 / burst_rounds
-    p = min(1.0, q * burst_fraction / (1.0 - burst_fraction))
-    u = rng.random(n_rounds)
+    return min(1.0, q * burst_fraction / (1.0 - burst_fraction)), q
+
+
+def burst_chain(n_rounds: int, burst_fraction: float, burst_rounds: float, rng: np.random.Generator) -> np.ndarray:
+    """(n_rounds,) bool: the on/off state of the two-state burst chain in each round."""
+    p, q = _chain_rates(burst_fraction, burst_rounds, n_rounds)
     on = np.empty(n_rounds, dtype=bool)
-    state = True
-    for t in range(n_rounds):
-        state = u[t] < p / (p + q) if t == 0 else (u[t] >= q if state else u[t] < p)
-        on[t] = state
+    _chain(rng, p, q, on)
     return on
+
+
+@nb.njit(cache=True, nogil=True)
+def _chain(rng, p, q, on):
+    """Fill ``on`` with the chain's states: one uniform draw per round, S_0 from the stationary law."""
+    state = True
+    for t in range(on.shape[0]):
+        u = rng.random()
+        state = u < p / (p + q) if t == 0 else (u >= q if state else u < p)
+        on[t] = state
+
+
+#: How a tenant's arrivals are drawn (``Schedules.code``).
+POISSON_OF_LAM, BURSTY, REPLAY = 0, 1, 2
+
+
+class Schedules(NamedTuple):
+    """How to draw the arrival schedules of T tenants over ``n`` rounds (:func:`schedules`),
+    as arrays for the compiled draw. ``lam`` (T, n) is each round's Poisson mean (poisson,
+    diurnal) or the replayed counts (trace); bursty tenants draw ``lam_on`` / ``lam_off`` by
+    their chain, their own (``p``, ``q``) or the shared one."""
+
+    code: np.ndarray  # (T,) int64 POISSON_OF_LAM, BURSTY or REPLAY
+    lam: np.ndarray  # (T, n) float64
+    lam_on: np.ndarray  # (T,) float64
+    lam_off: np.ndarray  # (T,) float64
+    p: np.ndarray  # (T,) float64 own chain: P(off -> on)
+    q: np.ndarray  # (T,) float64 own chain: P(on -> off)
+    shared: np.ndarray  # (T,) bool follows the shared chain
+    shared_pq: np.ndarray  # (2,) float64 the shared chain's (p, q)
+
+
+def schedules(specs, kinds, n_rounds: int, round_seconds: float) -> Schedules:
+    """The :class:`Schedules` of tenants with workloads ``specs`` and ``kinds``. The shared
+    burst chain follows the first tenant with ``burst_shared`` (else the first tenant)."""
+    if n_rounds < 0 or not round_seconds > 0:
+        raise ValueError(f"n_rounds = {n_rounds}, round_seconds = {round_seconds}: expected >= 0 and > 0")
+    T = len(specs)
+    out = Schedules(np.zeros(T, np.int64), np.zeros((T, n_rounds)), np.zeros(T), np.zeros(T), np.zeros(T), np.zeros(T),
+                    np.zeros(T, bool), np.zeros(2))
+    lead = next((w for w in specs if w.burst_shared), specs[0])
+    out.shared_pq[:] = _chain_rates(lead.burst_fraction, lead.burst_rounds)
+    for i, (spec, kind) in enumerate(zip(specs, kinds)):
+        _check_kind(kind)
+        if spec.pattern == "trace":
+            out.code[i] = REPLAY
+            out.lam[i] = _trace_counts(spec, kind, n_rounds, round_seconds)
+            continue
+        m = mean_per_round(spec, kind, round_seconds)
+        if spec.pattern == "poisson":
+            out.lam[i] = m
+        elif spec.pattern == "bursty":
+            f, k = spec.burst_fraction, spec.burst_factor
+            out.code[i] = BURSTY
+            out.lam_off[i] = m / (f * k + 1.0 - f)
+            out.lam_on[i] = k * out.lam_off[i]
+            out.p[i], out.q[i] = _chain_rates(f, spec.burst_rounds)
+            out.shared[i] = spec.burst_shared
+        elif spec.pattern == "diurnal":
+            t = np.arange(n_rounds) + 0.5
+            out.lam[i] = m * (1.0 + spec.diurnal_amplitude * np.sin(2.0 * np.pi * t * round_seconds / spec.diurnal_period_s))
+        else:
+            raise ValueError(f"pattern = {spec.pattern!r}: expected poisson, bursty, diurnal or trace")
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def _draw(rng, code, lam, lam_on, lam_off, p, q, shared, chain, own, out):
+    """One tenant's schedule into ``out`` (n,): Poisson draws in round order (``chain`` the
+    shared chain, ``own`` scratch for a private one)."""
+    n = out.shape[0]
+    if code == REPLAY:
+        for r in range(n):
+            out[r] = lam[r]
+        return
+    if code == BURSTY:
+        if not shared:
+            _chain(rng, p, q, own)
+            chain = own
+        for r in range(n):
+            out[r] = rng.poisson(lam_on if chain[r] else lam_off)
+        return
+    for r in range(n):
+        out[r] = rng.poisson(lam[r])
+
+
+@nb.njit(cache=True, nogil=True)
+def draw_cluster(rng, code, lam, lam_on, lam_off, p, q, shared, shared_pq, out, extra):
+    """One cluster's episode from ``rng``: the shared burst chain (always drawn, so the stream
+    does not depend on the flags), each tenant's schedule into ``out`` (n, T), then ``extra``
+    (m, T) uniform draws in row order (the env's tie-breaks: the same numbers as ``m`` calls
+    of ``rng.random(T)``)."""
+    n, T = out.shape
+    chain = np.empty(n, np.bool_)
+    own = np.empty(n, np.bool_)
+    one = np.empty(n)
+    _chain(rng, shared_pq[0], shared_pq[1], chain)
+    for i in range(T):
+        _draw(rng, code[i], lam[i], lam_on[i], lam_off[i], p[i], q[i], shared[i], chain, own, one)
+        for r in range(n):
+            out[r, i] = one[r]
+    for r in range(extra.shape[0]):
+        for i in range(T):
+            extra[r, i] = rng.random()
 
 
 def _trace_counts(spec: WorkloadSpec, kind: str, n_rounds: int, round_seconds: float) -> np.ndarray:
@@ -105,34 +213,20 @@ def arrival_schedule(spec: WorkloadSpec, kind: str, n_rounds: int, round_seconds
     """(n_rounds,) float64 integer-valued arrival counts for one tenant (see the module docstring).
 
     ``shared_bursts`` is the (n_rounds,) bool chain used instead of a private one when
-    ``spec.burst_shared``; ``rng`` is not used for ``trace``.
+    ``spec.burst_shared``; ``rng`` is not used for ``trace``. The env draws a whole cluster at
+    once (:func:`draw_cluster`) with the same compiled draws.
     """
-    _check_kind(kind)
-    if n_rounds < 0 or not round_seconds > 0:
-        raise ValueError(f"n_rounds = {n_rounds}, round_seconds = {round_seconds}: expected >= 0 and > 0")
-    if spec.pattern == "trace":
-        return _trace_counts(spec, kind, n_rounds, round_seconds)
-    m = mean_per_round(spec, kind, round_seconds)
-    if spec.pattern == "poisson":
-        lam = np.full(n_rounds, m)
-    elif spec.pattern == "bursty":
-        if spec.burst_shared and shared_bursts is not None:
-            chain = np.asarray(shared_bursts, dtype=bool)
-            if chain.shape != (n_rounds,):
-                raise ValueError(f"shared_bursts has shape {chain.shape}: expected ({n_rounds},)")
-        else:
-            chain = burst_chain(n_rounds, spec.burst_fraction, spec.burst_rounds, rng)
-        f, k = spec.burst_fraction, spec.burst_factor
-        lam_off = m / (f * k + 1.0 - f)
-        lam = np.where(chain, k * lam_off, lam_off)
-    elif spec.pattern == "diurnal":
-        t = np.arange(n_rounds) + 0.5
-        lam = m * (1.0 + spec.diurnal_amplitude * np.sin(2.0 * np.pi * t * round_seconds / spec.diurnal_period_s))
-    else:
-        raise ValueError(f"pattern = {spec.pattern!r}: expected poisson, bursty, diurnal or trace")
-    return rng.poisson(lam).astype(np.float64)
-
+    sc = schedules([spec], [kind], n_rounds, round_seconds)
+    shared = bool(sc.shared[0]) and shared_bursts is not None
+    chain = np.zeros(n_rounds, bool)
+    if shared:
+        chain = np.asarray(shared_bursts, dtype=bool)
+        if chain.shape != (n_rounds,):
+            raise ValueError(f"shared_bursts has shape {chain.shape}: expected ({n_rounds},)")
+    out = np.empty(n_rounds)
+    _draw(rng, sc.code[0], sc.lam[0], sc.lam_on[0], sc.lam_off[0], sc.p[0], sc.q[0], shared, chain, np.empty(n_rounds, bool), out)
+    return out
 
 __all__ = ["AZURE_HEADER", "AzureTrace", "JobTrace", "KINDS", "POLLUX_APPLICATIONS", "POLLUX_HEADER", "PolluxTrace", "RequestTrace",
-           "TRACES_ENV", "TRACE_KIND", "TraceError", "arrival_schedule", "burst_chain", "mean_per_round", "read_azure",
-           "read_pollux", "read_trace", "resolve_trace", "trace_stats", "traces_dir"]
+           "Schedules", "TRACES_ENV", "TRACE_KIND", "TraceError", "arrival_schedule", "burst_chain", "draw_cluster",
+           "mean_per_round", "read_azure", "read_pollux", "read_trace", "resolve_trace", "schedules", "trace_stats", "traces_dir"]

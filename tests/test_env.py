@@ -33,11 +33,10 @@ def masked_random(env, infos, rng):
 
 def pre_step(env):
     """What the next step will use: state, draws (from a copy of the env's generator), live."""
-    rng = copy.deepcopy(env._rng)  # white box: the tie-break draws have no public view
     st = env.kernel_static
     live = np.array([a in env.agents for a in env.possible_agents])
     requests = np.where(st.is_train, 0.0, env.arrival_schedule[env.round])
-    draws = Draws(arrivals=np.where(live, requests, 0.0), tiebreak=rng.random(st.T))
+    draws = Draws(arrivals=np.where(live, requests, 0.0), tiebreak=env._s.tiebreak[0, env.round].copy())  # white box: the round's tie-breaks, drawn at reset, have no public view
     state = RoundState(**{k: np.array(getattr(env.round_state, k)) for k in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left")})
     return state, draws, live
 
@@ -818,3 +817,27 @@ def test_work_finished_on_the_last_round_is_truncation():
         obs, rew, term, trunc, infos = env.step({"tenant_0": env.default_action_index[0]})
     assert infos["tenant_0"]["episode"]["jobs_done"] == 1
     assert trunc["tenant_0"] is True and term["tenant_0"] is False
+
+
+@pytest.mark.parametrize("played", [0, 5])
+def test_reset_without_seed_continues_the_stream_as_if_each_round_drew_its_tiebreaks(played):
+    """reset() draws the episode's schedule and every round's tie-breaks at once; a reset
+    without a seed hands back the tie-breaks the last episode did not use, so the next
+    schedule comes from where round-by-round draws would have left the generator."""
+    from fleet_marl import workloads
+
+    env = fleet_marl.parallel_env(task="medium")
+    env.reset(seed=3)
+    for _ in range(played):
+        env.step({a: env.action_space(a).sample(mask=env.action_mask(a)) for a in env.agents})
+    env.reset()
+    cfg = env.config
+    sc = workloads.schedules([t.workload for t in cfg.tenants], [t.kind for t in cfg.tenants], cfg.max_cycles, cfg.cluster.round_seconds)
+    n, T = cfg.max_cycles, len(cfg.tenants)
+    g = np.random.default_rng(np.random.SeedSequence(3).spawn(2)[0])
+    first, second = np.empty((n, T)), np.empty((n, T))
+    args = (sc.code, sc.lam, sc.lam_on, sc.lam_off, sc.p, sc.q, sc.shared, sc.shared_pq)
+    workloads.draw_cluster(g, *args, first, np.empty((played, T)))  # the first episode: its schedule, then `played` rounds of draws
+    workloads.draw_cluster(g, *args, second, np.empty((n, T)))
+    np.testing.assert_array_equal(env.arrival_schedule, second)
+    assert not np.array_equal(first, second)

@@ -10,9 +10,11 @@ kernel call with every counterfactual row of every cluster (:class:`~fleet_marl.
 fair shares and the fairness detector, reward shaping, request and job queues (one home each:
 serving requests in the kernel's ``queue`` plus the detector's FIFO of their arrival rounds;
 training jobs in ``pending``, counts by arrival round), terminations and observations.
-Randomness comes from one ``numpy.random.Generator`` per cluster for the env (arrival
-schedules at reset, tie-breaks each round) and one for credit (sampled Shapley permutations),
-so a cluster's trajectory depends on nothing but its own seed.
+Randomness comes from one ``numpy.random.Generator`` per cluster for the env and one for credit
+(sampled Shapley permutations), so a cluster's trajectory depends on nothing but its own seed.
+:func:`reset` draws an episode's arrival schedules and every round's tie-breaks in one compiled
+call (``workloads.draw_cluster``), in the order rounds would draw them; the tie-breaks an
+episode did not use are handed back (the generator is rewound) before the next episode draws.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from fleet_marl.environment import observations, scenario
 from fleet_marl.environment.spaces import ActionMasks, action_nvec, decode_actions
 from fleet_marl.fairness import FairnessState, lowest_precision
 from fleet_marl.kernel import Actions, Draws, KernelStatic, Outcome, RoundState
-from fleet_marl.workloads import arrival_schedule, burst_chain, resolve_trace
+from fleet_marl.workloads import Schedules, draw_cluster, resolve_trace, schedules
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class CoreStatic:
     schemes: tuple[str, ...]  # the schemes computed each round
     scheme: str  # the one that is the reward
     credit: CreditEngine
+    schedules: Schedules  # how each tenant's arrivals are drawn at reset
 
     @staticmethod
     def from_config(cfg: FleetConfig) -> "CoreStatic":
@@ -68,6 +71,7 @@ class CoreStatic:
             default_actions=default_actions, rounds_alone=scenario.job_rounds_alone(st, default_actions),
             lowest=lowest_precision(st.supported, st.is_train), observer=observations.Observer(st, cfg, bid_levels),
             schemes=schemes, scheme=cfg.reward.scheme, credit=CreditEngine(st, cfg.reward, schemes, default_actions),
+            schedules=schedules([t.workload for t in cfg.tenants], [t.kind for t in cfg.tenants], cfg.max_cycles, cfg.cluster.round_seconds),
         )
 
     @property
@@ -99,6 +103,7 @@ class EnvState:
     pending: np.ndarray  # (B, T, n) int64 jobs queued behind it, by arrival round
     backlog_n: np.ndarray  # (B, T) int64 jobs queued behind it
     schedule: np.ndarray  # (B, n, T) float64 arrivals per round drawn at reset (requests or jobs)
+    tiebreak: np.ndarray  # (B, n, T) float64 each round's tie-break draws, drawn at reset after the schedule
     future: np.ndarray  # (B, n + 1, T) float64 arrivals in rounds t .. n-1
     fair: np.ndarray  # (B, T) float64 this round's fair shares
     has_last: np.ndarray  # (B,) bool a round has been played this episode
@@ -108,6 +113,7 @@ class EnvState:
     fairness: FairnessState
     last: Outcome | None = None  # the last round's outcome, leading (B,) (read where has_last)
     last_arrivals: np.ndarray | None = None  # (B, T) float64 the last round's serving arrivals (``zeros`` fills it)
+    drawn_from: list | None = None  # (B,) the generator each cluster's tie-breaks came from (``zeros`` fills it)
 
     @staticmethod
     def zeros(cs: CoreStatic, B: int) -> "EnvState":
@@ -116,9 +122,9 @@ class EnvState:
             round=np.zeros(B, np.int64), live=np.zeros((B, T), bool), prev_alloc=np.zeros((B, T), np.int64), temp_c=np.zeros((B, st.K)),
             queue=np.zeros((B, T)), remaining=np.zeros((B, T)), budget=np.zeros((B, T)), has_job=np.zeros((B, T), bool),
             job_born=np.full((B, T), -1, np.int64), pending=np.zeros((B, T, n), np.int64), backlog_n=np.zeros((B, T), np.int64),
-            schedule=np.zeros((B, n, T)), future=np.zeros((B, n + 1, T)), fair=np.zeros((B, T)), has_last=np.zeros(B, bool),
+            schedule=np.zeros((B, n, T)), tiebreak=np.zeros((B, n, T)), future=np.zeros((B, n + 1, T)), fair=np.zeros((B, T)), has_last=np.zeros(B, bool),
             ret=np.zeros((B, T)), utility_sum=np.zeros((B, T)), rounds=np.zeros((B, T), np.int64), fairness=FairnessState.zeros(B, T, n),
-            last_arrivals=np.zeros((B, T)),
+            last_arrivals=np.zeros((B, T)), drawn_from=[None] * B,
         )
 
     @property
@@ -152,16 +158,16 @@ def reset(cs: CoreStatic, s: EnvState, clusters, rngs) -> None:
     schedule from its generator in ``rngs`` (a sequence indexed like the clusters)."""
     cfg, st = cs.config, cs.kernel
     n = cs.max_cycles
-    cl = cfg.cluster
     clusters = np.asarray(clusters, np.int64)
+    sc = cs.schedules
     for b in clusters:
         rng = rngs[b]
-        # one on/off burst chain shared by every tenant with burst_shared (the first such
-        # tenant's parameters), drawn always so the stream does not depend on the flags
-        wl = next((t.workload for t in cfg.tenants if t.workload.burst_shared), cfg.tenants[0].workload)
-        shared = burst_chain(n, wl.burst_fraction, wl.burst_rounds, rng)
-        for i, t in enumerate(cfg.tenants):
-            s.schedule[b, :, i] = arrival_schedule(t.workload, t.kind, n, cl.round_seconds, rng, shared)
+        if s.drawn_from[b] is rng:  # hand back the tie-breaks the last episode did not use: the
+            unused = (n - int(s.round[b])) * cs.T  # stream goes on as if each round drew its own
+            if unused:
+                rng.bit_generator.advance(-unused)
+        draw_cluster(rng, sc.code, sc.lam, sc.lam_on, sc.lam_off, sc.p, sc.q, sc.shared, sc.shared_pq, s.schedule[b], s.tiebreak[b])
+        s.drawn_from[b] = rng
         future = np.cumsum(s.schedule[b, ::-1], axis=0)[::-1]  # future[t] = arrivals in rounds t..n-1
         s.future[b, :n] = future
         s.future[b, n] = 0.0
@@ -204,9 +210,9 @@ def has_work(cs: CoreStatic, s: EnvState, arrivals: np.ndarray | None = None, up
     return work
 
 
-def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, rngs, credit_rngs) -> StepResult:
+def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, credit_rngs) -> StepResult:
     """Play one round in every cluster: ``idx`` (B, T, 8) checked action indices (ignored for
-    tenants not live); ``rngs`` / ``credit_rngs`` each cluster's generators. Updates ``s`` in
+    tenants not live); ``credit_rngs`` each cluster's credit generator. Updates ``s`` in
     place and returns the round's :class:`StepResult`; the observations of the round ahead
     are :func:`observe` (``live`` is updated last, so they show who acted)."""
     st, cfg = cs.kernel, cs.config
@@ -218,7 +224,7 @@ def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, rngs, credit_rngs) -> Ste
     scheduled = s.schedule[rows, np.minimum(t, cs.max_cycles - 1)]  # (B, T) this round's arrivals: requests or jobs
     requests = np.where(st.is_train, 0.0, scheduled)
     arrivals = np.where(live, requests, 0.0)
-    tiebreak = np.stack([rngs[b].random(T) for b in range(B)])
+    tiebreak = s.tiebreak[rows, t]  # rounds are < max_cycles while a tenant is live
     work = has_work(cs, s, arrivals)
     state = s.round_state()
     t0 = perf_counter()

@@ -150,7 +150,7 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
             raise RuntimeError("step() called after every agent finished: call env.reset() to start a new episode")
         idx, illegal = self._validate(actions)
         cs, s = self._core, self._s
-        r = core.step(cs, s, idx[None], [self._rng], [self._credit_rng])
+        r = core.step(cs, s, idx[None], [self._credit_rng])
         self.credit_seconds += r.credit_seconds
         self.last_credit_seconds = r.credit_seconds
         self.steps_taken += 1

@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import gymnasium
+import numba as nb
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
@@ -123,7 +124,7 @@ class FleetVectorEnv:
             raise RuntimeError("step() called before reset(): call venv.reset(seed=...) first")
         cs, s = self._core, self._s
         idx, illegal = self._validate(actions)
-        r = core.step(cs, s, idx, self._rngs, self._credit_rngs)
+        r = core.step(cs, s, idx, self._credit_rngs)
         obs = core.observe(cs, s)
         core.finish(s, r)
         infos = self._infos_step(r, illegal)
@@ -199,23 +200,15 @@ class FleetVectorEnv:
             raise ActionError("actions", "dtype", None if a is None else a.dtype, f"an integer array of shape ({B}, {T}, {N_ACT})")
         if a.shape != (B, T, N_ACT):
             raise ActionError("actions", "shape", a.shape, f"({B}, {T}, {N_ACT}): clusters, tenants, {', '.join(ACTION_FIELDS)}")
-        live = s.live
-        if np.issubdtype(a.dtype, np.floating):
-            bad = live[..., None] & ~(np.isfinite(a) & (a == np.round(np.where(np.isfinite(a), a, 0))))
-            if bad.any():
-                b, t, k = (int(x) for x in np.argwhere(bad)[0])
-                raise ActionError(f"cluster {b}, tenant_{t}", f"action[{k}] ({ACTION_FIELDS[k]})", float(a[b, t, k]), "an integer")
-        out_of_range = live[..., None] & ((a < 0) | (a >= cs.nvec[None]))
-        if out_of_range.any():
-            b, t, k = (int(x) for x in np.argwhere(out_of_range)[0])
+        idx = np.empty((B, T, N_ACT), np.int64)
+        illegal = np.empty((B, T), bool)
+        code, b, t, k = _check_indices(a, s.live, cs.nvec, cs.default_index, cs.masks.prec_legal, cs.min_unit, s.budget,
+                                       self.illegal_action == "raise", idx, illegal)
+        if code == _NOT_INTEGER:
+            raise ActionError(f"cluster {b}, tenant_{t}", f"action[{k}] ({ACTION_FIELDS[k]})", float(a[b, t, k]), "an integer")
+        if code == _OUT_OF_RANGE:
             raise ActionError(f"cluster {b}, tenant_{t}", f"action[{k}] ({ACTION_FIELDS[k]})", a[b, t, k].item(), f"an integer in [0, {cs.nvec[t, k] - 1}]")
-        idx = np.where(live[..., None], a, cs.default_index[None]).astype(np.int64)
-        prec_bad = ~cs.masks.prec_legal[np.arange(T)[None, :, None], idx[..., PREC]]  # (B, T, G)
-        gpus_bad = idx[..., 0] * cs.min_unit > s.budget
-        illegal = live & (prec_bad.any(-1) | gpus_bad)
-        if illegal.any() and self.illegal_action == "raise":
-            b, t = (int(x) for x in np.argwhere(illegal)[0])
-            k = 0 if gpus_bad[b, t] else 2 + int(np.argmax(prec_bad[b, t]))
+        if code == _NOT_ALLOWED:
             raise ActionError(f"cluster {b}, tenant_{t}", f"action[{k}] ({ACTION_FIELDS[k]})", int(idx[b, t, k]),
                               "a choice the action mask allows (see infos['action_mask'])")
         return idx, illegal
@@ -256,6 +249,57 @@ class FleetVectorEnv:
             infos[k] = np.asarray(getattr(o, k))
         self._masks_into(infos)
         return infos
+
+
+_OK, _NOT_INTEGER, _OUT_OF_RANGE, _NOT_ALLOWED = range(4)
+_G = PREC.stop - PREC.start
+assert PREC.start == 2
+
+
+@nb.njit(cache=True, nogil=True)
+def _check_indices(a, live, nvec, default_index, prec_legal, min_unit, budget, stop_at_illegal, idx, illegal):
+    """Check the (B, T, 8) actions of live tenants in three passes, as the errors are ranked
+    (not an integer, out of range, not allowed by the mask), each in C order; fill ``idx``
+    (the defaults for tenants not live) and ``illegal`` (B, T). Returns ``(code, b, t, k)`` of
+    the first error, or ``(_OK, -1, -1, -1)``."""
+    B, T, A = a.shape
+    G = _G  # the precision dims are 2 .. 2 + G
+    for b in range(B):
+        for t in range(T):
+            if live[b, t]:
+                for k in range(A):
+                    x = a[b, t, k]
+                    if not (x == np.floor(x) and np.isfinite(x * 1.0)):
+                        return _NOT_INTEGER, b, t, k
+    for b in range(B):
+        for t in range(T):
+            if live[b, t]:
+                for k in range(A):
+                    if a[b, t, k] < 0 or a[b, t, k] >= nvec[t, k]:
+                        return _OUT_OF_RANGE, b, t, k
+    first = -1
+    for b in range(B):
+        for t in range(T):
+            if live[b, t]:
+                for k in range(A):
+                    idx[b, t, k] = int(a[b, t, k])
+            else:
+                for k in range(A):
+                    idx[b, t, k] = default_index[t, k]
+            bad_gpus = live[b, t] and idx[b, t, 0] * min_unit[t] > budget[b, t]
+            bad_g = -1
+            if live[b, t]:
+                for g in range(G):
+                    if not prec_legal[t, idx[b, t, 2 + g]]:
+                        bad_g = g
+                        break
+            illegal[b, t] = bad_gpus or bad_g >= 0
+            if illegal[b, t] and first < 0:
+                first = b * T + t
+                k_first = 0 if bad_gpus else 2 + bad_g
+    if first >= 0 and stop_at_illegal:
+        return _NOT_ALLOWED, first // T, first % T, k_first
+    return _OK, -1, -1, -1
 
 
 def vector_env(num_envs: int = 1, task: str | None = None, config=None, **overrides: Any) -> FleetVectorEnv:
