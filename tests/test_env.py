@@ -3,7 +3,6 @@ input, termination and truncation, masks, starvation and degenerate strategies."
 
 from __future__ import annotations
 
-import copy
 import itertools
 import pickle
 from math import factorial

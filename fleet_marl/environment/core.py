@@ -155,8 +155,8 @@ class StepResult:
 
 def reset(cs: CoreStatic, s: EnvState, clusters, rngs) -> None:
     """Start a new episode in each of ``clusters`` (indices into B), drawing its arrival
-    schedule from its generator in ``rngs`` (a sequence indexed like the clusters)."""
-    cfg, st = cs.config, cs.kernel
+    schedule and its tie-breaks from its generator in ``rngs`` (a sequence indexed like the clusters)."""
+    st = cs.kernel
     n = cs.max_cycles
     clusters = np.asarray(clusters, np.int64)
     sc = cs.schedules
@@ -216,7 +216,7 @@ def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, credit_rngs) -> StepResul
     place and returns the round's :class:`StepResult`; the observations of the round ahead
     are :func:`observe` (``live`` is updated last, so they show who acted)."""
     st, cfg = cs.kernel, cs.config
-    B, T = s.B, cs.T
+    B = s.B
     rows = np.arange(B)
     t = s.round.copy()
     live = s.live.copy()
