@@ -399,50 +399,44 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
     ambient, rise, decay, crit, span = sc[S_AMBIENT], sc[S_RISE], sc[S_DECAY], sc[S_CRIT], sc[S_SPAN]
     mbu, overlap = sc[S_MBU], sc[S_OVERLAP]
     gpn = int(sc[S_GPN])
-    # one row's results, copied out for the rows that keep everything
-    rf = np.empty((len(OF), T))
-    ri = np.empty((len(OI), T), np.int64)
-    rb = np.empty((len(OB), T), np.bool_)
-    rg = np.empty((T, K), np.int64)
-    rk = np.empty((2, K))
-    rr = np.empty(R)
-    # scratch
-    caps = np.empty(T, np.int64)
-    got = np.empty(T, np.int64)
-    w = np.empty(T)
-    level = np.empty(T)
-    order = np.empty(T, np.int64)
-    frac = np.empty(T)
-    mult = np.empty(T)
-    zeros = np.zeros(T)
-    free = np.empty(K, np.int64)
-    avail = np.empty(K, np.int64)
-    by_free = np.empty(K, np.int64)
-    neg_avail = np.empty(K)
-    running = np.empty(T, np.bool_)
-    t_nodes = np.empty((T, K), np.int64)
-    n_nodes = np.empty(T, np.int64)
-    activity = np.empty(T)
-    work_rate = np.empty(T)
-    avail_s = np.empty(T)
-    t_dec_a = np.empty(T)
-    prefill_a = np.empty(T)
-    node_dyn = np.empty(K)
-    rack_dyn = np.empty(R)
-    f_cap = np.empty(K)
-    f_heat = np.empty(K)
-    f_node = np.empty(K)
-    t_pred = np.empty(K)
-    dead = np.empty(K, np.bool_)
-    prec = np.empty(G, np.int64)
-    prec_run = np.empty(G, np.int64)
-    count = np.empty(ti[:, T_MAXG].max() + 2, np.int64)
-    # each tenant's last stage 1: the precision map it was computed for, the map that ran, its terms
-    cached = np.zeros(T, np.bool_)
-    c_prec = np.empty((T, G), np.int64)
-    c_run = np.empty((T, G), np.int64)
-    c_terms = np.empty((T, 10))
-    c_flags = np.empty((T, 2), np.bool_)
+    # scratch in three blocks, one per dtype (a call of a few rows is dominated by allocations otherwise)
+    max_n = ti[:, T_MAXG].max()
+    nf_rows, ni_rows, nb_rows = len(OF) + 20, len(OI) + 4, len(OB) + 4
+    fl = np.empty(nf_rows * T + 8 * K + 2 * R)
+    it = np.empty(ni_rows * T + 3 * K + 2 * T * K + 2 * G + 2 * T * G + max_n + 2, np.int64)
+    bo = np.empty(nb_rows * T + K, np.bool_)
+    sf = fl[:nf_rows * T].reshape((nf_rows, T))  # one row's float results, per-tenant scratch, the stage-1 memo
+    skf = fl[nf_rows * T: nf_rows * T + 8 * K].reshape((8, K))  # one row's node outputs, then per-node scratch
+    sr = fl[nf_rows * T + 8 * K:].reshape((2, R))
+    o = ni_rows * T
+    si = it[:o].reshape((ni_rows, T))
+    ski = it[o: o + 3 * K].reshape((3, K))
+    o += 3 * K
+    sg = it[o: o + 2 * T * K].reshape((2, T, K))
+    o += 2 * T * K
+    precs = it[o: o + 2 * G].reshape((2, G))
+    o += 2 * G
+    c_precs = it[o: o + 2 * T * G].reshape((2, T, G))
+    o += 2 * T * G
+    count = it[o:]
+    sb = bo[:nb_rows * T].reshape((nb_rows, T))
+    dead = bo[nb_rows * T:]
+    rf, ri, rb, rk, rr, rg = sf[:len(OF)], si[:len(OI)], sb[:len(OB)], skf[:2], sr[0], sg[0]
+    f0 = len(OF)
+    w, level, frac, mult, zeros, activity, work_rate, avail_s, t_dec_a, prefill_a = (
+        sf[f0], sf[f0 + 1], sf[f0 + 2], sf[f0 + 3], sf[f0 + 4], sf[f0 + 5], sf[f0 + 6], sf[f0 + 7], sf[f0 + 8], sf[f0 + 9])
+    c_terms = sf[f0 + 10: f0 + 20]  # (10, T)
+    zeros[:] = 0.0
+    caps, got, order, n_nodes = si[len(OI)], si[len(OI) + 1], si[len(OI) + 2], si[len(OI) + 3]
+    running, cached, unsafe_c, invalid_c = sb[len(OB)], sb[len(OB) + 1], sb[len(OB) + 2], sb[len(OB) + 3]
+    cached[:] = False
+    neg_avail, node_dyn, f_cap, f_heat, f_node, t_pred = skf[2], skf[3], skf[4], skf[5], skf[6], skf[7]
+    free, by_free, avail = ski[0], ski[1], ski[2]
+    rack_dyn = sr[1]
+    t_nodes = sg[1]
+    prec, prec_run = precs[0], precs[1]
+    # each tenant's last stage 1: the precision map it was computed for (c_prec), the map that ran (c_run), its terms
+    c_prec, c_run = c_precs[0], c_precs[1]
     req = ri[OI_REQ]
     alloc = ri[OI_ALLOC]
     for b in range(B):
@@ -474,19 +468,19 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
             if not same:
                 unsafe, invalid, weights, grads, master, optimizer, psl, pss, tpt, kvr, comm, kvh = tenant_terms(
                     tf, ti, tg, t, prec, not veto, mfu, prec_run)
-                c_terms[t, 0], c_terms[t, 1], c_terms[t, 2], c_terms[t, 3] = weights, grads, master, optimizer
-                c_terms[t, 4], c_terms[t, 5], c_terms[t, 6], c_terms[t, 7] = psl, pss, tpt, kvr
-                c_terms[t, 8], c_terms[t, 9] = comm, kvh
-                c_flags[t, 0], c_flags[t, 1] = unsafe, invalid
+                c_terms[0, t], c_terms[1, t], c_terms[2, t], c_terms[3, t] = weights, grads, master, optimizer
+                c_terms[4, t], c_terms[5, t], c_terms[6, t], c_terms[7, t] = psl, pss, tpt, kvr
+                c_terms[8, t], c_terms[9, t] = comm, kvh
+                unsafe_c[t], invalid_c[t] = unsafe, invalid
                 for g in range(G):
                     c_prec[t, g] = prec[g]
                     c_run[t, g] = prec_run[g]
                 cached[t] = True
             else:
-                weights, grads, master, optimizer = c_terms[t, 0], c_terms[t, 1], c_terms[t, 2], c_terms[t, 3]
-                psl, pss, tpt, kvr = c_terms[t, 4], c_terms[t, 5], c_terms[t, 6], c_terms[t, 7]
-                comm, kvh = c_terms[t, 8], c_terms[t, 9]
-                unsafe, invalid = c_flags[t, 0], c_flags[t, 1]
+                weights, grads, master, optimizer = c_terms[0, t], c_terms[1, t], c_terms[2, t], c_terms[3, t]
+                psl, pss, tpt, kvr = c_terms[4, t], c_terms[5, t], c_terms[6, t], c_terms[7, t]
+                comm, kvh = c_terms[8, t], c_terms[9, t]
+                unsafe, invalid = unsafe_c[t], invalid_c[t]
             for g in range(G):
                 ri[OI_PREC + g, t] = c_run[t, g]
             n = alloc[t]
@@ -649,5 +643,37 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
                 rack[j, r] = rr[r]
 
 
-__all__ = ["IF", "II", "NF", "NI", "OB", "OF", "OI", "SC", "TF", "TI", "evaluate_rows", "fitting_batch", "memory_per_gpu", "pack_static", "roofline",
+
+@jit
+def evaluate_one(tf, ti, tg, nf, ni, sc, gpus, batch, prev_alloc, present, precision, bid, queue, remaining, budget, arrivals,
+                 tiebreak, temp_c, out_f, out_i, out_b, gon, out_k, rack, welfare):
+    """One row from unpacked inputs ((T,) each, ``precision`` (T, G), ``temp_c`` (K,)) into
+    outputs without the batch axis (``out_f`` (``len(OF)``, T), ..., ``gon`` (T, K), ``out_k``
+    (2, K), ``rack`` (R,), ``welfare`` ()): packs the inputs and runs :func:`evaluate_rows`
+    (one evaluation's time is mostly the call itself, so it is one call)."""
+    T = gpus.shape[0]
+    K = ni.shape[0]
+    ins_i = np.empty((len(II), 1, T), np.int64)
+    ins_f = np.empty((len(IF), 1, T))
+    temp = np.empty((1, K))
+    for t in range(T):
+        ins_i[I_GPUS, 0, t] = gpus[t]
+        ins_i[I_BATCH, 0, t] = batch[t]
+        ins_i[I_PREV, 0, t] = prev_alloc[t]
+        ins_i[I_PRES, 0, t] = present[t]
+        for g in range(G):
+            ins_i[I_PREC + g, 0, t] = precision[t, g]
+        ins_f[F_BID, 0, t] = bid[t]
+        ins_f[F_QUEUE, 0, t] = queue[t]
+        ins_f[F_REMAIN, 0, t] = remaining[t]
+        ins_f[F_BUDGET, 0, t] = budget[t]
+        ins_f[F_ARR, 0, t] = arrivals[t]
+        ins_f[F_TIE, 0, t] = tiebreak[t]
+    for k in range(K):
+        temp[0, k] = temp_c[k]
+    evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, np.zeros(1, np.int64), out_f.reshape((len(OF), 1, T)),
+                  out_i.reshape((len(OI), 1, T)), out_b.reshape((len(OB), 1, T)), gon.reshape((1, T, K)), out_k.reshape((2, 1, K)),
+                  rack.reshape((1, rack.shape[0])), welfare.reshape((1,)))
+
+__all__ = ["IF", "II", "NF", "NI", "OB", "OF", "OI", "SC", "TF", "TI", "evaluate_one", "evaluate_rows", "fitting_batch", "memory_per_gpu", "pack_static", "roofline",
            "tenant_terms"]

@@ -156,6 +156,8 @@ def evaluate(
     """
     if validate:
         actions, state, draws, present = _checked(st, actions, state, draws, present, on_invalid)
+    if _one_row(actions, state, draws, present):
+        return _evaluate_one(st, actions, state, draws, present)
     out, _ = evaluate_welfare(st, actions, state, draws, present)
     return out
 
@@ -168,6 +170,9 @@ def evaluate_welfare(
     ``(B,)``; default: every row, with the inputs' leading shape). Inputs are not checked.
     Credit assignment uses it: the grand coalition's outcome, and only the welfare of each
     counterfactual row."""
+    if full is None and _one_row(actions, state, draws, present):
+        out = _evaluate_one(st, actions, state, draws, present)
+        return out, out.welfare
     lead = _lead_shape(actions, state, draws, present)
     B = int(np.prod(lead)) if lead else 1
     if full is None:
@@ -249,7 +254,60 @@ def _checked(st, actions, state, draws, present, on_invalid):
     return actions, state, draws, present
 
 
+class _AllPresent(dict):
+    def __missing__(self, T):
+        self[T] = np.ones(T, bool)
+        self[T].setflags(write=False)
+        return self[T]
+
+
+_ALL_PRESENT = _AllPresent()  # T -> (T,) True, read-only
+_I64, _F64 = np.dtype(np.int64), np.dtype(np.float64)
+
+
+def _one_row(actions: Actions, state: RoundState, draws: Draws, present) -> bool:
+    """Are the inputs one row without a batch axis, as arrays of the compiled round's dtypes
+    (what :func:`check_actions` and friends return)? Then ``engine.evaluate_one`` takes them."""
+    try:
+        return (actions.gpus.ndim == actions.batch.ndim == state.prev_alloc.ndim == actions.bid.ndim == state.queue.ndim
+                == state.remaining_tokens.ndim == state.budget_left.ndim == draws.arrivals.ndim == draws.tiebreak.ndim
+                == state.temp_c.ndim == actions.precision.ndim - 1 == 1
+                and actions.gpus.dtype == actions.batch.dtype == state.prev_alloc.dtype == actions.precision.dtype == _I64
+                and actions.bid.dtype == state.queue.dtype == state.remaining_tokens.dtype == state.budget_left.dtype
+                == draws.arrivals.dtype == draws.tiebreak.dtype == state.temp_c.dtype == _F64
+                and (present is None or (present.ndim == 1 and present.dtype == bool))
+                and type(actions.gpus) is type(actions.batch) is type(state.prev_alloc) is type(actions.bid) is type(state.queue)
+                is type(state.remaining_tokens) is type(state.budget_left) is type(draws.arrivals) is type(draws.tiebreak)
+                is type(state.temp_c) is type(actions.precision) is np.ndarray)
+    except AttributeError:  # lists, scalars: the general path
+        return False
+
+
+def _evaluate_one(st, actions: Actions, state: RoundState, draws: Draws, present) -> Outcome:
+    """The Outcome of one row of inputs that pass :func:`_one_row`, in one compiled call."""
+    T, K = st.T, st.K
+    packed = (np.empty((_NOF, T)), np.empty((_NOI, T), _I64), np.empty((_NOB, T), np.bool_), np.empty((T, K), _I64), np.empty((2, K)),
+              np.empty(st.n_racks), np.empty(()))
+    engine.evaluate_one(*st.packed, actions.gpus, actions.batch, state.prev_alloc, _ALL_PRESENT[T] if present is None else present,
+                        actions.precision, actions.bid, state.queue, state.remaining_tokens, state.budget_left, draws.arrivals,
+                        draws.tiebreak, state.temp_c, *packed)
+    out = object.__new__(_Packed)
+    out.__dict__["_packed"] = packed
+    return out
+
+
+_NOF, _NOI, _NOB = len(engine.OF), len(engine.OI), len(engine.OB)
+
+
 def _lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> tuple[int, ...]:
+    g = actions.gpus
+    if type(g) is np.ndarray and g.ndim == 2:  # the env's calls: every field (B, ...) already
+        B = g.shape[0]
+        same = all(type(a) is np.ndarray and a.ndim == 2 and a.shape[0] == B for a in (
+            actions.bid, actions.batch, state.prev_alloc, state.temp_c, state.queue, state.remaining_tokens, state.budget_left,
+            draws.arrivals, draws.tiebreak)) and type(actions.precision) is np.ndarray and actions.precision.ndim == 3 and actions.precision.shape[0] == B
+        if same and (present is None or (type(present) is np.ndarray and present.ndim == 2 and present.shape[0] == B)):
+            return (B,)
     shapes = [
         np.shape(actions.gpus)[:-1], np.shape(actions.bid)[:-1], np.shape(actions.precision)[:-2], np.shape(actions.batch)[:-1],
         np.shape(state.prev_alloc)[:-1], np.shape(state.temp_c)[:-1], np.shape(state.queue)[:-1],
@@ -285,7 +343,7 @@ def _pack(st, actions: Actions, state: RoundState, draws: Draws, present, lead: 
     put(ins_i[engine.I_PRES], True if present is None else present, (T,))
     prec = np.asarray(actions.precision)  # (..., T, G) -> (G, 1 or B, T)
     prec = prec.reshape((-1,) + prec.shape[-2:]) if flat else np.broadcast_to(prec, lead + prec.shape[-2:]).reshape((B,) + prec.shape[-2:])
-    ins_i[engine.I_PREC:] = np.moveaxis(prec, -1, 0)
+    ins_i[engine.I_PREC:] = prec.transpose(2, 0, 1)  # (B, T, G) -> (G, B, T)
     put(ins_f[engine.F_BID], actions.bid, (T,))
     put(ins_f[engine.F_QUEUE], state.queue, (T,))
     put(ins_f[engine.F_REMAIN], state.remaining_tokens, (T,))
@@ -297,18 +355,45 @@ def _pack(st, actions: Actions, state: RoundState, draws: Draws, present, lead: 
 
 
 def _unpack(out_f, out_i, out_b, gon, out_k, rack, welfare, lead: tuple[int, ...]) -> Outcome:
-    """The :class:`Outcome` of leading shape ``lead`` over the compiled round's outputs
-    (views, no copies)."""
+    """The :class:`Outcome` of leading shape ``lead`` over the compiled round's outputs: its
+    fields are views of them, made on first access (:class:`_Packed`)."""
     B = welfare.shape[0]
     if lead != (B,):
         out_f, out_i, out_b, out_k = (a.reshape(a.shape[:1] + lead + a.shape[2:]) for a in (out_f, out_i, out_b, out_k))
         gon, rack, welfare = (a.reshape(lead + a.shape[1:]) for a in (gon, rack, welfare))
-    kw = dict(zip(engine.OF, out_f))
-    kw.update(zip(engine.OI[: engine.OI_PREC], out_i))
-    kw.update(zip(engine.OB, out_b))
-    kw.update(precision=np.moveaxis(out_i[engine.OI_PREC:], 0, -1), gpus_on_node=gon, node_power_w=out_k[0], temp_next=out_k[1],
-              rack_power_w=rack, welfare=welfare)
-    return Outcome.of(kw)
+    out = object.__new__(_Packed)
+    out.__dict__["_packed"] = (out_f, out_i, out_b, gon, out_k, rack, welfare)
+    return out
 
+
+def _field_getters() -> dict:
+    get = {n: (lambda p, c=c: p[0][c]) for c, n in enumerate(engine.OF)}
+    get.update({n: (lambda p, c=c: p[1][c]) for c, n in enumerate(engine.OI[: engine.OI_PREC])})
+    get.update({n: (lambda p, c=c: p[2][c]) for c, n in enumerate(engine.OB)})
+    get.update(
+        precision=lambda p: p[1][engine.OI_PREC:].transpose(tuple(range(1, p[1].ndim)) + (0,)),  # (G, *lead, T) -> (*lead, T, G)
+        gpus_on_node=lambda p: p[3], node_power_w=lambda p: p[4][0], temp_next=lambda p: p[4][1], rack_power_w=lambda p: p[5],
+        welfare=lambda p: p[6],
+    )
+    assert set(get) == {f.name for f in fields(Outcome)}, "every Outcome field has a place in the packed outputs"
+    return get
+
+
+class _Packed(Outcome):
+    """An :class:`Outcome` over the compiled round's packed outputs (``_packed``): a field is a
+    view made the first time it is read, so that building one costs nothing however many of
+    its 45 fields the caller reads. Behaves as an Outcome in every other way."""
+
+    __slots__ = ()
+    _get = _field_getters()
+
+    def __getattr__(self, name):  # only called for fields not read yet
+        get = _Packed._get.get(name)
+        packed = self.__dict__.get("_packed")
+        if get is None or packed is None:
+            raise AttributeError(f"'Outcome' object has no attribute {name!r}")
+        value = get(packed)
+        self.__dict__[name] = value
+        return value
 
 __all__ = ["check_actions", "check_draws", "check_state", "evaluate", "evaluate_counterfactuals", "evaluate_welfare", "stage1"]

@@ -155,7 +155,7 @@ class Outcome:
 
     def row(self, i: int) -> "Outcome":
         """One batch row, with the batch axis removed (the shapes above without ``B``)."""
-        return Outcome(**{f.name: getattr(self, f.name)[i] for f in fields(self)})
+        return Outcome.of({k: getattr(self, k)[i] for k in _OUTCOME_FIELDS})
 
 
 class Stage1(NamedTuple):
