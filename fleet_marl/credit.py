@@ -231,7 +231,7 @@ class CreditEngine:
             for f in ("gpus", "bid", "precision", "batch"):
                 getattr(acts, f)[rows, ten] = np.asarray(getattr(d, f))[ten]
         st_rows = RoundState(*(np.asarray(getattr(state, f))[rc] for f in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left")))
-        dr_rows = Draws(np.asarray(draws.arrivals)[rc], np.asarray(draws.tiebreak)[rc])
+        dr_rows = Draws(*(None if v is None else np.asarray(v)[rc] for v in (draws.arrivals, draws.tiebreak, draws.prompt_tokens, draws.output_tokens)))
         grand = np.zeros(rc.size, bool)
         grand[start] = True
         out, W = evaluate_welfare(st, acts, st_rows, dr_rows, rows_present, full=grand)

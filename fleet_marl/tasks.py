@@ -176,6 +176,29 @@ def _trace() -> dict:
     }
 
 
+def _trace_code() -> dict:
+    # The trace task's cluster and arbiter with another pair of traces: Pollux workload 2 (160
+    # jobs over 7.5 h) replayed 4.52x faster, and the first 30 minutes of Azure's 2023 *code*
+    # trace (5,740 requests, long prompts and short outputs: means of 2,028 and 27 tokens)
+    # stretched 3.3x (trace_speedup 0.3) over the 100 rounds and split between two servers.
+    # Each round is priced at its own requests' lengths, so serving is prefill-bound here.
+    h, a = "h100-sxm", "a100-80gb"
+    jobs = dict(pattern="trace", trace="pollux_workload-2.csv", trace_speedup=4.52, trace_shards=4, seq_len=2048)
+    # rate: the sample's 3.21 requests/s x 0.3, split in two (the scale of a server's value and queue features)
+    reqs = dict(pattern="trace", trace="azure_llm_inference_code_2023_first30min.csv", trace_speedup=0.3, trace_shards=2, rate=0.48,
+                prompt_tokens=2028, output_tokens=27)
+    cfg = _trace()
+    cfg["tenants"] = [
+        _tenant("train", "qwen2.5-0.5b", h, 250.0, job_tokens=1.0e8, trace_shard=0, **jobs),
+        _tenant("train", "gpt2", a, 150.0, job_tokens=2.0e8, trace_shard=1, **{**jobs, "seq_len": 1024}),
+        _tenant("train", "qwen2.5-0.5b", a, 150.0, job_tokens=1.0e8, trace_shard=2, **jobs),
+        _tenant("train", "qwen2.5-7b", h, 250.0, job_tokens=2.0e7, trace_shard=3, **jobs),
+        _tenant("serve", "llama-3.1-8b", h, 250.0, trace_shard=0, **reqs),
+        _tenant("serve", "qwen2.5-7b", a, 150.0, trace_shard=1, **reqs),
+    ]
+    return cfg
+
+
 def scaled(n: int, mechanism: str = "proportional") -> dict:
     """Overrides of task ``easy`` that give it ``n`` tenants and a cluster that grows with them.
 
@@ -233,6 +256,7 @@ register_task("easy", _easy, "2 trainers and 2 servers on two H100 nodes, Poisso
 register_task("medium", _medium, "8 tenants on H100 and A100 nodes, bursty arrivals, proportional-share arbiter")
 register_task("hard", _hard, "16 tenants, four H100 nodes under a tight power cap, correlated bursts, uniform-price auction")
 register_task("trace", _trace, "6 tenants replaying Pollux jobs and Azure LLM inference requests")
+register_task("trace_code", _trace_code, "the trace task's cluster replaying Pollux workload 2 and Azure's 2023 code requests (long prompts, short outputs)")
 
 
 def task_dict(name: str) -> dict:

@@ -119,6 +119,9 @@ class Schedules(NamedTuple):
     q: np.ndarray  # (T,) float64 own chain: P(on -> off)
     shared: np.ndarray  # (T,) bool follows the shared chain
     shared_pq: np.ndarray  # (2,) float64 the shared chain's (p, q)
+    prompt_tokens: np.ndarray  # (n, T) float64 each round's mean request lengths (:func:`trace_lengths` for a replayed
+    output_tokens: np.ndarray  # (n, T) float64 request trace, else the config's means; trainers: the config's, unused)
+    replays_lengths: bool  # some tenant replays a request trace's lengths
 
 
 def schedules(specs, kinds, n_rounds: int, round_seconds: float) -> Schedules:
@@ -127,12 +130,16 @@ def schedules(specs, kinds, n_rounds: int, round_seconds: float) -> Schedules:
     if n_rounds < 0 or not round_seconds > 0:
         raise ValueError(f"n_rounds = {n_rounds}, round_seconds = {round_seconds}: expected >= 0 and > 0")
     T = len(specs)
+    replays = any(sp.pattern == "trace" and k == "serve" for sp, k in zip(specs, kinds))
     out = Schedules(np.zeros(T, np.int64), np.zeros((T, n_rounds)), np.zeros(T), np.zeros(T), np.zeros(T), np.zeros(T),
-                    np.zeros(T, bool), np.zeros(2))
+                    np.zeros(T, bool), np.zeros(2), np.empty((n_rounds, T)), np.empty((n_rounds, T)), replays)
     lead = next((w for w in specs if w.burst_shared), specs[0])
     out.shared_pq[:] = _chain_rates(lead.burst_fraction, lead.burst_rounds)
     for i, (spec, kind) in enumerate(zip(specs, kinds)):
         _check_kind(kind)
+        out.prompt_tokens[:, i], out.output_tokens[:, i] = float(spec.prompt_tokens), float(spec.output_tokens)
+        if spec.pattern == "trace" and kind == "serve":
+            out.prompt_tokens[:, i], out.output_tokens[:, i] = trace_lengths(spec, n_rounds, round_seconds)
         if spec.pattern == "trace":
             out.code[i] = REPLAY
             out.lam[i] = _trace_counts(spec, kind, n_rounds, round_seconds)
@@ -195,17 +202,46 @@ def draw_cluster(rng, code, lam, lam_on, lam_off, p, q, shared, shared_pq, out, 
             extra[r, i] = rng.random()
 
 
-def _trace_counts(spec: WorkloadSpec, kind: str, n_rounds: int, round_seconds: float) -> np.ndarray:
+def _trace_rounds(spec: WorkloadSpec, kind: str, n_rounds: int, round_seconds: float):
+    """``(rounds, trace)``: the round of each replayed entry that lands in ``[0, n_rounds)`` and
+    its index into the trace, and the trace."""
     tr = read_trace(spec.trace)  # type: ignore[arg-type]
     want = TRACE_KIND[kind]
     if not isinstance(tr, JobTrace if want == "jobs" else RequestTrace):
         titles = ", ".join(f.title for f in FORMATS.values() if f.kind == want)
         raise TraceError(tr.path, 1, "format", FORMATS[tr.format].title, f"a {want} trace ({titles}): a {kind} tenant replays {want}")
-    t = tr.time_s if want == "requests" else tr.time_s[tr.gpus >= 1]
-    t = t[np.arange(len(t)) % spec.trace_shards == spec.trace_shard]
-    t = (t - spec.trace_offset_s) / spec.trace_speedup
-    rounds = np.floor(t[t >= 0] / round_seconds).astype(np.int64)
-    return np.bincount(rounds[rounds < n_rounds], minlength=n_rounds).astype(np.float64)
+    keep = np.arange(len(tr.time_s)) if want == "requests" else np.flatnonzero(tr.gpus >= 1)
+    keep = keep[np.arange(len(keep)) % spec.trace_shards == spec.trace_shard]
+    t = (tr.time_s[keep] - spec.trace_offset_s) / spec.trace_speedup
+    land = t >= 0
+    rounds = np.floor(t[land] / round_seconds).astype(np.int64)
+    inside = rounds < n_rounds
+    return rounds[inside], keep[land][inside], tr
+
+
+def _trace_counts(spec: WorkloadSpec, kind: str, n_rounds: int, round_seconds: float) -> np.ndarray:
+    rounds, _, _ = _trace_rounds(spec, kind, n_rounds, round_seconds)
+    return np.bincount(rounds, minlength=n_rounds).astype(np.float64)
+
+
+def trace_lengths(spec: WorkloadSpec, n_rounds: int, round_seconds: float) -> tuple[np.ndarray, np.ndarray]:
+    """(n_rounds,) each: the mean prompt and output tokens of the requests a serving tenant
+    replays in each round (``docs/model.md``: a round is priced at the mean lengths of the
+    requests that arrive in it). A round with no arrivals gets the means over the episode's
+    replayed requests, and an episode with none the config's ``prompt_tokens`` and
+    ``output_tokens``. Output lengths below 1 token count as 1."""
+    rounds, idx, tr = _trace_rounds(spec, "serve", n_rounds, round_seconds)
+    if rounds.size == 0:
+        return np.full(n_rounds, float(spec.prompt_tokens)), np.full(n_rounds, float(spec.output_tokens))
+    count = np.bincount(rounds, minlength=n_rounds).astype(np.float64)
+    out = []
+    for col, floor in ((tr.context_tokens, 0.0), (tr.generated_tokens, 1.0)):
+        x = np.maximum(col[idx].astype(np.float64), floor)
+        total = np.bincount(rounds, weights=x, minlength=n_rounds)
+        mean = np.full(n_rounds, x.mean())
+        np.divide(total, count, out=mean, where=count > 0)
+        out.append(mean)
+    return out[0], out[1]
 
 
 def arrival_schedule(spec: WorkloadSpec, kind: str, n_rounds: int, round_seconds: float,
@@ -229,4 +265,4 @@ def arrival_schedule(spec: WorkloadSpec, kind: str, n_rounds: int, round_seconds
 
 __all__ = ["AZURE_HEADER", "AzureTrace", "JobTrace", "KINDS", "POLLUX_APPLICATIONS", "POLLUX_HEADER", "PolluxTrace", "RequestTrace",
            "Schedules", "TRACES_ENV", "TRACE_KIND", "TraceError", "arrival_schedule", "burst_chain", "draw_cluster",
-           "mean_per_round", "read_azure", "read_pollux", "read_trace", "resolve_trace", "schedules", "trace_stats", "traces_dir"]
+           "mean_per_round", "read_azure", "read_pollux", "read_trace", "resolve_trace", "schedules", "trace_lengths", "trace_stats", "traces_dir"]

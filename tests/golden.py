@@ -19,7 +19,7 @@ import numpy as np
 import fleet_marl
 
 PATH = Path(__file__).parent / "data" / "golden_digests.json"
-TASKS = ("tiny", "easy", "medium", "hard", "trace")
+TASKS = ("tiny", "easy", "medium", "hard", "trace", "trace_code")
 MECHANISMS = ("proportional", "maxmin", "priority", "auction")
 SAFETY = ("veto", "project")
 SCHEMES = ("difference", "shapley")

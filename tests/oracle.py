@@ -44,8 +44,11 @@ class TenantTerms(NamedTuple):
     kv_heads: np.ndarray  # (T,) the KV cache splits over at most this many GPUs (heads are replicated beyond)
 
 
-def tenant_terms(st, precision: np.ndarray, project: bool) -> TenantTerms:
-    """Stage 1: everything that depends only on a tenant's own action. precision: (B, T, G)."""
+def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=None) -> TenantTerms:
+    """Stage 1: everything that depends only on a tenant's own action and its requests'
+    lengths. precision: (B, T, G); prompt, output: (B, T) or (T,) (default: the config's means)."""
+    prompt = st.prompt_tokens if prompt is None else prompt
+    output = st.output_tokens if output is None else output
     unsafe_g = catalog.UNSAFE[np.arange(catalog.N_GROUPS), precision]  # (B, T, G)
     unsafe = unsafe_g.any(-1)
     prec = np.where(unsafe_g, cost.BF16, precision) if project else precision
@@ -63,8 +66,8 @@ def tenant_terms(st, precision: np.ndarray, project: bool) -> TenantTerms:
     per_layer = np.where(st.checkpointing, cost.ACT_CHECKPOINTED, cost.ACT_CONST + np.where(st.flash, 0.0, cost.ACT_ATTN * st.heads * s / h))
     act = np.where(train, s * h * L * per_layer * act_scale, 0.0)
     kv_tok = 2.0 * L * st.kv_dim * cost.KV_BYTES[prec[..., cost.ATT]]
-    kv_seq = np.where(train, 0.0, (st.prompt_tokens + st.output_tokens) * kv_tok)
-    kv_read = np.where(train, 0.0, (st.prompt_tokens + 0.5 * st.output_tokens) * kv_tok)
+    kv_seq = np.where(train, 0.0, (prompt + output) * kv_tok)
+    kv_read = np.where(train, 0.0, (prompt + 0.5 * output) * kv_tok)
     peak = st.peak[np.arange(st.T)[:, None], prec]  # (B, T, G)
     with np.errstate(divide="ignore", invalid="ignore"):
         per_group = np.where(st.flops_fwd > 0, st.flops_fwd / peak, 0.0)  # inf: unsupported precision
@@ -286,8 +289,11 @@ class Throughput(NamedTuple):
     tpot_s: np.ndarray  # serve: time per output token at this batch
 
 
-def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: np.ndarray) -> Throughput:
-    """Roofline throughput on ``n`` GPUs spread over ``nodes`` nodes at ``batch``."""
+def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: np.ndarray, prompt=None, output=None) -> Throughput:
+    """Roofline throughput on ``n`` GPUs spread over ``nodes`` nodes at ``batch``, serving
+    requests of ``prompt`` and ``output`` tokens (default: the config's means)."""
+    prompt = st.prompt_tokens if prompt is None else prompt
+    output = st.output_tokens if output is None else output
     nf = np.maximum(n, 1).astype(np.float64)
     bw_link = np.where(nodes > 1, st.inter_bw, st.intra_bw)
     b = np.maximum(batch, 1).astype(np.float64)
@@ -303,13 +309,13 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     # serving: one tensor-parallel replica, prefill compute-bound, decode memory-bound. The
     # all-reduce moves twice the FSDP factor's bytes: 2 x t_comm exactly (a power-of-2 scaling).
     tp_comm_tok = 2.0 * t_comm
-    prefill = st.prompt_tokens * (tpt / nf + (tp_comm_tok if hide == 1.0 else hide * tp_comm_tok))
+    prefill = prompt * (tpt / nf + (tp_comm_tok if hide == 1.0 else hide * tp_comm_tok))
     kv_split = np.minimum(nf, terms.kv_heads)
     t_mem = (terms.weights / nf + b * terms.kv_read_per_seq / kv_split) / (st.bw * st.mbu)
     t_cmp = b * tpt / nf
     t_dec_core = np.maximum(t_mem, t_cmp)
     t_dec = t_dec_core + (b * tp_comm_tok if hide == 1.0 else hide * b * tp_comm_tok)
-    per_request = prefill + st.output_tokens * t_dec / b
+    per_request = prefill + output * t_dec / b
     serve_rate = 1.0 / per_request
     train = st.is_train
     with np.errstate(invalid="ignore"):  # inf / inf where a precision is unsupported (vetoed)
@@ -317,7 +323,7 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     eff[eff != eff] = 0.0  # nan -> 0
     return Throughput(
         work_rate=np.where(train, train_rate, serve_rate),
-        tokens_per_s=np.where(train, train_rate, serve_rate * st.output_tokens),
+        tokens_per_s=np.where(train, train_rate, serve_rate * output),
         efficiency=eff,
         ttft_s=np.where(train, 0.0, prefill),
         tpot_s=np.where(train, 0.0, t_dec),
@@ -404,8 +410,15 @@ def power_thermal(st, gpus_on_node: np.ndarray, activity: np.ndarray, temp0: np.
 
 def evaluate(st, actions: Actions, state: RoundState, draws: Draws, present=None) -> Outcome:
     """The round for every batch row (inputs already checked), in numpy."""
-    terms = tenant_terms(st, np.asarray(actions.precision), project=not st.veto)
-    invalid = invalid_precision(st, np.asarray(actions.precision))
+    prec = np.asarray(actions.precision)
+    prompt, output = draws.prompt_tokens, draws.output_tokens
+    if prompt is not None or output is not None:  # the lengths' rows and the actions' rows together
+        lead = _lead_shape(actions, state, draws, present)
+        prec = np.broadcast_to(prec, lead + prec.shape[-2:])
+        prompt = np.broadcast_to(st.prompt_tokens if prompt is None else prompt, lead + (st.T,))
+        output = np.broadcast_to(st.output_tokens if output is None else output, lead + (st.T,))
+    terms = tenant_terms(st, prec, not st.veto, prompt, output)
+    invalid = invalid_precision(st, prec)
     return _stage2(st, actions, terms, invalid, state, draws, present)
 
 
@@ -415,7 +428,7 @@ def _lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> t
         np.shape(state.prev_alloc)[:-1], np.shape(state.temp_c)[:-1], np.shape(state.queue)[:-1],
         np.shape(state.remaining_tokens)[:-1], np.shape(state.budget_left)[:-1],
         np.shape(draws.arrivals)[:-1], np.shape(draws.tiebreak)[:-1],
-    ]
+    ] + [np.shape(v)[:-1] for v in (draws.prompt_tokens, draws.output_tokens) if v is not None]
     if present is not None:
         shapes.append(np.shape(present)[:-1])
     distinct = set(shapes)
@@ -460,6 +473,8 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     budget = rows(state.budget_left, (T,))
     arrivals = rows(draws.arrivals, (T,))
     tiebreak = rows(draws.tiebreak, (T,))
+    prompt = rows(st.prompt_tokens if draws.prompt_tokens is None else draws.prompt_tokens, (T,))
+    output = rows(st.output_tokens if draws.output_tokens is None else draws.output_tokens, (T,))
 
     # --- arbiter -------------------------------------------------------------------------
     hours = st.round_seconds / 3600.0
@@ -493,7 +508,7 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     running = has & ~oom & ~vetoed
 
     # --- cost: throughput ------------------------------------------------------------------
-    thr = throughput(st, terms, alloc, batch, nodes)
+    thr = throughput(st, terms, alloc, batch, nodes, prompt, output)
     avail = st.round_seconds - st.restart_seconds * restarted
     demand = queue + arrivals
     capacity = thr.work_rate * avail

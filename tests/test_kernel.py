@@ -301,7 +301,7 @@ def test_stage1_by_group_equals_the_whole_map_computation(safety):
              "kv_read_per_seq", "comm_bytes", "kv_heads")
     for m in range(0, maps.shape[0], 7):  # every 7th map: all codes of every group appear
         for t in range(st.T):
-            got = dict(zip(names, engine.tenant_terms(tf, ti, tg, t, maps[m], safety == "project", st.mfu, run)))
+            got = dict(zip(names, engine.tenant_terms(tf, ti, tg, t, maps[m], safety == "project", st.mfu, run, st.prompt_tokens[t], st.output_tokens[t])))
             assert run.tolist() == direct.precision[m, t].tolist()
             assert got["invalid"] == invalid[m, t]
             for name in names:
@@ -351,3 +351,20 @@ def test_the_docs_search_example_runs(capsys):
     assert out.welfare.shape == (100_000,) and out.welfare[best] == out.welfare.max()
     assert out.vetoed.any()  # fp8 on the A100s is vetoed, not an error
     assert capsys.readouterr().out.startswith("best welfare ")
+
+
+def test_request_lengths_price_serving():
+    """Draws.prompt_tokens / output_tokens (a replayed trace's lengths) replace the config's
+    means: longer prompts make prefill slower and the KV cache bigger; fewer output tokens mean
+    fewer generated tokens per request. Trainers do not read them; bad lengths are errors."""
+    st = KernelStatic.from_config(make_config(n_tenants=2, safety="veto"))  # tenant 1 serves
+    a = Actions(np.array([2, 2]), np.ones(2), np.full((2, 5), catalog.PRECISIONS.index("bf16")), np.array([1, 4]))
+    base = Draws.expected(st)
+    default = evaluate(st, a, RoundState.initial(st), base)
+    same = evaluate(st, a, RoundState.initial(st), dataclasses.replace(base, prompt_tokens=st.prompt_tokens, output_tokens=st.output_tokens))
+    assert float(same.welfare) == float(default.welfare)
+    long_prompts = evaluate(st, a, RoundState.initial(st), dataclasses.replace(base, prompt_tokens=st.prompt_tokens * 8))
+    assert long_prompts.mem_kv_cache[1] > default.mem_kv_cache[1] and long_prompts.tokens_per_s[1] < default.tokens_per_s[1]
+    assert long_prompts.mem_total[0] == default.mem_total[0] and long_prompts.tokens_per_s[0] == default.tokens_per_s[0]
+    with pytest.raises(KernelInputError, match=r"draws\.output_tokens\[1\] = 0\.0: expected a mean token count in \[1, 1e9\]"):
+        evaluate(st, a, RoundState.initial(st), dataclasses.replace(base, output_tokens=np.array([5.0, 0.0])))

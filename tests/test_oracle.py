@@ -55,13 +55,16 @@ def test_engine_agrees_with_the_oracle(seed, mechanism, safety, n, nodes, cap, r
         remaining_tokens=rng.choice([0.0, 1e6, 1e12, 1e300], (rows, st.T)),
         budget_left=rng.choice([0.0, 1.0, 50.0, 1e300], (rows, st.T)) * rng.random((rows, st.T)),
     )
-    draws = Draws(arrivals=rng.poisson(100, (rows, st.T)).astype(float), tiebreak=rng.random(st.T))
+    lengths = {}
+    if rng.random() < 0.5:  # a replayed trace's lengths per row; else the config's means
+        lengths = dict(prompt_tokens=rng.choice([0.0, 30.0, 2000.0, 8000.0], (rows, st.T)), output_tokens=rng.choice([1.0, 27.0, 211.0, 4000.0], (rows, st.T)))
+    draws = Draws(arrivals=rng.poisson(100, (rows, st.T)).astype(float), tiebreak=rng.random(st.T), **lengths)
     present = rng.random((rows, st.T)) < 0.75
     for p in (None, present):
         assert_agree(evaluate(st, acts, state, draws, p), oracle.evaluate(st, acts, state, draws, p), f"{mechanism} {safety} present={p is not None}")
     one = type(acts)(acts.gpus[0], acts.bid[0], acts.precision[0], acts.batch[0])
     s0 = RoundState(*(getattr(state, f.name)[0] for f in dataclasses.fields(state)))
-    d0 = Draws(draws.arrivals[0], draws.tiebreak)
+    d0 = Draws(draws.arrivals[0], draws.tiebreak, **{k: v[0] for k, v in lengths.items()})
     cf = np.ones((st.T + 1, st.T), bool)
     cf[1:] = ~np.eye(st.T, dtype=bool)
     assert_agree(evaluate_counterfactuals(st, one, s0, d0), oracle.evaluate(st, one, s0, d0, cf), "counterfactuals")

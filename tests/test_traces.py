@@ -600,3 +600,36 @@ def test_traces_fetch(capsys, server, tmp_path, monkeypatch):
     with pytest.raises(UsageError, match="'nope': expected one of pollux-1"):
         cli("fetch", "nope")
     assert "examples:" in command.EXAMPLES and FetchError in command.ERRORS
+
+
+def test_serving_tenants_are_priced_at_the_lengths_of_their_rounds_requests(monkeypatch):
+    """A serving tenant replaying a request trace is priced at the mean prompt and output
+    tokens of the requests that arrive in each round (computed here from the CSV without
+    fleet_marl); rounds with none at the episode's means. Those lengths reach the kernel."""
+    from fleet_marl import credit
+
+    env = fleet_marl.parallel_env(task="trace", compute_all=False)
+    env.reset(seed=0)
+    rs, n = env.config.cluster.round_seconds, env.max_cycles
+    seen = []
+    real = credit.evaluate_welfare
+    monkeypatch.setattr(credit, "evaluate_welfare", lambda st, a, s, d, *args, **kw: (seen.append(d), real(st, a, s, d, *args, **kw))[1])
+    play(env, rounds=3)
+    servers = [i for i, t in enumerate(env.config.tenants) if t.kind == "serve"]
+    assert servers
+    for i in servers:
+        wl = env.config.tenants[i].workload
+        path = resolve_trace(wl.trace)
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh))[wl.trace_shard::wl.trace_shards]
+        times = (times_by_csv(path)[wl.trace_shard::wl.trace_shards] - wl.trace_offset_s) / wl.trace_speedup
+        rounds = (times // rs).astype(int)
+        kept = [(r, float(row["ContextTokens"]), max(float(row["GeneratedTokens"]), 1.0)) for r, row, t in zip(rounds, rows, times) if t >= 0 and r < n]
+        mean_p = np.mean([p for _, p, _ in kept])
+        for r in range(3):
+            mine = [(p, o) for rr, p, o in kept if rr == r]
+            want_p = np.mean([p for p, _ in mine]) if mine else mean_p
+            want_o = np.mean([o for _, o in mine]) if mine else np.mean([o for _, _, o in kept])
+            d = seen[r]
+            assert d.prompt_tokens[0, i] == pytest.approx(want_p, rel=1e-12) and d.output_tokens[0, i] == pytest.approx(want_o, rel=1e-12)
+        assert not np.all(env._core.schedules.prompt_tokens[:, i] == wl.prompt_tokens)  # white box: not the config's mean

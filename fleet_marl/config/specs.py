@@ -95,8 +95,8 @@ class WorkloadSpec:
     rate: float = 1.0  # serve: requests/s; train: new jobs per hour
     job_tokens: float = 2.0e9  # train: tokens per job
     seq_len: int = 4096  # train: sequence length; serve: context cap
-    prompt_tokens: int = 1024  # serve: mean prompt length
-    output_tokens: int = 256  # serve: mean generated tokens
+    prompt_tokens: int = 1024  # serve: mean prompt length (a replayed request trace's own lengths replace it, per round)
+    output_tokens: int = 256  # serve: mean generated tokens (likewise)
     slo_ttft_s: float = 2.0  # serve: time-to-first-token target
     slo_tpot_s: float = 0.1  # serve: time-per-output-token target
     trace: Optional[str] = None  # trace file (a path, or a name in the traces folder) when pattern == "trace"

@@ -228,7 +228,11 @@ def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, credit_rngs) -> StepResul
     work = has_work(cs, s, arrivals)
     state = s.round_state()
     t0 = perf_counter()
-    credit = cs.credit.compute(acts, state, Draws(arrivals=arrivals, tiebreak=tiebreak), live, credit_rngs)
+    draws = Draws(arrivals=arrivals, tiebreak=tiebreak)
+    if cs.schedules.replays_lengths:  # serving tenants replaying a trace are priced at its requests' lengths
+        r = np.minimum(t, cs.max_cycles - 1)
+        draws = Draws(arrivals, tiebreak, cs.schedules.prompt_tokens[r], cs.schedules.output_tokens[r])
+    credit = cs.credit.compute(acts, state, draws, live, credit_rngs)
     credit_seconds = perf_counter() - t0
     o = credit.outcome
     fair = _fair(cs, live, work)

@@ -215,11 +215,8 @@ class FleetVectorEnv:
 
     def _masks_into(self, infos: dict) -> None:
         cs, s = self._core, self._s
-        afford = core.afford(cs, s)  # (B, T)
-        mask = np.broadcast_to(self._static_mask, (self.num_envs,) + self._static_mask.shape).copy()
-        g = self.nvec_max[0]
-        mask[..., :g] = np.arange(g)[None, None, :] <= np.minimum(afford, cs.kernel.max_gpus)[..., None]
-        mask[~s.live] = self._all_allowed[np.nonzero(~s.live)[1]]
+        mask = np.empty((self.num_envs,) + self._static_mask.shape, bool)
+        _fill_masks(self._static_mask, self._all_allowed, core.afford(cs, s), cs.kernel.max_gpus, s.live, int(self.nvec_max[0]), mask)
         infos["action_mask"] = mask
         infos["action_mask_dims"] = tuple(mask[..., self._offsets[d]: self._offsets[d + 1]] for d in range(N_ACT))
 
@@ -249,6 +246,24 @@ class FleetVectorEnv:
             infos[k] = np.asarray(getattr(o, k))
         self._masks_into(infos)
         return infos
+
+
+@nb.njit(cache=True, nogil=True)
+def _fill_masks(static, all_allowed, afford, max_gpus, live, g, mask):
+    """The flat masks (B, T, M): a live tenant's static mask with GPU counts up to what its
+    budget affords (and its cap) in the first ``g`` columns; everything allowed for the others."""
+    B, T, M = mask.shape
+    for b in range(B):
+        for t in range(T):
+            if not live[b, t]:
+                for m in range(M):
+                    mask[b, t, m] = all_allowed[t, m]
+                continue
+            top = min(afford[b, t], float(max_gpus[t]))
+            for m in range(g):
+                mask[b, t, m] = m <= top
+            for m in range(g, M):
+                mask[b, t, m] = static[t, m]
 
 
 _OK, _NOT_INTEGER, _OUT_OF_RANGE, _NOT_ALLOWED = range(4)

@@ -42,7 +42,7 @@ def _layout(names: str) -> tuple[str, ...]:
 
 
 #: Per-tenant float columns of ``tf``.
-TF = _layout("list_price priority mem_bytes inter_bw intra_bw seq_len prompt_tokens output_tokens hbm_bw slo_ttft_s slo_tpot_s "
+TF = _layout("list_price priority mem_bytes inter_bw intra_bw seq_len hbm_bw slo_ttft_s slo_tpot_s "
              "ref_rate spend_norm dyn_w") + TENANT_TERMS
 #: Per-tenant int columns of ``ti``.
 TI = _layout("max_gpus pool is_train checkpointing")
@@ -55,7 +55,7 @@ SC = _layout("mechanism afford_at_bid reserve veto gpus_per_node comm_overlap mb
              "critical_c span_c cost_weight mfu")
 #: Input rows of ``ins_i`` and ``ins_f``.
 II = _layout("gpus batch prev_alloc present") + tuple(f"precision{g}" for g in range(G))
-IF = _layout("bid queue remaining_tokens budget_left arrivals tiebreak")
+IF = _layout("bid queue remaining_tokens budget_left arrivals tiebreak prompt_tokens output_tokens")
 #: Output rows of ``out_f``, ``out_i`` and ``out_b`` (the names of :class:`~fleet_marl.kernel.Outcome`).
 OF = _layout("price throttle mem_weights mem_grads mem_master mem_optimizer mem_activations mem_kv_cache mem_total mem_capacity "
              "tokens_per_s multi_gpu_efficiency progress_tokens served slo_good slo_attainment queue_next remaining_next spend "
@@ -70,7 +70,7 @@ def _index(layout: tuple[str, ...]) -> dict[str, int]:
 
 _tf, _sc, _ii, _of, _oi, _ob = (_index(x) for x in (TF, SC, II, OF, OI, OB))  # for the layout checks below
 # column constants for the compiled code (numba reads module globals as compile-time constants)
-(T_PRICE, T_PRIO, T_MEM, T_INTER, T_INTRA, T_SEQ, T_PROMPT, T_OUT, T_HBM, T_TTFT, T_TPOT, T_REF, T_NORM, T_DYN, T_OPT, T_ACT, T_KV,
+(T_PRICE, T_PRIO, T_MEM, T_INTER, T_INTRA, T_SEQ, T_HBM, T_TTFT, T_TPOT, T_REF, T_NORM, T_DYN, T_OPT, T_ACT, T_KV,
  T_KVH, T_TP) = range(len(TF))
 T_MAXG, T_POOL, T_TRAIN, T_CKPT = range(len(TI))
 N_IDLE, N_FULL, N_HEAD = range(len(NF))
@@ -78,7 +78,7 @@ N_POOL, N_RACK = range(len(NI))
 (S_MECH, S_AFFORD, S_RESERVE, S_VETO, S_GPN, S_OVERLAP, S_MBU, S_ROUND, S_RESTART, S_AMBIENT, S_RISE, S_DECAY, S_CRIT, S_SPAN,
  S_COSTW, S_MFU) = range(len(SC))
 I_GPUS, I_BATCH, I_PREV, I_PRES, I_PREC = 0, 1, 2, 3, 4
-F_BID, F_QUEUE, F_REMAIN, F_BUDGET, F_ARR, F_TIE = range(len(IF))
+F_BID, F_QUEUE, F_REMAIN, F_BUDGET, F_ARR, F_TIE, F_PROMPT, F_OUT = range(len(IF))
 (O_PRICE, O_THROTTLE, O_MW, O_MG, O_MM, O_MO, O_MA, O_MKV, O_MTOT, O_MCAP, O_TPS, O_EFF, O_PROGRESS, O_SERVED, O_GOOD, O_ATTAIN,
  O_QNEXT, O_RNEXT, O_SPEND, O_BNEXT, O_VALUE, O_UTIL) = range(len(OF))
 OI_REQ, OI_ALLOC, OI_NODES, OI_BATCH, OI_PREC = 0, 1, 2, 3, 4
@@ -100,7 +100,7 @@ def pack_static(st) -> tuple[np.ndarray, ...]:
     node_idle = g * st.node_idle_w
     headroom = st.rack_power_cap_w - node_idle @ st.rack_of  # (R,) W left for dynamic power at idle
     tf = np.stack([
-        st.list_price, st.priority, st.mem_bytes, st.inter_bw, st.intra_bw, st.seq_len, st.prompt_tokens, st.output_tokens, st.bw,
+        st.list_price, st.priority, st.mem_bytes, st.inter_bw, st.intra_bw, st.seq_len, st.bw,
         st.slo_ttft_s, st.slo_tpot_s, st.ref_rate, st.spend_norm, st.tdp_w - st.idle_w, *tenant_terms_.T,
     ], axis=-1).astype(np.float64)
     ti = np.stack([st.max_gpus, st.pool, st.is_train, st.checkpointing], axis=-1).astype(np.int64)
@@ -185,8 +185,9 @@ def numpy_sum(x, lo, hi):
 
 
 @jit
-def tenant_terms(tf, ti, tg, t, prec, project, mfu, prec_run):
-    """Stage 1 of tenant ``t`` under the precision map ``prec`` (G,) at the cluster's ``mfu``: writes the map that runs
+def tenant_terms(tf, ti, tg, t, prec, project, mfu, prec_run, prompt, output):
+    """Stage 1 of tenant ``t`` under the precision map ``prec`` (G,) at the cluster's ``mfu``,
+    serving requests of ``prompt`` and ``output`` tokens on average: writes the map that runs
     into ``prec_run`` (G,) -- unsafe groups in BF16 when ``project`` -- and returns ``(unsafe,
     invalid, weights, grads, master, optimizer, per_seq_local, per_seq_sharded,
     time_per_token, kv_read_per_seq, comm_bytes, kv_heads)`` (``docs/model.md`` sections 2-3).
@@ -214,7 +215,6 @@ def tenant_terms(tf, ti, tg, t, prec, project, mfu, prec_run):
     train = ti[t, T_TRAIN] != 0
     act = tf[t, T_ACT] * (0.25 * (_PREC_BYTES[prec_run[_ATT]] + _PREC_BYTES[prec_run[_MLP]])) if train else 0.0
     kv_tok = tf[t, T_KV] * _KV_BYTES[prec_run[_ATT]]
-    prompt, output = tf[t, T_PROMPT], tf[t, T_OUT]
     kv_seq = 0.0 if train else (prompt + output) * kv_tok
     kv_read = 0.0 if train else (prompt + 0.5 * output) * kv_tok
     comm = 2.0 * weights + grads if train else tf[t, T_TP]
@@ -401,7 +401,7 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
     gpn = int(sc[S_GPN])
     # scratch in three blocks, one per dtype (a call of a few rows is dominated by allocations otherwise)
     max_n = ti[:, T_MAXG].max()
-    nf_rows, ni_rows, nb_rows = len(OF) + 20, len(OI) + 4, len(OB) + 4
+    nf_rows, ni_rows, nb_rows = len(OF) + 22, len(OI) + 4, len(OB) + 4
     fl = np.empty(nf_rows * T + 8 * K + 2 * R)
     it = np.empty(ni_rows * T + 3 * K + 2 * T * K + 2 * G + 2 * T * G + max_n + 2, np.int64)
     bo = np.empty(nb_rows * T + K, np.bool_)
@@ -426,6 +426,7 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
     w, level, frac, mult, zeros, activity, work_rate, avail_s, t_dec_a, prefill_a = (
         sf[f0], sf[f0 + 1], sf[f0 + 2], sf[f0 + 3], sf[f0 + 4], sf[f0 + 5], sf[f0 + 6], sf[f0 + 7], sf[f0 + 8], sf[f0 + 9])
     c_terms = sf[f0 + 10: f0 + 20]  # (10, T)
+    c_len = sf[f0 + 20: f0 + 22]  # (2, T) the request lengths the stage-1 memo was computed for
     zeros[:] = 0.0
     caps, got, order, n_nodes = si[len(OI)], si[len(OI) + 1], si[len(OI) + 2], si[len(OI) + 3]
     running, cached, unsafe_c, invalid_c = sb[len(OB)], sb[len(OB) + 1], sb[len(OB) + 2], sb[len(OB) + 3]
@@ -457,9 +458,10 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
         _place(alloc, ti, ni, gpn, rg, free, avail, order, by_free, neg_avail, count, t_nodes, n_nodes)
         # --- per tenant: numerics, memory, throughput ----------------------------------------
         for t in range(T):
-            # stage 1 depends on the tenant and its precision map only: reuse it when the map is the
-            # one this tenant had in the last row (a cluster's counterfactual rows share its actions)
-            same = cached[t]
+            # stage 1 depends on the tenant, its precision map and its requests' lengths only: reuse it when
+            # they are the ones this tenant had in the last row (a cluster's counterfactual rows share them)
+            prompt, output = ins_f[F_PROMPT, b, t], ins_f[F_OUT, b, t]
+            same = cached[t] and prompt == c_len[0, t] and output == c_len[1, t]
             for g in range(G):
                 p = ins_i[I_PREC + g, b, t]
                 if p != c_prec[t, g]:
@@ -467,7 +469,8 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
                 prec[g] = p
             if not same:
                 unsafe, invalid, weights, grads, master, optimizer, psl, pss, tpt, kvr, comm, kvh = tenant_terms(
-                    tf, ti, tg, t, prec, not veto, mfu, prec_run)
+                    tf, ti, tg, t, prec, not veto, mfu, prec_run, prompt, output)
+                c_len[0, t], c_len[1, t] = prompt, output
                 c_terms[0, t], c_terms[1, t], c_terms[2, t], c_terms[3, t] = weights, grads, master, optimizer
                 c_terms[4, t], c_terms[5, t], c_terms[6, t], c_terms[7, t] = psl, pss, tpt, kvr
                 c_terms[8, t], c_terms[9, t] = comm, kvh
@@ -522,7 +525,7 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
             running[t] = run
             train = ti[t, T_TRAIN] != 0
             rate, tps, eff, prefill, t_dec = roofline(
-                train, ti[t, T_CKPT] != 0, tf[t, T_SEQ], tf[t, T_PROMPT], tf[t, T_OUT], tf[t, T_HBM], tf[t, T_INTRA], tf[t, T_INTER],
+                train, ti[t, T_CKPT] != 0, tf[t, T_SEQ], prompt, output, tf[t, T_HBM], tf[t, T_INTRA], tf[t, T_INTER],
                 mbu, overlap, weights, tpt, kvr, comm, kvh, n, bt, nodes,
             )
             work_rate[t] = rate
@@ -646,13 +649,23 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
 
 @jit
 def evaluate_one(tf, ti, tg, nf, ni, sc, gpus, batch, prev_alloc, present, precision, bid, queue, remaining, budget, arrivals,
-                 tiebreak, temp_c, out_f, out_i, out_b, gon, out_k, rack, welfare):
-    """One row from unpacked inputs ((T,) each, ``precision`` (T, G), ``temp_c`` (K,)) into
-    outputs without the batch axis (``out_f`` (``len(OF)``, T), ..., ``gon`` (T, K), ``out_k``
-    (2, K), ``rack`` (R,), ``welfare`` ()): packs the inputs and runs :func:`evaluate_rows`
-    (one evaluation's time is mostly the call itself, so it is one call)."""
+                 tiebreak, prompt, output, temp_c, flat_f, flat_i, flat_b):
+    """One row from unpacked inputs ((T,) each, ``precision`` (T, G), ``temp_c`` (K,)) into three
+    flat output buffers, one per dtype: ``flat_f`` holds ``out_f`` (``len(OF)``, T), ``out_k``
+    (2, K), ``rack`` (R,) and the welfare, ``flat_i`` ``out_i`` (``len(OI)``, T) and ``gon`` (T,
+    K), ``flat_b`` ``out_b`` (``len(OB)``, T), each C-ordered, in that order. Packs the inputs and
+    runs :func:`evaluate_rows` (one evaluation's time is mostly the call itself, so it is one)."""
     T = gpus.shape[0]
     K = ni.shape[0]
+    R = flat_f.shape[0] - len(OF) * T - 2 * K - 1
+    nf_, ni_ = len(OF) * T, len(OI) * T
+    out_f = flat_f[:nf_].reshape((len(OF), T))
+    out_k = flat_f[nf_: nf_ + 2 * K].reshape((2, K))
+    rack = flat_f[nf_ + 2 * K: nf_ + 2 * K + R]
+    welfare = flat_f[nf_ + 2 * K + R:]
+    out_i = flat_i[:ni_].reshape((len(OI), T))
+    gon = flat_i[ni_:].reshape((T, K))
+    out_b = flat_b.reshape((len(OB), T))
     ins_i = np.empty((len(II), 1, T), np.int64)
     ins_f = np.empty((len(IF), 1, T))
     temp = np.empty((1, K))
@@ -669,11 +682,13 @@ def evaluate_one(tf, ti, tg, nf, ni, sc, gpus, batch, prev_alloc, present, preci
         ins_f[F_BUDGET, 0, t] = budget[t]
         ins_f[F_ARR, 0, t] = arrivals[t]
         ins_f[F_TIE, 0, t] = tiebreak[t]
+        ins_f[F_PROMPT, 0, t] = prompt[t]
+        ins_f[F_OUT, 0, t] = output[t]
     for k in range(K):
         temp[0, k] = temp_c[k]
     evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, np.zeros(1, np.int64), out_f.reshape((len(OF), 1, T)),
                   out_i.reshape((len(OI), 1, T)), out_b.reshape((len(OB), 1, T)), gon.reshape((1, T, K)), out_k.reshape((2, 1, K)),
-                  rack.reshape((1, rack.shape[0])), welfare.reshape((1,)))
+                  rack.reshape((1, R)), welfare)
 
 __all__ = ["IF", "II", "NF", "NI", "OB", "OF", "OI", "SC", "TF", "TI", "evaluate_one", "evaluate_rows", "fitting_batch", "memory_per_gpu", "pack_static", "roofline",
            "tenant_terms"]

@@ -112,13 +112,18 @@ def check_state(st: KernelStatic, state: RoundState) -> RoundState:
 def check_draws(st: KernelStatic, draws: Draws) -> Draws:
     arrivals = _field("draws.arrivals", draws.arrivals, np.float64, (st.T,), False, 0, 1e18, "a request count in [0, 1e18]")
     tiebreak = _field("draws.tiebreak", draws.tiebreak, np.float64, (st.T,))
-    return Draws(arrivals=arrivals, tiebreak=tiebreak)
+    lengths = {}
+    for name, lo in (("prompt_tokens", 0.0), ("output_tokens", 1.0)):
+        v = getattr(draws, name)
+        if v is not None:
+            lengths[name] = _field(f"draws.{name}", v, np.float64, (st.T,), False, lo, 1e9, f"a mean token count in [{lo:g}, 1e9]")
+    return Draws(arrivals=arrivals, tiebreak=tiebreak, **lengths)
 
 
 def _leads(actions: Actions, state: RoundState, draws: Draws, present) -> dict[str, tuple]:
     out = {f"actions.{f.name}": np.shape(getattr(actions, f.name))[: -2 if f.name == "precision" else -1] for f in fields(actions)}
     out.update({f"state.{f.name}": np.shape(getattr(state, f.name))[:-1] for f in fields(state)})
-    out.update({f"draws.{f.name}": np.shape(getattr(draws, f.name))[:-1] for f in fields(draws)})
+    out.update({f"draws.{f.name}": np.shape(getattr(draws, f.name))[:-1] for f in fields(draws) if getattr(draws, f.name) is not None})
     if present is not None:
         out["present"] = np.shape(present)[:-1]
     return out
@@ -220,6 +225,8 @@ def evaluate_counterfactuals(
         def add_row_axis(obj):
             kw = {}
             for f in fields(obj):
+                if getattr(obj, f.name) is None:  # a Draws' lengths left to the config
+                    continue
                 v = np.asarray(getattr(obj, f.name))
                 tail = 2 if (type(obj) is Actions and f.name == "precision") else 1
                 kw[f.name] = np.expand_dims(v, v.ndim - tail) if v.ndim > tail else v
@@ -230,15 +237,19 @@ def evaluate_counterfactuals(
     return evaluate(st, actions, state, draws, present, validate=False)
 
 
-def stage1(st: KernelStatic, precision: np.ndarray, *, project: bool | None = None) -> Stage1:
+def stage1(st: KernelStatic, precision: np.ndarray, *, project: bool | None = None, prompt_tokens=None, output_tokens=None) -> Stage1:
     """Stage 1 of each tenant under its precision map ``precision`` (T, G), as the round
-    computes it (``engine.tenant_terms``); ``project`` defaults to the scenario's safety mode."""
+    computes it (``engine.tenant_terms``); ``project`` defaults to the scenario's safety mode,
+    the request lengths ((T,) each) to each tenant's configured means."""
     prec = np.asarray(precision, np.int64)
     if prec.shape != (st.T, catalog.N_GROUPS):
         raise KernelInputError(f"precision: shape {prec.shape}; expected ({st.T}, {catalog.N_GROUPS})")
+    prompt = st.prompt_tokens if prompt_tokens is None else np.broadcast_to(np.asarray(prompt_tokens, np.float64), (st.T,))
+    output = st.output_tokens if output_tokens is None else np.broadcast_to(np.asarray(output_tokens, np.float64), (st.T,))
     tf, ti, tg = st.packed[:3]
     run = np.empty_like(prec)
-    rows = [engine.tenant_terms(tf, ti, tg, t, prec[t], not st.veto if project is None else project, st.mfu, run[t]) for t in range(st.T)]
+    rows = [engine.tenant_terms(tf, ti, tg, t, prec[t], not st.veto if project is None else project, st.mfu, run[t], prompt[t], output[t])
+            for t in range(st.T)]
     return Stage1(run, *(np.array(col) for col in zip(*rows)))
 
 
@@ -262,38 +273,50 @@ class _AllPresent(dict):
 
 
 _ALL_PRESENT = _AllPresent()  # T -> (T,) True, read-only
-_I64, _F64 = np.dtype(np.int64), np.dtype(np.float64)
+_I64, _F64, _BOOL = np.dtype(np.int64), np.dtype(np.float64), np.dtype(bool)
 
 
 def _one_row(actions: Actions, state: RoundState, draws: Draws, present) -> bool:
     """Are the inputs one row without a batch axis, as arrays of the compiled round's dtypes
-    (what :func:`check_actions` and friends return)? Then ``engine.evaluate_one`` takes them."""
-    try:
-        return (actions.gpus.ndim == actions.batch.ndim == state.prev_alloc.ndim == actions.bid.ndim == state.queue.ndim
-                == state.remaining_tokens.ndim == state.budget_left.ndim == draws.arrivals.ndim == draws.tiebreak.ndim
-                == state.temp_c.ndim == actions.precision.ndim - 1 == 1
-                and actions.gpus.dtype == actions.batch.dtype == state.prev_alloc.dtype == actions.precision.dtype == _I64
-                and actions.bid.dtype == state.queue.dtype == state.remaining_tokens.dtype == state.budget_left.dtype
-                == draws.arrivals.dtype == draws.tiebreak.dtype == state.temp_c.dtype == _F64
-                and (present is None or (present.ndim == 1 and present.dtype == bool))
-                and type(actions.gpus) is type(actions.batch) is type(state.prev_alloc) is type(actions.bid) is type(state.queue)
-                is type(state.remaining_tokens) is type(state.budget_left) is type(draws.arrivals) is type(draws.tiebreak)
-                is type(state.temp_c) is type(actions.precision) is np.ndarray)
-    except AttributeError:  # lists, scalars: the general path
+    (what :func:`check_actions` and friends return)? Then ``engine.evaluate_one`` takes them.
+    (Dtypes are compared by identity: an equal dtype that is another object takes the general path.)"""
+    g, n, pa, prec = actions.gpus, actions.batch, state.prev_alloc, actions.precision
+    bid, q, rem, bud, arr, tie, temp = (actions.bid, state.queue, state.remaining_tokens, state.budget_left, draws.arrivals, draws.tiebreak,
+                                        state.temp_c)
+    if not (type(g) is type(n) is type(pa) is type(prec) is type(bid) is type(q) is type(rem) is type(bud) is type(arr) is type(tie)
+            is type(temp) is np.ndarray):
         return False
+    p, o = draws.prompt_tokens, draws.output_tokens
+    return (g.ndim == n.ndim == pa.ndim == bid.ndim == q.ndim == rem.ndim == bud.ndim == arr.ndim == tie.ndim == temp.ndim == prec.ndim - 1 == 1
+            and g.dtype is n.dtype is pa.dtype is prec.dtype is _I64
+            and bid.dtype is q.dtype is rem.dtype is bud.dtype is arr.dtype is tie.dtype is temp.dtype is _F64
+            and (present is None or (type(present) is np.ndarray and present.ndim == 1 and present.dtype is _BOOL))
+            and (p is None or (type(p) is np.ndarray and p.ndim == 1 and p.dtype is _F64))
+            and (o is None or (type(o) is np.ndarray and o.ndim == 1 and o.dtype is _F64)))
 
 
 def _evaluate_one(st, actions: Actions, state: RoundState, draws: Draws, present) -> Outcome:
-    """The Outcome of one row of inputs that pass :func:`_one_row`, in one compiled call."""
-    T, K = st.T, st.K
-    packed = (np.empty((_NOF, T)), np.empty((_NOI, T), _I64), np.empty((_NOB, T), np.bool_), np.empty((T, K), _I64), np.empty((2, K)),
-              np.empty(st.n_racks), np.empty(()))
+    """The Outcome of one row of inputs that pass :func:`_one_row`, in one compiled call. The
+    outputs are three flat buffers, one per dtype (:func:`_unflatten` views them as fields)."""
+    T, K, R = st.T, st.K, st.n_racks
+    flat = (np.empty(_NOF * T + 2 * K + R + 1), np.empty(_NOI * T + T * K, _I64), np.empty(_NOB * T, np.bool_), T, K, R)
+    prompt, output = draws.prompt_tokens, draws.output_tokens
     engine.evaluate_one(*st.packed, actions.gpus, actions.batch, state.prev_alloc, _ALL_PRESENT[T] if present is None else present,
                         actions.precision, actions.bid, state.queue, state.remaining_tokens, state.budget_left, draws.arrivals,
-                        draws.tiebreak, state.temp_c, *packed)
+                        draws.tiebreak, st.prompt_tokens if prompt is None else prompt, st.output_tokens if output is None else output,
+                        state.temp_c, flat[0], flat[1], flat[2])
     out = object.__new__(_Packed)
-    out.__dict__["_packed"] = packed
+    out.__dict__["_flat"] = flat
     return out
+
+
+def _unflatten(flat) -> tuple:
+    """The packed outputs ``(out_f, out_i, out_b, gon, out_k, rack, welfare)`` of one row, as
+    views of :func:`_evaluate_one`'s flat buffers (the layout ``engine.evaluate_one`` writes)."""
+    f, i, b, T, K, R = flat
+    nf, ni = _NOF * T, _NOI * T
+    return (f[:nf].reshape(_NOF, T), i[:ni].reshape(_NOI, T), b.reshape(_NOB, T), i[ni:].reshape(T, K), f[nf: nf + 2 * K].reshape(2, K),
+            f[nf + 2 * K: nf + 2 * K + R], f[nf + 2 * K + R:].reshape(()))
 
 
 _NOF, _NOI, _NOB = len(engine.OF), len(engine.OI), len(engine.OB)
@@ -306,6 +329,8 @@ def _lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> t
         same = all(type(a) is np.ndarray and a.ndim == 2 and a.shape[0] == B for a in (
             actions.bid, actions.batch, state.prev_alloc, state.temp_c, state.queue, state.remaining_tokens, state.budget_left,
             draws.arrivals, draws.tiebreak)) and type(actions.precision) is np.ndarray and actions.precision.ndim == 3 and actions.precision.shape[0] == B
+        same = same and all(type(v) is np.ndarray and v.ndim == 2 and v.shape[0] == B for v in (draws.prompt_tokens, draws.output_tokens)
+                            if v is not None)
         if same and (present is None or (type(present) is np.ndarray and present.ndim == 2 and present.shape[0] == B)):
             return (B,)
     shapes = [
@@ -313,7 +338,7 @@ def _lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> t
         np.shape(state.prev_alloc)[:-1], np.shape(state.temp_c)[:-1], np.shape(state.queue)[:-1],
         np.shape(state.remaining_tokens)[:-1], np.shape(state.budget_left)[:-1],
         np.shape(draws.arrivals)[:-1], np.shape(draws.tiebreak)[:-1],
-    ]
+    ] + [np.shape(v)[:-1] for v in (draws.prompt_tokens, draws.output_tokens) if v is not None]
     if present is not None:
         shapes.append(np.shape(present)[:-1])
     distinct = set(shapes)
@@ -350,6 +375,8 @@ def _pack(st, actions: Actions, state: RoundState, draws: Draws, present, lead: 
     put(ins_f[engine.F_BUDGET], state.budget_left, (T,))
     put(ins_f[engine.F_ARR], draws.arrivals, (T,))
     put(ins_f[engine.F_TIE], draws.tiebreak, (T,))
+    put(ins_f[engine.F_PROMPT], st.prompt_tokens if draws.prompt_tokens is None else draws.prompt_tokens, (T,))
+    put(ins_f[engine.F_OUT], st.output_tokens if draws.output_tokens is None else draws.output_tokens, (T,))
     put(temp, state.temp_c, (st.K,))
     return ins_i, ins_f, temp
 
@@ -389,7 +416,10 @@ class _Packed(Outcome):
 
     def __getattr__(self, name):  # only called for fields not read yet
         get = _Packed._get.get(name)
-        packed = self.__dict__.get("_packed")
+        d = self.__dict__
+        packed = d.get("_packed")
+        if packed is None and "_flat" in d:  # one row from _evaluate_one: its buffers as the packed outputs
+            packed = d["_packed"] = _unflatten(d["_flat"])
         if get is None or packed is None:
             raise AttributeError(f"'Outcome' object has no attribute {name!r}")
         value = get(packed)

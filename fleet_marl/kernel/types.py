@@ -62,6 +62,10 @@ class Draws:
 
     arrivals: np.ndarray  # (B, T) float64 serve: requests arriving this round
     tiebreak: np.ndarray  # (B, T) float64 in [0, 1): order among equal claims in the arbiter
+    #: (B, T) float64 serve: mean prompt / output tokens of the round's requests (a replayed
+    #: trace's); None: each tenant's configured means (``KernelStatic.prompt_tokens``, ...)
+    prompt_tokens: np.ndarray | None = None
+    output_tokens: np.ndarray | None = None
 
     @staticmethod
     def sample(static: "Any", rng: np.random.Generator, batch: int | None = None) -> "Draws":

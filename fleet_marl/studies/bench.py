@@ -185,7 +185,9 @@ def time_steps(env, pool: list[dict], steps: int, repeats: int, seed: int = 0) -
 
 def median_call_time(fn: Callable[[], object], repeats: int, min_time: float) -> float:
     """Median seconds per call of ``fn`` over ``repeats`` repeats of enough calls to last
-    ``min_time`` seconds each (calibrated on a first call, which is also the warm-up)."""
+    ``min_time`` seconds each (after a warm-up call, calibrated on a second: a first call may
+    load compiled code from numba's cache, and calibrating on it would time a handful of calls)."""
+    fn()
     t0 = time.perf_counter()
     fn()
     first = time.perf_counter() - t0
