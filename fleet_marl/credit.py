@@ -222,6 +222,11 @@ class CreditEngine:
         start = np.concatenate(([0], np.cumsum(counts)[:-1]))
         rc = np.repeat(np.arange(B), counts)  # the cluster of each row
         rows_present = np.concatenate([np.concatenate([fixed[b]] + ([coal[b]] if coal else [])) for b in range(B)]) if coal else fixed.reshape(B * F, T)
+        if F == 1 and not coal:  # one row per cluster (local, global, mixed): the inputs are the rows
+            grand = np.ones(B, bool)
+            out, W = evaluate_welfare(st, actions, state, draws, rows_present, full=grand)
+            r = Rows(live=live, G=W, u=np.where(live, out.utility, 0.0), spec=self.spec)
+            return Credit(outcome=out, welfare=W, rewards={s: SCHEMES[s].reward(r) for s in self.schemes}, rows=counts)
         acts = Actions(*(np.asarray(getattr(actions, f))[rc] for f in ("gpus", "bid", "precision", "batch")))
         if "default" in self.needs:
             off = 1 + (T if "removal" in self.needs else 0)

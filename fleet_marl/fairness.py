@@ -197,11 +197,13 @@ class FairnessState:
 
 
 @_jit
-def _fair_share_row(pool, capacity, caps, demanding, out, scratch):
-    """:func:`fair_share` of one cluster into ``out`` (T,), the same arithmetic in the same order."""
+def _fair_share_row(pool, capacity, caps, demanding, out, scratch, tot, c):
+    """:func:`fair_share` of one cluster into ``out`` (T,), the same arithmetic in the same order
+    (``scratch``, ``c`` (T,) and ``tot`` (Q,) are scratch)."""
     T = pool.shape[0]
     Q = capacity.shape[0]
-    tot = np.zeros(Q)
+    for q in range(Q):
+        tot[q] = 0.0
     for t in range(T):
         out[t] = caps[t] if demanding[t] else 0.0
         tot[pool[t]] += out[t]
@@ -211,8 +213,8 @@ def _fair_share_row(pool, capacity, caps, demanding, out, scratch):
             contended = True
     if not contended:
         return
-    c = out.copy()
     for t in range(T):
+        c[t] = out[t]
         out[t] = 0.0
     for q in range(Q):
         n = 0
@@ -227,7 +229,14 @@ def _fair_share_row(pool, capacity, caps, demanding, out, scratch):
                 if pool[t] == q and demanding[t]:
                     out[t] = c[t]
             continue
-        srt = np.sort(scratch[:n])
+        for k in range(1, n):  # sort scratch[:n] in place (a handful of tenants per pool)
+            x = scratch[k]
+            j = k - 1
+            while j >= 0 and scratch[j] > x:
+                scratch[j + 1] = scratch[j]
+                j -= 1
+            scratch[j + 1] = x
+        srt = scratch
         run = 0.0
         level = 0.0
         for k in range(n):
@@ -248,8 +257,10 @@ def _fair_share_row(pool, capacity, caps, demanding, out, scratch):
 def fair_shares(pool, capacity, caps, demanding, out):
     """Fair shares of B clusters: ``demanding`` (B, T) bool -> ``out`` (B, T) (:func:`fair_share` per cluster)."""
     scratch = np.empty(pool.shape[0])
+    c = np.empty(pool.shape[0])
+    tot = np.empty(capacity.shape[0])
     for b in range(demanding.shape[0]):
-        _fair_share_row(pool, capacity, caps, demanding[b], out[b], scratch)
+        _fair_share_row(pool, capacity, caps, demanding[b], out[b], scratch, tot, c)
 
 
 @_jit

@@ -201,13 +201,23 @@ def _fair(cs: CoreStatic, live: np.ndarray, work: np.ndarray) -> np.ndarray:
 def has_work(cs: CoreStatic, s: EnvState, arrivals: np.ndarray | None = None, upcoming: bool = False) -> np.ndarray:
     """(B, T): trainers with a job in progress or queued; servers with requests queued (plus
     ``arrivals``). ``upcoming`` also counts arrivals still to come this episode."""
-    st = cs.kernel
-    train = s.has_job | (s.backlog_n > 0)
-    serve = s.queue + (0.0 if arrivals is None else arrivals) > 0
-    work = np.where(st.is_train, train, serve)
-    if upcoming:
-        work |= s.future[np.arange(s.B), np.minimum(s.round, cs.max_cycles)] > 0
-    return work
+    out = np.empty(s.live.shape, bool)
+    _has_work(cs.kernel.is_train, s.has_job, s.backlog_n, s.queue, s.queue if arrivals is None else arrivals, arrivals is not None,
+              s.future, s.round, cs.max_cycles, upcoming, out)
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def _has_work(is_train, has_job, backlog_n, queue, arrivals, with_arrivals, future, round_, max_cycles, upcoming, out):
+    B, T = out.shape
+    for b in range(B):
+        r = min(round_[b], max_cycles)
+        for i in range(T):
+            if is_train[i]:
+                w = has_job[b, i] or backlog_n[b, i] > 0
+            else:
+                w = (queue[b, i] + (arrivals[b, i] if with_arrivals else 0.0)) > 0
+            out[b, i] = w or (upcoming and future[b, r, i] > 0)
 
 
 def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, credit_rngs) -> StepResult:
