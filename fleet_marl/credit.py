@@ -227,19 +227,22 @@ class CreditEngine:
             out, W = evaluate_welfare(st, actions, state, draws, rows_present, full=grand)
             r = Rows(live=live, G=W, u=np.where(live, out.utility, 0.0), spec=self.spec)
             return Credit(outcome=out, welfare=W, rewards={s: SCHEMES[s].reward(r) for s in self.schemes}, rows=counts)
-        acts = Actions(*(np.asarray(getattr(actions, f))[rc] for f in ("gpus", "bid", "precision", "batch")))
-        if "default" in self.needs:
-            off = 1 + (T if "removal" in self.needs else 0)
-            rows = (start[:, None] + off + np.arange(T)[None, :]).ravel()  # (B*T,) row of "tenant i on its default" in each cluster
-            ten = np.tile(np.arange(T), B)
-            d = self.default
-            for f in ("gpus", "bid", "precision", "batch"):
-                getattr(acts, f)[rows, ten] = np.asarray(getattr(d, f))[ten]
-        st_rows = RoundState(*(np.asarray(getattr(state, f))[rc] for f in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left")))
-        dr_rows = Draws(*(None if v is None else np.asarray(v)[rc] for v in (draws.arrivals, draws.tiebreak, draws.prompt_tokens, draws.output_tokens)))
-        grand = np.zeros(rc.size, bool)
-        grand[start] = True
-        out, W = evaluate_welfare(st, acts, st_rows, dr_rows, rows_present, full=grand)
+        if B == 1 and not coal and "default" not in self.needs:  # one cluster (the parallel env): its inputs broadcast over its rows
+            out, W = evaluate_welfare(st, actions, state, draws, fixed[0], full=np.arange(F) == 0)
+        else:
+            acts = Actions(*(np.asarray(getattr(actions, f))[rc] for f in ("gpus", "bid", "precision", "batch")))
+            if "default" in self.needs:
+                off = 1 + (T if "removal" in self.needs else 0)
+                rows = (start[:, None] + off + np.arange(T)[None, :]).ravel()  # (B*T,) row of "tenant i on its default" in each cluster
+                ten = np.tile(np.arange(T), B)
+                d = self.default
+                for f in ("gpus", "bid", "precision", "batch"):
+                    getattr(acts, f)[rows, ten] = np.asarray(getattr(d, f))[ten]
+            st_rows = RoundState(*(np.asarray(getattr(state, f))[rc] for f in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left")))
+            dr_rows = Draws(*(None if v is None else np.asarray(v)[rc] for v in (draws.arrivals, draws.tiebreak, draws.prompt_tokens, draws.output_tokens)))
+            grand = np.zeros(rc.size, bool)
+            grand[start] = True
+            out, W = evaluate_welfare(st, acts, st_rows, dr_rows, rows_present, full=grand)
         G = W[start]
         r = Rows(live=live, G=G, u=np.where(live, out.utility, 0.0), spec=self.spec)
         col = 1

@@ -266,20 +266,41 @@ def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, credit_rngs) -> StepResul
     for b, i, taken in finished_jobs:
         fairness.job_finished(fs, b, i, taken, cs.rounds_alone[i])
     s.round = t + 1
-    s.ret += np.where(live, reward, 0.0)
-    s.utility_sum += np.where(live, o.utility, 0.0)
-    s.rounds += live
     # the observation shows last round's serving arrivals of every tenant, live or not
     s.last, s.last_arrivals, s.fair, s.has_last = o, requests, fair.copy(), np.ones(B, bool)  # a copy: a reset writes s.fair in place
-    # who leaves
-    broke = s.budget < cs.min_unit
-    done = ~has_work(cs, s, upcoming=True)
-    # the schedule ends at the horizon: at max_cycles running out of it is truncation
-    terminated = live & (broke | (done & (s.round < cs.max_cycles)[:, None]))
-    truncated = live & ~terminated & (s.round >= cs.max_cycles)[:, None]
+    # the episode sums, then who leaves: broke, or out of work before the horizon (terminated); at
+    # max_cycles running out of the schedule is truncation
+    terminated, truncated = np.empty((B, cs.T), bool), np.empty((B, cs.T), bool)
+    _close(live, reward, o.utility, s.ret, s.utility_sum, s.rounds, s.budget, cs.min_unit, st.is_train, s.has_job, s.backlog_n, s.queue,
+           s.future, s.round, cs.max_cycles, terminated, truncated)
     return StepResult(credit=credit, reward=reward, terminated=terminated, truncated=truncated, live=live,
                       starved=rf.starved, lowest_precision=rf.lowest_precision, hoarding=rf.hoarding, streak=rf.streak.copy(), fair=fair,
                       credit_seconds=credit_seconds)
+
+
+@nb.njit(cache=True, nogil=True)
+def _close(live, reward, utility, ret, utility_sum, rounds, budget, min_unit, is_train, has_job, backlog_n, queue, future, round_,
+           max_cycles, terminated, truncated):
+    """Add the round to the live tenants' episode sums; fill ``terminated`` (live, and broke or
+    with no work left before the horizon) and ``truncated`` (live, not terminated, at the
+    horizon). ``round_`` (B,) counts the round just played; the rest as in :class:`EnvState`."""
+    B, T = live.shape
+    for b in range(B):
+        r = min(round_[b], max_cycles)
+        for i in range(T):
+            if live[b, i]:
+                ret[b, i] += reward[b, i]
+                utility_sum[b, i] += utility[b, i]
+                rounds[b, i] += 1
+            if is_train[i]:
+                work = has_job[b, i] or backlog_n[b, i] > 0
+            else:
+                work = queue[b, i] > 0
+            work = work or future[b, r, i] > 0
+            broke = budget[b, i] < min_unit[i]
+            term = live[b, i] and (broke or (not work and round_[b] < max_cycles))
+            terminated[b, i] = term
+            truncated[b, i] = live[b, i] and not term and round_[b] >= max_cycles
 
 
 def finish(s: EnvState, result: StepResult) -> None:

@@ -323,16 +323,16 @@ _NOF, _NOI, _NOB = len(engine.OF), len(engine.OI), len(engine.OB)
 
 
 def _lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> tuple[int, ...]:
-    g = actions.gpus
-    if type(g) is np.ndarray and g.ndim == 2:  # the env's calls: every field (B, ...) already
-        B = g.shape[0]
-        same = all(type(a) is np.ndarray and a.ndim == 2 and a.shape[0] == B for a in (
-            actions.bid, actions.batch, state.prev_alloc, state.temp_c, state.queue, state.remaining_tokens, state.budget_left,
-            draws.arrivals, draws.tiebreak)) and type(actions.precision) is np.ndarray and actions.precision.ndim == 3 and actions.precision.shape[0] == B
-        same = same and all(type(v) is np.ndarray and v.ndim == 2 and v.shape[0] == B for v in (draws.prompt_tokens, draws.output_tokens)
-                            if v is not None)
-        if same and (present is None or (type(present) is np.ndarray and present.ndim == 2 and present.shape[0] == B)):
-            return (B,)
+    # the env's calls: every field an array with one leading axis, of one length or 1 (broadcast)
+    arrays = (actions.gpus, actions.bid, actions.batch, state.prev_alloc, state.temp_c, state.queue, state.remaining_tokens,
+              state.budget_left, draws.arrivals, draws.tiebreak)
+    extra = [v for v in (draws.prompt_tokens, draws.output_tokens, present) if v is not None]
+    if all(type(a) is np.ndarray and a.ndim == 2 for a in arrays) and all(type(v) is np.ndarray and v.ndim == 2 for v in extra):
+        p = actions.precision
+        if type(p) is np.ndarray and p.ndim == 3:
+            lengths = {a.shape[0] for a in arrays} | {v.shape[0] for v in extra} | {p.shape[0]}
+            if len(lengths) == 1 or (len(lengths) == 2 and 1 in lengths):
+                return (max(lengths),)
     shapes = [
         np.shape(actions.gpus)[:-1], np.shape(actions.bid)[:-1], np.shape(actions.precision)[:-2], np.shape(actions.batch)[:-1],
         np.shape(state.prev_alloc)[:-1], np.shape(state.temp_c)[:-1], np.shape(state.queue)[:-1],
@@ -393,37 +393,66 @@ def _unpack(out_f, out_i, out_b, gon, out_k, rack, welfare, lead: tuple[int, ...
     return out
 
 
-def _field_getters() -> dict:
-    get = {n: (lambda p, c=c: p[0][c]) for c, n in enumerate(engine.OF)}
-    get.update({n: (lambda p, c=c: p[1][c]) for c, n in enumerate(engine.OI[: engine.OI_PREC])})
-    get.update({n: (lambda p, c=c: p[2][c]) for c, n in enumerate(engine.OB)})
-    get.update(
-        precision=lambda p: p[1][engine.OI_PREC:].transpose(tuple(range(1, p[1].ndim)) + (0,)),  # (G, *lead, T) -> (*lead, T, G)
-        gpus_on_node=lambda p: p[3], node_power_w=lambda p: p[4][0], temp_next=lambda p: p[4][1], rack_power_w=lambda p: p[5],
-        welfare=lambda p: p[6],
-    )
-    assert set(get) == {f.name for f in fields(Outcome)}, "every Outcome field has a place in the packed outputs"
-    return get
+_OI_NAMES = engine.OI[: engine.OI_PREC]
+
+
+def _group_floats(p) -> dict:
+    return dict(zip(engine.OF, p[0]))
+
+
+def _group_ints(p) -> dict:
+    d = dict(zip(_OI_NAMES, p[1]))
+    d["precision"] = p[1][engine.OI_PREC:].transpose(tuple(range(1, p[1].ndim)) + (0,))  # (G, *lead, T) -> (*lead, T, G)
+    return d
+
+
+def _group_flags(p) -> dict:
+    return dict(zip(engine.OB, p[2]))
+
+
+def _group_nodes(p) -> dict:
+    return {"gpus_on_node": p[3], "node_power_w": p[4][0], "temp_next": p[4][1], "rack_power_w": p[5], "welfare": p[6]}
+
+
+def _field_groups() -> dict:
+    """Field name -> the function making the views of its group (floats, ints, flags, nodes)."""
+    groups = {}
+    for fn, names in ((_group_floats, engine.OF), (_group_ints, _OI_NAMES + ("precision",)), (_group_flags, engine.OB),
+                      (_group_nodes, ("gpus_on_node", "node_power_w", "temp_next", "rack_power_w", "welfare"))):
+        groups.update(dict.fromkeys(names, fn))
+    assert set(groups) == {f.name for f in fields(Outcome)}, "every Outcome field has a place in the packed outputs"
+    return groups
 
 
 class _Packed(Outcome):
-    """An :class:`Outcome` over the compiled round's packed outputs (``_packed``): a field is a
-    view made the first time it is read, so that building one costs nothing however many of
-    its 45 fields the caller reads. Behaves as an Outcome in every other way."""
+    """An :class:`Outcome` over the compiled round's packed outputs (``_packed``): its fields
+    are views made the first time one of their group (floats, ints, flags, node outputs) is
+    read, so that building one costs almost nothing whichever fields the caller reads. Behaves
+    as an Outcome in every other way."""
 
     __slots__ = ()
-    _get = _field_getters()
+    _groups = _field_groups()
 
-    def __getattr__(self, name):  # only called for fields not read yet
-        get = _Packed._get.get(name)
+    def __getattr__(self, name):  # only called for fields not read yet: makes the views of the field's group
+        group = _Packed._groups.get(name)
         d = self.__dict__
         packed = d.get("_packed")
         if packed is None and "_flat" in d:  # one row from _evaluate_one: its buffers as the packed outputs
             packed = d["_packed"] = _unflatten(d["_flat"])
-        if get is None or packed is None:
+        if group is None or packed is None:
             raise AttributeError(f"'Outcome' object has no attribute {name!r}")
-        value = get(packed)
-        self.__dict__[name] = value
-        return value
+        for k, v in group(packed).items():
+            d.setdefault(k, v)
+        return d[name]
+
+    def row(self, i: int) -> Outcome:
+        """One batch row (of a leading (B,) outcome), itself over views of the packed outputs."""
+        d = self.__dict__
+        if "_packed" not in d:
+            return super().row(i)
+        f, oi, ob, gon, k, rack, w = d["_packed"]
+        out = object.__new__(_Packed)
+        out.__dict__["_packed"] = (f[:, i], oi[:, i], ob[:, i], gon[i], k[:, i], rack[i], w[i])
+        return out
 
 __all__ = ["check_actions", "check_draws", "check_state", "evaluate", "evaluate_counterfactuals", "evaluate_welfare", "stage1"]
