@@ -14,10 +14,16 @@ from fleet_marl.config import FleetConfig
 from fleet_marl.environment import core
 from fleet_marl.environment.render import new_figure, render_ansi, render_rgb
 from fleet_marl.environment.spaces import (
-    ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_OBS, OBS_MODES, PREC, ActionError, build_spaces, check_agent, parse_action,
+    ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_OBS, OBS_MODES, OK, PREC, ActionError, build_spaces, check_agent, check_indices, parse_action,
 )
 from fleet_marl.environment.views import EnvViews
 from fleet_marl.tasks import make_config
+
+
+#: The flags of the kernel's outcome every step's infos carry, and every info key in order.
+_FLAG_KEYS = ("oom", "vetoed", "unsafe_numerics", "projected", "tripped", "restarted")
+_INFO_KEYS = ("rewards", "utility", "welfare", "requested", "alloc", "throttled", "starved", "starvation_streak", "fair_share", "degenerate",
+              "illegal", "action_mask") + _FLAG_KEYS
 
 
 class FleetParallelEnv(EnvViews, ParallelEnv):
@@ -155,7 +161,7 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
         self.last_credit_seconds = r.credit_seconds
         self.steps_taken += 1
         credit = self._last_credit = r.credit.cluster(0)
-        o = credit.outcome
+        o = r.credit.outcome  # (1, ...): the fields the core step and the observations have read already
         terminated, truncated = r.terminated[0], r.truncated[0]
         finished = terminated | truncated
         agents = self.agents
@@ -163,41 +169,33 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
         masks = self._masks()
         observations_ = self._observations(obs_m, masks, agents)
         schemes = tuple(credit.rewards)
-        vals = {k: credit.rewards[k].tolist() for k in schemes}
-        rew_l, u_l, alloc_l, req_l = r.reward[0].tolist(), o.utility.tolist(), o.alloc.tolist(), o.requested.tolist()
-        flags = {k: getattr(o, k).tolist() for k in ("oom", "vetoed", "unsafe_numerics", "projected", "tripped", "restarted")}
-        thr_l = (o.power_throttled | o.thermal_throttled).tolist()
-        starved_l, streak_l, fair_l = r.starved[0].tolist(), r.streak[0].tolist(), r.fair[0].tolist()
-        low_l, hoard_l = r.lowest_precision[0].tolist(), r.hoarding[0].tolist()
-        welfare = credit.welfare
-        summary = self.fairness if finished.any() else None
+        T = len(self.possible_agents)
+        rew_l = r.reward[0].tolist()
+        term_l, trunc_l, done_l = terminated.tolist(), truncated.tolist(), finished.tolist()
+        if len(schemes) == 1:
+            scheme_rewards = [{schemes[0]: v} for v in credit.rewards[schemes[0]].tolist()]
+        else:
+            scheme_rewards = [dict(zip(schemes, v)) for v in zip(*(credit.rewards[k].tolist() for k in schemes))]
+        degenerate = [[n for n, f in (("lowest_precision", lo), ("hoarding", ho)) if f] for lo, ho in
+                      zip(r.lowest_precision[0].tolist(), r.hoarding[0].tolist())]
+        # each tenant's info values in _INFO_KEYS order, built column by column
+        columns = zip(scheme_rewards, o.utility[0].tolist(), [credit.welfare] * T, o.requested[0].tolist(), o.alloc[0].tolist(),
+                      (o.power_throttled[0] | o.thermal_throttled[0]).tolist(), r.starved[0].tolist(), r.streak[0].tolist(),
+                      r.fair[0].tolist(), degenerate, [illegal.get(i, []) for i in range(T)], masks, *(getattr(o, k)[0].tolist() for k in _FLAG_KEYS))
+        per_tenant = list(columns)
+        summary = self.fairness if any(done_l) else None
         rewards, terms, truncs, infos = {}, {}, {}, {}
         for a in agents:
             i = self.agent_index[a]
             rewards[a] = rew_l[i]
-            terms[a] = bool(terminated[i])
-            truncs[a] = bool(truncated[i])
-            info = {
-                "rewards": {k: vals[k][i] for k in schemes},
-                "utility": u_l[i],
-                "welfare": welfare,
-                "requested": req_l[i],
-                "alloc": alloc_l[i],
-                "throttled": thr_l[i],
-                "starved": starved_l[i],
-                "starvation_streak": streak_l[i],
-                "fair_share": fair_l[i],
-                "degenerate": [n for n, f in (("lowest_precision", low_l[i]), ("hoarding", hoard_l[i])) if f],
-                "illegal": illegal.get(i, []),
-                "action_mask": masks[i],
-            }
-            for k, v in flags.items():
-                info[k] = v[i]
-            if finished[i]:
+            terms[a] = term_l[i]
+            truncs[a] = trunc_l[i]
+            info = dict(zip(_INFO_KEYS, per_tenant[i]))
+            if done_l[i]:
                 info["episode"] = summary.episode_report(i, s.ret[0, i], s.utility_sum[0, i], int(s.rounds[0, i]))
             infos[a] = info
         core.finish(s, r)
-        self.agents = [a for a in agents if not finished[self.agent_index[a]]]
+        self.agents = [a for a in agents if not done_l[self.agent_index[a]]]
         if self.render_mode == "human":
             self.render()
         return observations_, rewards, terms, truncs, infos
@@ -217,9 +215,14 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
             vals = list(actions.values())
             if all(type(v) is np.ndarray and v.dtype.kind in "iu" and v.shape == (N_ACT,) for v in vals):
                 rows = [self.agent_index[a] for a in actions]
-                arr = np.stack(vals)
-                if not ((arr < 0) | (arr >= self.nvec[rows])).any():
-                    idx[rows] = arr
+                idx[rows] = np.stack(vals)
+                cs, s = self._core, self._s
+                checked, illegal = np.empty((1, T, N_ACT), np.int64), np.empty((1, T), bool)
+                code, _, _, _ = check_indices(idx[None], s.live, cs.nvec, cs.default_index, cs.masks.prec_legal, cs.min_unit, s.budget,
+                                              False, checked, illegal)
+                if code == OK and not illegal.any():  # every choice in range and allowed by the masks
+                    return idx, {}
+                if code == OK:  # some masked choices: name them (veto) or raise
                     return idx, self._illegal(idx)
         for a, act in actions.items():
             idx[self.agent_index[a] if a in self.agent_index else 0] = self.check_action(a, act, live)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium
+import numba as nb
 import numpy as np
 
 from fleet_marl import catalog
@@ -147,6 +148,58 @@ class ActionMasks:
         return out
 
 
+#: The outcomes of :func:`check_indices`.
+OK, NOT_INTEGER, OUT_OF_RANGE, NOT_ALLOWED = range(4)
+_G = PREC.stop - PREC.start
+assert PREC.start == 2
+
+
+@nb.njit(cache=True, nogil=True)
+def check_indices(a, live, nvec, default_index, prec_legal, min_unit, budget, stop_at_illegal, idx, illegal):
+    """Check the (B, T, 8) actions of live tenants in three passes, as the errors are ranked
+    (not an integer, out of range, not allowed by the mask), each in C order; fill ``idx``
+    (the defaults for tenants not live) and ``illegal`` (B, T). Returns ``(code, b, t, k)`` of
+    the first error, or ``(OK, -1, -1, -1)``."""
+    B, T, A = a.shape
+    G = _G  # the precision dims are 2 .. 2 + G
+    for b in range(B):
+        for t in range(T):
+            if live[b, t]:
+                for k in range(A):
+                    x = a[b, t, k]
+                    if not (x == np.floor(x) and np.isfinite(x * 1.0)):
+                        return NOT_INTEGER, b, t, k
+    for b in range(B):
+        for t in range(T):
+            if live[b, t]:
+                for k in range(A):
+                    if a[b, t, k] < 0 or a[b, t, k] >= nvec[t, k]:
+                        return OUT_OF_RANGE, b, t, k
+    first = -1
+    for b in range(B):
+        for t in range(T):
+            if live[b, t]:
+                for k in range(A):
+                    idx[b, t, k] = int(a[b, t, k])
+            else:
+                for k in range(A):
+                    idx[b, t, k] = default_index[t, k]
+            bad_gpus = live[b, t] and idx[b, t, 0] * min_unit[t] > budget[b, t]
+            bad_g = -1
+            if live[b, t]:
+                for g in range(G):
+                    if not prec_legal[t, idx[b, t, 2 + g]]:
+                        bad_g = g
+                        break
+            illegal[b, t] = bad_gpus or bad_g >= 0
+            if illegal[b, t] and first < 0:
+                first = b * T + t
+                k_first = 0 if bad_gpus else 2 + bad_g
+    if first >= 0 and stop_at_illegal:
+        return NOT_ALLOWED, first // T, first % T, k_first
+    return OK, -1, -1, -1
+
+
 def parse_action(a: str, act, nvec: np.ndarray) -> np.ndarray:
     """One agent's action as 8 int64 indices, or an :class:`ActionError` naming the bad
     field: an integer (or integral float) array of shape (8,) within ``nvec``."""
@@ -177,5 +230,5 @@ def check_agent(a, agent_index: dict, agents: list[str], live: set) -> int:
 
 __all__ = [
     "ACTION_FIELDS", "ActionError", "ActionMasks", "BATCH_LEVELS", "ILLEGAL_ACTION", "N_ACT", "N_OBS", "OBS_FIELDS", "OBS_INDEX",
-    "OBS_MODES", "PREC", "action_nvec", "build_spaces", "check_agent", "decode_actions", "parse_action",
+    "NOT_ALLOWED", "NOT_INTEGER", "OBS_MODES", "OK", "OUT_OF_RANGE", "PREC", "action_nvec", "build_spaces", "check_agent", "check_indices", "decode_actions", "parse_action",
 ]

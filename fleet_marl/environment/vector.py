@@ -33,7 +33,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from fleet_marl.environment import core
-from fleet_marl.environment.spaces import ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_OBS, PREC, ActionError
+from fleet_marl.environment.spaces import ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_OBS, NOT_ALLOWED, NOT_INTEGER, OUT_OF_RANGE, ActionError, check_indices
 from fleet_marl.tasks import make_config
 
 
@@ -202,13 +202,13 @@ class FleetVectorEnv:
             raise ActionError("actions", "shape", a.shape, f"({B}, {T}, {N_ACT}): clusters, tenants, {', '.join(ACTION_FIELDS)}")
         idx = np.empty((B, T, N_ACT), np.int64)
         illegal = np.empty((B, T), bool)
-        code, b, t, k = _check_indices(a, s.live, cs.nvec, cs.default_index, cs.masks.prec_legal, cs.min_unit, s.budget,
+        code, b, t, k = check_indices(a, s.live, cs.nvec, cs.default_index, cs.masks.prec_legal, cs.min_unit, s.budget,
                                        self.illegal_action == "raise", idx, illegal)
-        if code == _NOT_INTEGER:
+        if code == NOT_INTEGER:
             raise ActionError(f"cluster {b}, tenant_{t}", f"action[{k}] ({ACTION_FIELDS[k]})", float(a[b, t, k]), "an integer")
-        if code == _OUT_OF_RANGE:
+        if code == OUT_OF_RANGE:
             raise ActionError(f"cluster {b}, tenant_{t}", f"action[{k}] ({ACTION_FIELDS[k]})", a[b, t, k].item(), f"an integer in [0, {cs.nvec[t, k] - 1}]")
-        if code == _NOT_ALLOWED:
+        if code == NOT_ALLOWED:
             raise ActionError(f"cluster {b}, tenant_{t}", f"action[{k}] ({ACTION_FIELDS[k]})", int(idx[b, t, k]),
                               "a choice the action mask allows (see infos['action_mask'])")
         return idx, illegal
@@ -264,57 +264,6 @@ def _fill_masks(all_allowed, afford, max_gpus, live, g, mask):
             top = min(afford[b, t], float(max_gpus[t]))
             for m in range(g):
                 mask[b, t, m] = m <= top
-
-
-_OK, _NOT_INTEGER, _OUT_OF_RANGE, _NOT_ALLOWED = range(4)
-_G = PREC.stop - PREC.start
-assert PREC.start == 2
-
-
-@nb.njit(cache=True, nogil=True)
-def _check_indices(a, live, nvec, default_index, prec_legal, min_unit, budget, stop_at_illegal, idx, illegal):
-    """Check the (B, T, 8) actions of live tenants in three passes, as the errors are ranked
-    (not an integer, out of range, not allowed by the mask), each in C order; fill ``idx``
-    (the defaults for tenants not live) and ``illegal`` (B, T). Returns ``(code, b, t, k)`` of
-    the first error, or ``(_OK, -1, -1, -1)``."""
-    B, T, A = a.shape
-    G = _G  # the precision dims are 2 .. 2 + G
-    for b in range(B):
-        for t in range(T):
-            if live[b, t]:
-                for k in range(A):
-                    x = a[b, t, k]
-                    if not (x == np.floor(x) and np.isfinite(x * 1.0)):
-                        return _NOT_INTEGER, b, t, k
-    for b in range(B):
-        for t in range(T):
-            if live[b, t]:
-                for k in range(A):
-                    if a[b, t, k] < 0 or a[b, t, k] >= nvec[t, k]:
-                        return _OUT_OF_RANGE, b, t, k
-    first = -1
-    for b in range(B):
-        for t in range(T):
-            if live[b, t]:
-                for k in range(A):
-                    idx[b, t, k] = int(a[b, t, k])
-            else:
-                for k in range(A):
-                    idx[b, t, k] = default_index[t, k]
-            bad_gpus = live[b, t] and idx[b, t, 0] * min_unit[t] > budget[b, t]
-            bad_g = -1
-            if live[b, t]:
-                for g in range(G):
-                    if not prec_legal[t, idx[b, t, 2 + g]]:
-                        bad_g = g
-                        break
-            illegal[b, t] = bad_gpus or bad_g >= 0
-            if illegal[b, t] and first < 0:
-                first = b * T + t
-                k_first = 0 if bad_gpus else 2 + bad_g
-    if first >= 0 and stop_at_illegal:
-        return _NOT_ALLOWED, first // T, first % T, k_first
-    return _OK, -1, -1, -1
 
 
 def vector_env(num_envs: int = 1, task: str | None = None, config=None, **overrides: Any) -> FleetVectorEnv:
