@@ -220,16 +220,13 @@ class CreditEngine:
                 coal.append(co)
         counts = F + np.array([c.shape[0] for c in coal], np.int64) if coal else np.full(B, F, np.int64)
         start = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        rc = np.repeat(np.arange(B), counts)  # the cluster of each row
         rows_present = np.concatenate([np.concatenate([fixed[b]] + ([coal[b]] if coal else [])) for b in range(B)]) if coal else fixed.reshape(B * F, T)
         if F == 1 and not coal:  # one row per cluster (local, global, mixed): the inputs are the rows
-            grand = np.ones(B, bool)
-            out, W = evaluate_welfare(st, actions, state, draws, rows_present, full=grand)
-            r = Rows(live=live, G=W, u=np.where(live, out.utility, 0.0), spec=self.spec)
-            return Credit(outcome=out, welfare=W, rewards={s: SCHEMES[s].reward(r) for s in self.schemes}, rows=counts)
-        if B == 1 and not coal and "default" not in self.needs:  # one cluster (the parallel env): its inputs broadcast over its rows
+            out, W = evaluate_welfare(st, actions, state, draws, rows_present, full=np.ones(B, bool))
+        elif B == 1 and not coal and "default" not in self.needs:  # one cluster (the parallel env): its inputs broadcast over its rows
             out, W = evaluate_welfare(st, actions, state, draws, fixed[0], full=np.arange(F) == 0)
         else:
+            rc = np.repeat(np.arange(B), counts)  # the cluster of each row
             acts = Actions(*(np.asarray(getattr(actions, f))[rc] for f in ("gpus", "bid", "precision", "batch")))
             if "default" in self.needs:
                 off = 1 + (T if "removal" in self.needs else 0)

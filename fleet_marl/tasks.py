@@ -152,15 +152,10 @@ def _hard() -> dict:
     }
 
 
-def _trace() -> dict:
-    # Pollux workload 1 (160 jobs over 7.7 h) replayed 4.6x faster so it spans the 100-round
-    # episode, dealt round-robin to four trainers; the Azure conversation trace (19,366
-    # requests in one hour) split between two servers. Prompt and output lengths are the
-    # trace's means (fleet_marl.workloads.trace_stats; checked by tests/test_workloads.py).
+def _trace_config(jobs: dict, reqs: dict) -> dict:
+    """The trace tasks' scenario: 2 H100 and 2 A100 nodes under max-min, four trainers replaying
+    the job trace ``jobs`` (one shard each) and two servers replaying the request trace ``reqs``."""
     h, a = "h100-sxm", "a100-80gb"
-    jobs = dict(pattern="trace", trace="pollux_workload-1.csv", trace_speedup=4.6, trace_shards=4, seq_len=2048)
-    # rate: the trace's 5.53 requests/s split in two, the denominator of a server's value
-    reqs = dict(pattern="trace", trace="azure_llm_inference_conv_2023.csv", trace_shards=2, rate=2.77, prompt_tokens=1155, output_tokens=211)
     return {
         "cluster": {"gpu_types": [h, h, a, a]},
         "tenants": [
@@ -176,27 +171,28 @@ def _trace() -> dict:
     }
 
 
+def _trace() -> dict:
+    # Pollux workload 1 (160 jobs over 7.7 h) replayed 4.6x faster so it spans the 100-round
+    # episode, dealt round-robin to four trainers; the Azure conversation trace (19,366
+    # requests in one hour) split between two servers. Prompt and output lengths are the
+    # trace's means (fleet_marl.workloads.trace_stats; checked by tests/test_workloads.py).
+    jobs = dict(pattern="trace", trace="pollux_workload-1.csv", trace_speedup=4.6, trace_shards=4, seq_len=2048)
+    # rate: the trace's 5.53 requests/s split in two, the denominator of a server's value
+    reqs = dict(pattern="trace", trace="azure_llm_inference_conv_2023.csv", trace_shards=2, rate=2.77, prompt_tokens=1155, output_tokens=211)
+    return _trace_config(jobs, reqs)
+
+
 def _trace_code() -> dict:
     # The trace task's cluster and arbiter with another pair of traces: Pollux workload 2 (160
     # jobs over 7.5 h) replayed 4.52x faster, and the first 30 minutes of Azure's 2023 *code*
     # trace (5,740 requests, long prompts and short outputs: means of 2,028 and 27 tokens)
     # stretched 3.3x (trace_speedup 0.3) over the 100 rounds and split between two servers.
     # Each round is priced at its own requests' lengths, so serving is prefill-bound here.
-    h, a = "h100-sxm", "a100-80gb"
     jobs = dict(pattern="trace", trace="pollux_workload-2.csv", trace_speedup=4.52, trace_shards=4, seq_len=2048)
     # rate: the sample's 3.21 requests/s x 0.3, split in two (the scale of a server's value and queue features)
     reqs = dict(pattern="trace", trace="azure_llm_inference_code_2023_first30min.csv", trace_speedup=0.3, trace_shards=2, rate=0.48,
                 prompt_tokens=2028, output_tokens=27)
-    cfg = _trace()
-    cfg["tenants"] = [
-        _tenant("train", "qwen2.5-0.5b", h, 250.0, job_tokens=1.0e8, trace_shard=0, **jobs),
-        _tenant("train", "gpt2", a, 150.0, job_tokens=2.0e8, trace_shard=1, **{**jobs, "seq_len": 1024}),
-        _tenant("train", "qwen2.5-0.5b", a, 150.0, job_tokens=1.0e8, trace_shard=2, **jobs),
-        _tenant("train", "qwen2.5-7b", h, 250.0, job_tokens=2.0e7, trace_shard=3, **jobs),
-        _tenant("serve", "llama-3.1-8b", h, 250.0, trace_shard=0, **reqs),
-        _tenant("serve", "qwen2.5-7b", a, 150.0, trace_shard=1, **reqs),
-    ]
-    return cfg
+    return _trace_config(jobs, reqs)
 
 
 def scaled(n: int, mechanism: str = "proportional") -> dict:
