@@ -1,0 +1,150 @@
+"""Where a row of the compiled round spends its time (the per-row figures of docs/benchmarks.md).
+
+How to run:  taskset -c 1 .venv/bin/python experiments/round_profile.py
+What it prints: microseconds per row of ``engine.evaluate_rows`` on the rows the vector env
+(N = 16 tenants, B = 256 clusters, the bench scenario) hands the kernel in one step, for
+``local`` (one full row per cluster) and ``difference`` (the grand coalition in full, then 16
+welfare-only removal rows per cluster); then the same with one part of the round replaced by
+something trivial (an ablation: "no clearing" grants min(request, 2) GPUs, "no placement" puts
+each tenant on one node), each from a copy of the package in a temporary folder with that
+part of ``engine.py`` rewritten. An ablation also changes what follows it (fewer GPUs, simpler
+placements), so the differences are estimates of each part's cost, not exact shares.
+Minimum over 4 interleaved runs of 7 repeats each; pin to one idle core, never while tests run.
+
+``--steps SCHEME`` instead prints a cProfile of 300 vector-env steps with that reward scheme
+(the per-step breakdowns of docs/benchmarks.md, "Where the time goes now"); cProfile's own
+overhead inflates every figure by about half, so read them as shares.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: ablation name -> (text in engine.py, its replacement)
+ABLATIONS = {
+    "no clearing": ("        _clear_pools(b, q_caps, tf, ti, sc, ins_f, req, alloc, mult, caps, got, w, level, order, frac, zeros)\n",
+                    "        for t in range(T):\n            alloc[t] = min(req[t], 2)\n            mult[t] = 1.0\n"),
+    "no placement": ("        _place(alloc, ti, ni, gpn, rg, free, avail, order, by_free, neg_avail, count, t_nodes, n_nodes)\n",
+                     "        for t in range(T):\n            n_nodes[t] = 1\n            t_nodes[t, 0] = t % K\n            rg[t, t % K] = alloc[t]\n"),
+}
+
+
+def capture(scheme: str, out: Path) -> None:
+    """Pickle the arguments of the kernel call of one vector-env step (after 10 warm-up steps)."""
+    import fleet_marl
+    from fleet_marl.kernel import engine
+    from fleet_marl.studies.bench import VECTOR_B, bench_config
+
+    venv = fleet_marl.vector_env(num_envs=VECTOR_B, config=bench_config(16), reward_scheme=scheme, compute_all=False)
+    obs, infos = venv.reset(seed=0)
+    rng = np.random.default_rng(0)
+    pool = [venv.sample_actions(infos, rng) for _ in range(8)]
+    for k in range(10):
+        venv.step(pool[k % 8])
+    seen = {}
+    real = engine.evaluate_rows
+
+    def spy(*args):
+        seen["args"] = [np.array(a) if isinstance(a, np.ndarray) else a for a in args]
+        return real(*args)
+
+    engine.evaluate_rows = spy
+    try:
+        venv.step(pool[3])
+    finally:
+        engine.evaluate_rows = real
+    out.write_bytes(pickle.dumps(seen["args"]))
+
+
+def time_rows(args_file: Path) -> float:
+    """Minimum over 7 repeats of the microseconds per row of one kernel call on the captured rows."""
+    from fleet_marl.kernel import engine
+
+    args = pickle.loads(args_file.read_bytes())
+    rows = args[6].shape[1]
+    engine.evaluate_rows(*args)
+    best = np.inf
+    for _ in range(7):
+        t0, n = time.perf_counter(), 0
+        while time.perf_counter() - t0 < 0.3:
+            engine.evaluate_rows(*args)
+            n += 1
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best / rows * 1e6
+
+
+def variant(tmp: Path, name: str) -> Path:
+    """A copy of the package with one ablation applied (``name`` "as is": unchanged)."""
+    dest = tmp / name.replace(" ", "_")
+    shutil.copytree(ROOT / "fleet_marl", dest / "fleet_marl", ignore=shutil.ignore_patterns("__pycache__"))
+    if name in ABLATIONS:
+        path = dest / "fleet_marl" / "kernel" / "engine.py"
+        old, new = ABLATIONS[name]
+        text = path.read_text()
+        if old not in text:
+            raise SystemExit(f"{name}: engine.py no longer has the line this ablation replaces; update ABLATIONS")
+        path.write_text(text.replace(old, new))
+    return dest
+
+
+def profile_steps(scheme: str) -> None:
+    import cProfile
+    import pstats
+
+    import fleet_marl
+    from fleet_marl.studies.bench import VECTOR_B, bench_config
+
+    venv = fleet_marl.vector_env(num_envs=VECTOR_B, config=bench_config(16), reward_scheme=scheme, compute_all=False)
+    obs, infos = venv.reset(seed=0)
+    rng = np.random.default_rng(0)
+    pool = [venv.sample_actions(infos, rng) for _ in range(8)]
+    venv.step(pool[0])
+    prof = cProfile.Profile()
+    prof.enable()
+    for k in range(300):  # three automatic resets of every cluster fall in these steps
+        venv.step(pool[k % 8])
+    prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
+def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--time":  # child: time one variant on one capture
+        print(time_rows(Path(sys.argv[2])))
+        return
+    if len(sys.argv) == 3 and sys.argv[1] == "--steps":
+        profile_steps(sys.argv[2])
+        return
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        captures = {}
+        for scheme in ("local", "difference"):
+            captures[scheme] = tmp / f"{scheme}.pkl"
+            capture(scheme, captures[scheme])
+        names = ["as is", *ABLATIONS]
+        roots = {n: variant(tmp, n) for n in names}
+        best: dict[tuple[str, str], float] = {}
+        for _ in range(4):  # interleaved, so a slow spell of the machine hits every variant
+            for n in names:
+                for scheme, path in captures.items():
+                    env = {"PYTHONPATH": str(roots[n]), "NUMBA_CACHE_DIR": str(tmp / "numba" / n.replace(" ", "_"))}
+                    res = subprocess.run([sys.executable, __file__, "--time", str(path)], capture_output=True, text=True, check=True,
+                                         env={**os.environ, **env})
+                    best[n, scheme] = min(best.get((n, scheme), np.inf), float(res.stdout.split()[-1]))
+        print(f"{'us per row':<16}{'local (full rows)':>20}{'difference':>14}")
+        for n in names:
+            print(f"{n:<16}{best[n, 'local']:>20.2f}{best[n, 'difference']:>14.2f}")
+
+
+if __name__ == "__main__":
+    main()
