@@ -30,7 +30,7 @@ RANK = {
     "environment": 4,
     "policies": 5,
     "evaluation": 6, "tools": 6,
-    "rllib": 7, "openenv": 7,
+    "rllib": 7, "torchrl": 7, "openenv": 7,
     "studies": 8,
     "cli": 9,
 }
@@ -43,11 +43,12 @@ FORBIDDEN = {
     "fairness": {"pettingzoo", "gymnasium", "ray", "torch"},
     "policies": {"ray", "torch", "torchrl"},
     "evaluation": {"ray", "torch"},
+    "torchrl": {"ray"},
 }
 #: Optional dependencies: importing one (or a fleet_marl module that needs one) inside a
 #: function is how a module keeps it optional.
 OPTIONAL = ("ray", "torch", "openenv", "matplotlib", "uvicorn", "fastapi", "PIL", "mpe2", "pettingzoo.classic", "tensorboardX", "resource",
-            "fleet_marl.rllib", "fleet_marl.openenv", "fleet_marl.studies")
+            "torchrl", "tensordict", "fleet_marl.rllib", "fleet_marl.torchrl", "fleet_marl.openenv", "fleet_marl.studies")
 
 
 def _unit(path: Path) -> str:
@@ -138,6 +139,12 @@ def test_no_import_of_rllib_outside_rllib_studies_and_cli():
     assert not bad, "\n".join(bad)
 
 
+def test_no_import_of_torchrl_adapter_outside_it_studies_and_cli():
+    bad = [f"{p.relative_to(ROOT)}:{line}: {mod}" for p, line, unit, mod, _, _, _ in IMPORTS
+           if mod.startswith("fleet_marl.torchrl") and unit not in ("torchrl", "studies", "cli")]
+    assert not bad, "\n".join(bad)
+
+
 def test_no_top_level_policies_package():
     assert not (ROOT / "policies").exists()
     hits = []
@@ -207,7 +214,8 @@ def test_env_policies_and_grader_load_no_ray_or_torch():
 
 
 def test_cli_and_adapter_packages_load_no_ray_until_used():
-    code = ("import fleet_marl.rllib, fleet_marl.rllib.loader, fleet_marl.studies, fleet_marl.openenv; "
+    code = ("import fleet_marl.rllib, fleet_marl.rllib.loader, fleet_marl.studies, fleet_marl.openenv, fleet_marl.torchrl, "
+            "fleet_marl.torchrl.loader, fleet_marl.torchrl.command, fleet_marl.cli.train; "
             "from fleet_marl.cli import build_parser; build_parser(); "
             "from fleet_marl.evaluation import loaders; loaders()")
-    assert _loaded(code, ("ray", "torch", "openenv")) == set()
+    assert _loaded(code, ("ray", "torch", "torchrl", "tensordict", "openenv")) == set()

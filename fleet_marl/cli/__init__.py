@@ -26,7 +26,7 @@ from fleet_marl.errors import UsageError
 #: Subcommand -> (the module that implements it, one line of help), in the order
 #: ``fleet-marl --help`` lists them.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("fleet_marl.rllib.command", "train PPO tenants with RLlib (the main job, make train)"),
+    "train": ("fleet_marl.cli.train", "train PPO tenants with TorchRL (the main job, make train) or RLlib (--engine rllib)"),
     "compare": ("fleet_marl.studies.command", "the credit-assignment study: PPO under every reward scheme, N = 2..16 tenants"),
     "evaluate": ("fleet_marl.evaluation.command", "grade a policy on a task over K seeds"),
     "baselines": ("fleet_marl.evaluation.baselines", "every reference policy on every task, as a table"),

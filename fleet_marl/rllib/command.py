@@ -15,11 +15,10 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 from fleet_marl.config import REWARD_SCHEMES
 from fleet_marl.errors import require
-from fleet_marl.evaluation.baselines import checkout
+from fleet_marl.evaluation.runs import config_path
 from fleet_marl.rllib.config import TrainConfig, TrainConfigError
 from fleet_marl.rllib.sharing import SHARING
 from fleet_marl.tasks import TASKS
@@ -62,16 +61,6 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--final-episodes", type=int, default=None, metavar="K", help="seeds of the final evaluation (default: the config's final_episodes, 10; 0 skips it)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--json", action="store_true", help="print the final summaries as JSON")
-
-
-def config_path(name: str) -> Path:
-    """``--config`` as given, or ``experiments/configs/<name>.yaml`` of the checkout."""
-    p = Path(name)
-    if p.is_file() or p.suffix in (".yaml", ".yml") or "/" in name:
-        return p
-    root = checkout()
-    cand = (root / "experiments" / "configs" / f"{name}.yaml") if root else p
-    return cand if cand.is_file() else p
 
 
 def resolve(args):

@@ -42,9 +42,7 @@ import torch
 import yaml
 from tqdm import tqdm
 
-from fleet_marl.evaluation import evaluate
-from fleet_marl.evaluation.baselines import table
-from fleet_marl.policies import POLICIES
+from fleet_marl.evaluation import runs
 from fleet_marl.rllib.callbacks import EPISODE_METRICS, EVAL_METRICS
 from fleet_marl.rllib.config import TrainConfig, TrainConfigError, build, check_signature
 from fleet_marl.rllib.evaluation import grader_task
@@ -196,68 +194,12 @@ def _save(algo, run_dir: Path, tc: TrainConfig, iteration: int, env_steps: int, 
     return final
 
 
-def plot(rows: list[dict], path: Path, title: str, references: dict[str, float] | None = None) -> Path | None:
-    """The learning curve: training welfare per iteration and the grader's evaluations,
-    with the references' welfare as horizontal lines."""
-    import matplotlib  # matplotlib: only when plotting
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # matplotlib: only when plotting
-
-    def series(name):
-        xs, ys = [], []
-        for r in rows:
-            if r.get(name) not in ("", None) and r.get("env_steps") not in ("", None):
-                xs.append(float(r["env_steps"]))
-                ys.append(float(r[name]))
-        return xs, ys
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    x, y = series("welfare")
-    ax.plot(x, y, color="tab:blue", label="PPO, training episodes (sampled actions)")
-    x, y = series("eval_welfare")
-    if x:
-        ax.plot(x, y, "o-", color="tab:orange", label="PPO, grader (greedy, seeds 0..)")
-    colors = iter(["tab:gray", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:olive", "tab:cyan"])
-    for name, w in (references or {}).items():
-        ax.axhline(w, ls="--", lw=1, color=next(colors, "k"), label=f"{name} ({w:.0f})")
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("episode welfare")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 def final_evaluation(tc: TrainConfig, checkpoint: Path, episodes: int, progress: bool = True):
     """The trained policy (from ``checkpoint``) and every reference policy on ``tc.task``,
     seeds ``0 .. episodes - 1``: (evaluations, markdown table)."""
     task, overrides = grader_task(tc.env_config())
-    names = list(POLICIES)
-    bar = None
-    if progress:
-        bar = tqdm(total=1 + len(names), desc="final evaluation", unit="policy", file=sys.stderr, leave=False)
-    evals = []
-
-    def ppo(env):
-        pol = ModulePolicy.from_checkpoint(checkpoint, env)
-        return pol
-
-    ev = evaluate(task, ppo, episodes=episodes, seed=0, overrides=overrides, progress=False)
-    ev.policy = f"PPO ({tc.sharing}, {tc.reward_scheme})"
-    evals.append(ev)
-    if bar is not None:
-        bar.update(1)
-    for name in names:
-        evals.append(evaluate(task, name, episodes=episodes, seed=0, overrides=overrides, progress=False))
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    return evals, table(evals)
+    return runs.final_evaluation(task, overrides, lambda env: ModulePolicy.from_checkpoint(checkpoint, env),
+                                 f"PPO ({tc.sharing}, {tc.reward_scheme})", episodes, progress)
 
 
 #: What a run writes into its folder (``--overwrite`` removes these first).
@@ -378,7 +320,7 @@ def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = N
                 f"Graded on seeds {seeds} of `{tc.task}`.\n\n{table}\n")
         (run_dir / "results.md").write_text(text)
         (run_dir / "results.json").write_text(json.dumps({"train_config": tc.to_dict(), "env_steps": env_steps, "seconds": seconds, "evaluations": res.final}, indent=2))
-    plot(rows, run_dir / "learning_curve.png", f"{tc.run_name}: PPO on {tc.task}", {k: v for k, v in refs.items() if k in ("random", "fair_share", "precision_expert", "planner")})
+    runs.learning_curve(rows, run_dir / "learning_curve.png", f"{tc.run_name}: PPO on {tc.task}", {k: v for k, v in refs.items() if k in ("random", "fair_share", "precision_expert", "planner")})
     return res
 
 

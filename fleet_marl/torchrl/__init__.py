@@ -1,0 +1,34 @@
+"""fleet_marl on TorchRL (the ``[torchrl]`` extra; ``docs/training.md``, "TorchRL").
+
+=====================================  ==========================================================
+``FleetTorchEnv``                      the vector env as a batched TorchRL ``EnvBase``
+                                       (``env.py``): ``batch_size=[B]``, one agent group
+``MaskedMultiCategorical``             the masked action distribution (``policy.py``)
+``build_networks``, ``TrainedPolicy``  the actor and critic of each sharing scheme, and a
+                                       trained actor as a grader policy (``policy.py``)
+``TorchRLTrainConfig``, ``train``      IPPO/MAPPO on TorchRL's collector, GAE and
+                                       ``ClipPPOLoss``: ``fleet-marl train --engine torchrl``
+                                       (``train.py``)
+=====================================  ==========================================================
+
+Modules without lazy names: ``command`` (the torchrl engine of ``fleet-marl train``) and
+``loader`` (the grader's loader of torchrl runs, declared as an entry point in
+``pyproject.toml``). Names are imported lazily: ``import fleet_marl.torchrl`` imports no torch.
+"""
+
+import importlib
+
+_NAMES = {
+    "FleetTorchEnv": "env", "GROUP": "env",
+    "MaskedMultiCategorical": "policy", "build_networks": "policy", "TrainedPolicy": "policy", "SHARING": "policy",
+    "TorchRLTrainConfig": "train", "train": "train", "Learner": "train",
+}
+
+
+def __getattr__(name):
+    if name in _NAMES:
+        return getattr(importlib.import_module(f"fleet_marl.torchrl.{_NAMES[name]}"), name)
+    raise AttributeError(f"module 'fleet_marl.torchrl' has no attribute {name!r}")
+
+
+__all__ = sorted(_NAMES)

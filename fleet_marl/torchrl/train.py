@@ -1,0 +1,448 @@
+"""``fleet-marl train --engine torchrl``: IPPO and MAPPO on TorchRL's own parts, at vector speed.
+
+The loop: TorchRL's ``Collector`` steps a :class:`~fleet_marl.torchrl.FleetTorchEnv`
+(``num_envs`` clusters in one array step) with a masked multi-categorical actor for
+``rollout`` steps; ``GAE`` computes each tenant's advantages and value targets; ``ClipPPOLoss``
+is minimized for ``epochs`` passes over minibatches. A tenant's samples count only while it is
+in its episode (``("agents", "mask")``); one that finishes at step t is done there (no
+bootstrap). A cluster's truncation (``max_cycles``) bootstraps every tenant still in it.
+
+Sharing schemes (:data:`~fleet_marl.torchrl.policy.SHARING`): ``shared``, ``per_tenant`` and
+``per_kind`` are IPPO (each tenant's critic reads its own observation); ``mappo`` has a shared
+actor and a centralized critic on ``state``.
+
+A run writes, under ``<out>/<run name>/`` (default ``runs/train/<task>-<sharing>-<scheme>-torchrl``),
+what the RLlib route writes:
+
+===================  ==========================================================================
+``checkpoint/``      ``model.pt`` (the actor's and critic's weights, the optimizer) and
+                     ``fleet_marl_torchrl.json`` (the config and the env's signature), read by
+                     ``--resume`` and by ``fleet-marl evaluate --policy RUN``
+``metrics.csv``      one row per iteration: :data:`COLUMNS`
+``tb/``              TensorBoard scalars, the same columns
+``learning_curve.png``  training welfare and the grader's evaluations against the references
+``results.md``       the final table: the trained policy and every reference policy, graded on
+                     the same seeds; ``results.json`` has the summaries
+``config.yaml``      the run's config
+===================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import dataclasses
+import json
+import math
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from tensordict.nn import TensorDictModule
+from torchrl.collectors import Collector
+from torchrl.envs.utils import ExplorationType
+from torchrl.modules import ProbabilisticActor
+from torchrl.objectives import ClipPPOLoss
+from torchrl.objectives.value import GAE
+from tqdm import tqdm
+
+from fleet_marl.config import REWARD_SCHEMES
+from fleet_marl.environment import FleetParallelEnv
+from fleet_marl.evaluation import evaluate, runs
+from fleet_marl.tasks import TASKS
+from fleet_marl.torchrl.env import GROUP, FleetTorchEnv
+from fleet_marl.torchrl.loader import SIDECAR, TrainConfigError, checkpoint_folder, read_sidecar
+from fleet_marl.torchrl.policy import ACTIVATIONS, SHARING, MaskedMultiCategorical, TrainedPolicy, build_networks
+
+#: The columns of ``metrics.csv`` (empty where an iteration has no value).
+COLUMNS = ("iteration", "env_steps", "agent_steps", "time_s", "agent_steps_per_s", "episodes", "welfare", "eval_welfare", "score",
+           "policy_loss", "vf_loss", "entropy", "kl_approx", "clip_fraction", "explained_variance")
+
+#: What a run writes into its folder (``--overwrite`` removes these first).
+OUTPUTS = ("checkpoint", "checkpoint.tmp", "tb", "metrics.csv", "learning_curve.png", "results.md", "results.json", "config.yaml")
+
+
+@dataclass
+class TorchRLTrainConfig:
+    """A TorchRL training run. ``iterations`` collector batches of ``num_envs`` x ``rollout``
+    cluster steps each; ``minibatch`` cluster steps per gradient step (each holds every tenant)."""
+
+    task: str = "easy"
+    reward_scheme: str = "mixed"
+    sharing: str = "shared"
+    env: dict = field(default_factory=dict)
+    iterations: int = 200
+    seed: int = 0
+    num_envs: int = 256
+    rollout: int = 25
+    epochs: int = 4
+    minibatch: int = 1600
+    lr: float = 3e-4
+    gamma: float = 0.99
+    lmbda: float = 0.95
+    clip: float = 0.2
+    entropy_coeff: float = 0.01
+    critic_coeff: float = 0.5
+    max_grad_norm: float = 0.5
+    hidden: list = field(default_factory=lambda: [64, 64])
+    activation: str = "tanh"
+    eval_interval: int = 20
+    eval_episodes: int = 3
+    final_episodes: int = 10
+    checkpoint_interval: int = 20
+    threads: int = 0  # torch threads (0: torch's default)
+    out: str = "runs/train"
+    name: str = ""
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "config") -> "TorchRLTrainConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names - {"engine"})
+        if unknown:
+            raise TrainConfigError(f"{source}: unknown key {unknown[0]!r}; the torchrl engine's keys are {', '.join(sorted(names))}")
+        tc = cls(**{k: v for k, v in data.items() if k in names})
+        tc.check(source)
+        return tc
+
+    def replace(self, source: str = "override", **changes: Any) -> "TorchRLTrainConfig":
+        data = dataclasses.asdict(self)
+        data.update({k: v for k, v in changes.items() if v is not None})
+        return type(self).from_dict(data, source)
+
+    def check(self, source: str = "config") -> None:
+        def bad(name, expected):
+            raise TrainConfigError(f"{source}: {name} = {getattr(self, name)!r}: expected {expected}")
+
+        if self.task not in TASKS:
+            bad("task", f"one of {', '.join(TASKS)}")
+        if self.reward_scheme not in REWARD_SCHEMES:
+            bad("reward_scheme", f"one of {', '.join(REWARD_SCHEMES)}")
+        if self.sharing not in SHARING:
+            bad("sharing", f"one of {', '.join(SHARING)}")
+        for name in ("iterations", "num_envs", "rollout", "epochs", "minibatch"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                bad(name, "an integer >= 1")
+        for name in ("eval_interval", "eval_episodes", "final_episodes", "checkpoint_interval", "threads", "seed"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                bad(name, "an integer >= 0")
+        for name, lo, hi in (("lr", 0, 1), ("gamma", 0, 1), ("lmbda", 0, 1), ("clip", 0, 10), ("entropy_coeff", -1, 10),
+                             ("critic_coeff", 0, 100), ("max_grad_norm", 0, 1e6)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi) or (name in ("lr", "clip") and v == 0):
+                bad(name, f"a number in {'(' if name in ('lr', 'clip') else '['}{lo}, {hi}]")
+        if not isinstance(self.hidden, (list, tuple)) or not self.hidden or not all(isinstance(h, int) and h > 0 for h in self.hidden):
+            bad("hidden", "a list of positive layer widths, e.g. [128, 128]")
+        if self.activation not in ACTIVATIONS:
+            bad("activation", f"one of {', '.join(ACTIVATIONS)}")
+        if not isinstance(self.env, dict):
+            bad("env", "a mapping of fleet_marl.parallel_env overrides")
+
+    @property
+    def run_name(self) -> str:
+        return self.name or f"{self.task}-{self.sharing}-{self.reward_scheme}-torchrl"
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out) / self.run_name
+
+    def to_dict(self) -> dict:
+        return {"engine": "torchrl", **dataclasses.asdict(self)}
+
+    def probe(self) -> FleetParallelEnv:
+        return FleetParallelEnv(task=self.task, reward_scheme=self.reward_scheme, **self.env)
+
+    def signature(self) -> dict:
+        """What a checkpoint must match to be resumed or graded on an env."""
+        env = self.probe()
+        st = env.kernel_static
+        return {
+            "task": self.task,
+            "possible_agents": list(env.possible_agents),
+            "kinds": kinds_of(env),
+            "nvec": env.nvec.max(0).tolist(),
+            "obs_dim": int(env.observation_spaces[env.possible_agents[0]].shape[0]),
+            "state_dim": int(env.state_space.shape[0]),
+            "sharing": self.sharing,
+            "hidden": list(self.hidden),
+            "activation": self.activation,
+            "T": int(st.T),
+        }
+
+
+def kinds_of(env) -> list[str]:
+    st = env.kernel_static
+    return ["train" if st.is_train[i] else "serve" for i in range(st.T)]
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    checkpoint: Path
+    iterations: int
+    env_steps: int
+    agent_steps: int
+    seconds: float
+    train_seconds: float
+    rows: list[dict] = field(default_factory=list)
+    final: list[dict] = field(default_factory=list)
+    table: str = ""
+
+
+class Learner:
+    """The actor, the critic, the loss, GAE and the optimizer of one run (no env, no collector):
+    what a checkpoint holds, and what the collector's policy is."""
+
+    def __init__(self, tc: TorchRLTrainConfig, sig: dict):
+        self.tc, self.sig = tc, sig
+        self.nvec = list(sig["nvec"])
+        torch.manual_seed(tc.seed)
+        actor_net, critic_net, critic_in = build_networks(tc.sharing, len(sig["possible_agents"]), sig["obs_dim"], sig["state_dim"],
+                                                          sum(self.nvec), sig["kinds"], tc.hidden, tc.activation)
+        self.actor_net, self.critic_net = actor_net, critic_net
+        self.actor = ProbabilisticActor(
+            TensorDictModule(actor_net, in_keys=[(GROUP, "observation")], out_keys=[(GROUP, "logits")]),
+            in_keys={"logits": (GROUP, "logits"), "mask": (GROUP, "action_mask")},
+            out_keys=[(GROUP, "action")],
+            distribution_class=MaskedMultiCategorical,
+            distribution_kwargs={"nvec": self.nvec},
+            return_log_prob=True,
+            log_prob_key=(GROUP, "action_log_prob"),
+            default_interaction_type=ExplorationType.RANDOM,
+        )
+        self.critic = TensorDictModule(critic_net, in_keys=[(GROUP, "observation") if critic_in == "observation" else "state"],
+                                       out_keys=[(GROUP, "state_value")])
+        self.loss = ClipPPOLoss(self.actor, self.critic, clip_epsilon=tc.clip, entropy_bonus=True, entropy_coeff=tc.entropy_coeff,
+                                critic_coeff=tc.critic_coeff, normalize_advantage=False, reduction="none")
+        keys = dict(reward=(GROUP, "reward"), action=(GROUP, "action"), sample_log_prob=(GROUP, "action_log_prob"),
+                    value=(GROUP, "state_value"), done=(GROUP, "done"), terminated=(GROUP, "terminated"),
+                    advantage=(GROUP, "advantage"), value_target=(GROUP, "value_target"))
+        self.loss.set_keys(**keys)
+        self.gae = GAE(gamma=tc.gamma, lmbda=tc.lmbda, value_network=self.critic, average_gae=False)
+        self.gae.set_keys(**{k: v for k, v in keys.items() if k not in ("action", "sample_log_prob")})
+        self.optim = torch.optim.Adam(self.loss.parameters(), lr=tc.lr)
+
+    def state_dict(self) -> dict:
+        return {"actor": self.actor_net.state_dict(), "critic": self.critic_net.state_dict(), "optim": self.optim.state_dict()}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.actor_net.load_state_dict(d["actor"])
+        self.critic_net.load_state_dict(d["critic"])
+        if "optim" in d:
+            self.optim.load_state_dict(d["optim"])
+
+    def update(self, data) -> dict[str, float]:
+        """GAE over the batch (B, T), then ``epochs`` passes of clipped PPO over minibatches;
+        the mean statistics, over the tenants in their episodes."""
+        tc = self.tc
+        mask = data.get((GROUP, "mask"))  # (B, T, N) tenant in its episode when acting
+        nmask = data.get(("next", GROUP, "mask"))
+        done = data.get(("next", "done"))  # (B, T, 1)
+        trunc = data.get(("next", "truncated"))
+        ended = (mask & ~nmask) | done  # the tenant's episode ended at this step
+        data.set(("next", GROUP, "done"), ended.unsqueeze(-1))
+        data.set(("next", GROUP, "terminated"), (ended & ~trunc).unsqueeze(-1))
+        with torch.no_grad():
+            self.gae(data)
+        flat = data.reshape(-1)
+        n = flat.shape[0]
+        adv = flat.get((GROUP, "advantage"))
+        m = flat.get((GROUP, "mask")).unsqueeze(-1)
+        mu = adv[m].mean()
+        sd = adv[m].std().clamp_min(1e-8)
+        flat.set((GROUP, "advantage"), (adv - mu) / sd)
+        stats = {"policy_loss": 0.0, "vf_loss": 0.0, "entropy": 0.0, "kl_approx": 0.0, "clip_fraction": 0.0}
+        count = 0
+        mb = min(tc.minibatch, n)
+        for _ in range(tc.epochs):
+            perm = torch.randperm(n)
+            for start in range(0, n - mb + 1, mb):
+                batch = flat[perm[start: start + mb]]
+                out = self.loss(batch)
+                w = batch.get((GROUP, "mask")).float()  # (mb, N)
+
+                def mean(key, out=out, w=w):
+                    x = out.get(key)
+                    if x.numel() != w.numel():  # a statistic the loss reduced already
+                        return x.mean()
+                    return (x.reshape(w.shape) * w).sum() / w.sum().clamp_min(1.0)
+
+                loss = mean("loss_objective") + mean("loss_critic") + mean("loss_entropy")
+                self.optim.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.loss.parameters(), tc.max_grad_norm)
+                self.optim.step()
+                with torch.no_grad():
+                    stats["policy_loss"] += float(mean("loss_objective"))
+                    stats["vf_loss"] += float(mean("loss_critic"))
+                    stats["entropy"] += float(mean("entropy"))
+                    stats["kl_approx"] += float(mean("kl_approx"))
+                    stats["clip_fraction"] += float(mean("clip_fraction"))
+                count += 1
+        stats = {k: v / max(count, 1) for k, v in stats.items()}
+        with torch.no_grad():
+            target = flat.get((GROUP, "value_target"))[m]
+            value = flat.get((GROUP, "state_value"))[m]
+            var = target.var()
+            stats["explained_variance"] = float(1 - (target - value).var() / var) if var > 0 else float("nan")
+        return stats
+
+    def policy(self, env, explore: bool = False) -> TrainedPolicy:
+        """The trained actor as a grader policy on ``env`` (a copy: training goes on unchanged)."""
+        return TrainedPolicy(env, copy.deepcopy(self.actor_net), self.nvec, explore=explore)
+
+
+def prepare(tc: TorchRLTrainConfig, resume: str | None = None, overwrite: bool = False):
+    """Everything checked before training: (config, checkpoint folder to resume or None, its sidecar)."""
+    if resume is None:
+        run = tc.run_dir
+        if not overwrite and ((run / "checkpoint").exists() or (run / "metrics.csv").exists()):
+            raise TrainConfigError(f"run folder {str(run)!r} already holds a run; pass --resume {run} to continue it, --overwrite to start it over, "
+                                   "or --name to start another")
+        return tc, None, None
+    folder = checkpoint_folder(resume)
+    if folder is None:
+        raise TrainConfigError(f"--resume {resume}: no torchrl checkpoint there (expected {SIDECAR} in it or in its checkpoint/)")
+    meta = read_sidecar(folder)
+    if meta.get("signature") != tc.signature():
+        raise TrainConfigError(f"--resume {resume}: the checkpoint was trained on {meta.get('signature')}, this config has {tc.signature()}")
+    done = int(meta.get("iteration", 0))
+    if tc.iterations <= done:
+        raise TrainConfigError(f"--resume {resume}: the checkpoint has trained {done} iterations and iterations = {tc.iterations}; "
+                               f"pass --iterations N with N > {done} (the total to reach)")
+    return tc, folder, meta
+
+
+def _save(learner: Learner, run_dir: Path, tc: TorchRLTrainConfig, sig: dict, iteration: int, env_steps: int, seconds: float) -> Path:
+    """Write the checkpoint atomically: into ``checkpoint.tmp/``, then swap it in."""
+    final, tmp, old = run_dir / "checkpoint", run_dir / "checkpoint.tmp", run_dir / "checkpoint.old"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    torch.save(learner.state_dict(), tmp / "model.pt")
+    meta = {"engine": "torchrl", "signature": sig, "train_config": tc.to_dict(), "iteration": iteration, "env_steps": env_steps, "seconds": seconds}
+    (tmp / SIDECAR).write_text(json.dumps(meta, indent=2))
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def grade(learner: Learner, tc: TorchRLTrainConfig, episodes: int):
+    """The greedy policy's evaluation by the grader on seeds 0 .. episodes - 1."""
+    return evaluate(tc.task, lambda env: learner.policy(env), episodes=episodes, seed=0, overrides=dict(tc.env), progress=False)
+
+
+def train(tc: TorchRLTrainConfig, *, resume: str | None = None, overwrite: bool = False, progress: bool = True,
+          final_episodes: int | None = None) -> TrainResult:
+    """Train ``tc`` (see the module docstring)."""
+    tc, ckpt, meta = prepare(tc, resume, overwrite)
+    run_dir = ckpt.parent if ckpt is not None else tc.run_dir
+    if ckpt is None and overwrite:
+        for name in OUTPUTS:
+            p = run_dir / name
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(tc.to_dict(), sort_keys=False))
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
+    sig = tc.signature()
+    learner = Learner(tc, sig)
+    first, offset, env_steps0 = 0, 0.0, 0
+    if ckpt is not None:
+        learner.load_state_dict(torch.load(ckpt / "model.pt", weights_only=True))
+        first, offset, env_steps0 = int(meta["iteration"]), float(meta.get("seconds", 0.0)), int(meta.get("env_steps", 0))
+    env = FleetTorchEnv(tc.num_envs, tc.task, reward_scheme=tc.reward_scheme, **tc.env)
+    env.set_seed(tc.seed + 1_000_003 * first)  # a resumed run continues with fresh episodes
+    frames = tc.num_envs * tc.rollout
+    collector = Collector(env, learner.actor, frames_per_batch=frames, total_frames=frames * (tc.iterations - first),
+                                  exploration_type=ExplorationType.RANDOM, auto_register_policy_transforms=False)
+    from tensorboardX import SummaryWriter  # only when training
+
+    writer = SummaryWriter(str(run_dir / "tb"))
+    csv_path = run_dir / "metrics.csv"
+    rows: list[dict] = []
+    if ckpt is not None and csv_path.is_file():
+        with csv_path.open() as f:
+            rows = [r for r in csv.DictReader(f) if r.get("iteration") and int(float(r["iteration"])) <= first]
+    with csv_path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    N = len(sig["possible_agents"])
+    t0 = time.time()
+    train_seconds = 0.0
+    bar = tqdm(total=tc.iterations, initial=first, desc=f"train {tc.run_name}", unit="iter", file=sys.stderr, dynamic_ncols=True) if progress else None
+    it, env_steps, last = first, env_steps0, ckpt
+    tick = time.time()
+    try:
+        for data in collector:
+            it += 1
+            env_steps += frames
+            done = data.get(("next", "done")).squeeze(-1)
+            welfare = data.get(("next", "episode_welfare")).squeeze(-1)[done]
+            stats = learner.update(data)
+            collector.update_policy_weights_()
+            now = time.time()
+            train_seconds += now - tick
+            row: dict[str, Any] = {c: "" for c in COLUMNS}
+            row.update(iteration=it, env_steps=env_steps, agent_steps=env_steps * N, time_s=round(offset + now - t0, 2),
+                       agent_steps_per_s=round(frames * N / max(now - tick, 1e-9), 1), episodes=int(done.sum()),
+                       **{k: round(v, 6) for k, v in stats.items()})
+            if len(welfare):
+                row["welfare"] = round(float(welfare.mean()), 4)
+            if tc.eval_interval and it % tc.eval_interval == 0 and tc.eval_episodes:
+                ev = grade(learner, tc, tc.eval_episodes)
+                row["eval_welfare"], row["score"] = round(float(ev.welfare.mean()), 4), round(ev.score, 4)
+            rows.append(row)
+            with csv_path.open("a", newline="") as f:
+                csv.DictWriter(f, fieldnames=COLUMNS).writerow(row)
+            for k, v in row.items():
+                if v != "" and k != "iteration" and not (isinstance(v, float) and math.isnan(v)):
+                    writer.add_scalar(k, v, env_steps)
+            if tc.checkpoint_interval and it % tc.checkpoint_interval == 0 and it < tc.iterations:
+                last = _save(learner, run_dir, tc, sig, it, env_steps, offset + time.time() - t0)
+            if bar is not None:
+                post = {"steps": env_steps}
+                if row["welfare"] != "":
+                    post["welfare"] = f"{row['welfare']:.1f}"
+                if row["eval_welfare"] != "":
+                    post["graded"] = f"{row['eval_welfare']:.1f}"
+                bar.set_postfix(post)
+                bar.update(1)
+            tick = time.time()
+        last = _save(learner, run_dir, tc, sig, it, env_steps, offset + time.time() - t0)
+    finally:
+        collector.shutdown()
+        writer.close()
+        if bar is not None:
+            bar.close()
+    seconds = offset + time.time() - t0
+    res = TrainResult(run_dir=run_dir, checkpoint=last, iterations=it, env_steps=env_steps, agent_steps=env_steps * N, seconds=seconds,
+                      train_seconds=train_seconds, rows=rows)
+    episodes = tc.final_episodes if final_episodes is None else final_episodes
+    refs: dict[str, float] = {}
+    if episodes:
+        evals, table = runs.final_evaluation(tc.task, dict(tc.env), lambda env: learner.policy(env), f"PPO torchrl ({tc.sharing}, {tc.reward_scheme})",
+                                   episodes, progress)
+        res.final = [e.summary() for e in evals]
+        res.table = table
+        refs = {e.policy: float(e.welfare.mean()) for e in evals[1:]}
+        text = (f"# {tc.run_name}\n\nTrained with TorchRL for {it} iterations ({env_steps:,} env steps, {env_steps * N:,} agent steps, "
+                f"{seconds / 60:.1f} min), seed {tc.seed}. Graded on seeds 0..{episodes - 1} of `{tc.task}`.\n\n{table}\n")
+        (run_dir / "results.md").write_text(text)
+        (run_dir / "results.json").write_text(json.dumps({"train_config": tc.to_dict(), "env_steps": env_steps, "seconds": seconds,
+                                                          "evaluations": res.final}, indent=2))
+    runs.learning_curve(rows, run_dir / "learning_curve.png", f"{tc.run_name}: PPO (TorchRL) on {tc.task}",
+         {k: v for k, v in refs.items() if k in ("random", "fair_share", "precision_expert", "planner")})
+    return res
+
+
+__all__ = ["COLUMNS", "Learner", "TorchRLTrainConfig", "TrainResult", "grade", "prepare", "train"]
