@@ -56,7 +56,7 @@ def play(n: int, episodes: int, seed: int = 0, mechanism: str = "proportional") 
             obs, _, _, _, infos = env.step(step)
             for a, x in step.items():
                 acts[a].append(x)
-                rews[a].append([infos[a]["rewards"][s] for s in SCHEMES])
+                rews[a].append([infos[a][f"reward_{s}"] for s in SCHEMES])
     nvec = env.action_space(env.possible_agents[0]).nvec
     env.close()
     return ({a: np.asarray(v) for a, v in acts.items()}, {a: np.asarray(v, dtype=float) for a, v in rews.items()}, nvec)

@@ -278,7 +278,7 @@ class CreditEngine:
         the ``chosen`` scheme's reward: ``starvation_penalty`` per starved live tenant comes off
         ``global`` (and the global part of ``mixed``); a degenerate strategy's reward is at most
         ``degenerate_floor`` (never a gain). ``credit.rewards`` keeps the rewards before the
-        floor (the env's ``infos[agent]["rewards"]``)."""
+        floor (the env's ``infos[agent]["reward_<scheme>"]``)."""
         spec = self.spec
         pen = spec.starvation_penalty * np.count_nonzero(starved & live, axis=-1).astype(np.float64)  # (B,)
         if pen.any():

@@ -19,7 +19,7 @@ detector's knobs are :class:`~fleet_marl.config.FairnessSpec` (config key ``fair
   the env core writes it once per round (:func:`fair_shares`, :func:`detect`,
   :func:`serve_round`, :func:`job_started`, :func:`job_finished`).
 * **Summary**: :func:`summary` is the one read API -- a frozen :class:`FairnessSummary` of one
-  cluster's episode so far; the env's ``infos[agent]["episode"]``
+  cluster's episode so far; the env's ``env.episode_reports[agent]``
   (:meth:`FairnessSummary.episode_report`), the OpenEnv fairness report and the RLlib
   callbacks are built from it. Its figures: welfare, Jain's index ``(sum x)^2 / (n sum x^2)`` over normalized service
   ``x_i = sum_t alloc_i / sum_t f_i`` (Jain, Chiu and Hawe 1984), the longest starvation
@@ -125,7 +125,7 @@ class FairnessSummary:
     p99_wait_s: np.ndarray | None = None
 
     def episode_report(self, i: int, agent_return: float, utility_sum: float, rounds: int) -> dict:
-        """Tenant ``i``'s ``infos[agent]["episode"]`` (docs/environment.md): the summary's
+        """Tenant ``i``'s ``env.episode_reports[agent]`` (docs/environment.md): the summary's
         figures for ``i`` plus its return, utility and rounds played. Needs ``p99_wait_s``."""
         if self.p99_wait_s is None:
             raise ValueError("episode_report: a summary with p99_wait_s (summary(now=..., queued_jobs=..., round_seconds=...))")

@@ -41,7 +41,7 @@ from typing import Any, Callable
 from fleet_marl.config import ConfigError, FleetConfig, from_dict
 
 #: Options of the environment itself (not part of the scenario).
-ENV_OPTIONS = ("obs_mode", "render_mode", "illegal_action")
+ENV_OPTIONS = ("obs_mode", "render_mode", "illegal_action", "mask_layout")
 #: Shortcuts: a top-level keyword that sets a nested config field.
 SHORTCUTS = {
     "reward_scheme": ("reward", "scheme"),
@@ -280,7 +280,7 @@ def make_config(task: str | None = None, config: FleetConfig | dict | None = Non
     task's dicts, lists replace. Old fairness keys under ``reward`` move to ``fairness`` first
     (with a ``DeprecationWarning``). Shortcuts set one nested field: ``reward_scheme``, ``mixed_weight``,
     ``shapley_samples``, ``compute_all``, ``mechanism``, ``safety_mode``. Environment options
-    (``obs_mode``, ``render_mode``, ``illegal_action``) are returned separately.
+    (``obs_mode``, ``render_mode``, ``illegal_action``, ``mask_layout``) are returned separately.
     """
     env_opts = {k: overrides.pop(k) for k in ENV_OPTIONS if k in overrides}
     if config is not None and task is not None:

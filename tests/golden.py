@@ -4,7 +4,9 @@ records them in ``tests/data/golden_digests.json``; ``tests/test_golden.py`` che
 
 A digest covers every observation, reward, termination, truncation and info of the episode,
 with floats rounded to 10 significant digits (so it survives harmless last-bit differences
-between CPUs, and not a change of the model).
+between CPUs, and not a change of the model). The infos are hashed in the layout the digests
+were recorded with (:func:`recorded_layout`: the same numbers; issue 18 changed only how the
+env lays them out).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 import fleet_marl
+from fleet_marl.environment import ACTION_FIELDS, scheme_rewards
 
 PATH = Path(__file__).parent / "data" / "golden_digests.json"
 TASKS = ("tiny", "easy", "medium", "hard", "trace", "trace_code")
@@ -43,16 +46,43 @@ def canon(x):
     return x
 
 
+#: The info keys of the layout the digests were recorded with (before issue 18), in order.
+_RECORDED = ("utility", "welfare", "requested", "alloc", "throttled", "starved", "starvation_streak", "fair_share")
+_FLAGS = ("action_mask", "oom", "vetoed", "unsafe_numerics", "projected", "tripped", "restarted")
+
+
+def recorded_layout(infos: dict, env, finished: dict | None) -> dict:
+    """``infos`` in the layout the digests were recorded with, from the same numbers: reset
+    infos held only ``action_mask``; step infos had ``rewards`` as a dict, ``degenerate`` and
+    ``illegal`` as lists of names and ``episode`` on an agent's finishing step (now
+    ``env.episode_reports``). ``finished`` is ``{agent: terminated or truncated}`` of the step
+    (None after reset)."""
+    if finished is None:
+        return {a: {"action_mask": i["action_mask"]} for a, i in infos.items()}
+    reports = env.episode_reports
+    out = {}
+    for a, i in infos.items():
+        o = {"rewards": scheme_rewards(i), **{k: i[k] for k in _RECORDED}}
+        o["degenerate"] = [k for k in ("lowest_precision", "hoarding") if i[k]]
+        o["illegal"] = [ACTION_FIELDS[k] for k in np.flatnonzero(i["illegal_fields"])]
+        o.update({k: i[k] for k in _FLAGS})
+        if finished[a]:
+            o["episode"] = reports[a]
+        out[a] = o
+    return out
+
+
 def digest(task: str, mechanism: str, safety: str, scheme: str, seed: int = 3) -> str:
     env = fleet_marl.parallel_env(task=task, mechanism=mechanism, safety_mode=safety, reward_scheme=scheme)
     obs, infos = env.reset(seed=seed)
     rng = np.random.default_rng(seed)
-    h = hashlib.sha256(json.dumps(canon((obs, infos))).encode())
+    h = hashlib.sha256(json.dumps(canon((obs, recorded_layout(infos, env, None)))).encode())
     while env.agents:
         acts = {a: np.array([rng.choice(np.flatnonzero(d)) for d in infos[a]["action_mask"]], np.int64) for a in env.agents}
         out = env.step(acts)
         infos = out[4]
-        h.update(json.dumps(canon(out)).encode())
+        finished = {a: out[2][a] or out[3][a] for a in infos}
+        h.update(json.dumps(canon(out[:4] + (recorded_layout(infos, env, finished),))).encode())
         h.update(json.dumps(canon(env.state())).encode())
     return h.hexdigest()[:24]
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fleet_marl.environment import scheme_rewards
 from fleet_marl.studies import bench
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +86,7 @@ def test_bench_config_has_n_tenants_all_staying_the_episode():
         assert len(env.agents) == 16  # nobody leaves early: every step has N agents
         acts = {a: np.array([rng.choice(np.flatnonzero(d)) for d in infos[a]["action_mask"]]) for a in env.agents}
         obs, rew, term, trunc, infos = env.step(acts)
-        assert set(next(iter(infos.values()))["rewards"]) == {"difference"}
+        assert set(scheme_rewards(next(iter(infos.values())))) == {"difference"}
         steps += 1
     assert steps == cfg["max_cycles"]
     with pytest.raises(ValueError, match=r"n = 0: expected an integer >= 1"):
@@ -109,3 +110,19 @@ def test_bad_cpu_is_a_clear_error(capsys):
 def test_help_has_examples():
     out = subprocess.run([sys.executable, "-m", "fleet_marl.cli", "bench", "--help"], capture_output=True, text=True, check=True).stdout
     assert "examples:" in out and "fleet-marl bench --quick --json" in out and "docs/benchmarks.md" in out
+
+
+def test_train_throughput_quick_run(tmp_path):
+    """``bench --train --quick``: the make-train config trains for a few iterations and the
+    report has the end-to-end rate, the collection rate and the learning share, consistent with
+    each other, and the target's verdict."""
+    out = subprocess.run([sys.executable, "-m", "fleet_marl.cli", "bench", "--train", "--quick", "--json", "--no-progress"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout)
+    e2e, collect, share = r["train_agent_steps_per_s_easy"], r["train_collect_agent_steps_per_s"], r["train_learn_share"]
+    assert 0 < e2e < collect and 0 < share < 1
+    assert e2e == pytest.approx(collect * (1 - share), rel=1e-6)  # the same timed iterations
+    t = r["targets"]["train_agent_steps_per_s_easy"]
+    assert t["target"] == 50_000 and t["met"] == (e2e >= 50_000)
+    assert not list(tmp_path.iterdir())  # the run folder was temporary

@@ -17,6 +17,7 @@ import pytest
 
 import fleet_marl
 from fleet_marl.config import REWARD_SCHEMES, ConfigError
+from fleet_marl.environment import scheme_rewards
 from fleet_marl.studies import command, credit_assignment, report
 from fleet_marl.studies.credit_assignment import CURVE_COLUMNS, RESULT_COLUMNS, Study, StudyError
 from fleet_marl.tasks import make_config, scaled
@@ -85,7 +86,7 @@ def test_a_study_run_computes_only_its_own_scheme(scheme):
     env.reset(seed=0)
     pe = env.par_env
     *_, infos = env.step({a: pe.default_action_index[pe.agent_index[a]] for a in env.agents})
-    assert infos and all(set(i["rewards"]) == {scheme} for i in infos.values())
+    assert infos and all(set(scheme_rewards(i)) == {scheme} for i in infos.values())
 
 
 # --- settings and errors ------------------------------------------------------------------------

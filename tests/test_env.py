@@ -7,6 +7,7 @@ import itertools
 import pickle
 from math import factorial
 
+import gymnasium
 import numpy as np
 import pytest
 
@@ -28,6 +29,13 @@ def act(gpus, bid=2, prec=(BF,) * 5, batch=3):
 
 def masked_random(env, infos, rng):
     return {a: np.array([rng.choice(np.flatnonzero(d)) for d in infos[a]["action_mask"]]) for a in env.agents}
+
+
+def degenerate(info):
+    """The degenerate strategies an info flags, by name (``degenerate`` is True iff any)."""
+    names = [k for k in ("lowest_precision", "hoarding") if info[k]]
+    assert info["degenerate"] is bool(names)
+    return names
 
 
 def pre_step(env):
@@ -77,17 +85,17 @@ def test_difference_rewards_match_independent_removal_counterfactuals():
             without = live.copy()
             without[i] = False
             assert infos[a]["welfare"] == pytest.approx(G, abs=1e-9)
-            assert infos[a]["rewards"]["difference"] == pytest.approx(G - welfare_of(env, idx, state, draws, without), abs=1e-9)
+            assert infos[a]["reward_difference"] == pytest.approx(G - welfare_of(env, idx, state, draws, without), abs=1e-9)
             # difference_default: i's action replaced by the documented default
             sub = idx.copy()
             sub[i] = env.default_action_index[i]
-            assert infos[a]["rewards"]["difference_default"] == pytest.approx(G - welfare_of(env, sub, state, draws, live), abs=1e-9)
-            assert infos[a]["rewards"]["local"] == pytest.approx(infos[a]["utility"])
+            assert infos[a]["reward_difference_default"] == pytest.approx(G - welfare_of(env, sub, state, draws, live), abs=1e-9)
+            assert infos[a]["reward_local"] == pytest.approx(infos[a]["utility"])
             w = env.config.reward.mixed_weight
-            assert infos[a]["rewards"]["mixed"] == pytest.approx(w * infos[a]["utility"] + (1 - w) * G)
+            assert infos[a]["reward_mixed"] == pytest.approx(w * infos[a]["utility"] + (1 - w) * G)
             # the chosen scheme (difference) is the reward unless the strategy was degenerate
             if not infos[a]["degenerate"]:
-                assert rew[a] == infos[a]["rewards"]["difference"]
+                assert rew[a] == infos[a]["reward_difference"]
 
 
 def test_shapley_matches_brute_force_over_all_permutations():
@@ -107,7 +115,7 @@ def test_shapley_matches_brute_force_over_all_permutations():
                 S[i] = True
                 phi[i] += v[tuple(S)] - before
         phi /= factorial(T)
-        got = np.array([infos[a]["rewards"]["shapley"] for a in env.possible_agents])
+        got = np.array([infos[a]["reward_shapley"] for a in env.possible_agents])
         np.testing.assert_allclose(got, phi, atol=1e-9)
         assert got.sum() == pytest.approx(v[(True,) * T] - v[(False,) * T], abs=1e-9)
 
@@ -118,7 +126,7 @@ def test_sampled_shapley_is_efficient_above_eight_tenants():
     rng = np.random.default_rng(0)
     for _ in range(3):
         obs, rew, term, trunc, infos = env.step(masked_random(env, infos, rng))
-        vals = [infos[a]["rewards"]["shapley"] for a in infos]
+        vals = [infos[a]["reward_shapley"] for a in infos]
         assert sum(vals) == pytest.approx(next(iter(infos.values()))["welfare"], abs=1e-9)
         assert len(set(np.round(vals, 12))) > 1  # not a uniform split
 
@@ -131,9 +139,9 @@ def test_tenant_requesting_no_gpus_has_difference_equal_to_its_utility():
         obs, rew, term, trunc, infos = env.step(actions)
         zero = infos["tenant_1"]
         assert zero["alloc"] == 0
-        assert zero["rewards"]["difference"] == pytest.approx(zero["utility"], abs=1e-12)
+        assert zero["reward_difference"] == pytest.approx(zero["utility"], abs=1e-12)
         # the others do impose externalities on each other (16 GPUs, 18 asked for)
-        assert any(abs(infos[a]["rewards"]["difference"] - infos[a]["utility"]) > 1e-6 for a in ("tenant_0", "tenant_2", "tenant_3"))
+        assert any(abs(infos[a]["reward_difference"] - infos[a]["utility"]) > 1e-6 for a in ("tenant_0", "tenant_2", "tenant_3"))
 
 
 def test_tiny_hand_computed_optimum_scores_highest():
@@ -241,19 +249,50 @@ def test_unknown_missing_and_finished_agents():
     for _ in range(5):
         env.step({a: act(1) for a in env.agents})
     assert env.agents == []
-    with pytest.raises(RuntimeError, match="reset"):
-        env.step({})
 
 
-def test_finished_agent_may_not_act():
+def test_step_with_no_live_agent_returns_empty_dicts_and_warns_once_per_episode():
+    """PettingZoo's envs answer five empty dicts once every agent finished (SuperSuit's
+    black_death and RLlib's ParallelPettingZooEnv step once more to see the end)."""
+    env = fleet_marl.parallel_env(task="tiny", max_cycles=2)
+    for episode in range(2):
+        env.reset(seed=episode)
+        while env.agents:
+            env.step({a: act(1) for a in env.agents})
+        before = snapshot(env)
+        with pytest.warns(UserWarning, match="no live agent") as caught:
+            assert env.step({}) == ({}, {}, {}, {}, {})
+            assert env.step({"tenant_0": act(1), "tenant_1": act(1)}) == ({}, {}, {}, {}, {})  # actions of agents that left: ignored
+        assert len([w for w in caught if "no live agent" in str(w.message)]) == 1  # once per episode
+        assert snapshot(env) == before and env.steps_taken == 2 * (episode + 1)
+        with pytest.raises(ActionError, match="tenant_7"):  # a name that never was an agent is still an error
+            env.step({"tenant_7": act(1)})
+
+
+def test_actions_of_agents_that_left_are_ignored():
+    """TorchRL's PettingZooWrapper(use_mask=True) sends an action for every agent, every step:
+    the actions of agents that left this episode are dropped unchecked; unknown names still
+    raise, and check_action() of an agent that left (nothing to check) is an ActionError."""
     cfg = task_dict("tiny")
     cfg["tenants"][1]["budget"] = 0.5  # four GPU-rounds at $0.115
     env = fleet_marl.parallel_env(config=cfg)
+    ref = fleet_marl.parallel_env(config=cfg)
     env.reset(seed=0)
+    ref.reset(seed=0)
     obs, rew, term, trunc, infos = env.step({"tenant_0": act(2), "tenant_1": act(4)})
+    ref.step({"tenant_0": act(2), "tenant_1": act(4)})
     assert term["tenant_1"] and "tenant_1" not in env.agents
+    out = env.step({"tenant_0": act(2), "tenant_1": act(4)})
+    assert out[0].keys() == {"tenant_0"}
+    out2 = env.step({"tenant_0": act(2), "tenant_1": "garbage"})  # not even checked
+    assert pickle.dumps(out) == pickle.dumps(ref.step({"tenant_0": act(2)}))
+    assert pickle.dumps(out2) == pickle.dumps(ref.step({"tenant_0": act(2)}))
     with pytest.raises(ActionError, match="tenant_1 has finished"):
-        env.step({"tenant_0": act(2), "tenant_1": act(4)})
+        env.check_action("tenant_1", act(4))
+    with pytest.raises(ActionError, match="tenant_7"):
+        env.step({"tenant_0": act(2), "tenant_1": act(4), "tenant_7": act(1)})
+    with pytest.raises(ActionError, match="missing tenant_0"):
+        env.step({"tenant_1": act(4)})
 
 
 # --- termination and truncation ----------------------------------------------------------------------
@@ -267,12 +306,12 @@ def test_budget_spent_terminates_and_horizon_truncates():
     env.reset(seed=0)
     obs, rew, term, trunc, infos = env.step({"tenant_0": act(2), "tenant_1": act(4)})
     assert term == {"tenant_0": False, "tenant_1": True} and not any(trunc.values())
-    assert infos["tenant_1"]["episode"]["rounds"] == 1
+    assert env.episode_reports["tenant_1"]["rounds"] == 1 and "episode" not in infos["tenant_1"]
     assert env.agents == ["tenant_0"]
     for k in range(3):
         obs, rew, term, trunc, infos = env.step({"tenant_0": act(2)})
     assert trunc == {"tenant_0": True} and term == {"tenant_0": False}
-    assert env.agents == [] and "episode" in infos["tenant_0"]
+    assert env.agents == [] and set(env.episode_reports) == {"tenant_0", "tenant_1"}
 
 
 def test_work_done_terminates_a_trainer():
@@ -284,7 +323,7 @@ def test_work_done_terminates_a_trainer():
     obs, rew, term, trunc, infos = env.step({"tenant_0": act(4), "tenant_1": act(0)})
     assert term["tenant_0"] is True  # its job is done and none will come
     assert term["tenant_1"] is False  # asked for nothing, its job is still there
-    ep = infos["tenant_0"]["episode"]
+    ep = env.episode_reports["tenant_0"]
     assert ep["jobs_done"] == 1 and ep["rho"] > 0
 
 
@@ -341,14 +380,85 @@ def test_dict_observation_carries_the_mask():
         assert env.action_space(a).contains(sample)
 
 
+@pytest.mark.parametrize("obs_mode", ["flat", "dict"])
+def test_flat_mask_layout_is_the_dims_tuple_concatenated(obs_mode):
+    """mask_layout="flat": one int8 vector of length sum(nvec) per agent, the 8 per-dimension
+    masks one after another, in infos, in the dict observation (its space to match), from
+    action_mask(); the action space samples from it; the episode is the same."""
+    cfg = task_dict("tiny")
+    cfg["tenants"][0]["budget"] = 0.35  # three GPU-rounds: the GPU mask is cut
+    dims = fleet_marl.parallel_env(config=cfg, obs_mode=obs_mode)
+    flat = fleet_marl.parallel_env(config=cfg, obs_mode=obs_mode, mask_layout="flat")
+    assert dims.mask_layout == "dims" and flat.mask_layout == "flat"
+    (do, di), (fo, fi) = dims.reset(seed=0), flat.reset(seed=0)
+    rng = np.random.default_rng(0)
+    while dims.agents:
+        for a in dims.agents:
+            i = dims.agent_index[a]
+            m = fi[a]["action_mask"]
+            assert isinstance(m, np.ndarray) and m.dtype == np.int8 and m.shape == (int(dims.nvec[i].sum()),)
+            np.testing.assert_array_equal(m, np.concatenate(di[a]["action_mask"]))
+            np.testing.assert_array_equal(flat.action_mask(a), m)
+            if obs_mode == "dict":
+                np.testing.assert_array_equal(fo[a]["action_mask"], m)
+                assert flat.observation_space(a).contains(fo[a]) and dims.observation_space(a).contains(do[a])
+                assert isinstance(flat.observation_space(a)["action_mask"], gymnasium.spaces.MultiBinary)
+            sample = flat.action_space(a).sample(mask=m)
+            assert all(d[k] for d, k in zip(di[a]["action_mask"], sample))
+        acts = masked_random(dims, di, rng)
+        do, dr, dt, dtr, di = dims.step(acts)
+        fo, fr, ft, ftr, fi = flat.step(acts)
+        assert (dr, dt, dtr) == (fr, ft, ftr)
+        assert {a: {k: v for k, v in i.items() if k not in ("action_mask", "illegal_fields")} for a, i in di.items()} == \
+               {a: {k: v for k, v in i.items() if k not in ("action_mask", "illegal_fields")} for a, i in fi.items()}
+    assert flat.agents == []
+    assert fleet_marl.env(task="tiny", mask_layout="flat").unwrapped.mask_layout == "flat"  # the AEC env passes it on
+
+
+@pytest.mark.parametrize("bad", ["tuple", "Flat", None, 1])
+def test_bad_mask_layout_is_a_clear_error(bad):
+    with pytest.raises(ValueError, match=r"mask_layout = .*expected 'dims'.*or 'flat'"):
+        fleet_marl.parallel_env(task="tiny", mask_layout=bad)
+    with pytest.raises(ValueError, match=r"mask_layout"):
+        fleet_marl.env(task="tiny", mask_layout=bad)
+
+
+@pytest.mark.parametrize("layout", ["dims", "flat"])
+def test_reset_and_step_infos_have_the_same_keys_and_fixed_shapes(layout):
+    """Every live agent's infos have the same keys after reset() and after every step, in
+    the same order, and every value but the "dims" mask is a number or a fixed-shape array
+    (what TorchRL's PettingZooWrapper builds its specs from, at reset)."""
+    for compute_all in (True, False):
+        env = fleet_marl.parallel_env(task="easy", mask_layout=layout, compute_all=compute_all, max_cycles=12)
+        obs, infos = env.reset(seed=4)
+        keys = list(infos["tenant_0"])
+        schemes = env.reward_schemes
+        assert keys[: len(schemes)] == [f"reward_{s}" for s in schemes] and "episode" not in keys
+        shapes = {k: np.shape(v) for k, v in infos["tenant_0"].items() if not (k == "action_mask" and layout == "dims")}
+        assert shapes["illegal_fields"] == (len(ACTION_FIELDS),) and all(shapes[k] == () for k in keys if k not in ("illegal_fields", "action_mask"))
+        rng = np.random.default_rng(4)
+        while env.agents:
+            for a, info in infos.items():
+                assert list(info) == keys, a
+                for k, v in info.items():
+                    if k == "action_mask" and layout == "dims":
+                        assert isinstance(v, tuple) and len(v) == len(ACTION_FIELDS)
+                        continue
+                    assert isinstance(v, (bool, int, float, np.ndarray)) and np.shape(v) == shapes[k], (k, v)
+            obs, rew, term, trunc, infos = env.step(masked_random(env, infos, rng) if layout == "dims" else
+                                                    {a: env.action_space(a).sample(infos[a]["action_mask"]) for a in env.agents})
+        assert set(env.episode_reports) == set(env.possible_agents)
+
+
 def test_illegal_action_is_vetoed_or_raises():
     env = fleet_marl.parallel_env(task="tiny")
     env.reset(seed=0)
     bad = act(4, prec=(BF, BF, I8, BF, BF))  # int8 is weight-only: not for a trainer
     obs, rew, term, trunc, infos = env.step({"tenant_0": bad, "tenant_1": act(4)})
-    assert infos["tenant_0"]["illegal"] == ["precision.mlp"]
+    assert infos["tenant_0"]["illegal"] is True
+    assert infos["tenant_0"]["illegal_fields"].tolist() == [f == "precision.mlp" for f in ACTION_FIELDS]
     assert infos["tenant_0"]["vetoed"] is True and infos["tenant_0"]["alloc"] == 4
-    assert infos["tenant_1"]["illegal"] == [] and infos["tenant_1"]["vetoed"] is False
+    assert infos["tenant_1"]["illegal"] is False and not infos["tenant_1"]["illegal_fields"].any() and infos["tenant_1"]["vetoed"] is False
     strict = fleet_marl.parallel_env(task="tiny", illegal_action="raise")
     strict.reset(seed=0)
     with pytest.raises(ActionError, match=r"tenant_0: action\[4\] \(precision.mlp\)"):
@@ -377,7 +487,7 @@ def test_starvation_streak_flag_and_penalty():
         low = infos["tenant_1"]
         seen.append((low["alloc"], low["starvation_streak"], low["starved"]))
         pen = 0.5 if low["starved"] else 0.0
-        assert low["rewards"]["global"] == pytest.approx(low["welfare"] - pen)
+        assert low["reward_global"] == pytest.approx(low["welfare"] - pen)
     assert seen == [(0, 1, False), (0, 2, False), (0, 3, True), (0, 4, True)]
     assert infos["tenant_0"]["starved"] is False
     assert infos["tenant_1"]["fair_share"] == 4.0
@@ -389,10 +499,11 @@ def test_hoarding_while_another_starves_is_degenerate():
     flags = []
     for k in range(3):
         obs, rew, term, trunc, infos = env.step({"tenant_0": act(8), "tenant_1": act(4)})
-        flags.append(infos["tenant_0"]["degenerate"])
-    assert flags == [[], [], ["hoarding"]]
+        i0 = infos["tenant_0"]
+        flags.append((i0["degenerate"], i0["lowest_precision"], i0["hoarding"]))
+    assert flags == [(False, False, False), (False, False, False), (True, False, True)]
     assert rew["tenant_0"] == 0.01
-    assert infos["tenant_0"]["rewards"]["difference"] != 0.01  # the raw value is still reported
+    assert infos["tenant_0"]["reward_difference"] != 0.01  # the raw value is still reported
 
 
 def test_lowest_precision_everywhere_is_degenerate():
@@ -403,15 +514,15 @@ def test_lowest_precision_everywhere_is_degenerate():
     acts["tenant_1"] = act(2, prec=(I4,) * 5)  # a server on H100: INT4 is its lowest
     acts["tenant_2"] = act(0, prec=(F8,) * 5)  # asks for nothing: not a strategy
     obs, rew, term, trunc, infos = env.step(acts)
-    assert infos["tenant_0"]["degenerate"] == ["lowest_precision"] and rew["tenant_0"] == 0.01
-    assert infos["tenant_1"]["degenerate"] == ["lowest_precision"]
-    assert infos["tenant_2"]["degenerate"] == [] and infos["tenant_3"]["degenerate"] == []
+    assert degenerate(infos["tenant_0"]) == ["lowest_precision"] and rew["tenant_0"] == 0.01
+    assert degenerate(infos["tenant_1"]) == ["lowest_precision"]
+    assert degenerate(infos["tenant_2"]) == [] and degenerate(infos["tenant_3"]) == []
     # an A100 trainer's lowest legal precision is BF16: no low-precision degenerate strategy
     med = fleet_marl.parallel_env(task="medium")
     med.reset(seed=0)
     acts = {a: act(2) for a in med.agents}
     obs, rew, term, trunc, infos = med.step(acts)
-    assert infos["tenant_4"]["degenerate"] == []
+    assert degenerate(infos["tenant_4"]) == []
 
 
 def test_episode_report():
@@ -423,7 +534,7 @@ def test_episode_report():
     while env.agents:
         obs, rew, term, trunc, infos = env.step(masked_random(env, infos, rng))
         total_welfare += next(iter(infos.values()))["welfare"]
-        reports.update({a: i["episode"] for a, i in infos.items() if "episode" in i})
+    reports = env.episode_reports
     assert set(reports) == set(env.possible_agents)
     keys = {"welfare", "jain", "max_starvation_streak", "rho", "p99_wait_s", "oom", "veto", "throttle", "degenerate", "starvation_events", "return"}
     for r in reports.values():
@@ -446,9 +557,8 @@ def test_summary_agrees_with_the_episode_reports(task):
     reports, finished_at = {}, {}
     while env.agents:
         obs, rew, term, trunc, infos = env.step(masked_random(env, infos, rng))
-        for a, info in infos.items():
-            if "episode" in info:
-                reports[a], finished_at[a] = info["episode"], env.round
+        for a in set(env.episode_reports) - set(reports):  # each report made on the step its agent finished
+            reports[a], finished_at[a] = env.episode_reports[a], env.round
     s = env.fairness  # as of now, with the p99 waits
     assert set(s.counts) == {"oom", "veto", "throttle", "degenerate"} and s.p99_wait_s.shape == (env.kernel_static.T,)
     assert set(reports) == set(env.possible_agents)
@@ -582,7 +692,7 @@ def test_rounds_alone_is_themis_t_independent():
         obs, rew, term, trunc, infos = env.step({"tenant_0": env.default_action_index[0]})
         rounds += 1
     assert term["tenant_0"] and rounds == int(np.ceil(x))
-    assert infos["tenant_0"]["episode"]["rho"] == pytest.approx(np.ceil(x) / x)
+    assert env.episode_reports["tenant_0"]["rho"] == pytest.approx(np.ceil(x) / x)
 
 
 def _rounded(x):
@@ -600,13 +710,12 @@ def run_documented_example():
     env = fleet_marl.parallel_env(task="easy", reward_scheme="difference")
     env.reset(seed=0)
     a = np.array([4, 2, 1, 1, 1, 1, 1, 3])
-    first, episode = None, {}
+    first = None
     while env.agents:
         obs, rew, term, trunc, infos = env.step({x: a for x in env.agents})
         if first is None:
-            first = {k: v for k, v in infos["tenant_1"].items() if k != "action_mask"}
-        episode.update({x: i["episode"] for x, i in infos.items() if "episode" in i})
-    return first, episode["tenant_0"]
+            first = {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in infos["tenant_1"].items() if k != "action_mask"}
+    return first, env.episode_reports["tenant_0"]
 
 
 def test_docs_infos_examples_are_current():
@@ -615,8 +724,8 @@ def test_docs_infos_examples_are_current():
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "environment.md").read_text()
-    step_doc = ast.literal_eval(re.search(r"```python\n(\{'rewards'.*?)```", text, re.S).group(1))
-    ep_doc = ast.literal_eval(re.search(r'infos\["tenant_0"\]\["episode"\] == (\{.*?\})\n```', text, re.S).group(1))
+    step_doc = ast.literal_eval(re.search(r"```python\n(\{'reward_local'.*?)```", text, re.S).group(1))
+    ep_doc = ast.literal_eval(re.search(r'env.episode_reports\["tenant_0"\] == (\{.*?\})\n```', text, re.S).group(1))
     first, ep = run_documented_example()
     assert _rounded(first) == _rounded(step_doc)
     assert _rounded(ep) == _rounded(ep_doc)
@@ -666,8 +775,8 @@ def test_degenerate_strategy_never_gains():
     acts = {a: act(2) for a in env.agents}
     acts["tenant_0"] = act(8, prec=(F8,) * 5)
     obs, rew, term, trunc, infos = env.step(acts)
-    raw = infos["tenant_0"]["rewards"]["local"]
-    assert infos["tenant_0"]["degenerate"] == ["lowest_precision"]
+    raw = infos["tenant_0"]["reward_local"]
+    assert degenerate(infos["tenant_0"]) == ["lowest_precision"]
     assert rew["tenant_0"] == min(raw, 0.5) and raw < 0.5
 
 
@@ -687,7 +796,7 @@ def test_hoarding_needs_a_starved_tenant_in_the_same_pool():
     obs, rew, term, trunc, infos = env.step(acts)
     a100_starved = [a for a in ("tenant_4", "tenant_6", "tenant_7") if infos[a]["starved"]]
     assert a100_starved, "the A100 pool must have a starved tenant for this test"
-    assert infos["tenant_0"]["alloc"] == 8 and infos["tenant_0"]["degenerate"] == []
+    assert infos["tenant_0"]["alloc"] == 8 and degenerate(infos["tenant_0"]) == []
 
 
 def test_trainer_p99_wait_counts_jobs_still_queued():
@@ -702,7 +811,7 @@ def test_trainer_p99_wait_counts_jobs_still_queued():
     # from round b, has waited 6 - b - 1 rounds (it could have started in round b + 1)
     first = int(np.flatnonzero(env.arrival_schedule[:, 0])[0])  # tenant_0 trains: its jobs
     assert first <= 4
-    assert infos["tenant_0"]["episode"]["p99_wait_s"] == (6 - first - 1) * env.config.cluster.round_seconds
+    assert env.episode_reports["tenant_0"]["p99_wait_s"] == (6 - first - 1) * env.config.cluster.round_seconds
 
 
 def test_sampled_shapley_converges_to_exact(monkeypatch):
@@ -715,7 +824,7 @@ def test_sampled_shapley_converges_to_exact(monkeypatch):
         out = []
         for _ in range(2):
             obs, rew, term, trunc, infos = env.step(masked_random(env, infos, rng))
-            out.append([infos[a]["rewards"]["shapley"] for a in env.possible_agents])
+            out.append([infos[a]["reward_shapley"] for a in env.possible_agents])
         return np.array(out)
 
     exact = run()
@@ -756,7 +865,7 @@ def test_episode_counts_oom_veto_throttle_and_starvation():
     ]
     for acts in plan:
         obs, rew, term, trunc, infos = env.step(acts)
-    e0, e1 = infos["tenant_0"]["episode"], infos["tenant_1"]["episode"]
+    e0, e1 = env.episode_reports["tenant_0"], env.episode_reports["tenant_1"]
     assert (e1["veto"], e1["oom"]) == (1, 1), e1
     assert e1["max_starvation_streak"] == 2 and e0["max_starvation_streak"] == 0
     assert e0["throttle"] == 4 and e0["oom"] == 0 and e0["veto"] == 0
@@ -802,7 +911,7 @@ def test_starvation_entitlement_is_the_smaller_of_fair_share_and_request_and_mix
     i1 = infos["tenant_1"]
     assert i1["starved"]
     w = env.config.reward.mixed_weight
-    assert i1["rewards"]["mixed"] == pytest.approx(w * i1["utility"] + (1 - w) * (i1["welfare"] - 0.5))
+    assert i1["reward_mixed"] == pytest.approx(w * i1["utility"] + (1 - w) * (i1["welfare"] - 0.5))
 
 
 def test_work_finished_on_the_last_round_is_truncation():
@@ -814,7 +923,7 @@ def test_work_finished_on_the_last_round_is_truncation():
     env.reset(seed=0)
     while env.agents:
         obs, rew, term, trunc, infos = env.step({"tenant_0": env.default_action_index[0]})
-    assert infos["tenant_0"]["episode"]["jobs_done"] == 1
+    assert env.episode_reports["tenant_0"]["jobs_done"] == 1
     assert trunc["tenant_0"] is True and term["tenant_0"] is False
 
 

@@ -1,6 +1,6 @@
-"""PettingZoo's own test suites on every task and both observation modes, plus the checks
-those suites skip: observation dtype and bounds, state(), and full-episode determinism
-across processes."""
+"""PettingZoo's own test suites on every task, both observation modes and both mask layouts,
+plus the checks those suites skip: observation dtype and bounds, state(), and full-episode
+determinism across processes."""
 
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ import pytest
 from pettingzoo.test import api_test, max_cycles_test, parallel_api_test, render_test, seed_test
 
 import fleet_marl
+from fleet_marl.environment import MASK_LAYOUTS, scheme_rewards
 from fleet_marl.tasks import TASKS as REGISTRY
 
 TASKS = list(REGISTRY)  # every registered task
 MODES = ["flat", "dict"]
+LAYOUTS = list(MASK_LAYOUTS)
 # Warnings PettingZoo's api_test always raises for the spaces the issue asks for
 # (MultiDiscrete actions, Dict observations); any other warning fails the test.
 EXPECTED_WARNINGS = (
@@ -40,22 +42,24 @@ def _unexpected(caught):
     return [str(w.message) for w in caught if not any(str(w.message).startswith(e) for e in EXPECTED_WARNINGS)]
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("suite", ["parallel_api_test", "api_test"])
-def test_api(task, mode, suite):
+def test_api(task, mode, suite, layout):
     """PettingZoo's parallel_api_test on parallel_env() and api_test on the AEC env()."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if suite == "parallel_api_test":
-            parallel_api_test(fleet_marl.parallel_env(task=task, obs_mode=mode), num_cycles=150)
+            parallel_api_test(fleet_marl.parallel_env(task=task, obs_mode=mode, mask_layout=layout), num_cycles=150)
         else:
-            api_test(fleet_marl.env(task=task, obs_mode=mode), num_cycles=150)
+            api_test(fleet_marl.env(task=task, obs_mode=mode, mask_layout=layout), num_cycles=150)
     assert _unexpected(caught) == []
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("mode", MODES)
-def test_aec_seed(task, mode):
-    seed_test(functools.partial(fleet_marl.env, task=task, obs_mode=mode), num_cycles=40)
+def test_aec_seed(task, mode, layout):
+    seed_test(functools.partial(fleet_marl.env, task=task, obs_mode=mode, mask_layout=layout), num_cycles=40)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -73,11 +77,12 @@ def test_render(task, mode, capsys):
     assert "tenant_0" in capsys.readouterr().out  # human mode prints the ansi table
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("mode", MODES)
-def test_observations_inside_space_and_float32(task, mode):
+def test_observations_inside_space_and_float32(task, mode, layout):
     """parallel_api_test checks neither dtype nor bounds: every observation of a full episode,
     and state(), must be float32 and inside its space."""
-    env = fleet_marl.parallel_env(task=task, obs_mode=mode)
+    env = fleet_marl.parallel_env(task=task, obs_mode=mode, mask_layout=layout)
     obs, infos = env.reset(seed=3)
     rng = np.random.default_rng(3)
     steps = 0
@@ -171,7 +176,7 @@ def test_trajectory_does_not_depend_on_the_schemes_computed():
             obs, rew, term, trunc, infos = env.step(acts)
             h.update(pickle.dumps((obs, rew, term, trunc)))
             if compute_all is False:
-                assert set(next(iter(infos.values()))["rewards"]) == {"difference"}
+                assert set(scheme_rewards(next(iter(infos.values())))) == {"difference"}
         digests.append(h.hexdigest())
     assert digests[0] == digests[1]
 
@@ -211,7 +216,7 @@ def test_public_views_are_what_the_env_used():
         for a, info in infos.items():
             i = env.agent_index[a]
             assert info["welfare"] == credit.welfare
-            assert info["rewards"] == {s: float(v[i]) for s, v in credit.rewards.items()}
+            assert scheme_rewards(info) == {s: float(v[i]) for s, v in credit.rewards.items()}
         # the state the step started from, and the one it carried over
         live = np.array([a in infos for a in env.possible_agents])
         srv = live & ~st.is_train  # a live server's queue grew by the scheduled arrivals, less what it served

@@ -15,7 +15,7 @@ from starlette.websockets import WebSocketDisconnect  # noqa: E402
 
 import fleet_marl  # noqa: E402
 from fleet_marl import policies  # noqa: E402
-from fleet_marl.environment import ActionError  # noqa: E402
+from fleet_marl.environment import ActionError, scheme_rewards  # noqa: E402
 from fleet_marl.evaluation import run_episode  # noqa: E402
 from fleet_marl.openenv import FleetEgoAction, RemoteParallelEnv, WebSocketSession, make_app  # noqa: E402
 from fleet_marl.openenv.base import task_names  # noqa: E402
@@ -67,7 +67,7 @@ def test_multi_full_episode_over_the_websocket(multi):
             assert o["rewards"] == lrew
             assert o["terminations"] == lterm and o["truncations"] == ltrunc
             assert set(o["reward_schemes"]["tenant_0"]) == {"local", "global", "mixed", "difference", "difference_default", "shapley"}
-            assert o["reward_schemes"]["tenant_1"] == linfos["tenant_1"]["rewards"]
+            assert o["reward_schemes"]["tenant_1"] == scheme_rewards(linfos["tenant_1"])
             assert o["state"] == np.asarray(local.state(), np.float64).tolist()
             assert d["done"] == (not local.agents)
             if d["done"]:
@@ -319,7 +319,7 @@ def test_ego_prompt_is_deterministic_and_the_opponents_follow_config(ego):
         o = _ego_step(ws, json.dumps(GOOD))["observation"]
     infos = env.step({"tenant_0": np.array([4, 3, 1, 1, 2, 1, 1, 3]), "tenant_1": want})[4]  # GOOD as indices
     assert o["metadata"]["welfare"] == infos["tenant_0"]["welfare"]
-    assert o["metadata"]["rewards"] == infos["tenant_0"]["rewards"]
+    assert o["metadata"]["rewards"] == scheme_rewards(infos["tenant_0"])
     granted = {r["agent"]: r["granted_gpus"] for r in o["cluster"]["others"]}
     assert granted == {"tenant_1": infos["tenant_1"]["alloc"]}
 

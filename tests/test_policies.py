@@ -39,9 +39,8 @@ def play(task, name, seed=0, obs_mode="flat", check=None, **kw):
             check(env, obs, infos, actions)
         obs, _, _, _, infos = env.step(actions)
         for a, info in infos.items():
-            assert info["illegal"] == []
-            if "episode" in info:
-                reports[a] = info["episode"]
+            assert info["illegal"] is False and not info["illegal_fields"].any()
+    reports = env.episode_reports
     assert set(reports) == set(env.possible_agents)
     return max(reports.values(), key=lambda r: r["rounds"])
 

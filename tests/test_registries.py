@@ -9,6 +9,7 @@ import pytest
 
 import fleet_marl
 from fleet_marl import config, credit
+from fleet_marl.environment import scheme_rewards
 from fleet_marl.kernel import Draws, KernelStatic, RoundState, evaluate, mechanisms
 from tests.conftest import make_config, random_actions
 
@@ -18,7 +19,7 @@ def test_reward_schemes_are_the_credit_engines():
     obs, infos = env.reset(seed=0)
     acts = {a: env.action_space(a).sample(infos[a]["action_mask"]) for a in env.agents}
     _, _, _, _, infos = env.step(acts)
-    assert tuple(next(iter(infos.values()))["rewards"]) == config.REWARD_SCHEMES
+    assert tuple(scheme_rewards(next(iter(infos.values())))) == config.REWARD_SCHEMES == env.reward_schemes
     assert tuple(credit.SCHEMES) == config.REWARD_SCHEMES
     assert all(s.rows in credit.ROW_FAMILIES for s in credit.SCHEMES.values())
     st = env.kernel_static

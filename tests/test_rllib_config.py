@@ -297,7 +297,7 @@ def test_train_help_has_examples():
     out = subprocess.run([sys.executable, "-m", "fleet_marl.cli", "train", "--help"], capture_output=True, text=True, check=True).stdout
     for flag in ("--config", "--address", "--num-env-runners", "--resume", "--iterations", "--task", "--reward-scheme", "--sharing"):
         assert flag in out
-    assert "examples:" in out and "ray start --head" in out and "fleet-marl train --address auto" in out
+    assert "examples:" in out and "ray start --head" in out and "fleet-marl train --engine rllib --address auto" in out
 
 
 def test_register_names_both_obs_modes():

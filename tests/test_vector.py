@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fleet_marl
-from fleet_marl.environment import ActionError
+from fleet_marl.environment import ActionError, scheme_rewards
 from fleet_marl.environment.spaces import N_ACT, N_OBS
 
 
@@ -50,14 +50,14 @@ def test_vector_clusters_equal_parallel_envs_bit_for_bit(task, scheme, B):
             for a in pacts:
                 i = e.agent_index[a]
                 assert vrew[b, i] == prew[a] and vterm[b, i] == pterm[a] and vtrunc[b, i] == ptrunc[a]
-                for k, v in pinfos[a]["rewards"].items():
+                for k, v in scheme_rewards(pinfos[a]).items():
                     assert vinfos["rewards"][k][b, i] == v, (k, b, a)
                 assert vinfos["alloc"][b, i] == pinfos[a]["alloc"] and vinfos["starved"][b, i] == pinfos[a]["starved"]
                 assert vinfos["fair_share"][b, i] == pinfos[a]["fair_share"]  # also after an automatic reset of b
                 assert vinfos["starvation_streak"][b, i] == pinfos[a]["starvation_streak"]
-                if "episode" in pinfos[a] and not e.agents:
+                if (pterm[a] or ptrunc[a]) and not e.agents:
                     assert vinfos["_final"][b]
-                    assert vinfos["episode"]["return"][b, i] == pinfos[a]["episode"]["return"]
+                    assert vinfos["episode"]["return"][b, i] == e.episode_reports[a]["return"]
             if vinfos["_final"][b]:
                 assert not e.agents
                 for a in pacts:

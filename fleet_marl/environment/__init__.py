@@ -18,33 +18,54 @@ Actions -- ``MultiDiscrete`` per tenant, ``ACTION_FIELDS``:
     ``BATCH_LEVELS``: sequences per GPU per step for training, concurrent sequences for
     serving).
 
-Action mask -- a tuple of 8 int8 arrays, one per action dimension, the layout gymnasium's
-    ``MultiDiscrete.sample(mask=...)`` takes. Masked out: precisions the tenant's GPU lacks,
-    INT8/INT4 for training (weight-only formats), and GPU counts the budget cannot pay for at
-    the lowest bid. It is ``obs["action_mask"]`` in ``obs_mode="dict"`` and
-    ``infos[agent]["action_mask"]`` in both modes. A masked choice is named in
-    ``infos[agent]["illegal"]``: a masked precision is vetoed (the tenant runs nothing that
-    round), a masked GPU count is capped at what the budget affords at the bid. With
+Action mask -- the env option ``mask_layout`` (``MASK_LAYOUTS``): ``"dims"`` (default) a
+    tuple of 8 int8 arrays, one per action dimension, the layout gymnasium's
+    ``MultiDiscrete.sample(mask=...)`` and PettingZoo's test suites take; ``"flat"`` one int8
+    vector of length ``sum(nvec)``, the 8 concatenated in action order, what TorchRL's
+    ``PettingZooWrapper`` and ``MultiCategorical`` (and most learners) take; its action space
+    samples from it too. Masked out: precisions the tenant's GPU lacks, INT8/INT4 for training
+    (weight-only formats), and GPU counts the budget cannot pay for at the lowest bid. It is
+    ``obs["action_mask"]`` in ``obs_mode="dict"`` (the observation space matches the layout),
+    ``infos[agent]["action_mask"]`` in both modes and ``env.action_mask(agent)``. A masked
+    choice sets ``infos[agent]["illegal"]`` and its fields in ``infos[agent]["illegal_fields"]``
+    ((8,) bool over ``ACTION_FIELDS``): a masked precision is vetoed (the tenant runs nothing
+    that round), a masked GPU count is capped at what the budget affords at the bid. With
     ``illegal_action="raise"`` either is an :class:`ActionError`.
 
 Observations -- float32 in [0, 1], ``OBS_FIELDS`` (normalizations in the docs). ``state()``
     is every tenant's row followed by each node's temperature and each rack's power.
 
 Rewards -- ``reward_scheme``: local, global, mixed, difference, difference_default, shapley
-    (``fleet_marl.credit``). Every scheme's value is in ``infos[agent]["rewards"]`` unless
+    (``fleet_marl.credit``). Every scheme's value is in ``infos[agent]["reward_<scheme>"]``
+    (``env.reward_schemes``; ``scheme_rewards(info)`` gives them as a dict) unless
     ``compute_all=False``. A degenerate strategy's reward is ``degenerate_floor``.
     ``env.credit_seconds`` is the wall time the env has spent in the credit engine (the one
     batched kernel call per round that every computed scheme needs, plus the schemes'
     arithmetic) since it was built, over all episodes, ``env.last_credit_seconds`` that of the
     last step; ``env.steps_taken`` counts the steps.
 
+Infos -- after ``reset()`` and every ``step()`` each live agent's info has the same keys in
+    the same order, each value a number or a fixed-shape array (the ``"dims"`` mask aside):
+    ``reward_<scheme>`` per computed scheme, ``utility``, ``welfare``, ``requested``,
+    ``alloc``, ``throttled``, ``starved``, ``starvation_streak``, ``fair_share``,
+    ``degenerate`` (either of ``lowest_precision``, ``hoarding``), ``illegal``,
+    ``illegal_fields``, ``action_mask``, ``oom``, ``vetoed``, ``unsafe_numerics``,
+    ``projected``, ``tripped``, ``restarted``; after ``reset()`` all 0 / False but the mask.
+    An agent's episode report (``fairness.summary()`` on the step it finished) is in
+    ``env.episode_reports``, not in the infos (a key in some steps only breaks TorchRL's
+    ``PettingZooWrapper``; SB3 reads ``info["episode"]`` as its own report).
+
 Termination -- a tenant whose budget cannot pay for one GPU for one round at the lowest bid,
     or whose work is done (no job or request left, and none to come), is terminated.
-    Reaching ``max_cycles`` rounds truncates everyone left.
+    Reaching ``max_cycles`` rounds truncates everyone left. Actions for agents that already
+    left this episode are ignored (PettingZoo clients send them); a name that never was an
+    agent is an :class:`ActionError`. Once every agent has finished, ``step()`` returns five
+    empty dicts (and warns once per episode), as PettingZoo's envs do; ``step()`` before
+    ``reset()`` raises ``RuntimeError``.
 
 Read-only views -- the scenario: ``config``, ``kernel_static``, ``bid_levels``, ``nvec``,
-    ``default_action_index``, ``default_actions``, ``rounds_alone``; the episode: ``round``,
-    ``last_outcome``, ``last_credit``, ``node_temperatures``, ``round_state``,
+    ``default_action_index``, ``default_actions``, ``rounds_alone``, ``reward_schemes``; the
+    episode: ``round``, ``last_outcome``, ``last_credit``, ``episode_reports``, ``node_temperatures``, ``round_state``,
     ``arrival_schedule``, ``observed_round()`` (the inverse of the observation normalization)
     and ``fairness`` (``fairness.summary()`` of the episode as of now). Render, remote clients, policies and benchmarks use
     only these.
@@ -57,9 +78,9 @@ Modules -- ``spaces`` (action and observation fields, masks, spaces, :class:`Act
 """
 
 from fleet_marl.environment.spaces import (
-    ACTION_FIELDS, BATCH_LEVELS, N_ACT, N_OBS, OBS_FIELDS, OBS_MODES, ActionError,
+    ACTION_FIELDS, BATCH_LEVELS, MASK_LAYOUTS, N_ACT, N_OBS, OBS_FIELDS, OBS_MODES, ActionError,
 )
-from fleet_marl.environment.parallel import FleetParallelEnv, parallel_env
+from fleet_marl.environment.parallel import REWARD_PREFIX, FleetParallelEnv, parallel_env, scheme_rewards
 from fleet_marl.environment.aec import env, raw_env
 from fleet_marl.environment.vector import FleetVectorEnv, vector_env
 
@@ -68,6 +89,6 @@ __doc__ += "\nObservation fields (index, name, meaning)::\n\n" + "\n".join(
 )
 
 __all__ = [
-    "ACTION_FIELDS", "ActionError", "BATCH_LEVELS", "FleetParallelEnv", "FleetVectorEnv", "N_ACT", "N_OBS", "OBS_FIELDS", "OBS_MODES",
-    "env", "parallel_env", "raw_env", "vector_env",
+    "ACTION_FIELDS", "ActionError", "BATCH_LEVELS", "FleetParallelEnv", "FleetVectorEnv", "MASK_LAYOUTS", "N_ACT", "N_OBS", "OBS_FIELDS", "OBS_MODES",
+    "REWARD_PREFIX", "env", "parallel_env", "raw_env", "scheme_rewards", "vector_env",
 ]

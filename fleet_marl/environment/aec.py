@@ -25,7 +25,9 @@ class _FleetAEC(parallel_to_aec_wrapper):
 
 def env(**config: Any):
     """The AEC form (PettingZoo's ``parallel_to_aec`` with its order-enforcing wrapper, plus a
-    check of each action on its agent's turn)."""
+    check of each action on its agent's turn). ``config`` is what ``parallel_env`` takes,
+    env options included (``obs_mode``, ``mask_layout``, ...). The parallel env's views are
+    on ``env(...).unwrapped`` (``episode_reports``, ``round``, ...)."""
     return OrderEnforcingWrapper(_FleetAEC(FleetParallelEnv(**config)))
 
 

@@ -14,16 +14,29 @@ from fleet_marl.config import FleetConfig
 from fleet_marl.environment import core
 from fleet_marl.environment.render import new_figure, render_ansi, render_rgb
 from fleet_marl.environment.spaces import (
-    ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_OBS, OBS_MODES, OK, PREC, ActionError, build_spaces, check_agent, check_indices, parse_action,
+    ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_OBS, OBS_MODES, OK, PREC, ActionError, build_spaces, check_agent, check_indices, check_mask_layout,
+    departed, parse_action,
 )
 from fleet_marl.environment.views import EnvViews
 from fleet_marl.tasks import make_config
 
 
-#: The flags of the kernel's outcome every step's infos carry, and every info key in order.
+#: The flags of the kernel's outcome every step's infos carry, and every info key after the
+#: rewards (``REWARD_PREFIX + scheme`` for each computed scheme come first), in order.
 _FLAG_KEYS = ("oom", "vetoed", "unsafe_numerics", "projected", "tripped", "restarted")
-_INFO_KEYS = ("rewards", "utility", "welfare", "requested", "alloc", "throttled", "starved", "starvation_streak", "fair_share", "degenerate",
-              "illegal", "action_mask") + _FLAG_KEYS
+_INFO_KEYS = ("utility", "welfare", "requested", "alloc", "throttled", "starved", "starvation_streak", "fair_share", "degenerate",
+              "lowest_precision", "hoarding", "illegal", "illegal_fields", "action_mask") + _FLAG_KEYS
+#: Each computed scheme's reward is ``infos[agent][REWARD_PREFIX + scheme]``.
+REWARD_PREFIX = "reward_"
+#: The info values after ``reset()`` (no round played yet), in ``_INFO_KEYS`` order;
+#: ``illegal_fields`` and ``action_mask`` are filled per agent.
+_RESET_VALUES = (0.0, 0.0, 0, 0, False, False, 0, 0.0, False, False, False, False, None, None) + (False,) * len(_FLAG_KEYS)
+
+
+def scheme_rewards(info: dict) -> dict[str, float]:
+    """``{scheme: reward}`` of one agent's info: its ``reward_<scheme>`` entries, in order."""
+    n = len(REWARD_PREFIX)
+    return {k[n:]: v for k, v in info.items() if k.startswith(REWARD_PREFIX)}
 
 
 class FleetParallelEnv(EnvViews, ParallelEnv):
@@ -36,7 +49,7 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
     ['tenant_0', 'tenant_1']
     >>> actions = {a: env.action_space(a).sample(infos[a]["action_mask"]) for a in env.agents}
     >>> obs, rewards, terms, truncs, infos = env.step(actions)
-    >>> sorted(infos["tenant_0"]["rewards"])
+    >>> sorted(fleet_marl.environment.scheme_rewards(infos["tenant_0"]))
     ['difference', 'difference_default', 'global', 'local', 'mixed', 'shapley']
 
     Read-only views of the scenario (set when it is built; do not write to them):
@@ -44,9 +57,11 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
     :class:`~fleet_marl.kernel.KernelStatic`), ``bid_levels`` ((L,) price multipliers of
     ``bid_level``), ``nvec`` ((T, 8) action sizes), ``default_action_index`` and
     ``default_actions`` ((T, 8) indices and the decoded kernel ``Actions`` of each tenant's
-    default action), ``rounds_alone`` ((T,) Themis ``T_independent`` in rounds).
+    default action), ``rounds_alone`` ((T,) Themis ``T_independent`` in rounds),
+    ``reward_schemes`` (the schemes computed each round, each in ``infos[agent]["reward_<scheme>"]``).
     Of the episode: the properties ``round``, ``last_outcome``, ``last_credit``, ``fairness``,
-    ``node_temperatures``, ``round_state``, ``arrival_schedule``, and ``observed_round()``.
+    ``episode_reports``, ``node_temperatures``, ``round_state``, ``arrival_schedule``, and
+    ``observed_round()``.
     Timing: ``credit_seconds``, ``last_credit_seconds``, ``steps_taken``.
 
     It is a thin adapter over the array core (:mod:`fleet_marl.environment.core`) with one
@@ -68,6 +83,7 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
         self.illegal_action = opts.get("illegal_action", "veto")
         if self.illegal_action not in ILLEGAL_ACTION:
             raise ValueError(f"illegal_action = {self.illegal_action!r}: expected one of {', '.join(map(repr, ILLEGAL_ACTION))}")
+        self.mask_layout = check_mask_layout(opts.get("mask_layout", "dims"))
         self._build(cfg)
         self._ready = False
         self._seed_seq: np.random.SeedSequence | None = None
@@ -89,8 +105,12 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
         self._prec_legal = cs.masks.prec_legal  # (T, P)
         self.nvec = cs.nvec  # (T, 8)
         self.action_spaces, self.observation_spaces, self.state_space = build_spaces(
-            self.possible_agents, self.nvec, self.obs_mode, T * N_OBS + st.K + st.n_racks,
+            self.possible_agents, self.nvec, self.obs_mode, T * N_OBS + st.K + st.n_racks, self.mask_layout,
         )
+        self.reward_schemes = cs.schemes  # the schemes computed each round: infos[agent]["reward_<scheme>"]
+        #: the info keys, in order: each computed scheme's reward, then _INFO_KEYS
+        self._info_keys = tuple(REWARD_PREFIX + k for k in cs.schemes) + _INFO_KEYS
+        self._reset_info = dict(zip(self._info_keys, (0.0,) * len(cs.schemes) + _RESET_VALUES))
         # the documented default action (difference_default, Themis)
         self.default_action_index, self.default_actions = cs.default_index, cs.default_actions
         self.rounds_alone = cs.rounds_alone
@@ -99,6 +119,8 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
         self.steps_taken = 0
         self._s = core.EnvState.zeros(cs, 1)  # the episode: one cluster of the array core
         self._last_credit = None
+        self._reports: dict[str, dict] = {}  # episode_reports
+        self._warned_empty = False  # step() with no live agent warned this episode
 
     # --- PettingZoo API ---------------------------------------------------------------------------
 
@@ -139,12 +161,15 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
             self._credit_rng = np.random.default_rng(credit_ss)
         core.reset(self._core, self._s, [0], [self._rng])
         self._last_credit = None
+        self._reports = {}
+        self._warned_empty = False
         self.agents = self.possible_agents[:]
         self._ready = True
         obs_m = self._obs_matrix()
         masks = self._masks()
         observations_ = self._observations(obs_m, masks, self.agents)
-        infos = {a: {"action_mask": masks[self.agent_index[a]]} for a in self.agents}
+        # the same keys as every step's infos, with the values of no round played
+        infos = {a: {**self._reset_info, "illegal_fields": np.zeros(N_ACT, bool), "action_mask": masks[self.agent_index[a]]} for a in self.agents}
         if self.render_mode == "human":
             self.render()
         return observations_, infos
@@ -153,7 +178,18 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
         if not self._ready:
             raise RuntimeError("step() called before reset(): call env.reset(seed=...) first")
         if not self.agents:
-            raise RuntimeError("step() called after every agent finished: call env.reset() to start a new episode")
+            # PettingZoo's envs answer five empty dicts here; SuperSuit's black_death wrapper
+            # and RLlib's ParallelPettingZooEnv rely on it to see the end of the episode
+            if not isinstance(actions, dict):
+                raise ActionError("actions", "type", type(actions).__name__, "a dict {agent: action}")
+            for a in actions:
+                if a not in self.agent_index:
+                    raise ActionError(a, "agent", a, f"an agent of this env, one of {', '.join(self.possible_agents)} (none is live: every agent finished)")
+            if not self._warned_empty:
+                self._warned_empty = True
+                gymnasium.logger.warn("step() called with no live agent (every agent finished): it returns five empty dicts; "
+                                      "call env.reset() to start a new episode")
+            return {}, {}, {}, {}, {}
         idx, illegal = self._validate(actions)
         cs, s = self._core, self._s
         r = core.step(cs, s, idx[None], [self._credit_rng])
@@ -168,32 +204,29 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
         obs_m = self._obs_matrix()
         masks = self._masks()
         observations_ = self._observations(obs_m, masks, agents)
-        schemes = tuple(credit.rewards)
         T = len(self.possible_agents)
         rew_l = r.reward[0].tolist()
         term_l, trunc_l, done_l = terminated.tolist(), truncated.tolist(), finished.tolist()
-        if len(schemes) == 1:
-            scheme_rewards = [{schemes[0]: v} for v in credit.rewards[schemes[0]].tolist()]
-        else:
-            scheme_rewards = [dict(zip(schemes, v)) for v in zip(*(credit.rewards[k].tolist() for k in schemes))]
-        degenerate = [[n for n, f in (("lowest_precision", lo), ("hoarding", ho)) if f] for lo, ho in
-                      zip(r.lowest_precision[0].tolist(), r.hoarding[0].tolist())]
-        # each tenant's info values in _INFO_KEYS order, built column by column
-        columns = zip(scheme_rewards, o.utility[0].tolist(), [credit.welfare] * T, o.requested[0].tolist(), o.alloc[0].tolist(),
-                      (o.power_throttled[0] | o.thermal_throttled[0]).tolist(), r.starved[0].tolist(), r.streak[0].tolist(),
-                      r.fair[0].tolist(), degenerate, [illegal.get(i, []) for i in range(T)], masks, *(getattr(o, k)[0].tolist() for k in _FLAG_KEYS))
+        lowest, hoarding = r.lowest_precision[0], r.hoarding[0]
+        if illegal is None:
+            illegal = np.zeros((T, N_ACT), bool)
+        # each tenant's info values in self._info_keys order, built column by column
+        columns = zip(*(credit.rewards[k].tolist() for k in self._core.schemes), o.utility[0].tolist(), [credit.welfare] * T,
+                      o.requested[0].tolist(), o.alloc[0].tolist(), (o.power_throttled[0] | o.thermal_throttled[0]).tolist(), r.starved[0].tolist(),
+                      r.streak[0].tolist(), r.fair[0].tolist(), (lowest | hoarding).tolist(), lowest.tolist(), hoarding.tolist(),
+                      illegal.any(1).tolist(), illegal, masks, *(getattr(o, k)[0].tolist() for k in _FLAG_KEYS))
         per_tenant = list(columns)
         summary = self.fairness if any(done_l) else None
+        keys = self._info_keys
         rewards, terms, truncs, infos = {}, {}, {}, {}
         for a in agents:
             i = self.agent_index[a]
             rewards[a] = rew_l[i]
             terms[a] = term_l[i]
             truncs[a] = trunc_l[i]
-            info = dict(zip(_INFO_KEYS, per_tenant[i]))
+            infos[a] = dict(zip(keys, per_tenant[i]))
             if done_l[i]:
-                info["episode"] = summary.episode_report(i, s.ret[0, i], s.utility_sum[0, i], int(s.rounds[0, i]))
-            infos[a] = info
+                self._reports[a] = summary.episode_report(i, s.ret[0, i], s.utility_sum[0, i], int(s.rounds[0, i]))
         core.finish(s, r)
         self.agents = [a for a in agents if not done_l[self.agent_index[a]]]
         if self.render_mode == "human":
@@ -202,14 +235,16 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
 
     # --- internals --------------------------------------------------------------------------------
 
-    def _validate(self, actions) -> tuple[np.ndarray, dict]:
+    def _validate(self, actions) -> tuple[np.ndarray, np.ndarray | None]:
         """Check every action before anything changes; return (T, 8) indices and the masked
-        (illegal) fields per tenant."""
+        (illegal) choices, (T, 8) bool (None: none). The actions of agents that already left
+        the episode are dropped unchecked."""
         if not isinstance(actions, dict):
             raise ActionError("actions", "type", type(actions).__name__, "a dict {agent: action}")
         T = self.kernel_static.T
         idx = np.zeros((T, N_ACT), np.int64)
         live = set(self.agents)
+        actions = departed(actions, self.agent_index, live)
         if len(actions) == len(live) and live.issuperset(actions):
             # fast path: integer arrays of the right shape, all in range
             vals = list(actions.values())
@@ -221,7 +256,7 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
                 code, _, _, _ = check_indices(idx[None], s.live, cs.nvec, cs.default_index, cs.masks.prec_legal, cs.min_unit, s.budget,
                                               False, checked, illegal)
                 if code == OK and not illegal.any():  # every choice in range and allowed by the masks
-                    return idx, {}
+                    return idx, None
                 if code == OK:  # some masked choices: name them (veto) or raise
                     return idx, self._illegal(idx)
         for a, act in actions.items():
@@ -233,7 +268,9 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
 
     def check_action(self, a, act, live: set | None = None) -> np.ndarray:
         """Validate one agent's action; return its 8 indices or raise :class:`ActionError`.
-        Masked choices raise too when ``illegal_action="raise"``. Changes nothing."""
+        Masked choices raise too when ``illegal_action="raise"``. Changes nothing. An agent
+        that has finished has no action to check: an ActionError here (``step()`` drops such
+        actions instead)."""
         self._need_reset("step()")
         i = check_agent(a, self.agent_index, self.agents, set(self.agents) if live is None else live)
         out = parse_action(a, act, self.nvec[i])
@@ -243,24 +280,28 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
             self._illegal(one, only=i)
         return out
 
-    def _illegal(self, idx: np.ndarray, only: int | None = None) -> dict[int, list[str]]:
-        """Masked choices per tenant (veto mode), or an ActionError (raise mode)."""
+    def _illegal(self, idx: np.ndarray, only: int | None = None) -> np.ndarray | None:
+        """Masked choices, (T, 8) bool over ``ACTION_FIELDS``, of the live tenants (veto mode;
+        None if there is none), or an ActionError (raise mode)."""
         T = self.kernel_static.T
-        illegal: dict[int, list[str]] = {}
         live = self._s.live[0] if only is None else (np.arange(T) == only)
-        prec_bad = ~self._prec_legal[np.arange(T)[:, None], idx[:, PREC]]  # (T, G)
-        gpus_bad = idx[:, 0] * self._min_unit > self._s.budget[0]
-        for i in np.flatnonzero(live & (prec_bad.any(1) | gpus_bad)):
-            fields_ = ([ACTION_FIELDS[0]] if gpus_bad[i] else []) + [ACTION_FIELDS[2 + g] for g in np.flatnonzero(prec_bad[i])]
-            if self.illegal_action == "raise":
-                a = self.possible_agents[i]
-                k = ACTION_FIELDS.index(fields_[0])
-                raise ActionError(a, f"action[{k}] ({fields_[0]})", int(idx[i, k]), "a choice the action mask allows (see infos[agent]['action_mask'])")
-            illegal[i] = fields_
-        return illegal
+        bad = np.zeros((T, N_ACT), bool)
+        bad[:, PREC] = ~self._prec_legal[np.arange(T)[:, None], idx[:, PREC]]  # (T, G)
+        bad[:, 0] = idx[:, 0] * self._min_unit > self._s.budget[0]
+        bad &= live[:, None]
+        if not bad.any():
+            return None
+        if self.illegal_action == "raise":
+            i = int(np.flatnonzero(bad.any(1))[0])
+            k = int(np.flatnonzero(bad[i])[0])
+            raise ActionError(self.possible_agents[i], f"action[{k}] ({ACTION_FIELDS[k]})", int(idx[i, k]),
+                              "a choice the action mask allows (see infos[agent]['action_mask'])")
+        return bad
 
-    def _masks(self) -> list[tuple[np.ndarray, ...]]:
-        return self._action_masks(core.afford(self._core, self._s)[0])
+    def _masks(self) -> list:
+        """Every tenant's action mask now, in the env's ``mask_layout``."""
+        afford = core.afford(self._core, self._s)[0]
+        return self._action_masks(afford) if self.mask_layout == "dims" else self._action_masks.flat(afford)
 
     def _obs_matrix(self) -> np.ndarray:
         return core.observe(self._core, self._s)[0]
@@ -272,8 +313,10 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
 
     # --- extras ------------------------------------------------------------------------------------
 
-    def action_mask(self, agent: str) -> tuple[np.ndarray, ...]:
-        """The current action mask of ``agent``: a tuple of 8 int8 arrays (see the package docstring)."""
+    def action_mask(self, agent: str):
+        """The current action mask of ``agent`` in the env's ``mask_layout``: a tuple of 8 int8
+        arrays (``"dims"``) or one int8 vector of length ``sum(nvec)`` (``"flat"``; see the
+        package docstring)."""
         self._known(agent)
         self._need_reset("action_mask()")
         return self._masks()[self.agent_index[agent]]
@@ -312,4 +355,4 @@ def parallel_env(**config: Any) -> FleetParallelEnv:
     return FleetParallelEnv(**config)
 
 
-__all__ = ["FleetParallelEnv", "parallel_env"]
+__all__ = ["REWARD_PREFIX", "FleetParallelEnv", "parallel_env", "scheme_rewards"]

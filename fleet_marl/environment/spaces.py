@@ -27,6 +27,10 @@ N_ACT = len(ACTION_FIELDS)
 PREC = slice(2, 2 + catalog.N_GROUPS)
 OBS_MODES = ("flat", "dict")
 ILLEGAL_ACTION = ("veto", "raise")
+#: The layouts of the action mask (the env option ``mask_layout``): ``"dims"``, a tuple of 8
+#: int8 arrays, one per action dimension (gymnasium's ``MultiDiscrete.sample(mask=...)``);
+#: ``"flat"``, one int8 vector of length ``sum(nvec)``, the 8 concatenated in action order.
+MASK_LAYOUTS = ("dims", "flat")
 
 #: Observation features, in order, with their meaning (all in [0, 1]).
 OBS_FIELDS: tuple[tuple[str, str], ...] = (
@@ -96,16 +100,57 @@ def action_nvec(max_gpus: np.ndarray, n_bids: int) -> np.ndarray:
     ]).astype(np.int64)
 
 
-def build_spaces(agents: list[str], nvec: np.ndarray, obs_mode: str, state_size: int) -> tuple[dict, dict, gymnasium.spaces.Box]:
+class FlatMaskMultiDiscrete(gymnasium.spaces.MultiDiscrete):
+    """The action space with ``mask_layout="flat"``: a ``MultiDiscrete`` whose :meth:`sample`
+    also takes a mask (or probabilities) as one vector of length ``sum(nvec)``, the 8
+    dimensions concatenated, so that ``action_space(a).sample(mask=infos[a]["action_mask"])``
+    works in both layouts (gymnasium's own takes only the per-dimension tuple)."""
+
+    def sample(self, mask=None, probability=None):
+        if isinstance(mask, np.ndarray) and mask.ndim == 1:
+            mask = mask_dims(mask, self.nvec)
+        if isinstance(probability, np.ndarray) and probability.ndim == 1:
+            probability = mask_dims(probability, self.nvec)
+        return super().sample(mask=mask, probability=probability)
+
+
+def mask_space(nvec_row: np.ndarray, mask_layout: str = "dims") -> gymnasium.spaces.Space:
+    """The space of one tenant's action mask: ``Tuple(MultiBinary(n) for n in nvec)``
+    (``"dims"``) or ``MultiBinary(sum(nvec))`` (``"flat"``)."""
+    if mask_layout == "flat":
+        return gymnasium.spaces.MultiBinary(int(np.sum(nvec_row)))
+    return gymnasium.spaces.Tuple([gymnasium.spaces.MultiBinary(int(n)) for n in nvec_row])
+
+
+def check_mask_layout(mask_layout) -> str:
+    """``mask_layout`` if it is one of :data:`MASK_LAYOUTS`, else a ValueError naming it."""
+    if not isinstance(mask_layout, str) or mask_layout not in MASK_LAYOUTS:
+        raise ValueError(f"mask_layout = {mask_layout!r}: expected 'dims' (a tuple of 8 int8 arrays, one per action dimension: "
+                         "PettingZoo's tests, MultiDiscrete.sample(mask=)) or 'flat' (one int8 vector of length sum(nvec), "
+                         "the 8 concatenated: TorchRL's PettingZooWrapper and MultiCategorical)")
+    return mask_layout
+
+
+def mask_dims(mask, nvec_row: np.ndarray) -> tuple[np.ndarray, ...]:
+    """One tenant's mask in the ``"dims"`` layout, from either layout: a tuple is returned
+    as it is, a flat vector is split (views) at the boundaries of ``nvec_row``."""
+    if isinstance(mask, np.ndarray) and mask.ndim == 1:
+        return tuple(np.split(mask, np.cumsum(nvec_row)[:-1]))
+    return tuple(mask)
+
+
+def build_spaces(agents: list[str], nvec: np.ndarray, obs_mode: str, state_size: int,
+                 mask_layout: str = "dims") -> tuple[dict, dict, gymnasium.spaces.Box]:
     """(action spaces, observation spaces, state space), built once per scenario."""
-    action_spaces = {a: gymnasium.spaces.MultiDiscrete(nvec[i]) for i, a in enumerate(agents)}
+    space = FlatMaskMultiDiscrete if mask_layout == "flat" else gymnasium.spaces.MultiDiscrete
+    action_spaces = {a: space(nvec[i]) for i, a in enumerate(agents)}
     if obs_mode == "flat":
         observation_spaces = {a: gymnasium.spaces.Box(0.0, 1.0, (N_OBS,), np.float32) for a in agents}
     else:
         observation_spaces = {
             a: gymnasium.spaces.Dict({
                 "observation": gymnasium.spaces.Box(0.0, 1.0, (N_OBS,), np.float32),
-                "action_mask": gymnasium.spaces.Tuple([gymnasium.spaces.MultiBinary(int(n)) for n in nvec[i]]),
+                "action_mask": mask_space(nvec[i], mask_layout),
             })
             for i, a in enumerate(agents)
         }
@@ -134,9 +179,12 @@ class ActionMasks:
             for p in parts:
                 p.setflags(write=False)
             self._static.append(parts)
+        # the "flat" layout's template per tenant: every GPU count allowed
+        self._flat_static = [np.concatenate([self._full_gpu[i], *self._static[i]]) for i in range(st.T)]
 
     def __call__(self, afford: np.ndarray) -> list[tuple[np.ndarray, ...]]:
-        """Every tenant's mask when it can afford ``afford[i]`` GPUs."""
+        """Every tenant's mask when it can afford ``afford[i]`` GPUs (``"dims"`` layout,
+        read-only arrays)."""
         out = []
         for i in range(len(self._static)):
             if afford[i] >= self.max_gpus[i]:
@@ -145,6 +193,17 @@ class ActionMasks:
                 g = (self._gpu_range[i] <= afford[i]).astype(np.int8)
                 g.setflags(write=False)
             out.append((g, *self._static[i]))
+        return out
+
+    def flat(self, afford: np.ndarray) -> list[np.ndarray]:
+        """The same masks in the ``"flat"`` layout: per tenant one int8 vector of length
+        ``sum(nvec)``, the 8 dimensions concatenated; fresh (writable) arrays each call."""
+        out = []
+        for i, tmpl in enumerate(self._flat_static):
+            m = tmpl.copy()
+            if afford[i] < self.max_gpus[i]:
+                m[: self.max_gpus[i] + 1] = self._gpu_range[i] <= afford[i]
+            out.append(m)
         return out
 
 
@@ -220,7 +279,9 @@ def parse_action(a: str, act, nvec: np.ndarray) -> np.ndarray:
 
 
 def check_agent(a, agent_index: dict, agents: list[str], live: set) -> int:
-    """The index of agent ``a``, or an :class:`ActionError` if it is unknown or finished."""
+    """The index of agent ``a``, or an :class:`ActionError` if it is unknown or finished (the
+    check of one action; ``step()`` drops the actions of agents that finished before it
+    checks the rest, see :func:`departed`)."""
     if a not in agent_index:
         raise ActionError(a, "agent", a, f"a live agent, one of {', '.join(agents)}")
     if a not in live:
@@ -228,7 +289,17 @@ def check_agent(a, agent_index: dict, agents: list[str], live: set) -> int:
     return agent_index[a]
 
 
+def departed(actions: dict, agent_index: dict, live: set) -> dict:
+    """``actions`` without those of agents that already left the episode (known agents not
+    in ``live``): PettingZoo clients such as TorchRL's ``PettingZooWrapper(use_mask=True)``
+    send an action for every agent, every step. Unknown names stay, for the check to name."""
+    if len(actions) == len(live) and live.issuperset(actions):
+        return actions
+    return {a: v for a, v in actions.items() if a in live or a not in agent_index}
+
+
 __all__ = [
-    "ACTION_FIELDS", "ActionError", "ActionMasks", "BATCH_LEVELS", "ILLEGAL_ACTION", "N_ACT", "N_OBS", "OBS_FIELDS", "OBS_INDEX",
-    "NOT_ALLOWED", "NOT_INTEGER", "OBS_MODES", "OK", "OUT_OF_RANGE", "PREC", "action_nvec", "build_spaces", "check_agent", "check_indices", "decode_actions", "parse_action",
+    "ACTION_FIELDS", "ActionError", "ActionMasks", "BATCH_LEVELS", "ILLEGAL_ACTION", "MASK_LAYOUTS", "N_ACT", "N_OBS", "OBS_FIELDS", "OBS_INDEX",
+    "NOT_ALLOWED", "NOT_INTEGER", "OBS_MODES", "OK", "OUT_OF_RANGE", "PREC", "action_nvec", "build_spaces", "check_agent", "check_indices",
+    "FlatMaskMultiDiscrete", "check_mask_layout", "decode_actions", "departed", "mask_dims", "mask_space", "parse_action",
 ]

@@ -59,7 +59,7 @@ class FleetVectorEnv:
         cfg, opts = make_config(task, config, **overrides)
         unknown = set(opts) - {"illegal_action"}
         if unknown:
-            raise ValueError(f"{sorted(unknown)[0]} = {opts[sorted(unknown)[0]]!r}: the vector env has no such option (obs_mode and render_mode are the parallel env's)")
+            raise ValueError(f"{sorted(unknown)[0]} = {opts[sorted(unknown)[0]]!r}: the vector env has no such option (obs_mode, render_mode and mask_layout are the parallel env's; the vector env's mask is always flat)")
         self.illegal_action = opts.get("illegal_action", "veto")
         if self.illegal_action not in ILLEGAL_ACTION:
             raise ValueError(f"illegal_action = {self.illegal_action!r}: expected one of {', '.join(map(repr, ILLEGAL_ACTION))}")

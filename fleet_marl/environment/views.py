@@ -22,9 +22,9 @@ def _read_only(a: np.ndarray) -> np.ndarray:
 
 
 class EnvViews:
-    """``round``, ``last_outcome``, ``last_credit``, ``fairness``, ``node_temperatures``,
-    ``round_state``, ``arrival_schedule`` and ``observed_round()`` (``FleetParallelEnv``
-    provides the state)."""
+    """``round``, ``last_outcome``, ``last_credit``, ``fairness``, ``episode_reports``,
+    ``node_temperatures``, ``round_state``, ``arrival_schedule`` and ``observed_round()``
+    (``FleetParallelEnv`` provides the state)."""
 
     def observed_round(self, state_vector: np.ndarray | None = None, include_queued_jobs: bool = False) -> observations.ObservedRound:
         """What ``state_vector`` (default: ``state()``) says of the round ahead: live tenants,
@@ -46,7 +46,7 @@ class EnvViews:
     def last_credit(self):
         """The :class:`~fleet_marl.credit.Credit` of the last round: its outcome, welfare and
         every computed scheme's rewards, with the starvation penalty and before the degenerate
-        floor (``infos[agent]["rewards"]``; None before the first step)."""
+        floor (``infos[agent]["reward_<scheme>"]``; None before the first step)."""
         return self._last_credit
 
     @property
@@ -57,6 +57,16 @@ class EnvViews:
         self._need_reset("fairness")
         s = self._s
         return fairness.summary(s.fairness, 0, int(s.round[0]), s.pending[0], self.kernel_static.round_seconds)
+
+    @property
+    def episode_reports(self) -> dict[str, dict]:
+        """``{agent: report}`` for the agents that have finished this episode, each report
+        made on the step the agent finished (:meth:`fleet_marl.fairness.FairnessSummary.episode_report`:
+        welfare, return, rounds, jain, starvation, event counts, p99 waits, rho, ...; see
+        docs/environment.md). Empty after ``reset()``; a new dict each call. (Not an info key:
+        every info key is a number or a fixed-shape array in every step and after ``reset()``.)"""
+        self._need_reset("episode_reports")
+        return dict(self._reports)
 
     @property
     def node_temperatures(self) -> np.ndarray:

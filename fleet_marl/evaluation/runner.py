@@ -3,9 +3,15 @@
 ``run_episode(env, policy, seed)`` resets the env and the policy with ``seed`` (and seeds each
 agent's action space, so ``action_space(a).sample(mask)`` is reproducible too), plays until no
 agent is left, and returns an :class:`Episode`: welfare, rounds, Jain's index, starvation and
-event counts, masked choices, and each agent's episode report (``infos[agent]["episode"]``,
-built by the env from ``fleet_marl.fairness.summary()``). A malformed action or a policy that
-raises is a :class:`~fleet_marl.evaluation.loading.PolicyError` naming the agent and round.
+event counts, masked choices, and each agent's episode report (``env.episode_reports``, built
+by the env from ``fleet_marl.fairness.summary()`` on the step the agent finished). A malformed
+action or a policy that raises is a :class:`~fleet_marl.evaluation.loading.PolicyError` naming
+the agent and round.
+
+The grader stays strict where the env is lenient: the env ignores actions for agents that
+already left (PettingZoo clients send them), the grader rejects them, because it grades our
+own policies, whose contract is an action for each live agent and nothing else; an action for
+an agent that left is a bug in the policy, and the grader names it.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ class Episode:
     starvation_events: int
     events: dict[str, int]
     illegal: int  # masked choices (vetoed or capped by the env)
-    agents: dict[str, dict]  # each agent's episode report (``infos[agent]["episode"]``)
+    agents: dict[str, dict]  # each agent's episode report (``env.episode_reports[agent]``)
 
 
 def _checked_actions(source: str, env: FleetParallelEnv, actions, round_: int) -> dict:
@@ -60,7 +66,6 @@ def run_episode(env: FleetParallelEnv, policy, seed: int, source: str = "policy"
         policy.reset(seed)
     except Exception as exc:
         raise PolicyError(source, f"reset({seed}) raised {type(exc).__name__}: {exc}") from exc
-    reports: dict[str, dict] = {}
     illegal = 0
     while env.agents:
         try:
@@ -70,10 +75,8 @@ def run_episode(env: FleetParallelEnv, policy, seed: int, source: str = "policy"
         except Exception as exc:
             raise PolicyError(source, f"act() raised {type(exc).__name__} at round {env.round}: {exc}") from exc
         obs, _, _, _, infos = env.step(_checked_actions(source, env, actions, env.round))
-        for a, info in infos.items():
-            illegal += bool(info["illegal"])
-            if "episode" in info:
-                reports[a] = info["episode"]
+        illegal += sum(bool(info["illegal"]) for info in infos.values())
+    reports = env.episode_reports
     last = max(reports.values(), key=lambda r: r["rounds"])  # the last to finish saw the whole episode
     return Episode(
         seed=seed,

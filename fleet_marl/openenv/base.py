@@ -118,7 +118,7 @@ class SessionEnv:
 
     def get(self, task: str, config: Optional[dict], extra: Optional[dict] = None) -> FleetParallelEnv:
         overrides = dict(config or {})
-        for k in ("obs_mode", "render_mode"):
+        for k in ("obs_mode", "render_mode", "mask_layout"):
             if k in overrides:
                 raise ValueError(f"reset: config.{k}: not settable over the wire (the server chooses it)")
         overrides.update(extra or {})

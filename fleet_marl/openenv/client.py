@@ -18,15 +18,16 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+import gymnasium
 import numpy as np
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 from pettingzoo import ParallelEnv
 
 from fleet_marl.config import FleetConfig, from_dict
-from fleet_marl.environment import OBS_MODES, ActionError, FleetParallelEnv
+from fleet_marl.environment import OBS_MODES, REWARD_PREFIX, ActionError, FleetParallelEnv
 from fleet_marl.environment.observations import ObservedRound, observed_round
-from fleet_marl.environment.spaces import check_agent, parse_action
+from fleet_marl.environment.spaces import check_agent, departed, parse_action
 from fleet_marl.openenv.base import config_digest
 from fleet_marl.openenv.models import (
     FleetEgoAction, FleetEgoObservation, FleetJointAction, FleetMultiObservation, FleetState, decode,
@@ -113,7 +114,7 @@ class RemoteParallelEnv(ParallelEnv):
     :class:`~fleet_marl.environment.FleetParallelEnv` built from the config the server sends
     at reset (its digest checked against the server's) and never reset or stepped. The
     dynamic parts (``agents``, ``round``, ``state()``, ``action_mask()``, observations,
-    rewards, infos) come from the server; ``observed_round()`` reads the server's state vector
+    rewards, infos, ``episode_reports``) come from the server; ``observed_round()`` reads the server's state vector
     as the local env reads its own. So the reference policies (which need
     :class:`fleet_marl.policies.base.FleetEnvLike`) and ``fleet_marl.evaluation.run_episode``
     run unchanged. Actions are checked locally before they are sent (an
@@ -136,6 +137,8 @@ class RemoteParallelEnv(ParallelEnv):
         self._digest = None
         self._ready = False
         self._round = 0
+        self._reports: dict = {}
+        self._warned_empty = False
         self._remote_reset(seed=None)  # learn the scenario: spaces must exist before reset()
         self._ready = False
         self.agents = []
@@ -194,6 +197,8 @@ class RemoteParallelEnv(ParallelEnv):
                                    "client and server run different fleet_marl versions?")
             self._digest = obs.config_digest
         self._ready = True
+        self._reports = {}
+        self._warned_empty = False
         return self._apply(obs, with_rewards=False)
 
     def _apply(self, obs: FleetMultiObservation, with_rewards: bool):
@@ -208,8 +213,13 @@ class RemoteParallelEnv(ParallelEnv):
         infos = {}
         for a, info in obs.infos.items():
             info = decode(info)
-            if with_rewards:
-                info = {"rewards": dict(obs.reward_schemes.get(a, {})), **info}
+            report = info.pop("episode", None)  # the wire carries it on the finishing step
+            if report is not None:
+                self._reports[a] = report
+            schemes = obs.reward_schemes.get(a, {}) if with_rewards else dict.fromkeys(self.scenario.reward_schemes, 0.0)
+            info = {**{REWARD_PREFIX + s: v for s, v in schemes.items()}, **info}
+            if "illegal_fields" in info:
+                info["illegal_fields"] = np.asarray(info["illegal_fields"], bool)
             info["action_mask"] = self._remote_masks[a]
             infos[a] = info
         return observations, infos
@@ -233,12 +243,21 @@ class RemoteParallelEnv(ParallelEnv):
         return self._remote_reset(None if seed is None else int(seed))
 
     def step(self, actions: dict):
+        """As ``FleetParallelEnv.step``: actions of agents that already left are dropped, and a
+        step with no live agent returns five empty dicts (with a warning, once per episode)."""
         self._need_reset("step()")
-        if not self.agents:
-            raise RuntimeError("step() called after every agent finished: call env.reset() to start a new episode")
         if not isinstance(actions, dict):
             raise ActionError("actions", "type", type(actions).__name__, "a dict {agent: action}")
         live = set(self.agents)
+        actions = departed(actions, self.agent_index, live)
+        if not self.agents:
+            for a in actions:
+                check_agent(a, self.agent_index, self.possible_agents, set())
+            if not self._warned_empty:
+                self._warned_empty = True
+                gymnasium.logger.warn("step() called with no live agent (every agent finished): it returns five empty dicts; "
+                                      "call env.reset() to start a new episode")
+            return {}, {}, {}, {}, {}
         checked = {a: self.check_action(a, act, live).tolist() for a, act in actions.items()}
         missing = [a for a in self.agents if a not in actions]
         if missing:
@@ -276,6 +295,13 @@ class RemoteParallelEnv(ParallelEnv):
     def round(self) -> int:
         """Rounds played in this episode (the server's count)."""
         return self._round
+
+    @property
+    def episode_reports(self) -> dict:
+        """``{agent: report}`` of the agents that have finished this episode (the server's
+        reports, as ``FleetParallelEnv.episode_reports``)."""
+        self._need_reset("episode_reports")
+        return dict(self._reports)
 
     @property
     def last_outcome(self):

@@ -34,7 +34,7 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
 from fleet_marl import catalog
-from fleet_marl.environment import OBS_FIELDS, FleetParallelEnv
+from fleet_marl.environment import ACTION_FIELDS, OBS_FIELDS, FleetParallelEnv, scheme_rewards
 from fleet_marl.environment.observations import unsquash
 from fleet_marl.openenv.base import SessionEnv, TaskAPI, check_seed, config_digest, fairness_report, package_version, resolve_task
 from fleet_marl.openenv.models import FleetEgoAction, FleetEgoObservation, FleetState, encode
@@ -155,17 +155,17 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         by_invalid = self._streak >= self.max_streak
         self._done = bool(terms[ego] or truncs[ego] or by_invalid or not env.agents)
         meta = {
-            "rewards": {s: float(v) for s, v in info["rewards"].items()},
+            "rewards": {s: float(v) for s, v in scheme_rewards(info).items()},
             "scheme": env.config.reward.scheme,
             "penalty": self.penalty if error else 0.0,
             "welfare": float(info["welfare"]),
             "terminated": bool(terms[ego]),
             "truncated": bool(truncs[ego]) or by_invalid,
             "truncated_by_invalid": by_invalid,
-            "illegal": list(info["illegal"]),
+            "illegal": [ACTION_FIELDS[k] for k in np.flatnonzero(info["illegal_fields"])],  # the masked fields by name
         }
-        if "episode" in info:
-            meta["episode"] = encode(info["episode"])
+        if terms[ego] or truncs[ego]:
+            meta["episode"] = encode(env.episode_reports[ego])
         return self._observation(env, reward=reward, error=error, meta=meta)
 
     @property

@@ -25,7 +25,7 @@ import numpy as np
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
-from fleet_marl.environment import ACTION_FIELDS, N_ACT, ActionError, FleetParallelEnv
+from fleet_marl.environment import ACTION_FIELDS, N_ACT, REWARD_PREFIX, ActionError, FleetParallelEnv, scheme_rewards
 from fleet_marl.openenv.base import SessionEnv, TaskAPI, check_seed, config_digest, fairness_report, package_version, resolve_task
 from fleet_marl.openenv.models import FleetJointAction, FleetMultiObservation, FleetState, encode
 
@@ -81,13 +81,21 @@ class FleetMultiEnvironment(TaskAPI, Environment):
 
     def _observation(self, env: FleetParallelEnv, obs, rewards, terms, truncs, infos, welfare: float) -> FleetMultiObservation:
         masks = {a: [m.tolist() for m in env.action_mask(a)] for a in obs}
-        clean = {a: encode({k: v for k, v in info.items() if k not in ("action_mask", "rewards")}) for a, info in infos.items()}
+        # the wire's infos: the env's, less the mask and the rewards (both sent apart), plus the
+        # episode report on an agent's finishing step (the env keeps it in env.episode_reports)
+        reports = env.episode_reports if terms or truncs else {}
+        clean = {}
+        for a, info in infos.items():
+            wire = {k: v for k, v in info.items() if k != "action_mask" and not k.startswith(REWARD_PREFIX)}
+            if (terms or {}).get(a) or (truncs or {}).get(a):
+                wire["episode"] = reports[a]
+            clean[a] = encode(wire)
         return FleetMultiObservation(
             agents=list(env.agents),
             possible_agents=list(env.possible_agents),
             observations={a: np.asarray(o, np.float64).tolist() for a, o in obs.items()},
             rewards={a: float(r) for a, r in (rewards or {}).items()},
-            reward_schemes={a: {s: float(v) for s, v in info.get("rewards", {}).items()} for a, info in infos.items()} if rewards else {},
+            reward_schemes={a: {s: float(v) for s, v in scheme_rewards(info).items()} for a, info in infos.items()} if rewards else {},
             terminations={a: bool(t) for a, t in (terms or {}).items()},
             truncations={a: bool(t) for a, t in (truncs or {}).items()},
             action_masks=masks,

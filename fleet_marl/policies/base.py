@@ -28,6 +28,7 @@ from pettingzoo import AECEnv
 
 from fleet_marl import catalog
 from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS, N_OBS, OBS_FIELDS
+from fleet_marl.environment.spaces import mask_dims
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
 
 #: Index of each observation feature by name (``fleet_marl.environment.OBS_FIELDS``).
@@ -107,11 +108,16 @@ def fleet_env(env) -> FleetEnvLike:
 def split(observation, agent: str, info: dict | None, env: FleetEnvLike) -> tuple[np.ndarray, tuple]:
     """(feature vector, action mask) from either obs mode: the mask is ``obs["action_mask"]``
     in dict mode and ``info["action_mask"]`` in flat mode; without either it is read from
-    ``env.action_mask(agent)``."""
+    ``env.action_mask(agent)``. The mask is returned as a tuple of 8 arrays, whichever the
+    env's ``mask_layout``."""
     if isinstance(observation, dict):
-        return np.asarray(observation["observation"]), observation["action_mask"]
-    mask = info.get("action_mask") if info else None
-    return np.asarray(observation), (mask if mask is not None else env.action_mask(agent))
+        feats, mask = np.asarray(observation["observation"]), observation["action_mask"]
+    else:
+        mask = info.get("action_mask") if info else None
+        feats, mask = np.asarray(observation), (mask if mask is not None else env.action_mask(agent))
+    if isinstance(mask, np.ndarray):  # mask_layout="flat"
+        mask = mask_dims(mask, env.nvec[env.agent_index[agent]])
+    return feats, mask
 
 
 class BasePolicy:

@@ -31,6 +31,7 @@ import hashlib
 import numpy as np
 
 from fleet_marl.environment import BATCH_LEVELS
+from fleet_marl.environment.spaces import mask_dims
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
 from fleet_marl.policies.base import N_ACT, N_OBS, PREC, BasePolicy
 from fleet_marl.policies.heuristics import EXPERT_MAP, PrecisionExpertPolicy
@@ -127,7 +128,7 @@ class PlannerPolicy(BasePolicy):
         live, state, draws = self._kernel_state(s)
         warm = self._plan if (self.warm_start and self._plan is not None and env.round > 0) else None
         agents = [a for a in env.possible_agents if live[env.agent_index[a]]]
-        masks = {env.agent_index[a]: env.action_mask(a) for a in agents}
+        masks = {env.agent_index[a]: mask_dims(env.action_mask(a), env.nvec[env.agent_index[a]]) for a in agents}  # either mask_layout
         bid = self.lowest_winning_bid()
         obs = s[: T * N_OBS].reshape(T, N_OBS)
         joint = np.zeros((T, N_ACT), np.int64)

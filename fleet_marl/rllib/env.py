@@ -88,6 +88,9 @@ class FleetRLlibEnv(MultiAgentEnv):
         if self.with_state and self.obs_mode != "dict":
             raise ValueError("env_config with_state = True needs obs_mode = 'dict' (the state is one key of the Dict observation)")
         cfg.setdefault("compute_all", False)
+        if cfg.get("mask_layout", "dims") != "dims":
+            raise ValueError(f"env_config mask_layout = {cfg['mask_layout']!r}: the RLlib env puts its own flat mask, padded to nvec_max, "
+                             "in the observation (obs_mode='dict'); leave mask_layout out")
         self.par_env = FleetParallelEnv(obs_mode="flat", **cfg)  # masks come from the infos
         pe = self.par_env
         self.metadata = dict(pe.metadata)  # own copy: RLlib's vector env writes into it

@@ -26,6 +26,7 @@ import torch
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.rl_module import RLModule
 
+from fleet_marl.environment.spaces import mask_dims
 from fleet_marl.policies.base import fleet_env
 from fleet_marl.rllib.env import flat_mask, mask_offsets
 from fleet_marl.rllib.loader import SIDECAR  # the sidecar fleet-marl train writes next to RLlib's checkpoint files
@@ -110,7 +111,7 @@ class ModulePolicy:
         mask = info.get("action_mask")
         if mask is None:
             mask = self.env.action_mask(agent)
-        return flat_mask(mask, self._offsets)
+        return flat_mask(mask_dims(mask, self.env.nvec[self.env.agent_index[agent]]), self._offsets)  # either mask_layout
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str | Path, env, explore: bool = False) -> "ModulePolicy":

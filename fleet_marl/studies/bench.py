@@ -27,6 +27,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -408,6 +409,56 @@ def measure(quick: bool = False, cpu: int | None = None, progress: bool = True) 
     return r
 
 
+#: The training target of the "Every client works, and training is fast" issue (``--train``).
+TRAIN_TARGETS = {"train_agent_steps_per_s_easy": (50_000.0, "min")}
+
+
+def train_throughput(quick: bool = False, progress: bool = True) -> dict:
+    """End-to-end training throughput of ``fleet-marl train`` (the torchrl engine, its default
+    config: ``make train``) on ``easy``: env, inference and learning, on every core this
+    process may use (the target is for the 2-core machine), the first iteration (warm-up,
+    compilation) left out; plus where the time goes (collection vs learning)."""
+    require(("torch", "torchrl", "tensordict"), "torchrl", "fleet-marl bench --train")
+    import torch  # torch: only for --train
+
+    from fleet_marl.torchrl.train import TorchRLTrainConfig, train  # torch: only for --train
+
+    iterations = 3 if quick else 16
+    with tempfile.TemporaryDirectory() as tmp:
+        tc = TorchRLTrainConfig(iterations=iterations + 1, eval_interval=0, final_episodes=0, checkpoint_interval=0, out=tmp)
+        res = train(tc, progress=progress)
+    rows = res.rows[1:]
+    n = len(tc.signature()["possible_agents"])
+    frames = tc.num_envs * tc.rollout * n
+    collect = sum(float(x["collect_s"]) for x in rows)
+    learn = sum(float(x["learn_s"]) for x in rows)
+    r = {
+        "train_task": tc.task, "train_num_envs": tc.num_envs, "train_rollout": tc.rollout, "train_epochs": tc.epochs,
+        "train_minibatch": tc.minibatch, "train_hidden": list(tc.hidden), "train_iterations_timed": len(rows),
+        "train_threads": torch.get_num_threads(),
+        "train_agent_steps_per_s_easy": frames * len(rows) / (collect + learn),
+        "train_collect_agent_steps_per_s": frames * len(rows) / collect,
+        "train_learn_share": learn / (collect + learn),
+    }
+    r["targets"] = {k: _target(r[k], *TRAIN_TARGETS[k]) for k in TRAIN_TARGETS}
+    return r
+
+
+def format_train_table(r: dict) -> str:
+    lines = [f"fleet-marl bench --train: {r['train_task']}, {r['train_num_envs']} clusters x {r['train_rollout']} steps per iteration, "
+             f"{r['train_epochs']} epochs, {r['train_threads']} torch threads; {r['train_iterations_timed']} iterations timed", ""]
+    lines.append(f"end-to-end training      {r['train_agent_steps_per_s_easy']:>12,.0f} agent-steps/s")
+    lines.append(f"  collection alone       {r['train_collect_agent_steps_per_s']:>12,.0f} agent-steps/s (env + policy inference)")
+    lines.append(f"  learning               {r['train_learn_share']:>12.0%} of the time (GAE + PPO epochs)")
+    for key, t in r["targets"].items():
+        lines.append(f"\n{key}: {t['measured']:,.0f} >= {t['target']:,.0f}: {'met' if t['met'] else 'NOT met'} (ratio {t['ratio']:.2f})")
+    return "\n".join(lines)
+
+
+def _target(v: float, target: float, kind: str) -> dict:
+    return {"measured": v, "target": target, "kind": kind, "ratio": v / target, "met": bool(v >= target if kind == "min" else v <= target)}
+
+
 def targets(r: dict) -> dict:
     """Each target of the issue: the measured figure, the target, the ratio measured / target,
     and whether it is met."""
@@ -454,6 +505,7 @@ EXAMPLES = """examples:
   fleet-marl bench                      # the full run (under 3 minutes): a table on stdout, progress on stderr
   fleet-marl bench --quick --json       # the CI smoke run (under 30 s), one JSON object
   fleet-marl bench --cpu 0 --json > bench.json
+  fleet-marl bench --train              # end-to-end training throughput of make train's config (about 1 min)
 
 Every key of the JSON report is documented in docs/benchmarks.md.
 """
@@ -469,10 +521,15 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--quick", action="store_true", help="fewer steps and repeats (under 30 s; the CI smoke test)")
     b.add_argument("--cpu", type=int, default=None, help="core to pin to (default: the last core this process may use)")
     b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    b.add_argument("--train", action="store_true", help="measure end-to-end training throughput instead (the torchrl engine on easy, every core)")
 
 
 def run(args) -> int:
     """Run ``fleet-marl bench`` with parsed ``args``; print the report; return the exit code."""
+    if args.train:
+        r = train_throughput(quick=args.quick, progress=not args.no_progress)
+        print(json.dumps(r, indent=2) if args.json else format_train_table(r))
+        return 0
     try:
         r = measure(quick=args.quick, cpu=args.cpu, progress=not args.no_progress)
     except ValueError as exc:
@@ -484,4 +541,4 @@ def run(args) -> int:
 
 
 __all__ = ["DESCRIPTION", "ENV_SIZES", "EXAMPLES", "KERNEL_BATCHES", "TARGETS", "add_arguments", "bench_config", "format_table",
-           "measure", "run", "targets"]
+           "measure", "run", "targets", "train_throughput"]

@@ -26,7 +26,7 @@ from torch import distributions as D
 from torch import nn
 from torchrl.modules import MLP, MultiAgentMLP
 
-from fleet_marl.environment.spaces import N_ACT
+from fleet_marl.environment.spaces import mask_dims
 from fleet_marl.policies.base import fleet_env
 
 #: The sharing schemes (as the RLlib route names them, ``fleet_marl.rllib.sharing``).
@@ -171,7 +171,7 @@ class TrainedPolicy:
         for a in live:
             i = self._index[a]
             obs[i] = observations[a] if not isinstance(observations[a], dict) else observations[a]["observation"]
-            mask[i] = _flat(env.action_mask(a), self.nvec)
+            mask[i] = _flat(env.action_mask(a), env.nvec[i], self.nvec)
         with torch.no_grad():
             logits = self.actor(torch.from_numpy(obs)[None])[0]
             dist = MaskedMultiCategorical(logits, torch.from_numpy(mask), self.nvec)
@@ -184,15 +184,13 @@ class TrainedPolicy:
         return {a: acts[self._index[a]] for a in live}
 
 
-def _flat(mask_dims, nvec) -> np.ndarray:
-    """A tenant's per-dimension mask tuple, padded to ``nvec`` and concatenated."""
+def _flat(mask, nvec_row, nvec) -> np.ndarray:
+    """A tenant's action mask (either layout), each dimension padded to ``nvec`` and concatenated."""
     out = np.zeros(sum(nvec), bool)
     o = 0
-    for d, n in enumerate(nvec):
-        m = np.asarray(mask_dims[d], bool)
+    for n, m in zip(nvec, mask_dims(mask, nvec_row)):
         out[o: o + len(m)] = m
         o += n
-    assert len(mask_dims) == N_ACT
     return out
 
 

@@ -60,7 +60,7 @@ from fleet_marl.torchrl.loader import SIDECAR, TrainConfigError, checkpoint_fold
 from fleet_marl.torchrl.policy import ACTIVATIONS, SHARING, MaskedMultiCategorical, TrainedPolicy, build_networks
 
 #: The columns of ``metrics.csv`` (empty where an iteration has no value).
-COLUMNS = ("iteration", "env_steps", "agent_steps", "time_s", "agent_steps_per_s", "episodes", "welfare", "eval_welfare", "score",
+COLUMNS = ("iteration", "env_steps", "agent_steps", "time_s", "agent_steps_per_s", "collect_s", "learn_s", "episodes", "welfare", "eval_welfare", "score",
            "policy_loss", "vf_loss", "entropy", "kl_approx", "clip_fraction", "explained_variance")
 
 #: What a run writes into its folder (``--overwrite`` removes these first).
@@ -219,14 +219,14 @@ class Learner:
         self.critic = TensorDictModule(critic_net, in_keys=[(GROUP, "observation") if critic_in == "observation" else "state"],
                                        out_keys=[(GROUP, "state_value")])
         self.loss = ClipPPOLoss(self.actor, self.critic, clip_epsilon=tc.clip, entropy_bonus=True, entropy_coeff=tc.entropy_coeff,
-                                critic_coeff=tc.critic_coeff, normalize_advantage=False, reduction="none")
+                                critic_coeff=tc.critic_coeff, loss_critic_type="l2", normalize_advantage=False, reduction="none")
         keys = dict(reward=(GROUP, "reward"), action=(GROUP, "action"), sample_log_prob=(GROUP, "action_log_prob"),
                     value=(GROUP, "state_value"), done=(GROUP, "done"), terminated=(GROUP, "terminated"),
                     advantage=(GROUP, "advantage"), value_target=(GROUP, "value_target"))
         self.loss.set_keys(**keys)
         self.gae = GAE(gamma=tc.gamma, lmbda=tc.lmbda, value_network=self.critic, average_gae=False)
         self.gae.set_keys(**{k: v for k, v in keys.items() if k not in ("action", "sample_log_prob")})
-        self.optim = torch.optim.Adam(self.loss.parameters(), lr=tc.lr)
+        self.optim = torch.optim.Adam(list(actor_net.parameters()) + list(critic_net.parameters()), lr=tc.lr)
 
     def state_dict(self) -> dict:
         return {"actor": self.actor_net.state_dict(), "critic": self.critic_net.state_dict(), "optim": self.optim.state_dict()}
@@ -276,7 +276,9 @@ class Learner:
                 loss = mean("loss_objective") + mean("loss_critic") + mean("loss_entropy")
                 self.optim.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.loss.parameters(), tc.max_grad_norm)
+                # the actor's and the critic's gradients clipped apart: a large value error does not shrink the policy's step
+                torch.nn.utils.clip_grad_norm_(self.actor_net.parameters(), tc.max_grad_norm)
+                torch.nn.utils.clip_grad_norm_(self.critic_net.parameters(), tc.max_grad_norm)
                 self.optim.step()
                 with torch.no_grad():
                     stats["policy_loss"] += float(mean("loss_objective"))
@@ -384,6 +386,7 @@ def train(tc: TorchRLTrainConfig, *, resume: str | None = None, overwrite: bool 
     tick = time.time()
     try:
         for data in collector:
+            collected = time.time()
             it += 1
             env_steps += frames
             done = data.get(("next", "done")).squeeze(-1)
@@ -394,7 +397,8 @@ def train(tc: TorchRLTrainConfig, *, resume: str | None = None, overwrite: bool 
             train_seconds += now - tick
             row: dict[str, Any] = {c: "" for c in COLUMNS}
             row.update(iteration=it, env_steps=env_steps, agent_steps=env_steps * N, time_s=round(offset + now - t0, 2),
-                       agent_steps_per_s=round(frames * N / max(now - tick, 1e-9), 1), episodes=int(done.sum()),
+                       agent_steps_per_s=round(frames * N / max(now - tick, 1e-9), 1), collect_s=round(collected - tick, 4),
+                       learn_s=round(now - collected, 4), episodes=int(done.sum()),
                        **{k: round(v, 6) for k, v in stats.items()})
             if len(welfare):
                 row["welfare"] = round(float(welfare.mean()), 4)
