@@ -11,6 +11,7 @@ both runs grade with ``fleet-marl evaluate --policy RUN``. The options are the R
 from __future__ import annotations
 
 import argparse
+import sys
 
 from fleet_marl.rllib import command as rllib_command
 
@@ -42,6 +43,7 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--engine", default=ENGINES[0], choices=ENGINES, help="torchrl (default: fast, one process) or rllib (Ray; clusters)")
     rllib_command.add_arguments(t)
     t.add_argument("--num-envs", type=int, default=None, metavar="B", help="torchrl: clusters stepped together by the vector env (default 256)")
+    t.add_argument("--max-minutes", type=float, default=None, metavar="M", help="torchrl: stop after the iteration that passes M minutes of training")
 
 
 def run(args) -> int:
@@ -49,9 +51,11 @@ def run(args) -> int:
         from fleet_marl.torchrl import command  # imports no torch
 
         return command.run(args)
-    if args.num_envs is not None:
-        print("error: --num-envs is an option of --engine torchrl; RLlib's batch is set in its --config (train_batch_size)")
-        return 2
+    for flag in ("num_envs", "max_minutes"):
+        if getattr(args, flag) is not None:
+            print(f"error: --{flag.replace('_', '-')} is an option of --engine torchrl; RLlib's batch and budget are set in its --config "
+                  "(train_batch_size, iterations)", file=sys.stderr)
+            return 2
     return rllib_command.run(args)
 
 

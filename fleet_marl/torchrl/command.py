@@ -52,7 +52,7 @@ def resolve(args):
     if args.final_episodes is not None and args.final_episodes < 0:
         raise TrainConfigError(f"--final-episodes {args.final_episodes}: expected an integer >= 0")
     changes = {"task": args.task, "reward_scheme": args.reward_scheme, "sharing": args.sharing, "iterations": args.iterations,
-               "seed": args.seed, "num_envs": args.num_envs, "out": args.out, "name": args.name}
+               "seed": args.seed, "num_envs": args.num_envs, "max_minutes": args.max_minutes, "out": args.out, "name": args.name}
     return tc.replace(source="command line", **changes), args.resume
 
 

@@ -65,8 +65,8 @@ def load(spec: str, env, explore: bool = False):
     from fleet_marl.torchrl.policy import TrainedPolicy, build_networks  # torch and TorchRL: only when a run is loaded
 
     try:
-        actor, _, _ = build_networks(sig["sharing"], len(sig["possible_agents"]), sig["obs_dim"], sig["state_dim"], sum(sig["nvec"]),
-                                     sig["kinds"], sig["hidden"], sig.get("activation", "tanh"))
+        actor, _, _ = build_networks(sig["sharing"], len(sig["possible_agents"]), sig["obs_dim"], sig["state_dim"], sig["nvec"],
+                                     sig["kinds"], sig["hidden"], sig.get("activation", "tanh"), sig.get("autoregressive", False))
         actor.load_state_dict(torch.load(folder / "model.pt", weights_only=True)["actor"])
     except Exception as exc:
         raise PolicyError(spec, f"cannot load the trained actor from {folder / 'model.pt'}: {exc}") from None

@@ -37,55 +37,145 @@ _NEG = -1e9  # the logit of a masked choice
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 
-class MaskedMultiCategorical(D.Distribution):
-    """Independent categorical action dimensions from flat ``logits`` (..., M) and a flat
-    boolean ``mask`` (..., M) with the layout ``nvec`` (sizes summing to M). Samples, modes
-    and ``log_prob`` arguments are (..., len(nvec)) int64; ``log_prob`` and ``entropy`` sum
-    over the dimensions.
+def _layout(nvec) -> tuple[torch.Tensor, torch.Tensor]:
+    """(D, K) indices of each dimension's choices in the flat layout (padding: M), and the
+    (M,) dimension of each flat position."""
+    key = tuple(int(n) for n in nvec)
+    K, M = max(key), sum(key)
+    idx = torch.full((len(key), K), M, dtype=torch.long)
+    dim = torch.empty(M, dtype=torch.long)
+    o = 0
+    for d, n in enumerate(key):
+        idx[d, :n] = torch.arange(o, o + n)
+        dim[o: o + n] = d
+        o += n
+    return idx, dim
 
-    The dimensions are gathered into one padded (..., D, max(nvec)) block (padding and masked
-    choices get logit -1e9), so sampling, ``log_prob`` and ``entropy`` are a few whole-tensor
-    operations, not one per dimension."""
+
+class Coupling(nn.Module):
+    """The autoregressive part of the action distribution: a (M, M) weight whose entry (i, j)
+    adds to the logit of flat choice i when choice j of an *earlier* dimension was taken
+    (zero-initialized; the entries of the same or later dimensions are masked out). It lets a
+    tenant's batch size depend on the GPU count and precisions it picked, which independent
+    dimensions cannot express: a small GPU count is good only with a batch that fits."""
+
+    def __init__(self, nvec):
+        super().__init__()
+        _, dim = _layout(nvec)
+        self.weight = nn.Parameter(torch.zeros(len(dim), len(dim)))
+        self.register_buffer("earlier", (dim[None, :] < dim[:, None]).float())
+
+    def matrix(self) -> torch.Tensor:
+        return self.weight * self.earlier
+
+
+class MaskedMultiCategorical(D.Distribution):
+    """Categorical action dimensions from flat ``logits`` (..., M) and a flat boolean ``mask``
+    (..., M) with the layout ``nvec`` (sizes summing to M). Samples, modes and ``log_prob``
+    arguments are (..., len(nvec)) int64; ``log_prob`` sums over the dimensions.
+
+    Without ``coupling`` the dimensions are independent; they are gathered into one padded
+    (..., D, max(nvec)) block (padding and masked choices get logit -1e9), so sampling,
+    ``log_prob`` and ``entropy`` are a few whole-tensor operations. With a :class:`Coupling`
+    they are autoregressive in action order: dimension d's logits are ``logits`` plus the
+    coupling of the choices made in dimensions 0..d-1; sampling and ``mode`` go dimension by
+    dimension, ``log_prob`` of a given action is one matrix product, and ``entropy`` is the
+    sum of the conditional entropies along one sampled action (an unbiased estimate of the
+    joint entropy)."""
 
     arg_constraints: dict = {}
     has_rsample = False
     _layouts: dict = {}
 
-    def __init__(self, logits: torch.Tensor, mask: torch.Tensor, nvec, validate_args=None):
+    def __init__(self, logits: torch.Tensor, mask: torch.Tensor, nvec, coupling: Coupling | None = None,
+                 generator: torch.Generator | None = None, validate_args=None):
         key = tuple(int(n) for n in nvec)
         if key not in self._layouts:
-            K, M = max(key), sum(key)
-            idx = torch.full((len(key), K), M, dtype=torch.long)
-            o = 0
-            for d, n in enumerate(key):
-                idx[d, :n] = torch.arange(o, o + n)
-                o += n
-            self._layouts[key] = idx
-        idx = self._layouts[key]
-        masked = logits.masked_fill(~mask, _NEG)
-        ext = torch.cat([masked, masked.new_full(masked.shape[:-1] + (1,), _NEG)], -1)
-        self.logp = torch.log_softmax(ext[..., idx], -1)  # (..., D, K)
+            self._layouts[key] = _layout(key)
+        self.idx, _ = self._layouts[key]
+        self.M = sum(key)
+        self.mask = mask
+        self.coupling = None if coupling is None else coupling.matrix()
+        self.base = logits
+        self.generator = generator  # of the uniform draws of sample() (None: torch's global generator)
+        self.logp = None if coupling is not None else self._logp(logits)
         super().__init__(batch_shape=logits.shape[:-1], event_shape=torch.Size([len(key)]), validate_args=False)
+
+    def _logp(self, logits: torch.Tensor) -> torch.Tensor:
+        """(..., D, K) per-dimension log-probabilities of flat logits (masked choices excluded)."""
+        masked = logits.masked_fill(~self.mask, _NEG)
+        ext = torch.cat([masked, masked.new_full(masked.shape[:-1] + (1,), _NEG)], -1)
+        return torch.log_softmax(ext[..., self.idx], -1)
+
+    def _onehot(self, value: torch.Tensor) -> torch.Tensor:
+        D, K = self.idx.shape
+        flat = self.idx[torch.arange(D, device=value.device), value.long().clamp(0, K - 1)]  # (..., D) flat positions
+        out = torch.zeros(value.shape[:-1] + (self.M + 1,), dtype=self.base.dtype, device=self.base.device)
+        return out.scatter_(-1, flat, 1.0)[..., : self.M]
+
+    def _gumbel_max(self, lp: torch.Tensor) -> torch.Tensor:
+        """One draw per row of log-probabilities (..., K): the Gumbel-max trick."""
+        u = torch.rand(lp.shape, generator=self.generator, dtype=lp.dtype, device=lp.device).clamp_(1e-10, 1.0)
+        return (lp - (-u.log()).log()).argmax(-1)
+
+    def _walk(self, greedy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Choose dimension by dimension (autoregressive): (actions (..., D), log-probs (..., D, K)
+        of each dimension given the choices before it)."""
+        base = self.base.expand(self.mask.shape)
+        onehot = torch.zeros_like(base)
+        acts, logps = [], []
+        for d in range(self.idx.shape[0]):
+            lp = self._logp(base + onehot @ self.coupling.T)[..., d, :]
+            a = lp.argmax(-1) if greedy else self._gumbel_max(lp)
+            onehot = onehot.scatter(-1, self.idx[d][a].unsqueeze(-1), 1.0)
+            acts.append(a)
+            logps.append(lp)
+        return torch.stack(acts, -1), torch.stack(logps, -2)
 
     def sample(self, sample_shape=()) -> torch.Tensor:
         with torch.no_grad():
-            lp = self.logp.expand(tuple(sample_shape) + self.logp.shape)
-            u = torch.rand_like(lp).clamp_(1e-10, 1.0)
-            return (lp - (-u.log()).log()).argmax(-1)  # Gumbel-max, per dimension
+            if self.coupling is None:
+                return self._gumbel_max(self.logp.expand(tuple(sample_shape) + self.logp.shape))
+            if tuple(sample_shape):
+                raise NotImplementedError("an autoregressive MaskedMultiCategorical draws one sample per batch entry")
+            return self._walk(greedy=False)[0]
 
     @property
     def mode(self) -> torch.Tensor:
-        return self.logp.argmax(-1)
+        if self.coupling is None:
+            return self.logp.argmax(-1)
+        with torch.no_grad():
+            return self._walk(greedy=True)[0]
 
     @property
     def deterministic_sample(self) -> torch.Tensor:
         return self.mode
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        return self.logp.gather(-1, value.long().unsqueeze(-1)).squeeze(-1).sum(-1)
+        lp = self.logp if self.coupling is None else self._logp(self.base + self._onehot(value) @ self.coupling.T)
+        return lp.gather(-1, value.long().unsqueeze(-1)).squeeze(-1).sum(-1)
 
     def entropy(self) -> torch.Tensor:
-        return -(self.logp.exp() * self.logp).sum((-2, -1))  # masked choices: p = 0, p * logp = 0
+        if self.coupling is None:
+            lp = self.logp
+        else:
+            with torch.no_grad():
+                a = self._walk(greedy=False)[0]
+            lp = self._logp(self.base + self._onehot(a) @ self.coupling.T)  # differentiable given the sampled prefix
+        return -(lp.exp() * lp).sum((-2, -1))  # masked choices: p = 0, p * logp = 0
+
+
+class AutoregressiveActor(nn.Module):
+    """An actor network (obs -> flat logits) with the :class:`Coupling` of its action
+    dimensions (``coupling``: what :class:`MaskedMultiCategorical` takes)."""
+
+    def __init__(self, base: nn.Module, nvec):
+        super().__init__()
+        self.base = base
+        self.coupling = Coupling(nvec)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.base(obs)
 
 
 class PerKindMLP(nn.Module):
@@ -124,10 +214,17 @@ class StateCritic(nn.Module):
         return self.net(torch.cat([s, self.eye.expand(*lead, self.n, self.n)], -1))
 
 
-def build_networks(sharing: str, n_agents: int, obs_dim: int, state_dim: int, n_logits: int, kinds: list[str], hidden: list[int],
-                   activation: str = "tanh"):
-    """(actor network: obs (..., N, F) -> logits (..., N, M), critic network, critic input key)
-    for ``sharing``; the critic reads ``("agents", "observation")``, or ``"state"`` for MAPPO."""
+def build_networks(sharing: str, n_agents: int, obs_dim: int, state_dim: int, nvec, kinds: list[str], hidden: list[int],
+                   activation: str = "tanh", autoregressive: bool = True):
+    """(actor network: obs (..., N, F) -> logits (..., N, sum(nvec)), critic network, critic
+    input key) for ``sharing``; the critic reads ``("agents", "observation")``, or ``"state"``
+    for MAPPO. ``autoregressive``: the actor is an :class:`AutoregressiveActor` (its
+    ``coupling`` goes to the distribution)."""
+    actor, critic, key = _networks(sharing, n_agents, obs_dim, state_dim, sum(int(n) for n in nvec), kinds, hidden, activation)
+    return (AutoregressiveActor(actor, nvec) if autoregressive else actor), critic, key
+
+
+def _networks(sharing, n_agents, obs_dim, state_dim, n_logits, kinds, hidden, activation):
     if sharing not in SHARING:
         raise ValueError(f"sharing = {sharing!r}: expected one of {', '.join(SHARING)}")
     if activation not in ACTIVATIONS:
@@ -152,6 +249,7 @@ class TrainedPolicy:
     ``explore=True`` from a generator seeded by ``reset(seed)``."""
 
     def __init__(self, env, actor: nn.Module, nvec, explore: bool = False):
+        self.coupling = getattr(actor, "coupling", None)
         self.env = fleet_env(env)
         self.actor = actor.eval()
         self.nvec = [int(n) for n in nvec]
@@ -174,12 +272,8 @@ class TrainedPolicy:
             mask[i] = _flat(env.action_mask(a), env.nvec[i], self.nvec)
         with torch.no_grad():
             logits = self.actor(torch.from_numpy(obs)[None])[0]
-            dist = MaskedMultiCategorical(logits, torch.from_numpy(mask), self.nvec)
-            if self.explore:
-                p = dist.logp.exp()
-                acts = torch.multinomial(p.reshape(-1, p.shape[-1]), 1, generator=self._gen).reshape(p.shape[:-1])
-            else:
-                acts = dist.mode
+            dist = MaskedMultiCategorical(logits, torch.from_numpy(mask), self.nvec, self.coupling, generator=self._gen)
+            acts = dist.sample() if self.explore else dist.mode
         acts = acts.numpy().astype(np.int64)
         return {a: acts[self._index[a]] for a in live}
 
@@ -194,4 +288,4 @@ def _flat(mask, nvec_row, nvec) -> np.ndarray:
     return out
 
 
-__all__ = ["ACTIVATIONS", "MaskedMultiCategorical", "PerKindMLP", "SHARING", "StateCritic", "TrainedPolicy", "build_networks"]
+__all__ = ["ACTIVATIONS", "AutoregressiveActor", "Coupling", "MaskedMultiCategorical", "PerKindMLP", "SHARING", "StateCritic", "TrainedPolicy", "build_networks"]

@@ -77,6 +77,7 @@ class TorchRLTrainConfig:
     sharing: str = "shared"
     env: dict = field(default_factory=dict)
     iterations: int = 200
+    max_minutes: float = 0.0  # stop after the iteration that passes this much training time (0: no limit)
     seed: int = 0
     num_envs: int = 256
     rollout: int = 25
@@ -91,6 +92,7 @@ class TorchRLTrainConfig:
     max_grad_norm: float = 0.5
     hidden: list = field(default_factory=lambda: [64, 64])
     activation: str = "tanh"
+    autoregressive: bool = True  # action dimensions chosen in order, each given the earlier ones (policy.Coupling)
     eval_interval: int = 20
     eval_episodes: int = 3
     final_episodes: int = 10
@@ -132,13 +134,15 @@ class TorchRLTrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 bad(name, "an integer >= 0")
-        for name, lo, hi in (("lr", 0, 1), ("gamma", 0, 1), ("lmbda", 0, 1), ("clip", 0, 10), ("entropy_coeff", -1, 10),
+        for name, lo, hi in (("max_minutes", 0, 1e6), ("lr", 0, 1), ("gamma", 0, 1), ("lmbda", 0, 1), ("clip", 0, 10), ("entropy_coeff", -1, 10),
                              ("critic_coeff", 0, 100), ("max_grad_norm", 0, 1e6)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi) or (name in ("lr", "clip") and v == 0):
                 bad(name, f"a number in {'(' if name in ('lr', 'clip') else '['}{lo}, {hi}]")
         if not isinstance(self.hidden, (list, tuple)) or not self.hidden or not all(isinstance(h, int) and h > 0 for h in self.hidden):
             bad("hidden", "a list of positive layer widths, e.g. [128, 128]")
+        if not isinstance(self.autoregressive, bool):
+            bad("autoregressive", "true or false")
         if self.activation not in ACTIVATIONS:
             bad("activation", f"one of {', '.join(ACTIVATIONS)}")
         if not isinstance(self.env, dict):
@@ -172,6 +176,7 @@ class TorchRLTrainConfig:
             "sharing": self.sharing,
             "hidden": list(self.hidden),
             "activation": self.activation,
+            "autoregressive": self.autoregressive,
             "T": int(st.T),
         }
 
@@ -204,14 +209,14 @@ class Learner:
         self.nvec = list(sig["nvec"])
         torch.manual_seed(tc.seed)
         actor_net, critic_net, critic_in = build_networks(tc.sharing, len(sig["possible_agents"]), sig["obs_dim"], sig["state_dim"],
-                                                          sum(self.nvec), sig["kinds"], tc.hidden, tc.activation)
+                                                          self.nvec, sig["kinds"], tc.hidden, tc.activation, tc.autoregressive)
         self.actor_net, self.critic_net = actor_net, critic_net
         self.actor = ProbabilisticActor(
             TensorDictModule(actor_net, in_keys=[(GROUP, "observation")], out_keys=[(GROUP, "logits")]),
             in_keys={"logits": (GROUP, "logits"), "mask": (GROUP, "action_mask")},
             out_keys=[(GROUP, "action")],
             distribution_class=MaskedMultiCategorical,
-            distribution_kwargs={"nvec": self.nvec},
+            distribution_kwargs={"nvec": self.nvec, "coupling": getattr(actor_net, "coupling", None)},
             return_log_prob=True,
             log_prob_key=(GROUP, "action_log_prob"),
             default_interaction_type=ExplorationType.RANDOM,
@@ -421,6 +426,8 @@ def train(tc: TorchRLTrainConfig, *, resume: str | None = None, overwrite: bool 
                     post["graded"] = f"{row['eval_welfare']:.1f}"
                 bar.set_postfix(post)
                 bar.update(1)
+            if tc.max_minutes and offset + time.time() - t0 >= 60 * tc.max_minutes:
+                break  # the time budget is spent
             tick = time.time()
         last = _save(learner, run_dir, tc, sig, it, env_steps, offset + time.time() - t0)
     finally:
