@@ -199,7 +199,7 @@ def test_train_writes_a_run_folder_that_the_grader_loads(tmp_path):
     assert len(rows) == 3 and rows[0].startswith("iteration,env_steps,agent_steps")
     assert res.agent_steps == 2 * 8 * 10 * 2
     assert np.isfinite(float(res.rows[-1]["policy_loss"])) and res.rows[-1]["eval_welfare"] != ""
-    assert "PPO torchrl (shared, mixed)" in res.table
+    assert "PPO torchrl (shared, difference)" in res.table
     ev = evaluate("tiny", str(run), episodes=2, progress=False)  # the registered loader
     assert len(ev.episodes) == 2 and np.isfinite(ev.welfare).all()
     # resuming continues to the new total; the same config is required
@@ -222,7 +222,7 @@ def test_cli_train_with_the_torchrl_engine(tmp_path, capsys):
                      "--no-progress"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "trained tiny-shared-mixed-torchrl with TorchRL" in out and "| tiny | planner |" in out
+    assert "trained tiny-shared-difference-torchrl with TorchRL" in out and "| tiny | planner |" in out
     code = cli_main(["train", "--task", "tiny", "--num-env-runners", "2", "--out", str(tmp_path), "--name", "x"])
     assert code == 2 and "--num-env-runners is an option of --engine rllib" in capsys.readouterr().err
     code = cli_main(["train", "--task", "tiny", "--iterations", "1", "--out", str(tmp_path)])  # the run folder is taken
@@ -237,3 +237,32 @@ def test_learning_on_tiny_beats_random(tmp_path):
     res = train(tc, progress=False)
     ppo, rnd = res.final[0], next(s for s in res.final if s["policy"] == "random")
     assert ppo["welfare_mean"] > rnd["welfare_mean"] + 10, (ppo["welfare_mean"], rnd["welfare_mean"])
+
+
+def test_async_collection_trains_in_a_worker_process(tmp_path):
+    """collector="async": the env and the sampling policy run in a worker process that collects
+    the next batch while this one learns; the run trains, counts its steps and grades as the
+    synchronous one does."""
+    tc = TorchRLTrainConfig(task="tiny", iterations=3, num_envs=8, rollout=10, epochs=1, minibatch=40, hidden=[16], collector="async",
+                            eval_interval=0, final_episodes=1, out=str(tmp_path))
+    res = train(tc, progress=False)
+    assert res.iterations == 3 and res.env_steps == 3 * 8 * 10
+    assert all(np.isfinite(float(r["policy_loss"])) for r in res.rows)
+    assert np.isfinite(res.final[0]["welfare_mean"])
+
+
+def test_the_engine_follows_the_config_the_run_and_the_ray_options(tmp_path):
+    from fleet_marl.cli import build_parser
+    from fleet_marl.cli.train import engine_of
+
+    def engine(*argv):
+        return engine_of(build_parser(["train"]).parse_args(["train", *argv]))
+
+    (tmp_path / "t.yaml").write_text("engine: torchrl\ntask: tiny\n")
+    (tmp_path / "r.yaml").write_text("task: tiny\nsharing: per_kind\n")  # an RLlib config: no engine key
+    assert engine() == "torchrl"
+    assert engine("--config", str(tmp_path / "t.yaml")) == "torchrl"
+    assert engine("--config", str(tmp_path / "r.yaml")) == "rllib"
+    assert engine("--config", "medium_per_kind_difference") == "rllib"  # the shipped configs are RLlib's
+    assert engine("--num-env-runners", "1") == "rllib" and engine("--address", "auto") == "rllib"
+    assert engine("--engine", "torchrl", "--config", str(tmp_path / "r.yaml")) == "torchrl"

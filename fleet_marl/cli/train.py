@@ -1,11 +1,12 @@
 """``fleet-marl train``: PPO tenants on one of two engines (``--engine``).
 
-``torchrl`` (the default; :mod:`fleet_marl.torchrl.command`): IPPO/MAPPO on TorchRL's collector,
+``torchrl`` (:mod:`fleet_marl.torchrl.command`): IPPO/MAPPO on TorchRL's collector,
 GAE and clipped PPO over the vector env, in this process. ``rllib``
 (:mod:`fleet_marl.rllib.command`): RLlib's PPO, the route to a Ray cluster. Both write the same
 run folder (checkpoint, ``metrics.csv``, TensorBoard, learning curve, the grader's table) and
 both runs grade with ``fleet-marl evaluate --policy RUN``. The options are the RLlib engine's
-(unchanged) plus ``--engine`` and ``--num-envs``; the Ray-only ones are refused with torchrl.
+(unchanged) plus ``--engine``, ``--num-envs`` and ``--max-minutes``; the Ray-only ones are refused
+with torchrl. Without ``--engine``, :func:`engine_of` picks it.
 """
 
 from __future__ import annotations
@@ -13,11 +14,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fleet_marl.rllib import command as rllib_command
+import yaml
 
-DESCRIPTION = ("Train PPO tenants. --engine torchrl (default): IPPO/MAPPO on TorchRL over the vector env, in this process. "
-               "--engine rllib: RLlib's PPO, the route to a Ray cluster. Both write the same run folder; grade it with "
-               "'fleet-marl evaluate --policy RUN'.")
+from fleet_marl.evaluation.runs import config_path
+from fleet_marl.rllib import command as rllib_command
+from fleet_marl.rllib.loader import checkpoint_folder as rllib_run
+from fleet_marl.torchrl.loader import checkpoint_folder as torchrl_run
+
+DESCRIPTION = ("Train PPO tenants. --engine torchrl (the default): IPPO/MAPPO on TorchRL over the vector env, in this process. "
+               "--engine rllib: RLlib's PPO, the route to a Ray cluster (chosen by itself for an RLlib --config or run, "
+               "--address or --num-env-runners). Both write the same run folder; grade it with 'fleet-marl evaluate --policy RUN'.")
 
 #: The engines, the default first.
 ENGINES = ("torchrl", "rllib")
@@ -26,10 +32,10 @@ EXAMPLES = """examples:
   fleet-marl train                                   # the default run (make train): IPPO with TorchRL on easy, about 6 min
   fleet-marl train --iterations 10 --final-episodes 3   # a quick look
   fleet-marl train --task medium --sharing mappo --reward-scheme difference
-  fleet-marl train --engine torchrl --config experiments/configs/easy_torchrl.yaml
-  fleet-marl train --resume runs/train/easy-shared-mixed-torchrl --iterations 400
+  fleet-marl train --config my_run.yaml                 # a YAML of TorchRLTrainConfig keys with 'engine: torchrl'
+  fleet-marl train --resume runs/train/easy-shared-difference-torchrl --iterations 400
   fleet-marl train --engine rllib                    # RLlib's PPO on easy (about 13 min on 2 cores)
-  fleet-marl train --engine rllib --config medium_per_kind_difference
+  fleet-marl train --config medium_per_kind_difference   # an RLlib config (experiments/configs/): the rllib engine
   RAY_AUTH_MODE=disabled ray start --head && fleet-marl train --engine rllib --address auto --num-env-runners 2
 
 Precedence: the defaults, then --config (or, with --resume, the run's own config), then the
@@ -40,13 +46,37 @@ results.md. See docs/training.md.
 
 
 def add_arguments(t: argparse.ArgumentParser) -> None:
-    t.add_argument("--engine", default=ENGINES[0], choices=ENGINES, help="torchrl (default: fast, one process) or rllib (Ray; clusters)")
+    t.add_argument("--engine", default=None, choices=ENGINES,
+                   help="torchrl (fast, one process) or rllib (Ray; clusters). Default: the engine of --config or --resume "
+                        "(an RLlib config or run: rllib), rllib with --address or --num-env-runners, else torchrl")
     rllib_command.add_arguments(t)
     t.add_argument("--num-envs", type=int, default=None, metavar="B", help="torchrl: clusters stepped together by the vector env (default 256)")
     t.add_argument("--max-minutes", type=float, default=None, metavar="M", help="torchrl: stop after the iteration that passes M minutes of training")
 
 
+def engine_of(args) -> str:
+    """The engine: ``--engine``, else the one of ``--config`` (its ``engine`` key; RLlib's
+    configs have none) or of the run ``--resume`` names, else rllib when a Ray-only option is
+    given, else torchrl."""
+    if args.engine:
+        return args.engine
+    if args.address is not None or args.num_env_runners is not None:
+        return "rllib"
+    if args.config:
+        p = config_path(args.config)
+        try:
+            data = yaml.safe_load(p.read_text()) if p.is_file() else None
+        except yaml.YAMLError:
+            data = None  # the engine's own parser reports it
+        return data.get("engine", "rllib") if isinstance(data, dict) else ENGINES[0]
+    if args.resume:
+        if torchrl_run(args.resume) is None and rllib_run(args.resume) is not None:
+            return "rllib"
+    return ENGINES[0]
+
+
 def run(args) -> int:
+    args.engine = engine_of(args)
     if args.engine == "torchrl":
         from fleet_marl.torchrl import command  # imports no torch
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import csv
 import dataclasses
+import functools
 import json
 import math
 import shutil
@@ -44,7 +45,7 @@ from typing import Any
 import torch
 import yaml
 from tensordict.nn import TensorDictModule
-from torchrl.collectors import Collector
+from torchrl.collectors import AsyncCollector, Collector
 from torchrl.envs.utils import ExplorationType
 from torchrl.modules import ProbabilisticActor
 from torchrl.objectives import ClipPPOLoss
@@ -73,31 +74,32 @@ class TorchRLTrainConfig:
     cluster steps each; ``minibatch`` cluster steps per gradient step (each holds every tenant)."""
 
     task: str = "easy"
-    reward_scheme: str = "mixed"
+    reward_scheme: str = "difference"
     sharing: str = "shared"
     env: dict = field(default_factory=dict)
-    iterations: int = 200
-    max_minutes: float = 0.0  # stop after the iteration that passes this much training time (0: no limit)
+    iterations: int = 240
+    max_minutes: float = 5.0  # stop after the iteration that passes this much training time (0: no limit)
     seed: int = 0
     num_envs: int = 256
     rollout: int = 25
-    epochs: int = 4
+    epochs: int = 2
     minibatch: int = 1600
-    lr: float = 3e-4
+    lr: float = 1e-3
     gamma: float = 0.99
     lmbda: float = 0.95
     clip: float = 0.2
-    entropy_coeff: float = 0.01
+    entropy_coeff: float = 0.001
     critic_coeff: float = 0.5
     max_grad_norm: float = 0.5
     hidden: list = field(default_factory=lambda: [64, 64])
-    activation: str = "tanh"
-    autoregressive: bool = True  # action dimensions chosen in order, each given the earlier ones (policy.Coupling)
-    eval_interval: int = 20
+    activation: str = "relu"
+    autoregressive: bool = False  # action dimensions chosen in order, each given the earlier ones (policy.Coupling)
+    eval_interval: int = 40
     eval_episodes: int = 3
     final_episodes: int = 10
-    checkpoint_interval: int = 20
-    threads: int = 0  # torch threads (0: torch's default)
+    checkpoint_interval: int = 40
+    collector: str = "sync"  # "sync": collect, then learn; "async": collect the next batch in a worker process while learning
+    threads: int = 1  # torch threads (0: torch's default, one per core)
     out: str = "runs/train"
     name: str = ""
 
@@ -141,6 +143,8 @@ class TorchRLTrainConfig:
                 bad(name, f"a number in {'(' if name in ('lr', 'clip') else '['}{lo}, {hi}]")
         if not isinstance(self.hidden, (list, tuple)) or not self.hidden or not all(isinstance(h, int) and h > 0 for h in self.hidden):
             bad("hidden", "a list of positive layer widths, e.g. [128, 128]")
+        if self.collector not in ("sync", "async"):
+            bad("collector", "'sync' or 'async'")
         if not isinstance(self.autoregressive, bool):
             bad("autoregressive", "true or false")
         if self.activation not in ACTIVATIONS:
@@ -366,11 +370,16 @@ def train(tc: TorchRLTrainConfig, *, resume: str | None = None, overwrite: bool 
     if ckpt is not None:
         learner.load_state_dict(torch.load(ckpt / "model.pt", weights_only=True))
         first, offset, env_steps0 = int(meta["iteration"]), float(meta.get("seconds", 0.0)), int(meta.get("env_steps", 0))
-    env = FleetTorchEnv(tc.num_envs, tc.task, reward_scheme=tc.reward_scheme, **tc.env)
-    env.set_seed(tc.seed + 1_000_003 * first)  # a resumed run continues with fresh episodes
     frames = tc.num_envs * tc.rollout
-    collector = Collector(env, learner.actor, frames_per_batch=frames, total_frames=frames * (tc.iterations - first),
-                                  exploration_type=ExplorationType.RANDOM, auto_register_policy_transforms=False)
+    make_env = functools.partial(FleetTorchEnv, tc.num_envs, tc.task, reward_scheme=tc.reward_scheme, **tc.env)
+    kwargs = dict(frames_per_batch=frames, total_frames=frames * (tc.iterations - first), exploration_type=ExplorationType.RANDOM)
+    if tc.collector == "async":
+        # the env and the sampling policy in a worker process (another core), collecting the next
+        # batch with the previous weights while this process learns on the last one
+        collector = AsyncCollector(make_env, learner.actor, num_sub_threads=1, **kwargs)
+    else:
+        collector = Collector(make_env(), learner.actor, auto_register_policy_transforms=False, **kwargs)
+    collector.set_seed(tc.seed + 1_000_003 * first)  # a resumed run continues with fresh episodes
     from tensorboardX import SummaryWriter  # only when training
 
     writer = SummaryWriter(str(run_dir / "tb"))
