@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## make train: the main job. PPO tenants on easy with RLlib (about 13 min on 2 cores), graded against the reference policies
+## make train: the main job. PPO tenants on easy with TorchRL (5 min of training, then about a minute of grading), graded against the reference policies
 train: $(STAMP)
 	$(VENV)/bin/fleet-marl train --overwrite
 

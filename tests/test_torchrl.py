@@ -199,7 +199,7 @@ def test_train_writes_a_run_folder_that_the_grader_loads(tmp_path):
     assert len(rows) == 3 and rows[0].startswith("iteration,env_steps,agent_steps")
     assert res.agent_steps == 2 * 8 * 10 * 2
     assert np.isfinite(float(res.rows[-1]["policy_loss"])) and res.rows[-1]["eval_welfare"] != ""
-    assert "PPO torchrl (shared, difference)" in res.table
+    assert "PPO torchrl (shared, local)" in res.table
     ev = evaluate("tiny", str(run), episodes=2, progress=False)  # the registered loader
     assert len(ev.episodes) == 2 and np.isfinite(ev.welfare).all()
     # resuming continues to the new total; the same config is required
@@ -222,18 +222,20 @@ def test_cli_train_with_the_torchrl_engine(tmp_path, capsys):
                      "--no-progress"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "trained tiny-shared-difference-torchrl with TorchRL" in out and "| tiny | planner |" in out
+    assert "trained tiny-shared-local-torchrl with TorchRL" in out and "| tiny | planner |" in out
     code = cli_main(["train", "--task", "tiny", "--num-env-runners", "2", "--out", str(tmp_path), "--name", "x"])
     assert code == 2 and "--num-env-runners is an option of --engine rllib" in capsys.readouterr().err
     code = cli_main(["train", "--task", "tiny", "--iterations", "1", "--out", str(tmp_path)])  # the run folder is taken
     assert code == 2 and "already holds a run" in capsys.readouterr().err
 
 
-def test_learning_on_tiny_beats_random(tmp_path):
+@pytest.mark.parametrize("collector", ["sync", "async"])
+def test_learning_on_tiny_beats_random(tmp_path, collector):
     """A short IPPO run on ``tiny`` learns: its greedy policy's graded welfare is far above the
-    random policy's (random: about -9.6, the planner: about 23)."""
+    random policy's (random: about -9.6, the planner: about 23). With async collection too,
+    which learns only if the worker's policy receives the new weights."""
     tc = TorchRLTrainConfig(task="tiny", iterations=25, num_envs=64, rollout=25, epochs=2, minibatch=800, eval_interval=0, final_episodes=3,
-                            out=str(tmp_path), threads=1)
+                            out=str(tmp_path), threads=1, collector=collector, max_minutes=0)
     res = train(tc, progress=False)
     ppo, rnd = res.final[0], next(s for s in res.final if s["policy"] == "random")
     assert ppo["welfare_mean"] > rnd["welfare_mean"] + 10, (ppo["welfare_mean"], rnd["welfare_mean"])
@@ -266,3 +268,17 @@ def test_the_engine_follows_the_config_the_run_and_the_ray_options(tmp_path):
     assert engine("--config", "medium_per_kind_difference") == "rllib"  # the shipped configs are RLlib's
     assert engine("--num-env-runners", "1") == "rllib" and engine("--address", "auto") == "rllib"
     assert engine("--engine", "torchrl", "--config", str(tmp_path / "r.yaml")) == "torchrl"
+
+
+def test_the_shipped_torchrl_configs_load():
+    """experiments/torchrl_configs/: the 15-minute runs of docs/results.md, each a valid config
+    of the torchrl engine."""
+    import yaml
+    from pathlib import Path
+
+    files = sorted((Path(__file__).resolve().parents[1] / "experiments" / "torchrl_configs").glob("*.yaml"))
+    assert [f.stem for f in files] == ["hard_15min", "medium_15min", "trace_15min"]
+    for f in files:
+        data = yaml.safe_load(f.read_text())
+        tc = TorchRLTrainConfig.from_dict(data, source=str(f))
+        assert data["engine"] == "torchrl" and tc.max_minutes == 15.0 and tc.task == f.stem.split("_")[0]

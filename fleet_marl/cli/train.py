@@ -29,11 +29,11 @@ DESCRIPTION = ("Train PPO tenants. --engine torchrl (the default): IPPO/MAPPO on
 ENGINES = ("torchrl", "rllib")
 
 EXAMPLES = """examples:
-  fleet-marl train                                   # the default run (make train): IPPO with TorchRL on easy, about 6 min
+  fleet-marl train                                   # the default run (make train): IPPO with TorchRL on easy, 5 min + grading
   fleet-marl train --iterations 10 --final-episodes 3   # a quick look
   fleet-marl train --task medium --sharing mappo --reward-scheme difference
   fleet-marl train --config my_run.yaml                 # a YAML of TorchRLTrainConfig keys with 'engine: torchrl'
-  fleet-marl train --resume runs/train/easy-shared-difference-torchrl --iterations 400
+  fleet-marl train --resume runs/train/easy-shared-local-torchrl --iterations 2000 --max-minutes 10
   fleet-marl train --engine rllib                    # RLlib's PPO on easy (about 13 min on 2 cores)
   fleet-marl train --config medium_per_kind_difference   # an RLlib config (experiments/configs/): the rllib engine
   RAY_AUTH_MODE=disabled ray start --head && fleet-marl train --engine rllib --address auto --num-env-runners 2

@@ -74,30 +74,30 @@ class TorchRLTrainConfig:
     cluster steps each; ``minibatch`` cluster steps per gradient step (each holds every tenant)."""
 
     task: str = "easy"
-    reward_scheme: str = "difference"
+    reward_scheme: str = "local"
     sharing: str = "shared"
     env: dict = field(default_factory=dict)
-    iterations: int = 240
+    iterations: int = 1000
     max_minutes: float = 5.0  # stop after the iteration that passes this much training time (0: no limit)
     seed: int = 0
-    num_envs: int = 256
-    rollout: int = 25
-    epochs: int = 2
-    minibatch: int = 1600
+    num_envs: int = 64
+    rollout: int = 16
+    epochs: int = 4
+    minibatch: int = 256
     lr: float = 1e-3
-    gamma: float = 0.99
+    gamma: float = 0.95
     lmbda: float = 0.95
     clip: float = 0.2
-    entropy_coeff: float = 0.001
+    entropy_coeff: float = 0.003
     critic_coeff: float = 0.5
     max_grad_norm: float = 0.5
-    hidden: list = field(default_factory=lambda: [64, 64])
-    activation: str = "relu"
+    hidden: list = field(default_factory=lambda: [128, 128])
+    activation: str = "tanh"
     autoregressive: bool = False  # action dimensions chosen in order, each given the earlier ones (policy.Coupling)
-    eval_interval: int = 40
+    eval_interval: int = 100
     eval_episodes: int = 3
     final_episodes: int = 10
-    checkpoint_interval: int = 40
+    checkpoint_interval: int = 100
     collector: str = "sync"  # "sync": collect, then learn; "async": collect the next batch in a worker process while learning
     threads: int = 1  # torch threads (0: torch's default, one per core)
     out: str = "runs/train"
