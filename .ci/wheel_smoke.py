@@ -46,10 +46,10 @@ EXTRAS = {"rllib", "torchrl", "plot", "bench", "openenv", "all", "test", "fast"}
 EXTRA_DISTS = {"ray", "torch", "torchrl", "tensordict", "matplotlib", "pillow", "supersuit", "tensorboardx", "mpe2",
                "openenv", "fastapi", "uvicorn", "httpx", "pandas", "scipy", "pytest", "hypothesis"}
 #: Top-level modules of the extras: the only imports an installed module may fail on.
-EXTRA_MODULES = {"ray", "torch", "tensorboardX", "matplotlib", "PIL", "mpe2", "openenv", "fastapi", "uvicorn", "httpx",
+EXTRA_MODULES = {"ray", "torch", "torchrl", "tensordict", "tensorboardX", "matplotlib", "PIL", "mpe2", "openenv", "fastapi", "uvicorn", "httpx",
                  "pydantic", "starlette"}
 #: Packages whose modules must all import in the core (the adapters may need their extra).
-ADAPTERS = ("fleet_marl.rllib.", "fleet_marl.openenv.")
+ADAPTERS = ("fleet_marl.rllib.", "fleet_marl.torchrl.", "fleet_marl.openenv.")
 #: Known gaps, module -> the missing module it fails on: reported, not failed. Remove an entry
 #: once it is fixed.
 KNOWN_GAPS: dict[str, str] = {}
@@ -263,7 +263,8 @@ def installed() -> None:
     assert "the sweep's plot needs the [plot] extra: pip install 'fleet-marl[plot]'" in r.stderr, r.stderr
     ok("fleet-marl sweep --quick: the CSV, no plot, and a note on the [plot] extra", t)
 
-    needs_extra(["train"], "fleet-marl train", "rllib")
+    needs_extra(["train"], "fleet-marl train --engine torchrl", "torchrl")  # the default engine
+    needs_extra(["train", "--engine", "rllib"], "fleet-marl train", "rllib")
     needs_extra(["compare", "--quick"], "fleet-marl compare", "rllib")
     needs_extra(["compare", "--report"], "fleet-marl compare --report", "plot")
     needs_extra(["demo", "--gif", "demo.gif"], "fleet-marl demo --gif", "plot")

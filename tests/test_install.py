@@ -28,7 +28,7 @@ EXTRAS = PYPROJECT["project"]["optional-dependencies"]
 #: The core's requirements: nothing heavier than these.
 CORE = {"numpy", "numba", "gymnasium", "pettingzoo", "pyyaml", "tqdm"}
 #: Importable module -> the distribution that provides it.
-DIST = {"ray": "ray", "torch": "torch", "tensorboardX": "tensorboardx", "matplotlib": "matplotlib", "PIL": "pillow", "mpe2": "mpe2"}
+DIST = {"ray": "ray", "torch": "torch", "torchrl": "torchrl", "tensordict": "tensordict", "tensorboardX": "tensorboardx", "matplotlib": "matplotlib", "PIL": "pillow", "mpe2": "mpe2"}
 
 
 def hint(what: str, extra: str) -> str:
@@ -70,7 +70,7 @@ def test_extras_and_what_each_holds():
     names = {extra: {name(r) for r in reqs} for extra, reqs in EXTRAS.items()}
     assert {"ray", "torch", "tensorboardx", "matplotlib"} <= names["rllib"]
     assert "ray[rllib]==2.60.0" in EXTRAS["rllib"]
-    assert {"torch", "torchrl", "tensordict"} == names["torchrl"]
+    assert {"torch", "torchrl", "tensordict", "tensorboardx", "matplotlib"} == names["torchrl"]  # the run folder's logs and curve
     assert {"torchrl>=0.14,<0.15", "tensordict>=0.14,<0.15"} <= set(EXTRAS["torchrl"])
     assert {"matplotlib", "pillow"} == names["plot"]
     assert names["bench"] == {"mpe2"} and "openenv" in names["openenv"] and EXTRAS["fast"] == []
@@ -91,7 +91,7 @@ def test_torch_is_pinned_everywhere_it_appears():
 def test_make_installs_the_extras_make_train_and_make_test_need():
     makefile = (ROOT / "Makefile").read_text()
     (spec,) = re.findall(r'pip install -e "\.\[([a-z,]+)\]"', makefile)
-    assert set(spec.split(",")) == {"test", "rllib", "bench", "openenv", "plot"}
+    assert set(spec.split(",")) == {"test", "rllib", "torchrl", "bench", "openenv", "plot"}
 
 
 def test_every_extra_a_message_names_exists_and_holds_what_it_checks():
@@ -105,8 +105,10 @@ def test_every_extra_a_message_names_exists_and_holds_what_it_checks():
     assert len(calls) >= 6
     from fleet_marl.rllib import command as train_command
     from fleet_marl.studies import command as compare_command
+    from fleet_marl.torchrl import command as torchrl_command
 
-    modules_of = {"fleet_marl/rllib/command.py": train_command.NEEDS, "fleet_marl/studies/command.py": compare_command.NEEDS}
+    modules_of = {"fleet_marl/rllib/command.py": train_command.NEEDS, "fleet_marl/studies/command.py": compare_command.NEEDS,
+                  "fleet_marl/torchrl/command.py": torchrl_command.NEEDS}
     for path, node in calls:
         extra = node.args[1].value
         assert extra in EXTRAS, f"{path}:{node.lineno}: no extra [{extra}]"
@@ -161,9 +163,23 @@ def test_train_without_the_rllib_extra(monkeypatch, capsys, tmp_path, module):
     needs = ["ray", *NEEDS]  # require imports them in this order, a parent before its submodule
     present(monkeypatch, *needs[: needs.index(module)])
     absent(monkeypatch, module)
-    code, out, err = run(capsys, "train", "--iterations", "1")
+    code, out, err = run(capsys, "train", "--engine", "rllib", "--iterations", "1")
     assert code == 2 and out == ""
     assert f"error: {hint('fleet-marl train', 'rllib')}" in err and f"missing: {module}" in err
+    assert "Traceback" not in err and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("module", ["torch", "torchrl", "tensordict", "tensorboardX", "matplotlib"])
+def test_train_without_the_torchrl_extra(monkeypatch, capsys, tmp_path, module):
+    """The default engine (torchrl) says which extra it needs, before anything is written."""
+    from fleet_marl.torchrl.command import NEEDS
+
+    monkeypatch.chdir(tmp_path)
+    present(monkeypatch, *NEEDS[: NEEDS.index(module)])
+    absent(monkeypatch, module)
+    code, out, err = run(capsys, "train", "--iterations", "1")
+    assert code == 2 and out == ""
+    assert f"error: {hint('fleet-marl train --engine torchrl', 'torchrl')}" in err and f"missing: {module}" in err
     assert "Traceback" not in err and not (tmp_path / "runs").exists()
 
 

@@ -223,7 +223,7 @@ def test_cli_train_with_the_torchrl_engine(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "trained tiny-shared-local-torchrl with TorchRL" in out and "| tiny | planner |" in out
-    code = cli_main(["train", "--task", "tiny", "--num-env-runners", "2", "--out", str(tmp_path), "--name", "x"])
+    code = cli_main(["train", "--engine", "torchrl", "--task", "tiny", "--num-env-runners", "2", "--out", str(tmp_path), "--name", "x"])
     assert code == 2 and "--num-env-runners is an option of --engine rllib" in capsys.readouterr().err
     code = cli_main(["train", "--task", "tiny", "--iterations", "1", "--out", str(tmp_path)])  # the run folder is taken
     assert code == 2 and "already holds a run" in capsys.readouterr().err
