@@ -162,6 +162,34 @@ def test_networks_of_every_sharing_scheme(sharing):
         torch.testing.assert_close(actor(x2)[:, 1], actor(x)[:, 0])
 
 
+@pytest.mark.parametrize("sharing", ["shared", "per_kind", "mappo"])
+def test_agent_id_tells_tenants_apart_in_a_shared_network(sharing):
+    """With ``agent_id`` two tenants (of one kind) that see the same observation get different
+    logits and values from a shared network; the weights read the one-hot from their extra
+    input columns."""
+    kinds = ["train", "train", "serve", "serve"]
+    torch.manual_seed(0)
+    actor, critic, key = build_networks(sharing, 4, 34, 139, NVEC, kinds, [16, 16], autoregressive=False, agent_id=True)
+    x = torch.randn(5, 1, 34).expand(5, 4, 34)
+    y = actor(x)
+    assert y.shape == (5, 4, 48) and not torch.allclose(y[:, 1], y[:, 0])
+    if key == "observation":
+        v = critic(x)
+        assert v.shape == (5, 4, 1) and not torch.allclose(v[:, 1], v[:, 0])
+    torch.manual_seed(0)
+    plain, _, _ = build_networks(sharing, 4, 34, 139, NVEC, kinds, [16, 16], autoregressive=False, agent_id=False)
+    torch.testing.assert_close(plain(x)[:, 1], plain(x)[:, 0])
+
+
+def test_the_learning_rate_anneals_to_two_percent():
+    tc = TorchRLTrainConfig(task="tiny", hidden=[8], lr=1e-3)
+    learner = Learner(tc, tc.signature())
+    assert learner.set_progress(0.0) == pytest.approx(1e-3) and learner.set_progress(0.5) == pytest.approx(5e-4)
+    assert learner.set_progress(1.0) == pytest.approx(2e-5) and learner.optim.param_groups[0]["lr"] == pytest.approx(2e-5)
+    flat = Learner(tc.replace(anneal_lr=False), tc.signature())
+    assert flat.set_progress(0.9) == pytest.approx(1e-3)
+
+
 def test_a_tenant_that_left_adds_nothing_to_the_loss():
     """The loss counts a tenant's samples only while it is in its episode: changing what a
     departed tenant 'did' changes no gradient."""
@@ -198,6 +226,7 @@ def test_train_writes_a_run_folder_that_the_grader_loads(tmp_path):
     rows = (run / "metrics.csv").read_text().splitlines()
     assert len(rows) == 3 and rows[0].startswith("iteration,env_steps,agent_steps")
     assert res.agent_steps == 2 * 8 * 10 * 2
+    assert float(res.rows[0]["lr"]) == pytest.approx(tc.lr, rel=0.01) and float(res.rows[1]["lr"]) <= 0.5 * tc.lr  # annealed over the run
     assert np.isfinite(float(res.rows[-1]["policy_loss"])) and res.rows[-1]["eval_welfare"] != ""
     assert "PPO torchrl (shared, local)" in res.table
     ev = evaluate("tiny", str(run), episodes=2, progress=False)  # the registered loader

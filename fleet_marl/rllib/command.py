@@ -18,6 +18,7 @@ import sys
 
 from fleet_marl.config import REWARD_SCHEMES
 from fleet_marl.errors import require
+from fleet_marl.evaluation import runs
 from fleet_marl.evaluation.runs import config_path
 from fleet_marl.rllib.config import TrainConfig, TrainConfigError
 from fleet_marl.rllib.sharing import SHARING
@@ -111,18 +112,7 @@ def run(args) -> int:
         print(json.dumps({"run_dir": str(res.run_dir), "checkpoint": str(res.checkpoint), "env_steps": res.env_steps,
                           "seconds": res.seconds, "evaluations": res.final}, indent=2))
         return 0
-    print(f"trained {tc.run_name}: {res.iterations} iterations, {res.env_steps:,} env steps in {res.seconds / 60:.1f} min")
-    if res.table:
-        print()
-        print(res.table)
-        print()
-    print(f"checkpoint      {res.checkpoint}")
-    print(f"metrics         {res.run_dir / 'metrics.csv'}  (tensorboard --logdir {res.run_dir / 'tb'})")
-    print(f"learning curve  {res.run_dir / 'learning_curve.png'}")
-    if tc.env:
-        print(f"evaluate again  fleet_marl.evaluation.evaluate({tc.task!r}, {str(res.run_dir)!r}, overrides={tc.env!r})  (the run's env overrides)")
-    else:
-        print(f"evaluate again  fleet-marl evaluate --task {tc.task} --policy {res.run_dir}")
+    runs.print_summary(res, tc.task, tc.env, f"trained {tc.run_name}: {res.iterations} iterations, {res.env_steps:,} env steps in {res.seconds / 60:.1f} min")
     return 0
 
 

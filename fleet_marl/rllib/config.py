@@ -24,16 +24,12 @@ from typing import Any
 
 import yaml
 
-from fleet_marl.config import REWARD_SCHEMES, ConfigError
 from fleet_marl.environment import FleetParallelEnv
+from fleet_marl.evaluation import runs
+from fleet_marl.evaluation.runs import TrainConfigError
 from fleet_marl.rllib.sharing import SHARING, mapping_for, module_ids
-from fleet_marl.tasks import TASKS
 
 OBS_MODES = ("dict", "flat")
-
-
-class TrainConfigError(ValueError):
-    """A bad training config: names the field, the value and what was expected."""
 
 
 @dataclass
@@ -115,18 +111,11 @@ class TrainConfig:
         def bad(name, expected):
             raise TrainConfigError(f"{source}: {name.rstrip('_')} = {getattr(self, name)!r}: expected {expected}")
 
-        if self.task not in TASKS:
-            bad("task", f"one of {', '.join(TASKS)}")
-        if self.reward_scheme not in REWARD_SCHEMES:
-            bad("reward_scheme", f"one of {', '.join(REWARD_SCHEMES)}")
-        if self.sharing not in SHARING:
-            bad("sharing", f"one of {', '.join(SHARING)}")
+        runs.check_common(self, source, SHARING, bad)
         if self.obs_mode not in OBS_MODES:
             bad("obs_mode", "'dict' (masked) or 'flat' (unmasked)")
         if self.sharing == "mappo" and self.obs_mode != "dict":
             bad("obs_mode", "'dict' with sharing 'mappo' (the centralized critic reads the state from the Dict observation)")
-        if not isinstance(self.env, dict):
-            bad("env", "a mapping of fleet_marl.parallel_env overrides")
         for k in ("task", "reward_scheme", "obs_mode", "with_state"):
             if k in self.env:
                 raise TrainConfigError(f"{source}: env.{k} is set by the top-level key; remove it from env")
@@ -142,16 +131,7 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi or (name in ("lr", "clip_param") and v == 0):
                 bad(name, f"a number in [{lo}, {hi}]" + (" and > 0" if name in ("lr", "clip_param") else ""))
-        if not isinstance(self.hidden, list) or not self.hidden or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in self.hidden):
-            bad("hidden", "a non-empty list of positive layer widths, e.g. [128, 128]")
-        if not isinstance(self.out, str) or not self.out:
-            bad("out", "a folder path")
-        if not isinstance(self.name, str) or "/" in self.name:
-            bad("name", "a folder name without '/'")
-        try:  # the env itself: overrides, trace files
-            self.probe()
-        except (ConfigError, ValueError, TypeError, FileNotFoundError) as exc:
-            raise TrainConfigError(f"{source}: env = {self.env!r}: {exc}") from None
+        runs.check_env(self, source)
 
     # --- derived --------------------------------------------------------------------------------
 

@@ -28,7 +28,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import socket
 import sys
 import time
@@ -178,20 +177,8 @@ def _check_reachable(address: str) -> None:
 
 
 def _save(algo, run_dir: Path, tc: TrainConfig, iteration: int, env_steps: int, seconds: float = 0.0) -> Path:
-    """Write the checkpoint atomically: into ``checkpoint.tmp/``, then swap it in."""
-    final = run_dir / "checkpoint"
-    tmp = run_dir / "checkpoint.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    algo.save_to_path(str(tmp.resolve()))
     meta = {"signature": tc.signature(), "train_config": tc.to_dict(), "iteration": iteration, "env_steps": env_steps, "seconds": seconds}
-    (tmp / SIDECAR).write_text(json.dumps(meta, indent=2))
-    old = run_dir / "checkpoint.old"
-    shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
-        final.rename(old)
-    tmp.rename(final)
-    shutil.rmtree(old, ignore_errors=True)
-    return final
+    return runs.swap_in_checkpoint(run_dir, lambda folder: algo.save_to_path(str(folder.resolve())), SIDECAR, meta)
 
 
 def final_evaluation(tc: TrainConfig, checkpoint: Path, episodes: int, progress: bool = True):
@@ -209,12 +196,8 @@ OUTPUTS = ("checkpoint", "checkpoint.tmp", "tb", "metrics.csv", "learning_curve.
 def prepare(tc: TrainConfig, resume: str | None = None, overwrite: bool = False) -> tuple[TrainConfig, Path | None, dict | None]:
     """Everything checked before Ray starts: (config, checkpoint to resume or None, its sidecar)."""
     if resume is None:
-        run = tc.run_dir
-        if not overwrite and ((run / "checkpoint").exists() or (run / "metrics.csv").exists()):
-            raise TrainConfigError(
-                f"run folder {str(run)!r} already holds a run; pass --resume {run} to continue it, --overwrite to start it over, "
-                "or --name to start another"
-            )
+        if not overwrite:
+            runs.claim_run_folder(tc.run_dir, OUTPUTS, overwrite=False)
         return tc, None, None
     ckpt = find_checkpoint(resume)
     meta = read_sidecar(ckpt)
@@ -234,9 +217,7 @@ def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = N
     if address is None and tc.num_env_runners > (os.cpu_count() or 1):  # one CPU per remote env runner
         raise TrainConfigError(f"--num-env-runners {tc.num_env_runners}: this machine has {os.cpu_count()} CPUs; use at most {os.cpu_count()} (or 0: sample in the driver)")
     if ckpt is None and overwrite:  # only once every check has passed
-        for name in OUTPUTS:
-            p = run_dir / name
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        runs.claim_run_folder(run_dir, OUTPUTS, overwrite=True)
     offset = float(meta.get("seconds", 0.0)) if meta else 0.0  # RLlib's clock restarts on restore
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(_yaml(tc.to_dict()))

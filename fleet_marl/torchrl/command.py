@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from fleet_marl.errors import require
+from fleet_marl.evaluation import runs
 from fleet_marl.evaluation.runs import config_path
 from fleet_marl.torchrl.loader import TrainConfigError, checkpoint_folder, read_sidecar
 
@@ -75,18 +76,8 @@ def run(args) -> int:
         print(json.dumps({"run_dir": str(res.run_dir), "checkpoint": str(res.checkpoint), "env_steps": res.env_steps,
                           "agent_steps": res.agent_steps, "seconds": res.seconds, "evaluations": res.final}, indent=2))
         return 0
-    print(f"trained {tc.run_name} with TorchRL: {res.iterations} iterations, {res.env_steps:,} env steps "
-          f"({res.agent_steps:,} agent steps, {res.agent_steps / max(res.train_seconds, 1e-9):,.0f} agent steps/s) in {res.seconds / 60:.1f} min")
-    if res.table:
-        print()
-        print(res.table)
-        print()
-    print(f"checkpoint      {res.checkpoint}")
-    print(f"metrics         {res.run_dir / 'metrics.csv'}  (tensorboard --logdir {res.run_dir / 'tb'})")
-    print(f"learning curve  {res.run_dir / 'learning_curve.png'}")
-    over = f", overrides={tc.env!r}" if tc.env else ""
-    print(f"evaluate again  fleet-marl evaluate --task {tc.task} --policy {res.run_dir}" if not tc.env else
-          f"evaluate again  fleet_marl.evaluation.evaluate({tc.task!r}, {str(res.run_dir)!r}{over})")
+    runs.print_summary(res, tc.task, tc.env, f"trained {tc.run_name} with TorchRL: {res.iterations} iterations, {res.env_steps:,} env steps "
+                       f"({res.agent_steps:,} agent steps, {res.agent_steps / max(res.train_seconds, 1e-9):,.0f} agent steps/s) in {res.seconds / 60:.1f} min")
     return 0
 
 

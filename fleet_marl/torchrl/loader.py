@@ -8,20 +8,15 @@ Registered as the ``torchrl`` entry point of the group ``fleet_marl.policy_loade
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 from fleet_marl.errors import require
-from fleet_marl.evaluation.loading import PolicyError, PolicyLoader, fleet_env_or_none
-from fleet_marl.tasks import make_config
+from fleet_marl.evaluation.loading import PolicyError, PolicyLoader
+from fleet_marl.evaluation.runs import TrainConfigError, check_trained_on
 
 #: The sidecar ``fleet-marl train --engine torchrl`` writes next to ``model.pt``.
 SIDECAR = "fleet_marl_torchrl.json"
-
-
-class TrainConfigError(ValueError):
-    """A torchrl training config, run folder or checkpoint that cannot be used; says what to do."""
 
 
 def checkpoint_folder(spec: str | Path) -> Path | None:
@@ -48,17 +43,7 @@ def load(spec: str, env, explore: bool = False):
     folder = checkpoint_folder(spec)
     meta = read_sidecar(folder)
     sig = meta.get("signature", {})
-    fe = fleet_env_or_none(env)
-    if fe is not None:
-        want = {"possible_agents": list(fe.possible_agents), "nvec": fe.nvec.max(0).tolist()}
-        for k, v in want.items():
-            if sig.get(k) != v:
-                raise PolicyError(spec, f"the run was trained on task {sig.get('task')!r} with {k} = {sig.get(k)!r}; this environment has {v!r}. Evaluate it on its own task")
-        trained = meta.get("train_config", {})
-        cfg, _ = make_config(trained.get("task"), None, **trained.get("env", {}))
-        if dataclasses.replace(cfg, reward=fe.config.reward, fairness=fe.config.fairness) != fe.config:
-            raise PolicyError(spec, f"the run was trained on task {trained.get('task')!r} with env overrides {trained.get('env', {})!r}, "
-                                    "and this environment's scenario differs; evaluate it with the same overrides")
+    check_trained_on(spec, meta, env)
     require(("torch", "torchrl", "tensordict"), "torchrl", f"grading the trained run {spec}")
     import torch  # only when a checkpoint is loaded
 
@@ -66,7 +51,8 @@ def load(spec: str, env, explore: bool = False):
 
     try:
         actor, _, _ = build_networks(sig["sharing"], len(sig["possible_agents"]), sig["obs_dim"], sig["state_dim"], sig["nvec"],
-                                     sig["kinds"], sig["hidden"], sig.get("activation", "tanh"), sig.get("autoregressive", False))
+                                     sig["kinds"], sig["hidden"], sig.get("activation", "tanh"), sig.get("autoregressive", False),
+                                     sig.get("agent_id", False))
         actor.load_state_dict(torch.load(folder / "model.pt", weights_only=True)["actor"])
     except Exception as exc:
         raise PolicyError(spec, f"cannot load the trained actor from {folder / 'model.pt'}: {exc}") from None

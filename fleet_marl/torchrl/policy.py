@@ -13,6 +13,9 @@
                             ``per_kind``    one MLP per tenant kind (train, serve)
                             ``mappo``       the shared actor, and a centralized critic on
                                             ``state`` and the tenant's index
+
+                            with ``agent_id`` a shared network also reads the tenant's
+                            one-hot index (``WithAgentId``)
 ``TrainedPolicy``           a trained actor playing every tenant of a ``FleetParallelEnv``
                             greedily (the grader's ``Policy`` protocol): the same observation
                             rows and flat masks as :class:`~fleet_marl.torchrl.FleetTorchEnv`
@@ -214,13 +217,36 @@ class StateCritic(nn.Module):
         return self.net(torch.cat([s, self.eye.expand(*lead, self.n, self.n)], -1))
 
 
+class WithAgentId(nn.Module):
+    """``net`` given each tenant's observation with a one-hot of the tenant's index appended:
+    (..., N, F) -> net((..., N, F + N)). A network shared by tenants tells them apart by it
+    (the agent ID of MAPPO's recipe, Yu et al. 2022, "The Surprising Effectiveness of PPO in
+    Cooperative Multi-Agent Games")."""
+
+    def __init__(self, net: nn.Module, n_agents: int):
+        super().__init__()
+        self.net = net
+        self.register_buffer("eye", torch.eye(n_agents))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs, self.eye.expand(*obs.shape[:-1], self.eye.shape[0])], -1))
+
+
 def build_networks(sharing: str, n_agents: int, obs_dim: int, state_dim: int, nvec, kinds: list[str], hidden: list[int],
-                   activation: str = "tanh", autoregressive: bool = True):
+                   activation: str = "tanh", autoregressive: bool = True, agent_id: bool = False):
     """(actor network: obs (..., N, F) -> logits (..., N, sum(nvec)), critic network, critic
     input key) for ``sharing``; the critic reads ``("agents", "observation")``, or ``"state"``
     for MAPPO. ``autoregressive``: the actor is an :class:`AutoregressiveActor` (its
-    ``coupling`` goes to the distribution)."""
-    actor, critic, key = _networks(sharing, n_agents, obs_dim, state_dim, sum(int(n) for n in nvec), kinds, hidden, activation)
+    ``coupling`` goes to the distribution). ``agent_id``: the networks that read observations
+    and are shared by tenants (all but ``per_tenant``'s) read the tenant's one-hot index too
+    (:class:`WithAgentId`)."""
+    ids = agent_id and sharing != "per_tenant"
+    actor, critic, key = _networks(sharing, n_agents, obs_dim + (n_agents if ids else 0), state_dim, sum(int(n) for n in nvec), kinds, hidden,
+                                   activation)
+    if ids:
+        actor = WithAgentId(actor, n_agents)
+        if key == "observation":
+            critic = WithAgentId(critic, n_agents)
     return (AutoregressiveActor(actor, nvec) if autoregressive else actor), critic, key
 
 
@@ -288,4 +314,4 @@ def _flat(mask, nvec_row, nvec) -> np.ndarray:
     return out
 
 
-__all__ = ["ACTIVATIONS", "AutoregressiveActor", "Coupling", "MaskedMultiCategorical", "PerKindMLP", "SHARING", "StateCritic", "TrainedPolicy", "build_networks"]
+__all__ = ["ACTIVATIONS", "AutoregressiveActor", "Coupling", "MaskedMultiCategorical", "PerKindMLP", "SHARING", "StateCritic", "TrainedPolicy", "WithAgentId", "build_networks"]

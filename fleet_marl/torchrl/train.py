@@ -35,7 +35,6 @@ import dataclasses
 import functools
 import json
 import math
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -52,16 +51,14 @@ from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 from tqdm import tqdm
 
-from fleet_marl.config import REWARD_SCHEMES
 from fleet_marl.environment import FleetParallelEnv
 from fleet_marl.evaluation import evaluate, runs
-from fleet_marl.tasks import TASKS
 from fleet_marl.torchrl.env import GROUP, FleetTorchEnv
 from fleet_marl.torchrl.loader import SIDECAR, TrainConfigError, checkpoint_folder, read_sidecar
 from fleet_marl.torchrl.policy import ACTIVATIONS, SHARING, MaskedMultiCategorical, TrainedPolicy, build_networks
 
 #: The columns of ``metrics.csv`` (empty where an iteration has no value).
-COLUMNS = ("iteration", "env_steps", "agent_steps", "time_s", "agent_steps_per_s", "collect_s", "learn_s", "episodes", "welfare", "eval_welfare", "score",
+COLUMNS = ("iteration", "env_steps", "agent_steps", "time_s", "agent_steps_per_s", "collect_s", "learn_s", "episodes", "lr", "welfare", "eval_welfare", "score",
            "policy_loss", "vf_loss", "entropy", "kl_approx", "clip_fraction", "explained_variance")
 
 #: What a run writes into its folder (``--overwrite`` removes these first).
@@ -85,14 +82,16 @@ class TorchRLTrainConfig:
     epochs: int = 4
     minibatch: int = 256
     lr: float = 1e-3
+    anneal_lr: bool = True  # the learning rate falls linearly to 2% of lr over the run (iterations or max_minutes, whichever ends it first)
     gamma: float = 0.95
     lmbda: float = 0.95
     clip: float = 0.2
-    entropy_coeff: float = 0.003
+    entropy_coeff: float = 0.01
     critic_coeff: float = 0.5
     max_grad_norm: float = 0.5
     hidden: list = field(default_factory=lambda: [128, 128])
     activation: str = "tanh"
+    agent_id: bool = True  # a network shared by tenants also reads the tenant's one-hot index (policy.WithAgentId)
     autoregressive: bool = False  # action dimensions chosen in order, each given the earlier ones (policy.Coupling)
     eval_interval: int = 100
     eval_episodes: int = 3
@@ -122,12 +121,7 @@ class TorchRLTrainConfig:
         def bad(name, expected):
             raise TrainConfigError(f"{source}: {name} = {getattr(self, name)!r}: expected {expected}")
 
-        if self.task not in TASKS:
-            bad("task", f"one of {', '.join(TASKS)}")
-        if self.reward_scheme not in REWARD_SCHEMES:
-            bad("reward_scheme", f"one of {', '.join(REWARD_SCHEMES)}")
-        if self.sharing not in SHARING:
-            bad("sharing", f"one of {', '.join(SHARING)}")
+        runs.check_common(self, source, SHARING, bad)
         for name in ("iterations", "num_envs", "rollout", "epochs", "minibatch"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -141,16 +135,14 @@ class TorchRLTrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi) or (name in ("lr", "clip") and v == 0):
                 bad(name, f"a number in {'(' if name in ('lr', 'clip') else '['}{lo}, {hi}]")
-        if not isinstance(self.hidden, (list, tuple)) or not self.hidden or not all(isinstance(h, int) and h > 0 for h in self.hidden):
-            bad("hidden", "a list of positive layer widths, e.g. [128, 128]")
         if self.collector not in ("sync", "async"):
             bad("collector", "'sync' or 'async'")
-        if not isinstance(self.autoregressive, bool):
-            bad("autoregressive", "true or false")
+        for name in ("autoregressive", "agent_id", "anneal_lr"):
+            if not isinstance(getattr(self, name), bool):
+                bad(name, "true or false")
         if self.activation not in ACTIVATIONS:
             bad("activation", f"one of {', '.join(ACTIVATIONS)}")
-        if not isinstance(self.env, dict):
-            bad("env", "a mapping of fleet_marl.parallel_env overrides")
+        runs.check_env(self, source)
 
     @property
     def run_name(self) -> str:
@@ -181,6 +173,7 @@ class TorchRLTrainConfig:
             "hidden": list(self.hidden),
             "activation": self.activation,
             "autoregressive": self.autoregressive,
+            "agent_id": self.agent_id,
             "T": int(st.T),
         }
 
@@ -213,7 +206,8 @@ class Learner:
         self.nvec = list(sig["nvec"])
         torch.manual_seed(tc.seed)
         actor_net, critic_net, critic_in = build_networks(tc.sharing, len(sig["possible_agents"]), sig["obs_dim"], sig["state_dim"],
-                                                          self.nvec, sig["kinds"], tc.hidden, tc.activation, tc.autoregressive)
+                                                          self.nvec, sig["kinds"], tc.hidden, tc.activation, tc.autoregressive,
+                                                          sig.get("agent_id", False))
         self.actor_net, self.critic_net = actor_net, critic_net
         self.actor = ProbabilisticActor(
             TensorDictModule(actor_net, in_keys=[(GROUP, "observation")], out_keys=[(GROUP, "logits")]),
@@ -228,7 +222,9 @@ class Learner:
         self.critic = TensorDictModule(critic_net, in_keys=[(GROUP, "observation") if critic_in == "observation" else "state"],
                                        out_keys=[(GROUP, "state_value")])
         self.loss = ClipPPOLoss(self.actor, self.critic, clip_epsilon=tc.clip, entropy_bonus=True, entropy_coeff=tc.entropy_coeff,
-                                critic_coeff=tc.critic_coeff, loss_critic_type="l2", normalize_advantage=False, reduction="none")
+                                critic_coeff=tc.critic_coeff, loss_critic_type="l2", normalize_advantage=False, reduction="none",
+                                functional=False, log_explained_variance=False)  # no target networks: the modules as they are
+        self.critic_in = (GROUP, "observation") if critic_in == "observation" else "state"
         keys = dict(reward=(GROUP, "reward"), action=(GROUP, "action"), sample_log_prob=(GROUP, "action_log_prob"),
                     value=(GROUP, "state_value"), done=(GROUP, "done"), terminated=(GROUP, "terminated"),
                     advantage=(GROUP, "advantage"), value_target=(GROUP, "value_target"))
@@ -246,6 +242,14 @@ class Learner:
         if "optim" in d:
             self.optim.load_state_dict(d["optim"])
 
+    def set_progress(self, frac: float) -> float:
+        """The learning rate for a run ``frac`` (0..1) done: ``lr`` falling linearly to 2% of it
+        with ``anneal_lr`` (CleanRL's schedule), else ``lr``."""
+        lr = self.tc.lr * max(1.0 - frac, 0.02) if self.tc.anneal_lr else self.tc.lr
+        for g in self.optim.param_groups:
+            g["lr"] = lr
+        return lr
+
     def update(self, data) -> dict[str, float]:
         """GAE over the batch (B, T), then ``epochs`` passes of clipped PPO over minibatches;
         the mean statistics, over the tenants in their episodes."""
@@ -259,7 +263,9 @@ class Learner:
         data.set(("next", GROUP, "terminated"), (ended & ~trunc).unsqueeze(-1))
         with torch.no_grad():
             self.gae(data)
-        flat = data.reshape(-1)
+        # what the loss reads: indexing only these keeps the minibatches cheap
+        flat = data.reshape(-1).select(*{(GROUP, "observation"), (GROUP, "action_mask"), (GROUP, "action"), (GROUP, "action_log_prob"),
+                                         (GROUP, "advantage"), (GROUP, "value_target"), (GROUP, "state_value"), (GROUP, "mask"), self.critic_in})
         n = flat.shape[0]
         adv = flat.get((GROUP, "advantage"))
         m = flat.get((GROUP, "mask")).unsqueeze(-1)
@@ -312,10 +318,8 @@ class Learner:
 def prepare(tc: TorchRLTrainConfig, resume: str | None = None, overwrite: bool = False):
     """Everything checked before training: (config, checkpoint folder to resume or None, its sidecar)."""
     if resume is None:
-        run = tc.run_dir
-        if not overwrite and ((run / "checkpoint").exists() or (run / "metrics.csv").exists()):
-            raise TrainConfigError(f"run folder {str(run)!r} already holds a run; pass --resume {run} to continue it, --overwrite to start it over, "
-                                   "or --name to start another")
+        if not overwrite:
+            runs.claim_run_folder(tc.run_dir, OUTPUTS, overwrite=False)
         return tc, None, None
     folder = checkpoint_folder(resume)
     if folder is None:
@@ -331,19 +335,8 @@ def prepare(tc: TorchRLTrainConfig, resume: str | None = None, overwrite: bool =
 
 
 def _save(learner: Learner, run_dir: Path, tc: TorchRLTrainConfig, sig: dict, iteration: int, env_steps: int, seconds: float) -> Path:
-    """Write the checkpoint atomically: into ``checkpoint.tmp/``, then swap it in."""
-    final, tmp, old = run_dir / "checkpoint", run_dir / "checkpoint.tmp", run_dir / "checkpoint.old"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    torch.save(learner.state_dict(), tmp / "model.pt")
     meta = {"engine": "torchrl", "signature": sig, "train_config": tc.to_dict(), "iteration": iteration, "env_steps": env_steps, "seconds": seconds}
-    (tmp / SIDECAR).write_text(json.dumps(meta, indent=2))
-    shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
-        final.rename(old)
-    tmp.rename(final)
-    shutil.rmtree(old, ignore_errors=True)
-    return final
+    return runs.swap_in_checkpoint(run_dir, lambda folder: torch.save(learner.state_dict(), folder / "model.pt"), SIDECAR, meta)
 
 
 def grade(learner: Learner, tc: TorchRLTrainConfig, episodes: int):
@@ -357,9 +350,7 @@ def train(tc: TorchRLTrainConfig, *, resume: str | None = None, overwrite: bool 
     tc, ckpt, meta = prepare(tc, resume, overwrite)
     run_dir = ckpt.parent if ckpt is not None else tc.run_dir
     if ckpt is None and overwrite:
-        for name in OUTPUTS:
-            p = run_dir / name
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        runs.claim_run_folder(run_dir, OUTPUTS, overwrite=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(tc.to_dict(), sort_keys=False))
     if tc.threads:
@@ -405,6 +396,8 @@ def train(tc: TorchRLTrainConfig, *, resume: str | None = None, overwrite: bool 
             env_steps += frames
             done = data.get(("next", "done")).squeeze(-1)
             welfare = data.get(("next", "episode_welfare")).squeeze(-1)[done]
+            spent = (offset + collected - t0) / (60 * tc.max_minutes) if tc.max_minutes else 0.0
+            lr = learner.set_progress(max((it - 1) / tc.iterations, spent))
             stats = learner.update(data)
             collector.update_policy_weights_()
             now = time.time()
@@ -412,7 +405,7 @@ def train(tc: TorchRLTrainConfig, *, resume: str | None = None, overwrite: bool 
             row: dict[str, Any] = {c: "" for c in COLUMNS}
             row.update(iteration=it, env_steps=env_steps, agent_steps=env_steps * N, time_s=round(offset + now - t0, 2),
                        agent_steps_per_s=round(frames * N / max(now - tick, 1e-9), 1), collect_s=round(collected - tick, 4),
-                       learn_s=round(now - collected, 4), episodes=int(done.sum()),
+                       learn_s=round(now - collected, 4), episodes=int(done.sum()), lr=lr,
                        **{k: round(v, 6) for k, v in stats.items()})
             if len(welfare):
                 row["welfare"] = round(float(welfare.mean()), 4)
