@@ -77,10 +77,10 @@ class TorchRLTrainConfig:
     iterations: int = 1000
     max_minutes: float = 5.0  # stop after the iteration that passes this much training time (0: no limit)
     seed: int = 0
-    num_envs: int = 64
-    rollout: int = 16
-    epochs: int = 4
-    minibatch: int = 256
+    num_envs: int = 1024
+    rollout: int = 8
+    epochs: int = 2
+    minibatch: int = 2048
     lr: float = 1e-3
     anneal_lr: bool = True  # the learning rate falls linearly to 2% of lr over the run (iterations or max_minutes, whichever ends it first)
     gamma: float = 0.95
@@ -89,15 +89,15 @@ class TorchRLTrainConfig:
     entropy_coeff: float = 0.01
     critic_coeff: float = 0.5
     max_grad_norm: float = 0.5
-    hidden: list = field(default_factory=lambda: [128, 128])
-    activation: str = "tanh"
+    hidden: list = field(default_factory=lambda: [64, 64])
+    activation: str = "relu"
     agent_id: bool = True  # a network shared by tenants also reads the tenant's one-hot index (policy.WithAgentId)
     autoregressive: bool = False  # action dimensions chosen in order, each given the earlier ones (policy.Coupling)
     eval_interval: int = 100
     eval_episodes: int = 3
     final_episodes: int = 10
     checkpoint_interval: int = 100
-    collector: str = "sync"  # "sync": collect, then learn; "async": collect the next batch in a worker process while learning
+    collector: str = "async"  # "sync": collect, then learn; "async": collect the next batch in a worker process while learning
     threads: int = 1  # torch threads (0: torch's default, one per core)
     out: str = "runs/train"
     name: str = ""
@@ -367,7 +367,8 @@ def train(tc: TorchRLTrainConfig, *, resume: str | None = None, overwrite: bool 
     if tc.collector == "async":
         # the env and the sampling policy in a worker process (another core), collecting the next
         # batch with the previous weights while this process learns on the last one
-        collector = AsyncCollector(make_env, learner.actor, num_sub_threads=1, **kwargs)
+        # (this process keeps ``threads`` torch threads; TorchRL's default would be the cores minus the worker)
+        collector = AsyncCollector(make_env, learner.actor, num_sub_threads=1, num_threads=tc.threads or None, **kwargs)
     else:
         collector = Collector(make_env(), learner.actor, auto_register_policy_transforms=False, **kwargs)
     collector.set_seed(tc.seed + 1_000_003 * first)  # a resumed run continues with fresh episodes
