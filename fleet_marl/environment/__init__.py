@@ -78,9 +78,10 @@ Modules -- ``spaces`` (action and observation fields, masks, spaces, :class:`Act
 """
 
 from fleet_marl.environment.spaces import (
-    ACTION_FIELDS, BATCH_LEVELS, MASK_LAYOUTS, N_ACT, N_OBS, OBS_FIELDS, OBS_MODES, ActionError,
+    ACTION_FIELDS, BATCH_LEVELS, CLAIM_FIELDS, MASK_LAYOUTS, N_ACT, N_CLAIM, N_OBS, OBS_FIELDS, OBS_MODES, SEQUENTIAL_OBS_INDEX, ActionError,
 )
 from fleet_marl.environment.parallel import REWARD_PREFIX, FleetParallelEnv, parallel_env, scheme_rewards
+from fleet_marl.environment.sequential import FleetSequentialEnv
 from fleet_marl.environment.aec import env, raw_env
 from fleet_marl.environment.vector import FleetVectorEnv, vector_env
 
@@ -89,6 +90,6 @@ __doc__ += "\nObservation fields (index, name, meaning)::\n\n" + "\n".join(
 )
 
 __all__ = [
-    "ACTION_FIELDS", "ActionError", "BATCH_LEVELS", "FleetParallelEnv", "FleetVectorEnv", "MASK_LAYOUTS", "N_ACT", "N_OBS", "OBS_FIELDS", "OBS_MODES",
-    "REWARD_PREFIX", "env", "parallel_env", "raw_env", "scheme_rewards", "vector_env",
+    "ACTION_FIELDS", "ActionError", "BATCH_LEVELS", "CLAIM_FIELDS", "FleetParallelEnv", "FleetSequentialEnv", "FleetVectorEnv", "MASK_LAYOUTS",
+    "N_ACT", "N_CLAIM", "N_OBS", "OBS_FIELDS", "OBS_MODES", "REWARD_PREFIX", "SEQUENTIAL_OBS_INDEX", "env", "parallel_env", "raw_env", "scheme_rewards", "vector_env",
 ]
