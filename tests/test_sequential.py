@@ -524,3 +524,23 @@ def test_a_policy_with_only_act_plays_the_aec_loop_and_a_wrong_answer_is_named()
     env = make_env("easy", protocol="sequential")
     with pytest.raises(PolicyError, match="expected a dict with one action, for tenant_0"):
         run_episode(env, Everyone(env), seed=0)
+
+
+def test_protocol_study_measures_both_protocols():
+    """The study's episode is the grader's episode (same welfare) under each protocol; in
+    self-play fair_share's cap never binds, so both protocols play the same episode; the
+    measures are in range and the table has a row per (policy, protocol)."""
+    from fleet_marl.evaluation import make_env, run_episode
+    from fleet_marl.studies import protocols
+
+    sim = protocols.episode("easy", "fair_share", 2, "simultaneous")
+    seq_ = protocols.episode("easy", "fair_share", 2, "sequential")
+    assert sim.welfare == pytest.approx(seq_.welfare, rel=1e-12) and sim.by_quarter == seq_.by_quarter
+    env = make_env("easy", protocol="sequential", turn_order="rotating")
+    assert seq_.welfare == pytest.approx(run_episode(env, policies.make("fair_share", env), 2).welfare, rel=1e-9)
+    bid = protocols.episode("medium", "bidder", 0, "sequential")
+    assert 0.0 <= bid.oversubscribed <= 1.0 and 0.0 < bid.price and 0.0 < bid.jain <= 1.0
+    assert all(np.isfinite(bid.by_quarter))
+    rows = protocols.study(["tiny"], ["random", "bidder"], [0, 1])
+    table = protocols.markdown(rows)
+    assert len(rows) == 4 and table.count("| tiny | bidder | sequential |") == 2
