@@ -13,11 +13,13 @@ measures, per episode:
   episode (what the GPUs cost, not what was bid);
 * ``utility by place``: a tenant's utility in a round by its place in that round's order,
   grouped into quarters of the order (Q1 claims first). Under the simultaneous protocol the
-  place is the one the same ``turn_order`` would have given it (rotating: a function of the
-  round and the tenant only): a placebo, whose quarters differ only by noise.
+  place is the one the rotating order would have given it (a function of the round and the
+  tenant only; index order for any other ``turn_order``): a placebo, whose quarters differ
+  only by noise.
 
 Every figure is a mean over episodes with a 95% interval (1.96 standard errors of the
-episodes' means).
+episodes' means); ``Δ welfare`` is the sequential protocol's welfare minus the simultaneous
+one's, paired by seed.
 
 How to run (about 15 minutes on one core for medium and hard, 10 seeds)::
 
@@ -127,9 +129,15 @@ def study(tasks, policies, seeds, turn_order: str = "rotating", progress=None) -
     rows = []
     for task in tasks:
         for policy in policies:
+            blind = None
             for protocol in ("simultaneous", "sequential"):
                 eps = [episode(task, policy, int(s), protocol, turn_order) for s in seeds]
                 row = {"task": task, "policy": policy, "protocol": protocol, "episodes": len(eps)}
+                if blind is None:
+                    blind = [e.welfare for e in eps]
+                    row["delta_welfare"] = None
+                else:
+                    row["delta_welfare"] = _ci([e.welfare - w for e, w in zip(eps, blind)])
                 for k in ("welfare", "jain", "oversubscribed", "price"):
                     row[k] = _ci([getattr(e, k) for e in eps])
                 row["by_quarter"] = [_ci([e.by_quarter[q] for e in eps]) for q in range(QUARTERS)]
@@ -146,9 +154,11 @@ def _f(ci: tuple[float, float], nd: int) -> str:
 
 def markdown(rows: list[dict]) -> str:
     """The two tables: the measures, then utility by place in the order."""
-    out = ["| task | policy | protocol | welfare | Jain | oversubscribed rounds | price paid (x list) |", "|---|---|---|---|---|---|---|"]
+    out = ["| task | policy | protocol | welfare | Δ welfare (paired) | Jain | oversubscribed rounds | price paid (x list) |",
+           "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['task']} | {r['policy']} | {r['protocol']} | {_f(r['welfare'], 1)} | {_f(r['jain'], 3)} | "
+        delta = "" if r.get("delta_welfare") is None else _f(r["delta_welfare"], 1)
+        out.append(f"| {r['task']} | {r['policy']} | {r['protocol']} | {_f(r['welfare'], 1)} | {delta} | {_f(r['jain'], 3)} | "
                    f"{_f(tuple(100 * v for v in r['oversubscribed']), 1)} % | {_f(r['price'], 3)} |")
     out += ["", "| task | policy | protocol | " + " | ".join(f"utility Q{q + 1}" for q in range(QUARTERS)) + " |",
             "|---|---|---|" + "---|" * QUARTERS]
