@@ -4,6 +4,7 @@ GPU cluster.
 >>> import fleet_marl
 >>> env = fleet_marl.parallel_env(task="easy")      # PettingZoo ParallelEnv
 >>> aec = fleet_marl.env(task="easy")               # its AEC form
+>>> turns = fleet_marl.env(task="easy", protocol="sequential", turn_order="rotating")  # claims one at a time
 >>> venv = fleet_marl.vector_env(num_envs=64, task="easy")  # 64 clusters as arrays
 
 Layers, bottom up (docs/architecture.md): ``catalog``, ``config`` and ``traces`` (facts,
@@ -24,7 +25,7 @@ The environment names are imported lazily, so ``import fleet_marl.kernel`` does 
 PettingZoo.
 """
 
-_ENV_NAMES = ("ActionError", "FleetParallelEnv", "FleetVectorEnv", "env", "parallel_env", "raw_env", "vector_env")
+_ENV_NAMES = ("ActionError", "FleetParallelEnv", "FleetSequentialEnv", "FleetVectorEnv", "env", "parallel_env", "raw_env", "vector_env")
 _TASK_NAMES = ("TASKS", "make_config")
 _TEXT_NAMES = ("parse_tenant_action", "TenantAction", "TextActionError")
 

@@ -41,7 +41,34 @@ from typing import Any, Callable
 from fleet_marl.config import ConfigError, FleetConfig, from_dict
 
 #: Options of the environment itself (not part of the scenario).
-ENV_OPTIONS = ("obs_mode", "render_mode", "illegal_action", "mask_layout")
+ENV_OPTIONS = ("obs_mode", "render_mode", "illegal_action", "mask_layout", "protocol", "turn_order")
+#: How the tenants of one round act (the env option ``protocol``): ``"simultaneous"`` (the
+#: default; every tenant decides blind, the ParallelEnv) or ``"sequential"`` (one at a time,
+#: each seeing the claims made before its turn; the AEC env ``fleet_marl.env(protocol="sequential")``).
+PROTOCOLS = ("simultaneous", "sequential")
+#: The order of the tenants' turns within a round under the sequential protocol (the env option
+#: ``turn_order``): ``fixed`` (tenant index), ``rotating`` (the first turn moves one tenant on
+#: each round), ``random`` (a permutation per round from the env's seeded generator) and
+#: ``priority`` (highest priority first, ties by index).
+TURN_ORDERS = ("fixed", "rotating", "random", "priority")
+
+
+def check_protocol(opts: dict) -> tuple[str, str]:
+    """``(protocol, turn_order)`` of the env options ``opts``, checked: each one of
+    :data:`PROTOCOLS` and :data:`TURN_ORDERS` (defaults ``"simultaneous"`` and ``"fixed"``), and
+    ``turn_order`` only with the sequential protocol. A bad value is a :class:`ConfigError`
+    naming the option and the value."""
+    protocol = opts.get("protocol", "simultaneous")
+    if not isinstance(protocol, str) or protocol not in PROTOCOLS:
+        raise ConfigError("protocol", protocol, "'simultaneous' (every tenant decides blind; fleet_marl.parallel_env or fleet_marl.env) or "
+                                                "'sequential' (one tenant at a time within a round; fleet_marl.env only)")
+    turn_order = opts.get("turn_order")
+    if turn_order is not None and (not isinstance(turn_order, str) or turn_order not in TURN_ORDERS):
+        raise ConfigError("turn_order", turn_order, f"one of {', '.join(map(repr, TURN_ORDERS))}")
+    if turn_order is not None and protocol != "sequential":
+        raise ConfigError("turn_order", turn_order, "no turn_order with protocol='simultaneous' (every tenant acts at once); "
+                                                    "turns need fleet_marl.env(protocol='sequential', turn_order=...)")
+    return protocol, turn_order or "fixed"
 #: Shortcuts: a top-level keyword that sets a nested config field.
 SHORTCUTS = {
     "reward_scheme": ("reward", "scheme"),
@@ -280,7 +307,8 @@ def make_config(task: str | None = None, config: FleetConfig | dict | None = Non
     task's dicts, lists replace. Old fairness keys under ``reward`` move to ``fairness`` first
     (with a ``DeprecationWarning``). Shortcuts set one nested field: ``reward_scheme``, ``mixed_weight``,
     ``shapley_samples``, ``compute_all``, ``mechanism``, ``safety_mode``. Environment options
-    (``obs_mode``, ``render_mode``, ``illegal_action``, ``mask_layout``) are returned separately.
+    (``obs_mode``, ``render_mode``, ``illegal_action``, ``mask_layout``, ``protocol``, ``turn_order``)
+    are returned separately (:func:`check_protocol` checks the last two).
     """
     env_opts = {k: overrides.pop(k) for k in ENV_OPTIONS if k in overrides}
     if config is not None and task is not None:
@@ -310,4 +338,4 @@ def make_config(task: str | None = None, config: FleetConfig | dict | None = Non
     return from_dict(FleetConfig, merged), env_opts
 
 
-__all__ = ["ENV_OPTIONS", "SHORTCUTS", "TASKS", "Task", "make_config", "register_task", "scaled", "task_dict"]
+__all__ = ["ENV_OPTIONS", "PROTOCOLS", "SHORTCUTS", "TASKS", "TURN_ORDERS", "check_protocol", "Task", "make_config", "register_task", "scaled", "task_dict"]

@@ -444,3 +444,33 @@ def test_ego_switching_tasks_rebinds_the_opponents(ego):
         assert [r["agent"] for r in o["cluster"]["others"]] == ["tenant_1", "tenant_2", "tenant_3"]
         assert sum(r["granted_gpus"] for r in o["cluster"]["others"]) > 0  # the opponents played
         assert o["tenant"]["workload"]["job_tokens_left"] <= o["tenant"]["workload"]["job_tokens"]
+
+
+def test_ego_under_the_sequential_protocol_sees_the_claims_before_its_turn(ego):
+    """config protocol='sequential': the opponents before the ego claim first and the prompt
+    lists their claims; the round clears after the last claim, with the simultaneous round's
+    rewards for the same joint action. The multi view (a ParallelEnv) refuses the protocol."""
+    seq_config = {"protocol": "sequential", "turn_order": "fixed"}
+    env = fleet_marl.parallel_env(task="tiny")
+    obs, infos = env.reset(seed=4)
+    pol = policies.make("greedy", env)
+    pol.reset(4)
+    greedy0 = pol.act(obs, infos)["tenant_0"]
+    with ego.websocket_connect("/ws") as ws:
+        o = call(ws, "reset", {"seed": 4, "ego": "tenant_1", "opponents": "greedy", "config": seq_config})["data"]["observation"]
+        assert o["cluster"]["turn"]["position"] == 2 and o["cluster"]["turn"]["after"] == []
+        assert o["cluster"]["turn"]["claims_before"] == [{"agent": "tenant_0", "gpu_type": "h100-sxm", "gpus": int(greedy0[0]),
+                                                           "bid": float(env.bid_levels[greedy0[1]])}]
+        assert f"- tenant_0 asked for {int(greedy0[0])} h100-sxm GPU(s) at x{env.bid_levels[greedy0[1]]:g} list price." in o["prompt"]
+        assert "you claim 2 of 2" in o["prompt"] and "Still to claim after you: nobody." in o["prompt"]
+        r = _ego_step(ws, json.dumps(GOOD))
+        infos = env.step({"tenant_0": greedy0, "tenant_1": np.array([4, 3, 1, 1, 2, 1, 1, 3])})[4]  # GOOD as indices
+        assert r["observation"]["metadata"]["rewards"] == scheme_rewards(infos["tenant_1"])
+        assert r["observation"]["round"] == 1 and "## This round's claims so far" in r["observation"]["prompt"]
+        first = call(ws, "reset", {"seed": 4, "ego": "tenant_0", "config": seq_config})["data"]["observation"]
+        assert "Nobody has claimed yet: you are first." in first["prompt"] and first["cluster"]["turn"]["after"] == ["tenant_1"]
+        plain = call(ws, "reset", {"seed": 4, "ego": "tenant_0"})["data"]["observation"]
+        assert "turn" not in plain["cluster"] and "claims so far" not in plain["prompt"]
+    with TestClient(make_app(mode="multi", max_sessions=1, task="tiny")) as client, client.websocket_connect("/ws") as ws:
+        err = call(ws, "reset", {"seed": 0, "config": seq_config})
+        assert err["type"] == "error" and "protocol = 'sequential'" in err["data"]["message"] and "fleet_marl.env(" in err["data"]["message"]

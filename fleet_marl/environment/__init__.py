@@ -1,6 +1,9 @@
 """The PettingZoo environment ``fleet_v0``: tenants negotiate for one shared GPU cluster.
 
-``FleetParallelEnv`` is a :class:`pettingzoo.ParallelEnv`; ``env()`` is its AEC form;
+``FleetParallelEnv`` is a :class:`pettingzoo.ParallelEnv`; ``env()`` is its AEC form, and
+``env(protocol="sequential", turn_order=...)`` the native AEC env :class:`FleetSequentialEnv`, in
+which the tenants of a round claim one at a time, each observation ending with the claims
+made before its turn (``CLAIM_FIELDS``; ``parallel_env`` refuses that protocol);
 ``vector_env(num_envs=B)`` steps B clusters as arrays (:class:`FleetVectorEnv`). All are thin
 adapters over the array core (``core``: :class:`~fleet_marl.environment.core.EnvState` and
 the round as functions on arrays): agent-ID dicts or arrays at the edge, the round inside. The
@@ -74,13 +77,14 @@ Modules -- ``spaces`` (action and observation fields, masks, spaces, :class:`Act
     ``observations`` (the observation matrix, the state vector and their inverse),
     ``scenario`` (default actions and other static facts), ``core`` (the array core),
     ``parallel`` (:class:`FleetParallelEnv`), ``views`` (its read-only views), ``aec``
-    (``env()``), ``vector`` (:class:`FleetVectorEnv`) and ``render`` (ANSI and RGB frames).
+    (``env()``), ``sequential`` (:class:`FleetSequentialEnv`, the sequential protocol), ``vector`` (:class:`FleetVectorEnv`) and ``render`` (ANSI and RGB frames).
 """
 
 from fleet_marl.environment.spaces import (
-    ACTION_FIELDS, BATCH_LEVELS, MASK_LAYOUTS, N_ACT, N_OBS, OBS_FIELDS, OBS_MODES, ActionError,
+    ACTION_FIELDS, BATCH_LEVELS, CLAIM_FIELDS, MASK_LAYOUTS, N_ACT, N_CLAIM, N_OBS, OBS_FIELDS, OBS_MODES, SEQUENTIAL_OBS_INDEX, ActionError,
 )
 from fleet_marl.environment.parallel import REWARD_PREFIX, FleetParallelEnv, parallel_env, scheme_rewards
+from fleet_marl.environment.sequential import FleetSequentialEnv
 from fleet_marl.environment.aec import env, raw_env
 from fleet_marl.environment.vector import FleetVectorEnv, vector_env
 
@@ -89,6 +93,6 @@ __doc__ += "\nObservation fields (index, name, meaning)::\n\n" + "\n".join(
 )
 
 __all__ = [
-    "ACTION_FIELDS", "ActionError", "BATCH_LEVELS", "FleetParallelEnv", "FleetVectorEnv", "MASK_LAYOUTS", "N_ACT", "N_OBS", "OBS_FIELDS", "OBS_MODES",
-    "REWARD_PREFIX", "env", "parallel_env", "raw_env", "scheme_rewards", "vector_env",
+    "ACTION_FIELDS", "ActionError", "BATCH_LEVELS", "CLAIM_FIELDS", "FleetParallelEnv", "FleetSequentialEnv", "FleetVectorEnv", "MASK_LAYOUTS",
+    "N_ACT", "N_CLAIM", "N_OBS", "OBS_FIELDS", "OBS_MODES", "REWARD_PREFIX", "SEQUENTIAL_OBS_INDEX", "env", "parallel_env", "raw_env", "scheme_rewards", "vector_env",
 ]

@@ -27,7 +27,7 @@ import numba as nb
 import numpy as np
 
 from fleet_marl import catalog
-from fleet_marl.environment.spaces import N_OBS, OBS_INDEX
+from fleet_marl.environment.spaces import CLAIM_FIELDS, N_CLAIM, N_OBS, OBS_INDEX
 from fleet_marl.kernel import RoundState
 
 _O = OBS_INDEX
@@ -220,6 +220,35 @@ def _observe(static, consts, is_train, pool, node_pool, pool_cap, live, round_, 
                 out[b, t, f] = np.float32(min(max(m[f], 0.0), 1.0))
 
 
+_CI = {name: k for k, (name, _) in enumerate(CLAIM_FIELDS)}
+
+
+def claim_features(st, top_bid: float, position: np.ndarray, gpus: np.ndarray, bid: np.ndarray, claimed: np.ndarray) -> np.ndarray:
+    """(T, N_CLAIM) float32: each tenant's ``CLAIM_FIELDS`` (the sequential protocol) from the
+    round's claims so far. ``position`` (T,) int64 each tenant's place in this round's order
+    (-1: not in it), ``gpus`` (T,) GPUs requested and ``bid`` (T,) bid multipliers of the
+    claims made, ``claimed`` (T,) bool who has claimed; ``top_bid`` the highest bid level. A
+    tenant's features count only the claims of tenants before it in the order, on its pool."""
+    T = st.T
+    pos = np.asarray(position, np.int64)
+    inside = pos >= 0
+    same = st.pool[:, None] == st.pool[None, :]  # (i, j) same pool
+    before = same & np.asarray(claimed, bool)[None, :] & inside[None, :] & (pos[None, :] < pos[:, None])  # (i, j): j claimed before i
+    g = before @ np.asarray(gpus, np.float64)
+    paid = before @ (np.asarray(gpus, np.float64) * np.asarray(bid, np.float64))
+    cap = st.pool_capacity[st.pool].astype(np.float64)
+    pool_n = same.sum(1).astype(np.float64)
+    n = int(inside.sum())
+    out = np.zeros((T, N_CLAIM))
+    out[:, _CI["claimed"]] = squash(g / cap, 1.0)
+    out[:, _CI["unclaimed"]] = np.maximum(cap - g, 0.0) / cap
+    out[:, _CI["claimed_bid"]] = np.where(g > 0, paid / np.maximum(g, 1.0) / top_bid, 0.0)
+    out[:, _CI["claimants"]] = (before & (np.asarray(gpus) > 0)[None, :]).sum(1) / pool_n
+    out[:, _CI["after_in_pool"]] = np.where(inside, (same & inside[None, :] & (pos[None, :] > pos[:, None])).sum(1) / pool_n, 0.0)
+    out[:, _CI["position"]] = np.where(inside, pos / max(n - 1, 1), 0.0)
+    return np.clip(out, 0.0, 1.0).astype(np.float32)
+
+
 def state_vector(st, obs_matrix: np.ndarray, temp_c: np.ndarray, rack_power_w: np.ndarray | None) -> np.ndarray:
     """The ``state()`` vector: the observation rows, then each node's temperature
     ``(T - ambient) / (critical - ambient)`` and each rack's power / cap (None: before the
@@ -274,4 +303,4 @@ def observed_round(st, s: np.ndarray, include_queued_jobs: bool = False) -> Obse
     return ObservedRound(live=live, state=state, arrivals=arrivals, jobs_waiting=np.where(st.is_train, waiting, 0.0), rows=rows)
 
 
-__all__ = ["ObservedRound", "Observer", "mean_arrivals", "observed_round", "squash", "state_vector", "unsquash"]
+__all__ = ["ObservedRound", "Observer", "claim_features", "mean_arrivals", "observed_round", "squash", "state_vector", "unsquash"]

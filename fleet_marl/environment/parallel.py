@@ -18,7 +18,7 @@ from fleet_marl.environment.spaces import (
     departed, parse_action,
 )
 from fleet_marl.environment.views import EnvViews
-from fleet_marl.tasks import make_config
+from fleet_marl.tasks import check_protocol, make_config
 
 
 #: The flags of the kernel's outcome every step's infos carry, and every info key after the
@@ -73,6 +73,10 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
     def __init__(self, task: str | None = None, config: FleetConfig | dict | None = None, **overrides: Any):
         """``task`` (default ``"easy"``) or a full ``config``, plus overrides of any field."""
         cfg, opts = make_config(task, config, **overrides)
+        if check_protocol(opts)[0] == "sequential":
+            raise ValueError("protocol = 'sequential': the ParallelEnv has every tenant act at once, and the sequential protocol is "
+                             "turn-based (each tenant sees the claims made before its turn); use fleet_marl.env(protocol='sequential', ...), "
+                             "the AEC env")
         self.task = (task or "easy") if config is None else None
         self.obs_mode = opts.get("obs_mode", "flat")
         if self.obs_mode not in OBS_MODES:

@@ -73,6 +73,22 @@ N_OBS = len(OBS_FIELDS)
 #: Index of each observation feature by name.
 OBS_INDEX = {name: i for i, (name, _) in enumerate(OBS_FIELDS)}
 
+#: The features the sequential protocol (``fleet_marl.env(protocol="sequential")``) appends
+#: to every observation, after ``OBS_FIELDS``: the claims made this round by the tenants
+#: before it in the turn order, on its own pool (the GPU type it runs on, the only pool it can
+#: be granted GPUs from), and its place in the order. All in [0, 1].
+CLAIM_FIELDS: tuple[tuple[str, str], ...] = (
+    ("claimed", "GPUs requested from its pool this round by the tenants before it / pool capacity, x / (x + 1)"),
+    ("unclaimed", "GPUs of its pool the tenants before it left unrequested this round / pool capacity (0 once they ask for all)"),
+    ("claimed_bid", "GPU-weighted mean bid multiplier of those requests / highest bid level (0 when none)"),
+    ("claimants", "tenants before it this round that asked its pool for GPUs / tenants of its pool"),
+    ("after_in_pool", "live tenants of its pool whose turn comes after its own this round / tenants of its pool"),
+    ("position", "its place in this round's order / (tenants in the order - 1): 0 first, 1 last (0 when alone)"),
+)
+N_CLAIM = len(CLAIM_FIELDS)
+#: Index of each feature of a sequential observation by name: ``OBS_FIELDS`` then ``CLAIM_FIELDS``.
+SEQUENTIAL_OBS_INDEX = {name: i for i, (name, _) in enumerate(OBS_FIELDS + CLAIM_FIELDS)}
+
 
 class ActionError(ValueError):
     """A bad action. ``agent`` and ``field`` name what was wrong; the step changed nothing."""
@@ -140,16 +156,17 @@ def mask_dims(mask, nvec_row: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 def build_spaces(agents: list[str], nvec: np.ndarray, obs_mode: str, state_size: int,
-                 mask_layout: str = "dims") -> tuple[dict, dict, gymnasium.spaces.Box]:
-    """(action spaces, observation spaces, state space), built once per scenario."""
+                 mask_layout: str = "dims", n_obs: int = N_OBS) -> tuple[dict, dict, gymnasium.spaces.Box]:
+    """(action spaces, observation spaces, state space), built once per scenario; ``n_obs``
+    features per observation (``N_OBS + N_CLAIM`` under the sequential protocol)."""
     space = FlatMaskMultiDiscrete if mask_layout == "flat" else gymnasium.spaces.MultiDiscrete
     action_spaces = {a: space(nvec[i]) for i, a in enumerate(agents)}
     if obs_mode == "flat":
-        observation_spaces = {a: gymnasium.spaces.Box(0.0, 1.0, (N_OBS,), np.float32) for a in agents}
+        observation_spaces = {a: gymnasium.spaces.Box(0.0, 1.0, (n_obs,), np.float32) for a in agents}
     else:
         observation_spaces = {
             a: gymnasium.spaces.Dict({
-                "observation": gymnasium.spaces.Box(0.0, 1.0, (N_OBS,), np.float32),
+                "observation": gymnasium.spaces.Box(0.0, 1.0, (n_obs,), np.float32),
                 "action_mask": mask_space(nvec[i], mask_layout),
             })
             for i, a in enumerate(agents)
@@ -299,7 +316,8 @@ def departed(actions: dict, agent_index: dict, live: set) -> dict:
 
 
 __all__ = [
-    "ACTION_FIELDS", "ActionError", "ActionMasks", "BATCH_LEVELS", "ILLEGAL_ACTION", "MASK_LAYOUTS", "N_ACT", "N_OBS", "OBS_FIELDS", "OBS_INDEX",
+    "ACTION_FIELDS", "ActionError", "ActionMasks", "BATCH_LEVELS", "CLAIM_FIELDS", "ILLEGAL_ACTION", "MASK_LAYOUTS", "N_ACT", "N_CLAIM", "N_OBS",
+    "OBS_FIELDS", "OBS_INDEX", "SEQUENTIAL_OBS_INDEX",
     "NOT_ALLOWED", "NOT_INTEGER", "OBS_MODES", "OK", "OUT_OF_RANGE", "PREC", "action_nvec", "build_spaces", "check_agent", "check_indices",
     "FlatMaskMultiDiscrete", "check_mask_layout", "decode_actions", "departed", "mask_dims", "mask_space", "parse_action",
 ]

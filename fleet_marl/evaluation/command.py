@@ -10,7 +10,7 @@ from fleet_marl.errors import UsageError
 from fleet_marl.evaluation.loading import PolicyError
 from fleet_marl.evaluation.score import GraderError, evaluate
 from fleet_marl.policies import POLICIES
-from fleet_marl.tasks import TASKS
+from fleet_marl.tasks import PROTOCOLS, TASKS, TURN_ORDERS
 
 #: User errors this command reports as ``error: ...`` (exit code 2).
 ERRORS = (UsageError, PolicyError, GraderError)
@@ -20,12 +20,15 @@ EXAMPLES = f"""examples:
   fleet-marl evaluate --task medium --policy my_policy.py --episodes 5 --json
   fleet-marl evaluate --task hard --policy mypackage.policies:MyPolicy
   fleet-marl evaluate --task easy --policy runs/train/easy-shared-mixed
+  fleet-marl evaluate --task medium --policy bidder --protocol sequential --turn-order rotating
 
 --policy takes a reference policy ({', '.join(POLICIES)}),
 'package.module:Name', a path to a .py file ('my_policy.py' or 'my_policy.py:Name'), or a
 fleet-marl train run folder. Name is a class or a function, called with the env; a file without
 ':Name' must define make_policy(env) or exactly one class with reset() and act().
 score = (welfare - random's) / (planner's - random's), clipped to [0, 1], on the same seeds.
+--protocol sequential plays every episode (the references' too) through the AEC loop, the
+tenants claiming one at a time in --turn-order, each seeing the claims made before its turn.
 """
 
 
@@ -40,13 +43,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--policy", default="precision_expert", help="reference policy name, module:Name, path.py[:Name] or a fleet-marl train run folder (default precision_expert)")
     parser.add_argument("--episodes", type=int, default=10, help="episodes, one per seed (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="first seed; episodes use seed .. seed+episodes-1 (default 0)")
+    parser.add_argument("--protocol", default="simultaneous", help=f"one of {', '.join(PROTOCOLS)} (default simultaneous): sequential "
+                        "plays the AEC env, one tenant at a time, each seeing the claims before its turn")
+    parser.add_argument("--turn-order", default=None, help=f"with --protocol sequential: one of {', '.join(TURN_ORDERS)} (default fixed)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--no-cache", action="store_true", help="recompute the reference episodes instead of reading the cache")
 
 
 def print_evaluation(s: dict) -> None:
     seeds = s["seeds"]
-    print(f"fleet-marl evaluate: task {s['task']}, policy {s['policy']}, {s['episodes']} episodes (seeds {seeds[0]}..{seeds[-1]})")
+    protocol = s.get("protocol", "simultaneous") + (f", turn order {s['turn_order']}" if s.get("turn_order") else "")
+    print(f"fleet-marl evaluate: task {s['task']}, policy {s['policy']}, {s['episodes']} episodes (seeds {seeds[0]}..{seeds[-1]}), protocol {protocol}")
     print(f"welfare   {s['welfare_mean']:.2f} ± {s['welfare_std']:.2f}   (random {s['random_welfare_mean']:.2f}, planner {s['reference_welfare_mean']:.2f})")
     print(f"score     {s['score']:.3f}")
     rho = "-" if s["rho_mean"] is None else f"{s['rho_mean']:.2f}"
@@ -64,7 +71,17 @@ def run(args) -> int:
     positive("seed", args.seed, 0)
     if args.task not in TASKS:
         raise UsageError(f"--task {args.task!r}: expected one of {', '.join(TASKS)}")
-    s = evaluate(args.task, args.policy, episodes=args.episodes, seed=args.seed, progress=True, cache=not args.no_cache).summary()
+    protocol, turn_order = getattr(args, "protocol", "simultaneous"), getattr(args, "turn_order", None)
+    if protocol not in PROTOCOLS:
+        raise UsageError(f"--protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+    if turn_order is not None and turn_order not in TURN_ORDERS:
+        raise UsageError(f"--turn-order {turn_order!r}: expected one of {', '.join(TURN_ORDERS)}")
+    if turn_order is not None and protocol != "sequential":
+        raise UsageError(f"--turn-order {turn_order}: only with --protocol sequential (under the simultaneous protocol every tenant acts at once)")
+    overrides = {}
+    if protocol == "sequential":
+        overrides = {"protocol": protocol, "turn_order": turn_order or "fixed"}
+    s = evaluate(args.task, args.policy, episodes=args.episodes, seed=args.seed, overrides=overrides, progress=True, cache=not args.no_cache).summary()
     if args.json:
         print(json.dumps(s, indent=2))
     else:

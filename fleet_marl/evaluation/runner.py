@@ -8,6 +8,12 @@ by the env from ``fleet_marl.fairness.summary()`` on the step the agent finished
 action or a policy that raises is a :class:`~fleet_marl.evaluation.loading.PolicyError` naming
 the agent and round.
 
+Under the sequential protocol (``overrides`` ``protocol="sequential"``, ``turn_order=...``)
+:func:`make_env` builds the AEC env and :func:`run_episode` plays it through PettingZoo's AEC
+loop: on each tenant's turn the policy's ``act`` gets that one agent's observation (which
+holds the claims made before its turn) and info, and the action is checked before it is
+stepped. ``act_one`` is not required: any policy of the ``Policy`` protocol plays both.
+
 The grader stays strict where the env is lenient: the env ignores actions for agents that
 already left (PettingZoo clients send them), the grader rejects them, because it grades our
 own policies, whose contract is an action for each live agent and nothing else; an action for
@@ -18,7 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleet_marl.environment import ActionError, FleetParallelEnv, parallel_env
+from pettingzoo import AECEnv
+
+from fleet_marl.environment import ActionError, FleetParallelEnv, env as aec_env, parallel_env
 from fleet_marl.evaluation.loading import PolicyError
 
 #: Event counts summed over tenants and episodes.
@@ -57,15 +65,22 @@ def _checked_actions(source: str, env: FleetParallelEnv, actions, round_: int) -
     return actions
 
 
-def run_episode(env: FleetParallelEnv, policy, seed: int, source: str = "policy") -> Episode:
-    """Play one episode of ``env`` with ``policy`` from ``seed``, checking every action."""
-    obs, infos = env.reset(seed=seed)
+def _start(env, policy, seed: int, source: str) -> None:
     for k, a in enumerate(env.possible_agents):  # so action_space(a).sample(mask) is reproducible too
         env.action_space(a).seed(seed * 1_000_003 + k)
     try:
         policy.reset(seed)
     except Exception as exc:
         raise PolicyError(source, f"reset({seed}) raised {type(exc).__name__}: {exc}") from exc
+
+
+def run_episode(env: FleetParallelEnv | AECEnv, policy, seed: int, source: str = "policy") -> Episode:
+    """Play one episode of ``env`` with ``policy`` from ``seed``, checking every action (an
+    AEC env, the sequential protocol's, through the AEC loop)."""
+    if isinstance(env, AECEnv):
+        return _run_turns(env, policy, seed, source)
+    obs, infos = env.reset(seed=seed)
+    _start(env, policy, seed, source)
     illegal = 0
     while env.agents:
         try:
@@ -76,6 +91,42 @@ def run_episode(env: FleetParallelEnv, policy, seed: int, source: str = "policy"
             raise PolicyError(source, f"act() raised {type(exc).__name__} at round {env.round}: {exc}") from exc
         obs, _, _, _, infos = env.step(_checked_actions(source, env, actions, env.round))
         illegal += sum(bool(info["illegal"]) for info in infos.values())
+    return _episode(env, seed, illegal)
+
+
+def _run_turns(env: AECEnv, policy, seed: int, source: str) -> Episode:
+    """The AEC loop: one turn per live tenant per round, the policy's ``act`` on that tenant's
+    observation alone; each action checked before it is stepped."""
+    env.reset(seed=seed)
+    views = env.unwrapped  # the round, the episode reports
+    _start(env, policy, seed, source)
+    illegal = 0
+    for agent in env.agent_iter():
+        obs, _, term, trunc, info = env.last()
+        if term or trunc:
+            env.step(None)
+            continue
+        round_ = views.round
+        try:
+            actions = policy.act({agent: obs}, {agent: info})
+        except PolicyError:
+            raise
+        except Exception as exc:
+            raise PolicyError(source, f"act() raised {type(exc).__name__} at round {round_}: {exc}", agent=agent) from exc
+        if not isinstance(actions, dict) or agent not in actions or len(actions) != 1:
+            got = type(actions).__name__ if not isinstance(actions, dict) else f"actions for {sorted(map(str, actions))}"
+            raise PolicyError(source, f"act() on {agent}'s turn at round {round_} returned {got}; expected a dict with one action, for {agent} "
+                                      "(the sequential protocol asks one tenant at a time)", agent=agent)
+        try:
+            env.step(actions[agent])
+        except ActionError as exc:
+            raise PolicyError(source, f"malformed action at round {round_}: {exc.field} = {exc.value!r}; expected {exc.expected}", agent=agent) from None
+        if views.round != round_:  # the round cleared: its infos are every tenant's of that round
+            illegal += sum(bool(i["illegal"]) for i in env.infos.values())
+    return _episode(views, seed, illegal)
+
+
+def _episode(env, seed: int, illegal: int) -> Episode:
     reports = env.episode_reports
     last = max(reports.values(), key=lambda r: r["rounds"])  # the last to finish saw the whole episode
     return Episode(
@@ -91,10 +142,13 @@ def run_episode(env: FleetParallelEnv, policy, seed: int, source: str = "policy"
     )
 
 
-def make_env(task: str, **overrides) -> FleetParallelEnv:
+def make_env(task: str, **overrides) -> FleetParallelEnv | AECEnv:
     """The evaluation env: ``task`` with ``overrides``; only the configured reward scheme is
-    computed (welfare, the score's measure, does not depend on the schemes)."""
+    computed (welfare, the score's measure, does not depend on the schemes). With
+    ``protocol="sequential"`` it is the AEC env (``fleet_marl.env``), else the ParallelEnv."""
     overrides.setdefault("compute_all", False)
+    if overrides.get("protocol") == "sequential":
+        return aec_env(task=task, **overrides)
     return parallel_env(task=task, **overrides)
 
 

@@ -58,6 +58,8 @@ class Evaluation:
             "task": self.task,
             "policy": self.policy,
             "episodes": len(eps),
+            "protocol": self.overrides.get("protocol", "simultaneous"),
+            "turn_order": self.overrides.get("turn_order") if self.overrides.get("protocol") == "sequential" else None,
             "seeds": list(self.seeds),
             "welfare_mean": float(self.welfare.mean()),
             "welfare_std": float(self.welfare.std()),

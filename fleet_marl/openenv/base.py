@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from fleet_marl.environment import FleetParallelEnv
+from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
 from fleet_marl.tasks import TASKS, task_dict
 
 #: The task API's one split.
@@ -116,7 +116,10 @@ class SessionEnv:
         self.key: Any = None
         self.task: Optional[str] = None
 
-    def get(self, task: str, config: Optional[dict], extra: Optional[dict] = None) -> FleetParallelEnv:
+    def get(self, task: str, config: Optional[dict], extra: Optional[dict] = None, sequential: bool = False) -> FleetParallelEnv | FleetSequentialEnv:
+        """The session's env for ``task`` and ``config`` (overrides); with ``sequential`` (the ego
+        view) ``config`` ``{"protocol": "sequential", ...}`` builds the sequential protocol's AEC
+        env, which the multi view (a ParallelEnv over the wire) refuses as ``parallel_env`` does."""
         overrides = dict(config or {})
         for k in ("obs_mode", "render_mode", "mask_layout"):
             if k in overrides:
@@ -124,7 +127,8 @@ class SessionEnv:
         overrides.update(extra or {})
         key = (task, json.dumps(overrides, sort_keys=True, default=str))
         if self.env is None or key != self.key:
-            env = FleetParallelEnv(task=task, **overrides)  # a ConfigError names the bad field
+            make = FleetSequentialEnv if sequential and overrides.get("protocol") == "sequential" else FleetParallelEnv
+            env = make(task=task, **overrides)  # a ConfigError names the bad field
             if self.env is not None:
                 self.env.close()
             self.env, self.key, self.task = env, key, task

@@ -17,6 +17,12 @@ done      the ego has finished (terminated or truncated), or ``max_invalid_strea
           answers in a row (``metadata["truncated_by_invalid"]``)
 ========  =========================================================================================
 
+Under the sequential protocol (``config`` ``{"protocol": "sequential", "turn_order": ...}``;
+``fleet_marl.env(protocol="sequential")``) the opponents before the ego in each round's order
+claim first, the ego's prompt lists their claims (GPUs and bid, on its pool and the others)
+and its place in the order, and the opponents after it claim once it has answered; the round
+clears after the last claim, and the step's reward is the ego's for that round.
+
 An invalid answer -- no JSON, invalid JSON, an unknown or missing field, a value out of range,
 a choice the action mask forbids, a text over 64 KiB -- is not an error of the session: the
 fallback action runs in its place, the penalty is subtracted, and ``last_action_error`` says
@@ -34,7 +40,7 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
 from fleet_marl import catalog
-from fleet_marl.environment import ACTION_FIELDS, OBS_FIELDS, FleetParallelEnv, scheme_rewards
+from fleet_marl.environment import ACTION_FIELDS, OBS_FIELDS, FleetParallelEnv, FleetSequentialEnv, scheme_rewards
 from fleet_marl.environment.observations import unsquash
 from fleet_marl.openenv.base import SessionEnv, TaskAPI, check_seed, config_digest, fairness_report, package_version, resolve_task
 from fleet_marl.openenv.models import FleetEgoAction, FleetEgoObservation, FleetState, encode
@@ -73,10 +79,13 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         self._steps = 0
         self._done = True
         self.ego: Optional[str] = None
+        self._seq: Optional[FleetSequentialEnv] = None  # the sequential protocol's AEC env, when the config asks for it
 
     @property
     def env(self) -> Optional[FleetParallelEnv]:
-        return self._session.env
+        """The session's round engine (under the sequential protocol, the AEC env's)."""
+        e = self._session.env
+        return e.env if isinstance(e, FleetSequentialEnv) else e
 
     @staticmethod
     def _check_options(opponents, fallback, invalid_penalty, max_invalid_streak) -> None:
@@ -108,14 +117,22 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         name = resolve_task(task, split, index, d["task"])
         if config is not None and not isinstance(config, dict):
             raise ValueError(f"reset: config = {config!r}: expected an object of config overrides")
-        env = self._session.get(name, {**d["config"], **(config or {})})
+        raw = self._session.get(name, {**d["config"], **(config or {})}, sequential=True)
+        self._seq = raw if isinstance(raw, FleetSequentialEnv) else None
+        env = self.env
         ego_id = self._resolve_ego(env, d["ego"] if ego is None else ego, seed)
-        obs, infos = env.reset(seed=seed)
+        if self._seq is not None:
+            self._seq.reset(seed=seed)
+            obs, infos = {}, {}
+        else:
+            obs, infos = env.reset(seed=seed)
         if self._policy is None or self._policy_key != opponents or self._policy.env is not env:
             self._policy, self._policy_key = make_policy(opponents, env), opponents
         self._policy.reset(seed)
         self.ego, self.fallback, self.penalty, self.max_streak = ego_id, fallback, float(invalid_penalty), int(max_invalid_streak)
         self._obs, self._infos = obs, infos
+        if self._seq is not None:
+            self._to_ego_turn()
         self._episode_id = episode_id or str(uuid.uuid4())
         self._steps = self._invalid = self._streak = 0
         self._done = False
@@ -138,11 +155,14 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         except TextActionError as exc:
             error = str(exc)
             idx = self._fallback(env, i, mask)
-        joint = self._policy.act(self._obs, self._infos)
-        actions = {a: joint[a] for a in env.agents if a != ego}
-        actions[ego] = idx
-        obs, rewards, terms, truncs, infos = env.step(actions)
-        self._obs, self._infos = obs, infos
+        if self._seq is not None:
+            rewards, terms, truncs, infos = self._sequential_round(idx)
+        else:
+            joint = self._policy.act(self._obs, self._infos)
+            actions = {a: joint[a] for a in env.agents if a != ego}
+            actions[ego] = idx
+            obs, rewards, terms, truncs, infos = env.step(actions)
+            self._obs, self._infos = obs, infos
         self._steps += 1
         self._last_action = from_indices(idx, env.bid_levels).to_dict()
         if error is None:
@@ -190,6 +210,50 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         if self.env is not None:
             self.env.close()
 
+    # --- the sequential protocol --------------------------------------------------------------------
+
+    def _opponent_turn(self) -> None:
+        """The tenant whose turn it is (not the ego) claims, or steps None if it has finished."""
+        seq = self._seq
+        a = seq.agent_selection
+        obs, _, term, trunc, info = seq.last()
+        seq.step(None if term or trunc else self._policy.act({a: obs}, {a: info})[a])
+
+    def _to_ego_turn(self) -> None:
+        """Play the opponents' turns up to the ego's (its observation then holds the claims
+        before it); stop if the episode ends first."""
+        seq = self._seq
+        while seq.agents and seq.agent_selection != self.ego:
+            self._opponent_turn()
+        if seq.agents:
+            obs, _, _, _, info = seq.last()
+            self._obs, self._infos = {self.ego: obs}, {self.ego: info}
+
+    def _sequential_round(self, idx: np.ndarray):
+        """The ego claims ``idx``, the opponents after it claim, the round clears: returns its
+        (rewards, terminations, truncations, infos); then on to the ego's next turn."""
+        seq, ego = self._seq, self.ego
+        r0 = self.env.round
+        seq.step(idx)
+        while self.env.round == r0:
+            self._opponent_turn()
+        out = dict(seq.rewards), dict(seq.terminations), dict(seq.truncations), dict(seq.infos)
+        if out[1][ego] or out[2][ego]:
+            self._obs, self._infos = {ego: seq.observe(ego)}, {ego: out[3][ego]}
+        else:
+            self._to_ego_turn()
+        return out
+
+    def _turn(self) -> Optional[dict]:
+        """The ego's turn under the sequential protocol: its place, the claims before it."""
+        seq = self._seq
+        if seq is None or self._done or seq.agent_selection != self.ego or not seq.agents:
+            return None
+        order = seq.turn_sequence
+        k = order.index(self.ego)
+        claims = [{"agent": a, "gpu_type": c["pool"], "gpus": c["gpus"], "bid": c["bid"]} for a, c in seq.claims.items()]
+        return {"turn_order": seq.turn_order, "position": k + 1, "turns": len(order), "claims_before": claims, "after": order[k + 1:]}
+
     # --- helpers ------------------------------------------------------------------------------------
 
     @staticmethod
@@ -217,7 +281,7 @@ class FleetEgoEnvironment(TaskAPI, Environment):
 
     def _observation(self, env: FleetParallelEnv, reward, error, meta) -> FleetEgoObservation:
         ego, i = self.ego, env.agent_index[self.ego]
-        tenant, cluster, legal = describe(env, ego, self._obs.get(ego), self._infos.get(ego, {}))
+        tenant, cluster, legal = describe(env, ego, self._obs.get(ego), self._infos.get(ego, {}), self._turn())
         schema = action_json_schema(env.bid_levels, int(env.kernel_static.max_gpus[i]), legal["precisions"])
         prompt = render_prompt(tenant, cluster, legal, schema, self._last_action, error)
         return FleetEgoObservation(
@@ -227,10 +291,11 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         )
 
 
-def describe(env: FleetParallelEnv, ego: str, obs, info: dict) -> tuple[dict, dict, dict]:
+def describe(env: FleetParallelEnv, ego: str, obs, info: dict, turn: Optional[dict] = None) -> tuple[dict, dict, dict]:
     """The structured view of ``ego``: (tenant, cluster, legal choices), from the env's public
     members (``kernel_static``, ``config``, ``last_outcome``, ``action_mask``) and the ego's
-    observation and info."""
+    observation and info; ``turn`` (the sequential protocol: its place in the round's order and
+    the claims before it) goes into ``cluster["turn"]``."""
     st, cfg = env.kernel_static, env.config
     i = env.agent_index[ego]
     spec = cfg.tenants[i]
@@ -298,6 +363,8 @@ def describe(env: FleetParallelEnv, ego: str, obs, info: dict) -> tuple[dict, di
             row["granted_gpus"] = int(o.alloc[j])
         others.append(row)
     cluster["others"] = others
+    if turn is not None:
+        cluster["turn"] = turn
     mask = env.action_mask(ego)
     gm = np.asarray(mask[0])
     legal = {
@@ -366,6 +433,16 @@ def render_prompt(tenant: dict, cluster: dict, legal: dict, schema: dict, last_a
     for r in c["others"]:
         held = f", granted {r['granted_gpus']} GPUs last round" if "granted_gpus" in r else ""
         lines.append(f"- {r['agent']}: {r['kind']} {r['model']} on {r['gpu_type']}{held}{'' if r['live'] else ' (finished)'}.")
+    turn = c.get("turn")
+    if turn is not None:
+        lines += ["", "## This round's claims so far"]
+        lines.append(f"- The teams claim one at a time this round ({turn['turn_order']} order); you claim {turn['position']} of {turn['turns']}, "
+                     "and the round clears after the last claim.")
+        for cl in turn["claims_before"]:
+            lines.append(f"- {cl['agent']} asked for {cl['gpus']} {cl['gpu_type']} GPU(s) at x{cl['bid']:g} list price.")
+        if not turn["claims_before"]:
+            lines.append("- Nobody has claimed yet: you are first.")
+        lines.append(f"- Still to claim after you: {', '.join(turn['after']) if turn['after'] else 'nobody'}.")
     lines += ["", "## Your choices"]
     lines.append(f"- request_gpus: 0 to {legal['max_affordable_gpus']} (your budget pays for no more).")
     lines.append("- bid: " + ", ".join(f"{n} (x{b:g} list price)" for n, b in zip(legal["bids"], legal["bid_multipliers"])) + ".")

@@ -16,7 +16,7 @@ reads of its env); docs/policies.md describes each one.
 
 from __future__ import annotations
 
-from fleet_marl.policies.base import BasePolicy, FitTable, FleetEnvLike, Policy, fleet_env, split
+from fleet_marl.policies.base import BasePolicy, ClaimsSoFar, FitTable, FleetEnvLike, Policy, fleet_env, split
 from fleet_marl.policies.heuristics import BidderPolicy, FairSharePolicy, GreedyPolicy, PrecisionExpertPolicy, RandomPolicy
 from fleet_marl.policies.planner import PlannerPolicy
 
@@ -34,6 +34,6 @@ def make(name: str, env, **kwargs) -> BasePolicy:
 
 
 __all__ = [
-    "BasePolicy", "BidderPolicy", "FairSharePolicy", "FitTable", "FleetEnvLike", "GreedyPolicy", "POLICIES", "PlannerPolicy", "Policy",
+    "BasePolicy", "BidderPolicy", "ClaimsSoFar", "FairSharePolicy", "FitTable", "FleetEnvLike", "GreedyPolicy", "POLICIES", "PlannerPolicy", "Policy",
     "PrecisionExpertPolicy", "RandomPolicy", "fleet_env", "make", "split",
 ]

@@ -9,6 +9,10 @@ that provides them will do: ``FleetParallelEnv``, its AEC form, and
 ``fleet_marl.openenv.RemoteParallelEnv`` (a client of a server, which is not a
 ``FleetParallelEnv``).
 
+Under the sequential protocol (``fleet_marl.env(protocol="sequential")``) each observation
+ends with the claims made before the tenant's turn (``CLAIM_FIELDS``); :meth:`BasePolicy.claims_so_far`
+reads them back in GPUs (None under the simultaneous protocol).
+
 Two entry points, one per PettingZoo loop::
 
     # parallel:  actions = policy.act(observations, infos)
@@ -21,13 +25,15 @@ Two entry points, one per PettingZoo loop::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from pettingzoo import AECEnv
 
 from fleet_marl import catalog
-from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS, N_OBS, OBS_FIELDS
+from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS, N_OBS, OBS_FIELDS, SEQUENTIAL_OBS_INDEX
+from fleet_marl.environment.observations import unsquash
 from fleet_marl.environment.spaces import mask_dims
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
 
@@ -120,6 +126,18 @@ def split(observation, agent: str, info: dict | None, env: FleetEnvLike) -> tupl
     return feats, mask
 
 
+@dataclass(frozen=True)
+class ClaimsSoFar:
+    """What a tenant's sequential observation says of the claims made before its turn this
+    round, on its pool, back in GPUs (:meth:`BasePolicy.claims_so_far`)."""
+
+    claimed: int  # GPUs requested from its pool by the tenants before it
+    left: int  # GPUs of its pool they left unrequested (0 when they asked for all or more)
+    bid: float  # their GPU-weighted mean bid multiplier (0 when none)
+    after: int  # live tenants of its pool whose turn comes after its own
+    position: float  # its place in the order, 0 first .. 1 last
+
+
 class BasePolicy:
     """A per-agent policy bound to one fleet_marl environment.
 
@@ -156,6 +174,22 @@ class BasePolicy:
 
     def index(self, agent: str) -> int:
         return self.env.agent_index[agent]
+
+    def claims_so_far(self, obs: np.ndarray, i: int) -> ClaimsSoFar | None:
+        """The claims before tenant ``i``'s turn from its observation ``obs`` (a feature
+        vector): None for a simultaneous observation (``N_OBS`` features), else the
+        ``CLAIM_FIELDS`` in GPUs (counts rounded)."""
+        if obs.shape[-1] <= N_OBS:
+            return None
+        st = self.env.kernel_static
+        q = int(st.pool[i])
+        cap = float(st.pool_capacity[q])
+        pool_n = int(np.sum(st.pool == q))
+        f = lambda name: float(obs[SEQUENTIAL_OBS_INDEX[name]])  # noqa: E731
+        return ClaimsSoFar(
+            claimed=int(np.rint(unsquash(f("claimed")) * cap)), left=int(np.rint(f("unclaimed") * cap)),
+            bid=f("claimed_bid") * float(self.env.bid_levels[-1]), after=int(np.rint(f("after_in_pool") * pool_n)), position=f("position"),
+        )
 
     def bid_index(self, multiplier: float) -> int:
         """The bid level nearest ``multiplier`` times the list price."""
@@ -274,4 +308,4 @@ class FitTable:
         return int(ok[0]) if ok.size else None
 
 
-__all__ = ["BasePolicy", "ENV_ATTRIBUTES", "FitTable", "FleetEnvLike", "N_OBS", "OBS", "Policy", "fleet_env", "split"]
+__all__ = ["BasePolicy", "ClaimsSoFar", "ENV_ATTRIBUTES", "FitTable", "FleetEnvLike", "N_OBS", "OBS", "Policy", "fleet_env", "split"]

@@ -8,6 +8,8 @@ benchmarks.
                                ``write_docs``)
 ``command``                    the ``compare`` command
 ``bench``                      ``fleet-marl bench``: env and kernel speed on one core
+``protocols``                  the reference policies under the simultaneous and the sequential
+                               protocols (``python -m fleet_marl.studies.protocols``)
 =============================  ==================================================================
 
 ``Study``, ``StudyError``, ``run``, ``run_one``, ``prepare`` and ``write_docs`` are imported

@@ -1,0 +1,187 @@
+"""The protocol study: the reference policies under the simultaneous and the sequential
+protocols, on the same seeds (issue 21, part 4).
+
+For each task, policy and protocol it plays ``seeds`` episodes (the sequential protocol with
+``turn_order``, default ``rotating``, so that every tenant claims at every place in turn) and
+measures, per episode:
+
+* ``welfare``: the episode's welfare ``sum_t G_t`` (the grader's measure);
+* ``jain``: Jain's index of the episode report of the last tenant to finish;
+* ``oversubscribed``: the share of rounds in which some pool was asked for more GPUs than it
+  has (the kernel's ``requested``, after the budget caps, of the live tenants);
+* ``price``: the price paid per GPU-hour as a multiple of the list price, GPU-weighted over the
+  episode (what the GPUs cost, not what was bid);
+* ``utility by place``: a tenant's utility in a round by its place in that round's order,
+  grouped into quarters of the order (Q1 claims first). Under the simultaneous protocol the
+  place is the one the rotating order would have given it (a function of the round and the
+  tenant only; index order for any other ``turn_order``): a placebo, whose quarters differ
+  only by noise.
+
+Every figure is a mean over episodes with a 95% interval (1.96 standard errors of the
+episodes' means); ``Δ welfare`` is the sequential protocol's welfare minus the simultaneous
+one's, paired by seed.
+
+How to run (about 15 minutes on one core for medium and hard, 10 seeds)::
+
+    python -m fleet_marl.studies.protocols --tasks medium hard --seeds 10 > table.md
+
+Results to expect: docs/results.md, "The sequential protocol".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import fleet_marl
+from fleet_marl.policies import POLICIES, make
+
+#: The places in the order are grouped into this many quarters (Q1 first).
+QUARTERS = 4
+
+
+@dataclass
+class EpisodeStats:
+    welfare: float
+    jain: float
+    oversubscribed: float
+    price: float
+    by_quarter: list[float] = field(default_factory=list)  # mean utility per round at each quarter of the order (nan: none)
+
+
+def _rotating(possible: list[str], live: list[str], round_: int) -> list[str]:
+    T = len(possible)
+    alive = set(live)
+    return [possible[(round_ + k) % T] for k in range(T) if possible[(round_ + k) % T] in alive]
+
+
+def _round_stats(env, order: list[str], util: list[list[float]], over: list[bool], paid: list[float], gpu_hours: list[float]) -> None:
+    """Add the round just cleared (``env.last_outcome``) to the episode's sums; ``order`` the
+    round's order of live tenants."""
+    o, st = env.last_outcome, env.kernel_static
+    idx = [env.agent_index[a] for a in order]
+    req = np.zeros(len(st.pool_capacity))
+    np.add.at(req, st.pool[idx], np.asarray(o.requested)[idx])
+    over.append(bool((req > st.pool_capacity).any()))
+    alloc = np.asarray(o.alloc, np.float64)[idx]
+    paid.append(float(np.sum(alloc * np.asarray(o.price)[idx])))
+    gpu_hours.append(float(np.sum(alloc * st.list_price[idx])))
+    n = len(order)
+    for k, i in enumerate(idx):
+        util[min(QUARTERS * k // max(n, 1), QUARTERS - 1)].append(float(o.utility[i]))
+
+
+def episode(task: str, policy: str, seed: int, protocol: str, turn_order: str = "rotating") -> EpisodeStats:
+    """One episode of ``policy`` on ``task`` under ``protocol``, measured."""
+    util: list[list[float]] = [[] for _ in range(QUARTERS)]
+    over: list[bool] = []
+    paid: list[float] = []
+    gpu_hours: list[float] = []
+    welfare = 0.0
+    if protocol == "sequential":
+        aec = fleet_marl.env(task=task, protocol="sequential", turn_order=turn_order, compute_all=False)
+        u = aec.unwrapped
+        pol = make(policy, aec)
+        aec.reset(seed=seed)
+        pol.reset(seed)
+        order, r = u.turn_sequence, 0
+        for agent in aec.agent_iter():
+            obs, _, term, trunc, info = aec.last()
+            if term or trunc:
+                aec.step(None)
+                continue
+            aec.step(pol.act({agent: obs}, {agent: info})[agent])
+            if u.round != r:  # the round cleared
+                _round_stats(u, order, util, over, paid, gpu_hours)
+                welfare += u.last_credit.welfare
+                r = u.round
+                order = u.turn_sequence
+        reports = u.episode_reports
+    else:
+        env = fleet_marl.parallel_env(task=task, compute_all=False)
+        pol = make(policy, env)
+        obs, infos = env.reset(seed=seed)
+        pol.reset(seed)
+        while env.agents:
+            order = _rotating(env.possible_agents, env.agents, env.round) if turn_order == "rotating" else list(env.agents)
+            obs, _, _, _, infos = env.step(pol.act(obs, infos))
+            _round_stats(env, order, util, over, paid, gpu_hours)
+            welfare += env.last_credit.welfare
+        reports = env.episode_reports
+    last = max(reports.values(), key=lambda rep: rep["rounds"])
+    return EpisodeStats(welfare=welfare, jain=float(last["jain"]), oversubscribed=float(np.mean(over)),
+                        price=sum(paid) / max(sum(gpu_hours), 1e-12), by_quarter=[float(np.mean(q)) if q else float("nan") for q in util])
+
+
+def _ci(xs) -> tuple[float, float]:
+    x = np.asarray([v for v in xs if np.isfinite(v)], np.float64)
+    if x.size == 0:
+        return float("nan"), float("nan")
+    half = 1.96 * x.std(ddof=1) / np.sqrt(x.size) if x.size > 1 else float("nan")
+    return float(x.mean()), float(half)
+
+
+def study(tasks, policies, seeds, turn_order: str = "rotating", progress=None) -> list[dict]:
+    """Rows ``{task, policy, protocol, <measure>: (mean, half-width)}`` over ``seeds``."""
+    rows = []
+    for task in tasks:
+        for policy in policies:
+            blind = None
+            for protocol in ("simultaneous", "sequential"):
+                eps = [episode(task, policy, int(s), protocol, turn_order) for s in seeds]
+                row = {"task": task, "policy": policy, "protocol": protocol, "episodes": len(eps)}
+                if blind is None:
+                    blind = [e.welfare for e in eps]
+                    row["delta_welfare"] = None
+                else:
+                    row["delta_welfare"] = _ci([e.welfare - w for e, w in zip(eps, blind)])
+                for k in ("welfare", "jain", "oversubscribed", "price"):
+                    row[k] = _ci([getattr(e, k) for e in eps])
+                row["by_quarter"] = [_ci([e.by_quarter[q] for e in eps]) for q in range(QUARTERS)]
+                rows.append(row)
+                if progress is not None:
+                    progress(row)
+    return rows
+
+
+def _f(ci: tuple[float, float], nd: int) -> str:
+    m, h = ci
+    return f"{m:.{nd}f} ± {h:.{nd}f}"
+
+
+def markdown(rows: list[dict]) -> str:
+    """The two tables: the measures, then utility by place in the order."""
+    out = ["| task | policy | protocol | welfare | Δ welfare (paired) | Jain | oversubscribed rounds | price paid (x list) |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        delta = "" if r.get("delta_welfare") is None else _f(r["delta_welfare"], 1)
+        out.append(f"| {r['task']} | {r['policy']} | {r['protocol']} | {_f(r['welfare'], 1)} | {delta} | {_f(r['jain'], 3)} | "
+                   f"{_f(tuple(100 * v for v in r['oversubscribed']), 1)} % | {_f(r['price'], 3)} |")
+    out += ["", "| task | policy | protocol | " + " | ".join(f"utility Q{q + 1}" for q in range(QUARTERS)) + " |",
+            "|---|---|---|" + "---|" * QUARTERS]
+    for r in rows:
+        out.append(f"| {r['task']} | {r['policy']} | {r['protocol']} | " + " | ".join(_f(c, 3) for c in r["by_quarter"]) + " |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fleet_marl.studies.protocols", description=__doc__.split("\n\n")[0])
+    p.add_argument("--tasks", nargs="+", default=["medium", "hard"])
+    p.add_argument("--policies", nargs="+", default=list(POLICIES))
+    p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--turn-order", default="rotating")
+    a = p.parse_args(argv)
+    rows = study(a.tasks, a.policies, range(a.seeds), a.turn_order,
+                 progress=lambda r: print(f"{r['task']} {r['policy']} {r['protocol']}: welfare {_f(r['welfare'], 1)}", file=sys.stderr, flush=True))
+    print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["EpisodeStats", "QUARTERS", "episode", "markdown", "study"]
