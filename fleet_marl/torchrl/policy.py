@@ -44,6 +44,8 @@ def _probs(lp: torch.Tensor) -> torch.Tensor:
     """exp(lp), with lp floored at -80 first: exp of a masked choice's -1e9 underflows on a slow
     path on CPU (about 7 times the time of the whole tensor's exp otherwise)."""
     return lp.clamp_min(_FLOOR).exp_()
+
+
 #: The hidden layers' activations.
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 

@@ -1,9 +1,12 @@
 """``fleet-marl train --engine torchrl``: IPPO and MAPPO on TorchRL's own parts, at vector speed.
 
-The loop: TorchRL's ``Collector`` steps a :class:`~fleet_marl.torchrl.FleetTorchEnv`
-(``num_envs`` clusters in one array step) with a masked multi-categorical actor for
-``rollout`` steps; ``GAE`` computes each tenant's advantages and value targets; ``ClipPPOLoss``
-is minimized for ``epochs`` passes over minibatches. A tenant's samples count only while it is
+The loop: TorchRL's ``AsyncCollector`` (``collector: async``, the default: a worker process on
+the second core, collecting the next batch with the previous weights while this process learns)
+or ``Collector`` (``sync``) steps a :class:`~fleet_marl.torchrl.FleetTorchEnv` (``num_envs``
+clusters in one array step) with a masked multi-categorical actor for ``rollout`` steps;
+``GAE`` computes each tenant's advantages and value targets; ``ClipPPOLoss`` is minimized for
+``epochs`` passes over minibatches, with the learning rate annealed over the run
+(``anneal_lr``). A tenant's samples count only while it is
 in its episode (``("agents", "mask")``); one that finishes at step t is done there (no
 bootstrap). A cluster's truncation (``max_cycles``) bootstraps every tenant still in it.
 
