@@ -415,7 +415,8 @@ def test_sequential_protocol_trains_one_iteration_and_the_grader_grades_it(ray_s
     from fleet_marl.cli import main
     from fleet_marl.evaluation import PolicyError
 
-    cfg = {**SMALL, "task": "tiny", "iterations": 1, "final_episodes": 1, "env": {"protocol": "sequential", "turn_order": "rotating"},
+    cfg = {**SMALL, "task": "tiny", "iterations": 1, "final_episodes": 1, "eval_interval": 1, "eval_episodes": 1,
+           "env": {"protocol": "sequential", "turn_order": "rotating"},
            "out": str(tmp_path), "name": "seq"}
     (tmp_path / "seq.yaml").write_text(yaml.safe_dump(cfg))
     assert main(["train", "--engine", "rllib", "--config", str(tmp_path / "seq.yaml"), "--no-progress", "--json"]) == 0
@@ -426,6 +427,7 @@ def test_sequential_protocol_trains_one_iteration_and_the_grader_grades_it(ray_s
     assert out["env_steps"] >= SMALL["train_batch_size"]
     rows = list(csv.DictReader((run / "metrics.csv").open()))
     assert rows[0]["welfare"] != ""  # whole episodes were played
+    assert rows[0]["score"] != "" and rows[0]["eval_illegal"] != "" and float(rows[0]["eval_illegal"]) == 0  # graded in training (AEC loop)
     ours = out["evaluations"][0]
     assert ours["protocol"] == "sequential" and ours["turn_order"] == "rotating"
     # the trained modules read 40 features
