@@ -506,3 +506,20 @@ def test_sequential_wrapper_spaces_state_and_views():
     assert tc.env_config()["protocol"] == "sequential" and FleetRLlibEnv(tc.env_config()).seq_env.turn_order == "priority"
     with pytest.raises(TrainConfigError, match="protocol = 'turns'"):
         TrainConfig(task="easy", env={"protocol": "turns"}).check()
+
+
+def test_a_checkpoint_is_graded_only_under_the_protocol_it_learned(tmp_path):
+    """A run trained under one protocol is refused, by name, on an env of the other (its
+    observations have another shape); a different turn order is allowed (the same shapes)."""
+    import fleet_marl
+    from fleet_marl.evaluation import PolicyError, load_policy
+    from fleet_marl.evaluation.runs import check_trained_on
+
+    seq = _fake_checkpoint(tmp_path / "seq", TrainConfig(task="tiny", env={"protocol": "sequential", "turn_order": "rotating"}))
+    with pytest.raises(PolicyError, match=r"trained with protocol = 'sequential' and this environment plays protocol = 'simultaneous'.*--protocol sequential"):
+        load_policy(str(seq.parent), fleet_marl.parallel_env(task="tiny"))
+    sim = _fake_checkpoint(tmp_path / "sim", TrainConfig(task="tiny"))
+    with pytest.raises(PolicyError, match=r"trained with protocol = 'simultaneous' and this environment plays protocol = 'sequential'"):
+        load_policy(str(sim.parent), fleet_marl.env(task="tiny", protocol="sequential"))
+    meta = json.loads((seq / "fleet_marl.json").read_text())
+    check_trained_on(str(seq), meta, fleet_marl.env(task="tiny", protocol="sequential", turn_order="priority"))  # no error
