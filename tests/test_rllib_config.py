@@ -348,3 +348,178 @@ def test_cli_refuses_resume_with_overwrite(tmp_path, monkeypatch, capsys):
     assert code == 2 and "pick one" in err
     code, err = _cli(["train", "--task", "tiny", "--out", str(tmp_path), "--name", "run"], monkeypatch, capsys)
     assert code == 2 and "already holds a run" in err and "--overwrite" in err
+
+
+# --- the sequential protocol: RLlib's turn-based MultiAgentEnv -----------------------------------
+
+
+def _broke_easy(**kw) -> dict:
+    """easy with budgets so small that tenants go broke (terminated) at different rounds."""
+    from fleet_marl.tasks import task_dict
+
+    d = task_dict("easy")
+    for i, t in enumerate(d["tenants"]):
+        t["budget"] *= 0.01 * (i + 1)
+    return dict(task="easy", tenants=d["tenants"], protocol="sequential", compute_all=False, **kw)
+
+
+@pytest.mark.parametrize("turn_order, seed", [("rotating", 0), ("random", 5), ("priority", 2)])
+def test_sequential_wrapper_is_turn_based_and_credits_the_aec_rewards(turn_order, seed):
+    """Against the AEC env played with the same seed and actions: reset() and every step()
+    return the observation of the tenant whose turn it is and nobody else's (plus one last
+    observation, with its flag, for each tenant that finished); each reward handed out is what
+    the AEC env's last() gives that tenant on that turn, so per tenant they sum to its
+    cumulative AEC reward; no data after a tenant finished; __all__ on the last step only."""
+    import fleet_marl
+
+    kw = _broke_easy(turn_order=turn_order)
+    env = FleetRLlibEnv(dict(kw))
+    ref = fleet_marl.env(**kw)  # flat observations: the 40 features
+    obs, infos = env.reset(seed=seed)
+    ref.reset(seed=int(np.random.SeedSequence([seed, 0]).generate_state(1)[0]))  # the wrapper's seed (worker index 0)
+    credited = dict.fromkeys(env.possible_agents, 0.0)
+    expected = dict.fromkeys(env.possible_agents, 0.0)
+    finished: dict[str, str] = {}
+
+    def advance():
+        """Step the AEC env's finished tenants out; (their (agent, reward, term, trunc), the next turn's (agent, reward) or None)."""
+        dead = []
+        while ref.agents:
+            a = ref.agent_selection
+            _, r, term, trunc, _ = ref.last()
+            expected[a] += r
+            if not (term or trunc):
+                return dead, (a, r)
+            dead.append((a, r, term, trunc))
+            ref.step(None)
+        return dead, None
+
+    dead, turn = advance()
+    assert not dead and list(obs) == [turn[0]] and list(infos) == [turn[0]]
+    assert env.observation_spaces[turn[0]]["observations"].shape == (40,)
+    rng = np.random.default_rng(seed)
+    steps = 0
+    while True:
+        a = turn[0]
+        np.testing.assert_array_equal(obs[a]["observations"], ref.observe(a))  # its claim features: the claims before its turn
+        mask = ref.unwrapped.action_mask(a)
+        np.testing.assert_array_equal(obs[a]["action_mask"], env.flat_mask(mask))
+        act = np.array([8, 0, 1, 1, 1, 1, 1, 0]) if mask[0][-1] else np.array([rng.choice(np.flatnonzero(m)) for m in mask])
+        obs, rew, term, trunc, infos = env.step({a: act})
+        ref.step(act)
+        steps += 1
+        dead, turn = advance()
+        want = [d[0] for d in dead] + ([turn[0]] if turn else [])
+        assert sorted(obs) == sorted(rew) == sorted(infos) == sorted(want)  # the acting tenant only, plus the finishing ones
+        assert not set(obs) & set(finished)  # nothing for a tenant after it finished
+        for d, r, t, tr in dead:
+            assert rew[d] == pytest.approx(r) and term[d] == t and trunc[d] == tr
+            finished[d] = "terminated" if t else "truncated"
+        if turn:
+            assert rew[turn[0]] == pytest.approx(turn[1]) and not term.get(turn[0]) and not trunc.get(turn[0])
+        for k, v in rew.items():
+            credited[k] += v
+        if turn is None:
+            assert term["__all__"] or trunc["__all__"]
+            break
+        assert not term["__all__"] and not trunc["__all__"]
+    assert not env.agents and set(finished) == set(env.possible_agents)
+    assert "terminated" in finished.values()  # tenants went broke: the termination path was taken
+    assert steps == sum(r["rounds"] for r in env.par_env.episode_reports.values())  # one env step per claim
+    for a in env.possible_agents:
+        assert credited[a] == pytest.approx(expected[a]) and expected[a] != 0.0
+    with pytest.raises(RuntimeError, match="after the episode ended"):
+        env.step({"tenant_0": act})
+
+
+def test_sequential_wrapper_sums_to_the_round_rewards_and_truncates_together():
+    """A whole episode to the horizon (no one goes broke): on each turn a tenant is credited
+    the reward of the last round that cleared (the round engine's reward of the info
+    handed out with it), once; the credits sum to its rewards over every round; the last step
+    hands every tenant its last observation and truncates them all."""
+    env = FleetRLlibEnv({"task": "tiny", "protocol": "sequential", "turn_order": "rotating", "max_cycles": 6, "obs_mode": "flat"})
+    key = f"reward_{env.par_env.config.reward.scheme}"  # the trained scheme's reward in the round's infos
+    obs, infos = env.reset(seed=4)
+    credited = dict.fromkeys(env.possible_agents, 0.0)
+    per_round: dict[str, list] = {a: [] for a in env.possible_agents}
+    seen = []
+    while True:
+        (a,) = list(obs)  # one tenant at a time until the end
+        assert obs[a].shape == (40,) and env.observation_spaces[a].contains(obs[a])
+        seen.append((env.par_env.round, a))
+        obs, rew, term, trunc, infos = env.step({a: env.action_spaces[a].sample()})
+        for k, v in rew.items():
+            assert v == pytest.approx(infos[k][key])  # the reward of the round whose info comes with it
+            if env.par_env.round == 0:
+                assert v == 0.0  # a turn in round 0: nothing cleared yet
+            else:
+                per_round[k].append((env.par_env.round, v))  # its turn in round r (or its end): round r - 1's reward
+            credited[k] += v
+        if trunc["__all__"]:
+            assert sorted(obs) == sorted(env.possible_agents) and all(trunc[t] and not term[t] for t in env.possible_agents)
+            assert not term["__all__"]
+            break
+        assert not trunc["__all__"] and not term["__all__"]
+    # rotating: round r starts at tenant_{r mod 2}
+    assert [a for _, a in seen] == ["tenant_0", "tenant_1", "tenant_1", "tenant_0"] * 3
+    for t in env.possible_agents:
+        assert [r for r, _ in per_round[t]] == [1, 2, 3, 4, 5, 6]  # every round's reward, once
+        assert credited[t] == pytest.approx(sum(v for _, v in per_round[t])) and credited[t] != 0.0
+        assert env.par_env.episode_reports[t]["rounds"] == 6
+
+
+def test_sequential_wrapper_refuses_another_tenants_action_and_bad_options():
+    env = FleetRLlibEnv({"task": "tiny", "protocol": "sequential"})
+    obs, _ = env.reset(seed=0)
+    assert list(obs) == ["tenant_0"]  # fixed order
+    act = env.action_spaces["tenant_0"].sample()
+    with pytest.raises(ValueError, match=r"takes one action, for 'tenant_0'"):
+        env.step({"tenant_1": act})
+    with pytest.raises(ValueError, match=r"takes one action, for 'tenant_0'"):
+        env.step({"tenant_0": act, "tenant_1": act})
+    obs, *_ = env.step({"tenant_0": act})
+    assert list(obs) == ["tenant_1"]
+    from fleet_marl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="turn_order = 'random'"):
+        FleetRLlibEnv({"task": "tiny", "turn_order": "random"})  # a turn order needs the sequential protocol
+    with pytest.raises(ConfigError, match="turn_order = 'sideways'"):
+        FleetRLlibEnv({"task": "tiny", "protocol": "sequential", "turn_order": "sideways"})
+
+
+def test_sequential_wrapper_spaces_state_and_views():
+    import fleet_marl
+    from fleet_marl.rllib.env import fleet_envs
+
+    env = FleetRLlibEnv({"task": "easy", "protocol": "sequential", "with_state": True})
+    aec = fleet_marl.env(task="easy", protocol="sequential").unwrapped
+    space = env.observation_spaces["tenant_0"]
+    assert space["observations"].shape == (40,) and space["state"].shape == aec.state_space.shape != env.par_env.state_space.shape
+    obs, _ = env.reset(seed=1)
+    (a,) = list(obs)
+    assert space.contains(obs[a])
+    np.testing.assert_array_equal(obs[a]["state"], env.seq_env.state())
+    assert fleet_envs(env) == [env.par_env] and env.par_env is env.seq_env.env  # the callbacks read the round engine
+    tc = TrainConfig(task="easy", env={"protocol": "sequential", "turn_order": "priority"})
+    sig = tc.signature()
+    assert sig["obs_dim"] == 40 and sig["state_dim"] == aec.state_space.shape[0]
+    assert tc.env_config()["protocol"] == "sequential" and FleetRLlibEnv(tc.env_config()).seq_env.turn_order == "priority"
+    with pytest.raises(TrainConfigError, match="protocol = 'turns'"):
+        TrainConfig(task="easy", env={"protocol": "turns"}).check()
+
+
+def test_a_checkpoint_is_graded_only_under_the_protocol_it_learned(tmp_path):
+    """A run trained under one protocol is refused, by name, on an env of the other (its
+    observations have another shape); a different turn order is allowed (the same shapes)."""
+    import fleet_marl
+    from fleet_marl.evaluation import PolicyError, load_policy
+    from fleet_marl.evaluation.runs import check_trained_on
+
+    seq = _fake_checkpoint(tmp_path / "seq", TrainConfig(task="tiny", env={"protocol": "sequential", "turn_order": "rotating"}))
+    with pytest.raises(PolicyError, match=r"trained with protocol = 'sequential' and this environment plays protocol = 'simultaneous'.*--protocol sequential"):
+        load_policy(str(seq.parent), fleet_marl.parallel_env(task="tiny"))
+    sim = _fake_checkpoint(tmp_path / "sim", TrainConfig(task="tiny"))
+    with pytest.raises(PolicyError, match=r"trained with protocol = 'simultaneous' and this environment plays protocol = 'sequential'"):
+        load_policy(str(sim.parent), fleet_marl.env(task="tiny", protocol="sequential"))
+    meta = json.loads((seq / "fleet_marl.json").read_text())
+    check_trained_on(str(seq), meta, fleet_marl.env(task="tiny", protocol="sequential", turn_order="priority"))  # no error

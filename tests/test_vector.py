@@ -143,3 +143,21 @@ def test_masks_state_seeds_and_spaces():
         fleet_marl.vector_env(num_envs=0, task="tiny")
     with pytest.raises(ValueError, match="obs_mode"):
         fleet_marl.vector_env(num_envs=1, task="tiny", obs_mode="dict")
+
+
+def test_the_vector_env_plays_the_simultaneous_protocol_only():
+    """protocol='sequential' is refused by name and points to the AEC env; a bad protocol or a
+    turn_order is the same ConfigError as for the other forms; 'simultaneous' is accepted."""
+    from fleet_marl.config import ConfigError
+
+    with pytest.raises(ValueError, match=r"protocol = 'sequential': the vector env .* use fleet_marl\.env\(protocol='sequential'"):
+        fleet_marl.vector_env(num_envs=2, task="tiny", protocol="sequential")
+    with pytest.raises(ValueError, match=r"protocol = 'sequential'"):
+        fleet_marl.vector_env(num_envs=2, task="tiny", protocol="sequential", turn_order="rotating")
+    with pytest.raises(ConfigError, match="turn_order = 'rotating'"):
+        fleet_marl.vector_env(num_envs=2, task="tiny", turn_order="rotating")
+    with pytest.raises(ConfigError, match="protocol = 'turns'"):
+        fleet_marl.vector_env(num_envs=2, task="tiny", protocol="turns")
+    venv = fleet_marl.vector_env(num_envs=2, task="tiny", protocol="simultaneous")
+    obs, _ = venv.reset(seed=0)
+    assert obs.shape == (2, 2, 34)

@@ -34,7 +34,7 @@ from gymnasium.vector import AutoresetMode
 
 from fleet_marl.environment import core
 from fleet_marl.environment.spaces import ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_OBS, NOT_ALLOWED, NOT_INTEGER, OUT_OF_RANGE, ActionError, check_indices
-from fleet_marl.tasks import make_config
+from fleet_marl.tasks import check_protocol, make_config
 
 
 class FleetVectorEnv:
@@ -57,6 +57,11 @@ class FleetVectorEnv:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs = {num_envs!r}: expected an integer >= 1")
         cfg, opts = make_config(task, config, **overrides)
+        if check_protocol(opts)[0] == "sequential":  # a bad protocol or turn_order is a ConfigError naming it
+            raise ValueError("protocol = 'sequential': the vector env steps every tenant of every cluster at once (the simultaneous "
+                             "protocol only; see docs/environment.md, the vector env); the sequential protocol is turn-based: "
+                             "use fleet_marl.env(protocol='sequential', ...), the AEC env")
+        opts.pop("protocol", None)  # protocol='simultaneous' is what the vector env plays
         unknown = set(opts) - {"illegal_action"}
         if unknown:
             raise ValueError(f"{sorted(unknown)[0]} = {opts[sorted(unknown)[0]]!r}: the vector env has no such option (obs_mode, render_mode and mask_layout are the parallel env's; the vector env's mask is always flat)")

@@ -104,13 +104,19 @@ def check_trained_on(spec: str, meta: dict, env) -> None:
     fe = fleet_env_or_none(env)
     if fe is None:
         return
+    trained = meta.get("train_config", {})
+    learned = (trained.get("env") or {}).get("protocol", "simultaneous")
+    playing = getattr(getattr(env, "unwrapped", env), "protocol", "simultaneous")  # FleetSequentialEnv has one
+    if learned != playing:
+        raise PolicyError(spec, f"the run was trained with protocol = {learned!r} and this environment plays protocol = {playing!r} "
+                                "(the sequential protocol's observations have 6 more features, the claims before the tenant's turn); "
+                                f"evaluate it with --protocol {learned} (overrides protocol={learned!r})")
     sig = meta.get("signature", {})
     want = {"possible_agents": list(fe.possible_agents), "nvec": fe.nvec.max(0).tolist()}
     for k, v in want.items():
         if sig.get(k) != v:
             raise PolicyError(spec, f"the run was trained on task {sig.get('task')!r} with {k} = {sig.get(k)!r}; this environment has {v!r}. "
                                     "Evaluate it on its own task")
-    trained = meta.get("train_config", {})
     if trained:
         cfg, _ = make_config(trained.get("task"), None, **trained.get("env", {}))
         if dataclasses.replace(cfg, reward=fe.config.reward, fairness=fe.config.fairness) != fe.config:

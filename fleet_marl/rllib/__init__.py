@@ -1,7 +1,8 @@
 """fleet_marl with RLlib (ray 2.60, new API stack, PPO).
 
 =====================================  ==========================================================
-``FleetRLlibEnv``                      the env as an RLlib ``MultiAgentEnv`` (``env.py``)
+``FleetRLlibEnv``                      the env as an RLlib ``MultiAgentEnv`` (``env.py``);
+                                       turn-based with ``protocol="sequential"``
 ``register()``                         registers ``"fleet_marl"`` (dict obs) and
                                        ``"fleet_marl_flat"`` with Ray Tune
 ``MaskedPPOTorchRLModule``             PPO module with action masking (``modules.py``)

@@ -35,6 +35,7 @@ EXAMPLES = """examples:
   fleet-marl train --config medium_per_kind_difference   # the same, by name
   fleet-marl train --task hard --sharing mappo --reward-scheme global --iterations 100
   fleet-marl train --resume runs/train/easy-shared-mixed --iterations 80
+  fleet-marl train --config seq.yaml                 # env: {protocol: sequential}: turn-based episodes (docs/training.md)
   fleet-marl train --overwrite                       # start runs/train/easy-shared-mixed over
   RAY_AUTH_MODE=disabled ray start --head && fleet-marl train --address auto --num-env-runners 2
 

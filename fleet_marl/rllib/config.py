@@ -10,6 +10,9 @@ default, an unknown one is an error that lists the valid ones::
     iterations: 60
     env: {arbiter: {mechanism: auction}}   # any fleet_marl.parallel_env override
 
+``env`` may also hold ``protocol: sequential`` (and ``turn_order``): the tenants then claim one
+at a time and RLlib trains on turn-based episodes (``FleetRLlibEnv``'s sequential protocol).
+
 Everything here is checked without starting Ray, so a bad config fails in a second.
 """
 
@@ -24,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from fleet_marl.environment import FleetParallelEnv
+from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
 from fleet_marl.evaluation import runs
 from fleet_marl.evaluation.runs import TrainConfigError
 from fleet_marl.rllib.sharing import SHARING, mapping_for, module_ids
@@ -149,7 +152,10 @@ class TrainConfig:
                 "with_state": self.sharing == "mappo", **self.env}
 
     def probe(self):
-        """A ``FleetParallelEnv`` of this config (cheap; no Ray)."""
+        """A ``FleetParallelEnv`` of this config, or its ``FleetSequentialEnv`` under
+        ``env.protocol = "sequential"`` (cheap; no Ray). Its spaces are what the modules learn."""
+        if self.env.get("protocol") == "sequential":
+            return FleetSequentialEnv(task=self.task, reward_scheme=self.reward_scheme, **self.env)
         return FleetParallelEnv(task=self.task, reward_scheme=self.reward_scheme, **self.env)
 
     def signature(self) -> dict:

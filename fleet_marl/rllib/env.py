@@ -8,14 +8,14 @@ that way (a tenant that goes broke in the last round is terminated while the res
 truncated). This wrapper fixes all three.
 
 ``env_config`` -- every keyword ``fleet_marl.parallel_env`` takes (``task``, ``reward_scheme``,
-any config override), plus:
+any config override), ``protocol`` and ``turn_order`` (below), plus:
 
 ``obs_mode``
-    ``"dict"`` (default): each observation is ``{"observations": Box(34), "action_mask":
+    ``"dict"`` (default): each observation is ``{"observations": Box(34 or 40), "action_mask":
     Box(0, 1, (sum(nvec),))}``, the masks of the 8 action dimensions concatenated in action order
     (the layout of the logits of RLlib's ``TorchMultiCategorical``), for
     :class:`~fleet_marl.rllib.modules.MaskedPPOTorchRLModule`.
-    ``"flat"``: the plain ``Box(34)``; RLlib's default module, no masking (the env vetoes a
+    ``"flat"``: the plain ``Box``; RLlib's default module, no masking (the env vetoes a
     masked precision and caps a masked GPU count, see ``docs/environment.md``).
 ``with_state``
     ``True`` adds ``"state": env.state()`` (dict mode only), the input of the centralized critic
@@ -23,6 +23,21 @@ any config override), plus:
 ``compute_all``
     Defaults to ``False`` here (only the trained scheme's reward is computed; welfare and the
     fairness report do not depend on it).
+
+``protocol``
+    ``"simultaneous"`` (default): every live tenant acts on every env step (the
+    ``FleetParallelEnv``). ``"sequential"`` (with ``turn_order``, default ``"fixed"``): the
+    tenants claim one at a time (``FleetSequentialEnv``, the native AEC env), and the wrapper
+    is RLlib's turn-based ``MultiAgentEnv``: ``reset()`` and every ``step()`` return the
+    observation of the one tenant whose turn is next (40 features: the 34 of the round's start
+    and the 6 ``CLAIM_FIELDS`` of the claims before its turn), and ``step()`` takes that
+    tenant's action only. A tenant's rewards are held until it is handed an observation again:
+    what accrued since its previous turn (the previous round's reward; PettingZoo's
+    ``last()``) comes with its next turn's observation, so over an episode each tenant is
+    credited exactly the AEC env's cumulative reward. A tenant that finishes (terminated or
+    truncated at the end of a round) gets one last observation with its last reward and its
+    flag, together with the next tenant's turn, and nothing after that; ``__all__`` is set on
+    the step that finishes the last one. One RLlib env step is one claim (N per round).
 
 Action spaces are padded to a common ``MultiDiscrete(nvec.max(0))`` so that agents with
 different ``max_gpus`` can share a module; the padded choices are masked (dict mode) or
@@ -48,13 +63,15 @@ import numpy as np
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 from ray.tune.registry import register_env
 
-from fleet_marl.environment import FleetParallelEnv
+from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
+from fleet_marl.tasks import check_protocol
 
 #: The names registered with ``ray.tune.registry.register_env`` by :func:`register`.
 ENV_NAMES = {"dict": "fleet_marl", "flat": "fleet_marl_flat"}
 OBS_MODES = tuple(ENV_NAMES)
 #: Keys of ``env_config`` the wrapper consumes itself; the rest go to ``parallel_env``.
 WRAPPER_KEYS = ("obs_mode", "with_state")
+PROTOCOL_KEYS = ("protocol", "turn_order")
 
 
 def flat_mask(mask: tuple, offsets: np.ndarray) -> np.ndarray:
@@ -73,7 +90,8 @@ def mask_offsets(nvec_max: np.ndarray) -> np.ndarray:
 
 
 class FleetRLlibEnv(MultiAgentEnv):
-    """fleet_marl's ``FleetParallelEnv`` as an RLlib ``MultiAgentEnv``. See the module docstring."""
+    """fleet_marl's ``FleetParallelEnv`` (or, with ``protocol="sequential"``, its
+    ``FleetSequentialEnv``, turn by turn) as an RLlib ``MultiAgentEnv``. See the module docstring."""
 
     def __init__(self, config: dict | None = None, obs_mode: str | None = None):
         super().__init__()
@@ -91,20 +109,31 @@ class FleetRLlibEnv(MultiAgentEnv):
         if cfg.get("mask_layout", "dims") != "dims":
             raise ValueError(f"env_config mask_layout = {cfg['mask_layout']!r}: the RLlib env puts its own flat mask, padded to nvec_max, "
                              "in the observation (obs_mode='dict'); leave mask_layout out")
-        self.par_env = FleetParallelEnv(obs_mode="flat", **cfg)  # masks come from the infos
+        protocol, turn_order = check_protocol(cfg)  # a ConfigError naming protocol or turn_order
+        cfg = {k: v for k, v in cfg.items() if k not in PROTOCOL_KEYS}
+        self.protocol = protocol
+        #: the sequential protocol's AEC env (None under the simultaneous protocol)
+        self.seq_env: FleetSequentialEnv | None = None
+        if protocol == "sequential":
+            self.seq_env = FleetSequentialEnv(obs_mode="flat", protocol=protocol, turn_order=turn_order, **cfg)
+            self.par_env = self.seq_env.env  # the round engine: the views, fairness and timing fleet_envs() reads
+            spaces_of = self.seq_env
+        else:
+            self.par_env = FleetParallelEnv(obs_mode="flat", **cfg)  # masks come from the infos
+            spaces_of = self.par_env
         pe = self.par_env
-        self.metadata = dict(pe.metadata)  # own copy: RLlib's vector env writes into it
-        self.render_mode = pe.render_mode
+        self.metadata = dict(spaces_of.metadata)  # own copy: RLlib's vector env writes into it
+        self.render_mode = spaces_of.render_mode
         self.possible_agents = list(pe.possible_agents)
         self.agents = []
         self.nvec_max = pe.nvec.max(0)
         self._hi = {a: pe.nvec[i] - 1 for i, a in enumerate(self.possible_agents)}
         self._offsets = mask_offsets(self.nvec_max)
-        box = pe.observation_spaces[self.possible_agents[0]]
+        box = spaces_of.observation_spaces[self.possible_agents[0]]  # 34 features, or 40 under the sequential protocol
         if self.obs_mode == "dict":
             spaces = {"observations": box, "action_mask": gym.spaces.Box(0.0, 1.0, (int(self.nvec_max.sum()),), np.float32)}
             if self.with_state:
-                spaces["state"] = pe.state_space
+                spaces["state"] = spaces_of.state_space
             obs_space: gym.Space = gym.spaces.Dict(spaces)
         else:
             obs_space = box
@@ -141,11 +170,15 @@ class FleetRLlibEnv(MultiAgentEnv):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         if seed is not None:
             seed = int(np.random.SeedSequence([int(seed), self.worker_index]).generate_state(1)[0])
+        if self.seq_env is not None:
+            return self._reset_turns(seed, options)
         obs, infos = self.par_env.reset(seed=seed, options=options)
         self.agents = list(self.par_env.agents)
         return self.convert(obs, infos), self._slim(infos)
 
     def step(self, action_dict: dict[str, Any]):
+        if self.seq_env is not None:
+            return self._step_turns(action_dict)
         acts = {a: np.minimum(np.asarray(v, np.int64), self._hi[a]) for a, v in action_dict.items()}
         obs, rew, term, trunc, infos = self.par_env.step(acts)
         self.agents = list(self.par_env.agents)
@@ -154,11 +187,68 @@ class FleetRLlibEnv(MultiAgentEnv):
         trunc["__all__"] = done and not term["__all__"]
         return self.convert(obs, infos), rew, term, trunc, self._slim(infos)
 
+    # --- the sequential protocol: one tenant per env step ------------------------------------------
+
+    def _turn_obs(self, agent: str):
+        """``agent``'s observation now (its 40 features and, in dict mode, its flat mask)."""
+        se = self.seq_env
+        vec = se.observe(agent)
+        if self.obs_mode == "flat":
+            return vec
+        info = se.infos.get(agent) or {}
+        mask = info.get("action_mask")
+        if mask is None:
+            mask = self.par_env.action_mask(agent)
+        d = {"observations": vec, "action_mask": self.flat_mask(mask)}
+        if self.with_state:
+            d["state"] = se.state()
+        return d
+
+    def _hand_out(self, obs: dict, rew: dict, term: dict, trunc: dict, infos: dict) -> None:
+        """Step the finished tenants out of the AEC env (each with its last observation, its
+        held reward and its flag), then hand the observation and held reward to the tenant
+        whose turn it is, if any is left."""
+        se = self.seq_env
+        while se.agents:
+            a = se.agent_selection
+            obs[a] = self._turn_obs(a)
+            rew[a] = float(se._cumulative_rewards[a])  # what accrued since its previous turn (AEC last())
+            infos[a] = {k: v for k, v in (se.infos.get(a) or {}).items() if k != "action_mask"}
+            if not (se.terminations[a] or se.truncations[a]):
+                break  # a live tenant's turn: it acts next
+            term[a], trunc[a] = bool(se.terminations[a]), bool(se.truncations[a])
+            se.step(None)  # finished: PettingZoo's dead step, which drops it
+        self.agents = list(se.agents)
+        done = not self.agents
+        term["__all__"] = done and all(term.values())  # every tenant that finished on this step terminated
+        trunc["__all__"] = done and not term["__all__"]
+
+    def _reset_turns(self, seed, options):
+        self.seq_env.reset(seed=seed, options=options)
+        obs, rew, term, trunc, infos = {}, {}, {}, {}, {}
+        self._hand_out(obs, rew, term, trunc, infos)
+        return obs, infos
+
+    def _step_turns(self, action_dict: dict[str, Any]):
+        se = self.seq_env
+        if not se.agents:
+            raise RuntimeError("step() after the episode ended: call reset() first")
+        agent = se.agent_selection
+        if set(action_dict) != {agent}:
+            raise ValueError(f"action_dict keys = {sorted(map(str, action_dict))}: the sequential protocol takes one action, for {agent!r}, "
+                             "the tenant whose turn it is (the one reset() or the last step() returned an observation for)")
+        se.step(np.minimum(np.asarray(action_dict[agent], np.int64), self._hi[agent]))
+        obs, rew, term, trunc, infos = {}, {}, {}, {}, {}
+        self._hand_out(obs, rew, term, trunc, infos)
+        return obs, rew, term, trunc, infos
+
     def render(self):
+        if self.seq_env is not None:
+            return self.seq_env.render()
         return self.par_env.render()
 
     def close(self) -> None:
-        self.par_env.close()
+        (self.seq_env or self.par_env).close()
 
 
 def make_env(config: dict | None = None) -> FleetRLlibEnv:
