@@ -13,6 +13,7 @@ from torchrl.envs.utils import check_env_specs, step_mdp
 import fleet_marl
 from fleet_marl.cli import main as cli_main
 from fleet_marl.evaluation import evaluate
+from fleet_marl.evaluation.runs import TrainConfigError
 from fleet_marl.torchrl import GROUP, FleetTorchEnv
 from fleet_marl.torchrl.policy import Coupling, MaskedMultiCategorical, build_networks
 from fleet_marl.torchrl.train import Learner, TorchRLTrainConfig, train
@@ -312,3 +313,8 @@ def test_the_shipped_torchrl_configs_load():
         data = yaml.safe_load(f.read_text())
         tc = TorchRLTrainConfig.from_dict(data, source=str(f))
         assert data["engine"] == "torchrl" and tc.max_minutes == 15.0 and tc.task == f.stem.split("_")[0]
+
+
+def test_the_sequential_protocol_is_refused_with_the_engine_that_trains_it():
+    with pytest.raises(TrainConfigError, match=r"env.protocol = 'sequential'.*--engine rllib"):
+        TorchRLTrainConfig(task="tiny", env={"protocol": "sequential"}).check()

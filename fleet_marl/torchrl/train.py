@@ -125,6 +125,9 @@ class TorchRLTrainConfig:
             raise TrainConfigError(f"{source}: {name} = {getattr(self, name)!r}: expected {expected}")
 
         runs.check_common(self, source, SHARING, bad)
+        if isinstance(self.env, dict) and self.env.get("protocol", "simultaneous") != "simultaneous":
+            raise TrainConfigError(f"{source}: env.protocol = {self.env['protocol']!r}: the torchrl engine trains on the vector env, which plays "
+                                   "the simultaneous protocol only; train the sequential protocol with --engine rllib (docs/training.md)")
         for name in ("iterations", "num_envs", "rollout", "epochs", "minibatch"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
