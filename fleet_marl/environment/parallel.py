@@ -14,7 +14,7 @@ from fleet_marl.config import FleetConfig
 from fleet_marl.environment import core
 from fleet_marl.environment.render import new_figure, render_ansi, render_rgb
 from fleet_marl.environment.spaces import (
-    ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_OBS, OBS_MODES, OK, PREC, ActionError, build_spaces, check_agent, check_indices, check_mask_layout,
+    ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_OBS, OBS_MODES, OK, PREC, ActionError, AgentSpaces, build_spaces, check_agent, check_indices, check_mask_layout,
     departed, parse_action,
 )
 from fleet_marl.environment.views import EnvViews
@@ -39,7 +39,7 @@ def scheme_rewards(info: dict) -> dict[str, float]:
     return {k[n:]: v for k, v in info.items() if k.startswith(REWARD_PREFIX)}
 
 
-class FleetParallelEnv(EnvViews, ParallelEnv):
+class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
     """Tenants negotiate for one shared GPU cluster; one step is one scheduling round.
 
     >>> import fleet_marl
@@ -139,21 +139,6 @@ class FleetParallelEnv(EnvViews, ParallelEnv):
         if value != self.config.max_cycles:
             self._build(dataclasses.replace(self.config, max_cycles=value))
             self._ready = False
-
-    def observation_space(self, agent: str) -> gymnasium.spaces.Space:
-        return self.observation_spaces[self._known(agent)]
-
-    def action_space(self, agent: str) -> gymnasium.spaces.MultiDiscrete:
-        return self.action_spaces[self._known(agent)]
-
-    def _known(self, agent) -> str:
-        if agent not in self.agent_index:
-            raise KeyError(f"unknown agent {agent!r}: expected one of {', '.join(self.possible_agents)}")
-        return agent
-
-    def _need_reset(self, what: str) -> None:
-        if not self._ready:
-            raise RuntimeError(f"{what} called before reset(): call env.reset(seed=...) first")
 
     def reset(self, seed: int | None = None, options: dict | None = None):
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):

@@ -51,7 +51,7 @@ from pettingzoo.utils import AgentSelector
 from fleet_marl.environment.observations import claim_features
 from fleet_marl.environment.parallel import FleetParallelEnv
 from fleet_marl.environment.render import new_figure, render_ansi, render_rgb
-from fleet_marl.environment.spaces import N_CLAIM, N_OBS, OBS_MODES, build_spaces
+from fleet_marl.environment.spaces import N_CLAIM, N_OBS, OBS_MODES, AgentSpaces, build_spaces
 from fleet_marl.tasks import check_protocol
 
 #: The round engine's read-only views and helpers the sequential env shows as its own.
@@ -64,7 +64,7 @@ VIEWS = (
 STATE_CLAIM_COLUMNS = ("claimed", "gpus", "bid", "position")
 
 
-class FleetSequentialEnv(AECEnv):
+class FleetSequentialEnv(AgentSpaces, AECEnv):
     """Tenants claim GPUs one at a time within each round (see the module docstring).
 
     >>> import fleet_marl
@@ -132,21 +132,6 @@ class FleetSequentialEnv(AECEnv):
         self.env.max_cycles = value
         self._build()
         self._ready = False
-
-    def observation_space(self, agent: str) -> gymnasium.spaces.Space:
-        return self.observation_spaces[self._known(agent)]
-
-    def action_space(self, agent: str) -> gymnasium.spaces.MultiDiscrete:
-        return self.action_spaces[self._known(agent)]
-
-    def _known(self, agent) -> str:
-        if agent not in self.observation_spaces:
-            raise KeyError(f"unknown agent {agent!r}: expected one of {', '.join(self.possible_agents)}")
-        return agent
-
-    def _need_reset(self, what: str) -> None:
-        if not self._ready:
-            raise RuntimeError(f"{what} called before reset(): call env.reset(seed=...) first")
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         obs, infos = self.env.reset(seed=seed, options=options)  # checks the seed

@@ -315,7 +315,30 @@ def departed(actions: dict, agent_index: dict, live: set) -> dict:
     return {a: v for a, v in actions.items() if a in live or a not in agent_index}
 
 
+class AgentSpaces:
+    """What the parallel and the sequential env share of PettingZoo's per-agent API: ``observation_space(agent)``
+    and ``action_space(agent)`` over their ``observation_spaces``/``action_spaces`` dicts, the
+    check that an agent name is one of ``possible_agents``, and the check that ``reset()`` came
+    first (``_ready``)."""
+
+    def observation_space(self, agent: str) -> gymnasium.spaces.Space:
+        return self.observation_spaces[self._known(agent)]
+
+    def action_space(self, agent: str) -> gymnasium.spaces.MultiDiscrete:
+        return self.action_spaces[self._known(agent)]
+
+    def _known(self, agent) -> str:
+        if agent not in self.observation_spaces:
+            raise KeyError(f"unknown agent {agent!r}: expected one of {', '.join(self.possible_agents)}")
+        return agent
+
+    def _need_reset(self, what: str) -> None:
+        if not self._ready:
+            raise RuntimeError(f"{what} called before reset(): call env.reset(seed=...) first")
+
+
 __all__ = [
+    "AgentSpaces",
     "ACTION_FIELDS", "ActionError", "ActionMasks", "BATCH_LEVELS", "CLAIM_FIELDS", "ILLEGAL_ACTION", "MASK_LAYOUTS", "N_ACT", "N_CLAIM", "N_OBS",
     "OBS_FIELDS", "OBS_INDEX", "SEQUENTIAL_OBS_INDEX",
     "NOT_ALLOWED", "NOT_INTEGER", "OBS_MODES", "OK", "OUT_OF_RANGE", "PREC", "action_nvec", "build_spaces", "check_agent", "check_indices",
