@@ -12,7 +12,7 @@ from pettingzoo import ParallelEnv
 
 from fleet_marl.config import FleetConfig
 from fleet_marl.environment import core
-from fleet_marl.environment.render import new_figure, render_ansi, render_rgb
+from fleet_marl.environment.render import render_frame
 from fleet_marl.environment.spaces import (
     ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_OBS, OBS_MODES, OK, PREC, ActionError, AgentSpaces, build_spaces, check_agent, check_indices, check_mask_layout,
     departed, parse_action,
@@ -321,18 +321,8 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
 
     def render(self):
         self._need_reset("render()")
-        if self.render_mode is None:
-            gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi', 'rgb_array' or 'human'.")
-            return None
-        if self.render_mode == "rgb_array":
-            if self._figure is None:
-                self._figure = new_figure()
-            return render_rgb(self, self._figure)
-        text = render_ansi(self)
-        if self.render_mode == "human":
-            print(text)
-            return None
-        return text
+        frame, self._figure = render_frame(self.render_mode, self, self._figure)
+        return frame
 
     def close(self) -> None:
         # nothing to import unless a frame was drawn (close() also runs at interpreter exit)

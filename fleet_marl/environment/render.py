@@ -13,6 +13,7 @@ env's public read-only views only (``last_outcome``, ``last_credit``, ``node_tem
 
 from __future__ import annotations
 
+import gymnasium
 import numpy as np
 
 from fleet_marl import catalog
@@ -129,4 +130,22 @@ def render_rgb(env, fig=None) -> np.ndarray:
     return np.ascontiguousarray(rgba[..., :3])
 
 
-__all__ = ["new_figure", "render_ansi", "render_rgb"]
+def render_frame(mode: str | None, env, figure=None, note: str = ""):
+    """What an env's ``render()`` returns in ``mode``, and the figure to keep for the next frame:
+    ``(frame, figure)``. ``None`` mode warns and draws nothing; ``rgb_array`` draws into
+    ``figure`` (a new one the first time); ``ansi`` returns the table (with ``note`` as a last
+    line), ``human`` prints it."""
+    if mode is None:
+        gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi', 'rgb_array' or 'human'.")
+        return None, figure
+    if mode == "rgb_array":
+        figure = new_figure() if figure is None else figure
+        return render_rgb(env, figure), figure
+    text = render_ansi(env) + (f"\n{note}" if note else "")
+    if mode == "human":
+        print(text)
+        return None, figure
+    return text, figure
+
+
+__all__ = ["new_figure", "render_ansi", "render_frame", "render_rgb"]

@@ -43,14 +43,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium
 import numpy as np
 from pettingzoo import AECEnv
 from pettingzoo.utils import AgentSelector
 
 from fleet_marl.environment.observations import claim_features
 from fleet_marl.environment.parallel import FleetParallelEnv
-from fleet_marl.environment.render import new_figure, render_ansi, render_rgb
+from fleet_marl.environment.render import render_frame
 from fleet_marl.environment.spaces import N_CLAIM, N_OBS, OBS_MODES, AgentSpaces, build_spaces
 from fleet_marl.tasks import check_protocol
 
@@ -272,18 +271,8 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
 
     def render(self):
         self._need_reset("render()")
-        if self.render_mode is None:
-            gymnasium.logger.warn("render() called without a render_mode; pass render_mode='ansi', 'rgb_array' or 'human'.")
-            return None
-        if self.render_mode == "rgb_array":
-            if self._figure is None:
-                self._figure = new_figure()
-            return render_rgb(self.env, self._figure)
-        text = render_ansi(self.env) + "\n" + self._claims_line()
-        if self.render_mode == "human":
-            print(text)
-            return None
-        return text
+        frame, self._figure = render_frame(self.render_mode, self.env, self._figure, self._claims_line())
+        return frame
 
     def close(self) -> None:
         self._figure = None
