@@ -321,6 +321,74 @@ class Learner:
         return TrainedPolicy(env, copy.deepcopy(self.actor_net), self.nvec, explore=explore)
 
 
+class Loop:
+    """Collect and learn: iterating yields one :data:`COLUMNS` row per iteration (``welfare``
+    the mean of the episodes that ended in the batch; no grader columns), after the learner's
+    update and the collector's new weights. What the caller does between two rows (grading,
+    checkpoints) is not training time (``train_seconds``) but counts towards ``max_minutes``;
+    the loop ends after ``tc.iterations`` in all (``first`` done already) or when
+    ``max_minutes`` are spent. ``close()`` stops the collector (also when the caller stops early).
+
+    >>> loop = Loop(tc, Learner(tc, tc.signature()))
+    >>> for row in loop:
+    ...     print(row["iteration"], row["welfare"])
+    """
+
+    def __init__(self, tc: TorchRLTrainConfig, learner: Learner, *, first: int = 0, env_steps: int = 0, offset: float = 0.0):
+        self.tc, self.learner = tc, learner
+        self.first, self.env_steps0, self.offset = first, env_steps, offset
+        self.frames = tc.num_envs * tc.rollout
+        self.n_agents = len(learner.sig["possible_agents"])
+        self.train_seconds = 0.0
+        make_env = functools.partial(FleetTorchEnv, tc.num_envs, tc.task, reward_scheme=tc.reward_scheme, **tc.env)
+        kwargs = dict(frames_per_batch=self.frames, total_frames=self.frames * (tc.iterations - first), exploration_type=ExplorationType.RANDOM)
+        if tc.collector == "async":
+            # the env and the sampling policy in a worker process (another core), collecting the next
+            # batch with the previous weights while this process learns on the last one
+            # (this process keeps ``threads`` torch threads; TorchRL's default would be the cores minus the worker)
+            self.collector = AsyncCollector(make_env, learner.actor, num_sub_threads=1, num_threads=tc.threads or None, **kwargs)
+        else:
+            self.collector = Collector(make_env(), learner.actor, auto_register_policy_transforms=False, **kwargs)
+        self.collector.set_seed(tc.seed + 1_000_003 * first)  # a resumed run continues with fresh episodes
+
+    @property
+    def env(self) -> FleetTorchEnv | None:
+        """The sync collector's env (None for ``async``: it lives in the worker process)."""
+        return getattr(self.collector, "env", None) if self.tc.collector == "sync" else None
+
+    def __iter__(self):
+        tc, learner, frames, N = self.tc, self.learner, self.frames, self.n_agents
+        it, env_steps = self.first, self.env_steps0
+        t0 = time.time()
+        tick = t0
+        for data in self.collector:
+            collected = time.time()
+            it += 1
+            env_steps += frames
+            done = data.get(("next", "done")).squeeze(-1)
+            welfare = data.get(("next", "episode_welfare")).squeeze(-1)[done]
+            spent = (self.offset + collected - t0) / (60 * tc.max_minutes) if tc.max_minutes else 0.0
+            lr = learner.set_progress(max((it - 1) / tc.iterations, spent))
+            stats = learner.update(data)
+            self.collector.update_policy_weights_()
+            now = time.time()
+            self.train_seconds += now - tick
+            row: dict[str, Any] = {c: "" for c in COLUMNS}
+            row.update(iteration=it, env_steps=env_steps, agent_steps=env_steps * N, time_s=round(self.offset + now - t0, 2),
+                       agent_steps_per_s=round(frames * N / max(now - tick, 1e-9), 1), collect_s=round(collected - tick, 4),
+                       learn_s=round(now - collected, 4), episodes=int(done.sum()), lr=lr,
+                       **{k: round(v, 6) for k, v in stats.items()})
+            if len(welfare):
+                row["welfare"] = round(float(welfare.mean()), 4)
+            yield row
+            if tc.max_minutes and self.offset + time.time() - t0 >= 60 * tc.max_minutes:
+                return  # the time budget is spent
+            tick = time.time()
+
+    def close(self) -> None:
+        self.collector.shutdown()
+
+
 def prepare(tc: TorchRLTrainConfig, resume: str | None = None, overwrite: bool = False):
     """Everything checked before training: (config, checkpoint folder to resume or None, its sidecar)."""
     if resume is None:
@@ -367,17 +435,6 @@ def train(tc: TorchRLTrainConfig, *, resume: str | None = None, overwrite: bool 
     if ckpt is not None:
         learner.load_state_dict(torch.load(ckpt / "model.pt", weights_only=True))
         first, offset, env_steps0 = int(meta["iteration"]), float(meta.get("seconds", 0.0)), int(meta.get("env_steps", 0))
-    frames = tc.num_envs * tc.rollout
-    make_env = functools.partial(FleetTorchEnv, tc.num_envs, tc.task, reward_scheme=tc.reward_scheme, **tc.env)
-    kwargs = dict(frames_per_batch=frames, total_frames=frames * (tc.iterations - first), exploration_type=ExplorationType.RANDOM)
-    if tc.collector == "async":
-        # the env and the sampling policy in a worker process (another core), collecting the next
-        # batch with the previous weights while this process learns on the last one
-        # (this process keeps ``threads`` torch threads; TorchRL's default would be the cores minus the worker)
-        collector = AsyncCollector(make_env, learner.actor, num_sub_threads=1, num_threads=tc.threads or None, **kwargs)
-    else:
-        collector = Collector(make_env(), learner.actor, auto_register_policy_transforms=False, **kwargs)
-    collector.set_seed(tc.seed + 1_000_003 * first)  # a resumed run continues with fresh episodes
     from tensorboardX import SummaryWriter  # only when training
 
     writer = SummaryWriter(str(run_dir / "tb"))
@@ -392,30 +449,12 @@ def train(tc: TorchRLTrainConfig, *, resume: str | None = None, overwrite: bool 
         w.writerows(rows)
     N = len(sig["possible_agents"])
     t0 = time.time()
-    train_seconds = 0.0
     bar = tqdm(total=tc.iterations, initial=first, desc=f"train {tc.run_name}", unit="iter", file=sys.stderr, dynamic_ncols=True) if progress else None
     it, env_steps, last = first, env_steps0, ckpt
-    tick = time.time()
+    loop = Loop(tc, learner, first=first, env_steps=env_steps0, offset=offset)
     try:
-        for data in collector:
-            collected = time.time()
-            it += 1
-            env_steps += frames
-            done = data.get(("next", "done")).squeeze(-1)
-            welfare = data.get(("next", "episode_welfare")).squeeze(-1)[done]
-            spent = (offset + collected - t0) / (60 * tc.max_minutes) if tc.max_minutes else 0.0
-            lr = learner.set_progress(max((it - 1) / tc.iterations, spent))
-            stats = learner.update(data)
-            collector.update_policy_weights_()
-            now = time.time()
-            train_seconds += now - tick
-            row: dict[str, Any] = {c: "" for c in COLUMNS}
-            row.update(iteration=it, env_steps=env_steps, agent_steps=env_steps * N, time_s=round(offset + now - t0, 2),
-                       agent_steps_per_s=round(frames * N / max(now - tick, 1e-9), 1), collect_s=round(collected - tick, 4),
-                       learn_s=round(now - collected, 4), episodes=int(done.sum()), lr=lr,
-                       **{k: round(v, 6) for k, v in stats.items()})
-            if len(welfare):
-                row["welfare"] = round(float(welfare.mean()), 4)
+        for row in loop:
+            it, env_steps = row["iteration"], row["env_steps"]
             if tc.eval_interval and it % tc.eval_interval == 0 and tc.eval_episodes:
                 ev = grade(learner, tc, tc.eval_episodes)
                 row["eval_welfare"], row["score"] = round(float(ev.welfare.mean()), 4), round(ev.score, 4)
@@ -435,15 +474,13 @@ def train(tc: TorchRLTrainConfig, *, resume: str | None = None, overwrite: bool 
                     post["graded"] = f"{row['eval_welfare']:.1f}"
                 bar.set_postfix(post)
                 bar.update(1)
-            if tc.max_minutes and offset + time.time() - t0 >= 60 * tc.max_minutes:
-                break  # the time budget is spent
-            tick = time.time()
         last = _save(learner, run_dir, tc, sig, it, env_steps, offset + time.time() - t0)
     finally:
-        collector.shutdown()
+        loop.close()
         writer.close()
         if bar is not None:
             bar.close()
+    train_seconds = loop.train_seconds
     seconds = offset + time.time() - t0
     res = TrainResult(run_dir=run_dir, checkpoint=last, iterations=it, env_steps=env_steps, agent_steps=env_steps * N, seconds=seconds,
                       train_seconds=train_seconds, rows=rows)
@@ -465,4 +502,4 @@ def train(tc: TorchRLTrainConfig, *, resume: str | None = None, overwrite: bool 
     return res
 
 
-__all__ = ["COLUMNS", "Learner", "TorchRLTrainConfig", "TrainResult", "grade", "prepare", "train"]
+__all__ = ["COLUMNS", "Learner", "Loop", "TorchRLTrainConfig", "TrainResult", "grade", "prepare", "train"]
