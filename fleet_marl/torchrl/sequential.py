@@ -43,10 +43,13 @@ update in between, as with the asynchronous collector).
 
 from __future__ import annotations
 
+import queue
+import traceback
 from typing import Any
 
 import numpy as np
 import torch
+import torch.multiprocessing as mp
 from tensordict import TensorDict
 
 from fleet_marl.environment.vector import FleetSequentialVectorEnv
@@ -185,4 +188,77 @@ class TurnCollector:
         return TensorDict({GROUP: group, "state": per_round("state", torch.float32), "next": nxt}, batch_size=(B, R))
 
 
-__all__ = ["TurnCollector", "turns_to_rounds"]
+def _collect_in_worker(tc: Any, actor_net: torch.nn.Module, nvec, batches: int, seed: int | None, weights: Any, out: Any) -> None:
+    """The worker process of :class:`AsyncTurnCollector`: collect ``batches`` batches, taking
+    the newest weights sent before each batch, and put each (or the error's traceback) on ``out``."""
+    try:
+        torch.set_num_threads(1)
+        col = TurnCollector(tc, actor_net, nvec, batches)
+        if seed is not None:
+            col.set_seed(seed)
+        for i, batch in enumerate(col):
+            out.put(batch)
+            if i + 1 < batches:
+                state = None
+                while True:  # the newest weights sent so far
+                    try:
+                        state = weights.get_nowait()
+                    except queue.Empty:
+                        break
+                if state is not None:
+                    actor_net.load_state_dict(state)
+    except Exception:  # handed to the learner's process, which raises it
+        out.put(traceback.format_exc())
+    # the batches' tensors are in shared memory, handed over through this process: stay until told to go
+    while weights.get() is not None:
+        pass
+
+
+class AsyncTurnCollector:
+    """:class:`TurnCollector` in a worker process (``collector: async``): it collects the next
+    batch with the weights of the last update while this process learns on the previous one (as
+    TorchRL's ``AsyncCollector`` does for the simultaneous protocol). The same interface; an
+    error in the worker is raised here with its traceback."""
+
+    def __init__(self, tc: Any, actor_net: torch.nn.Module, nvec, batches: int):
+        self.tc, self.actor_net, self.nvec, self.batches = tc, actor_net, [int(n) for n in nvec], int(batches)
+        self._seed: int | None = None
+        self._ctx = mp.get_context("spawn")
+        self._weights = self._ctx.Queue()
+        self._out = self._ctx.Queue(maxsize=1)
+        self._proc = None
+
+    def set_seed(self, seed: int) -> None:
+        self._seed = int(seed)
+
+    def update_policy_weights_(self) -> None:
+        self._weights.put({k: v.detach().clone() for k, v in self.actor_net.state_dict().items()})
+
+    def __iter__(self):
+        self._proc = self._ctx.Process(target=_collect_in_worker, daemon=True,
+                                       args=(self.tc, self.actor_net, self.nvec, self.batches, self._seed, self._weights, self._out))
+        self._proc.start()
+        for _ in range(self.batches):
+            while True:
+                try:
+                    got = self._out.get(timeout=5.0)
+                    break
+                except queue.Empty:
+                    if not self._proc.is_alive():
+                        raise RuntimeError(f"the sequential protocol's collector worker process ended (exit code {self._proc.exitcode}) "
+                                           "before its batches were in") from None
+            if isinstance(got, str):
+                raise RuntimeError(f"the sequential protocol's collector failed in its worker process:\n{got}")
+            yield got
+
+    def shutdown(self) -> None:
+        if self._proc is not None:
+            self._weights.put(None)  # the worker's signal to end
+            self._proc.join(timeout=10)
+            if self._proc.is_alive():
+                self._proc.terminate()
+                self._proc.join(timeout=10)
+        self._proc = None
+
+
+__all__ = ["AsyncTurnCollector", "TurnCollector", "turns_to_rounds"]

@@ -59,7 +59,7 @@ from fleet_marl.evaluation import evaluate, runs
 from fleet_marl.torchrl.env import GROUP, FleetTorchEnv
 from fleet_marl.torchrl.loader import SIDECAR, TrainConfigError, checkpoint_folder, read_sidecar
 from fleet_marl.torchrl.policy import ACTIVATIONS, SHARING, MaskedMultiCategorical, TrainedPolicy, build_networks
-from fleet_marl.torchrl.sequential import TurnCollector
+from fleet_marl.torchrl.sequential import AsyncTurnCollector, TurnCollector
 
 #: The columns of ``metrics.csv`` (empty where an iteration has no value).
 COLUMNS = ("iteration", "env_steps", "agent_steps", "time_s", "agent_steps_per_s", "collect_s", "learn_s", "episodes", "lr", "welfare", "eval_welfare", "score",
@@ -351,7 +351,8 @@ class Loop:
         kwargs = dict(frames_per_batch=self.frames, total_frames=self.frames * (tc.iterations - first), exploration_type=ExplorationType.RANDOM)
         if tc.sequential:
             # the sequential protocol: the actor called once per turn, batches laid out per round (torchrl/sequential.py)
-            self.collector = TurnCollector(tc, learner.actor_net, learner.nvec, tc.iterations - first)
+            make = AsyncTurnCollector if tc.collector == "async" else TurnCollector
+            self.collector = make(tc, learner.actor_net, learner.nvec, tc.iterations - first)
         elif tc.collector == "async":
             # the env and the sampling policy in a worker process (another core), collecting the next
             # batch with the previous weights while this process learns on the last one
