@@ -150,7 +150,7 @@ class TorchRLTrainConfig:
 
     @property
     def run_name(self) -> str:
-        return self.name or f"{self.task}-{self.sharing}-{self.reward_scheme}-torchrl"
+        return self.name or f"{self.task}-{self.sharing}-{self.reward_scheme}{'-sequential' if self.sequential else ''}-torchrl"
 
     @property
     def run_dir(self) -> Path:
