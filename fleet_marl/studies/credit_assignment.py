@@ -34,7 +34,7 @@ from fleet_marl.config import MECHANISMS, REWARD_SCHEMES
 from fleet_marl.evaluation import evaluate, reference_episodes
 from fleet_marl.rllib.config import TrainConfig, build
 from fleet_marl.studies import store
-from fleet_marl.studies.store import read_rows
+from fleet_marl.studies.store import StudyError, read_rows
 from fleet_marl.tasks import scaled
 
 #: The full study's env-step budget per run, by N (the same for every scheme and seed). At
@@ -51,10 +51,6 @@ RESULT_COLUMNS = (
     "run_seconds", "train_seconds", "eval_seconds", "credit_seconds", "credit_ms_per_step", "finished",
 )
 CURVE_COLUMNS = ("n", "scheme", "seed", "iteration", "env_steps", "welfare", "jain", "starvation_events", "degenerate", "seconds")
-
-
-class StudyError(ValueError):
-    """A bad study setting or output folder: names the option, the value and what to do."""
 
 
 @dataclass

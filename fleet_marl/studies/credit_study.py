@@ -47,6 +47,7 @@ from tqdm import tqdm
 from fleet_marl.config import MECHANISMS
 from fleet_marl.evaluation import reference_episodes
 from fleet_marl.studies import store
+from fleet_marl.studies.store import StudyError
 from fleet_marl.tasks import TASKS, scaled
 
 #: The scaling part's arms: arm -> (reward scheme, sharing scheme).
@@ -78,10 +79,6 @@ RESULT_COLUMNS = (
 CURVE_COLUMNS = (*KEY, "iteration", "env_steps", "agent_steps", "train_welfare", "eval_welfare", "score", "jain", "starvation_events",
                  "degenerate", "seconds")
 SESSION_COLUMNS = ("started", "stopped", "wall_seconds", "runs_done", "jobs", "version")
-
-
-class StudyError(ValueError):
-    """A bad study setting or output folder: names the option, the value and what to do."""
 
 
 @dataclass
@@ -116,10 +113,10 @@ class Study:
     @classmethod
     def quick(cls, **changes) -> "Study":
         """A minute or two: N = 2 and 4, two seeds, both arbiters, every arm, the sharing part on
-        medium; two tiny iterations per run, episodes of 20 rounds, one grader episode. It checks
+        medium; five tiny iterations per run, episodes of 20 rounds, one grader episode. It checks
         the pipeline, not the science."""
-        base = dict(ns=(2, 4), seeds=2, sharing_tasks=("medium",), iterations=2, sharing_iterations=2, agents_per_step=32, min_envs=2,
-                    rollout=4, epochs=1, minibatches=2, hidden=(16, 16), eval_fractions=(0.8, 1.0), episodes=1, max_cycles=20,
+        base = dict(ns=(2, 4), seeds=2, sharing_tasks=("medium",), iterations=5, sharing_iterations=5, agents_per_step=32, min_envs=2,
+                    rollout=4, epochs=1, minibatches=2, hidden=(16, 16), eval_fractions=(0.4, 0.8, 1.0), episodes=1, max_cycles=20,
                     out="runs/credit_study_quick")
         base.update({k: v for k, v in changes.items() if v is not None})
         return cls(**base)
@@ -142,12 +139,12 @@ class Study:
                 bad("n", n, "tenant counts between 1 and 256")
         if len(set(self.ns)) != len(self.ns):
             bad("n", ",".join(map(str, self.ns)), "a list without repeats")
-        for name, lo in (("seeds", 1), ("iterations", 1), ("sharing_iterations", 1), ("agents_per_step", 1), ("min_envs", 1), ("rollout", 1),
+        for name, lo in (("seeds", 1), ("iterations", 3), ("sharing_iterations", 3), ("agents_per_step", 1), ("min_envs", 1), ("rollout", 1),
                          ("epochs", 1), ("minibatches", 1), ("shapley_samples", 1), ("episodes", 1), ("max_cycles", 2),
                          ("shapley_max_n", 0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                bad(name, v, f"an integer >= {lo}")
+                bad(name, v, f"an integer >= {lo}" + (" (80% of the budget must come before its end)" if lo == 3 else ""))
         fr = self.eval_fractions
         if not fr or any(isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1 for f in fr) or list(fr) != sorted(set(fr)) \
                 or 0.8 not in fr or fr[-1] != 1.0:

@@ -1,4 +1,4 @@
-"""The studies' resumable CSV store: one row per finished run, appended and synced as it
+"""The studies' resumable CSV store (and their one error class, :class:`StudyError`): one row per finished run, appended and synced as it
 finishes, so a killed study loses at most the runs in flight.
 
 :func:`read_rows` reads a study CSV, :func:`append` adds rows (the header when the file is
@@ -11,6 +11,10 @@ from __future__ import annotations
 import csv
 import os
 from pathlib import Path
+
+
+class StudyError(ValueError):
+    """A bad study setting or output folder: names the option, the value and what to do."""
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -55,4 +59,4 @@ def complete(row: dict, keys, columns, key) -> bool:
     return True
 
 
-__all__ = ["append", "complete", "read_rows", "rewrite"]
+__all__ = ["StudyError", "append", "complete", "read_rows", "rewrite"]
