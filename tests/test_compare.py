@@ -118,8 +118,8 @@ def test_bad_settings_name_the_option(change, match):
         Study(**change).check()
 
 
-def _cli(*args, cwd=None):
-    return subprocess.run([str(BIN / "fleet-marl"), "compare", *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+def _cli(*args, cwd=None, engine="rllib"):
+    return subprocess.run([str(BIN / "fleet-marl"), "compare", "--engine", engine, *args], capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
 def test_cli_errors_before_ray(tmp_path):
@@ -137,7 +137,7 @@ def test_cli_errors_before_ray(tmp_path):
 
 
 def test_help_has_examples():
-    r = _cli("--help")
+    r = _cli("--help", engine="torchrl")
     assert r.returncode == 0 and "fleet-marl compare --quick" in r.stdout and "resumes" in r.stdout
 
 
@@ -145,11 +145,11 @@ def test_the_command_module_on_its_own(tmp_path, capsys):
     """The compare entry of the CLI's table: its own parser, errors before Ray, in-process."""
     parser = argparse.ArgumentParser(epilog=command.EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     command.add_arguments(parser)
-    assert command.run(parser.parse_args(["--schemes", "local,nope", "--out", str(tmp_path / "s")])) == 2
+    assert command.run(parser.parse_args(["--engine", "rllib", "--schemes", "local,nope", "--out", str(tmp_path / "s")])) == 2
     assert "error: --schemes 'nope'" in capsys.readouterr().err
-    assert command.run(parser.parse_args(["--n", "2,x", "--out", str(tmp_path / "s")])) == 2
+    assert command.run(parser.parse_args(["--engine", "rllib", "--n", "2,x", "--out", str(tmp_path / "s")])) == 2
     assert "--n '2,x': expected comma-separated integers" in capsys.readouterr().err
-    args = parser.parse_args(["--quick", "--n", "2", "--budget", "2=200", "--out", str(tmp_path / "q")])
+    args = parser.parse_args(["--engine", "rllib", "--quick", "--n", "2", "--budget", "2=200", "--out", str(tmp_path / "q")])
     study = command.study_from_args(args)
     assert study.ns == (2,) and study.budgets[2] == 200 and study.out == str(tmp_path / "q") and study.train_batch_size == 200
     assert not (tmp_path / "s").exists() and not (tmp_path / "q").exists()
@@ -250,11 +250,11 @@ def test_paired_differences_are_by_seed():
 
 
 def test_the_reproducing_command_comes_from_the_study():
-    assert report.command(Study().settings()) == "fleet-marl compare"
-    assert report.command(Study.quick().settings()) == "fleet-marl compare --quick"
+    assert report.command(Study().settings()) == "fleet-marl compare --engine rllib"
+    assert report.command(Study.quick().settings()) == "fleet-marl compare --engine rllib --quick"
     s = Study(ns=(2, 4), seeds=5, budgets={2: 40_000, 4: 40_000}, mechanism="maxmin").settings()
-    assert report.command(s) == "fleet-marl compare --n 2,4 --seeds 5 --budget 2=40000,4=40000 --mechanism maxmin"
-    assert report.command(Study(lr=1e-3).settings()) == "fleet-marl compare (and, from Python, Study(lr=0.001))"
+    assert report.command(s) == "fleet-marl compare --engine rllib --n 2,4 --seeds 5 --budget 2=40000,4=40000 --mechanism maxmin"
+    assert report.command(Study(lr=1e-3).settings()) == "fleet-marl compare --engine rllib (and, from Python, Study(lr=0.001))"
 
 
 def test_report_writes_tables_and_plots(tmp_path):
@@ -286,7 +286,7 @@ def test_report_writes_tables_and_plots(tmp_path):
     report.write_docs(out, root=root, echo=lambda *_: None, allow_quick=True)
     text = doc.read_text()
     assert "prose before" in text and "prose after" in text and "old" not in text.split(report.START)[1].split(report.END)[0]
-    assert f"`fleet-marl compare --quick --out {out.as_posix()}`" in text and "img/credit_curves_n2.png" in text
+    assert f"`fleet-marl compare --engine rllib --quick --out {out.as_posix()}`" in text and "img/credit_curves_n2.png" in text
     assert (root / "docs" / "img" / "credit_scaling.png").is_file()
     assert (root / "docs" / "data" / "credit_assignment" / "results.csv").read_text() == (out / "results.csv").read_text()
     report.write_docs(out, root=root, echo=lambda *_: None, allow_quick=True)
@@ -315,4 +315,4 @@ def test_docs_of_a_study_under_another_arbiter_go_to_their_own_block(tmp_path):
     assert (root / "docs" / "data" / "credit_assignment_auction" / "results.csv").read_text() == (out / "results.csv").read_text()
     assert report.docs_targets("proportional")["start"] == report.START
     # the reproducing commands name the study's folder, which is not the default one
-    assert f"--mechanism auction --out {out.as_posix()}`, then `fleet-marl compare --out {out.as_posix()} --report --docs`" in block
+    assert f"--mechanism auction --out {out.as_posix()}`, then `fleet-marl compare --engine rllib --out {out.as_posix()} --report --docs`" in block

@@ -107,8 +107,9 @@ def test_every_extra_a_message_names_exists_and_holds_what_it_checks():
     from fleet_marl.studies import command as compare_command
     from fleet_marl.torchrl import command as torchrl_command
 
-    modules_of = {"fleet_marl/rllib/command.py": train_command.NEEDS, "fleet_marl/studies/command.py": compare_command.NEEDS,
-                  "fleet_marl/torchrl/command.py": torchrl_command.NEEDS}
+    modules_of = {("fleet_marl/rllib/command.py", "NEEDS"): train_command.NEEDS, ("fleet_marl/studies/command.py", "NEEDS"): compare_command.NEEDS,
+                  ("fleet_marl/studies/command.py", "RLLIB_NEEDS"): compare_command.RLLIB_NEEDS,
+                  ("fleet_marl/torchrl/command.py", "NEEDS"): torchrl_command.NEEDS}
     for path, node in calls:
         extra = node.args[1].value
         assert extra in EXTRAS, f"{path}:{node.lineno}: no extra [{extra}]"
@@ -117,8 +118,8 @@ def test_every_extra_a_message_names_exists_and_holds_what_it_checks():
             mods = (arg.value,)
         elif isinstance(arg, ast.Tuple):
             mods = tuple(e.value for e in arg.elts)
-        else:  # a module constant (NEEDS)
-            mods = modules_of[path.as_posix()]
+        else:  # a module constant (NEEDS, RLLIB_NEEDS)
+            mods = modules_of[path.as_posix(), arg.id]
         declared = {name(r) for r in EXTRAS[extra]}
         for m in mods:
             assert DIST[m.split(".")[0]] in declared, f"{path}:{node.lineno}: [{extra}] does not declare {m}"
@@ -185,8 +186,20 @@ def test_train_without_the_torchrl_extra(monkeypatch, capsys, tmp_path, module):
 
 def test_compare_without_the_rllib_extra(monkeypatch, capsys, tmp_path):
     absent(monkeypatch, "ray")
+    code, _, err = run(capsys, "compare", "--engine", "rllib", "--quick", "--out", str(tmp_path / "study"))
+    assert code == 2 and f"error: {hint('fleet-marl compare --engine rllib', 'rllib')}" in err and "Traceback" not in err
+    assert not (tmp_path / "study").exists()
+
+
+@pytest.mark.parametrize("module", ["torch", "torchrl", "tensordict", "matplotlib"])
+def test_compare_without_the_torchrl_extra(monkeypatch, capsys, tmp_path, module):
+    """The default engine (torchrl) says which extra it needs, before anything is written."""
+    from fleet_marl.studies.command import NEEDS
+
+    present(monkeypatch, *NEEDS[: NEEDS.index(module)])
+    absent(monkeypatch, module)
     code, _, err = run(capsys, "compare", "--quick", "--out", str(tmp_path / "study"))
-    assert code == 2 and f"error: {hint('fleet-marl compare', 'rllib')}" in err and "Traceback" not in err
+    assert code == 2 and f"error: {hint('fleet-marl compare', 'torchrl')}" in err and f"missing: {module}" in err and "Traceback" not in err
     assert not (tmp_path / "study").exists()
 
 

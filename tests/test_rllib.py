@@ -306,7 +306,7 @@ def test_compare_quick_runs_the_whole_pipeline_and_a_rerun_trains_nothing(tmp_pa
 
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
-    cmd = [str(Path(sys.executable).parent / "fleet-marl"), "compare", "--quick", "--out", str(tmp_path / "q"), "--no-progress"]
+    cmd = [str(Path(sys.executable).parent / "fleet-marl"), "compare", "--engine", "rllib", "--quick", "--out", str(tmp_path / "q"), "--no-progress"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1100)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = _csv(tmp_path / "q" / "results.csv")

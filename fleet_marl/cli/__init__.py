@@ -27,7 +27,7 @@ from fleet_marl.errors import UsageError
 #: ``fleet-marl --help`` lists them.
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("fleet_marl.cli.train", "train PPO tenants with TorchRL (the main job, make train) or RLlib (--engine rllib)"),
-    "compare": ("fleet_marl.studies.command", "the credit-assignment study: PPO under every reward scheme, N = 2..16 tenants"),
+    "compare": ("fleet_marl.studies.command", "the credit-assignment study: PPO under 7 reward and critic arms, N = 2..64 tenants, two arbiters"),
     "evaluate": ("fleet_marl.evaluation.command", "grade a policy on a task over K seeds"),
     "baselines": ("fleet_marl.evaluation.baselines", "every reference policy on every task, as a table"),
     "demo": ("fleet_marl.evaluation.demo", "one rendered episode with a summary"),

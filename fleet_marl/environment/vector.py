@@ -100,6 +100,7 @@ class FleetVectorEnv:
         self.action_space = gymnasium.spaces.MultiDiscrete(np.broadcast_to(cs.nvec, (self.num_envs, T, N_ACT)))
         self.state_space = gymnasium.spaces.Box(0.0, 1.0, (self.num_envs, S), np.float32)
         self._s = core.EnvState.zeros(cs, self.num_envs)
+        self.credit_seconds = 0.0  # wall time in the credit engine (the kernel call and the schemes), over the env's lifetime
         self._rngs: list[np.random.Generator] | None = None
         self._credit_rngs: list[np.random.Generator] | None = None
 
@@ -131,6 +132,7 @@ class FleetVectorEnv:
         cs, s = self._core, self._s
         idx, illegal = self._validate(actions)
         r = core.step(cs, s, idx, self._credit_rngs)
+        self.credit_seconds += r.credit_seconds
         obs = core.observe(cs, s)
         core.finish(s, r)
         infos = self._infos_step(r, illegal)

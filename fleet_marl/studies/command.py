@@ -1,12 +1,15 @@
-"""``fleet-marl compare``: the command-line front of the credit-assignment study
-(:mod:`fleet_marl.studies.credit_assignment`, :mod:`fleet_marl.studies.report`).
+"""``fleet-marl compare``: the command-line front of the credit-assignment studies.
 
-The ``compare`` entry of the CLI's command table: :data:`EXAMPLES` (the
-epilog), :func:`add_arguments` and :func:`run`. :func:`study_from_args` turns the arguments into a
-checked :class:`~fleet_marl.studies.credit_assignment.Study`. Importing this module does not
-import Ray, and every option is checked before Ray starts. Training needs the ``[rllib]`` extra
-(Ray, torch and matplotlib for the plots, :data:`NEEDS`), ``--report`` only the ``[plot]``
-extra; without it the command says which to install and exits with code 2.
+Two engines, one command. ``--engine torchrl`` (the default) runs the study of
+:mod:`fleet_marl.studies.credit_study` (7 arms, N up to 64, both arbiters, the sharing schemes;
+report :mod:`fleet_marl.studies.credit_report`); ``--engine rllib`` runs the first study
+(:mod:`fleet_marl.studies.credit_assignment`, report :mod:`fleet_marl.studies.report`), which
+still reproduces. The ``compare`` entry of the CLI's command table: :data:`EXAMPLES` (the
+epilog), :func:`add_arguments` and :func:`run`; :func:`study_from_args` turns the arguments into
+a checked study. Importing this module imports neither Ray nor torch, and every option is
+checked before either starts. Training needs the engine's extra (:data:`NEEDS`: ``[torchrl]``;
+:data:`RLLIB_NEEDS`: ``[rllib]``), ``--report`` only the ``[plot]`` extra; without it the command
+says which to install and exits with code 2.
 """
 
 from __future__ import annotations
@@ -18,44 +21,54 @@ import sys
 from fleet_marl.config import MECHANISMS, REWARD_SCHEMES
 from fleet_marl.errors import require
 from fleet_marl.rllib.config import TrainConfigError
-from fleet_marl.studies import credit_assignment, report
+from fleet_marl.studies import credit_assignment, credit_report, credit_study, report
 from fleet_marl.studies.credit_assignment import FULL_BUDGETS, Study, StudyError
 
-#: What a study imports: RLlib and torch to train, matplotlib for the plots (all in the
-#: ``[rllib]`` extra); ``--report`` needs matplotlib only (the ``[plot]`` extra).
-NEEDS = ("ray.rllib", "torch", "matplotlib")
+#: What the torchrl study imports: torch, TorchRL and matplotlib for the plots (the ``[torchrl]`` extra).
+NEEDS = ("torch", "torchrl", "tensordict", "matplotlib")
+#: What the rllib study imports: RLlib and torch to train, matplotlib for the plots (the ``[rllib]`` extra).
+RLLIB_NEEDS = ("ray.rllib", "torch", "matplotlib")
+ENGINES = ("torchrl", "rllib")
+#: Options of one engine only: option -> (engine, what to use with the other).
+ONLY = {"schemes": ("rllib", "--arms"), "budget": ("rllib", "--iterations"), "mechanism": ("rllib", "--mechanisms"), "address": ("rllib", "--jobs"),
+        "arms": ("torchrl", "--schemes"), "mechanisms": ("torchrl", "--mechanism"), "iterations": ("torchrl", "--budget")}
 
 EXAMPLES = """examples:
-  fleet-marl compare --quick                      # the whole pipeline in a few minutes (CI runs it)
-  fleet-marl compare                              # the full study: 72 runs, about 90 min on 2 cores
-  fleet-marl compare --n 2,4 --schemes global,difference --seeds 5
-  fleet-marl compare --budget 2=40000,4=40000 --n 2,4 --out runs/longer
-  fleet-marl compare --report                     # tables and plots again from the CSVs
+  fleet-marl compare --quick                      # the whole pipeline in about a minute (CI runs it)
+  fleet-marl compare                              # the full study: 880 runs, at most 4 hours on 2 cores
+  fleet-marl compare --n 2,4,8 --arms global,difference,mappo --seeds 5 --out runs/small
+  fleet-marl compare --report                     # tables, verdicts and plots again from the CSVs
   fleet-marl compare --report --docs              # ... and into docs/credit_assignment.md
-  RAY_AUTH_MODE=disabled ray start --head && fleet-marl compare --address auto --jobs 8
+  fleet-marl compare --engine rllib               # the first study (RLlib, N = 2..16, 72 runs)
+  fleet-marl compare --engine rllib --report --docs
 
-A killed study resumes: run the same command again and the runs already in
-<out>/results.csv are skipped. Outputs in <out>/: results.csv (one row per run), curves.csv
-(one row per iteration), summary.md, curves_n<N>.png, scaling.png. See docs/credit_assignment.md.
+A stopped study resumes: run the same command again and the runs already in
+<out>/results.csv are skipped (sessions.csv adds up the wall time). Outputs in <out>/:
+results.csv (one row per run), curves.csv (the grader's score along each run), summary.md,
+and the plots. See docs/credit_assignment.md.
 """
 
 
 def add_arguments(c: argparse.ArgumentParser) -> None:
     """The options of ``fleet-marl compare``."""
+    c.add_argument("--engine", default="torchrl", choices=ENGINES, help="torchrl (default): the study to N = 64; rllib: the first study")
     c.add_argument("--quick", action="store_true", help="N = 2, 4, two seeds, tiny budgets: checks the pipeline, not the science")
-    c.add_argument("--n", default=None, metavar="N,N", help="tenant counts (default 2,4,8,16; quick 2,4)")
-    c.add_argument("--schemes", default=None, metavar="S,S", help=f"reward schemes (default all: {','.join(REWARD_SCHEMES)})")
-    c.add_argument("--seeds", type=int, default=None, help="seeds per (N, scheme): 0 .. K-1 (default 3; quick 2)")
+    c.add_argument("--n", default=None, metavar="N,N", help="tenant counts (default 2,4,8,16,32,64; rllib 2,4,8,16; quick 2,4)")
+    c.add_argument("--arms", default=None, metavar="A,A", help="torchrl: scaling arms (default all: " + ",".join(credit_study.ARMS) + ")")
+    c.add_argument("--mechanisms", default=None, metavar="M,M", help="torchrl: arbiters of the scaling part (default proportional,auction)")
+    c.add_argument("--iterations", type=int, default=None, help="torchrl: PPO iterations per scaling run (default 30)")
+    c.add_argument("--schemes", default=None, metavar="S,S", help=f"rllib: reward schemes (default all: {','.join(REWARD_SCHEMES)})")
     c.add_argument("--budget", default=None, metavar="N=STEPS,...",
-                   help="env steps per run for each N (default " + ",".join(f"{n}={b}" for n, b in FULL_BUDGETS.items()) + ")")
-    c.add_argument("--episodes", type=int, default=None, help="grader episodes per run (default 5; quick 2)")
-    c.add_argument("--mechanism", default=None, help=f"arbiter, one of {', '.join(MECHANISMS)} (default proportional)")
+                   help="rllib: env steps per run for each N (default " + ",".join(f"{n}={b}" for n, b in FULL_BUDGETS.items()) + ")")
+    c.add_argument("--mechanism", default=None, help=f"rllib: arbiter, one of {', '.join(MECHANISMS)} (default proportional)")
+    c.add_argument("--address", default=None, help="rllib: run on an existing Ray cluster ('auto' or host:port)")
+    c.add_argument("--seeds", type=int, default=None, help="seeds per arm and N: 0 .. K-1 (default 10; rllib 3; quick 2)")
+    c.add_argument("--episodes", type=int, default=None, help="grader episodes per evaluation (default 5; quick fewer)")
     c.add_argument("--jobs", type=int, default=2, help="runs at once, one CPU each (default 2)")
-    c.add_argument("--address", default=None, help="run on an existing Ray cluster ('auto' or host:port)")
-    c.add_argument("--out", default=None, help="study folder (default runs/credit_assignment, quick runs/credit_assignment_quick)")
+    c.add_argument("--out", default=None, help="study folder (default runs/credit_study; rllib runs/credit_assignment; quick: ..._quick)")
     c.add_argument("--overwrite", action="store_true", help="start the study folder over")
     c.add_argument("--report", action="store_true", help="no training: rebuild the tables and plots from the CSVs in --out")
-    c.add_argument("--docs", action="store_true", help="also write the tables, plots and CSVs into docs/credit_assignment.md (its own block for an arbiter other than proportional)")
+    c.add_argument("--docs", action="store_true", help="also write the tables, plots and CSVs into docs/credit_assignment.md")
     c.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -69,8 +82,39 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
     return out
 
 
-def study_from_args(args) -> Study:
-    """The :class:`~fleet_marl.studies.credit_assignment.Study` the arguments describe (checked)."""
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _check_engine(args) -> None:
+    for name, (engine, instead) in ONLY.items():
+        if getattr(args, name, None) is not None and args.engine != engine:
+            raise StudyError(f"--{name} is an option of --engine {engine}; the {args.engine} study takes {instead} instead "
+                             "(see fleet-marl compare --help)")
+
+
+def study_from_args(args):
+    """The study the arguments describe (checked): a :class:`credit_study.Study` for the torchrl
+    engine, a :class:`credit_assignment.Study` for rllib."""
+    _check_engine(args)
+    if args.engine == "torchrl":
+        changes: dict = {}
+        if args.n:
+            changes["ns"] = _ints(args.n, "--n")
+        if args.arms:
+            changes["arms"] = _names(args.arms)
+        if args.mechanisms:
+            changes["mechanisms"] = _names(args.mechanisms)
+        for name in ("seeds", "episodes", "iterations", "out"):
+            if getattr(args, name) is not None:
+                changes[name] = getattr(args, name)
+        study = credit_study.Study.quick(**changes) if args.quick else credit_study.Study(**changes)
+        study.check()
+        return study
+    return _rllib_study(args)
+
+
+def _rllib_study(args) -> Study:
     changes: dict = {}
     if args.n:
         changes["ns"] = _ints(args.n, "--n")
@@ -95,18 +139,28 @@ def study_from_args(args) -> Study:
 def run(args) -> int:
     """Run ``fleet-marl compare`` with parsed ``args``: the missing runs (unless ``--report``),
     then the report (and ``--docs``); returns the exit code (2: a bad option)."""
-    # for the Ray the study starts: no token auth, no usage stats
+    # for the Ray the rllib study starts: no token auth, no usage stats
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # MissingExtra: the CLI prints how to install it (exit code 2)
     if args.report:
         require("matplotlib", "plot", "fleet-marl compare --report")
+    elif args.engine == "torchrl":
+        require(NEEDS, "torchrl", "fleet-marl compare")
     else:
-        require(NEEDS, "rllib", "fleet-marl compare")
+        require(RLLIB_NEEDS, "rllib", "fleet-marl compare --engine rllib")
     try:
         study = study_from_args(args)
+        progress = not args.no_progress
+        if args.engine == "torchrl":
+            if not args.report:
+                credit_study.run(study, jobs=args.jobs, overwrite=args.overwrite, progress=progress)
+            credit_report.report(study.out, echo=print if progress or args.report else (lambda *_: None))
+            if args.docs:
+                credit_report.write_docs(study.out)
+            return 0
         if not args.report:
-            credit_assignment.run(study, jobs=args.jobs, address=args.address, overwrite=args.overwrite, progress=not args.no_progress)
+            credit_assignment.run(study, jobs=args.jobs, address=args.address, overwrite=args.overwrite, progress=progress)
         report.report(study.out)
         if args.docs:
             report.write_docs(study.out)
@@ -117,4 +171,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["EXAMPLES", "NEEDS", "add_arguments", "run", "study_from_args"]
+__all__ = ["ENGINES", "EXAMPLES", "NEEDS", "RLLIB_NEEDS", "add_arguments", "run", "study_from_args"]

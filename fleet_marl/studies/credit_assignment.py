@@ -22,9 +22,7 @@ Nothing here imports Ray at import time; :func:`run` and :func:`run_one` do.
 
 from __future__ import annotations
 
-import csv
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +33,8 @@ from tqdm import tqdm
 from fleet_marl.config import MECHANISMS, REWARD_SCHEMES
 from fleet_marl.evaluation import evaluate, reference_episodes
 from fleet_marl.rllib.config import TrainConfig, build
+from fleet_marl.studies import store
+from fleet_marl.studies.store import StudyError, read_rows
 from fleet_marl.tasks import scaled
 
 #: The full study's env-step budget per run, by N (the same for every scheme and seed). At
@@ -51,10 +51,6 @@ RESULT_COLUMNS = (
     "run_seconds", "train_seconds", "eval_seconds", "credit_seconds", "credit_ms_per_step", "finished",
 )
 CURVE_COLUMNS = ("n", "scheme", "seed", "iteration", "env_steps", "welfare", "jain", "starvation_events", "degenerate", "seconds")
-
-
-class StudyError(ValueError):
-    """A bad study setting or output folder: names the option, the value and what to do."""
 
 
 @dataclass
@@ -197,47 +193,13 @@ def run_one(study: Study, n: int, scheme: str, seed: int, progress=None) -> tupl
 # --- the store and the scheduler ------------------------------------------------------------------
 
 
-def read_rows(path: Path) -> list[dict]:
-    """The rows of a study CSV (none if the file is missing)."""
-    if not path.is_file():
-        return []
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def _append(path: Path, columns, rows: list[dict]) -> None:
-    new = not path.is_file() or path.stat().st_size == 0
-    with path.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(columns))
-        if new:
-            w.writeheader()
-        w.writerows(rows)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def _key(row: dict) -> tuple[int, str, int]:
     return int(row["n"]), str(row["scheme"]), int(row["seed"])
 
 
 def _complete(row: dict, columns) -> bool:
     """False for a row cut short by a kill in the middle of a write."""
-    if any(row.get(c) in (None, "") for c in ("n", "scheme", "seed", columns[-1])):
-        return False
-    try:
-        _key(row)
-    except ValueError:
-        return False
-    return True
-
-
-def _rewrite(path: Path, columns, rows: list[dict]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(columns))
-        w.writeheader()
-        w.writerows({c: r.get(c, "") for c in columns} for r in rows)
-    tmp.replace(path)
+    return store.complete(row, ("n", "scheme", "seed"), columns, _key)
 
 
 def prepare(study: Study, overwrite: bool = False) -> tuple[Path, set]:
@@ -267,12 +229,12 @@ def prepare(study: Study, overwrite: bool = False) -> tuple[Path, set]:
     wanted = set(study.runs())
     results = [r for r in read_rows(out / "results.csv") if _complete(r, RESULT_COLUMNS)]
     if (out / "results.csv").is_file():
-        _rewrite(out / "results.csv", RESULT_COLUMNS, results)  # without a row a kill cut short
+        store.rewrite(out / "results.csv", RESULT_COLUMNS, results)  # without a row a kill cut short
     done = {_key(r) for r in results} & wanted
     # a curve without its results row belongs to a run that was killed: drop it
     curves = [r for r in read_rows(out / "curves.csv") if _complete(r, CURVE_COLUMNS) and _key(r) in done]
     if (out / "curves.csv").is_file():
-        _rewrite(out / "curves.csv", CURVE_COLUMNS, curves)
+        store.rewrite(out / "curves.csv", CURVE_COLUMNS, curves)
     return out, done
 
 
@@ -340,8 +302,8 @@ def _run_all(study: Study, out: Path, todo: list, jobs: int, address: str | None
                         failed.append(f"N={key[0]} scheme={key[1]} seed={key[2]}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__}")
                         runs_bar.update(1)
                         continue
-                    _append(out / "curves.csv", CURVE_COLUMNS, curve)  # the curve first: results.csv marks the run done
-                    _append(out / "results.csv", RESULT_COLUMNS, [row])
+                    store.append(out / "curves.csv", CURVE_COLUMNS, curve)  # the curve first: results.csv marks the run done
+                    store.append(out / "results.csv", RESULT_COLUMNS, [row])
                     runs_bar.update(1)
                     runs_bar.set_postfix_str(f"last N={key[0]} {key[1]} seed {key[2]}: welfare {row['eval_welfare']:.1f}, {row['run_seconds']:.0f}s")
         finally:

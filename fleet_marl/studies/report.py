@@ -286,11 +286,11 @@ def docs_targets(mechanism: str) -> dict:
 
 
 def command(settings: dict, out: str | Path | None = None) -> str:
-    """The ``fleet-marl compare`` command that runs the study of ``settings`` (study.json)."""
+    """The ``fleet-marl compare --engine rllib`` command that runs the study of ``settings`` (study.json)."""
     quick = Study.quick().settings()
     is_quick = settings.get("train_batch_size") == quick["train_batch_size"] and settings.get("max_cycles") == quick["max_cycles"]
     base = quick if is_quick else Study().settings()
-    parts = ["fleet-marl compare"] + (["--quick"] if is_quick else [])
+    parts = ["fleet-marl compare --engine rllib"] + (["--quick"] if is_quick else [])
     flags = {"ns": ("--n", lambda v: ",".join(map(str, v))), "schemes": ("--schemes", ",".join), "seeds": ("--seeds", str),
              "budgets": ("--budget", lambda v: ",".join(f"{k}={b}" for k, b in v.items())), "episodes": ("--episodes", str),
              "mechanism": ("--mechanism", str)}
@@ -344,7 +344,7 @@ def write_docs(out: str | Path, root: str | Path | None = None, echo=print, allo
     budgets = ", ".join(f"N={n}: {b:,}" for n, b in settings["budgets"].items() if int(n) in settings["ns"])
     total = sum(float(r["run_seconds"]) for r in rep["rows"])
     block = (f"{start}\n<!-- written by `fleet-marl compare --report --docs`; edit the text around it, not this block -->\n\n"
-             f"Reproduce: `{cmd}`, then `fleet-marl compare{out_arg} --report --docs`. {len(rep['rows'])} runs; env-step budget per run {budgets}; "
+             f"Reproduce: `{cmd}`, then `fleet-marl compare --engine rllib{out_arg} --report --docs`. {len(rep['rows'])} runs; env-step budget per run {budgets}; "
              f"{settings['seeds']} seeds; {settings['episodes']} grader episodes per run; arbiter `{settings['mechanism']}`; "
              f"sharing `{settings['sharing']}`. The runs took {total / 3600:.2f} CPU-hours, {wall_hours(rep['rows']):.2f} hours of "
              f"wall time from the first start to the last finish. The data: "

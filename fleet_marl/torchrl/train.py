@@ -335,6 +335,8 @@ class Loop:
     checkpoints) is not training time (``train_seconds``) but counts towards ``max_minutes``;
     the loop ends after ``tc.iterations`` in all (``first`` done already) or when
     ``max_minutes`` are spent. ``close()`` stops the collector (also when the caller stops early).
+    ``env`` is the sync collector's :class:`FleetTorchEnv` (None for ``async``: it lives in the
+    worker process).
 
     >>> loop = Loop(tc, Learner(tc, tc.signature()))
     >>> for row in loop:
@@ -358,14 +360,11 @@ class Loop:
             # batch with the previous weights while this process learns on the last one
             # (this process keeps ``threads`` torch threads; TorchRL's default would be the cores minus the worker)
             self.collector = AsyncCollector(make_env, learner.actor, num_sub_threads=1, num_threads=tc.threads or None, **kwargs)
+            self.env = None
         else:
-            self.collector = Collector(make_env(), learner.actor, auto_register_policy_transforms=False, **kwargs)
+            self.env = make_env()
+            self.collector = Collector(self.env, learner.actor, auto_register_policy_transforms=False, **kwargs)
         self.collector.set_seed(tc.seed + 1_000_003 * first)  # a resumed run continues with fresh episodes
-
-    @property
-    def env(self) -> FleetTorchEnv | None:
-        """The sync collector's env (None for ``async``: it lives in the worker process)."""
-        return getattr(self.collector, "env", None) if self.tc.collector == "sync" else None
 
     def __iter__(self):
         tc, learner, frames, N = self.tc, self.learner, self.frames, self.n_agents

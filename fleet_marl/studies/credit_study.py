@@ -1,0 +1,369 @@
+"""The credit-assignment study on the TorchRL engine: ``fleet-marl compare`` (the default engine).
+
+Two parts, each a set of runs of PPO (:mod:`fleet_marl.torchrl`, one shared masked policy per
+run unless the arm says otherwise), every run graded by the grader
+(:func:`fleet_marl.evaluation.evaluate`: the greedy policy on grader seeds 0 .. episodes - 1,
+against the random and planner references on the same seeds):
+
+``scaling``  task ``easy`` grown to N tenants (:func:`fleet_marl.tasks.scaled`) under each
+             arbiter in ``mechanisms``, for every arm in ``arms`` (:data:`ARMS`: the six reward
+             schemes with a shared actor and critic, and ``mappo``: the global reward with a
+             centralized critic) and every N in ``ns``
+``sharing``  the tasks ``sharing_tasks`` under the ``difference`` reward, for every sharing
+             scheme in ``sharing_arms`` (:data:`SHARING_ARMS`)
+
+A run's key is ``(part, setting, n, arm, seed)``: ``setting`` is the arbiter (scaling) or the
+task (sharing). Every run of a part at one N has the same budget: ``iterations`` PPO
+iterations of ``num_envs(N) x rollout`` env steps, and ``num_envs(N) = agents_per_step / N``
+clusters, so an iteration holds the same number of agent steps at every N (the env-step
+budget per N is in :meth:`Study.env_steps`). The grader grades each run at ``eval_fractions``
+of its budget: the learning curve. A run **converged**
+when its graded welfare rose by less than 2% (``converge_tol``) over the last 20% of its budget.
+
+Runs execute in ``jobs`` worker processes (one torch thread each), seed-major (all of seed 0
+first), so a stopped study holds whole seeds. Each finished run appends a row to
+``results.csv`` and its curve to ``curves.csv`` under ``out`` (:mod:`fleet_marl.studies.store`);
+running the same command again skips the runs already there and appends this session's wall
+time to ``sessions.csv`` (the study's wall time is their sum). ``study.json`` records the
+settings; resuming with other settings is refused. :mod:`fleet_marl.studies.credit_report`
+turns the CSVs into the tables, the verdicts and the plots.
+
+    out = run(Study(ns=(2, 4), seeds=3))    # the missing runs
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import importlib.metadata
+import json
+import multiprocessing
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from fleet_marl.config import MECHANISMS
+from fleet_marl.evaluation import reference_episodes
+from fleet_marl.studies import store
+from fleet_marl.studies.store import StudyError
+from fleet_marl.tasks import TASKS, scaled
+
+#: The scaling part's arms: arm -> (reward scheme, sharing scheme).
+ARMS = {
+    "local": ("local", "shared"),
+    "global": ("global", "shared"),
+    "mixed": ("mixed", "shared"),
+    "difference": ("difference", "shared"),
+    "difference_default": ("difference_default", "shared"),
+    "shapley": ("shapley", "shared"),
+    "mappo": ("global", "mappo"),  # learned credit assignment: a centralized critic on the state
+}
+#: The sharing part's arms (all under the difference reward): arm -> (reward scheme, sharing).
+SHARING_ARMS = {
+    "shared": ("difference", "shared"),
+    "per_kind": ("difference", "per_kind"),
+    "per_tenant": ("difference", "per_tenant"),
+    "mappo": ("difference", "mappo"),
+}
+PARTS = ("scaling", "sharing")
+KEY = ("part", "setting", "n", "arm", "seed")
+
+RESULT_COLUMNS = (
+    *KEY, "scheme", "sharing", "iterations", "env_steps", "agent_steps",
+    "eval_welfare", "score", "jain", "starvation_events", "degenerate", "illegal", "random_welfare", "planner_welfare",
+    "welfare_at_80", "improvement_last_20", "converged", "env_steps_to_90", "agent_steps_to_90",
+    "run_seconds", "train_seconds", "eval_seconds", "credit_seconds", "credit_ms_per_step", "finished",
+)
+CURVE_COLUMNS = (*KEY, "iteration", "env_steps", "agent_steps", "train_welfare", "eval_welfare", "score", "jain", "starvation_events",
+                 "degenerate", "seconds")
+SESSION_COLUMNS = ("started", "stopped", "wall_seconds", "runs_done", "jobs", "version")
+
+
+@dataclass
+class Study:
+    """One study (see the module docstring). Every field but ``out`` is recorded in
+    ``study.json``; the PPO settings not listed are :class:`~fleet_marl.torchrl.train.TorchRLTrainConfig`'s."""
+
+    arms: tuple = tuple(ARMS)
+    ns: tuple = (2, 4, 8, 16, 32, 64)
+    mechanisms: tuple = ("proportional", "auction")
+    sharing_arms: tuple = tuple(SHARING_ARMS)
+    sharing_tasks: tuple = ("medium", "hard")
+    seeds: int = 10
+    iterations: int = 30  # PPO iterations per run (scaling part)
+    sharing_iterations: int = 40  # ... sharing part
+    agents_per_step: int = 2048  # num_envs(N) = agents_per_step // N clusters (at least min_envs)
+    min_envs: int = 16
+    rollout: int = 8
+    epochs: int = 2
+    minibatches: int = 4
+    hidden: tuple = (64, 64)
+    lr: float = 1e-3
+    entropy_coeff: float = 0.01
+    shapley_max_n: int = 16  # the shapley arm runs up to this N (its cost grows ~N^2 per env step; see the report)
+    shapley_samples: int = 16  # sampled permutations above 8 tenants
+    eval_fractions: tuple = (0.25, 0.5, 0.8, 1.0)  # of the budget, where the grader grades (0.8 and 1.0 decide convergence)
+    episodes: int = 5
+    max_cycles: int = 100
+    converge_tol: float = 0.02
+    out: str = "runs/credit_study"
+
+    @classmethod
+    def quick(cls, **changes) -> "Study":
+        """A minute or two: N = 2 and 4, two seeds, both arbiters, every arm, the sharing part on
+        medium; five tiny iterations per run, episodes of 20 rounds, one grader episode. It checks
+        the pipeline, not the science."""
+        base = dict(ns=(2, 4), seeds=2, sharing_tasks=("medium",), iterations=5, sharing_iterations=5, agents_per_step=32, min_envs=2,
+                    rollout=4, epochs=1, minibatches=2, hidden=(16, 16), eval_fractions=(0.4, 0.8, 1.0), episodes=1, max_cycles=20,
+                    out="runs/credit_study_quick")
+        base.update({k: v for k, v in changes.items() if v is not None})
+        return cls(**base)
+
+    def check(self) -> None:
+        def bad(name, value, expected):
+            raise StudyError(f"--{name.replace('_', '-')} {value!r}: expected {expected}")
+
+        for name, allowed in (("arms", ARMS), ("sharing_arms", SHARING_ARMS), ("mechanisms", MECHANISMS), ("sharing_tasks", TASKS)):
+            values = getattr(self, name)
+            for v in values:
+                if v not in allowed:
+                    bad(name, v, f"values from {', '.join(allowed)}")
+            if len(set(values)) != len(values):
+                bad(name, ",".join(values), "a list without repeats")
+        if not self.arms and not self.sharing_arms:
+            bad("arms", "", "at least one arm")
+        for n in self.ns:
+            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 256:
+                bad("n", n, "tenant counts between 1 and 256")
+        if len(set(self.ns)) != len(self.ns):
+            bad("n", ",".join(map(str, self.ns)), "a list without repeats")
+        for name, lo in (("seeds", 1), ("iterations", 3), ("sharing_iterations", 3), ("agents_per_step", 1), ("min_envs", 1), ("rollout", 1),
+                         ("epochs", 1), ("minibatches", 1), ("shapley_samples", 1), ("episodes", 1), ("max_cycles", 2),
+                         ("shapley_max_n", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                bad(name, v, f"an integer >= {lo}" + (" (80% of the budget must come before its end)" if lo == 3 else ""))
+        fr = self.eval_fractions
+        if not fr or any(isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1 for f in fr) or list(fr) != sorted(set(fr)) \
+                or 0.8 not in fr or fr[-1] != 1.0:
+            bad("eval_fractions", ",".join(map(str, fr)), "increasing fractions of the budget in (0, 1], with 0.8 and 1.0 (convergence compares them)")
+        if not 0 < self.converge_tol < 1:
+            bad("converge_tol", self.converge_tol, "a fraction in (0, 1)")
+
+    # --- the runs ---------------------------------------------------------------------------------
+
+    def num_envs(self, n: int) -> int:
+        return max(self.min_envs, self.agents_per_step // n)
+
+    def runs_of(self, part: str) -> list[tuple]:
+        if part == "scaling":
+            return [(part, m, n, arm, seed) for seed in range(self.seeds) for m in self.mechanisms for n in sorted(self.ns) for arm in self.arms
+                    if not (arm == "shapley" and n > self.shapley_max_n)]
+        return [(part, task, self.task_n(task), arm, seed) for seed in range(self.seeds) for task in self.sharing_tasks for arm in self.sharing_arms]
+
+    def runs(self) -> list[tuple]:
+        """Every run key, seed-major (each part's seed 0, then seed 1, ...)."""
+        by_part = [self.runs_of(p) for p in PARTS]
+        return sorted((k for runs in by_part for k in runs), key=lambda k: (k[4], PARTS.index(k[0])))
+
+    def skipped(self) -> list[tuple]:
+        """The (part, setting, n, arm) the study does not run, by ``shapley_max_n``."""
+        if "shapley" not in self.arms:
+            return []
+        return [("scaling", m, n, "shapley") for m in self.mechanisms for n in sorted(self.ns) if n > self.shapley_max_n]
+
+    @staticmethod
+    def task_n(task: str) -> int:
+        return len(TASKS[task].builder()["tenants"])
+
+    def env(self, part: str, setting: str, n: int) -> tuple[str, dict]:
+        """(task, env overrides) of a run."""
+        if part == "scaling":
+            return "easy", {**scaled(n, setting), "max_cycles": self.max_cycles}
+        return setting, {"max_cycles": self.max_cycles}
+
+    def iterations_of(self, part: str) -> int:
+        return self.iterations if part == "scaling" else self.sharing_iterations
+
+    def env_steps(self, part: str, n: int) -> int:
+        """The env-step budget of every run of ``part`` at N = ``n``."""
+        return self.iterations_of(part) * self.num_envs(n) * self.rollout
+
+    def eval_at(self, part: str) -> list[int]:
+        """The iterations the grader grades (``eval_fractions`` of the budget)."""
+        it = self.iterations_of(part)
+        return sorted({max(1, round(f * it)) for f in self.eval_fractions})
+
+    def train_config(self, key: tuple):
+        """The :class:`~fleet_marl.torchrl.train.TorchRLTrainConfig` of the run ``key``."""
+        from fleet_marl.torchrl.train import TorchRLTrainConfig  # torch: only when a run trains
+
+        part, setting, n, arm, seed = key
+        scheme, sharing = (ARMS if part == "scaling" else SHARING_ARMS)[arm]
+        task, env = self.env(part, setting, n)
+        if scheme == "shapley":
+            env["shapley_samples"] = self.shapley_samples
+        B = self.num_envs(n)
+        return TorchRLTrainConfig(task=task, reward_scheme=scheme, sharing=sharing, env=env, iterations=self.iterations_of(part), max_minutes=0,
+                                  seed=seed, num_envs=B, rollout=self.rollout, epochs=self.epochs, minibatch=max(1, B * self.rollout // self.minibatches),
+                                  lr=self.lr, entropy_coeff=self.entropy_coeff, hidden=list(self.hidden), eval_interval=0, checkpoint_interval=0,
+                                  final_episodes=0, collector="sync", threads=1, out=str(Path(self.out) / "unused"), name="-".join(map(str, key)))
+
+    def settings(self) -> dict:
+        """What a resumed study must match (everything but ``out``)."""
+        d = asdict(self)
+        d.pop("out")
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+# --- one run (in a worker process) -----------------------------------------------------------------
+
+
+def run_one(study: Study, key: tuple) -> tuple[dict, list[dict]]:
+    """Train and grade the run ``key``; returns its results row and its curve rows."""
+    from fleet_marl.torchrl.study import run_one as train_and_grade  # torch: only in a run
+
+    res, curve = train_and_grade(study.train_config(key), study.eval_at(key[0]), study.episodes)
+    ids = dict(zip(KEY, key))
+    scheme, sharing = (ARMS if key[0] == "scaling" else SHARING_ARMS)[key[3]]
+    at80 = next(c for c in curve if c["iteration"] == max(1, round(0.8 * res["iterations"])))
+    w80, final = at80["eval_welfare"], res["eval_welfare"]
+    improvement = (final - w80) / max(abs(w80), 1e-9)
+    reached = next((c for c in curve if res["score"] > 0 and c["score"] >= 0.9 * res["score"]), None)
+    row = {**ids, "scheme": scheme, "sharing": sharing, **res, "welfare_at_80": w80, "improvement_last_20": improvement,
+           "converged": int(improvement < study.converge_tol),
+           "env_steps_to_90": reached["env_steps"] if reached else "", "agent_steps_to_90": reached["agent_steps"] if reached else "",
+           "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    return row, [{**ids, **c} for c in curve]
+
+
+def _key(row: dict) -> tuple:
+    return str(row["part"]), str(row["setting"]), int(row["n"]), str(row["arm"]), int(row["seed"])
+
+
+def _complete(row: dict, columns) -> bool:
+    return store.complete(row, KEY, columns, _key)
+
+
+# --- the folder, the scheduler ----------------------------------------------------------------------
+
+
+def prepare(study: Study, overwrite: bool = False) -> tuple[Path, set]:
+    """Check the study and its folder; returns (folder, run keys already done). Nothing is
+    deleted unless ``overwrite``, and only after every check passed."""
+    study.check()
+    out = Path(study.out)
+    meta = out / "study.json"
+    if out.exists() and not out.is_dir():
+        raise StudyError(f"--out {str(out)!r}: is a file; give a folder")
+    if meta.is_file() and not overwrite:
+        try:
+            old = json.loads(meta.read_text())
+        except ValueError:
+            old = None
+        if old != study.settings():
+            diff = sorted(k for k in study.settings() if not isinstance(old, dict) or old.get(k) != study.settings()[k])
+            raise StudyError(f"--out {str(out)!r} holds a study with other settings (differs in: {', '.join(diff) or 'study.json unreadable'}); "
+                             "resume it with the same options, pass --overwrite to start again, or give another --out")
+    elif out.is_dir() and any(out.iterdir()) and not meta.is_file() and not overwrite:
+        raise StudyError(f"--out {str(out)!r}: folder is not empty and holds no study.json; give an empty or new folder, or --overwrite")
+    if overwrite:
+        for name in ("study.json", "results.csv", "curves.csv", "sessions.csv"):
+            (out / name).unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    meta.write_text(json.dumps(study.settings(), indent=2) + "\n")
+    wanted = set(study.runs())
+    results = [r for r in store.read_rows(out / "results.csv") if _complete(r, RESULT_COLUMNS)]
+    if (out / "results.csv").is_file():
+        store.rewrite(out / "results.csv", RESULT_COLUMNS, results)  # without a row a kill cut short
+    done = {_key(r) for r in results} & wanted
+    # a curve without its results row belongs to a run that was killed: drop it
+    curves = [r for r in store.read_rows(out / "curves.csv") if _complete(r, CURVE_COLUMNS) and _key(r) in done]
+    if (out / "curves.csv").is_file():
+        store.rewrite(out / "curves.csv", CURVE_COLUMNS, curves)
+    return out, done
+
+
+def versions() -> str:
+    """fleet_marl's version, the git commit of its checkout (if it is one), and torch's and torchrl's."""
+    parts = []
+    for dist in ("fleet_marl", "torch", "torchrl"):
+        try:
+            parts.append(f"{dist} {importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10)
+        if commit.returncode == 0:
+            parts.append(f"commit {commit.stdout.strip()}")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return ", ".join(parts)
+
+
+def _reference(task: str, overrides: dict, name: str, seeds: list[int]) -> None:
+    reference_episodes(task, name, seeds, overrides, progress=None)
+
+
+def _init_worker() -> None:
+    import torch  # torch: the workers train
+
+    torch.set_num_threads(1)
+
+
+def run(study: Study, *, jobs: int = 2, overwrite: bool = False, progress: bool = True, echo=print) -> Path:
+    """Run every missing run of ``study`` in ``jobs`` processes; returns the study folder."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise StudyError(f"--jobs {jobs!r}: expected an integer >= 1")
+    out, done = prepare(study, overwrite)
+    todo = [k for k in study.runs() if k not in done]
+    echo(f"credit-assignment study in {out}: {len(study.runs())} runs, {len(done)} done, {len(todo)} to go")
+    if not todo:
+        return out
+    started = time.time()
+    finished = 0
+    failed: list[str] = []
+    # the grader's references (random and planner episodes, cached on disk) once per setting, before the runs need them
+    refs = sorted({k[:3] for k in todo})
+    ctx = multiprocessing.get_context("spawn")
+    try:
+        with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker) as pool:
+            seeds = list(range(study.episodes))
+            futs = [pool.submit(_reference, *study.env(*r), name, seeds) for r in refs for name in ("random", "planner")]
+            for f in tqdm(cf.as_completed(futs), total=len(futs), desc="references (random, planner)", unit="setting", disable=not progress,
+                          leave=False):
+                f.result()
+            bar = tqdm(total=len(todo), desc="runs", unit="run", disable=not progress, smoothing=0.02)
+            pending = {pool.submit(run_one, study, k): k for k in todo}
+            try:
+                for f in cf.as_completed(pending):
+                    key = pending[f]
+                    try:
+                        row, curve = f.result()
+                    except Exception as exc:  # noqa: BLE001 -- say which run, keep the others going
+                        failed.append(f"{'/'.join(map(str, key))}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__}")
+                        bar.update(1)
+                        continue
+                    store.append(out / "curves.csv", CURVE_COLUMNS, curve)  # the curve first: results.csv marks the run done
+                    store.append(out / "results.csv", RESULT_COLUMNS, [row])
+                    finished += 1
+                    bar.update(1)
+                    bar.set_postfix_str(f"last {key[1]} N={key[2]} {key[3]} seed {key[4]}: score {row['score']:.2f}, {row['run_seconds']:.0f}s")
+            finally:
+                for f in pending:
+                    f.cancel()
+                bar.close()
+    finally:
+        stopped = time.time()
+        store.append(out / "sessions.csv", SESSION_COLUMNS, [{
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)), "stopped": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(stopped)),
+            "wall_seconds": round(stopped - started, 1), "runs_done": finished, "jobs": jobs, "version": versions()}])
+    if failed:
+        raise StudyError(f"{len(failed)} run(s) failed and were not recorded (running the same command again retries them):\n  " + "\n  ".join(failed))
+    return out
+
+
+__all__ = ["ARMS", "CURVE_COLUMNS", "KEY", "PARTS", "RESULT_COLUMNS", "SESSION_COLUMNS", "SHARING_ARMS", "Study", "StudyError", "prepare", "run",
+           "run_one", "versions"]
