@@ -336,7 +336,8 @@ class Loop:
     the loop ends after ``tc.iterations`` in all (``first`` done already) or when
     ``max_minutes`` are spent. ``close()`` stops the collector (also when the caller stops early).
     ``env`` is the sync collector's :class:`FleetTorchEnv` (None for ``async``: it lives in the
-    worker process).
+    worker process; and under the sequential protocol, whose collector is
+    :class:`~fleet_marl.torchrl.sequential.TurnCollector`).
 
     >>> loop = Loop(tc, Learner(tc, tc.signature()))
     >>> for row in loop:
@@ -355,6 +356,7 @@ class Loop:
             # the sequential protocol: the actor called once per turn, batches laid out per round (torchrl/sequential.py)
             make = AsyncTurnCollector if tc.collector == "async" else TurnCollector
             self.collector = make(tc, learner.actor_net, learner.nvec, tc.iterations - first)
+            self.env = None  # no FleetTorchEnv: the per-turn vector env is the collector's (``collector.venv``, sync)
         elif tc.collector == "async":
             # the env and the sampling policy in a worker process (another core), collecting the next
             # batch with the previous weights while this process learns on the last one
