@@ -204,3 +204,33 @@ def test_async_collection_under_the_sequential_protocol_runs_in_a_worker(tmp_pat
                             eval_interval=0, final_episodes=0, out=str(tmp_path), env=SEQ)
     res = train(tc, progress=False)
     assert res.iterations == 3 and all(np.isfinite(float(r["policy_loss"])) for r in res.rows)
+
+
+def test_the_protocol_study_adds_a_trained_row_per_protocol(tmp_path, capsys):
+    from fleet_marl.evaluation import make_env, run_episode
+    from fleet_marl.studies import protocols
+
+    small = dict(task="tiny", iterations=1, num_envs=4, rollout=5, epochs=1, minibatch=20, hidden=[8], collector="sync", eval_interval=0,
+                 final_episodes=0, out=str(tmp_path))
+    sim = str(train(TorchRLTrainConfig(**small), progress=False).run_dir)
+    seq = str(train(TorchRLTrainConfig(**small, env=SEQ), progress=False).run_dir)
+    rows = protocols.study(["tiny"], ["random"], [0, 1], runs={"simultaneous": sim, "sequential": seq})
+    assert [(r["policy"], r["protocol"]) for r in rows] == [("random", "simultaneous"), ("random", "sequential"),
+                                                           ("trained", "simultaneous"), ("trained", "sequential")]
+    # graded as the grader grades: the same episodes, on the same seeds as the references
+    env = make_env("tiny", protocol="sequential", turn_order="rotating")
+    from fleet_marl.evaluation.loading import load_policy
+
+    w = [run_episode(env, load_policy(seq, env), s).welfare for s in (0, 1)]
+    assert rows[3]["welfare"][0] == pytest.approx(np.mean(w), rel=1e-9)
+    assert rows[3]["delta_welfare"] is not None and "| tiny | trained | sequential |" in protocols.markdown(rows)
+    # refused by name: a run under the other protocol, on another task, two tasks, an unknown protocol
+    with pytest.raises(protocols.StudyError, match=r"--run simultaneous=.*trained with protocol = 'sequential'"):
+        protocols.check_runs(["tiny"], {"simultaneous": seq})
+    with pytest.raises(protocols.StudyError, match=r"--run sequential=.*trained on task 'tiny'"):
+        protocols.check_runs(["easy"], {"sequential": seq})
+    with pytest.raises(protocols.StudyError, match=r"tasks = \['tiny', 'easy'\]: expected one task"):
+        protocols.check_runs(["tiny", "easy"], {"sequential": seq})
+    with pytest.raises(SystemExit):
+        protocols.main(["--tasks", "tiny", "--run", f"turns={seq}"])
+    assert "protocol = 'turns': expected one of simultaneous, sequential" in capsys.readouterr().err
