@@ -10,11 +10,17 @@ clusters in one array step) with a masked multi-categorical actor for ``rollout`
 in its episode (``("agents", "mask")``); one that finishes at step t is done there (no
 bootstrap). A cluster's truncation (``max_cycles``) bootstraps every tenant still in it.
 
+Under the sequential protocol (``env: {protocol: sequential, turn_order: ...}``) the collector
+is :class:`~fleet_marl.torchrl.sequential.TurnCollector` (``AsyncTurnCollector`` for
+``async``): the actor is called once per turn, on the per-turn vector env, and each batch of
+``rollout`` rounds comes laid out per tenant and round as above, so the learner is the same.
+
 Sharing schemes (:data:`~fleet_marl.torchrl.policy.SHARING`): ``shared``, ``per_tenant`` and
 ``per_kind`` are IPPO (each tenant's critic reads its own observation); ``mappo`` has a shared
 actor and a centralized critic on ``state``.
 
-A run writes, under ``<out>/<run name>/`` (default ``runs/train/<task>-<sharing>-<scheme>-torchrl``),
+A run writes, under ``<out>/<run name>/`` (default ``runs/train/<task>-<sharing>-<scheme>-torchrl``,
+``...-<scheme>-sequential-torchrl`` under the sequential protocol),
 what the RLlib route writes:
 
 ===================  ==========================================================================
