@@ -13,7 +13,6 @@ from torchrl.envs.utils import check_env_specs, step_mdp
 import fleet_marl
 from fleet_marl.cli import main as cli_main
 from fleet_marl.evaluation import evaluate
-from fleet_marl.evaluation.runs import TrainConfigError
 from fleet_marl.torchrl import GROUP, FleetTorchEnv
 from fleet_marl.torchrl.policy import Coupling, MaskedMultiCategorical, build_networks
 from fleet_marl.torchrl.train import Learner, TorchRLTrainConfig, train
