@@ -391,8 +391,9 @@ def test_parallel_env_refuses_the_sequential_protocol():
         fleet_marl.env(task="easy", protocol="turns")
     with pytest.raises(ConfigError, match="turn_order = 'alphabetical'.*'fixed', 'rotating', 'random', 'priority'"):
         seq(task="easy", turn_order="alphabetical")
-    with pytest.raises(ValueError, match="protocol"):
-        fleet_marl.vector_env(num_envs=2, task="easy", protocol="sequential")
+    with pytest.raises(ValueError, match="protocol = 'sequential': FleetVectorEnv steps"):  # a round per step: the per-turn form plays it
+        fleet_marl.FleetVectorEnv(num_envs=2, task="easy", protocol="sequential")
+    assert type(fleet_marl.vector_env(num_envs=2, task="easy", protocol="sequential")).__name__ == "FleetSequentialVectorEnv"
 
 
 def test_bad_actions_name_the_agent_and_field_and_change_nothing():
