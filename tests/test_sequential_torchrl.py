@@ -200,10 +200,10 @@ def test_bad_protocol_and_turn_order_in_the_training_config_are_named():
 
 
 def test_async_collection_under_the_sequential_protocol_runs_in_a_worker(tmp_path):
-    tc = TorchRLTrainConfig(task="tiny", iterations=3, num_envs=8, rollout=10, epochs=1, minibatch=40, hidden=[16], collector="async",
+    tc = TorchRLTrainConfig(task="tiny", iterations=2, num_envs=4, rollout=5, epochs=1, minibatch=20, hidden=[8], collector="async",
                             eval_interval=0, final_episodes=0, out=str(tmp_path), env=SEQ)
     res = train(tc, progress=False)
-    assert res.iterations == 3 and all(np.isfinite(float(r["policy_loss"])) for r in res.rows)
+    assert res.iterations == 2 and all(np.isfinite(float(r["policy_loss"])) for r in res.rows)
 
 
 def test_the_protocol_study_adds_a_trained_row_per_protocol(tmp_path, capsys):

@@ -188,16 +188,26 @@ class TurnCollector:
         return TensorDict({GROUP: group, "state": per_round("state", torch.float32), "next": nxt}, batch_size=(B, R))
 
 
-def _collect_in_worker(tc: Any, actor_net: torch.nn.Module, nvec, batches: int, seed: int | None, weights: Any, out: Any) -> None:
+def _collect_in_worker(tc: Any, actor_net: torch.nn.Module, nvec, batches: int, seed: int | None, weights: Any, out: Any, stop: Any) -> None:
     """The worker process of :class:`AsyncTurnCollector`: collect ``batches`` batches, taking
-    the newest weights sent before each batch, and put each (or the error's traceback) on ``out``."""
+    the newest weights sent before each batch, and put each (or the error's traceback) on
+    ``out``; end when ``stop`` is set."""
+    out.cancel_join_thread()  # a batch left unread when the learner stops early must not keep this process from ending
     try:
         torch.set_num_threads(1)
         col = TurnCollector(tc, actor_net, nvec, batches)
         if seed is not None:
             col.set_seed(seed)
         for i, batch in enumerate(col):
-            out.put(batch)
+            while True:
+                try:
+                    out.put(batch, timeout=0.5)
+                    break
+                except queue.Full:
+                    if stop.is_set():
+                        return
+            if stop.is_set():
+                return
             if i + 1 < batches:
                 state = None
                 while True:  # the newest weights sent so far
@@ -210,8 +220,7 @@ def _collect_in_worker(tc: Any, actor_net: torch.nn.Module, nvec, batches: int, 
     except Exception:  # handed to the learner's process, which raises it
         out.put(traceback.format_exc())
     # the batches' tensors are in shared memory, handed over through this process: stay until told to go
-    while weights.get() is not None:
-        pass
+    stop.wait()
 
 
 class AsyncTurnCollector:
@@ -226,6 +235,7 @@ class AsyncTurnCollector:
         self._ctx = mp.get_context("spawn")
         self._weights = self._ctx.Queue()
         self._out = self._ctx.Queue(maxsize=1)
+        self._stop = self._ctx.Event()
         self._proc = None
 
     def set_seed(self, seed: int) -> None:
@@ -236,7 +246,7 @@ class AsyncTurnCollector:
 
     def __iter__(self):
         self._proc = self._ctx.Process(target=_collect_in_worker, daemon=True,
-                                       args=(self.tc, self.actor_net, self.nvec, self.batches, self._seed, self._weights, self._out))
+                                       args=(self.tc, self.actor_net, self.nvec, self.batches, self._seed, self._weights, self._out, self._stop))
         self._proc.start()
         for _ in range(self.batches):
             while True:
@@ -253,12 +263,11 @@ class AsyncTurnCollector:
 
     def shutdown(self) -> None:
         if self._proc is not None:
-            self._weights.put(None)  # the worker's signal to end
-            self._proc.join(timeout=10)
+            self._stop.set()  # the worker's signal to end (within half a second of its batch in progress)
+            self._proc.join(timeout=30)
             if self._proc.is_alive():
                 self._proc.terminate()
                 self._proc.join(timeout=10)
         self._proc = None
-
 
 __all__ = ["AsyncTurnCollector", "TurnCollector", "turns_to_rounds"]
