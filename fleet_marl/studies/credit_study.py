@@ -92,8 +92,8 @@ class Study:
     sharing_arms: tuple = tuple(SHARING_ARMS)
     sharing_tasks: tuple = ("medium", "hard")
     seeds: int = 10
-    iterations: int = 30  # PPO iterations per run (scaling part)
-    sharing_iterations: int = 40  # ... sharing part
+    iterations: int = 24  # PPO iterations per run (scaling part)
+    sharing_iterations: int = 32  # ... sharing part
     agents_per_step: int = 2048  # num_envs(N) = agents_per_step // N clusters (at least min_envs)
     min_envs: int = 16
     rollout: int = 8
@@ -105,7 +105,7 @@ class Study:
     shapley_max_n: int = 16  # the shapley arm runs up to this N (its cost grows ~N^2 per env step; see the report)
     shapley_samples: int = 16  # sampled permutations above 8 tenants
     eval_fractions: tuple = (0.25, 0.5, 0.8, 1.0)  # of the budget, where the grader grades (0.8 and 1.0 decide convergence)
-    episodes: int = 5
+    episodes: int = 4  # grader episodes (seeds 0 .. episodes - 1) at each graded point
     max_cycles: int = 100
     converge_tol: float = 0.02
     out: str = "runs/credit_study"
