@@ -24,7 +24,9 @@ Runs execute in ``jobs`` worker processes (one torch thread each), seed-major (a
 first), so a stopped study holds whole seeds. Each finished run appends a row to
 ``results.csv`` and its curve to ``curves.csv`` under ``out`` (:mod:`fleet_marl.studies.store`);
 running the same command again skips the runs already there and appends this session's wall
-time to ``sessions.csv`` (the study's wall time is their sum). ``study.json`` records the
+time to ``sessions.csv`` (the study's wall time is their sum; the row is rewritten after every
+finished run, so a killed session loses at most the time since its last run). Stop a study by
+stopping its process group (Ctrl-C, or ``kill -- -PGID``): the worker processes are in it. ``study.json`` records the
 settings; resuming with other settings is refused. :mod:`fleet_marl.studies.credit_report`
 turns the CSVs into the tables, the verdicts and the plots.
 
@@ -323,7 +325,18 @@ def run(study: Study, *, jobs: int = 2, overwrite: bool = False, progress: bool 
     if not todo:
         return out
     started = time.time()
+    earlier = store.read_rows(out / "sessions.csv")
+    version = versions()
     finished = 0
+
+    def record() -> None:
+        """This session's row of sessions.csv, rewritten after each finished run: a kill loses
+        at most the time since the last one."""
+        now = time.time()
+        store.rewrite(out / "sessions.csv", SESSION_COLUMNS, [*earlier, {
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)), "stopped": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now)),
+            "wall_seconds": round(now - started, 1), "runs_done": finished, "jobs": jobs, "version": version}])
+
     failed: list[str] = []
     # the grader's references (random and planner episodes, cached on disk) once per setting, before the runs need them
     refs = sorted({k[:3] for k in todo})
@@ -349,6 +362,7 @@ def run(study: Study, *, jobs: int = 2, overwrite: bool = False, progress: bool 
                     store.append(out / "curves.csv", CURVE_COLUMNS, curve)  # the curve first: results.csv marks the run done
                     store.append(out / "results.csv", RESULT_COLUMNS, [row])
                     finished += 1
+                    record()
                     bar.update(1)
                     bar.set_postfix_str(f"last {key[1]} N={key[2]} {key[3]} seed {key[4]}: score {row['score']:.2f}, {row['run_seconds']:.0f}s")
             finally:
@@ -356,10 +370,8 @@ def run(study: Study, *, jobs: int = 2, overwrite: bool = False, progress: bool 
                     f.cancel()
                 bar.close()
     finally:
-        stopped = time.time()
-        store.append(out / "sessions.csv", SESSION_COLUMNS, [{
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)), "stopped": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(stopped)),
-            "wall_seconds": round(stopped - started, 1), "runs_done": finished, "jobs": jobs, "version": versions()}])
+        if finished:
+            record()
     if failed:
         raise StudyError(f"{len(failed)} run(s) failed and were not recorded (running the same command again retries them):\n  " + "\n  ".join(failed))
     return out
