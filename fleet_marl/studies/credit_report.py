@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shutil
 from pathlib import Path
 
@@ -536,10 +535,7 @@ def write_docs(out: str | Path, root: str | Path | None = None, echo=print, allo
              f"Reproduce: `{cmd}` (resumable: run it again after a stop), then `fleet-marl compare --report --docs`. "
              f"The data: [`{DATA}/`]({DATA.removeprefix('docs/')}/).\n\n{body}{END}")
     path = root / DOC
-    old = path.read_text() if path.is_file() else ""
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
-    new = pattern.sub(lambda _: block, old) if pattern.search(old) else (old.rstrip() + "\n\n" + block + "\n")
-    path.write_text(new)
+    store.write_block(path, START, END, block)
     echo(f"wrote {path}, {dest}/ and docs/img/{PREFIX}*.png")
     return path
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import re
 import shutil
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import numpy as np
 
 from fleet_marl.config import REWARD_SCHEMES
 from fleet_marl.evaluation.baselines import checkout
+from fleet_marl.studies import store
 from fleet_marl.studies.credit_assignment import Study, StudyError, read_rows
 
 #: Summary columns: (column of results.csv, header, format)
@@ -354,10 +354,7 @@ def write_docs(out: str | Path, root: str | Path | None = None, echo=print, allo
              f"scheme is larger.\n\n{rep['prediction']}\n\n#### Learning curves\n\n{imgs}\n\n"
              f"#### Score against N\n\n![score against N](img/{rep['scaling'].name})\n{end}")
     path = root / DOC
-    old = path.read_text() if path.is_file() else ""
-    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
-    new = pattern.sub(lambda _: block, old) if pattern.search(old) else (old.rstrip() + "\n\n" + block + "\n")
-    path.write_text(new)
+    store.write_block(path, start, end, block)
     echo(f"wrote {path}, {data}/ and docs/img/{where['prefix']}*.png")
     return path
 
