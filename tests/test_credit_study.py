@@ -197,6 +197,10 @@ def test_the_verdicts_follow_their_rules():
     # too few seeds and too much noise to tell
     wild = _rows(lambda arm, n, s: 0.5 + (0.4 if s == 0 else -0.4) * (1 if arm == "global" else -1), seeds=3)  # gaps +0.8, -0.8, -0.8
     assert _verdict(credit_report.verdicts(wild), credit_report.PREDICTIONS[0], "auction") == "undecided"
+    # one seed has no interval: nothing is decided, however the numbers lean
+    one = credit_report.verdicts(_rows(lambda arm, n, s: 0.9 - (0.3 if arm == "global" and n > 4 else 0.0), seeds=1,
+                                       starvation_of=lambda arm, n, s: 9.0 if arm == "local" else 0.0, ms_of=lambda arm, n: 9.0 if arm == "shapley" else 1.0))
+    assert {v["verdict"] for v in one} == {"undecided"}
 
 
 def test_the_report_keeps_every_unconverged_run():

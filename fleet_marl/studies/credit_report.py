@@ -236,10 +236,11 @@ def verdict_local(rows: list[dict], setting: str = "auction") -> dict:
             per_seed.setdefault(s, []).append(a[s] - b[s])
     d = [float(np.mean(v)) for v in per_seed.values() if len(v) == len(ns)]
     m, h = mean_ci(d) if d else (float("nan"), float("nan"))
-    h0 = 0.0 if math.isnan(h) else h
-    if m - h0 > 0:
+    if math.isnan(h):  # fewer than two seeds: no interval
+        v = "undecided"
+    elif m - h > 0:
         v = "held"
-    elif m + h0 < STARVATION_MARGIN:
+    elif m + h < STARVATION_MARGIN:
         v = "did not hold"
     else:
         v = "undecided"
@@ -258,9 +259,11 @@ def verdict_shapley(rows: list[dict], setting: str) -> dict:
     parts, inside, outside = [], True, False
     for n in ns:
         m, h, _, k, _ = paired(rows, "scaling", setting, n, "shapley", "difference")
-        h0 = 0.0 if math.isnan(h) else h
-        inside &= (-MARGIN <= m - h0) and (m + h0 <= MARGIN)
-        outside |= (m - h0 > MARGIN) or (m + h0 < -MARGIN)
+        if math.isnan(h):  # fewer than two seeds: no interval decides anything
+            inside = False
+        else:
+            inside &= (-MARGIN <= m - h) and (m + h <= MARGIN)
+            outside |= (m - h > MARGIN) or (m + h < -MARGIN)
         cs = np.mean([_f(r, "credit_ms_per_step") for r in _select(rows, "scaling", setting, n, "shapley")])
         cd = np.mean([_f(r, "credit_ms_per_step") for r in _select(rows, "scaling", setting, n, "difference")])
         slower = cs > cd
