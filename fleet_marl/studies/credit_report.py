@@ -306,6 +306,11 @@ def _plt():
     return plt
 
 
+def _color(arm: str) -> str:
+    """One colour per arm in every panel and plot (an arm missing from a panel moves no other)."""
+    return f"C{list(ARMS).index(arm) if arm in ARMS else list(SHARING_ARMS).index(arm)}"
+
+
 def _band(ax, xs, vals, label, **kw):
     ms, lo, hi = [], [], []
     for v in vals:
@@ -335,7 +340,7 @@ def plot_curves(curves: list[dict], setting: str, path: Path) -> Path | None:
             if not its:
                 continue
             xs = [np.mean([_f(c, "agent_steps") for c in pts if int(c["iteration"]) == it]) / 1e3 for it in its]
-            _band(ax, xs, [[_f(c, "score") for c in pts if int(c["iteration"]) == it] for it in its], arm)
+            _band(ax, xs, [[_f(c, "score") for c in pts if int(c["iteration"]) == it] for it in its], arm, color=_color(arm))
         ax.set_title(f"N = {n}", fontsize=9)
         ax.set_xlabel("agent steps (thousands)", fontsize=8)
         ax.grid(alpha=0.3)
@@ -368,7 +373,7 @@ def plot_scaling(rows: list[dict], setting: str, path: Path) -> Path | None:
                 ms.append(m)
                 lo.append(m - max(m - h, 0.0))
                 hi.append(min(m + h, 1.0) - m)
-        ax.errorbar(xs, ms, yerr=[lo, hi], marker="o", ms=4, capsize=3, label=arm)
+        ax.errorbar(xs, ms, yerr=[lo, hi], marker="o", ms=4, capsize=3, label=arm, color=_color(arm))
     ax.set_xticks(range(len(ns)), [str(n) for n in ns])
     ax.set_xlabel("tenants N")
     ax.set_ylabel("grader score (0 = random, 1 = planner)")
