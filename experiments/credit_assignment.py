@@ -1,20 +1,22 @@
 """The credit-assignment study: which reward should each tenant learn from?
 
-PPO (one shared, masked policy) on ``easy`` scaled to N = 2, 4, 8, 16 tenants
-(``fleet_marl.tasks.scaled``, proportional-share arbiter), under every reward scheme --
-local, global, mixed, difference, difference_default, shapley -- with 3 seeds each and the
-same env-step budget for every scheme at an N; every run graded by ``fleet_marl.evaluation``.
-The write-up with the full study's numbers is docs/credit_assignment.md.
+PPO (the TorchRL trainer) on ``easy`` scaled to N = 2..64 tenants (``fleet_marl.tasks.scaled``)
+under the proportional-share and the auction arbiter, for 7 arms -- the reward schemes local,
+global, mixed, difference, difference_default, shapley with one shared actor and critic, and
+MAPPO (global reward, centralized critic) -- with 10 seeds each and the same env-step budget for
+every arm at an N, plus the sharing schemes on medium and hard; every run graded by
+``fleet_marl.evaluation`` along the way. ``--engine rllib`` runs the first study (RLlib, N = 2..16,
+3 seeds). The write-up is docs/credit_assignment.md.
 
-This script is ``fleet-marl compare`` (``fleet_marl.studies.command``; the study itself is
-``fleet_marl.studies.credit_assignment`` and ``fleet_marl.studies.report``); it takes the same
-options::
+This script is ``fleet-marl compare`` (``fleet_marl.studies.command``; the studies are
+``fleet_marl.studies.credit_study`` with ``credit_report``, and ``credit_assignment`` with
+``report``); it takes the same options::
 
-    python experiments/credit_assignment.py --quick      # the pipeline in about a minute
-    python experiments/credit_assignment.py              # the full study, about 90 min on 2 cores
+    python experiments/credit_assignment.py --quick      # the pipeline in a minute or two
+    python experiments/credit_assignment.py              # the full study, at most 4 hours on 2 cores
     python experiments/credit_assignment.py --report --docs
 
-A killed study resumes: run the same command again.
+A stopped study resumes: run the same command again.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ Nothing here imports Ray at import time; :func:`run` and :func:`run_one` do.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -207,35 +206,8 @@ def prepare(study: Study, overwrite: bool = False) -> tuple[Path, set]:
     deleted unless ``overwrite``, and only after every check passed."""
     study.check()
     out = Path(study.out)
-    meta = out / "study.json"
-    if out.exists() and not out.is_dir():
-        raise StudyError(f"--out {str(out)!r}: is a file; give a folder")
-    if meta.is_file() and not overwrite:
-        try:
-            old = json.loads(meta.read_text())
-        except ValueError:
-            old = None
-        if old != study.settings():
-            diff = sorted(k for k in study.settings() if not isinstance(old, dict) or old.get(k) != study.settings()[k])
-            raise StudyError(f"--out {str(out)!r} holds a study with other settings (differs in: {', '.join(diff) or 'study.json unreadable'}); "
-                             "resume it with the same options, pass --overwrite to start again, or give another --out")
-    elif out.is_dir() and any(out.iterdir()) and not meta.is_file() and not overwrite:
-        raise StudyError(f"--out {str(out)!r}: folder is not empty and holds no study.json; give an empty or new folder, or --overwrite")
-    if overwrite:
-        for name in ("study.json", "results.csv", "curves.csv"):
-            (out / name).unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
-    meta.write_text(json.dumps(study.settings(), indent=2) + "\n")
-    wanted = set(study.runs())
-    results = [r for r in read_rows(out / "results.csv") if _complete(r, RESULT_COLUMNS)]
-    if (out / "results.csv").is_file():
-        store.rewrite(out / "results.csv", RESULT_COLUMNS, results)  # without a row a kill cut short
-    done = {_key(r) for r in results} & wanted
-    # a curve without its results row belongs to a run that was killed: drop it
-    curves = [r for r in read_rows(out / "curves.csv") if _complete(r, CURVE_COLUMNS) and _key(r) in done]
-    if (out / "curves.csv").is_file():
-        store.rewrite(out / "curves.csv", CURVE_COLUMNS, curves)
-    return out, done
+    store.open_folder(out, study.settings(), overwrite, ('results.csv', 'curves.csv'))
+    return out, store.resume(out, RESULT_COLUMNS, CURVE_COLUMNS, _complete, _key, set(study.runs()))
 
 
 def run(study: Study, *, jobs: int = 2, address: str | None = None, overwrite: bool = False, progress: bool = True,

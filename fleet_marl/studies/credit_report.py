@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shutil
 from pathlib import Path
 
@@ -237,10 +236,11 @@ def verdict_local(rows: list[dict], setting: str = "auction") -> dict:
             per_seed.setdefault(s, []).append(a[s] - b[s])
     d = [float(np.mean(v)) for v in per_seed.values() if len(v) == len(ns)]
     m, h = mean_ci(d) if d else (float("nan"), float("nan"))
-    h0 = 0.0 if math.isnan(h) else h
-    if m - h0 > 0:
+    if math.isnan(h):  # fewer than two seeds: no interval
+        v = "undecided"
+    elif m - h > 0:
         v = "held"
-    elif m + h0 < STARVATION_MARGIN:
+    elif m + h < STARVATION_MARGIN:
         v = "did not hold"
     else:
         v = "undecided"
@@ -259,9 +259,11 @@ def verdict_shapley(rows: list[dict], setting: str) -> dict:
     parts, inside, outside = [], True, False
     for n in ns:
         m, h, _, k, _ = paired(rows, "scaling", setting, n, "shapley", "difference")
-        h0 = 0.0 if math.isnan(h) else h
-        inside &= (-MARGIN <= m - h0) and (m + h0 <= MARGIN)
-        outside |= (m - h0 > MARGIN) or (m + h0 < -MARGIN)
+        if math.isnan(h):  # fewer than two seeds: no interval decides anything
+            inside = False
+        else:
+            inside &= (-MARGIN <= m - h) and (m + h <= MARGIN)
+            outside |= (m - h > MARGIN) or (m + h < -MARGIN)
         cs = np.mean([_f(r, "credit_ms_per_step") for r in _select(rows, "scaling", setting, n, "shapley")])
         cd = np.mean([_f(r, "credit_ms_per_step") for r in _select(rows, "scaling", setting, n, "difference")])
         slower = cs > cd
@@ -304,6 +306,11 @@ def _plt():
     return plt
 
 
+def _color(arm: str) -> str:
+    """One colour per arm in every panel and plot (an arm missing from a panel moves no other)."""
+    return f"C{list(ARMS).index(arm) if arm in ARMS else list(SHARING_ARMS).index(arm)}"
+
+
 def _band(ax, xs, vals, label, **kw):
     ms, lo, hi = [], [], []
     for v in vals:
@@ -333,7 +340,7 @@ def plot_curves(curves: list[dict], setting: str, path: Path) -> Path | None:
             if not its:
                 continue
             xs = [np.mean([_f(c, "agent_steps") for c in pts if int(c["iteration"]) == it]) / 1e3 for it in its]
-            _band(ax, xs, [[_f(c, "score") for c in pts if int(c["iteration"]) == it] for it in its], arm)
+            _band(ax, xs, [[_f(c, "score") for c in pts if int(c["iteration"]) == it] for it in its], arm, color=_color(arm))
         ax.set_title(f"N = {n}", fontsize=9)
         ax.set_xlabel("agent steps (thousands)", fontsize=8)
         ax.grid(alpha=0.3)
@@ -366,7 +373,7 @@ def plot_scaling(rows: list[dict], setting: str, path: Path) -> Path | None:
                 ms.append(m)
                 lo.append(m - max(m - h, 0.0))
                 hi.append(min(m + h, 1.0) - m)
-        ax.errorbar(xs, ms, yerr=[lo, hi], marker="o", ms=4, capsize=3, label=arm)
+        ax.errorbar(xs, ms, yerr=[lo, hi], marker="o", ms=4, capsize=3, label=arm, color=_color(arm))
     ax.set_xticks(range(len(ns)), [str(n) for n in ns])
     ax.set_xlabel("tenants N")
     ax.set_ylabel("grader score (0 = random, 1 = planner)")
@@ -536,10 +543,7 @@ def write_docs(out: str | Path, root: str | Path | None = None, echo=print, allo
              f"Reproduce: `{cmd}` (resumable: run it again after a stop), then `fleet-marl compare --report --docs`. "
              f"The data: [`{DATA}/`]({DATA.removeprefix('docs/')}/).\n\n{body}{END}")
     path = root / DOC
-    old = path.read_text() if path.is_file() else ""
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
-    new = pattern.sub(lambda _: block, old) if pattern.search(old) else (old.rstrip() + "\n\n" + block + "\n")
-    path.write_text(new)
+    store.write_block(path, START, END, block)
     echo(f"wrote {path}, {dest}/ and docs/img/{PREFIX}*.png")
     return path
 

@@ -24,7 +24,9 @@ Runs execute in ``jobs`` worker processes (one torch thread each), seed-major (a
 first), so a stopped study holds whole seeds. Each finished run appends a row to
 ``results.csv`` and its curve to ``curves.csv`` under ``out`` (:mod:`fleet_marl.studies.store`);
 running the same command again skips the runs already there and appends this session's wall
-time to ``sessions.csv`` (the study's wall time is their sum). ``study.json`` records the
+time to ``sessions.csv`` (the study's wall time is their sum; the row is rewritten after every
+finished run, so a killed session loses at most the time since its last run). Stop a study by
+stopping its process group (Ctrl-C, or ``kill -- -PGID``): the worker processes are in it. ``study.json`` records the
 settings; resuming with other settings is refused. :mod:`fleet_marl.studies.credit_report`
 turns the CSVs into the tables, the verdicts and the plots.
 
@@ -35,7 +37,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import importlib.metadata
-import json
 import multiprocessing
 import subprocess
 import time
@@ -92,8 +93,8 @@ class Study:
     sharing_arms: tuple = tuple(SHARING_ARMS)
     sharing_tasks: tuple = ("medium", "hard")
     seeds: int = 10
-    iterations: int = 30  # PPO iterations per run (scaling part)
-    sharing_iterations: int = 40  # ... sharing part
+    iterations: int = 24  # PPO iterations per run (scaling part)
+    sharing_iterations: int = 32  # ... sharing part
     agents_per_step: int = 2048  # num_envs(N) = agents_per_step // N clusters (at least min_envs)
     min_envs: int = 16
     rollout: int = 8
@@ -105,7 +106,7 @@ class Study:
     shapley_max_n: int = 16  # the shapley arm runs up to this N (its cost grows ~N^2 per env step; see the report)
     shapley_samples: int = 16  # sampled permutations above 8 tenants
     eval_fractions: tuple = (0.25, 0.5, 0.8, 1.0)  # of the budget, where the grader grades (0.8 and 1.0 decide convergence)
-    episodes: int = 5
+    episodes: int = 4  # grader episodes (seeds 0 .. episodes - 1) at each graded point
     max_cycles: int = 100
     converge_tol: float = 0.02
     out: str = "runs/credit_study"
@@ -251,39 +252,12 @@ def _complete(row: dict, columns) -> bool:
 
 
 def prepare(study: Study, overwrite: bool = False) -> tuple[Path, set]:
-    """Check the study and its folder; returns (folder, run keys already done). Nothing is
+    """Check the study and its folder; returns (folder, runs already done). Nothing is
     deleted unless ``overwrite``, and only after every check passed."""
     study.check()
     out = Path(study.out)
-    meta = out / "study.json"
-    if out.exists() and not out.is_dir():
-        raise StudyError(f"--out {str(out)!r}: is a file; give a folder")
-    if meta.is_file() and not overwrite:
-        try:
-            old = json.loads(meta.read_text())
-        except ValueError:
-            old = None
-        if old != study.settings():
-            diff = sorted(k for k in study.settings() if not isinstance(old, dict) or old.get(k) != study.settings()[k])
-            raise StudyError(f"--out {str(out)!r} holds a study with other settings (differs in: {', '.join(diff) or 'study.json unreadable'}); "
-                             "resume it with the same options, pass --overwrite to start again, or give another --out")
-    elif out.is_dir() and any(out.iterdir()) and not meta.is_file() and not overwrite:
-        raise StudyError(f"--out {str(out)!r}: folder is not empty and holds no study.json; give an empty or new folder, or --overwrite")
-    if overwrite:
-        for name in ("study.json", "results.csv", "curves.csv", "sessions.csv"):
-            (out / name).unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
-    meta.write_text(json.dumps(study.settings(), indent=2) + "\n")
-    wanted = set(study.runs())
-    results = [r for r in store.read_rows(out / "results.csv") if _complete(r, RESULT_COLUMNS)]
-    if (out / "results.csv").is_file():
-        store.rewrite(out / "results.csv", RESULT_COLUMNS, results)  # without a row a kill cut short
-    done = {_key(r) for r in results} & wanted
-    # a curve without its results row belongs to a run that was killed: drop it
-    curves = [r for r in store.read_rows(out / "curves.csv") if _complete(r, CURVE_COLUMNS) and _key(r) in done]
-    if (out / "curves.csv").is_file():
-        store.rewrite(out / "curves.csv", CURVE_COLUMNS, curves)
-    return out, done
+    store.open_folder(out, study.settings(), overwrite, ('results.csv', 'curves.csv', 'sessions.csv'))
+    return out, store.resume(out, RESULT_COLUMNS, CURVE_COLUMNS, _complete, _key, set(study.runs()))
 
 
 def versions() -> str:
@@ -323,7 +297,18 @@ def run(study: Study, *, jobs: int = 2, overwrite: bool = False, progress: bool 
     if not todo:
         return out
     started = time.time()
+    earlier = store.read_rows(out / "sessions.csv")
+    version = versions()
     finished = 0
+
+    def record() -> None:
+        """This session's row of sessions.csv, rewritten after each finished run: a kill loses
+        at most the time since the last one."""
+        now = time.time()
+        store.rewrite(out / "sessions.csv", SESSION_COLUMNS, [*earlier, {
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)), "stopped": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now)),
+            "wall_seconds": round(now - started, 1), "runs_done": finished, "jobs": jobs, "version": version}])
+
     failed: list[str] = []
     # the grader's references (random and planner episodes, cached on disk) once per setting, before the runs need them
     refs = sorted({k[:3] for k in todo})
@@ -349,6 +334,7 @@ def run(study: Study, *, jobs: int = 2, overwrite: bool = False, progress: bool 
                     store.append(out / "curves.csv", CURVE_COLUMNS, curve)  # the curve first: results.csv marks the run done
                     store.append(out / "results.csv", RESULT_COLUMNS, [row])
                     finished += 1
+                    record()
                     bar.update(1)
                     bar.set_postfix_str(f"last {key[1]} N={key[2]} {key[3]} seed {key[4]}: score {row['score']:.2f}, {row['run_seconds']:.0f}s")
             finally:
@@ -356,10 +342,8 @@ def run(study: Study, *, jobs: int = 2, overwrite: bool = False, progress: bool 
                     f.cancel()
                 bar.close()
     finally:
-        stopped = time.time()
-        store.append(out / "sessions.csv", SESSION_COLUMNS, [{
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)), "stopped": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(stopped)),
-            "wall_seconds": round(stopped - started, 1), "runs_done": finished, "jobs": jobs, "version": versions()}])
+        if finished:
+            record()
     if failed:
         raise StudyError(f"{len(failed)} run(s) failed and were not recorded (running the same command again retries them):\n  " + "\n  ".join(failed))
     return out

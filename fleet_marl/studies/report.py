@@ -21,7 +21,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import re
 import shutil
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import numpy as np
 
 from fleet_marl.config import REWARD_SCHEMES
 from fleet_marl.evaluation.baselines import checkout
+from fleet_marl.studies import store
 from fleet_marl.studies.credit_assignment import Study, StudyError, read_rows
 
 #: Summary columns: (column of results.csv, header, format)
@@ -349,15 +349,12 @@ def write_docs(out: str | Path, root: str | Path | None = None, echo=print, allo
              f"sharing `{settings['sharing']}`. The runs took {total / 3600:.2f} CPU-hours, {wall_hours(rep['rows']):.2f} hours of "
              f"wall time from the first start to the last finish. The data: "
              f"[`{where['data']}/`]({where['data'].removeprefix('docs/')}/).\n\n"
-             f"### Summary (mean ± 95% interval across seeds)\n\n{rep['table']}\n\n"
-             f"### The prediction, paired by seed\n\nMean difference ± 95% interval; in brackets, the seeds where the first "
-             f"scheme is larger.\n\n{rep['prediction']}\n\n### Learning curves\n\n{imgs}\n\n"
-             f"### Score against N\n\n![score against N](img/{rep['scaling'].name})\n{end}")
+             f"#### Summary (mean ± 95% interval across seeds)\n\n{rep['table']}\n\n"
+             f"#### The prediction, paired by seed\n\nMean difference ± 95% interval; in brackets, the seeds where the first "
+             f"scheme is larger.\n\n{rep['prediction']}\n\n#### Learning curves\n\n{imgs}\n\n"
+             f"#### Score against N\n\n![score against N](img/{rep['scaling'].name})\n{end}")
     path = root / DOC
-    old = path.read_text() if path.is_file() else ""
-    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
-    new = pattern.sub(lambda _: block, old) if pattern.search(old) else (old.rstrip() + "\n\n" + block + "\n")
-    path.write_text(new)
+    store.write_block(path, start, end, block)
     echo(f"wrote {path}, {data}/ and docs/img/{where['prefix']}*.png")
     return path
 

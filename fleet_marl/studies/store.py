@@ -9,8 +9,11 @@ a kill cut short (its key columns and its last column are filled).
 from __future__ import annotations
 
 import csv
+import json
 import os
+import re
 from pathlib import Path
+from typing import Callable
 
 
 class StudyError(ValueError):
@@ -59,4 +62,51 @@ def complete(row: dict, keys, columns, key) -> bool:
     return True
 
 
-__all__ = ["StudyError", "append", "complete", "read_rows", "rewrite"]
+def open_folder(out: Path, settings: dict, overwrite: bool, files: tuple[str, ...]) -> None:
+    """Check a study folder and record ``settings`` in its ``study.json``: a folder holding a
+    study with other settings, or foreign files, is refused (:class:`StudyError` naming
+    ``--out`` and what to do). Nothing is deleted unless ``overwrite``, and then only ``files``
+    and study.json, after every check passed."""
+    meta = out / "study.json"
+    if out.exists() and not out.is_dir():
+        raise StudyError(f"--out {str(out)!r}: is a file; give a folder")
+    if meta.is_file() and not overwrite:
+        try:
+            old = json.loads(meta.read_text())
+        except ValueError:
+            old = None
+        if old != settings:
+            diff = sorted(k for k in settings if not isinstance(old, dict) or old.get(k) != settings[k])
+            raise StudyError(f"--out {str(out)!r} holds a study with other settings (differs in: {', '.join(diff) or 'study.json unreadable'}); "
+                             "resume it with the same options, pass --overwrite to start again, or give another --out")
+    elif out.is_dir() and any(out.iterdir()) and not meta.is_file() and not overwrite:
+        raise StudyError(f"--out {str(out)!r}: folder is not empty and holds no study.json; give an empty or new folder, or --overwrite")
+    if overwrite:
+        for name in ("study.json", *files):
+            (out / name).unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    meta.write_text(json.dumps(settings, indent=2) + "\n")
+
+
+def resume(out: Path, result_columns, curve_columns, complete: Callable[[dict, tuple], bool], key: Callable[[dict], tuple], wanted: set) -> set:
+    """The keys of the runs in ``wanted`` already in ``results.csv``; drops the rows a kill cut
+    short, and the curve rows of runs without a results row (killed before it was written)."""
+    results = [r for r in read_rows(out / "results.csv") if complete(r, result_columns)]
+    if (out / "results.csv").is_file():
+        rewrite(out / "results.csv", result_columns, results)
+    done = {key(r) for r in results} & wanted
+    curves = [r for r in read_rows(out / "curves.csv") if complete(r, curve_columns) and key(r) in done]
+    if (out / "curves.csv").is_file():
+        rewrite(out / "curves.csv", curve_columns, curves)
+    return done
+
+
+def write_block(path: Path, start: str, end: str, block: str) -> None:
+    """Put ``block`` (which begins with ``start`` and ends with ``end``) in place of the text
+    between those markers in ``path``, or at its end when they are not there yet."""
+    old = path.read_text() if path.is_file() else ""
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+    path.write_text(pattern.sub(lambda _: block, old) if pattern.search(old) else (old.rstrip() + "\n\n" + block + "\n"))
+
+
+__all__ = ["StudyError", "append", "complete", "open_folder", "read_rows", "resume", "rewrite", "write_block"]
