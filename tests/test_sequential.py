@@ -391,8 +391,9 @@ def test_parallel_env_refuses_the_sequential_protocol():
         fleet_marl.env(task="easy", protocol="turns")
     with pytest.raises(ConfigError, match="turn_order = 'alphabetical'.*'fixed', 'rotating', 'random', 'priority'"):
         seq(task="easy", turn_order="alphabetical")
-    with pytest.raises(ValueError, match="protocol"):
-        fleet_marl.vector_env(num_envs=2, task="easy", protocol="sequential")
+    with pytest.raises(ValueError, match="protocol = 'sequential': FleetVectorEnv steps"):  # a round per step: the per-turn form plays it
+        fleet_marl.FleetVectorEnv(num_envs=2, task="easy", protocol="sequential")
+    assert type(fleet_marl.vector_env(num_envs=2, task="easy", protocol="sequential")).__name__ == "FleetSequentialVectorEnv"
 
 
 def test_bad_actions_name_the_agent_and_field_and_change_nothing():
@@ -544,3 +545,49 @@ def test_protocol_study_measures_both_protocols():
     rows = protocols.study(["tiny"], ["random", "bidder"], [0, 1])
     table = protocols.markdown(rows)
     assert len(rows) == 4 and table.count("| tiny | bidder | sequential |") == 2
+
+
+SEQ_ROTATING = {"protocol": "sequential", "turn_order": "rotating"}
+
+
+def test_demo_under_the_sequential_protocol(capsys):
+    """``fleet-marl demo --protocol sequential``: the grader's episode on the AEC env, one frame
+    per round (not per turn); a turn order without the protocol is refused by name."""
+    import io
+
+    from fleet_marl.cli import main as cli_main
+    from fleet_marl.evaluation import evaluate
+    from fleet_marl.evaluation.demo import demo
+
+    out = io.StringIO()
+    s = demo("tiny", "bidder", seed=0, out=out, overrides=SEQ_ROTATING)
+    ev = evaluate("tiny", "bidder", episodes=1, seed=0, overrides=SEQ_ROTATING, progress=False)
+    assert s["welfare"] == pytest.approx(float(ev.welfare[0]), rel=1e-12)
+    assert out.getvalue().count("fleet_v0 tiny  round") == s["rounds"] + 1  # each round's start, and the end
+    assert cli_main(["demo", "--task", "tiny", "--policy", "bidder", "--every", "10", "--protocol", "sequential", "--turn-order", "rotating"]) == 0
+    assert "protocol sequential (rotating turns): 25 rounds" in capsys.readouterr().out
+    assert cli_main(["demo", "--task", "tiny", "--turn-order", "rotating"]) == 2
+    assert "--turn-order rotating: only with --protocol sequential" in capsys.readouterr().err
+
+
+def test_baselines_under_the_sequential_protocol(tmp_path, capsys):
+    """``fleet-marl baselines --protocol sequential``: the grader's evaluations under the protocol,
+    printed only (the docs' table is the simultaneous protocol's); --write is refused by name."""
+    from fleet_marl.cli import main as cli_main
+    from fleet_marl.evaluation import evaluate
+    from fleet_marl.evaluation.baselines import run_all
+
+    evs = run_all(["tiny"], ["bidder"], episodes=2, progress=False, overrides=SEQ_ROTATING)
+    ref = evaluate("tiny", "bidder", episodes=2, overrides=SEQ_ROTATING, progress=False)
+    assert evs[0].welfare.tolist() == ref.welfare.tolist() and evs[0].overrides.get("protocol") == "sequential"
+    results, readme = tmp_path / "results.md", tmp_path / "README.md"
+    results.write_text("r\n")
+    readme.write_text("x\n")
+    args = ["baselines", "--tasks", "tiny", "--policies", "bidder", "--episodes", "2", "--results", str(results), "--readme", str(readme),
+            "--protocol", "sequential", "--turn-order", "rotating"]
+    assert cli_main(args) == 0
+    cap = capsys.readouterr()
+    assert "| tiny | bidder |" in cap.out and "left as they are" in cap.err
+    assert results.read_text() == "r\n" and readme.read_text() == "x\n"
+    assert cli_main(args + ["--write"]) == 2
+    assert "--write with --protocol sequential" in capsys.readouterr().err

@@ -13,7 +13,6 @@ from torchrl.envs.utils import check_env_specs, step_mdp
 import fleet_marl
 from fleet_marl.cli import main as cli_main
 from fleet_marl.evaluation import evaluate
-from fleet_marl.evaluation.runs import TrainConfigError
 from fleet_marl.torchrl import GROUP, FleetTorchEnv
 from fleet_marl.torchrl.policy import Coupling, MaskedMultiCategorical, build_networks
 from fleet_marl.torchrl.train import Learner, TorchRLTrainConfig, train
@@ -308,13 +307,13 @@ def test_the_shipped_torchrl_configs_load():
     from pathlib import Path
 
     files = sorted((Path(__file__).resolve().parents[1] / "experiments" / "torchrl_configs").glob("*.yaml"))
-    assert [f.stem for f in files] == ["hard_15min", "medium_15min", "trace_15min"]
+    assert [f.stem for f in files] == ["hard_15min", "hard_seq_15min", "medium_15min", "medium_seq_15min", "trace_15min"]
     for f in files:
         data = yaml.safe_load(f.read_text())
         tc = TorchRLTrainConfig.from_dict(data, source=str(f))
         assert data["engine"] == "torchrl" and tc.max_minutes == 15.0 and tc.task == f.stem.split("_")[0]
-
-
-def test_the_sequential_protocol_is_refused_with_the_engine_that_trains_it():
-    with pytest.raises(TrainConfigError, match=r"env.protocol = 'sequential'.*--engine rllib"):
-        TorchRLTrainConfig(task="tiny", env={"protocol": "sequential"}).check()
+        if "_seq_" in f.name:  # the simultaneous run's settings, under the sequential protocol (rotating), in a folder of its own
+            twin = yaml.safe_load(f.with_name(f.name.replace("_seq", "")).read_text())
+            assert {k: v for k, v in data.items() if k != "env"} == {k: v for k, v in twin.items() if k != "env"}
+            assert data["env"] == {"protocol": "sequential", "turn_order": "rotating"} and twin["env"] == {}
+            assert tc.run_name != TorchRLTrainConfig.from_dict(twin).run_name

@@ -145,15 +145,16 @@ def test_masks_state_seeds_and_spaces():
         fleet_marl.vector_env(num_envs=1, task="tiny", obs_mode="dict")
 
 
-def test_the_vector_env_plays_the_simultaneous_protocol_only():
-    """protocol='sequential' is refused by name and points to the AEC env; a bad protocol or a
-    turn_order is the same ConfigError as for the other forms; 'simultaneous' is accepted."""
+def test_the_round_vector_env_plays_the_simultaneous_protocol_and_vector_env_picks_the_form():
+    """FleetVectorEnv(protocol='sequential') is refused by name and points to the per-turn form;
+    vector_env(protocol='sequential') builds that form; a bad protocol or a turn_order without
+    the sequential protocol is the same ConfigError as for the other forms; 'simultaneous' is accepted."""
     from fleet_marl.config import ConfigError
 
-    with pytest.raises(ValueError, match=r"protocol = 'sequential': the vector env .* use fleet_marl\.env\(protocol='sequential'"):
-        fleet_marl.vector_env(num_envs=2, task="tiny", protocol="sequential")
-    with pytest.raises(ValueError, match=r"protocol = 'sequential'"):
-        fleet_marl.vector_env(num_envs=2, task="tiny", protocol="sequential", turn_order="rotating")
+    with pytest.raises(ValueError, match=r"protocol = 'sequential': FleetVectorEnv steps .* fleet_marl\.vector_env\(protocol='sequential'"):
+        fleet_marl.FleetVectorEnv(num_envs=2, task="tiny", protocol="sequential")
+    seq = fleet_marl.vector_env(num_envs=2, task="tiny", protocol="sequential", turn_order="rotating")
+    assert type(seq).__name__ == "FleetSequentialVectorEnv" and seq.turn_order == "rotating"
     with pytest.raises(ConfigError, match="turn_order = 'rotating'"):
         fleet_marl.vector_env(num_envs=2, task="tiny", turn_order="rotating")
     with pytest.raises(ConfigError, match="protocol = 'turns'"):

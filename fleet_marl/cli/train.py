@@ -36,7 +36,8 @@ EXAMPLES = """examples:
   fleet-marl train --resume runs/train/easy-shared-local-torchrl --iterations 2000 --max-minutes 10
   fleet-marl train --engine rllib                    # RLlib's PPO on easy (about 13 min on 2 cores)
   fleet-marl train --config medium_per_kind_difference   # an RLlib config (experiments/configs/): the rllib engine
-  fleet-marl train --engine rllib --config seq.yaml  # env: {protocol: sequential}: turn-based episodes (RLlib only)
+  fleet-marl train --config experiments/torchrl_configs/medium_seq_15min.yaml  # env: {protocol: sequential}: one policy call per turn
+  fleet-marl train --engine rllib --config seq.yaml  # env: {protocol: sequential}: RLlib's turn-based episodes
   RAY_AUTH_MODE=disabled ray start --head && fleet-marl train --engine rllib --address auto --num-env-runners 2
 
 Precedence: the defaults, then --config (or, with --resume, the run's own config), then the

@@ -77,7 +77,7 @@ Modules -- ``spaces`` (action and observation fields, masks, spaces, :class:`Act
     ``observations`` (the observation matrix, the state vector and their inverse),
     ``scenario`` (default actions and other static facts), ``core`` (the array core),
     ``parallel`` (:class:`FleetParallelEnv`), ``views`` (its read-only views), ``aec``
-    (``env()``), ``sequential`` (:class:`FleetSequentialEnv`, the sequential protocol), ``vector`` (:class:`FleetVectorEnv`) and ``render`` (ANSI and RGB frames).
+    (``env()``), ``sequential`` (:class:`FleetSequentialEnv`, the sequential protocol), ``vector`` (:class:`FleetVectorEnv`, and :class:`FleetSequentialVectorEnv`, the sequential protocol one turn per step) and ``render`` (ANSI and RGB frames).
 """
 
 from fleet_marl.environment.spaces import (
@@ -86,13 +86,13 @@ from fleet_marl.environment.spaces import (
 from fleet_marl.environment.parallel import REWARD_PREFIX, FleetParallelEnv, parallel_env, scheme_rewards
 from fleet_marl.environment.sequential import FleetSequentialEnv
 from fleet_marl.environment.aec import env, raw_env
-from fleet_marl.environment.vector import FleetVectorEnv, vector_env
+from fleet_marl.environment.vector import FleetSequentialVectorEnv, FleetVectorEnv, vector_env
 
 __doc__ += "\nObservation fields (index, name, meaning)::\n\n" + "\n".join(
     f"    {i:2d}  {name:<13} {meaning}" for i, (name, meaning) in enumerate(OBS_FIELDS)
 )
 
 __all__ = [
-    "ACTION_FIELDS", "ActionError", "BATCH_LEVELS", "CLAIM_FIELDS", "FleetParallelEnv", "FleetSequentialEnv", "FleetVectorEnv", "MASK_LAYOUTS",
+    "ACTION_FIELDS", "ActionError", "BATCH_LEVELS", "CLAIM_FIELDS", "FleetParallelEnv", "FleetSequentialEnv", "FleetSequentialVectorEnv", "FleetVectorEnv", "MASK_LAYOUTS",
     "N_ACT", "N_CLAIM", "N_OBS", "OBS_FIELDS", "OBS_MODES", "REWARD_PREFIX", "SEQUENTIAL_OBS_INDEX", "env", "parallel_env", "raw_env", "scheme_rewards", "vector_env",
 ]

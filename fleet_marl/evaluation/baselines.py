@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from fleet_marl.policies import POLICIES
 from fleet_marl.errors import UsageError
-from fleet_marl.evaluation.command import positive
+from fleet_marl.evaluation.command import add_protocol_arguments, positive, protocol_overrides
 from fleet_marl.evaluation.loading import PolicyError
 from fleet_marl.evaluation.score import Evaluation, GraderError, evaluate
 from fleet_marl.tasks import TASKS
@@ -28,11 +28,13 @@ ERRORS = (UsageError, PolicyError, GraderError)
 EXAMPLES = """examples:
   fleet-marl baselines                          # 10 seeds, every task and policy; updates README.md and docs/results.md
   fleet-marl baselines --tasks tiny,easy --episodes 3  # a partial run prints the table and writes nothing (--write to force)
+  fleet-marl baselines --tasks medium --protocol sequential --turn-order rotating  # the AEC loop; prints the table only
 """
 
 
-def run_all(tasks, policies, episodes: int = 10, seed: int = 0, progress: bool = True) -> list[Evaluation]:
-    """Evaluate every policy on every task (the references come from the grader's cache)."""
+def run_all(tasks, policies, episodes: int = 10, seed: int = 0, progress: bool = True, overrides: dict | None = None) -> list[Evaluation]:
+    """Evaluate every policy on every task (the references come from the grader's cache);
+    ``overrides`` are the env's (``protocol``, ``turn_order``)."""
     out = []
     bar = None
     if progress:
@@ -41,7 +43,7 @@ def run_all(tasks, policies, episodes: int = 10, seed: int = 0, progress: bool =
         for name in policies:
             if bar is not None:
                 bar.set_postfix_str(f"{task}/{name}")
-            out.append(evaluate(task, name, episodes=episodes, seed=seed, progress=False))
+            out.append(evaluate(task, name, episodes=episodes, seed=seed, progress=False, overrides=dict(overrides or {})))
             if bar is not None:
                 bar.update(1)
     if bar is not None:
@@ -103,6 +105,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
     parser.add_argument("--results", default=None, help="markdown file to update (default: docs/results.md of the fleet_marl checkout)")
     parser.add_argument("--readme", default=None, help="README to update (default: README.md of the fleet_marl checkout)")
+    add_protocol_arguments(parser)
     w = parser.add_mutually_exclusive_group()
     w.add_argument("--write", action="store_true", help="update the files even for a partial run (--tasks/--policies)")
     w.add_argument("--no-write", action="store_true", help="print the table only")
@@ -119,17 +122,24 @@ def run(args) -> int:
             raise UsageError(f"--policies: {n!r}: expected reference policies from {', '.join(POLICIES)}")
     positive("episodes", args.episodes)
     positive("seed", args.seed, 0)
-    full = tasks == list(TASKS) and names == list(POLICIES)
+    overrides = protocol_overrides(args)
+    if overrides and args.write:
+        raise UsageError(f"--write with --protocol {overrides['protocol']}: the README's and docs/results.md's table is the simultaneous "
+                         "protocol's; the sequential protocol's table is printed only (docs/results.md, 'The sequential protocol', has the study's)")
+    full = tasks == list(TASKS) and names == list(POLICIES) and not overrides
     do_write = not args.no_write and (full or args.write)
     root = checkout()
     results = Path(args.results) if args.results else (root / "docs" / "results.md" if root else None)
     readme = Path(args.readme) if args.readme else (root / "README.md" if root else None)
     if do_write and (results is None or readme is None):
         raise UsageError("no fleet_marl checkout found to write README.md and docs/results.md into; pass --results and --readme, or --no-write")
-    evals = run_all(tasks, names, episodes=args.episodes, seed=args.seed)
+    evals = run_all(tasks, names, episodes=args.episodes, seed=args.seed, overrides=overrides)
     print(table(evals))
     if not do_write:
-        if not args.no_write:
+        if overrides and not args.no_write:
+            print(f"--protocol {overrides['protocol']}: the README and docs/results.md are left as they are (their table is the simultaneous "
+                  "protocol's)", file=sys.stderr)
+        elif not args.no_write:
             print("partial run (--tasks/--policies): the README and docs/results.md are left as they are; pass --write to update them", file=sys.stderr)
         return 0
     extra = ("" if tasks == list(TASKS) else f" --tasks {','.join(tasks)}") + ("" if names == list(POLICIES) else f" --policies {','.join(names)}")

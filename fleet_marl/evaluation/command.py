@@ -38,14 +38,34 @@ def positive(name: str, value, minimum=1) -> None:
         raise UsageError(f"--{name} {value}: expected an integer >= {minimum}")
 
 
+def add_protocol_arguments(parser) -> None:
+    """``--protocol`` and ``--turn-order``, as ``evaluate``, ``baselines`` and ``demo`` take them."""
+    parser.add_argument("--protocol", default="simultaneous", help=f"one of {', '.join(PROTOCOLS)} (default simultaneous): sequential "
+                        "plays the AEC env, one tenant at a time, each seeing the claims before its turn")
+    parser.add_argument("--turn-order", default=None, help=f"with --protocol sequential: one of {', '.join(TURN_ORDERS)} (default fixed)")
+
+
+def protocol_overrides(args) -> dict:
+    """The env overrides of ``--protocol`` / ``--turn-order`` (checked; a ``UsageError`` names a
+    bad one): ``{}`` for the simultaneous protocol, else ``protocol`` and ``turn_order``."""
+    protocol, turn_order = getattr(args, "protocol", "simultaneous"), getattr(args, "turn_order", None)
+    if protocol not in PROTOCOLS:
+        raise UsageError(f"--protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+    if turn_order is not None and turn_order not in TURN_ORDERS:
+        raise UsageError(f"--turn-order {turn_order!r}: expected one of {', '.join(TURN_ORDERS)}")
+    if turn_order is not None and protocol != "sequential":
+        raise UsageError(f"--turn-order {turn_order}: only with --protocol sequential (under the simultaneous protocol every tenant acts at once)")
+    if protocol == "sequential":
+        return {"protocol": protocol, "turn_order": turn_order or "fixed"}
+    return {}
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--task", default="easy", help=f"one of {', '.join(TASKS)} (default easy)")
     parser.add_argument("--policy", default="precision_expert", help="reference policy name, module:Name, path.py[:Name] or a fleet-marl train run folder (default precision_expert)")
     parser.add_argument("--episodes", type=int, default=10, help="episodes, one per seed (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="first seed; episodes use seed .. seed+episodes-1 (default 0)")
-    parser.add_argument("--protocol", default="simultaneous", help=f"one of {', '.join(PROTOCOLS)} (default simultaneous): sequential "
-                        "plays the AEC env, one tenant at a time, each seeing the claims before its turn")
-    parser.add_argument("--turn-order", default=None, help=f"with --protocol sequential: one of {', '.join(TURN_ORDERS)} (default fixed)")
+    add_protocol_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--no-cache", action="store_true", help="recompute the reference episodes instead of reading the cache")
 
@@ -71,16 +91,7 @@ def run(args) -> int:
     positive("seed", args.seed, 0)
     if args.task not in TASKS:
         raise UsageError(f"--task {args.task!r}: expected one of {', '.join(TASKS)}")
-    protocol, turn_order = getattr(args, "protocol", "simultaneous"), getattr(args, "turn_order", None)
-    if protocol not in PROTOCOLS:
-        raise UsageError(f"--protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
-    if turn_order is not None and turn_order not in TURN_ORDERS:
-        raise UsageError(f"--turn-order {turn_order!r}: expected one of {', '.join(TURN_ORDERS)}")
-    if turn_order is not None and protocol != "sequential":
-        raise UsageError(f"--turn-order {turn_order}: only with --protocol sequential (under the simultaneous protocol every tenant acts at once)")
-    overrides = {}
-    if protocol == "sequential":
-        overrides = {"protocol": protocol, "turn_order": turn_order or "fixed"}
+    overrides = protocol_overrides(args)
     s = evaluate(args.task, args.policy, episodes=args.episodes, seed=args.seed, overrides=overrides, progress=True, cache=not args.no_cache).summary()
     if args.json:
         print(json.dumps(s, indent=2))
@@ -89,4 +100,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["EXAMPLES", "add_arguments", "positive", "print_evaluation", "run"]
+__all__ = ["EXAMPLES", "add_arguments", "add_protocol_arguments", "positive", "print_evaluation", "protocol_overrides", "run"]

@@ -14,12 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from fleet_marl.environment import parallel_env
 from fleet_marl.environment.render import render_ansi
 from fleet_marl.errors import UsageError, require
-from fleet_marl.evaluation.command import positive
+from fleet_marl.evaluation.command import add_protocol_arguments, positive, protocol_overrides
 from fleet_marl.evaluation.loading import PolicyError, load_policy
-from fleet_marl.evaluation.runner import run_episode
+from fleet_marl.evaluation.runner import make_env, run_episode
 from fleet_marl.tasks import TASKS
 
 #: User errors this command reports as ``error: ...`` (exit code 2).
@@ -28,6 +27,7 @@ EXAMPLES = """examples:
   fleet-marl demo                               # easy, precision_expert, seed 0
   fleet-marl demo --gif runs/demo.gif --every 10
   fleet-marl demo --task medium --policy planner --delay 0.2
+  fleet-marl demo --task medium --policy bidder --protocol sequential --turn-order rotating
 """
 
 
@@ -37,16 +37,20 @@ class _Recorder:
     def __init__(self, env, policy, out, every: int, delay: float, frames: list | None):
         self.env, self.policy, self.out = env, policy, out
         self.every, self.delay, self.frames = every, delay, frames
+        self._shown = -1  # the round last shown: under the sequential protocol act() is called once per turn
 
     def reset(self, seed=None):
+        self._shown = -1
         self.policy.reset(seed)
 
     def act(self, observations, infos):
-        self._frame()
+        if getattr(self.env, "unwrapped", self.env).round != self._shown:
+            self._frame()
         return self.policy.act(observations, infos)
 
     def _frame(self):
-        env = self.env
+        env = getattr(self.env, "unwrapped", self.env)
+        self._shown = env.round
         if env.round % self.every == 0:
             print(render_ansi(env), file=self.out, end="\n\n", flush=True)
             if self.delay:
@@ -66,20 +70,25 @@ def save_gif(frames: list[np.ndarray], path: Path, fps: float) -> Path:
 
 
 def demo(task: str = "easy", policy: str = "precision_expert", seed: int = 0, gif: str | None = None, fps: float = 4.0,
-         every: int = 1, delay: float = 0.0, out=None) -> dict:
-    """Run and print the episode to ``out`` (default: ``sys.stdout`` at call time); return the summary dict."""
+         every: int = 1, delay: float = 0.0, out=None, overrides: dict | None = None) -> dict:
+    """Run and print the episode to ``out`` (default: ``sys.stdout`` at call time); return the
+    summary dict. ``overrides``: the env's (``protocol="sequential"`` and ``turn_order``: the AEC
+    env, one frame per round)."""
     out = sys.stdout if out is None else out
     if gif:  # before the episode: the frames need matplotlib, the GIF Pillow
         require(("matplotlib", "PIL"), "plot", "fleet-marl demo --gif")
-    env = parallel_env(task=task, compute_all=False, render_mode="rgb_array" if gif else None)
+    overrides = dict(overrides or {})
+    env = make_env(task, render_mode="rgb_array" if gif else None, **overrides)
     pol = load_policy(policy, env)
     frames: list | None = [] if gif else None
     ep = run_episode(env, _Recorder(env, pol, out, every, delay, frames), seed, policy)
-    print(render_ansi(env), file=out, end="\n\n")  # the final round
+    print(render_ansi(env.unwrapped), file=out, end="\n\n")  # the final round
     if frames is not None:
         frames.append(env.render())
     lines = [
-        f"demo: task {task}, policy {policy}, seed {seed}: {ep.rounds} rounds",
+        f"demo: task {task}, policy {policy}, seed {seed}"
+        + (f", protocol sequential ({overrides.get('turn_order', 'fixed')} turns)" if overrides.get("protocol") == "sequential" else "")
+        + f": {ep.rounds} rounds",
         f"welfare {ep.welfare:.2f}   Jain {ep.jain:.2f}   max starvation streak {ep.max_starvation_streak}   starvation events {ep.starvation_events}",
         "events  " + "  ".join(f"{k} {v}" for k, v in ep.events.items()) + f"  illegal {ep.illegal}",
         f"{'agent':<10} {'return':>8} {'utility':>8} {'service':>8} {'jobs':>5} {'rho':>6} {'p99 wait':>9}",
@@ -105,6 +114,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--fps", type=float, default=4.0, help="GIF frames per second (default 4)")
     parser.add_argument("--every", type=int, default=1, help="print every N-th frame (default 1)")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds to pause after each printed frame (default 0)")
+    add_protocol_arguments(parser)
 
 
 def run(args) -> int:
@@ -118,7 +128,8 @@ def run(args) -> int:
         raise UsageError(f"--fps {args.fps}: expected a number > 0")
     if args.delay < 0:
         raise UsageError(f"--delay {args.delay}: expected a number >= 0")
-    demo(args.task, args.policy, seed=args.seed, gif=args.gif, fps=args.fps, every=args.every, delay=args.delay)
+    overrides = protocol_overrides(args)
+    demo(args.task, args.policy, seed=args.seed, gif=args.gif, fps=args.fps, every=args.every, delay=args.delay, overrides=overrides)
     return 0
 
 

@@ -21,9 +21,19 @@ Every figure is a mean over episodes with a 95% interval (1.96 standard errors o
 episodes' means); ``Δ welfare`` is the sequential protocol's welfare minus the simultaneous
 one's, paired by seed.
 
+Trained policies (``--run PROTOCOL=PATH``, one task): a run trained under a protocol (``fleet-marl
+train``, either engine) plays that protocol on the same seeds as the references and adds a row
+``trained`` in the same columns; with a run for each protocol, the sequential row's ``Δ welfare``
+is against the simultaneous run's, paired by seed (each protocol with the policy trained for it).
+A run trained on another task or under the other protocol is refused by name before any
+episode is played (the grader's check, ``evaluation.runs.check_trained_on``).
+
 How to run (about 15 minutes on one core for medium and hard, 10 seeds)::
 
     python -m fleet_marl.studies.protocols --tasks medium hard --seeds 10 > table.md
+    python -m fleet_marl.studies.protocols --tasks medium --seeds 10 \
+        --run simultaneous=runs/train/medium-shared-difference-torchrl \
+        --run sequential=runs/train/medium-shared-difference-sequential-torchrl > trained.md
 
 Results to expect: docs/results.md, "The sequential protocol".
 """
@@ -37,7 +47,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import fleet_marl
-from fleet_marl.policies import POLICIES, make
+from fleet_marl.evaluation.loading import PolicyError, load_policy
+from fleet_marl.policies import POLICIES
+from fleet_marl.tasks import PROTOCOLS
 
 #: The places in the order are grouped into this many quarters (Q1 first).
 QUARTERS = 4
@@ -74,17 +86,24 @@ def _round_stats(env, order: list[str], util: list[list[float]], over: list[bool
         util[min(QUARTERS * k // max(n, 1), QUARTERS - 1)].append(float(o.utility[i]))
 
 
+def _env(task: str, protocol: str, turn_order: str):
+    if protocol == "sequential":
+        return fleet_marl.env(task=task, protocol="sequential", turn_order=turn_order, compute_all=False)
+    return fleet_marl.parallel_env(task=task, compute_all=False)
+
+
 def episode(task: str, policy: str, seed: int, protocol: str, turn_order: str = "rotating") -> EpisodeStats:
-    """One episode of ``policy`` on ``task`` under ``protocol``, measured."""
+    """One episode of ``policy`` (a reference policy's name, or any spec the grader loads: a
+    trained run's folder, ...) on ``task`` under ``protocol``, measured."""
     util: list[list[float]] = [[] for _ in range(QUARTERS)]
     over: list[bool] = []
     paid: list[float] = []
     gpu_hours: list[float] = []
     welfare = 0.0
     if protocol == "sequential":
-        aec = fleet_marl.env(task=task, protocol="sequential", turn_order=turn_order, compute_all=False)
+        aec = _env(task, protocol, turn_order)
         u = aec.unwrapped
-        pol = make(policy, aec)
+        pol = load_policy(policy, aec)
         aec.reset(seed=seed)
         pol.reset(seed)
         order, r = u.turn_sequence, 0
@@ -101,8 +120,8 @@ def episode(task: str, policy: str, seed: int, protocol: str, turn_order: str = 
                 order = u.turn_sequence
         reports = u.episode_reports
     else:
-        env = fleet_marl.parallel_env(task=task, compute_all=False)
-        pol = make(policy, env)
+        env = _env(task, protocol, turn_order)
+        pol = load_policy(policy, env)
         obs, infos = env.reset(seed=seed)
         pol.reset(seed)
         while env.agents:
@@ -124,26 +143,51 @@ def _ci(xs) -> tuple[float, float]:
     return float(x.mean()), float(half)
 
 
-def study(tasks, policies, seeds, turn_order: str = "rotating", progress=None) -> list[dict]:
-    """Rows ``{task, policy, protocol, <measure>: (mean, half-width)}`` over ``seeds``."""
+class StudyError(ValueError):
+    """A bad option of the protocol study (``--run``), naming it and what was expected."""
+
+
+def check_runs(tasks, runs: dict[str, str] | None, turn_order: str = "rotating") -> None:
+    """``runs`` ({protocol: run folder}) need one task, known protocols, and each run trained on
+    that task under that protocol (loaded once here, so a bad one is refused before any episode)."""
+    if not runs:
+        return
+    if len(tasks) != 1:
+        raise StudyError(f"--run with tasks = {list(tasks)!r}: expected one task (--tasks TASK), the one the runs were trained on")
+    for protocol, path in runs.items():
+        if protocol not in PROTOCOLS:
+            raise StudyError(f"--run {protocol}={path}: protocol = {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+        try:
+            load_policy(path, _env(tasks[0], protocol, turn_order))
+        except PolicyError as exc:
+            raise StudyError(f"--run {protocol}={path}: {exc}") from None
+
+
+def study(tasks, policies, seeds, turn_order: str = "rotating", progress=None, runs: dict[str, str] | None = None) -> list[dict]:
+    """Rows ``{task, policy, protocol, <measure>: (mean, half-width)}`` over ``seeds``: each
+    reference policy under both protocols, then (``runs``, {protocol: run folder}, one task) a
+    ``trained`` row per run under the protocol it was trained on."""
+    check_runs(tasks, runs, turn_order)
     rows = []
-    for task in tasks:
-        for policy in policies:
-            blind = None
-            for protocol in ("simultaneous", "sequential"):
-                eps = [episode(task, policy, int(s), protocol, turn_order) for s in seeds]
-                row = {"task": task, "policy": policy, "protocol": protocol, "episodes": len(eps)}
-                if blind is None:
-                    blind = [e.welfare for e in eps]
-                    row["delta_welfare"] = None
-                else:
-                    row["delta_welfare"] = _ci([e.welfare - w for e, w in zip(eps, blind)])
-                for k in ("welfare", "jain", "oversubscribed", "price"):
-                    row[k] = _ci([getattr(e, k) for e in eps])
-                row["by_quarter"] = [_ci([e.by_quarter[q] for e in eps]) for q in range(QUARTERS)]
-                rows.append(row)
-                if progress is not None:
-                    progress(row)
+    plan = [(task, policy, [(p, policy) for p in ("simultaneous", "sequential")]) for task in tasks for policy in policies]
+    if runs:
+        plan.append((tasks[0], "trained", [(p, runs[p]) for p in ("simultaneous", "sequential") if p in runs]))
+    for task, label, arms in plan:
+        blind = None
+        for protocol, policy in arms:
+            eps = [episode(task, policy, int(s), protocol, turn_order) for s in seeds]
+            row = {"task": task, "policy": label, "protocol": protocol, "episodes": len(eps)}
+            if blind is None:
+                blind = [e.welfare for e in eps]
+                row["delta_welfare"] = None
+            else:
+                row["delta_welfare"] = _ci([e.welfare - w for e, w in zip(eps, blind)])
+            for k in ("welfare", "jain", "oversubscribed", "price"):
+                row[k] = _ci([getattr(e, k) for e in eps])
+            row["by_quarter"] = [_ci([e.by_quarter[q] for e in eps]) for q in range(QUARTERS)]
+            rows.append(row)
+            if progress is not None:
+                progress(row)
     return rows
 
 
@@ -173,8 +217,23 @@ def main(argv=None) -> int:
     p.add_argument("--policies", nargs="+", default=list(POLICIES))
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--turn-order", default="rotating")
+    p.add_argument("--run", action="append", default=[], metavar="PROTOCOL=PATH",
+                   help="a trained run (fleet-marl train, either engine) for the 'trained' row under PROTOCOL (simultaneous or sequential); "
+                        "repeat for the other protocol; needs one --tasks")
     a = p.parse_args(argv)
-    rows = study(a.tasks, a.policies, range(a.seeds), a.turn_order,
+    runs = {}
+    for spec in a.run:
+        protocol, sep, path = spec.partition("=")
+        if not sep or not path:
+            p.error(f"--run {spec!r}: expected PROTOCOL=PATH, e.g. sequential=runs/train/medium-shared-difference-sequential-torchrl")
+        if protocol in runs:
+            p.error(f"--run {spec!r}: a second run for protocol {protocol!r}; give one per protocol")
+        runs[protocol] = path
+    try:
+        check_runs(a.tasks, runs, a.turn_order)
+    except StudyError as exc:
+        p.error(str(exc))
+    rows = study(a.tasks, a.policies, range(a.seeds), a.turn_order, runs=runs,
                  progress=lambda r: print(f"{r['task']} {r['policy']} {r['protocol']}: welfare {_f(r['welfare'], 1)}", file=sys.stderr, flush=True))
     print(markdown(rows))
     return 0
@@ -184,4 +243,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["EpisodeStats", "QUARTERS", "episode", "markdown", "study"]
+__all__ = ["EpisodeStats", "QUARTERS", "StudyError", "check_runs", "episode", "markdown", "study"]

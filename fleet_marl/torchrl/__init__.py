@@ -9,6 +9,8 @@
 ``TorchRLTrainConfig``, ``train``      IPPO/MAPPO on TorchRL's collector, GAE and
                                        ``ClipPPOLoss``: ``fleet-marl train --engine torchrl``
                                        (``train.py``)
+``TurnCollector``, ``turns_to_rounds`` the sequential protocol: the actor called once per turn,
+                                       the batch laid out per tenant and round (``sequential.py``)
 =====================================  ==========================================================
 
 Modules without lazy names: ``command`` (the torchrl engine of ``fleet-marl train``) and
@@ -22,6 +24,7 @@ _NAMES = {
     "FleetTorchEnv": "env", "GROUP": "env",
     "MaskedMultiCategorical": "policy", "build_networks": "policy", "TrainedPolicy": "policy", "SHARING": "policy",
     "TorchRLTrainConfig": "train", "train": "train", "Learner": "train",
+    "TurnCollector": "sequential", "AsyncTurnCollector": "sequential", "turns_to_rounds": "sequential",
 }
 
 

@@ -16,7 +16,9 @@
 
                             with ``agent_id`` a shared network also reads the tenant's
                             one-hot index (``WithAgentId``)
-``TrainedPolicy``           a trained actor playing every tenant of a ``FleetParallelEnv``
+``turn_logits``             one tenant's logits per row, for the sequential protocol's turns
+``TrainedPolicy``           a trained actor playing every tenant of a ``FleetParallelEnv``, or
+                            the tenant whose turn it is in the sequential protocol's AEC env,
                             greedily (the grader's ``Policy`` protocol): the same observation
                             rows and flat masks as :class:`~fleet_marl.torchrl.FleetTorchEnv`
 """
@@ -302,6 +304,26 @@ def _networks(sharing, n_agents, obs_dim, state_dim, n_logits, kinds, hidden, ac
     return actor, mlp(1, sharing != "per_tenant"), "observation"
 
 
+def turn_logits(actor_net: nn.Module, obs: torch.Tensor, agent: torch.Tensor, n_agents: int) -> torch.Tensor:
+    """(B, M) logits of one tenant per row (the sequential protocol's turn collector): ``obs``
+    (B, F) the observation of the tenant whose turn it is, ``agent`` (B,) int64 its index. A
+    network shared by the tenants (``shared`` and ``mappo``'s actor, with or without the
+    one-hot index) runs on the B rows alone; the others (``per_tenant``, ``per_kind``) see each
+    row in its tenant's slot of a (B, N, F) input, the other slots zero (N times the work)."""
+    net = actor_net.base if isinstance(actor_net, AutoregressiveActor) else actor_net
+    x = obs
+    if isinstance(net, WithAgentId):
+        x = torch.cat([obs, net.eye[agent]], -1)
+        net = net.net
+    if isinstance(net, MultiAgentMLP) and net.share_params and not net.centralized:
+        with net.params.to_module(net._empty_net, preserve_module_state=False):  # what MultiAgentMLP.forward runs, on (B, F) rows
+            return net._empty_net(x)
+    rows = torch.arange(obs.shape[0])
+    full = obs.new_zeros((obs.shape[0], n_agents, obs.shape[-1]))
+    full[rows, agent] = obs
+    return actor_net(full)[rows, agent]
+
+
 class TrainedPolicy:
     """A trained actor network playing every live tenant of a ``FleetParallelEnv`` (the grader's
     ``Policy`` protocol): greedy (each dimension's most likely allowed choice), or sampled with
@@ -322,12 +344,15 @@ class TrainedPolicy:
     def act(self, observations: dict, infos: dict) -> dict[str, np.ndarray]:
         env = self.env
         N = len(env.possible_agents)
-        obs = np.zeros((N, env.observation_space(env.possible_agents[0]).shape[-1]), np.float32)
-        mask = np.ones((N, sum(self.nvec)), bool)
         live = [a for a in observations if a in set(env.agents)]
+        rows = {a: observations[a] if not isinstance(observations[a], dict) else observations[a]["observation"] for a in live}
+        # the observations' own width: 34, or 40 under the sequential protocol (whose AEC env wraps a 34-feature round engine)
+        F = len(next(iter(rows.values()))) if rows else env.observation_space(env.possible_agents[0]).shape[-1]
+        obs = np.zeros((N, F), np.float32)
+        mask = np.ones((N, sum(self.nvec)), bool)
         for a in live:
             i = self._index[a]
-            obs[i] = observations[a] if not isinstance(observations[a], dict) else observations[a]["observation"]
+            obs[i] = rows[a]
             mask[i] = _flat(env.action_mask(a), env.nvec[i], self.nvec)
         with torch.no_grad():
             logits = self.actor(torch.from_numpy(obs)[None])[0]
@@ -347,4 +372,5 @@ def _flat(mask, nvec_row, nvec) -> np.ndarray:
     return out
 
 
-__all__ = ["ACTIVATIONS", "AutoregressiveActor", "Coupling", "MaskedMultiCategorical", "PerKindMLP", "SHARING", "StateCritic", "TrainedPolicy", "WithAgentId", "build_networks"]
+__all__ = ["ACTIVATIONS", "AutoregressiveActor", "Coupling", "MaskedMultiCategorical", "PerKindMLP", "SHARING", "StateCritic", "TrainedPolicy", "WithAgentId", "build_networks",
+           "turn_logits"]

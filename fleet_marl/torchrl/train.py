@@ -10,11 +10,17 @@ clusters in one array step) with a masked multi-categorical actor for ``rollout`
 in its episode (``("agents", "mask")``); one that finishes at step t is done there (no
 bootstrap). A cluster's truncation (``max_cycles``) bootstraps every tenant still in it.
 
+Under the sequential protocol (``env: {protocol: sequential, turn_order: ...}``) the collector
+is :class:`~fleet_marl.torchrl.sequential.TurnCollector` (``AsyncTurnCollector`` for
+``async``): the actor is called once per turn, on the per-turn vector env, and each batch of
+``rollout`` rounds comes laid out per tenant and round as above, so the learner is the same.
+
 Sharing schemes (:data:`~fleet_marl.torchrl.policy.SHARING`): ``shared``, ``per_tenant`` and
 ``per_kind`` are IPPO (each tenant's critic reads its own observation); ``mappo`` has a shared
 actor and a centralized critic on ``state``.
 
-A run writes, under ``<out>/<run name>/`` (default ``runs/train/<task>-<sharing>-<scheme>-torchrl``),
+A run writes, under ``<out>/<run name>/`` (default ``runs/train/<task>-<sharing>-<scheme>-torchrl``,
+``...-<scheme>-sequential-torchrl`` under the sequential protocol),
 what the RLlib route writes:
 
 ===================  ==========================================================================
@@ -54,11 +60,12 @@ from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 from tqdm import tqdm
 
-from fleet_marl.environment import FleetParallelEnv
+from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
 from fleet_marl.evaluation import evaluate, runs
 from fleet_marl.torchrl.env import GROUP, FleetTorchEnv
 from fleet_marl.torchrl.loader import SIDECAR, TrainConfigError, checkpoint_folder, read_sidecar
 from fleet_marl.torchrl.policy import ACTIVATIONS, SHARING, MaskedMultiCategorical, TrainedPolicy, build_networks
+from fleet_marl.torchrl.sequential import AsyncTurnCollector, TurnCollector
 
 #: The columns of ``metrics.csv`` (empty where an iteration has no value).
 COLUMNS = ("iteration", "env_steps", "agent_steps", "time_s", "agent_steps_per_s", "collect_s", "learn_s", "episodes", "lr", "welfare", "eval_welfare", "score",
@@ -125,9 +132,6 @@ class TorchRLTrainConfig:
             raise TrainConfigError(f"{source}: {name} = {getattr(self, name)!r}: expected {expected}")
 
         runs.check_common(self, source, SHARING, bad)
-        if isinstance(self.env, dict) and self.env.get("protocol", "simultaneous") != "simultaneous":
-            raise TrainConfigError(f"{source}: env.protocol = {self.env['protocol']!r}: the torchrl engine trains on the vector env, which plays "
-                                   "the simultaneous protocol only; train the sequential protocol with --engine rllib (docs/training.md)")
         for name in ("iterations", "num_envs", "rollout", "epochs", "minibatch"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -152,7 +156,7 @@ class TorchRLTrainConfig:
 
     @property
     def run_name(self) -> str:
-        return self.name or f"{self.task}-{self.sharing}-{self.reward_scheme}-torchrl"
+        return self.name or f"{self.task}-{self.sharing}-{self.reward_scheme}{'-sequential' if self.sequential else ''}-torchrl"
 
     @property
     def run_dir(self) -> Path:
@@ -161,8 +165,17 @@ class TorchRLTrainConfig:
     def to_dict(self) -> dict:
         return {"engine": "torchrl", **dataclasses.asdict(self)}
 
-    def probe(self) -> FleetParallelEnv:
-        return FleetParallelEnv(task=self.task, reward_scheme=self.reward_scheme, **self.env)
+    @property
+    def sequential(self) -> bool:
+        """The run trains under the sequential protocol (``env.protocol``): turns collected by
+        :class:`~fleet_marl.torchrl.sequential.TurnCollector`."""
+        return isinstance(self.env, dict) and self.env.get("protocol") == "sequential"
+
+    def probe(self) -> FleetParallelEnv | FleetSequentialEnv:
+        """The run's env with one cluster (its spaces are the signature's): the ParallelEnv, or the
+        AEC env of the sequential protocol (40 features, the longer ``state()``)."""
+        cls = FleetSequentialEnv if self.sequential else FleetParallelEnv
+        return cls(task=self.task, reward_scheme=self.reward_scheme, **self.env)
 
     def signature(self) -> dict:
         """What a checkpoint must match to be resumed or graded on an env."""
@@ -329,7 +342,8 @@ class Loop:
     the loop ends after ``tc.iterations`` in all (``first`` done already) or when
     ``max_minutes`` are spent. ``close()`` stops the collector (also when the caller stops early).
     ``env`` is the sync collector's :class:`FleetTorchEnv` (None for ``async``: it lives in the
-    worker process).
+    worker process; and under the sequential protocol, whose collector is
+    :class:`~fleet_marl.torchrl.sequential.TurnCollector`).
 
     >>> loop = Loop(tc, Learner(tc, tc.signature()))
     >>> for row in loop:
@@ -344,7 +358,12 @@ class Loop:
         self.train_seconds = 0.0
         make_env = functools.partial(FleetTorchEnv, tc.num_envs, tc.task, reward_scheme=tc.reward_scheme, **tc.env)
         kwargs = dict(frames_per_batch=self.frames, total_frames=self.frames * (tc.iterations - first), exploration_type=ExplorationType.RANDOM)
-        if tc.collector == "async":
+        if tc.sequential:
+            # the sequential protocol: the actor called once per turn, batches laid out per round (torchrl/sequential.py)
+            make = AsyncTurnCollector if tc.collector == "async" else TurnCollector
+            self.collector = make(tc, learner.actor_net, learner.nvec, tc.iterations - first)
+            self.env = None  # no FleetTorchEnv: the per-turn vector env is the collector's (``collector.venv``, sync)
+        elif tc.collector == "async":
             # the env and the sampling policy in a worker process (another core), collecting the next
             # batch with the previous weights while this process learns on the last one
             # (this process keeps ``threads`` torch threads; TorchRL's default would be the cores minus the worker)
