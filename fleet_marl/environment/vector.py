@@ -38,6 +38,18 @@ from fleet_marl.environment.spaces import ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, 
 from fleet_marl.tasks import check_protocol, make_config
 
 
+def sample_masked(mask: np.ndarray, offsets, rng: np.random.Generator | None = None) -> np.ndarray:
+    """Uniform random action indices (..., 8) allowed by flat masks (..., M) whose dimension d
+    spans columns ``offsets[d]:offsets[d + 1]``."""
+    rng = np.random.default_rng() if rng is None else rng
+    out = np.zeros(mask.shape[:-1] + (N_ACT,), np.int64)
+    for d in range(N_ACT):
+        m = mask[..., offsets[d]: offsets[d + 1]]
+        u = rng.random(m.shape) * m  # the largest uniform draw among the allowed choices
+        out[..., d] = np.argmax(np.where(m, u + 1e-12, -1.0), axis=-1)
+    return out
+
+
 class FleetVectorEnv:
     """B clusters of the same scenario (``task`` or ``config`` plus overrides, as
     :func:`~fleet_marl.environment.parallel_env` takes them), stepped together.
@@ -162,14 +174,7 @@ class FleetVectorEnv:
     def sample_actions(self, infos: dict, rng: np.random.Generator | None = None) -> np.ndarray:
         """(B, N, 8) random actions allowed by ``infos["action_mask"]`` (for smoke tests and
         random baselines)."""
-        rng = np.random.default_rng() if rng is None else rng
-        mask = infos["action_mask"]
-        out = np.zeros((self.num_envs, self.num_agents, N_ACT), np.int64)
-        for d in range(N_ACT):
-            m = mask[..., self._offsets[d]: self._offsets[d + 1]]
-            u = rng.random(m.shape) * m  # the largest uniform draw among the allowed choices
-            out[..., d] = np.argmax(np.where(m, u + 1e-12, -1.0), axis=-1)
-        return out
+        return sample_masked(infos["action_mask"], self._offsets, rng)
 
     def close(self) -> None:
         pass
@@ -418,14 +423,7 @@ class FleetSequentialVectorEnv:
 
     def sample_actions(self, infos: dict, rng: np.random.Generator | None = None) -> np.ndarray:
         """(B, 8) random actions allowed by ``infos["action_mask"]`` (the acting tenants')."""
-        rng = np.random.default_rng() if rng is None else rng
-        mask = infos["action_mask"]
-        out = np.zeros((self.num_envs, N_ACT), np.int64)
-        for d in range(N_ACT):
-            m = mask[..., self._offsets[d]: self._offsets[d + 1]]
-            u = rng.random(m.shape) * m
-            out[..., d] = np.argmax(np.where(m, u + 1e-12, -1.0), axis=-1)
-        return out
+        return sample_masked(infos["action_mask"], self._offsets, rng)
 
     def close(self) -> None:
         pass
