@@ -26,7 +26,8 @@ first), so a stopped study holds whole seeds. Each finished run appends a row to
 running the same command again skips the runs already there and appends this session's wall
 time to ``sessions.csv`` (the study's wall time is their sum; the row is rewritten after every
 finished run, so a killed session loses at most the time since its last run). Stop a study by
-stopping its process group (Ctrl-C, or ``kill -- -PGID``): the worker processes are in it. ``study.json`` records the
+sending SIGTERM to its process group (``kill -- -PGID``): the worker processes are in it (an
+interrupt, Ctrl-C, can leave the parent waiting on its pool). ``study.json`` records the
 settings; resuming with other settings is refused. :mod:`fleet_marl.studies.credit_report`
 turns the CSVs into the tables, the verdicts and the plots.
 
