@@ -69,6 +69,21 @@ def check_protocol(opts: dict) -> tuple[str, str]:
         raise ConfigError("turn_order", turn_order, "no turn_order with protocol='simultaneous' (every tenant acts at once); "
                                                     "turns need fleet_marl.env(protocol='sequential', turn_order=...)")
     return protocol, turn_order or "fixed"
+
+
+def require_sequential(overrides: dict, owner: str, instead: str) -> str:
+    """Pop ``protocol`` and ``turn_order`` from ``overrides`` (in place) for a class that plays
+    only the sequential protocol, and return the checked ``turn_order``. ``protocol`` defaults to
+    ``"sequential"``; any other value is a ``ValueError`` naming ``owner`` and what to use
+    ``instead``; a bad value is :func:`check_protocol`'s ``ConfigError``."""
+    opts = {k: overrides.pop(k) for k in ("protocol", "turn_order") if k in overrides}
+    opts.setdefault("protocol", "sequential")
+    protocol, turn_order = check_protocol(opts)
+    if protocol != "sequential":
+        raise ValueError(f"protocol = {protocol!r}: {owner} plays protocol='sequential'; {instead}")
+    return turn_order
+
+
 #: Shortcuts: a top-level keyword that sets a nested config field.
 SHORTCUTS = {
     "reward_scheme": ("reward", "scheme"),
@@ -338,4 +353,4 @@ def make_config(task: str | None = None, config: FleetConfig | dict | None = Non
     return from_dict(FleetConfig, merged), env_opts
 
 
-__all__ = ["ENV_OPTIONS", "PROTOCOLS", "SHORTCUTS", "TASKS", "TURN_ORDERS", "check_protocol", "Task", "make_config", "register_task", "scaled", "task_dict"]
+__all__ = ["ENV_OPTIONS", "PROTOCOLS", "SHORTCUTS", "TASKS", "TURN_ORDERS", "check_protocol", "require_sequential", "Task", "make_config", "register_task", "scaled", "task_dict"]

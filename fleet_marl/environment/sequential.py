@@ -51,7 +51,7 @@ from fleet_marl.environment.observations import claim_features
 from fleet_marl.environment.parallel import FleetParallelEnv
 from fleet_marl.environment.render import render_frame
 from fleet_marl.environment.spaces import N_CLAIM, N_OBS, OBS_MODES, AgentSpaces, build_spaces
-from fleet_marl.tasks import check_protocol
+from fleet_marl.tasks import require_sequential
 
 #: The round engine's read-only views and helpers the sequential env shows as its own.
 VIEWS = (
@@ -80,13 +80,8 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
         """``task`` or ``config`` and overrides as ``parallel_env`` takes them, plus
         ``protocol="sequential"`` and ``turn_order`` (default ``"fixed"``)."""
         super().__init__()
-        opts = {k: overrides.pop(k) for k in ("protocol", "turn_order") if k in overrides}
-        opts.setdefault("protocol", "sequential")
-        protocol, self.turn_order = check_protocol(opts)
-        if protocol != "sequential":
-            raise ValueError(f"protocol = {protocol!r}: FleetSequentialEnv plays protocol='sequential'; fleet_marl.env(protocol='simultaneous') "
-                             "is the AEC form of the ParallelEnv")
-        self.protocol = protocol
+        self.turn_order = require_sequential(overrides, "FleetSequentialEnv", "fleet_marl.env(protocol='simultaneous') is the AEC form of the ParallelEnv")
+        self.protocol = "sequential"
         self.obs_mode = overrides.pop("obs_mode", "flat")
         if self.obs_mode not in OBS_MODES:
             raise ValueError(f"obs_mode = {self.obs_mode!r}: expected one of {', '.join(map(repr, OBS_MODES))}")

@@ -35,7 +35,7 @@ from gymnasium.vector import AutoresetMode
 from fleet_marl.environment import core
 from fleet_marl.environment.observations import claim_features
 from fleet_marl.environment.spaces import ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_CLAIM, N_OBS, NOT_ALLOWED, NOT_INTEGER, OUT_OF_RANGE, ActionError, check_indices
-from fleet_marl.tasks import check_protocol, make_config
+from fleet_marl.tasks import check_protocol, make_config, require_sequential
 
 
 def sample_masked(mask: np.ndarray, offsets, rng: np.random.Generator | None = None) -> np.ndarray:
@@ -305,13 +305,8 @@ class FleetSequentialVectorEnv:
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(self, num_envs: int = 1, task: str | None = None, config=None, **overrides: Any):
-        opts = {k: overrides.pop(k) for k in ("protocol", "turn_order") if k in overrides}
-        opts.setdefault("protocol", "sequential")
-        protocol, self.turn_order = check_protocol(opts)
-        if protocol != "sequential":
-            raise ValueError(f"protocol = {protocol!r}: FleetSequentialVectorEnv plays protocol='sequential'; FleetVectorEnv is the "
-                             "simultaneous protocol's vector env")
-        self.protocol = protocol
+        self.turn_order = require_sequential(overrides, "FleetSequentialVectorEnv", "FleetVectorEnv is the simultaneous protocol's vector env")
+        self.protocol = "sequential"
         #: the round engine: the simultaneous protocol's vector env, stepped once per round with the joint action
         self.venv = FleetVectorEnv(num_envs, task, config, **overrides)
         v = self.venv
