@@ -7,8 +7,11 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -234,6 +237,38 @@ def test_study_from_args_builds_the_torchrl_study():
     assert isinstance(s, Study) and s.ns == (2, 8) and s.arms == ("global", "mappo") and s.mechanisms == ("auction",) and s.seeds == 3
     q = command.study_from_args(parser.parse_args(["--quick"]))
     assert q.settings() == Study.quick().settings()
+
+
+@pytest.mark.timeout(1200)
+def test_ctrl_c_stops_the_study_and_its_workers_at_once(tmp_path):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) mid-study: the command
+    exits, says how to resume, leaves no worker behind, and keeps the runs it finished."""
+    out = tmp_path / "q"
+    p = subprocess.Popen([str(BIN / "fleet-marl"), "compare", "--quick", "--out", str(out), "--no-progress"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 900
+        while not (out / "results.csv").is_file() or len(_csv(out / "results.csv")) < 1:
+            assert p.poll() is None and time.monotonic() < deadline, "the study ended or stalled before its first run"
+            time.sleep(0.5)
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=120)  # a parent waiting on its pool would time out here
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130 and "the same command resumes the study" in err, err[-2000:]
+    for _ in range(50):  # the workers were terminated and joined before the parent exited
+        try:
+            os.killpg(p.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.killpg(p.pid, signal.SIGKILL)
+        raise AssertionError("a worker process outlived the interrupted study")
+    done = _csv(out / "results.csv")
+    assert 1 <= len(done) < len(Study.quick().runs())
+    assert [int(x["runs_done"]) for x in _csv(out / "sessions.csv")] == [len(done)]
 
 
 @pytest.mark.timeout(1200)

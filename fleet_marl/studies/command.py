@@ -168,6 +168,9 @@ def run(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         print("run 'fleet-marl compare --help' for the options", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: the finished runs are in {args.out}; the same command resumes the study", file=sys.stderr)
+        return 130
     return 0
 
 

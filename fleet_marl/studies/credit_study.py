@@ -25,9 +25,9 @@ first), so a stopped study holds whole seeds. Each finished run appends a row to
 ``results.csv`` and its curve to ``curves.csv`` under ``out`` (:mod:`fleet_marl.studies.store`);
 running the same command again skips the runs already there and appends this session's wall
 time to ``sessions.csv`` (the study's wall time is their sum; the row is rewritten after every
-finished run, so a killed session loses at most the time since its last run). Stop a study by
-sending SIGTERM to its process group (``kill -- -PGID``): the worker processes are in it (an
-interrupt, Ctrl-C, can leave the parent waiting on its pool). ``study.json`` records the
+finished run, so a killed session loses at most the time since its last run). Stop a study with
+Ctrl-C (the workers ignore it; the parent terminates them at once) or by sending SIGTERM to its
+process group (``kill -- -PGID``), which the worker processes are in. ``study.json`` records the
 settings; resuming with other settings is refused. :mod:`fleet_marl.studies.credit_report`
 turns the CSVs into the tables, the verdicts and the plots.
 
@@ -36,9 +36,9 @@ turns the CSVs into the tables, the verdicts and the plots.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import importlib.metadata
 import multiprocessing
+import signal
 import subprocess
 import time
 from dataclasses import asdict, dataclass
@@ -278,13 +278,25 @@ def versions() -> str:
     return ", ".join(parts)
 
 
-def _reference(task: str, overrides: dict, name: str, seeds: list[int]) -> None:
+def _reference(args: tuple) -> None:
+    task, overrides, name, seeds = args
     reference_episodes(task, name, seeds, overrides, progress=None)
+
+
+def _run_caught(args: tuple) -> tuple[tuple, tuple | str]:
+    """``run_one`` in a worker: ``(key, (row, curve))``, or ``(key, message)`` when the run failed."""
+    study, key = args
+    try:
+        return key, run_one(study, key)
+    except Exception as exc:  # noqa: BLE001 -- the parent names the run and keeps the others going
+        text = str(exc).strip()
+        return key, text.splitlines()[-1] if text else type(exc).__name__
 
 
 def _init_worker() -> None:
     import torch  # torch: the workers train
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it terminates the pool
     torch.set_num_threads(1)
 
 
@@ -313,36 +325,31 @@ def run(study: Study, *, jobs: int = 2, overwrite: bool = False, progress: bool 
     failed: list[str] = []
     # the grader's references (random and planner episodes, cached on disk) once per setting, before the runs need them
     refs = sorted({k[:3] for k in todo})
-    ctx = multiprocessing.get_context("spawn")
+    seeds = list(range(study.episodes))
+    # multiprocessing.Pool rather than concurrent.futures: on Ctrl-C (or any error) terminate() stops
+    # the workers at once, where ProcessPoolExecutor's exit waits for the runs under way
+    pool = multiprocessing.get_context("spawn").Pool(jobs, initializer=_init_worker)
     try:
-        with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker) as pool:
-            seeds = list(range(study.episodes))
-            futs = [pool.submit(_reference, *study.env(*r), name, seeds) for r in refs for name in ("random", "planner")]
-            for f in tqdm(cf.as_completed(futs), total=len(futs), desc="references (random, planner)", unit="setting", disable=not progress,
-                          leave=False):
-                f.result()
-            bar = tqdm(total=len(todo), desc="runs", unit="run", disable=not progress, smoothing=0.02)
-            pending = {pool.submit(run_one, study, k): k for k in todo}
-            try:
-                for f in cf.as_completed(pending):
-                    key = pending[f]
-                    try:
-                        row, curve = f.result()
-                    except Exception as exc:  # noqa: BLE001 -- say which run, keep the others going
-                        failed.append(f"{'/'.join(map(str, key))}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__}")
-                        bar.update(1)
-                        continue
-                    store.append(out / "curves.csv", CURVE_COLUMNS, curve)  # the curve first: results.csv marks the run done
-                    store.append(out / "results.csv", RESULT_COLUMNS, [row])
-                    finished += 1
-                    record()
-                    bar.update(1)
-                    bar.set_postfix_str(f"last {key[1]} N={key[2]} {key[3]} seed {key[4]}: score {row['score']:.2f}, {row['run_seconds']:.0f}s")
-            finally:
-                for f in pending:
-                    f.cancel()
-                bar.close()
+        jobs_refs = [(*study.env(*r), name, seeds) for r in refs for name in ("random", "planner")]
+        for _ in tqdm(pool.imap_unordered(_reference, jobs_refs), total=len(jobs_refs), desc="references (random, planner)", unit="setting",
+                      disable=not progress, leave=False):
+            pass
+        with tqdm(total=len(todo), desc="runs", unit="run", disable=not progress, smoothing=0.02) as bar:
+            for key, result in pool.imap_unordered(_run_caught, [(study, k) for k in todo]):
+                bar.update(1)
+                if isinstance(result, str):  # say which run failed, keep the others going
+                    failed.append(f"{'/'.join(map(str, key))}: {result}")
+                    continue
+                row, curve = result
+                store.append(out / "curves.csv", CURVE_COLUMNS, curve)  # the curve first: results.csv marks the run done
+                store.append(out / "results.csv", RESULT_COLUMNS, [row])
+                finished += 1
+                record()
+                bar.set_postfix_str(f"last {key[1]} N={key[2]} {key[3]} seed {key[4]}: score {row['score']:.2f}, {row['run_seconds']:.0f}s")
+        pool.close()
     finally:
+        pool.terminate()
+        pool.join()
         if finished:
             record()
     if failed:
