@@ -103,3 +103,21 @@ def test_credit_signal_table_has_a_row_per_arbiter_and_n(capsys):
     assert [r.split(" | ")[:2] for r in rows] == [["| `proportional`", "2"], ["| `proportional`", "3"], ["| `auction`", "2"], ["| `auction`", "3"]]
     with pytest.raises(SystemExit):
         _credit_signal().main(["--mechanism", "vickrey"])
+
+
+def test_credit_cost_script_prints_a_row_per_scheme_permutations_and_n():
+    # experiments/credit_cost.py (docs/credit_assignment.md, "Why Shapley stops at N = 16"); a
+    # subprocess, since it pins itself to one core
+    import subprocess
+    import sys
+
+    script = ROOT / "experiments" / "credit_cost.py"
+    r = subprocess.run([sys.executable, str(script), "--n", "2,9", "--schemes", "difference,shapley", "--samples", "2", "--steps", "2",
+                        "--repeats", "1"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split(" | ") for line in r.stdout.splitlines() if line.startswith("| difference") or line.startswith("| shapley")]
+    assert [(c[0], c[1], c[2]) for c in rows] == [("| difference", "–", "2"), ("| difference", "–", "9"), ("| shapley", "exact", "2"),
+                                                   ("| shapley", "2", "9")]
+    for c in rows:
+        rate, ms, per_run = float(c[3].replace(",", "")), float(c[4]), float(c[5].rstrip(" |"))
+        assert rate > 0 and ms > 0 and per_run == pytest.approx(ms / 1e3 * 393216 / int(c[2]), rel=0.02, abs=0.2)
