@@ -234,3 +234,11 @@ def test_the_protocol_study_adds_a_trained_row_per_protocol(tmp_path, capsys):
     with pytest.raises(SystemExit):
         protocols.main(["--tasks", "tiny", "--run", f"turns={seq}"])
     assert "protocol = 'turns': expected one of simultaneous, sequential" in capsys.readouterr().err
+    # --policies with no names: the trained rows alone; with no --run either, or an unknown name: refused by name
+    assert protocols.main(["--tasks", "tiny", "--seeds", "1", "--policies", "--run", f"simultaneous={sim}", "--run", f"sequential={seq}"]) == 0
+    out = capsys.readouterr().out
+    assert "| tiny | trained | simultaneous |" in out and "| tiny | trained | sequential |" in out and "| tiny | random |" not in out
+    for argv, message in ((["--policies"], "nothing to play"), (["--policies", "random", "dealer"], "--policies dealer: expected names from")):
+        with pytest.raises(SystemExit):
+            protocols.main(["--tasks", "tiny", *argv])
+        assert message in capsys.readouterr().err

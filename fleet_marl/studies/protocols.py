@@ -31,9 +31,11 @@ episode is played (the grader's check, ``evaluation.runs.check_trained_on``).
 How to run (about 15 minutes on one core for medium and hard, 10 seeds)::
 
     python -m fleet_marl.studies.protocols --tasks medium hard --seeds 10 > table.md
-    python -m fleet_marl.studies.protocols --tasks medium --seeds 10 \
+    python -m fleet_marl.studies.protocols --tasks medium --seeds 10 --policies \
         --run simultaneous=runs/train/medium-shared-difference-torchrl \
         --run sequential=runs/train/medium-shared-difference-sequential-torchrl > trained.md
+
+(``--policies`` with no names: the trained rows alone.)
 
 Results to expect: docs/results.md, "The sequential protocol".
 """
@@ -214,7 +216,8 @@ def markdown(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fleet_marl.studies.protocols", description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", nargs="+", default=["medium", "hard"])
-    p.add_argument("--policies", nargs="+", default=list(POLICIES))
+    p.add_argument("--policies", nargs="*", default=list(POLICIES),
+                   help="reference policies (default: all); give none (--policies with no names) for the trained rows alone")
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--turn-order", default="rotating")
     p.add_argument("--run", action="append", default=[], metavar="PROTOCOL=PATH",
@@ -229,6 +232,11 @@ def main(argv=None) -> int:
         if protocol in runs:
             p.error(f"--run {spec!r}: a second run for protocol {protocol!r}; give one per protocol")
         runs[protocol] = path
+    unknown = [x for x in a.policies if x not in POLICIES]
+    if unknown:
+        p.error(f"--policies {' '.join(unknown)}: expected names from {', '.join(POLICIES)}")
+    if not a.policies and not runs:
+        p.error("--policies with no names and no --run: nothing to play (give reference policies, a --run, or both)")
     try:
         check_runs(a.tasks, runs, a.turn_order)
     except StudyError as exc:
