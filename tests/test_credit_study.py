@@ -38,13 +38,15 @@ def test_the_full_study_has_every_run_the_issue_asks_for():
     assert {r[3] for r in scaling} == set(ARMS) and len(ARMS) == 7 and ARMS["mappo"] == ("global", "mappo")
     assert {r[2] for r in scaling} == {2, 4, 8, 16, 32, 64} and {r[1] for r in scaling} == {"proportional", "auction"}
     assert {r[4] for r in runs} == set(range(10))
-    # shapley stops at shapley_max_n, and the report says so
-    assert {r[2] for r in scaling if r[3] == "shapley"} == {2, 4, 8, 16}
-    assert s.skipped() == [("scaling", m, n, "shapley") for m in ("proportional", "auction") for n in (32, 64)]
-    assert len(scaling) == (7 * 6 - 2) * 2 * 10
+    # shapley runs at every N (16 sampled permutations above 8 tenants); shapley_max_n caps it, and the report says so
+    assert {r[2] for r in scaling if r[3] == "shapley"} == {2, 4, 8, 16, 32, 64} and s.skipped() == [] and s.shapley_samples == 16
+    capped = Study(shapley_max_n=16)
+    assert capped.skipped() == [("scaling", m, n, "shapley") for m in ("proportional", "auction") for n in (32, 64)]
+    assert len(capped.runs()) == len(runs) - 40
+    assert len(scaling) == 7 * 6 * 2 * 10
     assert {(r[1], r[2], r[3]) for r in sharing} == {(t, n, a) for t, n in (("medium", 8), ("hard", 16)) for a in SHARING_ARMS}
     assert all(SHARING_ARMS[a][0] == "difference" for a in SHARING_ARMS) and len(sharing) == 4 * 2 * 10
-    assert len(set(runs)) == len(runs) == 880
+    assert len(set(runs)) == len(runs) == 920
     # seed-major: a stopped study holds whole seeds
     assert [r[4] for r in runs] == sorted(r[4] for r in runs)
 

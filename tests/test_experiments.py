@@ -121,3 +121,13 @@ def test_credit_cost_script_prints_a_row_per_scheme_permutations_and_n():
     for c in rows:
         rate, ms, per_run = float(c[3].replace(",", "")), float(c[4]), float(c[5].rstrip(" |"))
         assert rate > 0 and ms > 0 and per_run == pytest.approx(ms / 1e3 * 393216 / int(c[2]), rel=0.02, abs=0.2)
+    # it times the one scheme a learner's env computes, with the permutations asked for
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("credit_cost", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    venv = mod.make_env(16, "shapley", 16, "auction")
+    reward = venv.config.reward
+    assert venv.num_envs == 128 and reward.scheme == "shapley" and reward.compute_all is False and reward.shapley_samples == 16
+    assert venv.config.arbiter.mechanism == "auction"
