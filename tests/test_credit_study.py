@@ -246,8 +246,12 @@ def test_ctrl_c_stops_the_study_and_its_workers_at_once(tmp_path):
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) mid-study: the command
     exits, says how to resume, leaves no worker behind, and keeps the runs it finished."""
     out = tmp_path / "q"
+    # SIGINT's default disposition in the command, as in a terminal: a test session started in the
+    # background of a shell without job control (`cmd &` in a script) inherits SIGINT ignored, and
+    # Python then installs no KeyboardInterrupt handler
     p = subprocess.Popen([str(BIN / "fleet-marl"), "compare", "--quick", "--out", str(out), "--no-progress"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 900
         while not (out / "results.csv").is_file() or len(_csv(out / "results.csv")) < 1:
