@@ -13,7 +13,7 @@ This script is ``fleet-marl compare`` (``fleet_marl.studies.command``; the studi
 ``report``); it takes the same options::
 
     python experiments/credit_assignment.py --quick      # the pipeline in a minute or two
-    python experiments/credit_assignment.py              # the full study: 880 runs, 2.3 hours on 2 cores here
+    python experiments/credit_assignment.py              # the full study: 920 runs, 2.9 hours on 2 cores here
     python experiments/credit_assignment.py --report --docs
 
 A stopped study resumes: run the same command again.
