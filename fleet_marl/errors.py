@@ -17,6 +17,24 @@ from __future__ import annotations
 import importlib
 
 
+#: The most characters of a value's ``repr`` an error message quotes (:func:`short_repr`).
+REPR_LIMIT = 200
+
+
+def short_repr(value: object, limit: int = REPR_LIMIT) -> str:
+    """``repr(value)``, cut to ``limit`` characters with ``...`` and the length it had: error
+    messages name the bad value without echoing a value of any length (a served env's errors go
+    back to the client that sent it).
+
+    >>> short_repr("x" * 500, limit=20)
+    "'xxxxxxxxxxxxxxx... (502 characters)"
+    """
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: max(limit - 4, 1)]}... ({len(text)} characters)"
+
+
 class UsageError(ValueError):
     """A bad command-line value: the message names the option, the value and what was expected."""
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_marl import catalog
+from fleet_marl.errors import short_repr
 
 class ConfigError(ValueError):
     """A configuration value is invalid. ``field`` is the dotted path of the bad field."""
@@ -29,7 +30,7 @@ class ConfigError(ValueError):
         self.field = field_name
         self.value = value
         self.expected = expected
-        super().__init__(f"{field_name} = {value!r}: expected {expected}")
+        super().__init__(f"{field_name} = {short_repr(value)}: expected {expected}")
 
     def prefixed(self, prefix: str) -> "ConfigError":
         return ConfigError(f"{prefix}.{self.field}" if prefix else self.field, self.value, self.expected)

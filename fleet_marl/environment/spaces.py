@@ -17,6 +17,7 @@ import numba as nb
 import numpy as np
 
 from fleet_marl import catalog
+from fleet_marl.errors import short_repr
 from fleet_marl.kernel import Actions
 
 #: Batch sizes selectable by ``batch_level``. 256 is vLLM's default ``max_num_seqs``.
@@ -95,7 +96,8 @@ class ActionError(ValueError):
 
     def __init__(self, agent: Any, field: str, value: Any, expected: str):
         self.agent, self.field, self.value, self.expected = agent, field, value, expected
-        super().__init__(f"{agent}: {field} = {value!r}: expected {expected}")
+        name = str(agent) if len(str(agent)) <= 80 else short_repr(agent, 80)
+        super().__init__(f"{name}: {field} = {short_repr(value)}: expected {expected}")
 
 
 def decode_actions(idx: np.ndarray, bid_levels: np.ndarray) -> Actions:

@@ -1,24 +1,30 @@
-"""The FastAPI app: OpenEnv's ``create_app`` over one of the two views.
+"""The FastAPI app: OpenEnv's read-only routes and this package's session routes, over one of
+the two views.
 
->>> app = make_app(mode="multi", max_sessions=8, task="easy")       # doctest: +SKIP
+>>> app = make_app(mode="multi", task="easy", limits=ServerLimits(max_sessions=8), token="s3cret")  # doctest: +SKIP
 
-Episodes live on the WebSocket endpoint ``/ws`` (one env per connection, at most
-``max_sessions`` at once; one more is refused with an error frame of code
-``CAPACITY_REACHED``). OpenEnv's HTTP ``/reset``, ``/step`` and ``/state`` build a fresh env on
-every request, so they suit a smoke test, not an episode. ``/health``, ``/metadata``,
-``/schema`` and the task API (``/fleet_marl/splits``, ``/fleet_marl/tasks`` ...) are there too.
+Episodes live on the WebSocket endpoint ``/ws`` (one env per connection; every live session,
+WebSocket or HTTP, counts once against ``limits.max_sessions``, and one more is refused with an
+error frame of code ``CAPACITY_REACHED``). ``/reset``, ``/step`` and ``/state`` build a fresh
+env for every request, so they suit a smoke test, not an episode. ``/health``, ``/metadata``,
+``/schema``, ``/mcp`` and the task API (``/fleet_marl/splits``, ``/fleet_marl/tasks`` ...) are
+there too. The routes, the session table and the guards are :mod:`fleet_marl.openenv.server`;
+what a reset may ask is bounded by :class:`~fleet_marl.openenv.limits.ServerLimits`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Optional
 
-from openenv.core.env_server.http_server import create_app
+from openenv.core.env_server.http_server import create_fastapi_app
 
 from fleet_marl.openenv.ego import FleetEgoEnvironment
+from fleet_marl.openenv.limits import ServerLimits
 from fleet_marl.openenv.models import FleetEgoAction, FleetEgoObservation, FleetJointAction, FleetMultiObservation, FleetState
 from fleet_marl.openenv.multi import FleetMultiEnvironment
+from fleet_marl.openenv.server import Guard, add_routes
 
 #: The two views and their (environment, action, observation) classes.
 MODES = {
@@ -28,20 +34,35 @@ MODES = {
 ENV_NAME = "fleet_marl"
 
 
-def make_app(mode: str = "multi", max_sessions: int = 8, task: str = "easy", config: Optional[dict] = None, **ego_options: Any):
-    """A FastAPI app serving ``mode`` (``"multi"`` or ``"ego"``). ``task`` and ``config``
-    are the defaults of a reset that names none; ``ego_options`` (``ego``, ``opponents``,
-    ``fallback``, ``invalid_penalty``, ``max_invalid_streak``) those of the ego view."""
+def make_app(mode: str = "multi", max_sessions: Optional[int] = None, task: str = "easy", config: Optional[dict] = None,
+             limits: Optional[ServerLimits] = None, token: Optional[str] = None, **ego_options: Any):
+    """A FastAPI app serving ``mode`` (``"multi"`` or ``"ego"``). ``task`` and ``config`` are the
+    defaults of a reset that names none (the operator's: their traces may be any file);
+    ``limits`` bound what clients may do (:class:`ServerLimits`' defaults when None;
+    ``max_sessions``, when given, replaces its ``max_sessions``); ``token``, when set, is the
+    bearer token every route and ``/ws`` require; ``ego_options`` (``ego``, ``opponents``,
+    ``fallback``, ``invalid_penalty``, ``max_invalid_streak``) are the ego view's defaults."""
     if mode not in MODES:
         raise ValueError(f"mode = {mode!r}: expected one of {', '.join(MODES)}")
-    if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
-        raise ValueError(f"max_sessions = {max_sessions!r}: expected an integer >= 1")
+    limits = ServerLimits() if limits is None else limits
+    if max_sessions is not None:
+        if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
+            raise ValueError(f"max_sessions = {max_sessions!r}: expected an integer >= 1")
+        limits = dataclasses.replace(limits, max_sessions=max_sessions)
+    if token is not None and (not isinstance(token, str) or not token.strip() or token != token.strip()):
+        raise ValueError("token: expected a non-empty string with no surrounding whitespace")
     env_cls, action_cls, obs_cls = MODES[mode]
     if mode == "multi" and ego_options:
         raise ValueError(f"{sorted(ego_options)[0]}: an option of the ego view; the multi view takes task and config only")
-    env_cls(task=task, config=config, **ego_options)  # bad defaults fail here, not in the first session
-    factory = functools.partial(env_cls, task=task, config=config, **ego_options)
-    return create_app(factory, action_cls, obs_cls, env_name=ENV_NAME, max_concurrent_envs=max_sessions, state_cls=FleetState)
+    env_cls(task=task, config=config, limits=limits, **ego_options)  # bad defaults fail here, not in the first session
+    factory = functools.partial(env_cls, task=task, config=config, limits=limits, **ego_options)
+    # create_fastapi_app, not create_app: no optional web UI (ENABLE_WEB_INTERFACE) to reach an env
+    app = create_fastapi_app(factory, action_cls, obs_cls, max_concurrent_envs=limits.max_sessions, env_name=ENV_NAME,
+                             state_cls=FleetState, mode="simulation")
+    app.state.sessions = add_routes(app, factory, action_cls, FleetState, limits)
+    app.state.limits = limits
+    app.add_middleware(Guard, token=token, max_body_bytes=limits.max_body_bytes)
+    return app
 
 
-__all__ = ["ENV_NAME", "MODES", "make_app"]
+__all__ = ["ENV_NAME", "MODES", "ServerLimits", "make_app"]

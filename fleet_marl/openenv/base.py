@@ -15,8 +15,10 @@ from typing import Any, Optional
 
 import numpy as np
 
+from fleet_marl.errors import short_repr
 from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
-from fleet_marl.tasks import TASKS, task_dict
+from fleet_marl.openenv.limits import ServerLimits, check_config, check_overrides, trace_values
+from fleet_marl.tasks import TASKS, make_config, task_dict
 
 #: The task API's one split.
 SPLIT = "train"
@@ -69,7 +71,7 @@ class TaskAPI:
 
     def _check_split(self, split: str) -> None:
         if split != SPLIT:
-            raise ValueError(f"split = {split!r}: expected {SPLIT!r}")
+            raise ValueError(f"split = {short_repr(split)}: expected {SPLIT!r}")
 
     def list_tasks(self, split: str) -> list:
         self._check_split(split)
@@ -96,25 +98,31 @@ def resolve_task(task: Optional[str], split: Optional[str], index: Optional[int]
         if task is not None:
             raise ValueError("reset: give task or split/index, not both")
         if split not in (None, SPLIT):
-            raise ValueError(f"reset: split = {split!r}: expected {SPLIT!r}")
+            raise ValueError(f"reset: split = {short_repr(split)}: expected {SPLIT!r}")
         names = task_names()
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(names):
-            raise ValueError(f"reset: index = {index!r}: expected an integer in [0, {len(names) - 1}]")
+            raise ValueError(f"reset: index = {short_repr(index)}: expected an integer in [0, {len(names) - 1}]")
         return names[index]
     task = default if task is None else task
     if task not in TASKS:
-        raise ValueError(f"reset: task = {task!r}: expected one of {', '.join(task_names())}")
+        raise ValueError(f"reset: task = {short_repr(task)}: expected one of {', '.join(task_names())}")
     return task
 
 
 class SessionEnv:
     """The ``FleetParallelEnv`` of one session, rebuilt only when the task or the overrides
-    change (so ``reset(seed=None)`` continues the seed sequence, as locally)."""
+    change (so ``reset(seed=None)`` continues the seed sequence, as locally).
 
-    def __init__(self) -> None:
+    Every scenario it builds is checked against ``limits`` first (:func:`check_config`): within
+    the server's limits, and naming only registry traces, apart from ``trusted_traces`` (those of
+    the operator's own default config). A built-in task's traces are registry names."""
+
+    def __init__(self, limits: Optional[ServerLimits] = None, trusted_traces: frozenset = frozenset()) -> None:
         self.env: Optional[FleetParallelEnv] = None
         self.key: Any = None
         self.task: Optional[str] = None
+        self.limits = ServerLimits() if limits is None else limits
+        self.trusted_traces = frozenset(trusted_traces)
 
     def get(self, task: str, config: Optional[dict], extra: Optional[dict] = None, sequential: bool = False) -> FleetParallelEnv | FleetSequentialEnv:
         """The session's env for ``task`` and ``config`` (overrides); with ``sequential`` (the ego
@@ -127,6 +135,9 @@ class SessionEnv:
         overrides.update(extra or {})
         key = (task, json.dumps(overrides, sort_keys=True, default=str))
         if self.env is None or key != self.key:
+            check_overrides(overrides, self.limits)
+            cfg, _ = make_config(task, None, **overrides)  # a ConfigError names the bad field
+            check_config(cfg, self.limits, trace_values(task_dict(task)) | self.trusted_traces)
             make = FleetSequentialEnv if sequential and overrides.get("protocol") == "sequential" else FleetParallelEnv
             env = make(task=task, **overrides)  # a ConfigError names the bad field
             if self.env is not None:
@@ -143,10 +154,20 @@ def package_version() -> str:
         return "0"
 
 
+#: The longest ``episode_id`` a reset takes (OpenEnv's HTTP ``ResetRequest`` has the same bound).
+MAX_EPISODE_ID = 255
+
+
+def check_episode_id(episode_id: Any) -> Optional[str]:
+    if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > MAX_EPISODE_ID):
+        raise ValueError(f"reset: episode_id = {short_repr(episode_id, 40)}: expected None or a string of at most {MAX_EPISODE_ID} characters")
+    return episode_id
+
+
 def check_seed(seed: Any) -> Optional[int]:
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
-        raise ValueError(f"reset: seed = {seed!r}: expected None or a non-negative integer")
+        raise ValueError(f"reset: seed = {short_repr(seed)}: expected None or a non-negative integer")
     return None if seed is None else int(seed)
 
 
-__all__ = ["SPLIT", "SessionEnv", "TaskAPI", "check_seed", "config_digest", "fairness_report", "package_version", "resolve_task", "task_names", "task_spec"]
+__all__ = ["MAX_EPISODE_ID", "SPLIT", "SessionEnv", "TaskAPI", "check_episode_id", "check_seed", "config_digest", "fairness_report", "package_version", "resolve_task", "task_names", "task_spec"]

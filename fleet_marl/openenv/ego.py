@@ -42,7 +42,9 @@ from openenv.core.env_server.types import EnvironmentMetadata
 from fleet_marl import catalog
 from fleet_marl.environment import ACTION_FIELDS, OBS_FIELDS, FleetParallelEnv, FleetSequentialEnv, scheme_rewards
 from fleet_marl.environment.observations import unsquash
-from fleet_marl.openenv.base import SessionEnv, TaskAPI, check_seed, config_digest, fairness_report, package_version, resolve_task
+from fleet_marl.errors import short_repr
+from fleet_marl.openenv.base import SessionEnv, TaskAPI, check_episode_id, check_seed, config_digest, fairness_report, package_version, resolve_task
+from fleet_marl.openenv.limits import ServerLimits, trace_values
 from fleet_marl.openenv.models import FleetEgoAction, FleetEgoObservation, FleetState, encode
 from fleet_marl.openenv.text_action import (
     BATCH_SIZES, GROUP_KEYS, MAX_CHARS, TextActionError, action_json_schema, bid_names, check_mask, from_indices,
@@ -61,18 +63,20 @@ def _r(x: float, nd: int = 3) -> float:
 
 class FleetEgoEnvironment(TaskAPI, Environment):
     """One WebSocket session of the single-tenant view. The constructor's arguments are the
-    defaults of a reset that does not name them."""
+    defaults of a reset that does not name them; ``limits`` bound what a reset may build
+    (:class:`~fleet_marl.openenv.limits.ServerLimits`, its defaults when None)."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
     def __init__(self, task: str = "easy", config: Optional[dict] = None, ego: Any = "tenant_0", opponents: str = "precision_expert",
-                 fallback: str = "default", invalid_penalty: float = 1.0, max_invalid_streak: int = 3):
+                 fallback: str = "default", invalid_penalty: float = 1.0, max_invalid_streak: int = 3,
+                 limits: Optional[ServerLimits] = None):
         super().__init__()
         self.defaults = dict(task=task, config=dict(config or {}), ego=ego, opponents=opponents, fallback=fallback,
                              invalid_penalty=invalid_penalty, max_invalid_streak=max_invalid_streak)
         self._check_options(opponents, fallback, invalid_penalty, max_invalid_streak)
         resolve_task(task, None, None, task)
-        self._session = SessionEnv()
+        self._session = SessionEnv(limits, trace_values(self.defaults["config"]))
         self._policy = None
         self._policy_key = None
         self._episode_id: Optional[str] = None
@@ -90,13 +94,13 @@ class FleetEgoEnvironment(TaskAPI, Environment):
     @staticmethod
     def _check_options(opponents, fallback, invalid_penalty, max_invalid_streak) -> None:
         if opponents not in POLICIES:
-            raise ValueError(f"opponents = {opponents!r}: expected one of {', '.join(POLICIES)}")
+            raise ValueError(f"opponents = {short_repr(opponents)}: expected one of {', '.join(POLICIES)}")
         if fallback not in FALLBACKS:
-            raise ValueError(f"fallback = {fallback!r}: expected one of {', '.join(FALLBACKS)}")
+            raise ValueError(f"fallback = {short_repr(fallback)}: expected one of {', '.join(FALLBACKS)}")
         if isinstance(invalid_penalty, bool) or not isinstance(invalid_penalty, (int, float)) or not np.isfinite(invalid_penalty) or invalid_penalty < 0:
-            raise ValueError(f"invalid_penalty = {invalid_penalty!r}: expected a finite number >= 0")
+            raise ValueError(f"invalid_penalty = {short_repr(invalid_penalty)}: expected a finite number >= 0")
         if isinstance(max_invalid_streak, bool) or not isinstance(max_invalid_streak, int) or max_invalid_streak < 1:
-            raise ValueError(f"max_invalid_streak = {max_invalid_streak!r}: expected an integer >= 1")
+            raise ValueError(f"max_invalid_streak = {short_repr(max_invalid_streak)}: expected an integer >= 1")
 
     # --- OpenEnv API ------------------------------------------------------------------------------
 
@@ -105,7 +109,7 @@ class FleetEgoEnvironment(TaskAPI, Environment):
               opponents: Optional[str] = None, fallback: Optional[str] = None, invalid_penalty: Optional[float] = None,
               max_invalid_streak: Optional[int] = None, **kwargs: Any) -> FleetEgoObservation:
         if kwargs:
-            raise ValueError(f"reset: unknown argument {sorted(kwargs)[0]!r}: expected seed, episode_id, task, config, split, index, "
+            raise ValueError(f"reset: unknown argument {short_repr(sorted(kwargs)[0])}: expected seed, episode_id, task, config, split, index, "
                              "ego, opponents, fallback, invalid_penalty, max_invalid_streak")
         d = self.defaults
         opponents = d["opponents"] if opponents is None else opponents
@@ -113,10 +117,10 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         invalid_penalty = d["invalid_penalty"] if invalid_penalty is None else invalid_penalty
         max_invalid_streak = d["max_invalid_streak"] if max_invalid_streak is None else max_invalid_streak
         self._check_options(opponents, fallback, invalid_penalty, max_invalid_streak)
-        seed = check_seed(seed)
+        seed, episode_id = check_seed(seed), check_episode_id(episode_id)
         name = resolve_task(task, split, index, d["task"])
         if config is not None and not isinstance(config, dict):
-            raise ValueError(f"reset: config = {config!r}: expected an object of config overrides")
+            raise ValueError(f"reset: config = {short_repr(config)}: expected an object of config overrides")
         raw = self._session.get(name, {**d["config"], **(config or {})}, sequential=True)
         self._seq = raw if isinstance(raw, FleetSequentialEnv) else None
         env = self.env
@@ -265,7 +269,7 @@ class FleetEgoEnvironment(TaskAPI, Environment):
             return agents[ego]
         if isinstance(ego, str) and ego in env.agent_index:
             return ego
-        raise ValueError(f"reset: ego = {ego!r}: expected one of {', '.join(agents)}, an index in [0, {len(agents) - 1}], or 'random'")
+        raise ValueError(f"reset: ego = {short_repr(ego)}: expected one of {', '.join(agents)}, an index in [0, {len(agents) - 1}], or 'random'")
 
     def _fallback(self, env: FleetParallelEnv, i: int, mask) -> np.ndarray:
         """The fallback action, made legal: ``default`` is the env's documented default action

@@ -26,21 +26,24 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
 from fleet_marl.environment import ACTION_FIELDS, N_ACT, REWARD_PREFIX, ActionError, FleetParallelEnv, scheme_rewards
-from fleet_marl.openenv.base import SessionEnv, TaskAPI, check_seed, config_digest, fairness_report, package_version, resolve_task
+from fleet_marl.errors import short_repr
+from fleet_marl.openenv.base import SessionEnv, TaskAPI, check_episode_id, check_seed, config_digest, fairness_report, package_version, resolve_task
+from fleet_marl.openenv.limits import ServerLimits, trace_values
 from fleet_marl.openenv.models import FleetJointAction, FleetMultiObservation, FleetState, encode
 
 
 class FleetMultiEnvironment(TaskAPI, Environment):
     """One WebSocket session of the multi-agent view. ``task`` and ``config`` are the
-    defaults of a reset that names none."""
+    defaults of a reset that names none; ``limits`` bound what a reset may build
+    (:class:`~fleet_marl.openenv.limits.ServerLimits`, its defaults when None)."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def __init__(self, task: str = "easy", config: Optional[dict] = None):
+    def __init__(self, task: str = "easy", config: Optional[dict] = None, limits: Optional[ServerLimits] = None):
         super().__init__()
         self.default_task, self.default_config = task, dict(config or {})
         resolve_task(task, None, None, task)
-        self._session = SessionEnv()
+        self._session = SessionEnv(limits, trace_values(self.default_config))
         self._episode_id: Optional[str] = None
         self._steps = 0
 
@@ -51,11 +54,11 @@ class FleetMultiEnvironment(TaskAPI, Environment):
     def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, task: Optional[str] = None,
               config: Optional[dict] = None, split: Optional[str] = None, index: Optional[int] = None, **kwargs: Any) -> FleetMultiObservation:
         if kwargs:
-            raise ValueError(f"reset: unknown argument {sorted(kwargs)[0]!r}: expected seed, episode_id, task, config, split, index")
-        seed = check_seed(seed)
+            raise ValueError(f"reset: unknown argument {short_repr(sorted(kwargs)[0])}: expected seed, episode_id, task, config, split, index")
+        seed, episode_id = check_seed(seed), check_episode_id(episode_id)
         name = resolve_task(task, split, index, self.default_task)
         if config is not None and not isinstance(config, dict):
-            raise ValueError(f"reset: config = {config!r}: expected an object of config overrides")
+            raise ValueError(f"reset: config = {short_repr(config)}: expected an object of config overrides")
         env = self._session.get(name, {**self.default_config, **(config or {})})
         obs, infos = env.reset(seed=seed)
         self._episode_id = episode_id or str(uuid.uuid4())

@@ -41,6 +41,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fleet_marl import catalog
+from fleet_marl.errors import short_repr
 
 #: The longest text the parser reads, in characters (64 KiB).
 MAX_CHARS = 65_536
@@ -64,12 +65,7 @@ class TextActionError(ValueError):
 
     def __init__(self, field: str, value: Any, expected: str, message: str | None = None):
         self.field, self.value, self.expected = field, value, expected
-        super().__init__(message or f"{field} = {_short(value)}: expected {expected}")
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+        super().__init__(message or f"{field} = {short_repr(value, 60)}: expected {expected}")
 
 
 def bid_names(bid_levels: Sequence[float] = DEFAULT_BID_LEVELS) -> tuple[str, ...]:

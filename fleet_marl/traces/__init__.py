@@ -34,8 +34,9 @@ from fleet_marl.traces.readers import (AzureTrace, BurstGPTTrace, FORMATS, JobTr
                                        TraceError)
 from fleet_marl.traces.registry import (CACHE_ENV, DATA_DIR, TRACES, TRACES_ENV, TraceInfo, cache_dir, read_azure,
                                         read_burstgpt, read_helios, read_pai, read_philly, read_pollux, read_trace,
-                                        resolve_trace, trace_stats, traces_dir)
+                                        registry_file, registry_names, resolve_trace, trace_stats, traces_dir)
 
 __all__ = ["AzureTrace", "BurstGPTTrace", "CACHE_ENV", "DATA_DIR", "FORMATS", "JobTrace", "PolluxTrace", "RequestTrace",
            "TRACES", "TRACES_ENV", "TraceError", "TraceInfo", "cache_dir", "read_azure", "read_burstgpt", "read_helios",
-           "read_pai", "read_philly", "read_pollux", "read_trace", "resolve_trace", "trace_stats", "traces_dir"]
+           "read_pai", "read_philly", "read_pollux", "read_trace", "registry_file", "registry_names", "resolve_trace",
+           "trace_stats", "traces_dir"]

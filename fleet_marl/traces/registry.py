@@ -185,6 +185,19 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "fleet_marl").expanduser() / "traces"
 
 
+def _candidates(key: str) -> list[Path]:
+    """Where a trace name is looked up, in order, after the value itself (steps 2-4 of the
+    module docstring)."""
+    info = TRACES.get(key)
+    tried = []
+    env = os.environ.get(TRACES_ENV)
+    if env:
+        tried.append(Path(env).expanduser() / key)
+    tried += [DATA_DIR / key] + ([info.sample_path] if info and info.sample_path else [])  # type: ignore[list-item]
+    tried += [cache_dir() / key] + ([cache_dir() / info.file] if info else [])
+    return tried
+
+
 def resolve_trace(name: str | os.PathLike) -> Path:
     """The file of a trace path or name, found in the order of the module docstring."""
     given = Path(name).expanduser()
@@ -192,12 +205,7 @@ def resolve_trace(name: str | os.PathLike) -> Path:
         return given
     key = str(name)
     info = TRACES.get(key)
-    tried = [given.resolve()]
-    env = os.environ.get(TRACES_ENV)
-    if env:
-        tried.append(Path(env).expanduser() / key)
-    tried += [DATA_DIR / key] + ([info.sample_path] if info and info.sample_path else [])  # type: ignore[list-item]
-    tried += [cache_dir() / key] + ([cache_dir() / info.file] if info else [])
+    tried = [given.resolve(), *_candidates(key)]
     for path in tried[1:]:
         if path.is_file():
             return path
@@ -207,6 +215,28 @@ def resolve_trace(name: str | os.PathLike) -> Path:
         hint = (f"set {TRACES_ENV} to the folder that holds it, or use a name of 'fleet-marl traces list' "
                 f"({', '.join(TRACES)})")
     raise FileNotFoundError(f"trace {key!r} not found: tried {', '.join(map(str, dict.fromkeys(tried)))}; {hint}")
+
+
+def registry_names() -> tuple[str, ...]:
+    """Every value that names a trace of the registry and no path: each entry's name
+    (``pollux-1``), its full file's name and its sample's name (``pollux_workload-1.csv``, the
+    names the built-in tasks use)."""
+    names = []
+    for info in TRACES.values():
+        names += [info.name, info.file] + ([info.sample] if info.sample else [])
+    return tuple(dict.fromkeys(names))
+
+
+def registry_file(name: str) -> Path | None:
+    """The file of the registry trace ``name`` (a value of :func:`registry_names`), looked up only
+    in the registry's folders (``$FLEET_MARL_TRACES``, the shipped samples, the fetched cache), or
+    None when ``name`` is no registry name, is not on this machine, or a file of the same name in
+    the working directory would be read in its place by :func:`resolve_trace`. Nothing a caller
+    passes here is opened: a server checks a client's trace value with it (docs/llm_agents.md,
+    "Security")."""
+    if not isinstance(name, str) or name not in registry_names() or Path(name).is_file():
+        return None  # not a registry name, or shadowed by a file in the working directory
+    return next((path for path in _candidates(name) if path.is_file()), None)
 
 
 def _key(path: str | os.PathLike) -> tuple[str, int, int]:
@@ -273,4 +303,5 @@ def trace_stats(path: str | os.PathLike) -> dict:
 
 
 __all__ = ["CACHE_ENV", "DATA_DIR", "TRACES", "TRACES_ENV", "TraceInfo", "cache_dir", "read_azure", "read_burstgpt", "read_helios",
-           "read_pai", "read_philly", "read_pollux", "read_trace", "resolve_trace", "trace_stats", "traces_dir"]
+           "read_pai", "read_philly", "read_pollux", "read_trace", "registry_file", "registry_names", "resolve_trace", "trace_stats",
+           "traces_dir"]

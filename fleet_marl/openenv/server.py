@@ -1,0 +1,464 @@
+"""The server's own routes and guards: sessions, the WebSocket, the HTTP episode routes, auth and
+size limits. :func:`fleet_marl.openenv.make_app` puts them on OpenEnv's app.
+
+OpenEnv's ``create_fastapi_app`` gives the read-only routes (``/health``, ``/metadata``,
+``/schema``, the task API, the OpenAPI docs); every route that builds or reaches an env is this
+module's (``/ws``, ``/reset``, ``/step``, ``/state``, ``/mcp``), and any other route OpenEnv
+registers is dropped (deny by default). What they guarantee (docs/llm_agents.md, "Security"):
+
+- **one session table**: every live session -- a WebSocket's, one created over HTTP with
+  ``openenv/session/create``, an HTTP ``/reset`` or ``/step`` while it runs -- counts once
+  against ``max_sessions``; a session created over HTTP that no socket holds expires after
+  ``http_session_idle_s`` and gives its slot to a WebSocket client that needs it;
+- **sessions belong to their connection**: ``/ws?session_id=`` is refused unless the operator
+  sets ``allow_attach``, and then only a session created over HTTP that no socket holds;
+- **an error frame never ends a session**, whatever the frame (binary, not JSON, not an object,
+  nested too deep, too long); the frame names what was wrong and quotes at most a short prefix
+  of what the client sent; an error the client did not cause (a file the server could not
+  read, a bug) is ``INTERNAL_ERROR`` with no detail;
+- :class:`Guard`, an ASGI middleware: a bearer token on every route and on ``/ws`` when one is
+  set, and HTTP bodies over ``max_body_bytes`` answered with 413 before they are read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hmac
+import json
+import logging
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from fastapi import Body, FastAPI, Request, WebSocket
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from openenv.core.env_server.mcp_types import JsonRpcErrorCode, JsonRpcRequest, JsonRpcResponse
+from openenv.core.env_server.serialization import serialize_observation
+from openenv.core.env_server.types import (
+    ResetRequest, ResetResponse, StepRequest, StepResponse, WSErrorResponse, WSObservationResponse, WSStateResponse,
+)
+from pydantic import ValidationError
+from starlette.websockets import WebSocketDisconnect
+
+from fleet_marl.errors import short_repr
+from fleet_marl.openenv.limits import ServerLimits, check_depth
+from fleet_marl.traces import TraceError
+
+log = logging.getLogger("fleet_marl.openenv")
+
+#: The routes of OpenEnv's app that are kept: read-only, no env, no session.
+KEPT_ROUTES = frozenset({
+    "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/health", "/metadata", "/schema", "/list_environments",
+    "/{env_name}/splits", "/{env_name}/tasks", "/{env_name}/num_tasks", "/{env_name}/task", "/{env_name}/task_range",
+})
+#: The longest error message sent back (the values in it are cut at the source; this is the backstop).
+MAX_MESSAGE_CHARS = 1000
+#: Error codes of this server beyond OpenEnv's ``WSErrorCode`` values.
+INTERNAL_ERROR = "INTERNAL_ERROR"
+ATTACH_REFUSED = "ATTACH_REFUSED"
+IDLE_TIMEOUT = "IDLE_TIMEOUT"
+MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
+#: Exceptions whose text the client caused and may read (cut to ``MAX_MESSAGE_CHARS``).
+CLIENT_ERRORS = (ValueError, KeyError, TypeError, IndexError)
+
+
+def public_error(exc: BaseException) -> tuple[str, str]:
+    """``(message, code)`` to send for ``exc``. A trace or file error, a recursion error or
+    anything unexpected is ``INTERNAL_ERROR`` with no detail (logged here): its text may quote a
+    file or the server's state. A bad argument's text, which names the field, is sent."""
+    if isinstance(exc, (TraceError, OSError, RecursionError, MemoryError)) or not isinstance(exc, (*CLIENT_ERRORS, RuntimeError)):
+        log.warning("internal error while serving a request: %s", type(exc).__name__, exc_info=exc)
+        return "internal error: the server could not carry out this request (its log has the details)", INTERNAL_ERROR
+    text = str(exc) if not isinstance(exc, KeyError) else f"unknown key {short_repr(exc.args[0] if exc.args else None)}"
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[: MAX_MESSAGE_CHARS - 20] + f"... ({len(text)} characters)"
+    return text, "EXECUTION_ERROR"
+
+
+def validation_errors(exc: ValidationError | RequestValidationError) -> list[dict]:
+    """Pydantic's errors without the client's input echoed: location, message and type."""
+    return [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", ""))[:200], "type": e.get("type")} for e in exc.errors()[:20]]
+
+
+class CapacityError(RuntimeError):
+    def __init__(self, active: int, limit: int):
+        self.active, self.limit = active, limit
+        super().__init__(f"Server at capacity ({active}/{limit} sessions); try again when a session ends")
+
+
+@dataclass(eq=False)
+class Session:
+    """One live session: its env, who opened it and whether a socket holds it."""
+
+    id: str
+    env: Any
+    origin: str  # "ws", "http" (openenv/session/create) or "request" (one HTTP /reset or /step)
+    executor: ThreadPoolExecutor
+    attached: bool = False
+    last_active: float = field(default_factory=time.monotonic)
+
+
+class SessionTable:
+    """Every live session of the server, each counted once against ``limits.max_sessions``."""
+
+    def __init__(self, factory: Callable[[], Any], limits: ServerLimits):
+        self.factory, self.limits = factory, limits
+        self.sessions: dict[str, Session] = {}
+        self._lock = asyncio.Lock()
+
+    def __len__(self) -> int:
+        return len(self.sessions)
+
+    def _expired(self, now: float) -> list[Session]:
+        idle = self.limits.http_session_idle_s
+        return [s for s in self.sessions.values() if s.origin == "http" and not s.attached and now - s.last_active > idle]
+
+    async def open(self, origin: str) -> Session:
+        """A new session; ``CapacityError`` when ``max_sessions`` are live and none can be
+        freed (an expired HTTP session is closed first; a WebSocket client also takes the slot
+        of the least recently used HTTP session that no socket holds)."""
+        async with self._lock:
+            freed = self._expired(time.monotonic())
+            if len(self.sessions) - len(freed) >= self.limits.max_sessions and origin == "ws":
+                idle = sorted((s for s in self.sessions.values() if s.origin == "http" and not s.attached and s not in freed),
+                              key=lambda s: s.last_active)
+                freed += idle[:1]
+            for s in freed:
+                self._drop(s)
+            if len(self.sessions) >= self.limits.max_sessions:
+                raise CapacityError(len(self.sessions), self.limits.max_sessions)
+            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet-session")
+            session = Session(uuid.uuid4().hex, None, origin, executor)
+            self.sessions[session.id] = session  # holds the slot while the env is built
+        try:
+            session.env = await asyncio.get_running_loop().run_in_executor(executor, self.factory)
+        except BaseException:
+            self.sessions.pop(session.id, None)
+            executor.shutdown(wait=False)
+            raise
+        return session
+
+    def _drop(self, s: Session) -> None:
+        self.sessions.pop(s.id, None)
+        env, s.env = s.env, None
+        if env is not None:
+            s.executor.submit(env.close)
+        s.executor.shutdown(wait=False)
+
+    async def close(self, session: Optional[Session]) -> None:
+        if session is not None:
+            async with self._lock:
+                self._drop(session)
+
+    async def reap(self) -> int:
+        """Close the expired HTTP sessions; return how many."""
+        async with self._lock:
+            gone = self._expired(time.monotonic())
+            for s in gone:
+                self._drop(s)
+        return len(gone)
+
+    async def attach(self, session_id: str) -> Session:
+        """The session created over HTTP with this id, now held by a socket."""
+        async with self._lock:
+            s = self.sessions.get(session_id)
+            if s is None or s.origin != "http" or s.attached or s.env is None:
+                raise LookupError("no session created over HTTP with this id is free to attach")
+            s.attached, s.last_active = True, time.monotonic()
+            return s
+
+    async def run(self, session: Session, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on the session's own thread (an env is used by one thread)."""
+        session.last_active = time.monotonic()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(session.executor, functools.partial(fn, *args, **kwargs))
+        finally:
+            session.last_active = time.monotonic()
+
+
+def _error_frame(message: str, code: str, **extra: Any) -> str:
+    return WSErrorResponse(data={"message": message, "code": code, **extra}).model_dump_json()
+
+
+class Protocol:
+    """The frames of one WebSocket session (OpenEnv's protocol: reset, step, state, close)."""
+
+    TYPES = ("reset", "step", "state", "close")
+
+    def __init__(self, table: SessionTable, action_cls: type, limits: ServerLimits):
+        self.table, self.action_cls, self.limits = table, action_cls, limits
+
+    async def answer(self, session: Session, message: dict) -> tuple[Optional[str], bool]:
+        """``(frame, close)`` for one message (``frame`` None: send nothing)."""
+        if "text" not in message or message.get("text") is None:
+            return _error_frame("binary frames are not part of the protocol: send each message as JSON text", "INVALID_JSON"), False
+        text = message["text"]
+        if len(text) > self.limits.max_message_bytes:
+            return _error_frame(f"message of {len(text)} characters: expected at most {self.limits.max_message_bytes}", MESSAGE_TOO_LARGE), False
+        try:
+            msg = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return _error_frame(f"Invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", "INVALID_JSON"), False
+        except RecursionError:
+            return _error_frame(f"JSON nested too deeply: expected at most {self.limits.max_depth} levels", "INVALID_JSON"), False
+        if not isinstance(msg, dict):
+            return _error_frame(f"a message is a JSON object such as {{\"type\": \"reset\", \"data\": {{}}}}; got a JSON {type(msg).__name__}", "INVALID_JSON"), False
+        depth = check_depth(msg, self.limits.max_depth + 2)  # the message and its data wrap the arguments
+        if depth is not None:
+            return _error_frame(f"JSON nested {depth} levels deep: expected at most {self.limits.max_depth} levels in data", "VALIDATION_ERROR"), False
+        kind, data = msg.get("type"), msg.get("data", {})
+        if kind not in self.TYPES:
+            return _error_frame(f"Unknown message type: type = {short_repr(kind, 40)}: expected one of {', '.join(self.TYPES)}", "UNKNOWN_TYPE"), False
+        if kind == "close":
+            return None, True
+        try:
+            if kind == "state":
+                state = await self.table.run(session, lambda: session.env.state)
+                return WSStateResponse(data=state.model_dump()).model_dump_json(), False
+            if not isinstance(data, dict):
+                return _error_frame(f"data = {short_repr(data, 40)}: expected a JSON object", "VALIDATION_ERROR"), False
+            if kind == "reset":
+                obs = await self.table.run(session, session.env.reset, **data)
+            else:
+                obs = await self.table.run(session, session.env.step, self.action_cls.model_validate(data))
+            return WSObservationResponse(data=serialize_observation(obs)).model_dump_json(), False
+        except ValidationError as exc:
+            return _error_frame("Invalid message", "VALIDATION_ERROR", errors=validation_errors(exc)), False
+        except Exception as exc:  # every error is a frame; the session lives on
+            text, code = public_error(exc)
+            return _error_frame(text, code), False
+
+    async def serve(self, websocket: WebSocket) -> None:
+        """The ``/ws`` endpoint."""
+        await websocket.accept()
+        session = None
+        try:
+            requested = websocket.query_params.get("session_id")
+            if requested is not None:
+                if not self.limits.allow_attach:
+                    await websocket.send_text(_error_frame(
+                        "attaching to a session from another connection is off on this server (its operator enables it with "
+                        "--allow-attach): open /ws without session_id for a session of your own", ATTACH_REFUSED))
+                    return
+                try:
+                    session = await self.table.attach(requested)
+                except LookupError as exc:
+                    await websocket.send_text(_error_frame(str(exc), ATTACH_REFUSED))
+                    return
+            else:
+                try:
+                    session = await self.table.open("ws")
+                except CapacityError as exc:
+                    await websocket.send_text(_error_frame(str(exc), "CAPACITY_REACHED", active_sessions=exc.active, max_sessions=exc.limit))
+                    return
+            while True:
+                try:
+                    message = await asyncio.wait_for(websocket.receive(), timeout=self.limits.ws_idle_s)
+                except asyncio.TimeoutError:
+                    await websocket.send_text(_error_frame(f"no message for {self.limits.ws_idle_s:g} s: the session is closed", IDLE_TIMEOUT))
+                    return
+                if message["type"] == "websocket.disconnect":
+                    return
+                frame, stop = await self.answer(session, message)
+                if frame is not None:
+                    await websocket.send_text(frame)
+                if stop:
+                    return
+        except (WebSocketDisconnect, RuntimeError):
+            pass  # the client went away
+        finally:
+            await self.table.close(session)
+            try:
+                await websocket.close()
+            except (RuntimeError, WebSocketDisconnect):
+                pass
+
+
+def _http_error(exc: BaseException) -> JSONResponse:
+    if isinstance(exc, CapacityError):
+        return JSONResponse({"detail": str(exc), "code": "CAPACITY_REACHED"}, status_code=503, headers={"Retry-After": "1"})
+    if isinstance(exc, ValidationError):
+        return JSONResponse({"detail": validation_errors(exc), "code": "VALIDATION_ERROR"}, status_code=422)
+    text, code = public_error(exc)
+    return JSONResponse({"detail": text, "code": code}, status_code=500 if code == INTERNAL_ERROR else 422)
+
+
+def add_routes(app: FastAPI, factory: Callable[[], Any], action_cls: type, state_cls: type, limits: ServerLimits) -> SessionTable:
+    """Drop every route of OpenEnv's ``app`` that is not in ``KEPT_ROUTES`` and add this
+    module's; return the session table."""
+    app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) in KEPT_ROUTES]
+    table = SessionTable(factory, limits)
+    protocol = Protocol(table, action_cls, limits)
+
+    async def reaper() -> None:
+        while True:
+            await asyncio.sleep(max(min(limits.http_session_idle_s / 4, 5.0), 0.05))
+            await table.reap()
+
+    tasks: list[asyncio.Task] = []
+    app.router.on_startup.append(lambda: tasks.append(asyncio.get_running_loop().create_task(reaper())))
+    app.router.on_shutdown.append(lambda: [t.cancel() for t in tasks])
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": validation_errors(exc), "code": "VALIDATION_ERROR"}, status_code=422)
+
+    async def one_shot(call: Callable[[Session], Any]) -> Any:
+        """Run ``call`` on a fresh session that lives for this request (it counts as one)."""
+        session = None
+        try:
+            session = await table.open("request")
+            return await call(session)
+        except Exception as exc:
+            return _http_error(exc)
+        finally:
+            await table.close(session)
+
+    @app.post("/reset", response_model=ResetResponse, tags=["Environment Control"])
+    async def reset(request: ResetRequest = Body(default_factory=ResetRequest)):
+        """A fresh env, reset with the request's arguments (a smoke test: episodes live on /ws)."""
+        kwargs = request.model_dump(exclude_unset=True)
+
+        async def call(s: Session):
+            return ResetResponse(**serialize_observation(await table.run(s, s.env.reset, **kwargs)))
+
+        return await one_shot(call)
+
+    @app.post("/step", response_model=StepResponse, tags=["Environment Control"])
+    async def step(request: StepRequest):
+        """A fresh env stepped once (it was never reset, so this is an error frame's HTTP twin)."""
+
+        async def call(s: Session):
+            action = action_cls.model_validate(request.action)
+            return StepResponse(**serialize_observation(await table.run(s, s.env.step, action)))
+
+        return await one_shot(call)
+
+    @app.get("/state", response_model=state_cls, tags=["State Management"])
+    async def state():
+        """The state of a fresh env."""
+
+        async def call(s: Session):
+            return await table.run(s, lambda: s.env.state)
+
+        return await one_shot(call)
+
+    @app.post("/mcp")
+    async def mcp(request: Request) -> dict:
+        """JSON-RPC: ``openenv/session/create`` and ``openenv/session/close`` (sessions created
+        over HTTP expire when idle and no socket holds them), ``tools/list`` (no tools)."""
+        try:
+            rpc = JsonRpcRequest(**json.loads(await request.body()))
+        except (ValueError, TypeError, RecursionError):
+            return JsonRpcResponse.error_response(JsonRpcErrorCode.INVALID_REQUEST, "expected a JSON-RPC 2.0 request object").model_dump()
+        rid = rpc.id
+        if rpc.method == "openenv/session/create":
+            try:
+                s = await table.open("http")
+            except CapacityError as exc:
+                return JsonRpcResponse.error_response(JsonRpcErrorCode.SERVER_ERROR, str(exc), request_id=rid).model_dump()
+            except Exception as exc:
+                return JsonRpcResponse.error_response(JsonRpcErrorCode.SERVER_ERROR, public_error(exc)[0], request_id=rid).model_dump()
+            return JsonRpcResponse.success({"session_id": s.id, "idle_timeout_s": limits.http_session_idle_s}, request_id=rid).model_dump()
+        if rpc.method == "openenv/session/close":
+            s = table.sessions.get(str(rpc.params.get("session_id")))
+            if s is None or s.origin != "http" or s.attached:
+                return JsonRpcResponse.error_response(JsonRpcErrorCode.INVALID_PARAMS, "no session created over HTTP with this id is free to close",
+                                                      request_id=rid).model_dump()
+            await table.close(s)
+            return JsonRpcResponse.success({"session_id": s.id, "closed": True}, request_id=rid).model_dump()
+        if rpc.method == "tools/list":
+            return JsonRpcResponse.success({"tools": []}, request_id=rid).model_dump()
+        return JsonRpcResponse.error_response(JsonRpcErrorCode.METHOD_NOT_FOUND, f"method = {short_repr(rpc.method, 60)}: expected "
+                                              "openenv/session/create, openenv/session/close or tools/list (this env has no MCP tools)",
+                                              request_id=rid).model_dump()
+
+    app.add_api_websocket_route("/ws", protocol.serve)
+    return table
+
+
+class Guard:
+    """ASGI middleware: a bearer token on every HTTP route and on every WebSocket (when
+    ``token`` is set), and HTTP request bodies of at most ``max_body_bytes`` (a larger declared
+    ``Content-Length`` gets 413 without a byte of the body read; a chunked body is read up to the
+    limit, then 413)."""
+
+    def __init__(self, app, token: Optional[str], max_body_bytes: int):
+        self.app, self.max_body_bytes = app, max_body_bytes
+        self.token = token.encode() if token else None
+
+    def _authorized(self, scope) -> bool:
+        if self.token is None:
+            return True
+        for k, v in scope.get("headers", ()):
+            if k == b"authorization":
+                scheme, _, given = v.partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token)
+        return False
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "websocket":
+            if not self._authorized(scope):
+                await receive()  # websocket.connect
+                if "websocket.http.response" in scope.get("extensions", {}):
+                    await _send_json(send, 401, {"detail": "a bearer token is required: send 'Authorization: Bearer <token>'"},
+                                     prefix="websocket.http.response", auth=True)
+                else:
+                    await send({"type": "websocket.close", "code": 1008})
+                return
+            return await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if not self._authorized(scope):
+            return await _send_json(send, 401, {"detail": "a bearer token is required: send 'Authorization: Bearer <token>'"}, auth=True)
+        declared = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), None)
+        if declared is not None:
+            if not declared.strip().isdigit():
+                return await _send_json(send, 400, {"detail": "Content-Length: expected a non-negative integer"})
+            if int(declared) > self.max_body_bytes:
+                return await _send_json(send, 413, _too_large(self.max_body_bytes, int(declared)))
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.max_body_bytes:
+                return await _send_json(send, 413, _too_large(self.max_body_bytes, None))
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
+
+
+def _too_large(limit: int, declared: Optional[int]) -> dict:
+    what = f"a body of {declared} bytes" if declared is not None else "a body"
+    return {"detail": f"{what} is over this server's limit of {limit} bytes (--max-body-bytes)", "code": "BODY_TOO_LARGE"}
+
+
+async def _send_json(send, status: int, payload: dict, prefix: str = "http.response", auth: bool = False) -> None:
+    body = json.dumps(payload).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if auth:
+        headers.append((b"www-authenticate", b"Bearer"))
+    if prefix == "http.response":
+        headers.append((b"connection", b"close"))
+    await send({"type": f"{prefix}.start", "status": status, "headers": headers})
+    await send({"type": f"{prefix}.body", "body": body})
+
+
+__all__ = ["CLIENT_ERRORS", "CapacityError", "Guard", "KEPT_ROUTES", "Protocol", "Session", "SessionTable", "add_routes", "public_error"]
