@@ -41,8 +41,27 @@ def _parse(obs_cls, payload: Dict[str, Any]) -> StepResult:
     return StepResult(observation=obs, reward=payload.get("reward"), done=payload.get("done", False), metadata=payload.get("metadata"))
 
 
-class FleetEnvClient(EnvClient[FleetJointAction, FleetMultiObservation, FleetState]):
-    """Client of the multi view: ``FleetEnvClient(base_url="http://127.0.0.1:8000").sync()``."""
+def auth_headers(token: Optional[str], headers: Optional[Dict[str, str]] = None) -> Optional[Dict[str, str]]:
+    """``headers`` plus ``Authorization: Bearer <token>`` when ``token`` is set (a server started
+    with ``--token`` or ``FLEET_MARL_TOKEN`` requires it on every route and on ``/ws``)."""
+    if token is None:
+        return headers
+    if not isinstance(token, str) or not token.strip():
+        raise ValueError("token: expected a non-empty string")
+    return {**(headers or {}), "Authorization": f"Bearer {token}"}
+
+
+class _TokenClient:
+    """``token=`` for OpenEnv's ``EnvClient``: sent as a bearer token when the socket opens."""
+
+    def __init__(self, base_url: Optional[str] = None, *args: Any, token: Optional[str] = None, headers: Optional[Dict[str, str]] = None,
+                 **kwargs: Any):
+        super().__init__(base_url, *args, headers=auth_headers(token, headers), **kwargs)  # type: ignore[call-arg]
+
+
+class FleetEnvClient(_TokenClient, EnvClient[FleetJointAction, FleetMultiObservation, FleetState]):
+    """Client of the multi view: ``FleetEnvClient(base_url="http://127.0.0.1:8000").sync()``
+    (``token="..."`` for a server that requires one)."""
 
     def _step_payload(self, action: FleetJointAction) -> Dict[str, Any]:
         return {"actions": action.actions}
@@ -54,8 +73,9 @@ class FleetEnvClient(EnvClient[FleetJointAction, FleetMultiObservation, FleetSta
         return FleetState.model_validate(payload)
 
 
-class FleetEgoClient(EnvClient[FleetEgoAction, FleetEgoObservation, FleetState]):
-    """Client of the ego view: ``client.step(FleetEgoAction(text=model_output))``."""
+class FleetEgoClient(_TokenClient, EnvClient[FleetEgoAction, FleetEgoObservation, FleetState]):
+    """Client of the ego view: ``client.step(FleetEgoAction(text=model_output))`` (``token="..."``
+    for a server that requires one)."""
 
     def _step_payload(self, action: FleetEgoAction) -> Dict[str, Any]:
         return {"text": action.text}
@@ -144,9 +164,11 @@ class RemoteParallelEnv(ParallelEnv):
         self.agents = []
 
     @classmethod
-    def connect(cls, base_url: str, task: Optional[str] = None, config: Optional[dict] = None, obs_mode: str = "flat", **client_kwargs: Any) -> "RemoteParallelEnv":
-        """Open a WebSocket session on the server at ``base_url`` (``http://host:port``)."""
-        client = FleetEnvClient(base_url=base_url, **client_kwargs).sync()
+    def connect(cls, base_url: str, task: Optional[str] = None, config: Optional[dict] = None, obs_mode: str = "flat",
+                token: Optional[str] = None, **client_kwargs: Any) -> "RemoteParallelEnv":
+        """Open a WebSocket session on the server at ``base_url`` (``http://host:port``);
+        ``token`` for a server that requires one."""
+        client = FleetEnvClient(base_url=base_url, token=token, **client_kwargs).sync()
         client.connect()
         return cls(client, task=task, config=config, obs_mode=obs_mode)
 
@@ -321,4 +343,4 @@ class RemoteParallelEnv(ParallelEnv):
             close()
 
 
-__all__ = ["FleetEgoClient", "FleetEnvClient", "RemoteParallelEnv", "WebSocketSession"]
+__all__ = ["FleetEgoClient", "FleetEnvClient", "RemoteParallelEnv", "WebSocketSession", "auth_headers"]

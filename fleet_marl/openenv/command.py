@@ -7,6 +7,8 @@ it and exits with code 2. docs/llm_agents.md describes the two views and the pro
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import sys
 
 INSTALL_HINT = (
@@ -20,15 +22,22 @@ EXAMPLES = """examples:
   fleet-marl serve                                     # multi-agent view of easy on 127.0.0.1:8000
   fleet-marl serve --mode ego --task medium --opponents bidder --port 8001
   fleet-marl serve --mode ego --ego random --invalid-penalty 0.5 --max-invalid-streak 5
-  fleet-marl serve --host 0.0.0.0 --port 7860 --max-sessions 16   # as in the Docker Space
+  FLEET_MARL_TOKEN=$(openssl rand -hex 32) fleet-marl serve --host 0.0.0.0 --port 7860   # as in the Docker Space
+  fleet-marl serve --max-tenants 16 --max-rounds 200 --max-body-bytes 262144   # tighter limits for a public server
 
 then, from Python:
   from fleet_marl.openenv import RemoteParallelEnv
   env = RemoteParallelEnv.connect("http://127.0.0.1:8000", task="easy")   # a PettingZoo ParallelEnv
+  env = RemoteParallelEnv.connect(url, token=os.environ["FLEET_MARL_TOKEN"])  # a server with a token
 
 and check a running server with:  openenv validate --url http://127.0.0.1:8000
-Episodes run on the WebSocket /ws (one env per connection). See docs/llm_agents.md.
+Episodes run on the WebSocket /ws (one env per connection). See docs/llm_agents.md, and its
+"Security" section for the limits and the token.
 """
+
+#: The environment variable the server reads its bearer token from when --token is not given
+#: (the Docker image passes it on; a token on the command line is visible to other local users).
+TOKEN_ENV = "FLEET_MARL_TOKEN"
 
 
 DESCRIPTION = (
@@ -43,7 +52,7 @@ def add_arguments(s) -> None:
     s.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; 0.0.0.0 in a container)")
     s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     s.add_argument("--mode", choices=("multi", "ego"), default="multi", help="the view: every tenant (multi) or one for an LLM (ego); default multi")
-    s.add_argument("--max-sessions", type=int, default=8, help="concurrent WebSocket sessions; one more is refused (default 8)")
+    s.add_argument("--max-sessions", type=int, default=8, help="live sessions, WebSocket and HTTP, each counted once; one more is refused (default 8)")
     s.add_argument("--task", default="easy", help="default task of a reset that names none (default easy)")
     s.add_argument("--reward-scheme", default=None, help="default credit scheme (default: the task's)")
     g = s.add_argument_group("ego view")
@@ -52,7 +61,45 @@ def add_arguments(s) -> None:
     g.add_argument("--fallback", choices=("default", "idle"), default="default", help="action run in place of an invalid answer (default: the env's default action)")
     g.add_argument("--invalid-penalty", type=float, default=1.0, help="subtracted from the reward after an invalid answer (default 1.0)")
     g.add_argument("--max-invalid-streak", type=int, default=3, help="invalid answers in a row that end the episode (default 3)")
+    a = s.add_argument_group("access and limits (docs/llm_agents.md, Security)")
+    a.add_argument("--token", default=None, help=f"bearer token every route and /ws require (default: ${TOKEN_ENV} if set, else none)")
+    d = _default_limits()
+    for flag, dest, kind, what in _LIMIT_OPTIONS:
+        a.add_argument(flag, dest=dest, type=kind, default=getattr(d, dest), help=f"{what} (default {getattr(d, dest):g})")
+    a.add_argument("--allow-attach", action="store_true", help="let /ws?session_id=<id> attach to a session created over HTTP (default: refused)")
     s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"), help="uvicorn log level (default info)")
+
+
+#: (flag, ServerLimits field, type, help) of the limit options.
+_LIMIT_OPTIONS = (
+    ("--max-body-bytes", "max_body_bytes", int, "largest HTTP request body; a larger one gets 413 unread"),
+    ("--max-message-bytes", "max_message_bytes", int, "largest WebSocket message"),
+    ("--max-tenants", "max_tenants", int, "most tenants a client's scenario may have"),
+    ("--max-nodes", "max_nodes", int, "most nodes a client's scenario may have"),
+    ("--max-rounds", "max_rounds", int, "largest max_cycles a client may ask for"),
+    ("--max-gpus", "max_gpus", int, "largest max_gpus of a client's tenant"),
+    ("--max-shapley-samples", "max_shapley_samples", int, "largest reward.shapley_samples a client may ask for"),
+    ("--max-rate", "max_rate", float, "largest workload arrival rate a client may ask for"),
+    ("--http-session-idle", "http_session_idle_s", float, "seconds after which an idle session created over HTTP expires"),
+    ("--ws-idle", "ws_idle_s", float, "seconds of silence after which a WebSocket session is closed"),
+)
+
+
+def _default_limits():
+    """The default :class:`~fleet_marl.openenv.limits.ServerLimits` (the module needs no extra)."""
+    from fleet_marl.openenv.limits import ServerLimits
+
+    return ServerLimits()
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable only from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _import_server():
@@ -69,8 +116,25 @@ def build_app(args):
     return make_app(**app_kwargs(args))
 
 
+def limits_from(args):
+    """The :class:`~fleet_marl.openenv.limits.ServerLimits` of parsed ``args`` (ValueError names a bad one)."""
+    from fleet_marl.openenv.limits import ServerLimits
+
+    kw = {dest: getattr(args, dest) for _, dest, _, _ in _LIMIT_OPTIONS}
+    try:
+        return ServerLimits(max_sessions=args.max_sessions, allow_attach=args.allow_attach, **kw)
+    except ValueError as exc:  # name the option, not the field
+        flag = next((f for f, dest, _, _ in _LIMIT_OPTIONS if str(exc).startswith(dest + " ")), None)
+        raise ValueError(str(exc).replace(next(d for f, d, _, _ in _LIMIT_OPTIONS if f == flag), flag, 1) if flag else str(exc)) from None
+
+
+def token_from(args) -> str | None:
+    """``--token``, else ``$FLEET_MARL_TOKEN``, else None."""
+    return args.token or os.environ.get(TOKEN_ENV) or None
+
+
 def app_kwargs(args) -> dict:
-    kw: dict = {"mode": args.mode, "max_sessions": args.max_sessions, "task": args.task}
+    kw: dict = {"mode": args.mode, "task": args.task, "limits": limits_from(args), "token": token_from(args)}
     if args.reward_scheme:
         kw["config"] = {"reward_scheme": args.reward_scheme}
     if args.mode == "ego":
@@ -94,15 +158,22 @@ def run(args) -> int:
         print(f"error: {INSTALL_HINT}\n({exc})", file=sys.stderr)
         return 2
     try:
-        app = make_app(**app_kwargs(args))
+        kw = app_kwargs(args)
+        app = make_app(**kw)
     except (ValueError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         print("run 'fleet-marl serve --help' for the options", file=sys.stderr)
         return 2
     print(f"fleet-marl serve: {args.mode} view of {args.task} on http://{args.host}:{args.port} "
-          f"(WebSocket /ws, at most {args.max_sessions} sessions)", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+          f"(WebSocket /ws, at most {args.max_sessions} sessions, {'a bearer token required' if kw['token'] else 'no token'})",
+          file=sys.stderr, flush=True)
+    if kw["token"] is None and not is_loopback(args.host):
+        print(f"warning: serving on {args.host} with no token: anyone who can reach port {args.port} can open sessions. "
+              f"Set {TOKEN_ENV} (or --token) and give clients the token (docs/llm_agents.md, Security).", file=sys.stderr, flush=True)
+    limits = kw["limits"]
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, ws_max_size=limits.max_message_bytes)
     return 0
 
 
-__all__ = ["DESCRIPTION", "EXAMPLES", "INSTALL_HINT", "add_arguments", "app_kwargs", "build_app", "run"]
+__all__ = ["DESCRIPTION", "EXAMPLES", "INSTALL_HINT", "TOKEN_ENV", "add_arguments", "app_kwargs", "build_app", "is_loopback", "limits_from", "run",
+           "token_from"]

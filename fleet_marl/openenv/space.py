@@ -8,7 +8,11 @@ variable                   meaning                             default
 ``FLEET_MARL_TASK``        default task of a reset             ``easy``
 ``FLEET_MARL_MAX_SESSIONS``  concurrent WebSocket sessions     ``8``
 ``FLEET_MARL_OPPONENTS``   ego view: the other tenants' policy ``precision_expert``
+``FLEET_MARL_TOKEN``       bearer token every route requires   none
 =========================  ==================================  =============
+
+The limits are :class:`~fleet_marl.openenv.limits.ServerLimits`' defaults (``fleet-marl serve``
+sets each with an option).
 
 ``fleet-marl serve`` is the same server with command-line options.
 """
@@ -22,7 +26,8 @@ from fleet_marl.openenv.app import make_app
 
 def app_from_env(environ=os.environ):
     mode = environ.get("FLEET_MARL_MODE", "ego")
-    kw = {"mode": mode, "task": environ.get("FLEET_MARL_TASK", "easy"), "max_sessions": int(environ.get("FLEET_MARL_MAX_SESSIONS", "8"))}
+    kw = {"mode": mode, "task": environ.get("FLEET_MARL_TASK", "easy"), "max_sessions": int(environ.get("FLEET_MARL_MAX_SESSIONS", "8")),
+          "token": environ.get("FLEET_MARL_TOKEN") or None}
     if mode == "ego":
         kw["opponents"] = environ.get("FLEET_MARL_OPPONENTS", "precision_expert")
     return make_app(**kw)

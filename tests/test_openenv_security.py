@@ -1,0 +1,347 @@
+"""The server against a hostile client, in process (FastAPI's TestClient): no route opens a file a
+client names or sends back a file's content, a reset is bounded by the server's limits, sessions
+belong to their connection, HTTP bodies are bounded, the bearer token guards every route, and
+bad frames get error frames without ending the session. docs/llm_agents.md, "Security"."""
+
+import copy
+import json
+import time
+
+import pytest
+
+pytest.importorskip("openenv")
+from fastapi.testclient import TestClient  # noqa: E402
+from starlette.testclient import WebSocketDenialResponse  # noqa: E402
+from starlette.websockets import WebSocketDisconnect  # noqa: E402
+
+from fleet_marl.openenv import make_app  # noqa: E402
+from fleet_marl.openenv.limits import ServerLimits  # noqa: E402
+from fleet_marl.tasks import scaled, task_dict  # noqa: E402
+
+SECRET = "fleet-marl-canary-7f3a9c"  # written into every file a test tries to read
+TRACE_FIELD = "tenants[0].workload.trace"
+
+
+@pytest.fixture(scope="module")
+def secret_files(tmp_path_factory):
+    """A secret file, a symlink to it, and a trace-looking CSV whose first line is the secret."""
+    d = tmp_path_factory.mktemp("secrets")
+    secret = d / "secret.env"
+    secret.write_text(f"TOKEN={SECRET}\nOTHER=1\n")
+    link = d / "link.csv"
+    link.symlink_to(secret)
+    fake = d / "pollux_workload-1.csv"
+    fake.write_text(f"{SECRET},time,application\n1,2,3\n")
+    return {"secret": secret, "link": link, "fake": fake, "dir": d}
+
+
+@pytest.fixture(scope="module")
+def multi():
+    with TestClient(make_app(mode="multi", task="tiny", limits=ServerLimits(max_sessions=4))) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def ego():
+    with TestClient(make_app(mode="ego", task="tiny", limits=ServerLimits(max_sessions=4))) as client:
+        yield client
+
+
+def call(ws, type_, data=None):
+    ws.send_json({"type": type_, **({"data": data} if data is not None else {})})
+    return ws.receive_json()
+
+
+def trace_config(value) -> dict:
+    tenants = copy.deepcopy(task_dict("tiny")["tenants"])
+    tenants[0]["workload"] = {**tenants[0]["workload"], "pattern": "trace", "trace": value}
+    return {"tenants": tenants}
+
+
+def attempts(files) -> list[str]:
+    return [
+        "/etc/passwd", "/proc/self/environ", "/proc/self/cmdline", "/proc/self/status", "../../../../etc/passwd",
+        "..", "~/.bashrc", str(files["secret"]), str(files["link"]), str(files["fake"]), "fleet_marl/traces/data/pollux_workload-1.csv",
+        "./pollux_workload-1.csv", "data/LICENSES.md", "LICENSES.md", "/nonexistent/file.csv", "file:///etc/passwd", "pollux-1/../../x",
+    ]
+
+
+def assert_no_leak(text: str) -> None:
+    assert SECRET not in text
+    assert "root:" not in text and "PATH=" not in text and "HOME=" not in text
+
+
+@pytest.mark.parametrize("view", ["multi", "ego"])
+def test_no_trace_path_is_opened_over_the_websocket(request, view, secret_files):
+    client = request.getfixturevalue(view)
+    with client.websocket_connect("/ws") as ws:
+        for value in attempts(secret_files):
+            r = call(ws, "reset", {"seed": 0, "config": trace_config(value)})
+            text = json.dumps(r)
+            assert r["type"] == "error" and r["data"]["code"] == "EXECUTION_ERROR", (value, r)
+            assert r["data"]["message"].startswith(f"{TRACE_FIELD} = "), r
+            # the same answer whether the path exists or not: nothing tells a file exists
+            assert "not a path: a served env opens no file a client names" in r["data"]["message"]
+            assert_no_leak(text)
+        # the session survives every refusal, and a registry name plays
+        ok = call(ws, "reset", {"seed": 0, "config": trace_config("pollux-1")})
+        assert ok["type"] == "observation", ok
+        if view == "multi":
+            assert ok["data"]["observation"]["config"]["tenants"][0]["workload"]["trace"] == "pollux-1"
+        ok = call(ws, "reset", {"seed": 0, "config": trace_config("pollux_workload-2.csv")})  # a sample's file name, as tasks use
+        assert ok["type"] == "observation", ok
+
+
+def test_no_trace_path_is_opened_over_http(multi, secret_files):
+    for value in attempts(secret_files):
+        r = multi.post("/reset", json={"seed": 0, "config": trace_config(value)})
+        assert r.status_code == 422 and TRACE_FIELD in r.json()["detail"], (value, r.text)
+        assert_no_leak(r.text)
+    assert multi.post("/reset", json={"seed": 0, "task": "trace"}).status_code == 200  # the task's own traces are registry names
+
+
+def test_a_registry_name_missing_here_or_shadowed_by_a_local_file_is_refused(multi, secret_files, monkeypatch, tmp_path):
+    monkeypatch.setenv("FLEET_MARL_CACHE", str(tmp_path / "cache"))  # nothing fetched
+    with multi.websocket_connect("/ws") as ws:
+        r = call(ws, "reset", {"config": trace_config("philly")})
+        assert r["type"] == "error" and "a trace this server has" in r["data"]["message"]
+        # the server's working directory holds a file named like a registry trace (a symlink to a
+        # secret): resolve_trace would read it first, so the name is refused, unread
+        monkeypatch.chdir(secret_files["dir"])
+        r = call(ws, "reset", {"config": trace_config("pollux_workload-1.csv")})
+        assert r["type"] == "error" and "a trace this server has" in r["data"]["message"], r
+        assert_no_leak(json.dumps(r))
+
+
+def test_an_unreadable_operator_trace_is_an_internal_error_that_quotes_nothing(secret_files):
+    """The operator's own config may name any file; if it is no trace, the client still gets no line of it."""
+    app = make_app(mode="multi", task="tiny", config=trace_config(str(secret_files["secret"])))
+    with TestClient(app) as client, client.websocket_connect("/ws") as ws:
+        r = call(ws, "reset", {"seed": 0})
+        assert r["type"] == "error" and r["data"]["code"] == "INTERNAL_ERROR", r
+        assert_no_leak(json.dumps(r))
+        assert call(ws, "reset", {"seed": 0, "config": {"tenants": task_dict("tiny")["tenants"]}})["type"] == "observation"
+        assert client.post("/reset", json={}).status_code == 500 and SECRET not in client.post("/reset", json={}).text
+
+
+# --- limits on a client's config --------------------------------------------------------------------
+
+
+def largest(limits: ServerLimits) -> dict:
+    """The largest scenario the limits admit, with the costliest reward (sampled Shapley)."""
+    d = scaled(limits.max_tenants)
+    d["cluster"]["gpu_types"] = ["h100-sxm"] * limits.max_nodes
+    for t in d["tenants"]:
+        t["max_gpus"] = limits.max_gpus
+    return {**d, "max_cycles": limits.max_rounds, "reward": {"scheme": "shapley", "shapley_samples": limits.max_shapley_samples}}
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda c: c["tenants"].append(c["tenants"][0]), "tenants"),
+    (lambda c: c["cluster"]["gpu_types"].append("h100-sxm"), "cluster.gpu_types"),
+    (lambda c: c.update(max_cycles=c["max_cycles"] + 1), "max_cycles"),
+    (lambda c: c["reward"].update(shapley_samples=c["reward"]["shapley_samples"] + 1), "reward.shapley_samples"),
+    (lambda c: c["tenants"][3].update(max_gpus=c["tenants"][3]["max_gpus"] + 1), "tenants[3].max_gpus"),
+    (lambda c: c["tenants"][1]["workload"].update(rate=2e6), "tenants[1].workload.rate"),
+    (lambda c: c.update(tenants=[c["tenants"][0]] * 5000), "tenants"),
+])
+def test_a_config_over_a_limit_is_refused_by_name(multi, change, field):
+    config = largest(ServerLimits())
+    change(config)
+    with multi.websocket_connect("/ws") as ws:
+        r = call(ws, "reset", {"config": config})
+        assert r["type"] == "error" and r["data"]["message"].startswith(f"{field} = "), r["data"]
+        assert "this server's limit" in r["data"]["message"] and len(r["data"]["message"]) < 400
+    r = multi.post("/reset", json={"config": config})
+    assert r.status_code == 422 and r.json()["detail"].startswith(f"{field} = ")
+
+
+def test_the_largest_allowed_config_resets_and_steps_in_bounded_time(multi):
+    """docs/llm_agents.md states it: the largest scenario the default limits admit (64 tenants,
+    64 nodes, 1000 rounds, 256 GPUs each, Shapley over 64 permutations) resets and steps in well
+    under a second on one core once compiled; the bound here is 30 s, for a cold, shared CI core."""
+    config = largest(ServerLimits())
+    with multi.websocket_connect("/ws") as ws:
+        t0 = time.perf_counter()
+        r = call(ws, "reset", {"seed": 1, "config": config})
+        assert r["type"] == "observation", r.get("data")
+        agents = r["data"]["observation"]["agents"]
+        assert len(agents) == 64
+        r = call(ws, "step", {"actions": {a: [1, 2, 1, 1, 1, 1, 1, 3] for a in agents}})
+        elapsed = time.perf_counter() - t0
+        assert r["type"] == "observation" and r["data"]["observation"]["round"] == 1
+        assert set(r["data"]["observation"]["reward_schemes"]["tenant_0"]) >= {"shapley"}
+    assert elapsed < 30.0, f"the largest allowed config took {elapsed:.1f} s to reset and step"
+
+
+def test_limits_are_the_operators_to_set():
+    app = make_app(mode="multi", task="tiny", limits=ServerLimits(max_tenants=1))
+    with TestClient(app) as client, client.websocket_connect("/ws") as ws:
+        r = call(ws, "reset", {})  # tiny has 2 tenants: over this operator's limit
+        assert r["type"] == "error" and r["data"]["message"] == "tenants = '2 tenants': expected at most 1 tenants (this server's limit, --max-tenants)"
+    with pytest.raises(ValueError, match="max_rounds = 0"):
+        ServerLimits(max_rounds=0)
+
+
+# --- sessions ---------------------------------------------------------------------------------------
+
+
+def mcp(client, method, **params):
+    return client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).json()
+
+
+def test_attaching_to_another_connections_session_is_refused_by_default(multi):
+    sid = mcp(multi, "openenv/session/create")["result"]["session_id"]
+    with multi.websocket_connect(f"/ws?session_id={sid}") as ws:
+        r = ws.receive_json()
+        assert r["type"] == "error" and r["data"]["code"] == "ATTACH_REFUSED" and "--allow-attach" in r["data"]["message"]
+        with pytest.raises(WebSocketDisconnect):
+            ws.receive_json()
+    assert mcp(multi, "openenv/session/close", session_id=sid)["result"]["closed"] is True
+    assert "error" in mcp(multi, "openenv/session/close", session_id=sid)
+
+
+def test_with_attach_enabled_one_socket_may_hold_a_session_created_over_http():
+    app = make_app(mode="multi", task="tiny", limits=ServerLimits(max_sessions=2, allow_attach=True))
+    with TestClient(app) as client:
+        sid = mcp(client, "openenv/session/create")["result"]["session_id"]
+        with client.websocket_connect(f"/ws?session_id={sid}") as ws:
+            assert call(ws, "reset", {"seed": 3})["type"] == "observation"
+            with client.websocket_connect(f"/ws?session_id={sid}") as second:  # the session is held now
+                assert second.receive_json()["data"]["code"] == "ATTACH_REFUSED"
+            assert "error" in mcp(client, "openenv/session/close", session_id=sid)  # nor closed from outside
+            assert len(app.state.sessions) == 1  # counted once, not once per route
+        assert len(app.state.sessions) == 0
+
+
+def test_http_sessions_expire_and_never_lock_out_websocket_clients():
+    app = make_app(mode="multi", task="tiny", limits=ServerLimits(max_sessions=2, http_session_idle_s=0.5))
+    with TestClient(app) as client:
+        ids = [mcp(client, "openenv/session/create")["result"]["session_id"] for _ in range(2)]
+        assert len(set(ids)) == 2
+        full = mcp(client, "openenv/session/create")
+        assert full["error"]["message"].startswith("Server at capacity (2/2 sessions)")
+        assert client.post("/reset", json={}).status_code == 503  # an HTTP reset is a session while it runs
+        with client.websocket_connect("/ws") as ws:  # takes the slot of the least recently used HTTP session
+            assert call(ws, "reset", {"seed": 0})["type"] == "observation"
+            assert len(app.state.sessions) == 2
+            deadline = time.monotonic() + 10
+            while len(app.state.sessions) > 1 and time.monotonic() < deadline:
+                time.sleep(0.1)  # the reaper closes the other one once idle
+            assert len(app.state.sessions) == 1
+            with client.websocket_connect("/ws") as ws2:
+                assert call(ws2, "reset", {"seed": 1})["type"] == "observation"
+                with client.websocket_connect("/ws") as ws3:  # two sockets hold both slots: refused
+                    refused = ws3.receive_json()
+                    assert refused["data"]["code"] == "CAPACITY_REACHED" and refused["data"]["active_sessions"] == 2
+                assert mcp(client, "openenv/session/create")["error"]["message"].startswith("Server at capacity")
+
+
+# --- HTTP bodies --------------------------------------------------------------------------------------
+
+
+def test_an_oversized_body_gets_413_unread(multi):
+    big = b'{"seed": 0, "episode_id": "' + b"x" * (2 << 20) + b'"}'
+    for route in ("/reset", "/step", "/mcp"):
+        r = multi.post(route, content=big, headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.json()["code"] == "BODY_TOO_LARGE", route
+
+    def chunks():  # no Content-Length: read up to the limit, then refused
+        for _ in range(40):
+            yield b"x" * (64 << 10)
+
+    r = multi.post("/reset", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    assert multi.post("/reset", content=b"{}", headers={"content-length": "abc", "content-type": "application/json"}).status_code == 400
+    assert multi.post("/reset", json={"seed": 0}).status_code == 200
+
+
+# --- the token ----------------------------------------------------------------------------------------
+
+
+def test_a_token_guards_every_route_and_the_websocket():
+    app = make_app(mode="multi", task="tiny", token="s3cret-token")
+    good = {"Authorization": "Bearer s3cret-token"}
+    with TestClient(app) as client:
+        for method, route in (("get", "/health"), ("get", "/metadata"), ("get", "/schema"), ("post", "/reset"), ("get", "/state"),
+                              ("post", "/mcp"), ("get", "/openapi.json"), ("get", "/docs"), ("post", "/fleet_marl/tasks"), ("get", "/nope")):
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-token"}, {"Authorization": "Basic s3cret-token"}):
+                r = getattr(client, method)(route, headers=headers)
+                assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", (route, headers)
+        assert client.get("/health", headers=good).status_code == 200
+        assert client.post("/reset", json={"seed": 0}, headers=good).status_code == 200
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            with pytest.raises(WebSocketDenialResponse) as refused:  # the handshake is answered 401, no socket opens
+                with client.websocket_connect("/ws", headers=headers) as ws:
+                    ws.receive_json()
+            assert refused.value.status_code == 401
+        with client.websocket_connect("/ws", headers=good) as ws:
+            assert call(ws, "reset", {"seed": 0})["type"] == "observation"
+
+
+def test_serve_warns_without_a_token_on_a_public_host_and_reads_the_token_variable(monkeypatch):
+    from fleet_marl.cli import build_parser
+    from fleet_marl.openenv.command import app_kwargs, is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost") and not is_loopback("0.0.0.0")
+    args = build_parser().parse_args(["serve", "--max-tenants", "8", "--allow-attach"])
+    monkeypatch.setenv("FLEET_MARL_TOKEN", "from-env")
+    kw = app_kwargs(args)
+    assert kw["token"] == "from-env" and kw["limits"].max_tenants == 8 and kw["limits"].allow_attach
+    args = build_parser().parse_args(["serve", "--token", "from-flag"])
+    assert app_kwargs(args)["token"] == "from-flag"
+
+
+# --- errors as documented -----------------------------------------------------------------------------
+
+
+def test_bad_frames_get_error_frames_and_the_session_lives(multi):
+    with multi.websocket_connect("/ws") as ws:
+        assert call(ws, "reset", {"seed": 2})["type"] == "observation"
+        frames = [
+            ("bytes", b"\x00\xff binary"), ("text", "[1, 2, 3]"), ("text", '"a string"'), ("text", "42"), ("text", "null"),
+            ("text", "[" * 100_000 + "]" * 100_000), ("text", '{"type": "reset", "data": ' + "[" * 500 + "]" * 500 + "}"),
+            ("text", "{not json"), ("text", json.dumps({"type": "x" * 100_000})), ("text", json.dumps({"type": "reset", "data": [1]})),
+            ("text", json.dumps({"type": "step", "data": "x" * 100_000})), ("text", json.dumps({"type": "reset", "data": {"task": "y" * 100_000}})),
+            ("text", json.dumps({"type": "reset", "data": {"seed": -1}})), ("text", json.dumps({"type": "reset", "data": {"self": 1}})),
+            ("text", json.dumps({"type": "mcp", "data": {"jsonrpc": "2.0", "method": "tools/list", "id": 1}})),
+            ("text", json.dumps({"type": "step", "data": {"actions": {"tenant_0": "z" * 100_000}}})),
+            ("text", json.dumps({"type": "reset", "data": {"config": {"cluster": {"rack_power_cap_w": "w" * 100_000}}}})),
+        ]
+        for kind, payload in frames:
+            ws.send_bytes(payload) if kind == "bytes" else ws.send_text(payload)
+            r = ws.receive_json()
+            assert r["type"] == "error" and r["data"]["code"] != "INTERNAL_ERROR", (payload[:80], r)
+            assert len(json.dumps(r)) < 2000, (payload[:80], len(json.dumps(r)))
+        # the episode goes on where it was
+        assert call(ws, "state")["data"]["round"] == 0
+        assert call(ws, "step", {"actions": {"tenant_0": [1, 2, 1, 1, 1, 1, 1, 3], "tenant_1": [1, 2, 1, 1, 1, 1, 1, 3]}})["data"]["observation"]["round"] == 1
+
+
+def test_http_argument_errors_are_4xx_naming_the_field(multi):
+    cases = [
+        ({"seed": -3}, "seed"), ({"task": "nope"}, "task = 'nope'"), ({"config": {"max_cycles": 0}}, "max_cycles = 0"),
+        ({"config": {"nope": 1}}, "nope = 1"), ({"index": 99}, "index = 99"), ({"bogus": 1}, "unknown argument 'bogus'"),
+        ({"config": "x" * 100_000}, "config = 'xxx"), ({"episode_id": "e" * 300}, "episode_id"),
+    ]
+    for body, needle in cases:
+        r = multi.post("/reset", json=body)
+        assert 400 <= r.status_code < 500, (body if len(str(body)) < 100 else "long", r.status_code, r.text[:300])
+        assert needle in json.dumps(r.json()), (needle, r.text[:300])
+        assert len(r.text) < 2000
+    r = multi.post("/step", json={"action": {"actions": {"tenant_0": [0] * 8}}})
+    assert r.status_code == 422 and "reset" in r.json()["detail"]
+    r = multi.post("/step", json={"action": {"nope": "q" * 100_000}})
+    assert r.status_code == 422 and len(r.text) < 2000
+    r = multi.post("/mcp", content=b"[" * 100_000, headers={"content-type": "application/json"})
+    assert r.status_code == 200 and r.json()["error"]["code"] == -32600
+
+
+def test_openenv_routes_that_reach_an_env_are_replaced_and_the_rest_dropped(monkeypatch):
+    monkeypatch.setenv("ENABLE_WEB_INTERFACE", "true")  # OpenEnv's web UI would build envs of its own: never mounted
+    app = make_app(mode="multi", task="tiny")
+    paths = [getattr(r, "path", None) for r in app.router.routes]
+    assert {"/ws", "/reset", "/step", "/state", "/mcp", "/health", "/schema", "/metadata"} <= set(paths)
+    assert "/harness" not in paths and "/web" not in paths and paths.count("/mcp") == 1 and paths.count("/ws") == 1
+    with TestClient(app) as client:
+        assert client.get("/web").status_code == 404
