@@ -30,7 +30,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve(*args: str):
+def _serve(*args: str, token: str | None = None):
     port = _free_port()
     exe = BIN / "fleet-marl"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fleet_marl.cli"]
@@ -44,7 +44,8 @@ def _serve(*args: str):
         if proc.poll() is not None:
             raise AssertionError(f"fleet-marl serve exited with {proc.returncode}:\n{proc.stdout.read()}")
         try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            with urllib.request.urlopen(urllib.request.Request(url + "/health", headers=headers), timeout=2) as r:
                 if json.load(r)["status"] == "healthy":
                     return proc, url
         except OSError:

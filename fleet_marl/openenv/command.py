@@ -171,7 +171,9 @@ def run(args) -> int:
         print(f"warning: serving on {args.host} with no token: anyone who can reach port {args.port} can open sessions. "
               f"Set {TOKEN_ENV} (or --token) and give clients the token (docs/llm_agents.md, Security).", file=sys.stderr, flush=True)
     limits = kw["limits"]
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, ws_max_size=limits.max_message_bytes)
+    # a message up to 4x the limit is read and answered with an error frame (the session lives);
+    # a longer one closes the connection (1009) before it is read in full (docs/llm_agents.md)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, ws_max_size=4 * limits.max_message_bytes)
     return 0
 
 
