@@ -4,7 +4,7 @@
 #   docker run -p 7860:7860 -e FLEET_MARL_MODE=ego -e FLEET_MARL_TOKEN=<a long random string> fleet-marl
 # then: openenv validate --url http://127.0.0.1:7860   (run without FLEET_MARL_TOKEN: validate sends no token)
 # On a public Space set FLEET_MARL_TOKEN as a secret: without it the server warns that anyone can open sessions.
-# The image is not built by CI. The 'trace' task needs the trace CSVs (not in the image).
+# The image is not built by CI. The trace tasks replay the samples shipped in the package.
 FROM python:3.11-slim
 
 # Spaces run the container as user 1000

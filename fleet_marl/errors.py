@@ -29,7 +29,10 @@ def short_repr(value: object, limit: int = REPR_LIMIT) -> str:
     >>> short_repr("x" * 500, limit=20)
     "'xxxxxxxxxxxxxxx... (502 characters)"
     """
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more digits than Python converts to text
+        return f"<{type(value).__name__} too long to show>"
     if len(text) <= limit:
         return text
     return f"{text[: max(limit - 4, 1)]}... ({len(text)} characters)"

@@ -372,9 +372,8 @@ def _p99_wait_s(waits: np.ndarray, born, left, head: int, tail: int, now: int, q
     w = waits.copy()
     for h in range(head, tail):
         w[now - born[h]] += left[h]
-    for r in np.flatnonzero(queued_jobs):
-        for _ in range(int(queued_jobs[r])):
-            w[now - r - 1] += 1.0
+    rs = np.flatnonzero(queued_jobs)
+    np.add.at(w, now - rs - 1, np.floor(queued_jobs[rs]))  # whole jobs, added at once (a job-by-job loop cost O(jobs))
     keys = np.flatnonzero(w)
     if keys.size == 0:
         return 0.0

@@ -214,9 +214,9 @@ def _trace_rounds(spec: WorkloadSpec, kind: str, n_rounds: int, round_seconds: f
     keep = keep[np.arange(len(keep)) % spec.trace_shards == spec.trace_shard]
     t = (tr.time_s[keep] - spec.trace_offset_s) / spec.trace_speedup
     land = t >= 0
-    rounds = np.floor(t[land] / round_seconds).astype(np.int64)
-    inside = rounds < n_rounds
-    return rounds[inside], keep[land][inside], tr
+    rounds = np.floor(t[land] / round_seconds)
+    inside = rounds < n_rounds  # before the cast: a tiny speedup sends times to inf, which no int holds
+    return rounds[inside].astype(np.int64), keep[land][inside], tr
 
 
 def _trace_counts(spec: WorkloadSpec, kind: str, n_rounds: int, round_seconds: float) -> np.ndarray:

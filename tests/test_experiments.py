@@ -155,3 +155,26 @@ def test_credit_followup_is_the_study_at_one_setting_and_reuses_its_rows(tmp_pat
     assert mod.seed_from(src, tmp_path / "f", s) == 1
     got = store.read_rows(tmp_path / "f" / "results.csv")
     assert [(r["setting"], r["n"], r["arm"]) for r in got] == [("proportional", "64", "shapley")]
+
+
+def test_server_costs_script_prints_a_row_per_size_with_the_servers_planner_work():
+    # experiments/server_costs.py (docs/llm_agents.md, "Security": the --max-planner-work table)
+    import importlib.util
+    import io
+    from contextlib import redirect_stdout
+
+    from fleet_marl.openenv.limits import planner_work
+
+    spec = importlib.util.spec_from_file_location("server_costs", ROOT / "experiments" / "server_costs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        mod.main(["--sizes", "2x1x8,4x2x16", "--opponents", "planner,greedy", "--cpu", "-1"])
+    rows = [line.strip("| ").split(" | ") for line in out.getvalue().splitlines()[2:]]
+    assert [r[:3] for r in rows] == [["2", "1", "8"], ["4", "2", "16"]]
+    import fleet_marl
+
+    env = fleet_marl.parallel_env(task="easy", **mod.scenario(4, 2, 16))
+    assert rows[1][3] == f"{planner_work(env.config):,}" == f"{4 * 17 * 6:,}"
+    assert all(float(x) >= 0 for r in rows for x in r[4:])

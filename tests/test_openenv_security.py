@@ -171,6 +171,7 @@ def test_the_largest_allowed_config_resets_and_steps_in_bounded_time(multi):
         elapsed = time.perf_counter() - t0
         assert r["type"] == "observation" and r["data"]["observation"]["round"] == 1
         assert set(r["data"]["observation"]["reward_schemes"]["tenant_0"]) >= {"shapley"}
+    print(f"the largest allowed config: reset and one step in {elapsed:.2f} s")
     assert elapsed < 30.0, f"the largest allowed config took {elapsed:.1f} s to reset and step"
 
 
@@ -301,7 +302,7 @@ def test_bad_frames_get_error_frames_and_the_session_lives(multi):
         frames = [
             ("bytes", b"\x00\xff binary"), ("text", "[1, 2, 3]"), ("text", '"a string"'), ("text", "42"), ("text", "null"),
             ("text", "[" * 100_000 + "]" * 100_000), ("text", '{"type": "reset", "data": ' + "[" * 500 + "]" * 500 + "}"),
-            ("text", "{not json"), ("text", json.dumps({"type": "x" * 100_000})), ("text", json.dumps({"type": "reset", "data": [1]})),
+            ("text", "{not json"), ("text", '{"type": "reset", "data": {"seed": ' + "9" * 100_000 + "}}"), ("text", json.dumps({"type": "x" * 100_000})), ("text", json.dumps({"type": "reset", "data": [1]})),
             ("text", json.dumps({"type": "step", "data": "x" * 100_000})), ("text", json.dumps({"type": "reset", "data": {"task": "y" * 100_000}})),
             ("text", json.dumps({"type": "reset", "data": {"seed": -1}})), ("text", json.dumps({"type": "reset", "data": {"self": 1}})),
             ("text", json.dumps({"type": "mcp", "data": {"jsonrpc": "2.0", "method": "tools/list", "id": 1}})),
@@ -345,3 +346,98 @@ def test_openenv_routes_that_reach_an_env_are_replaced_and_the_rest_dropped(monk
     assert "/harness" not in paths and "/web" not in paths and paths.count("/mcp") == 1 and paths.count("/ws") == 1
     with TestClient(app) as client:
         assert client.get("/web").status_code == 404
+
+
+# --- found by attacking the server (docs/llm_agents.md, Security) ------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_millions_of_queued_jobs_cost_no_more_than_a_few(multi):
+    """A long round and the highest allowed rate queue ~3e10 jobs; the fairness report counted
+    them one by one (hours of CPU per state frame). It adds them per arrival round now."""
+    config = {"cluster": {"round_seconds": 1e5}, "tenants": [{**t, "workload": {**t["workload"], "rate": 1e6}} for t in task_dict("tiny")["tenants"]],
+              "max_cycles": 3}
+    with multi.websocket_connect("/ws") as ws:
+        assert call(ws, "reset", {"seed": 0, "config": config})["type"] == "observation"
+        for _ in range(3):
+            r = call(ws, "step", {"actions": {"tenant_0": [1, 2, 1, 1, 1, 1, 1, 3], "tenant_1": [1, 2, 1, 1, 1, 1, 1, 3]}})
+            assert r["type"] == "observation"
+        assert r["data"]["done"] is True
+        assert call(ws, "state")["type"] == "state"
+
+
+def test_p99_wait_adds_queued_jobs_as_the_job_by_job_count_did():
+    import numpy as np
+
+    from fleet_marl.fairness import _p99_wait_s
+
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        now = int(rng.integers(2, 30))
+        waits = rng.integers(0, 5, now + 1).astype(float)
+        queued = rng.integers(0, 4, now).astype(float)
+        w = waits.copy()  # the oracle: one job at a time
+        for r in range(now):
+            for _ in range(int(queued[r])):
+                w[now - r - 1] += 1.0
+        keys = np.flatnonzero(w)
+        want = 0.0 if keys.size == 0 else float(keys[np.searchsorted(np.cumsum(w[keys]), 0.99 * w[keys].sum())] * 60.0)
+        assert _p99_wait_s(waits, np.zeros(0, int), np.zeros(0), 0, 0, now, queued, 60.0) == want
+
+
+def test_a_trace_of_the_wrong_kind_or_a_tiny_speedup_is_a_named_client_error(multi):
+    with multi.websocket_connect("/ws") as ws:
+        r = call(ws, "reset", {"config": trace_config("azure-conv-2023")})  # a request trace for a trainer
+        assert r["data"]["code"] == "EXECUTION_ERROR" and r["data"]["message"].startswith(f"{TRACE_FIELD} = 'azure-conv-2023': expected a jobs trace")
+        config = trace_config("pollux-1")
+        config["tenants"][0]["workload"]["trace_speedup"] = 1e-300  # every job lands past the episode
+        assert call(ws, "reset", {"seed": 0, "config": config})["type"] == "observation"
+
+
+def test_the_task_api_and_unknown_routes_answer_4xx_without_echoing_the_request(multi):
+    r = multi.post("/fleet_marl/task", json={"split": "x", "index": 0})
+    assert r.status_code == 422 and r.json()["detail"] == "split = 'x': expected 'train'"
+    r = multi.get("/" + "a" * 8000 + "/splits")
+    assert r.status_code == 404 and len(r.text) < 400
+    r = multi.post("/reset", json={"k" * 3000: 1})
+    assert r.status_code == 422 and len(r.text) < 600
+    r = multi.post("/reset", json={"config": {"cluster": {"k" * 3000: 1}}})
+    assert r.status_code == 422 and len(r.text) < 800
+
+
+@pytest.mark.parametrize("text, error", [
+    ('{"request_gpus": ' + "[" * 30_000, "input: invalid JSON: nested too deeply"),
+    ('{"request_gpus": ' + "9" * 5000 + ', "bid": "list", "batch": 8, "precision": "bf16"}', "input: invalid JSON: a number too long to convert"),
+    ('{"' + "k" * 60_000 + '": 1}', "unknown field; expected only request_gpus, bid, batch, precision"),
+    ('{"request_gpus": 1, "bid": "list", "batch": 8, "precision": {"' + "p" * 60_000 + '": "bf16"}}', "unknown field; expected only embed"),
+])
+def test_a_hostile_ego_answer_is_an_invalid_answer_with_its_penalty(ego, text, error):
+    with ego.websocket_connect("/ws") as ws:
+        call(ws, "reset", {"seed": 0})
+        r = call(ws, "step", {"text": text})
+        assert r["type"] == "observation", r
+        o = r["data"]["observation"]
+        assert error in o["last_action_error"] and len(o["last_action_error"]) < 300 and o["invalid_streak"] == 1
+        assert len(json.dumps(r)) < 60_000
+
+
+def test_the_planner_opponent_is_bounded_and_a_refused_reset_changes_nothing(ego):
+    """The planner's step grows as tenants x GPUs x (tenants + nodes) (28 s at the largest
+    scenario): the ego view refuses it beyond max_planner_work, before the session changes."""
+    from fleet_marl.config import FleetConfig
+    from fleet_marl.openenv.limits import planner_work
+
+    with ego.websocket_connect("/ws") as ws:
+        call(ws, "reset", {"seed": 0})
+        first = call(ws, "step", {"text": '{"request_gpus": 2, "bid": "list", "batch": 8, "precision": "bf16"}'})["data"]["observation"]
+        r = call(ws, "reset", {"seed": 1, "opponents": "planner", "config": largest(ServerLimits())})
+        assert r["type"] == "error" and r["data"]["message"].startswith("opponents = 'planner': the planner's work on this scenario")
+        r = call(ws, "reset", {"seed": 1, "ego": 5})  # tiny has 2 tenants
+        assert r["type"] == "error" and r["data"]["message"].startswith("reset: ego = 5")
+        assert call(ws, "state")["data"]["round"] == first["round"] == 1  # the episode is where it was
+        nxt = call(ws, "step", {"text": '{"request_gpus": 2, "bid": "list", "batch": 8, "precision": "bf16"}'})
+        assert nxt["data"]["observation"]["round"] == 2
+        small = {**scaled(16), "max_cycles": 5}
+        cfg = FleetConfig.from_dict({**task_dict("easy"), **small})
+        assert planner_work(cfg) <= ServerLimits().max_planner_work
+        assert call(ws, "reset", {"seed": 1, "opponents": "planner", "config": small})["type"] == "observation"

@@ -30,7 +30,8 @@ class ConfigError(ValueError):
         self.field = field_name
         self.value = value
         self.expected = expected
-        super().__init__(f"{field_name} = {short_repr(value)}: expected {expected}")
+        name = field_name if len(field_name) <= 120 else short_repr(field_name, 120)  # an unknown key can be of any length
+        super().__init__(f"{name} = {short_repr(value)}: expected {expected}")
 
     def prefixed(self, prefix: str) -> "ConfigError":
         return ConfigError(f"{prefix}.{self.field}" if prefix else self.field, self.value, self.expected)

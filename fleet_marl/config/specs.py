@@ -13,6 +13,7 @@ from typing import Optional
 
 import yaml
 
+from fleet_marl.errors import short_repr
 from fleet_marl import catalog
 from fleet_marl.config.checks import (
     ConfigError, _bool, _choice, _gpu_key, _int, _model_key, _num, _pos_float, _tuple, deprecated, from_dict, to_dict,
@@ -319,7 +320,7 @@ class FleetConfig:
             return data  # from_dict names the bad fairness field
         for k in moved:
             if k in fair:
-                raise ConfigError(f"{p}reward.{k}", reward[k], f"no value: {k} moved to {p}fairness.{k}, which is given too ({fair[k]!r}); give it once, as fairness.{k}")
+                raise ConfigError(f"{p}reward.{k}", reward[k], f"no value: {k} moved to {p}fairness.{k}, which is given too ({short_repr(fair[k])}); give it once, as fairness.{k}")
             deprecated(f"config key {p}reward.{k} is deprecated: use {p}fairness.{k} (the fairness detector's knobs moved from RewardSpec to FairnessSpec)")
             fair[k] = reward.pop(k)
         data["reward"], data["fairness"] = reward, fair

@@ -10,6 +10,7 @@ import gymnasium
 import numpy as np
 from pettingzoo import ParallelEnv
 
+from fleet_marl.errors import short_repr
 from fleet_marl.config import FleetConfig
 from fleet_marl.environment import core
 from fleet_marl.environment.render import render_frame
@@ -86,7 +87,7 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
             raise ValueError(f"render_mode = {self.render_mode!r}: expected None or one of {', '.join(map(repr, self.metadata['render_modes']))}")
         self.illegal_action = opts.get("illegal_action", "veto")
         if self.illegal_action not in ILLEGAL_ACTION:
-            raise ValueError(f"illegal_action = {self.illegal_action!r}: expected one of {', '.join(map(repr, ILLEGAL_ACTION))}")
+            raise ValueError(f"illegal_action = {short_repr(self.illegal_action)}: expected one of {', '.join(map(repr, ILLEGAL_ACTION))}")
         self.mask_layout = check_mask_layout(opts.get("mask_layout", "dims"))
         self._build(cfg)
         self._ready = False

@@ -32,6 +32,7 @@ import numba as nb
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from fleet_marl.errors import short_repr
 from fleet_marl.environment import core
 from fleet_marl.environment.observations import claim_features
 from fleet_marl.environment.spaces import ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_CLAIM, N_OBS, NOT_ALLOWED, NOT_INTEGER, OUT_OF_RANGE, ActionError, check_indices
@@ -80,7 +81,7 @@ class FleetVectorEnv:
             raise ValueError(f"{sorted(unknown)[0]} = {opts[sorted(unknown)[0]]!r}: the vector env has no such option (obs_mode, render_mode and mask_layout are the parallel env's; the vector env's mask is always flat)")
         self.illegal_action = opts.get("illegal_action", "veto")
         if self.illegal_action not in ILLEGAL_ACTION:
-            raise ValueError(f"illegal_action = {self.illegal_action!r}: expected one of {', '.join(map(repr, ILLEGAL_ACTION))}")
+            raise ValueError(f"illegal_action = {short_repr(self.illegal_action)}: expected one of {', '.join(map(repr, ILLEGAL_ACTION))}")
         self.num_envs = int(num_envs)
         self.task = (task or "easy") if config is None else None
         cs = self._core = core.CoreStatic.from_config(cfg)

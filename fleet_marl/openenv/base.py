@@ -11,11 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
 from fleet_marl.errors import short_repr
+from fleet_marl.config import FleetConfig
 from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
 from fleet_marl.openenv.limits import ServerLimits, check_config, check_overrides, trace_values
 from fleet_marl.tasks import TASKS, make_config, task_dict
@@ -124,20 +125,26 @@ class SessionEnv:
         self.limits = ServerLimits() if limits is None else limits
         self.trusted_traces = frozenset(trusted_traces)
 
-    def get(self, task: str, config: Optional[dict], extra: Optional[dict] = None, sequential: bool = False) -> FleetParallelEnv | FleetSequentialEnv:
+    def get(self, task: str, config: Optional[dict], extra: Optional[dict] = None, sequential: bool = False,
+            check: Optional[Callable[[FleetConfig], None]] = None) -> FleetParallelEnv | FleetSequentialEnv:
         """The session's env for ``task`` and ``config`` (overrides); with ``sequential`` (the ego
         view) ``config`` ``{"protocol": "sequential", ...}`` builds the sequential protocol's AEC
-        env, which the multi view (a ParallelEnv over the wire) refuses as ``parallel_env`` does."""
+        env, which the multi view (a ParallelEnv over the wire) refuses as ``parallel_env`` does.
+        ``check(config)`` runs on the scenario before anything changes (it raises to refuse)."""
         overrides = dict(config or {})
         for k in ("obs_mode", "render_mode", "mask_layout"):
             if k in overrides:
                 raise ValueError(f"reset: config.{k}: not settable over the wire (the server chooses it)")
         overrides.update(extra or {})
         key = (task, json.dumps(overrides, sort_keys=True, default=str))
-        if self.env is None or key != self.key:
+        rebuild = self.env is None or key != self.key
+        if rebuild:
             check_overrides(overrides, self.limits)
             cfg, _ = make_config(task, None, **overrides)  # a ConfigError names the bad field
             check_config(cfg, self.limits, trace_values(task_dict(task)) | self.trusted_traces)
+        if check is not None:
+            check(cfg if rebuild else self.env.config)
+        if rebuild:
             make = FleetSequentialEnv if sequential and overrides.get("protocol") == "sequential" else FleetParallelEnv
             env = make(task=task, **overrides)  # a ConfigError names the bad field
             if self.env is not None:

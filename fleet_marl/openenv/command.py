@@ -11,6 +11,8 @@ import ipaddress
 import os
 import sys
 
+from fleet_marl.openenv.limits import ServerLimits  # core only: the limits need no extra
+
 INSTALL_HINT = (
     "fleet-marl serve needs the optional 'openenv' extra (OpenEnv, FastAPI, uvicorn):\n"
     "  pip install 'fleet-marl[openenv]'\n"
@@ -63,7 +65,7 @@ def add_arguments(s) -> None:
     g.add_argument("--max-invalid-streak", type=int, default=3, help="invalid answers in a row that end the episode (default 3)")
     a = s.add_argument_group("access and limits (docs/llm_agents.md, Security)")
     a.add_argument("--token", default=None, help=f"bearer token every route and /ws require (default: ${TOKEN_ENV} if set, else none)")
-    d = _default_limits()
+    d = ServerLimits()
     for flag, dest, kind, what in _LIMIT_OPTIONS:
         a.add_argument(flag, dest=dest, type=kind, default=getattr(d, dest), help=f"{what} (default {getattr(d, dest):g})")
     a.add_argument("--allow-attach", action="store_true", help="let /ws?session_id=<id> attach to a session created over HTTP (default: refused)")
@@ -80,16 +82,10 @@ _LIMIT_OPTIONS = (
     ("--max-gpus", "max_gpus", int, "largest max_gpus of a client's tenant"),
     ("--max-shapley-samples", "max_shapley_samples", int, "largest reward.shapley_samples a client may ask for"),
     ("--max-rate", "max_rate", float, "largest workload arrival rate a client may ask for"),
+    ("--max-planner-work", "max_planner_work", int, "ego view: largest tenants x (max_gpus + 1) x (tenants + nodes) the planner opponents play"),
     ("--http-session-idle", "http_session_idle_s", float, "seconds after which an idle session created over HTTP expires"),
     ("--ws-idle", "ws_idle_s", float, "seconds of silence after which a WebSocket session is closed"),
 )
-
-
-def _default_limits():
-    """The default :class:`~fleet_marl.openenv.limits.ServerLimits` (the module needs no extra)."""
-    from fleet_marl.openenv.limits import ServerLimits
-
-    return ServerLimits()
 
 
 def is_loopback(host: str) -> bool:
@@ -118,8 +114,6 @@ def build_app(args):
 
 def limits_from(args):
     """The :class:`~fleet_marl.openenv.limits.ServerLimits` of parsed ``args`` (ValueError names a bad one)."""
-    from fleet_marl.openenv.limits import ServerLimits
-
     kw = {dest: getattr(args, dest) for _, dest, _, _ in _LIMIT_OPTIONS}
     try:
         return ServerLimits(max_sessions=args.max_sessions, allow_attach=args.allow_attach, **kw)

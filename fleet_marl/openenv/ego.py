@@ -44,7 +44,7 @@ from fleet_marl.environment import ACTION_FIELDS, OBS_FIELDS, FleetParallelEnv, 
 from fleet_marl.environment.observations import unsquash
 from fleet_marl.errors import short_repr
 from fleet_marl.openenv.base import SessionEnv, TaskAPI, check_episode_id, check_seed, config_digest, fairness_report, package_version, resolve_task
-from fleet_marl.openenv.limits import ServerLimits, trace_values
+from fleet_marl.openenv.limits import ServerLimits, check_opponents, trace_values
 from fleet_marl.openenv.models import FleetEgoAction, FleetEgoObservation, FleetState, encode
 from fleet_marl.openenv.text_action import (
     BATCH_SIZES, GROUP_KEYS, MAX_CHARS, TextActionError, action_json_schema, bid_names, check_mask, from_indices,
@@ -121,10 +121,16 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         name = resolve_task(task, split, index, d["task"])
         if config is not None and not isinstance(config, dict):
             raise ValueError(f"reset: config = {short_repr(config)}: expected an object of config overrides")
-        raw = self._session.get(name, {**d["config"], **(config or {})}, sequential=True)
+        ego = d["ego"] if ego is None else ego
+
+        def check(cfg) -> None:  # before the session's env changes: a refused reset changes nothing
+            self._resolve_ego([f"tenant_{i}" for i in range(len(cfg.tenants))], ego, seed)
+            check_opponents(opponents, cfg, self._session.limits)
+
+        raw = self._session.get(name, {**d["config"], **(config or {})}, sequential=True, check=check)
         self._seq = raw if isinstance(raw, FleetSequentialEnv) else None
         env = self.env
-        ego_id = self._resolve_ego(env, d["ego"] if ego is None else ego, seed)
+        ego_id = self._resolve_ego(env.possible_agents, ego, seed)
         if self._seq is not None:
             self._seq.reset(seed=seed)
             obs, infos = {}, {}
@@ -261,13 +267,12 @@ class FleetEgoEnvironment(TaskAPI, Environment):
     # --- helpers ------------------------------------------------------------------------------------
 
     @staticmethod
-    def _resolve_ego(env: FleetParallelEnv, ego: Any, seed: Optional[int]) -> str:
-        agents = env.possible_agents
+    def _resolve_ego(agents: list, ego: Any, seed: Optional[int]) -> str:
         if ego == "random":
             return agents[int(np.random.default_rng(seed).integers(len(agents)))]
         if isinstance(ego, int) and not isinstance(ego, bool) and 0 <= ego < len(agents):
             return agents[ego]
-        if isinstance(ego, str) and ego in env.agent_index:
+        if isinstance(ego, str) and ego in agents:
             return ego
         raise ValueError(f"reset: ego = {short_repr(ego)}: expected one of {', '.join(agents)}, an index in [0, {len(agents) - 1}], or 'random'")
 

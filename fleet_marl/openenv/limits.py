@@ -21,6 +21,7 @@ from typing import Any, Iterable, Optional
 
 from fleet_marl.config import ConfigError, FleetConfig
 from fleet_marl.traces import TRACES, registry_file, registry_names
+from fleet_marl.workloads import TRACE_KIND
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class ServerLimits:
     max_gpus: int = 256  # --max-gpus: a tenant's max_gpus (the size of its action space and mask)
     max_shapley_samples: int = 64  # --max-shapley-samples: reward.shapley_samples (rows per step: samples x tenants)
     max_rate: float = 1e6  # --max-rate: a workload's arrival rate
+    max_planner_work: int = 200_000  # --max-planner-work: the ego view's planner opponents (planner_work)
     max_depth: int = 16  # nesting of a message's JSON (a config is 4 deep)
     http_session_idle_s: float = 60.0  # --http-session-idle: a session created over HTTP and not attached expires
     ws_idle_s: float = 900.0  # --ws-idle: a WebSocket that sends nothing for this long is closed
@@ -113,10 +115,33 @@ def check_config(cfg: FleetConfig, limits: ServerLimits, trusted_traces: Iterabl
         if trace not in registry_names():
             raise ConfigError(f"tenants[{i}].workload.trace", trace,
                               f"a trace name of 'fleet-marl traces list' ({names}), not a path: a served env opens no file a client names")
+        info = next(info for info in TRACES.values() if trace in (info.name, info.file, info.sample))
+        if info.kind != TRACE_KIND[t.kind]:
+            fitting = ", ".join(n for n, other in TRACES.items() if other.kind == TRACE_KIND[t.kind])
+            raise ConfigError(f"tenants[{i}].workload.trace", trace, f"a {TRACE_KIND[t.kind]} trace for a {t.kind} tenant ({fitting})")
         if registry_file(trace) is None:
             raise ConfigError(f"tenants[{i}].workload.trace", trace,
                               "a trace this server has: its operator can fetch it with 'fleet-marl traces fetch' "
                               f"(the shipped ones: {', '.join(n for n, info in TRACES.items() if info.sample)})")
+
+
+def planner_work(cfg: FleetConfig) -> int:
+    """What one plan of the ``planner`` policy costs, in units of about 10 µs on one core:
+    tenants x (the largest ``max_gpus`` + 1) x (tenants + nodes). The planner evaluates about 45
+    kernel rows per tenant and GPU count, each over every tenant and node
+    (``experiments/server_costs.py`` measures it: 2.1e6 units, 64 tenants on 64 nodes with 256 GPUs
+    each, took 30 s a step; 200,000 units 1.4-2.1 s)."""
+    t = len(cfg.tenants)
+    return t * (max(x.max_gpus for x in cfg.tenants) + 1) * (t + cfg.cluster.num_nodes)
+
+
+def check_opponents(opponents: str, cfg: FleetConfig, limits: ServerLimits) -> None:
+    """Refuse opponents whose every step would cost more than the limits allow (the planner on
+    a large scenario); a ``ValueError`` naming ``opponents``."""
+    if opponents == "planner" and planner_work(cfg) > limits.max_planner_work:
+        raise ValueError(f"opponents = 'planner': the planner's work on this scenario, {planner_work(cfg):,} (tenants x (max_gpus + 1) x "
+                         f"(tenants + nodes)), is over this server's limit of {limits.max_planner_work:,} (--max-planner-work); "
+                         "use another opponent or a smaller scenario")
 
 
 def check_depth(value: Any, limit: int) -> Optional[int]:
@@ -132,4 +157,4 @@ def check_depth(value: Any, limit: int) -> Optional[int]:
     return None
 
 
-__all__ = ["ServerLimits", "check_config", "check_depth", "check_overrides", "trace_values"]
+__all__ = ["ServerLimits", "check_config", "check_depth", "check_opponents", "check_overrides", "planner_work", "trace_values"]

@@ -36,6 +36,7 @@ from typing import Any, Callable, Optional
 from fastapi import Body, FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from openenv.core.env_server.mcp_types import JsonRpcErrorCode, JsonRpcRequest, JsonRpcResponse
 from openenv.core.env_server.serialization import serialize_observation
 from openenv.core.env_server.types import (
@@ -80,8 +81,12 @@ def public_error(exc: BaseException) -> tuple[str, str]:
 
 
 def validation_errors(exc: ValidationError | RequestValidationError) -> list[dict]:
-    """Pydantic's errors without the client's input echoed: location, message and type."""
-    return [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", ""))[:200], "type": e.get("type")} for e in exc.errors()[:20]]
+    """Pydantic's errors without the client's input echoed: location (each part cut), message and type."""
+    def part(x):
+        return x if isinstance(x, int) or len(str(x)) <= 60 else short_repr(str(x), 60)
+
+    return [{"loc": [part(x) for x in e.get("loc", ())][:10], "msg": str(e.get("msg", ""))[:200], "type": e.get("type")}
+            for e in exc.errors()[:20]]
 
 
 class CapacityError(RuntimeError):
@@ -203,6 +208,8 @@ class Protocol:
             msg = json.loads(text)
         except json.JSONDecodeError as exc:
             return _error_frame(f"Invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", "INVALID_JSON"), False
+        except ValueError:  # an integer literal of more digits than Python converts
+            return _error_frame("Invalid JSON: a number too long to convert", "INVALID_JSON"), False
         except RecursionError:
             return _error_frame(f"JSON nested too deeply: expected at most {self.limits.max_depth} levels", "INVALID_JSON"), False
         if not isinstance(msg, dict):
@@ -306,6 +313,20 @@ def add_routes(app: FastAPI, factory: Callable[[], Any], action_cls: type, state
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": validation_errors(exc), "code": "VALIDATION_ERROR"}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # OpenEnv's kept routes raise these; a 404 of theirs would quote the request's path at any length
+        detail = exc.detail if isinstance(exc.detail, str) else "see the route's documentation (/docs)"
+        return JSONResponse({"detail": detail if len(detail) <= 200 else short_repr(detail, 200)}, status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    async def _raised(request: Request, exc: Exception) -> JSONResponse:
+        # what a kept route of OpenEnv's raises (a bad split of the task API: a ValueError), as /reset answers it
+        return _http_error(exc)
+
+    for cls in (*CLIENT_ERRORS, RuntimeError, Exception):  # Exception last: Starlette logs it, then sends this answer
+        app.add_exception_handler(cls, _raised)
 
     async def one_shot(call: Callable[[Session], Any]) -> Any:
         """Run ``call`` on a fresh session that lives for this request (it counts as one)."""

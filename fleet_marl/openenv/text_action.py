@@ -109,7 +109,16 @@ def extract_json_object(text: str) -> dict:
     except json.JSONDecodeError as exc:
         raise TextActionError("input", text[start:start + 40], "valid JSON",
                               f"input: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise TextActionError("input", text[start:start + 40], "valid JSON", "input: invalid JSON: nested too deeply") from None
+    except ValueError:  # an integer literal of more digits than Python converts
+        raise TextActionError("input", text[start:start + 40], "valid JSON", "input: invalid JSON: a number too long to convert") from None
     return obj
+
+
+def _key(name: str) -> str:
+    """A field name as a message shows it: itself, or cut (an unknown key can be of any length)."""
+    return name if len(name) <= 60 else short_repr(name, 60)
 
 
 def _int(field: str, value: Any) -> int:
@@ -129,8 +138,8 @@ def validate_action_object(obj: Any, bid_levels: Sequence[float] = DEFAULT_BID_L
         raise TextActionError("input", obj, "a JSON object")
     unknown = [k for k in obj if k not in FIELDS]
     if unknown:
-        raise TextActionError(unknown[0], obj[unknown[0]], f"no such field; the fields are {', '.join(FIELDS)}",
-                              f"{unknown[0]}: unknown field; expected only {', '.join(FIELDS)}")
+        raise TextActionError(_key(unknown[0]), obj[unknown[0]], f"no such field; the fields are {', '.join(FIELDS)}",
+                              f"{_key(unknown[0])}: unknown field; expected only {', '.join(FIELDS)}")
     missing = [k for k in FIELDS if k not in obj]
     if missing:
         raise TextActionError(missing[0], None, "a value", f"{missing[0]}: missing; expected all of {', '.join(FIELDS)}")
@@ -155,8 +164,8 @@ def validate_action_object(obj: Any, bid_levels: Sequence[float] = DEFAULT_BID_L
     elif isinstance(prec, dict):
         bad = [k for k in prec if k not in GROUP_KEYS]
         if bad:
-            raise TextActionError(f"precision.{bad[0]}", prec[bad[0]], f"no such group; the groups are {', '.join(GROUP_KEYS)}",
-                                  f"precision.{bad[0]}: unknown field; expected only {', '.join(GROUP_KEYS)}")
+            raise TextActionError(f"precision.{_key(bad[0])}", prec[bad[0]], f"no such group; the groups are {', '.join(GROUP_KEYS)}",
+                                  f"precision.{_key(bad[0])}: unknown field; expected only {', '.join(GROUP_KEYS)}")
         gone = [k for k in GROUP_KEYS if k not in prec]
         if gone:
             raise TextActionError(f"precision.{gone[0]}", None, "a value", f"precision.{gone[0]}: missing; expected all of {', '.join(GROUP_KEYS)}")
