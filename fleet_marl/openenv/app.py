@@ -24,7 +24,8 @@ from fleet_marl.openenv.ego import FleetEgoEnvironment
 from fleet_marl.openenv.limits import ServerLimits
 from fleet_marl.openenv.models import FleetEgoAction, FleetEgoObservation, FleetJointAction, FleetMultiObservation, FleetState
 from fleet_marl.openenv.multi import FleetMultiEnvironment
-from fleet_marl.openenv.server import Guard, add_routes
+from fleet_marl.openenv.guard import Guard
+from fleet_marl.openenv.server import add_routes
 
 #: The two views and their (environment, action, observation) classes.
 MODES = {

@@ -16,21 +16,18 @@ registers is dropped (deny by default). What they guarantee (docs/llm_agents.md,
   nested too deep, too long); the frame names what was wrong and quotes at most a short prefix
   of what the client sent; an error the client did not cause (a file the server could not
   read, a bug) is ``INTERNAL_ERROR`` with no detail;
-- :class:`Guard`, an ASGI middleware: a bearer token on every route and on ``/ws`` when one is
-  set, and HTTP bodies over ``max_body_bytes`` answered with 413 before they are read.
+- :class:`~fleet_marl.openenv.guard.Guard`, an ASGI middleware around it all: a bearer token
+  on every route and on ``/ws`` when one is set, and HTTP bodies over ``max_body_bytes``
+  answered with 413 before they are read.
+
+The session table is :mod:`fleet_marl.openenv.sessions`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import hmac
 import json
 import logging
-import time
-import uuid
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from fastapi import Body, FastAPI, Request, WebSocket
@@ -47,6 +44,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from fleet_marl.errors import short_repr
 from fleet_marl.openenv.limits import ServerLimits, check_depth
+from fleet_marl.openenv.sessions import CapacityError, Session, SessionTable
 from fleet_marl.traces import TraceError
 
 log = logging.getLogger("fleet_marl.openenv")
@@ -87,102 +85,6 @@ def validation_errors(exc: ValidationError | RequestValidationError) -> list[dic
 
     return [{"loc": [part(x) for x in e.get("loc", ())][:10], "msg": str(e.get("msg", ""))[:200], "type": e.get("type")}
             for e in exc.errors()[:20]]
-
-
-class CapacityError(RuntimeError):
-    def __init__(self, active: int, limit: int):
-        self.active, self.limit = active, limit
-        super().__init__(f"Server at capacity ({active}/{limit} sessions); try again when a session ends")
-
-
-@dataclass(eq=False)
-class Session:
-    """One live session: its env, who opened it and whether a socket holds it."""
-
-    id: str
-    env: Any
-    origin: str  # "ws", "http" (openenv/session/create) or "request" (one HTTP /reset or /step)
-    executor: ThreadPoolExecutor
-    attached: bool = False
-    last_active: float = field(default_factory=time.monotonic)
-
-
-class SessionTable:
-    """Every live session of the server, each counted once against ``limits.max_sessions``."""
-
-    def __init__(self, factory: Callable[[], Any], limits: ServerLimits):
-        self.factory, self.limits = factory, limits
-        self.sessions: dict[str, Session] = {}
-        self._lock = asyncio.Lock()
-
-    def __len__(self) -> int:
-        return len(self.sessions)
-
-    def _expired(self, now: float) -> list[Session]:
-        idle = self.limits.http_session_idle_s
-        return [s for s in self.sessions.values() if s.origin == "http" and not s.attached and now - s.last_active > idle]
-
-    async def open(self, origin: str) -> Session:
-        """A new session; ``CapacityError`` when ``max_sessions`` are live and none can be
-        freed (an expired HTTP session is closed first; a WebSocket client also takes the slot
-        of the least recently used HTTP session that no socket holds)."""
-        async with self._lock:
-            freed = self._expired(time.monotonic())
-            if len(self.sessions) - len(freed) >= self.limits.max_sessions and origin == "ws":
-                idle = sorted((s for s in self.sessions.values() if s.origin == "http" and not s.attached and s not in freed),
-                              key=lambda s: s.last_active)
-                freed += idle[:1]
-            for s in freed:
-                self._drop(s)
-            if len(self.sessions) >= self.limits.max_sessions:
-                raise CapacityError(len(self.sessions), self.limits.max_sessions)
-            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet-session")
-            session = Session(uuid.uuid4().hex, None, origin, executor)
-            self.sessions[session.id] = session  # holds the slot while the env is built
-        try:
-            session.env = await asyncio.get_running_loop().run_in_executor(executor, self.factory)
-        except BaseException:
-            self.sessions.pop(session.id, None)
-            executor.shutdown(wait=False)
-            raise
-        return session
-
-    def _drop(self, s: Session) -> None:
-        self.sessions.pop(s.id, None)
-        env, s.env = s.env, None
-        if env is not None:
-            s.executor.submit(env.close)
-        s.executor.shutdown(wait=False)
-
-    async def close(self, session: Optional[Session]) -> None:
-        if session is not None:
-            async with self._lock:
-                self._drop(session)
-
-    async def reap(self) -> int:
-        """Close the expired HTTP sessions; return how many."""
-        async with self._lock:
-            gone = self._expired(time.monotonic())
-            for s in gone:
-                self._drop(s)
-        return len(gone)
-
-    async def attach(self, session_id: str) -> Session:
-        """The session created over HTTP with this id, now held by a socket."""
-        async with self._lock:
-            s = self.sessions.get(session_id)
-            if s is None or s.origin != "http" or s.attached or s.env is None:
-                raise LookupError("no session created over HTTP with this id is free to attach")
-            s.attached, s.last_active = True, time.monotonic()
-            return s
-
-    async def run(self, session: Session, fn: Callable, *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)`` on the session's own thread (an env is used by one thread)."""
-        session.last_active = time.monotonic()
-        try:
-            return await asyncio.get_running_loop().run_in_executor(session.executor, functools.partial(fn, *args, **kwargs))
-        finally:
-            session.last_active = time.monotonic()
 
 
 def _error_frame(message: str, code: str, **extra: Any) -> str:
@@ -402,84 +304,4 @@ def add_routes(app: FastAPI, factory: Callable[[], Any], action_cls: type, state
     return table
 
 
-class Guard:
-    """ASGI middleware: a bearer token on every HTTP route and on every WebSocket (when
-    ``token`` is set), and HTTP request bodies of at most ``max_body_bytes`` (a larger declared
-    ``Content-Length`` gets 413 without a byte of the body read; a chunked body is read up to the
-    limit, then 413)."""
-
-    def __init__(self, app, token: Optional[str], max_body_bytes: int):
-        self.app, self.max_body_bytes = app, max_body_bytes
-        self.token = token.encode() if token else None
-
-    def _authorized(self, scope) -> bool:
-        if self.token is None:
-            return True
-        for k, v in scope.get("headers", ()):
-            if k == b"authorization":
-                scheme, _, given = v.partition(b" ")
-                return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.token)
-        return False
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "websocket":
-            if not self._authorized(scope):
-                await receive()  # websocket.connect
-                if "websocket.http.response" in scope.get("extensions", {}):
-                    await _send_json(send, 401, {"detail": "a bearer token is required: send 'Authorization: Bearer <token>'"},
-                                     prefix="websocket.http.response", auth=True)
-                else:
-                    await send({"type": "websocket.close", "code": 1008})
-                return
-            return await self.app(scope, receive, send)
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        if not self._authorized(scope):
-            return await _send_json(send, 401, {"detail": "a bearer token is required: send 'Authorization: Bearer <token>'"}, auth=True)
-        declared = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), None)
-        if declared is not None:
-            if not declared.strip().isdigit():
-                return await _send_json(send, 400, {"detail": "Content-Length: expected a non-negative integer"})
-            if int(declared) > self.max_body_bytes:
-                return await _send_json(send, 413, _too_large(self.max_body_bytes, int(declared)))
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body = message.get("body", b"")
-            size += len(body)
-            if size > self.max_body_bytes:
-                return await _send_json(send, 413, _too_large(self.max_body_bytes, None))
-            chunks.append(body)
-            if not message.get("more_body", False):
-                break
-        replayed = False
-
-        async def replay():
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
-
-        return await self.app(scope, replay, send)
-
-
-def _too_large(limit: int, declared: Optional[int]) -> dict:
-    what = f"a body of {declared} bytes" if declared is not None else "a body"
-    return {"detail": f"{what} is over this server's limit of {limit} bytes (--max-body-bytes)", "code": "BODY_TOO_LARGE"}
-
-
-async def _send_json(send, status: int, payload: dict, prefix: str = "http.response", auth: bool = False) -> None:
-    body = json.dumps(payload).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if auth:
-        headers.append((b"www-authenticate", b"Bearer"))
-    if prefix == "http.response":
-        headers.append((b"connection", b"close"))
-    await send({"type": f"{prefix}.start", "status": status, "headers": headers})
-    await send({"type": f"{prefix}.body", "body": body})
-
-
-__all__ = ["CLIENT_ERRORS", "CapacityError", "Guard", "KEPT_ROUTES", "Protocol", "Session", "SessionTable", "add_routes", "public_error"]
+__all__ = ["CLIENT_ERRORS", "KEPT_ROUTES", "Protocol", "add_routes", "public_error", "validation_errors"]
