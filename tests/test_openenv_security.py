@@ -293,6 +293,29 @@ def test_serve_warns_without_a_token_on_a_public_host_and_reads_the_token_variab
     assert app_kwargs(args)["token"] == "from-flag"
 
 
+@pytest.mark.parametrize("host, token, warned", [("0.0.0.0", None, True), ("0.0.0.0", "t0k", False), ("127.0.0.1", None, False)])
+def test_serve_warns_at_start_on_a_public_host_with_no_token(monkeypatch, capsys, host, token, warned):
+    from fleet_marl.cli import build_parser
+    from fleet_marl.openenv import command
+
+    ran = {}
+
+    class FakeUvicorn:
+        @staticmethod
+        def run(app, **kw):
+            ran.update(kw, app=app)
+
+    monkeypatch.delenv("FLEET_MARL_TOKEN", raising=False)
+    monkeypatch.setattr(command, "_import_server", lambda: (make_app, FakeUvicorn))
+    args = build_parser().parse_args(["serve", "--host", host, "--max-message-bytes", "1000", *(["--token", token] if token else [])])
+    assert command.run(args) == 0
+    err = capsys.readouterr().err
+    assert ("warning: serving on 0.0.0.0 with no token" in err) == warned
+    assert ran["ws_max_size"] == 4000 and ran["ws_max_queue"] == 4 and ran["host"] == host
+    with TestClient(ran["app"]) as client:
+        assert client.get("/health").status_code == (401 if token else 200)
+
+
 # --- errors as documented -----------------------------------------------------------------------------
 
 

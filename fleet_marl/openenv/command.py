@@ -166,8 +166,9 @@ def run(args) -> int:
               f"Set {TOKEN_ENV} (or --token) and give clients the token (docs/llm_agents.md, Security).", file=sys.stderr, flush=True)
     limits = kw["limits"]
     # a message up to 4x the limit is read and answered with an error frame (the session lives);
-    # a longer one closes the connection (1009) before it is read in full (docs/llm_agents.md)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, ws_max_size=4 * limits.max_message_bytes)
+    # a longer one closes the connection (1009) before it is read in full (docs/llm_agents.md);
+    # at most 4 messages wait while a session is busy (uvicorn's default 32 would hold 32 x 4 MiB)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, ws_max_size=4 * limits.max_message_bytes, ws_max_queue=4)
     return 0
 
 
