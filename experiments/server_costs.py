@@ -1,14 +1,15 @@
 """What one step of a served env costs a server, at the scenario sizes a client may ask for.
 
-How to run:  .venv/bin/python experiments/server_costs.py [--sizes 16x32x256,64x64x64] [--opponents planner,greedy] [--cpu 0]
+How to run:  .venv/bin/python experiments/server_costs.py [--sizes 16x32x64,32x64x64s] [--opponents planner,greedy] [--cpu 0]
 
 For each size ``TxNxG`` (T tenants cycling through ``easy``'s four, N H100 nodes, every tenant's
-``max_gpus`` G) it builds the scenario as a client's reset would (``easy`` with
-``fleet_marl.tasks.scaled(T)`` and the overrides), plays one round, then times one plan of each
-opponent policy on the next round's observations (the work the ego view does per step besides
-the env), pinned to one core; and prints ``planner_work`` (the server's measure,
-:func:`fleet_marl.openenv.limits.planner_work`) beside it. docs/llm_agents.md ("Security")
-quotes the table for ``--max-planner-work``; it takes about a minute with the defaults.
+``max_gpus`` G; a trailing ``s``: every tenant a server of Qwen2.5-0.5B with an unlimited budget,
+the planner's costliest case) it builds the scenario as a client's reset would (``easy`` with
+``fleet_marl.tasks.scaled(T)`` and the overrides) and, pinned to one core, times each opponent
+policy's first plan (a new scenario: its tables fill) and its plan of the second round (the work
+the ego view does per step besides the env); and prints ``planner_work`` (the server's measure,
+:func:`fleet_marl.openenv.limits.planner_work`) beside them. docs/llm_agents.md ("Security")
+quotes the table for ``--max-planner-work``; it takes about two minutes with the defaults.
 """
 
 from __future__ import annotations
@@ -22,27 +23,32 @@ from fleet_marl import policies
 from fleet_marl.openenv.limits import planner_work
 from fleet_marl.tasks import scaled
 
-DEFAULT_SIZES = "16x8x8,64x32x8,16x32x256,32x64x64,64x64x64,64x64x256"
+DEFAULT_SIZES = "16x8x8,64x32x8,16x8x64s,32x64x64,32x64x64s,64x64x64,64x64x64s"
 
 
-def scenario(tenants: int, nodes: int, gpus: int) -> dict:
+def scenario(tenants: int, nodes: int, gpus: int, serve_only: bool = False) -> dict:
     """The overrides of ``easy`` a client would send for this size."""
     d = scaled(tenants)
     d["cluster"]["gpu_types"] = ["h100-sxm"] * nodes
     for t in d["tenants"]:
         t["max_gpus"] = gpus
+        if serve_only:
+            t.update(kind="serve", model="qwen2.5-0.5b", budget=1e9, workload={"rate": 50.0})
     return {**d, "max_cycles": 1000}
 
 
-def plan_seconds(env, name: str) -> float:
-    """Seconds of one plan of policy ``name`` on the second round (the first warms it up)."""
+def plan_seconds(env, name: str) -> tuple[float, float]:
+    """Seconds of policy ``name``'s first plan on a new scenario and of its plan of the second round."""
     obs, infos = env.reset(seed=0)
     policy = policies.make(name, env)
     policy.reset(0)
-    obs, _, _, _, infos = env.step(policy.act(obs, infos))
+    t0 = time.perf_counter()
+    actions = policy.act(obs, infos)
+    first = time.perf_counter() - t0
+    obs, _, _, _, infos = env.step(actions)
     t0 = time.perf_counter()
     policy.act(obs, infos)
-    return time.perf_counter() - t0
+    return first, time.perf_counter() - t0
 
 
 def main(argv=None) -> None:
@@ -54,13 +60,15 @@ def main(argv=None) -> None:
     if args.cpu >= 0 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.cpu})
     names = args.opponents.split(",")
-    print("| tenants | nodes | max_gpus | planner_work | " + " | ".join(f"{n} s/step" for n in names) + " |")
-    print("|---:|---:|---:|---:|" + "---:|" * len(names))
+    print("| tenants | nodes | max_gpus | tenants are | planner_work | " + " | ".join(f"{n}: first plan s | {n}: plan s" for n in names) + " |")
+    print("|---:|---:|---:|---|---:|" + "---:|---:|" * len(names))
     for size in args.sizes.split(","):
-        t, n, g = (int(x) for x in size.split("x"))
-        env = fleet_marl.parallel_env(task="easy", **scenario(t, n, g))
-        cells = [f"{plan_seconds(env, name):.3f}" for name in names]
-        print(f"| {t} | {n} | {g} | {planner_work(env.config):,} | " + " | ".join(cells) + " |", flush=True)
+        serve_only = size.endswith("s")
+        t, n, g = (int(x) for x in size.rstrip("s").split("x"))
+        env = fleet_marl.parallel_env(task="easy", **scenario(t, n, g, serve_only))
+        cells = [f"{x:.3f}" for name in names for x in plan_seconds(env, name)]
+        kind = "servers" if serve_only else "easy's mix"
+        print(f"| {t} | {n} | {g} | {kind} | {planner_work(env.config):,} | " + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":

@@ -170,11 +170,12 @@ def test_server_costs_script_prints_a_row_per_size_with_the_servers_planner_work
     spec.loader.exec_module(mod)
     out = io.StringIO()
     with redirect_stdout(out):
-        mod.main(["--sizes", "2x1x8,4x2x16", "--opponents", "planner,greedy", "--cpu", "-1"])
+        mod.main(["--sizes", "2x1x8,4x2x16,2x1x8s", "--opponents", "planner,greedy", "--cpu", "-1"])
     rows = [line.strip("| ").split(" | ") for line in out.getvalue().splitlines()[2:]]
-    assert [r[:3] for r in rows] == [["2", "1", "8"], ["4", "2", "16"]]
+    assert [r[:4] for r in rows] == [["2", "1", "8", "easy's mix"], ["4", "2", "16", "easy's mix"], ["2", "1", "8", "servers"]]
     import fleet_marl
 
     env = fleet_marl.parallel_env(task="easy", **mod.scenario(4, 2, 16))
-    assert rows[1][3] == f"{planner_work(env.config):,}" == f"{4 * 17 * 6:,}"
-    assert all(float(x) >= 0 for r in rows for x in r[4:])
+    assert rows[1][4] == f"{planner_work(env.config):,}" == f"{int((4 + 2) * 17 * (2 * 0.25 + 2 * 2)):,}"  # 2 trainers, 2 servers
+    assert rows[2][4] == f"{(2 + 1) * 9 * 2 * 2:,}"
+    assert all(len(r) == 9 and float(x) >= 0 for r in rows for x in r[5:])

@@ -158,7 +158,7 @@ def test_a_config_over_a_limit_is_refused_by_name(multi, change, field):
 
 def test_the_largest_allowed_config_resets_and_steps_in_bounded_time(multi):
     """docs/llm_agents.md states it: the largest scenario the default limits admit (64 tenants,
-    64 nodes, 1000 rounds, 256 GPUs each, Shapley over 64 permutations) resets and steps in well
+    64 nodes, 1000 rounds, 64 GPUs each, Shapley over 64 permutations) resets and steps in well
     under a second on one core once compiled; the bound here is 30 s, for a cold, shared CI core."""
     config = largest(ServerLimits())
     with multi.websocket_connect("/ws") as ws:
@@ -464,3 +464,29 @@ def test_the_planner_opponent_is_bounded_and_a_refused_reset_changes_nothing(ego
         cfg = FleetConfig.from_dict({**task_dict("easy"), **small})
         assert planner_work(cfg) <= ServerLimits().max_planner_work
         assert call(ws, "reset", {"seed": 1, "opponents": "planner", "config": small})["type"] == "observation"
+
+
+def test_numbers_no_float_holds_are_named_client_errors(multi):
+    """A round so long that its expected arrivals overflow the 64-bit draw, and an integer too
+    large for a float in a float field: both named, neither an internal error."""
+    tenants = copy.deepcopy(task_dict("tiny")["tenants"])
+    for t in tenants:
+        t["workload"]["rate"] = 1e6
+    with multi.websocket_connect("/ws") as ws:
+        r = call(ws, "reset", {"config": {"tenants": tenants, "cluster": {"round_seconds": 1e20, "restart_seconds": 0}}})
+        assert r["type"] == "error" and r["data"]["code"] == "EXECUTION_ERROR"
+        assert r["data"]["message"].startswith("tenants[0].workload.rate = 1000000.0: expected at most") and "arrivals a round" in r["data"]["message"]
+        r = call(ws, "reset", {"config": {"cluster": {"rack_power_cap_w": 10**400}}})
+        assert r["data"]["code"] == "EXECUTION_ERROR" and r["data"]["message"].startswith("cluster.rack_power_cap_w = 1000") and "(401 characters): expected a finite number" in r["data"]["message"]
+    r = multi.post("/reset", content=b'{"config": {"mixed_weight": ' + b"9" * 400 + b"}}", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "mixed_weight" in r.text
+
+
+def test_a_bug_s_text_is_internal_and_an_overlong_json_rpc_id_is_refused(multi):
+    from fleet_marl.openenv.server import public_error
+
+    assert public_error(IndexError("index 1 is out of bounds for axis 0 with size 1"))[1] == "INTERNAL_ERROR"
+    assert public_error(KeyError("tenant_3"))[1] == "INTERNAL_ERROR"
+    assert public_error(ValueError("x = 1: expected 2")) == ("x = 1: expected 2", "EXECUTION_ERROR")
+    r = multi.post("/mcp", json={"jsonrpc": "2.0", "id": "i" * 500_000, "method": "tools/list", "params": {}})
+    assert r.status_code == 200 and len(r.text) < 300 and r.json()["error"]["message"] == "id: expected at most 200 characters"

@@ -59,7 +59,11 @@ def _num(obj, name: str, lo: float, hi: float | None = None, lo_open: bool = Fal
     v = getattr(obj, name)
     lo_s = f"({lo}" if lo_open else f"[{lo}"
     rng = f"{lo_s}, {hi}]" if hi is not None else (f"> {lo}" if lo_open else f">= {lo}")
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    try:
+        finite = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if not finite:
         raise ConfigError(name, v, f"a finite number in {rng}")
     v = float(v)
     if v < lo or (lo_open and v == lo) or (hi is not None and v > hi):

@@ -250,6 +250,11 @@ class FairnessSpec:
         _num(self, "hoard_share", 0.0, 1.0)
 
 
+#: The most arrivals a tenant may expect in one round (``rate`` x ``round_seconds``, per hour for
+#: trainers): 2^53, beyond which the Poisson draw's 64-bit count overflows and a float no longer
+#: counts jobs one by one.
+MAX_ARRIVALS_PER_ROUND = float(2**53)
+
 #: Keys that moved from ``reward:`` (RewardSpec) to ``fairness:`` (FairnessSpec). The old
 #: place still loads, with a ``DeprecationWarning``; a key given in both places is an error.
 MOVED_TO_FAIRNESS = ("starvation_fraction", "starvation_rounds", "hoard_share")
@@ -291,6 +296,12 @@ class FleetConfig:
             raise ConfigError("arbiter.reserve_price", self.arbiter.reserve_price, f"at most the highest bid level ({self.arbiter.bid_levels[-1]:g}), or no bid can ever win")
         pools = self.cluster.pools
         for i, t in enumerate(self.tenants):
+            per_round = t.workload.rate * self.cluster.round_seconds / (3600.0 if t.kind == "train" else 1.0)
+            if per_round > MAX_ARRIVALS_PER_ROUND:
+                raise ConfigError(f"tenants[{i}].workload.rate", t.workload.rate,
+                                  f"at most {MAX_ARRIVALS_PER_ROUND / self.cluster.round_seconds * (3600.0 if t.kind == 'train' else 1.0):g} "
+                                  f"with rounds of {self.cluster.round_seconds:g} s: at most {MAX_ARRIVALS_PER_ROUND:g} arrivals a round "
+                                  "(the arrival draw counts them in 64-bit integers)")
             if t.gpu_type not in pools:
                 raise ConfigError(f"tenants[{i}].gpu_type", t.gpu_type, f"a GPU type present in the cluster: {', '.join(pools)}")
 
@@ -353,6 +364,6 @@ class FleetConfig:
 
 
 __all__ = [
-    "ArbiterSpec", "ClusterSpec", "FairnessSpec", "FleetConfig", "MECHANISMS", "MOVED_TO_FAIRNESS", "REWARD_SCHEMES",
+    "ArbiterSpec", "ClusterSpec", "FairnessSpec", "FleetConfig", "MAX_ARRIVALS_PER_ROUND", "MECHANISMS", "MOVED_TO_FAIRNESS", "REWARD_SCHEMES",
     "RewardSpec", "SafetySpec", "TenantSpec", "WorkloadSpec",
 ]

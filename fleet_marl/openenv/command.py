@@ -82,7 +82,7 @@ _LIMIT_OPTIONS = (
     ("--max-gpus", "max_gpus", int, "largest max_gpus of a client's tenant"),
     ("--max-shapley-samples", "max_shapley_samples", int, "largest reward.shapley_samples a client may ask for"),
     ("--max-rate", "max_rate", float, "largest workload arrival rate a client may ask for"),
-    ("--max-planner-work", "max_planner_work", int, "ego view: largest tenants x (max_gpus + 1) x (tenants + nodes) the planner opponents play"),
+    ("--max-planner-work", "max_planner_work", int, "ego view: the most work (limits.planner_work) the planner opponents may plan"),
     ("--http-session-idle", "http_session_idle_s", float, "seconds after which an idle session created over HTTP expires"),
     ("--ws-idle", "ws_idle_s", float, "seconds of silence after which a WebSocket session is closed"),
 )

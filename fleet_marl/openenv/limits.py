@@ -37,10 +37,10 @@ class ServerLimits:
     max_tenants: int = 64  # --max-tenants
     max_nodes: int = 64  # --max-nodes: cluster.gpu_types
     max_rounds: int = 1000  # --max-rounds: max_cycles (the episode's schedules are drawn at reset)
-    max_gpus: int = 256  # --max-gpus: a tenant's max_gpus (the size of its action space and mask)
+    max_gpus: int = 64  # --max-gpus: a tenant's max_gpus (the size of its action space and mask; the tasks use 8)
     max_shapley_samples: int = 64  # --max-shapley-samples: reward.shapley_samples (rows per step: samples x tenants)
     max_rate: float = 1e6  # --max-rate: a workload's arrival rate
-    max_planner_work: int = 200_000  # --max-planner-work: the ego view's planner opponents (planner_work)
+    max_planner_work: int = 150_000  # --max-planner-work: the ego view's planner opponents (planner_work)
     max_depth: int = 16  # nesting of a message's JSON (a config is 4 deep)
     http_session_idle_s: float = 60.0  # --http-session-idle: a session created over HTTP and not attached expires
     ws_idle_s: float = 900.0  # --ws-idle: a WebSocket that sends nothing for this long is closed
@@ -125,22 +125,27 @@ def check_config(cfg: FleetConfig, limits: ServerLimits, trusted_traces: Iterabl
                               f"(the shipped ones: {', '.join(n for n, info in TRACES.items() if info.sample)})")
 
 
+#: Weight of a tenant in :func:`planner_work`: a server has five precision maps and up to nine
+#: batch levels to try at each GPU count, a trainer few (its batch is the sequence's).
+PLANNER_WEIGHT = {"serve": 2.0, "train": 0.25}
+
+
 def planner_work(cfg: FleetConfig) -> int:
     """What one plan of the ``planner`` policy costs, in units of about 10 µs on one core:
-    tenants x (the largest ``max_gpus`` + 1) x (tenants + nodes). The planner evaluates about 45
-    kernel rows per tenant and GPU count, each over every tenant and node
-    (``experiments/server_costs.py`` measures it: 2.1e6 units, 64 tenants on 64 nodes with 256 GPUs
-    each, took 30 s a step; 200,000 units 1.4-2.1 s)."""
-    t = len(cfg.tenants)
-    return t * (max(x.max_gpus for x in cfg.tenants) + 1) * (t + cfg.cluster.num_nodes)
+    (tenants + nodes) x the sum over tenants of (``max_gpus`` + 1) x their weight (2 for a server,
+    1/4 for a trainer). The planner tries every GPU count of every tenant, a server's with many
+    more precision and batch choices, each candidate a kernel row over every tenant and node
+    (``experiments/server_costs.py`` measures it: 7-10 µs a unit, so 150,000 units are 1.0-1.6 s)."""
+    weights = sum((t.max_gpus + 1) * PLANNER_WEIGHT[t.kind] for t in cfg.tenants)
+    return int((len(cfg.tenants) + cfg.cluster.num_nodes) * weights)
 
 
 def check_opponents(opponents: str, cfg: FleetConfig, limits: ServerLimits) -> None:
     """Refuse opponents whose every step would cost more than the limits allow (the planner on
     a large scenario); a ``ValueError`` naming ``opponents``."""
     if opponents == "planner" and planner_work(cfg) > limits.max_planner_work:
-        raise ValueError(f"opponents = 'planner': the planner's work on this scenario, {planner_work(cfg):,} (tenants x (max_gpus + 1) x "
-                         f"(tenants + nodes)), is over this server's limit of {limits.max_planner_work:,} (--max-planner-work); "
+        raise ValueError(f"opponents = 'planner': the planner's work on this scenario, {planner_work(cfg):,} ((tenants + nodes) x the "
+                         f"tenants' GPU counts, servers weighted 2, trainers 1/4), is over this server's limit of {limits.max_planner_work:,} (--max-planner-work); "
                          "use another opponent or a smaller scenario")
 
 

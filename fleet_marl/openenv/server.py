@@ -61,8 +61,10 @@ INTERNAL_ERROR = "INTERNAL_ERROR"
 ATTACH_REFUSED = "ATTACH_REFUSED"
 IDLE_TIMEOUT = "IDLE_TIMEOUT"
 MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
-#: Exceptions whose text the client caused and may read (cut to ``MAX_MESSAGE_CHARS``).
-CLIENT_ERRORS = (ValueError, KeyError, TypeError, IndexError)
+#: Exceptions whose text the client caused and may read (cut to ``MAX_MESSAGE_CHARS``): the
+#: env's ``ConfigError``, ``ActionError`` and the views' argument checks are ValueErrors, an
+#: argument the reset does not take a TypeError. A KeyError or IndexError is a bug: internal.
+CLIENT_ERRORS = (ValueError, TypeError)
 
 
 def public_error(exc: BaseException) -> tuple[str, str]:
@@ -72,7 +74,7 @@ def public_error(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, (TraceError, OSError, RecursionError, MemoryError)) or not isinstance(exc, (*CLIENT_ERRORS, RuntimeError)):
         log.warning("internal error while serving a request: %s", type(exc).__name__, exc_info=exc)
         return "internal error: the server could not carry out this request (its log has the details)", INTERNAL_ERROR
-    text = str(exc) if not isinstance(exc, KeyError) else f"unknown key {short_repr(exc.args[0] if exc.args else None)}"
+    text = str(exc)
     if len(text) > MAX_MESSAGE_CHARS:
         text = text[: MAX_MESSAGE_CHARS - 20] + f"... ({len(text)} characters)"
     return text, "EXECUTION_ERROR"
@@ -279,6 +281,8 @@ def add_routes(app: FastAPI, factory: Callable[[], Any], action_cls: type, state
         except (ValueError, TypeError, RecursionError):
             return JsonRpcResponse.error_response(JsonRpcErrorCode.INVALID_REQUEST, "expected a JSON-RPC 2.0 request object").model_dump()
         rid = rpc.id
+        if isinstance(rid, str) and len(rid) > 200:
+            return JsonRpcResponse.error_response(JsonRpcErrorCode.INVALID_REQUEST, "id: expected at most 200 characters").model_dump()
         if rpc.method == "openenv/session/create":
             try:
                 s = await table.open("http")
