@@ -317,3 +317,51 @@ def test_the_shipped_torchrl_configs_load():
             assert {k: v for k, v in data.items() if k != "env"} == {k: v for k, v in twin.items() if k != "env"}
             assert data["env"] == {"protocol": "sequential", "turn_order": "rotating"} and twin["env"] == {}
             assert tc.run_name != TorchRLTrainConfig.from_dict(twin).run_name
+
+
+#: The columns of metrics.csv that learning writes (not the clock's).
+LEARNING_COLUMNS = ("iteration", "env_steps", "agent_steps", "episodes", "lr", "welfare", "eval_welfare", "score", "policy_loss", "vf_loss",
+                    "entropy", "kl_approx", "clip_fraction", "explained_variance")
+
+
+def test_the_sync_collector_trains_bit_for_bit_the_same_twice(tmp_path):
+    """The same config and seed give the same metrics.csv (learning columns) and checkpoint. Its
+    env used to draw its first episodes from fresh entropy: TorchRL's collector resets the env
+    when it is built, and the seed reached only a later reset that never came."""
+    import csv
+
+    def run(name):
+        tc = TorchRLTrainConfig(task="tiny", iterations=3, max_minutes=0, num_envs=16, rollout=10, epochs=2, minibatch=40, hidden=[16], seed=3,
+                                collector="sync", eval_interval=2, eval_episodes=1, final_episodes=0, checkpoint_interval=1,
+                                out=str(tmp_path), name=name)
+        res = train(tc, progress=False)
+        with open(res.run_dir / "metrics.csv") as fh:
+            rows = [{k: r[k] for k in LEARNING_COLUMNS} for r in csv.DictReader(fh)]
+        return rows, torch.load(res.run_dir / "checkpoint" / "model.pt")
+
+    (rows_a, ckpt_a), (rows_b, ckpt_b) = run("a"), run("b")
+    assert len(rows_a) == 3 and rows_a == rows_b
+    assert rows_a[-1]["welfare"] != "" and any(r["eval_welfare"] != "" for r in rows_a)  # episodes ended and were graded: the check covers them
+    for part in ("actor", "critic"):
+        assert ckpt_a[part].keys() == ckpt_b[part].keys()
+        for k in ckpt_a[part]:
+            assert torch.equal(ckpt_a[part][k], ckpt_b[part][k]), (part, k)
+    # another seed learns something else
+    tc = TorchRLTrainConfig(task="tiny", iterations=1, max_minutes=0, num_envs=16, rollout=10, epochs=2, minibatch=40, hidden=[16], seed=4,
+                            collector="sync", eval_interval=0, final_episodes=0, checkpoint_interval=0, out=str(tmp_path), name="c")
+    assert float(train(tc, progress=False).rows[0]["policy_loss"]) != float(rows_a[0]["policy_loss"])
+
+
+def test_the_torch_env_seeded_at_construction_starts_as_the_vector_env_does():
+    env = FleetTorchEnv(4, "tiny", seed=7)
+    venv = fleet_marl.vector_env(num_envs=4, task="tiny", compute_all=False)
+    obs, infos = venv.reset(seed=7)
+    td = env.reset()  # no set_seed: the seed given at construction
+    assert np.array_equal(td.get((GROUP, "observation")).numpy(), obs.astype(np.float32))
+    rng = np.random.default_rng(0)
+    for _ in range(3):  # the first observation is the same for every seed; the rounds after it are not
+        actions = venv.sample_actions(infos, rng)
+        obs, _r, _t, _u, infos = venv.step(actions)
+        td.set((GROUP, "action"), torch.from_numpy(actions))
+        td = step_mdp(env.step(td))
+        assert np.array_equal(td.get((GROUP, "observation")).numpy(), obs.astype(np.float32))

@@ -28,7 +28,10 @@ actions are ignored. Learners exclude it with ``("agents", "mask")`` (``mask_t``
 Resets follow TorchRL: a cluster whose episode ends returns its final observation with
 ``done`` set, and the next ``reset`` (the collector calls it with ``"_reset"``) starts its next
 episode, continuing its generators (what ``FleetVectorEnv`` did already at that step: the
-first observation is kept until then). ``set_seed(s)`` seeds cluster b with ``s + b``.
+first observation is kept until then). ``set_seed(s)`` seeds cluster b of the next whole reset
+with ``s + b``; ``FleetTorchEnv(..., seed=s)`` seeds the first one. A collector resets its env
+when it is built, before its ``set_seed`` can reach the env: build the env with its seed (the
+trainer does), or the first episodes draw fresh entropy.
 
 >>> from fleet_marl.torchrl import FleetTorchEnv
 >>> env = FleetTorchEnv(num_envs=4, task="tiny")
@@ -58,7 +61,8 @@ class FleetTorchEnv(EnvBase):
 
     batch_locked = True
 
-    def __init__(self, num_envs: int = 64, task: str | None = None, config=None, device: str | torch.device = "cpu", **overrides: Any):
+    def __init__(self, num_envs: int = 64, task: str | None = None, config=None, device: str | torch.device = "cpu", seed: int | None = None,
+                 **overrides: Any):
         overrides.setdefault("compute_all", False)  # only the configured scheme's rewards reach a learner
         venv = FleetVectorEnv(num_envs, task, config, **overrides)
         super().__init__(batch_size=torch.Size([venv.num_envs]), device=device)
@@ -67,7 +71,7 @@ class FleetTorchEnv(EnvBase):
         self.config = venv.config
         self.num_envs, self.n_agents = venv.num_envs, venv.num_agents
         self.nvec = venv.nvec_max  # (8,) the flat mask's layout
-        self._seed: int | None = None
+        self._seed: int | None = seed  # the first reset's: a collector resets its env when it is built, before set_seed could reach it
         self._pending: dict[str, np.ndarray] | None = None  # the first observation of clusters reset by the vector env
         self._make_specs()
 

@@ -356,12 +356,16 @@ class Loop:
         self.frames = tc.num_envs * tc.rollout
         self.n_agents = len(learner.sig["possible_agents"])
         self.train_seconds = 0.0
-        make_env = functools.partial(FleetTorchEnv, tc.num_envs, tc.task, reward_scheme=tc.reward_scheme, **tc.env)
+        seed = tc.seed + 1_000_003 * first  # a resumed run continues with fresh episodes
+        # the env is seeded when it is built: TorchRL's collectors reset it in their constructor, so a
+        # set_seed after that seeded only a reset that never came, and the first episodes drew fresh entropy
+        make_env = functools.partial(FleetTorchEnv, tc.num_envs, tc.task, seed=seed, reward_scheme=tc.reward_scheme, **tc.env)
         kwargs = dict(frames_per_batch=self.frames, total_frames=self.frames * (tc.iterations - first), exploration_type=ExplorationType.RANDOM)
         if tc.sequential:
             # the sequential protocol: the actor called once per turn, batches laid out per round (torchrl/sequential.py)
             make = AsyncTurnCollector if tc.collector == "async" else TurnCollector
             self.collector = make(tc, learner.actor_net, learner.nvec, tc.iterations - first)
+            self.collector.set_seed(seed)  # its first reset, which it makes when iterated
             self.env = None  # no FleetTorchEnv: the per-turn vector env is the collector's (``collector.venv``, sync)
         elif tc.collector == "async":
             # the env and the sampling policy in a worker process (another core), collecting the next
@@ -372,7 +376,6 @@ class Loop:
         else:
             self.env = make_env()
             self.collector = Collector(self.env, learner.actor, auto_register_policy_transforms=False, **kwargs)
-        self.collector.set_seed(tc.seed + 1_000_003 * first)  # a resumed run continues with fresh episodes
 
     def __iter__(self):
         tc, learner, frames, N = self.tc, self.learner, self.frames, self.n_agents
