@@ -490,3 +490,12 @@ def test_a_bug_s_text_is_internal_and_an_overlong_json_rpc_id_is_refused(multi):
     assert public_error(ValueError("x = 1: expected 2")) == ("x = 1: expected 2", "EXECUTION_ERROR")
     r = multi.post("/mcp", json={"jsonrpc": "2.0", "id": "i" * 500_000, "method": "tools/list", "params": {}})
     assert r.status_code == 200 and len(r.text) < 300 and r.json()["error"]["message"] == "id: expected at most 200 characters"
+
+
+def test_a_task_s_own_trace_name_on_a_tenant_of_the_wrong_kind_is_named(multi):
+    config = {"tenants": copy.deepcopy(task_dict("trace")["tenants"])}
+    trainer = next(i for i, t in enumerate(config["tenants"]) if t["kind"] == "train")
+    server = next(i for i, t in enumerate(config["tenants"]) if t["kind"] == "serve")
+    config["tenants"][server]["workload"]["trace"] = config["tenants"][trainer]["workload"]["trace"]  # a jobs trace for a server
+    r = multi.post("/reset", json={"task": "trace", "config": config})
+    assert r.status_code == 422 and r.json()["detail"].startswith(f"tenants[{server}].workload.trace = 'pollux_workload-1.csv': expected a requests trace")

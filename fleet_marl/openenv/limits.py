@@ -110,8 +110,8 @@ def check_config(cfg: FleetConfig, limits: ServerLimits, trusted_traces: Iterabl
         if t.workload.rate > limits.max_rate:
             raise ConfigError(f"tenants[{i}].workload.rate", t.workload.rate, f"at most {limits.max_rate:g} (this server's limit, --max-rate)")
         trace = t.workload.trace
-        if trace is None or trace in trusted:
-            continue
+        if trace is None or (trace in trusted and trace not in registry_names()):
+            continue  # the operator's own file
         if trace not in registry_names():
             raise ConfigError(f"tenants[{i}].workload.trace", trace,
                               f"a trace name of 'fleet-marl traces list' ({names}), not a path: a served env opens no file a client names")
@@ -119,7 +119,7 @@ def check_config(cfg: FleetConfig, limits: ServerLimits, trusted_traces: Iterabl
         if info.kind != TRACE_KIND[t.kind]:
             fitting = ", ".join(n for n, other in TRACES.items() if other.kind == TRACE_KIND[t.kind])
             raise ConfigError(f"tenants[{i}].workload.trace", trace, f"a {TRACE_KIND[t.kind]} trace for a {t.kind} tenant ({fitting})")
-        if registry_file(trace) is None:
+        if trace not in trusted and registry_file(trace) is None:
             raise ConfigError(f"tenants[{i}].workload.trace", trace,
                               "a trace this server has: its operator can fetch it with 'fleet-marl traces fetch' "
                               f"(the shipped ones: {', '.join(n for n, info in TRACES.items() if info.sample)})")
