@@ -499,3 +499,11 @@ def test_a_task_s_own_trace_name_on_a_tenant_of_the_wrong_kind_is_named(multi):
     config["tenants"][server]["workload"]["trace"] = config["tenants"][trainer]["workload"]["trace"]  # a jobs trace for a server
     r = multi.post("/reset", json={"task": "trace", "config": config})
     assert r.status_code == 422 and r.json()["detail"].startswith(f"tenants[{server}].workload.trace = 'pollux_workload-1.csv': expected a requests trace")
+
+
+def test_a_bad_limit_on_the_command_line_is_named_by_its_option(capsys):
+    from fleet_marl.cli import build_parser
+    from fleet_marl.openenv import command
+
+    assert command.run(build_parser().parse_args(["serve", "--max-rounds", "0"])) == 2
+    assert "error: --max-rounds = 0: expected a finite number > 0" in capsys.readouterr().err

@@ -118,8 +118,11 @@ def limits_from(args):
     try:
         return ServerLimits(max_sessions=args.max_sessions, allow_attach=args.allow_attach, **kw)
     except ValueError as exc:  # name the option, not the field
-        flag = next((f for f, dest, _, _ in _LIMIT_OPTIONS if str(exc).startswith(dest + " ")), None)
-        raise ValueError(str(exc).replace(next(d for f, d, _, _ in _LIMIT_OPTIONS if f == flag), flag, 1) if flag else str(exc)) from None
+        text = str(exc)
+        for flag, dest, _, _ in _LIMIT_OPTIONS:
+            if text.startswith(dest + " "):
+                text = flag + text[len(dest):]
+        raise ValueError(text) from None
 
 
 def token_from(args) -> str | None:
