@@ -42,31 +42,6 @@ from fleet_marl.kernel import numpy_sum
 _jit = nb.njit(cache=True, nogil=True, error_model="numpy")
 
 
-def fair_share(pool: np.ndarray, capacity: np.ndarray, caps: np.ndarray, demanding: np.ndarray) -> np.ndarray:
-    """Max-min fair split of each pool's ``capacity`` among ``demanding`` tenants, capped at ``caps``.
-
-    pool: (T,) pool index; capacity: (Q,); caps: (T,); demanding: (T,) bool -> (T,) float64.
-    """
-    c = np.where(demanding, caps, 0.0).astype(np.float64)
-    if (np.bincount(pool, weights=c, minlength=capacity.shape[0]) <= capacity).all():
-        return c  # no contention: everyone's share is its cap
-    out = np.zeros(caps.shape, np.float64)
-    for q in range(capacity.shape[0]):
-        sel = np.flatnonzero((pool == q) & demanding)
-        if sel.size == 0:
-            continue
-        cq = c[sel]
-        if cq.sum() <= capacity[q]:
-            out[sel] = cq
-            continue
-        s = np.sort(cq)
-        left = capacity[q] - np.concatenate(([0.0], np.cumsum(s)[:-1]))  # capacity left before the j-th smallest
-        level = left / (s.size - np.arange(s.size))
-        j = np.argmax(level <= s)  # first cap the equal split does not clear
-        out[sel] = np.minimum(cq, level[j])
-    return out
-
-
 def jain(x: np.ndarray) -> float:
     """Jain's fairness index of the non-negative values ``x``; 1.0 for no values or all zeros."""
     x = np.asarray(x, np.float64)
@@ -198,8 +173,9 @@ class FairnessState:
 
 @_jit
 def _fair_share_row(pool, capacity, caps, demanding, out, scratch, tot, c):
-    """:func:`fair_share` of one cluster into ``out`` (T,), the same arithmetic in the same order
-    (``scratch``, ``c`` (T,) and ``tot`` (Q,) are scratch)."""
+    """The max-min fair split of each pool's ``capacity`` among the ``demanding`` tenants of one
+    cluster, capped at ``caps``, into ``out`` (T,): the arithmetic, in its order, of the numpy
+    oracle ``tests/oracle.py:fair_share`` (``scratch``, ``c`` (T,) and ``tot`` (Q,) are scratch)."""
     T = pool.shape[0]
     Q = capacity.shape[0]
     for q in range(Q):
@@ -255,7 +231,7 @@ def _fair_share_row(pool, capacity, caps, demanding, out, scratch, tot, c):
 
 @_jit
 def fair_shares(pool, capacity, caps, demanding, out):
-    """Fair shares of B clusters: ``demanding`` (B, T) bool -> ``out`` (B, T) (:func:`fair_share` per cluster)."""
+    """Fair shares of B clusters: ``demanding`` (B, T) bool -> ``out`` (B, T) (:func:`_fair_share_row` per cluster)."""
     scratch = np.empty(pool.shape[0])
     c = np.empty(pool.shape[0])
     tot = np.empty(capacity.shape[0])
@@ -416,6 +392,6 @@ def summary(fs: FairnessState, b: int, now: int | None = None, queued_jobs: np.n
 
 
 __all__ = [
-    "COUNTS", "FairnessState", "FairnessSummary", "RoundFairness", "detect", "fair_share", "fair_shares", "jain", "job_finished",
+    "COUNTS", "FairnessState", "FairnessSummary", "RoundFairness", "detect", "fair_shares", "jain", "job_finished",
     "job_started", "lowest_precision", "record_round", "serve_round", "summary",
 ]

@@ -585,3 +585,27 @@ def _shape(out: Outcome, lead: tuple[int, ...]) -> Outcome:
     return Outcome(**{f.name: getattr(out, f.name).reshape(lead + getattr(out, f.name).shape[1:]) for f in fields(out)})
 
 
+def fair_share(pool: np.ndarray, capacity: np.ndarray, caps: np.ndarray, demanding: np.ndarray) -> np.ndarray:
+    """Max-min fair split of each pool's ``capacity`` among ``demanding`` tenants, capped at ``caps``:
+    the oracle of ``fleet_marl.fairness.fair_shares`` (compiled, B clusters at once).
+
+    pool: (T,) pool index; capacity: (Q,); caps: (T,); demanding: (T,) bool -> (T,) float64.
+    """
+    c = np.where(demanding, caps, 0.0).astype(np.float64)
+    if (np.bincount(pool, weights=c, minlength=capacity.shape[0]) <= capacity).all():
+        return c  # no contention: everyone's share is its cap
+    out = np.zeros(caps.shape, np.float64)
+    for q in range(capacity.shape[0]):
+        sel = np.flatnonzero((pool == q) & demanding)
+        if sel.size == 0:
+            continue
+        cq = c[sel]
+        if cq.sum() <= capacity[q]:
+            out[sel] = cq
+            continue
+        s = np.sort(cq)
+        left = capacity[q] - np.concatenate(([0.0], np.cumsum(s)[:-1]))  # capacity left before the j-th smallest
+        level = left / (s.size - np.arange(s.size))
+        j = np.argmax(level <= s)  # first cap the equal split does not clear
+        out[sel] = np.minimum(cq, level[j])
+    return out

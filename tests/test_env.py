@@ -16,7 +16,8 @@ from fleet_marl import catalog, fairness
 from fleet_marl.config import MOVED_TO_FAIRNESS, ConfigError
 from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS, ActionError
 from fleet_marl.environment.spaces import decode_actions
-from fleet_marl.fairness import fair_share, jain
+from fleet_marl.fairness import jain
+from tests.oracle import fair_share
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
 from fleet_marl.tasks import task_dict
 
@@ -585,6 +586,20 @@ def test_fair_share_and_jain():
     np.testing.assert_allclose(got, [3.0, 3.0, 2.0, 0.0])
     assert jain(np.array([1.0, 1.0, 1.0])) == 1.0
     assert jain(np.array([1.0, 0.0])) == 0.5
+
+
+def test_the_compiled_fair_shares_equal_the_numpy_oracle_bit_for_bit():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        T, Q, B = int(rng.integers(1, 9)), int(rng.integers(1, 4)), 5
+        pool = rng.integers(0, Q, T)
+        capacity = rng.integers(0, 33, Q).astype(np.int64)
+        caps = rng.integers(0, 17, T).astype(np.float64)
+        demanding = rng.random((B, T)) < 0.7
+        out = np.empty((B, T))
+        fairness.fair_shares(pool, capacity, caps, demanding, out)
+        for b in range(B):
+            assert np.array_equal(out[b], fair_share(pool, capacity, caps, demanding[b])), (pool, capacity, caps, demanding[b])
 
 
 def test_p99_wait_follows_fifo_order():
