@@ -223,3 +223,32 @@ def test_cli_and_adapter_packages_load_no_ray_until_used():
             "from fleet_marl.cli import build_parser; build_parser(); "
             "from fleet_marl.evaluation import loaders; loaders()")
     assert _loaded(code, ("ray", "torch", "torchrl", "tensordict", "openenv")) == set()
+
+
+#: ``(file, attribute)`` pairs allowed to read another object's private ``_name``, each with why.
+PRIVATE_ALLOWED = {
+    ("fleet_marl/rllib/env.py", "_cumulative_rewards"): "PettingZoo's AECEnv keeps what accrued since an agent's last turn there; last() reads it, and it has no public accessor",
+    ("fleet_marl/config/checks.py", "_getframe"): "sys._getframe: the deprecation warning's stack level, the standard library's way",
+    ("fleet_marl/torchrl/policy.py", "_empty_net"): "TorchRL's MultiAgentMLP runs its shared module template so; the rows of one agent have no public call",
+    ("fleet_marl/kernel/outcome.py", "_groups"): "_Packed._groups: the class's own registry, read in the module that defines it",
+}
+
+
+def test_no_module_reaches_into_another_objects_private_names():
+    """``x._name`` on anything but ``self``, ``cls`` or ``super()`` is another object's private
+    state; only the pairs of PRIVATE_ALLOWED may (checked on every fleet_marl source file)."""
+    found = {}
+    for path in sorted(PKG.rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        for n in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__")):
+                continue
+            v = n.value
+            if isinstance(v, ast.Name) and v.id in ("self", "cls"):
+                continue
+            if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super":
+                continue
+            found.setdefault((rel, n.attr), n.lineno)
+    bad = [f"{f}:{line}: ._{a[1:]}" for (f, a), line in sorted(found.items()) if (f, a) not in PRIVATE_ALLOWED]
+    assert not bad, "private names read across objects (make them public, or add to PRIVATE_ALLOWED with why):\n" + "\n".join(bad)
+    assert set(PRIVATE_ALLOWED) <= set(found), f"stale PRIVATE_ALLOWED entries: {sorted(set(PRIVATE_ALLOWED) - set(found))}"

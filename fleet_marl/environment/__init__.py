@@ -86,7 +86,8 @@ from fleet_marl.environment.spaces import (
 from fleet_marl.environment.parallel import REWARD_PREFIX, FleetParallelEnv, parallel_env, scheme_rewards
 from fleet_marl.environment.sequential import FleetSequentialEnv
 from fleet_marl.environment.aec import env, raw_env
-from fleet_marl.environment.vector import FleetSequentialVectorEnv, FleetVectorEnv, vector_env
+from fleet_marl.environment.sequential_vector import FleetSequentialVectorEnv, vector_env
+from fleet_marl.environment.vector import FleetVectorEnv
 
 __doc__ += "\nObservation fields (index, name, meaning)::\n\n" + "\n".join(
     f"    {i:2d}  {name:<13} {meaning}" for i, (name, meaning) in enumerate(OBS_FIELDS)

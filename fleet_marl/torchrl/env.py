@@ -153,7 +153,7 @@ class FleetTorchEnv(EnvBase):
             self._pending = {"obs": obs.copy(), "action_mask": mask.copy(), "alive": alive.copy(), "state": fresh_state, "ended": ended.copy()}
             obs = np.where(ended[:, None, None], infos["final_obs"], obs)
             alive = np.where(ended[:, None], False, alive)
-            mask = np.where(ended[:, None, None], self.venv._all_allowed[None], mask)
+            mask = np.where(ended[:, None, None], self.venv.all_allowed[None], mask)
             state = np.where(ended[:, None], infos["final_state"], fresh_state)
             welfare[ended] = infos["episode"]["welfare"][ended]
         else:

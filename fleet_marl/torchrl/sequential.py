@@ -52,7 +52,7 @@ import torch
 import torch.multiprocessing as mp
 from tensordict import TensorDict
 
-from fleet_marl.environment.vector import FleetSequentialVectorEnv
+from fleet_marl.environment.sequential_vector import FleetSequentialVectorEnv
 from fleet_marl.torchrl.env import GROUP
 from fleet_marl.torchrl.policy import MaskedMultiCategorical, turn_logits
 
