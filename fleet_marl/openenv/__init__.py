@@ -31,7 +31,7 @@ _NAMES = {
     "FleetEgoClient": "client", "FleetEnvClient": "client", "RemoteParallelEnv": "client", "WebSocketSession": "client",
     "FleetEgoEnvironment": "ego", "FleetMultiEnvironment": "multi",
     "FleetEgoAction": "models", "FleetEgoObservation": "models", "FleetJointAction": "models", "FleetMultiObservation": "models",
-    "FleetState": "models",
+    "FleetState": "models", "ServerLimits": "limits",
 }
 
 INSTALL_HINT = (
