@@ -77,9 +77,7 @@ def check_overrides(config: Any, limits: ServerLimits) -> None:
 
 
 def trace_values(data: Any) -> set[str]:
-    """The ``workload.trace`` values of a FleetConfig mapping (a task's dict, a config)."""
-    if isinstance(data, FleetConfig):
-        return {t.workload.trace for t in data.tenants if t.workload.trace}
+    """The ``workload.trace`` values of a FleetConfig mapping (a task's dict, a config's overrides)."""
     tenants = data.get("tenants") if isinstance(data, dict) else None
     out = set()
     for t in tenants if isinstance(tenants, (list, tuple)) else ():
@@ -102,7 +100,7 @@ def check_config(cfg: FleetConfig, limits: ServerLimits, trusted_traces: Iterabl
     if cfg.reward.shapley_samples > limits.max_shapley_samples:
         raise ConfigError("reward.shapley_samples", cfg.reward.shapley_samples,
                           f"at most {limits.max_shapley_samples} (this server's limit, --max-shapley-samples)")
-    trusted = set(trusted_traces)
+    trusted, known = set(trusted_traces), set(registry_names())
     names = ", ".join(TRACES)
     for i, t in enumerate(cfg.tenants):
         if t.max_gpus > limits.max_gpus:
@@ -110,9 +108,9 @@ def check_config(cfg: FleetConfig, limits: ServerLimits, trusted_traces: Iterabl
         if t.workload.rate > limits.max_rate:
             raise ConfigError(f"tenants[{i}].workload.rate", t.workload.rate, f"at most {limits.max_rate:g} (this server's limit, --max-rate)")
         trace = t.workload.trace
-        if trace is None or (trace in trusted and trace not in registry_names()):
+        if trace is None or (trace in trusted and trace not in known):
             continue  # the operator's own file
-        if trace not in registry_names():
+        if trace not in known:
             raise ConfigError(f"tenants[{i}].workload.trace", trace,
                               f"a trace name of 'fleet-marl traces list' ({names}), not a path: a served env opens no file a client names")
         info = next(info for info in TRACES.values() if trace in (info.name, info.file, info.sample))
