@@ -137,7 +137,7 @@ class Credit:
     rewards: dict[str, np.ndarray]
     rows: np.ndarray  # (B,) kernel rows evaluated for each cluster
 
-    def cluster(self, b: int) -> "Credit":
+    def cluster(self, b: int) -> Credit:
         """Cluster ``b`` alone: fields without the B axis."""
         return Credit(self.outcome.row(b), float(self.welfare[b]), {k: v[b] for k, v in self.rewards.items()}, int(self.rows[b]))
 
@@ -220,7 +220,11 @@ class CreditEngine:
                 coal.append(co)
         counts = F + np.array([c.shape[0] for c in coal], np.int64) if coal else np.full(B, F, np.int64)
         start = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        rows_present = np.concatenate([np.concatenate([fixed[b]] + ([coal[b]] if coal else [])) for b in range(B)]) if coal else fixed.reshape(B * F, T)
+        rows_present = (
+            np.concatenate([np.concatenate([fixed[b]] + ([coal[b]] if coal else [])) for b in range(B)])
+            if coal
+            else fixed.reshape(B * F, T)
+        )
         if F == 1 and not coal:  # one row per cluster (local, global, mixed): the inputs are the rows
             out, W = evaluate_welfare(st, actions, state, draws, rows_present, full=np.ones(B, bool))
         elif B == 1 and not coal and "default" not in self.needs:  # one cluster (the parallel env): its inputs broadcast over its rows
@@ -235,8 +239,15 @@ class CreditEngine:
                 d = self.default
                 for f in ("gpus", "bid", "precision", "batch"):
                     getattr(acts, f)[rows, ten] = np.asarray(getattr(d, f))[ten]
-            st_rows = RoundState(*(np.asarray(getattr(state, f))[rc] for f in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left")))
-            dr_rows = Draws(*(None if v is None else np.asarray(v)[rc] for v in (draws.arrivals, draws.tiebreak, draws.prompt_tokens, draws.output_tokens)))
+            st_rows = RoundState(
+                *(np.asarray(getattr(state, f))[rc] for f in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left"))
+            )
+            dr_rows = Draws(
+                *(
+                    None if v is None else np.asarray(v)[rc]
+                    for v in (draws.arrivals, draws.tiebreak, draws.prompt_tokens, draws.output_tokens)
+                )
+            )
             grand = np.zeros(rc.size, bool)
             grand[start] = True
             out, W = evaluate_welfare(st, acts, st_rows, dr_rows, rows_present, full=grand)
@@ -256,7 +267,7 @@ class CreditEngine:
                 n = idx.size
                 if not n:
                     continue
-                v = W[start[b] + col: start[b] + counts[b]]
+                v = W[start[b] + col : start[b] + counts[b]]
                 rank = perm_ranks[b]
                 if rank is None:
                     without, with_, weight = self._plan(n)
@@ -292,4 +303,4 @@ class CreditEngine:
         return np.where(degenerate, np.minimum(raw, spec.degenerate_floor), raw)
 
 
-__all__ = ["Credit", "CreditEngine", "EXACT_SHAPLEY_MAX", "ROW_FAMILIES", "Rows", "SCHEMES", "Scheme"]
+__all__ = ["EXACT_SHAPLEY_MAX", "ROW_FAMILIES", "SCHEMES", "Credit", "CreditEngine", "Rows", "Scheme"]

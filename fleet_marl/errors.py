@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib
 
-
 #: The most characters of a value's ``repr`` an error message quotes (:func:`short_repr`).
 REPR_LIMIT = 200
 

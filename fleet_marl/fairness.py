@@ -151,14 +151,24 @@ class FairnessState:
     rho_n: np.ndarray  # (B, T) int64
 
     @staticmethod
-    def zeros(B: int, T: int, n: int) -> "FairnessState":
+    def zeros(B: int, T: int, n: int) -> FairnessState:
         i, f = np.int64, np.float64
         return FairnessState(
-            streak=np.zeros((B, T), i), max_streak=np.zeros((B, T), i), starved=np.zeros((B, T), bool),
-            starvation_events=np.zeros((B, T), i), alloc_sum=np.zeros((B, T), f), fair_sum=np.zeros((B, T), f),
-            counts=np.zeros((len(COUNTS), B, T), i), welfare_sum=np.zeros(B, f), queue_born=np.zeros((B, T, n), i),
-            queue_left=np.zeros((B, T, n), f), queue_head=np.zeros((B, T), i), queue_tail=np.zeros((B, T), i),
-            waits=np.zeros((B, T, n + 1), f), rho=np.zeros((B, T, n), f), rho_n=np.zeros((B, T), i),
+            streak=np.zeros((B, T), i),
+            max_streak=np.zeros((B, T), i),
+            starved=np.zeros((B, T), bool),
+            starvation_events=np.zeros((B, T), i),
+            alloc_sum=np.zeros((B, T), f),
+            fair_sum=np.zeros((B, T), f),
+            counts=np.zeros((len(COUNTS), B, T), i),
+            welfare_sum=np.zeros(B, f),
+            queue_born=np.zeros((B, T, n), i),
+            queue_left=np.zeros((B, T, n), f),
+            queue_head=np.zeros((B, T), i),
+            queue_tail=np.zeros((B, T), i),
+            waits=np.zeros((B, T, n + 1), f),
+            rho=np.zeros((B, T, n), f),
+            rho_n=np.zeros((B, T), i),
         )
 
     def reset(self, clusters: np.ndarray) -> None:
@@ -240,9 +250,30 @@ def fair_shares(pool, capacity, caps, demanding, out):
 
 
 @_jit
-def _detect(pool, pool_capacity, lowest, starvation_fraction, starvation_rounds, hoard_share,
-            live, has_work, requested, alloc, gpus_asked, precision, fair,
-            streak, max_streak, starved_state, events, alloc_sum, fair_sum, o_starved, o_low, o_hoard):
+def _detect(
+    pool,
+    pool_capacity,
+    lowest,
+    starvation_fraction,
+    starvation_rounds,
+    hoard_share,
+    live,
+    has_work,
+    requested,
+    alloc,
+    gpus_asked,
+    precision,
+    fair,
+    streak,
+    max_streak,
+    starved_state,
+    events,
+    alloc_sum,
+    fair_sum,
+    o_starved,
+    o_low,
+    o_hoard,
+):
     B, T = live.shape
     Q = pool_capacity.shape[0]
     G = precision.shape[2]
@@ -255,8 +286,7 @@ def _detect(pool, pool_capacity, lowest, starvation_fraction, starvation_rounds,
             entitled = min(fair[b, t], float(requested[b, t]))
             short = asking and alloc[b, t] < starvation_fraction * entitled
             streak[b, t] = streak[b, t] + 1 if short else 0
-            if streak[b, t] > max_streak[b, t]:
-                max_streak[b, t] = streak[b, t]
+            max_streak[b, t] = max(max_streak[b, t], streak[b, t])
             st = streak[b, t] >= starvation_rounds
             if st and not starved_state[b, t]:
                 events[b, t] += 1
@@ -278,7 +308,9 @@ def _detect(pool, pool_capacity, lowest, starvation_fraction, starvation_rounds,
             o_hoard[b, t] = live[b, t] and alloc[b, t] > hoard_share * pool_capacity[pool[t]] and others > 0
 
 
-def detect(spec: FairnessSpec, pool, pool_capacity, lowest, fs: FairnessState, live, has_work, requested, alloc, gpus_asked, precision, fair) -> RoundFairness:
+def detect(
+    spec: FairnessSpec, pool, pool_capacity, lowest, fs: FairnessState, live, has_work, requested, alloc, gpus_asked, precision, fair
+) -> RoundFairness:
     """Update the streaks and sums of B clusters for one round; return this round's
     (starved, lowest_precision, hoarding, streak), each (B, T) (``streak`` is the state's own
     array: do not write to it).
@@ -290,9 +322,30 @@ def detect(spec: FairnessSpec, pool, pool_capacity, lowest, fs: FairnessState, l
     another tenant of that pool is starved."""
     B, T = live.shape
     out = np.empty((3, B, T), bool)
-    _detect(pool, pool_capacity.astype(np.float64), lowest, float(spec.starvation_fraction), int(spec.starvation_rounds), float(spec.hoard_share),
-            live, has_work, requested, alloc, gpus_asked, precision, fair, fs.streak, fs.max_streak, fs.starved, fs.starvation_events,
-            fs.alloc_sum, fs.fair_sum, out[0], out[1], out[2])
+    _detect(
+        pool,
+        pool_capacity.astype(np.float64),
+        lowest,
+        float(spec.starvation_fraction),
+        int(spec.starvation_rounds),
+        float(spec.hoard_share),
+        live,
+        has_work,
+        requested,
+        alloc,
+        gpus_asked,
+        precision,
+        fair,
+        fs.streak,
+        fs.max_streak,
+        fs.starved,
+        fs.starvation_events,
+        fs.alloc_sum,
+        fs.fair_sum,
+        out[0],
+        out[1],
+        out[2],
+    )
     return RoundFairness(out[0], out[1], out[2], fs.streak)
 
 
@@ -357,12 +410,16 @@ def _p99_wait_s(waits: np.ndarray, born, left, head: int, tail: int, now: int, q
     return float(keys[np.searchsorted(cum, 0.99 * cum[-1])] * round_seconds)
 
 
-def summary(fs: FairnessState, b: int, now: int | None = None, queued_jobs: np.ndarray | None = None, round_seconds: float = 0.0) -> FairnessSummary:
+def summary(
+    fs: FairnessState, b: int, now: int | None = None, queued_jobs: np.ndarray | None = None, round_seconds: float = 0.0
+) -> FairnessSummary:
     """Cluster ``b``'s fairness so far. With ``now`` (rounds played), ``p99_wait_s`` is filled
     in, counting requests still queued and each tenant's queued jobs (``queued_jobs`` (T, n),
     counts by arrival round) as having waited until ``now``."""
     if now is not None and not round_seconds > 0:
-        raise ValueError(f"summary: round_seconds = {round_seconds!r}: the p99 wait (asked for by now = {now}) needs the round length in seconds > 0")
+        raise ValueError(
+            f"summary: round_seconds = {round_seconds!r}: the p99 wait (asked for by now = {now}) needs the round length in seconds > 0"
+        )
     T = fs.streak.shape[1]
     fair_sum, alloc_sum = fs.fair_sum[b], fs.alloc_sum[b]
     seen = fair_sum > 0
@@ -370,11 +427,21 @@ def summary(fs: FairnessState, b: int, now: int | None = None, queued_jobs: np.n
     service[seen] = alloc_sum[seen] / fair_sum[seen]
     p99 = None
     if now is not None:
-        p99 = np.array([
-            _p99_wait_s(fs.waits[b, i], fs.queue_born[b, i], fs.queue_left[b, i], int(fs.queue_head[b, i]), int(fs.queue_tail[b, i]), now,
-                        np.zeros(0, np.int64) if queued_jobs is None else queued_jobs[i], round_seconds)
-            for i in range(T)
-        ])
+        p99 = np.array(
+            [
+                _p99_wait_s(
+                    fs.waits[b, i],
+                    fs.queue_born[b, i],
+                    fs.queue_left[b, i],
+                    int(fs.queue_head[b, i]),
+                    int(fs.queue_tail[b, i]),
+                    now,
+                    np.zeros(0, np.int64) if queued_jobs is None else queued_jobs[i],
+                    round_seconds,
+                )
+                for i in range(T)
+            ]
+        )
     return FairnessSummary(
         welfare=float(fs.welfare_sum[b]),
         jain=jain(alloc_sum[seen] / fair_sum[seen]),
@@ -392,6 +459,17 @@ def summary(fs: FairnessState, b: int, now: int | None = None, queued_jobs: np.n
 
 
 __all__ = [
-    "COUNTS", "FairnessState", "FairnessSummary", "RoundFairness", "detect", "fair_shares", "jain", "job_finished",
-    "job_started", "lowest_precision", "record_round", "serve_round", "summary",
+    "COUNTS",
+    "FairnessState",
+    "FairnessSummary",
+    "RoundFairness",
+    "detect",
+    "fair_shares",
+    "jain",
+    "job_finished",
+    "job_started",
+    "lowest_precision",
+    "record_round",
+    "serve_round",
+    "summary",
 ]

@@ -35,8 +35,9 @@ task and the reasoning behind its numbers are in ``docs/environment.md``.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from fleet_marl.config import ConfigError, FleetConfig, from_dict
 
@@ -60,14 +61,22 @@ def check_protocol(opts: dict) -> tuple[str, str]:
     naming the option and the value."""
     protocol = opts.get("protocol", "simultaneous")
     if not isinstance(protocol, str) or protocol not in PROTOCOLS:
-        raise ConfigError("protocol", protocol, "'simultaneous' (every tenant decides blind; fleet_marl.parallel_env or fleet_marl.env) or "
-                                                "'sequential' (one tenant at a time within a round; fleet_marl.env only)")
+        raise ConfigError(
+            "protocol",
+            protocol,
+            "'simultaneous' (every tenant decides blind; fleet_marl.parallel_env or fleet_marl.env) or "
+            "'sequential' (one tenant at a time within a round; fleet_marl.env only)",
+        )
     turn_order = opts.get("turn_order")
     if turn_order is not None and (not isinstance(turn_order, str) or turn_order not in TURN_ORDERS):
         raise ConfigError("turn_order", turn_order, f"one of {', '.join(map(repr, TURN_ORDERS))}")
     if turn_order is not None and protocol != "sequential":
-        raise ConfigError("turn_order", turn_order, "no turn_order with protocol='simultaneous' (every tenant acts at once); "
-                                                    "turns need fleet_marl.env(protocol='sequential', turn_order=...)")
+        raise ConfigError(
+            "turn_order",
+            turn_order,
+            "no turn_order with protocol='simultaneous' (every tenant acts at once); "
+            "turns need fleet_marl.env(protocol='sequential', turn_order=...)",
+        )
     return protocol, turn_order or "fixed"
 
 
@@ -184,7 +193,9 @@ def _hard() -> dict:
             tenants.append(t)
         else:
             m = servers[(i // 2) % 4]
-            tenants.append(_tenant("serve", m, h, 60.0, rate=3.0, prompt_tokens=1024, output_tokens=256, priority=1.0 + (i % 4 == 1), **storm))
+            tenants.append(
+                _tenant("serve", m, h, 60.0, rate=3.0, prompt_tokens=1024, output_tokens=256, priority=1.0 + (i % 4 == 1), **storm)
+            )
     return {
         "cluster": {"gpu_types": [h] * 4, "nodes_per_rack": 4, "rack_power_cap_w": 15_000.0, "ambient_c": 35.0},
         "tenants": tenants,
@@ -220,7 +231,9 @@ def _trace() -> dict:
     # trace's means (fleet_marl.workloads.trace_stats; checked by tests/test_workloads.py).
     jobs = dict(pattern="trace", trace="pollux_workload-1.csv", trace_speedup=4.6, trace_shards=4, seq_len=2048)
     # rate: the trace's 5.53 requests/s split in two, the denominator of a server's value
-    reqs = dict(pattern="trace", trace="azure_llm_inference_conv_2023.csv", trace_shards=2, rate=2.77, prompt_tokens=1155, output_tokens=211)
+    reqs = dict(
+        pattern="trace", trace="azure_llm_inference_conv_2023.csv", trace_shards=2, rate=2.77, prompt_tokens=1155, output_tokens=211
+    )
     return _trace_config(jobs, reqs)
 
 
@@ -232,8 +245,15 @@ def _trace_code() -> dict:
     # Each round is priced at its own requests' lengths, so serving is prefill-bound here.
     jobs = dict(pattern="trace", trace="pollux_workload-2.csv", trace_speedup=4.52, trace_shards=4, seq_len=2048)
     # rate: the sample's 3.21 requests/s x 0.3, split in two (the scale of a server's value and queue features)
-    reqs = dict(pattern="trace", trace="azure_llm_inference_code_2023_first30min.csv", trace_speedup=0.3, trace_shards=2, rate=0.48,
-                prompt_tokens=2028, output_tokens=27)
+    reqs = dict(
+        pattern="trace",
+        trace="azure_llm_inference_code_2023_first30min.csv",
+        trace_speedup=0.3,
+        trace_shards=2,
+        rate=0.48,
+        prompt_tokens=2028,
+        output_tokens=27,
+    )
     return _trace_config(jobs, reqs)
 
 
@@ -294,7 +314,11 @@ register_task("easy", _easy, "2 trainers and 2 servers on two H100 nodes, Poisso
 register_task("medium", _medium, "8 tenants on H100 and A100 nodes, bursty arrivals, proportional-share arbiter")
 register_task("hard", _hard, "16 tenants, four H100 nodes under a tight power cap, correlated bursts, uniform-price auction")
 register_task("trace", _trace, "6 tenants replaying Pollux jobs and Azure LLM inference requests")
-register_task("trace_code", _trace_code, "the trace task's cluster replaying Pollux workload 2 and Azure's 2023 code requests (long prompts, short outputs)")
+register_task(
+    "trace_code",
+    _trace_code,
+    "the trace task's cluster replaying Pollux workload 2 and Azure's 2023 code requests (long prompts, short outputs)",
+)
 
 
 def task_dict(name: str) -> dict:
@@ -353,4 +377,17 @@ def make_config(task: str | None = None, config: FleetConfig | dict | None = Non
     return from_dict(FleetConfig, merged), env_opts
 
 
-__all__ = ["ENV_OPTIONS", "PROTOCOLS", "SHORTCUTS", "TASKS", "TURN_ORDERS", "check_protocol", "require_sequential", "Task", "make_config", "register_task", "scaled", "task_dict"]
+__all__ = [
+    "ENV_OPTIONS",
+    "PROTOCOLS",
+    "SHORTCUTS",
+    "TASKS",
+    "TURN_ORDERS",
+    "Task",
+    "check_protocol",
+    "make_config",
+    "register_task",
+    "require_sequential",
+    "scaled",
+    "task_dict",
+]

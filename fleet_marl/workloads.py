@@ -51,8 +51,21 @@ import numba as nb
 import numpy as np
 
 from fleet_marl.config import WorkloadSpec
-from fleet_marl.traces import (FORMATS, TRACES_ENV, AzureTrace, JobTrace, PolluxTrace, RequestTrace, TraceError, read_azure,
-                               read_pollux, read_trace, resolve_trace, trace_stats, traces_dir)
+from fleet_marl.traces import (
+    FORMATS,
+    TRACES_ENV,
+    AzureTrace,
+    JobTrace,
+    PolluxTrace,
+    RequestTrace,
+    TraceError,
+    read_azure,
+    read_pollux,
+    read_trace,
+    resolve_trace,
+    trace_stats,
+    traces_dir,
+)
 from fleet_marl.traces.readers import AZURE_HEADER, POLLUX_APPLICATIONS, POLLUX_HEADER
 
 KINDS = ("train", "serve")
@@ -77,8 +90,10 @@ def mean_per_round(spec: WorkloadSpec, kind: str, round_seconds: float) -> float
 def _chain_rates(burst_fraction: float, burst_rounds: float, n_rounds: int = 0) -> tuple[float, float]:
     """``(p, q)``: the burst chain's P(off -> on) and P(on -> off), or a ``ValueError``."""
     if not 0.0 < burst_fraction < 1.0 or burst_rounds < 1.0 or n_rounds < 0:
-        raise ValueError(f"burst_chain({n_rounds}, {burst_fraction}, {burst_rounds}): expected n_rounds >= 0, "
-                         "burst_fraction in (0, 1), burst_rounds >= 1")
+        raise ValueError(
+            f"burst_chain({n_rounds}, {burst_fraction}, {burst_rounds}): expected n_rounds >= 0, "
+            "burst_fraction in (0, 1), burst_rounds >= 1"
+        )
     q = 1.0 / burst_rounds
     return min(1.0, q * burst_fraction / (1.0 - burst_fraction)), q
 
@@ -131,8 +146,19 @@ def schedules(specs, kinds, n_rounds: int, round_seconds: float) -> Schedules:
         raise ValueError(f"n_rounds = {n_rounds}, round_seconds = {round_seconds}: expected >= 0 and > 0")
     T = len(specs)
     replays = any(sp.pattern == "trace" and k == "serve" for sp, k in zip(specs, kinds))
-    out = Schedules(np.zeros(T, np.int64), np.zeros((T, n_rounds)), np.zeros(T), np.zeros(T), np.zeros(T), np.zeros(T),
-                    np.zeros(T, bool), np.zeros(2), np.empty((n_rounds, T)), np.empty((n_rounds, T)), replays)
+    out = Schedules(
+        np.zeros(T, np.int64),
+        np.zeros((T, n_rounds)),
+        np.zeros(T),
+        np.zeros(T),
+        np.zeros(T),
+        np.zeros(T),
+        np.zeros(T, bool),
+        np.zeros(2),
+        np.empty((n_rounds, T)),
+        np.empty((n_rounds, T)),
+        replays,
+    )
     lead = next((w for w in specs if w.burst_shared), specs[0])
     out.shared_pq[:] = _chain_rates(lead.burst_fraction, lead.burst_rounds)
     for i, (spec, kind) in enumerate(zip(specs, kinds)):
@@ -244,8 +270,9 @@ def trace_lengths(spec: WorkloadSpec, n_rounds: int, round_seconds: float) -> tu
     return out[0], out[1]
 
 
-def arrival_schedule(spec: WorkloadSpec, kind: str, n_rounds: int, round_seconds: float,
-                     rng: np.random.Generator, shared_bursts: np.ndarray | None = None) -> np.ndarray:
+def arrival_schedule(
+    spec: WorkloadSpec, kind: str, n_rounds: int, round_seconds: float, rng: np.random.Generator, shared_bursts: np.ndarray | None = None
+) -> np.ndarray:
     """(n_rounds,) float64 integer-valued arrival counts for one tenant (see the module docstring).
 
     ``shared_bursts`` is the (n_rounds,) bool chain used instead of a private one when
@@ -263,6 +290,30 @@ def arrival_schedule(spec: WorkloadSpec, kind: str, n_rounds: int, round_seconds
     _draw(rng, sc.code[0], sc.lam[0], sc.lam_on[0], sc.lam_off[0], sc.p[0], sc.q[0], shared, chain, np.empty(n_rounds, bool), out)
     return out
 
-__all__ = ["AZURE_HEADER", "AzureTrace", "JobTrace", "KINDS", "POLLUX_APPLICATIONS", "POLLUX_HEADER", "PolluxTrace", "RequestTrace",
-           "Schedules", "TRACES_ENV", "TRACE_KIND", "TraceError", "arrival_schedule", "burst_chain", "draw_cluster",
-           "mean_per_round", "read_azure", "read_pollux", "read_trace", "resolve_trace", "schedules", "trace_lengths", "trace_stats", "traces_dir"]
+
+__all__ = [
+    "AZURE_HEADER",
+    "KINDS",
+    "POLLUX_APPLICATIONS",
+    "POLLUX_HEADER",
+    "TRACES_ENV",
+    "TRACE_KIND",
+    "AzureTrace",
+    "JobTrace",
+    "PolluxTrace",
+    "RequestTrace",
+    "Schedules",
+    "TraceError",
+    "arrival_schedule",
+    "burst_chain",
+    "draw_cluster",
+    "mean_per_round",
+    "read_azure",
+    "read_pollux",
+    "read_trace",
+    "resolve_trace",
+    "schedules",
+    "trace_lengths",
+    "trace_stats",
+    "traces_dir",
+]

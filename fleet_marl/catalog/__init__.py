@@ -14,7 +14,7 @@ YAML ``source`` field and again, with the equation that uses it, in ``docs/model
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -31,25 +31,17 @@ def _load(name: str) -> dict:
 _PREC = _load("precisions.yaml")
 
 #: Precision names in kernel code order (``PRECISIONS[code]``).
-PRECISIONS: tuple[str, ...] = tuple(
-    sorted(_PREC["formats"], key=lambda k: _PREC["formats"][k]["code"])
-)
+PRECISIONS: tuple[str, ...] = tuple(sorted(_PREC["formats"], key=lambda k: _PREC["formats"][k]["code"]))
 #: Precision name -> integer code used by the kernel.
 PRECISION_CODE: dict[str, int] = {p: i for i, p in enumerate(PRECISIONS)}
 #: Bytes per value, indexed by precision code. (P,) float64
-PRECISION_BYTES: np.ndarray = np.array(
-    [_PREC["formats"][p]["bytes"] for p in PRECISIONS], dtype=np.float64
-)
+PRECISION_BYTES: np.ndarray = np.array([_PREC["formats"][p]["bytes"] for p in PRECISIONS], dtype=np.float64)
 #: True where the format is weight-only (serving only). (P,) bool
-WEIGHT_ONLY: np.ndarray = np.array(
-    [_PREC["formats"][p]["weight_only"] for p in PRECISIONS], dtype=bool
-)
+WEIGHT_ONLY: np.ndarray = np.array([_PREC["formats"][p]["weight_only"] for p in PRECISIONS], dtype=bool)
 #: Layer groups in kernel order.
 GROUPS: tuple[str, ...] = tuple(_PREC["groups"])
 #: unsafe[g, p] is True when precision p is numerically unsafe on layer group g. (G, P) bool
-UNSAFE: np.ndarray = np.array(
-    [[p in _PREC["unsafe"][g] for p in PRECISIONS] for g in GROUPS], dtype=bool
-)
+UNSAFE: np.ndarray = np.array([[p in _PREC["unsafe"][g] for p in PRECISIONS] for g in GROUPS], dtype=bool)
 N_PRECISIONS = len(PRECISIONS)
 N_GROUPS = len(GROUPS)
 
@@ -167,10 +159,7 @@ def _build(cls, fields: set[str], name: str, raw: dict, file: str):
     missing = fields - set(raw)
     extra = set(raw) - fields
     if missing or extra:
-        raise ValueError(
-            f"{file}: entry {name!r} has missing fields {sorted(missing)} "
-            f"and unknown fields {sorted(extra)}"
-        )
+        raise ValueError(f"{file}: entry {name!r} has missing fields {sorted(missing)} and unknown fields {sorted(extra)}")
     kw = dict(raw)
     if "precisions" in kw:
         kw["precisions"] = tuple(kw["precisions"])
@@ -186,14 +175,14 @@ def _build(cls, fields: set[str], name: str, raw: dict, file: str):
     return obj
 
 
-@lru_cache(maxsize=None)
+@cache
 def gpus() -> dict[str, GPUType]:
     """All GPU types by catalog key."""
     raw = _load("gpus.yaml")
     return {k: _build(GPUType, _GPU_FIELDS, k, v, "gpus.yaml") for k, v in raw.items()}
 
 
-@lru_cache(maxsize=None)
+@cache
 def models() -> dict[str, ModelArch]:
     """All model architectures by catalog key."""
     raw = _load("models.yaml")
@@ -204,9 +193,7 @@ def gpu(name: str) -> GPUType:
     """The GPU type ``name``; an unknown key raises :class:`CatalogError` listing valid keys."""
     table = gpus()
     if name not in table:
-        raise CatalogError(
-            f"unknown GPU type {name!r}; expected one of: {', '.join(sorted(table))}"
-        )
+        raise CatalogError(f"unknown GPU type {name!r}; expected one of: {', '.join(sorted(table))}")
     return table[name]
 
 
@@ -219,9 +206,6 @@ def model(name: str) -> ModelArch:
 
 
 __all__ = [
-    "CatalogError",
-    "GPUType",
-    "ModelArch",
     "GROUPS",
     "N_GROUPS",
     "N_PRECISIONS",
@@ -230,6 +214,9 @@ __all__ = [
     "PRECISION_CODE",
     "UNSAFE",
     "WEIGHT_ONLY",
+    "CatalogError",
+    "GPUType",
+    "ModelArch",
     "gpu",
     "gpus",
     "model",

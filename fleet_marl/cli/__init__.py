@@ -27,7 +27,10 @@ from fleet_marl.errors import UsageError
 #: ``fleet-marl --help`` lists them.
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("fleet_marl.cli.train", "train PPO tenants with TorchRL (the main job, make train) or RLlib (--engine rllib)"),
-    "compare": ("fleet_marl.studies.command", "the credit-assignment study: PPO under 7 reward and critic arms, N = 2..64 tenants, two arbiters"),
+    "compare": (
+        "fleet_marl.studies.command",
+        "the credit-assignment study: PPO under 7 reward and critic arms, N = 2..64 tenants, two arbiters",
+    ),
     "evaluate": ("fleet_marl.evaluation.command", "grade a policy on a task over K seeds"),
     "baselines": ("fleet_marl.evaluation.baselines", "every reference policy on every task, as a table"),
     "demo": ("fleet_marl.evaluation.demo", "one rendered episode with a summary"),
@@ -77,8 +80,13 @@ def build_parser(commands=None) -> argparse.ArgumentParser:
             sub.add_parser(name, help=help_)
             continue
         mod = command_module(name)
-        sp = sub.add_parser(name, help=help_, description=getattr(mod, "DESCRIPTION", None), epilog=mod.EXAMPLES,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        sp = sub.add_parser(
+            name,
+            help=help_,
+            description=getattr(mod, "DESCRIPTION", None),
+            epilog=mod.EXAMPLES,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         mod.add_arguments(sp)
     return p
 

@@ -21,9 +21,11 @@ from fleet_marl.rllib import command as rllib_command
 from fleet_marl.rllib.loader import checkpoint_folder as rllib_run
 from fleet_marl.torchrl.loader import checkpoint_folder as torchrl_run
 
-DESCRIPTION = ("Train PPO tenants. --engine torchrl (the default): IPPO/MAPPO on TorchRL over the vector env, in this process. "
-               "--engine rllib: RLlib's PPO, the route to a Ray cluster (chosen by itself for an RLlib --config or run, "
-               "--address or --num-env-runners). Both write the same run folder; grade it with 'fleet-marl evaluate --policy RUN'.")
+DESCRIPTION = (
+    "Train PPO tenants. --engine torchrl (the default): IPPO/MAPPO on TorchRL over the vector env, in this process. "
+    "--engine rllib: RLlib's PPO, the route to a Ray cluster (chosen by itself for an RLlib --config or run, "
+    "--address or --num-env-runners). Both write the same run folder; grade it with 'fleet-marl evaluate --policy RUN'."
+)
 
 #: The engines, the default first.
 ENGINES = ("torchrl", "rllib")
@@ -48,12 +50,20 @@ results.md. See docs/training.md.
 
 
 def add_arguments(t: argparse.ArgumentParser) -> None:
-    t.add_argument("--engine", default=None, choices=ENGINES,
-                   help="torchrl (fast, one process) or rllib (Ray; clusters). Default: the engine of --config or --resume "
-                        "(an RLlib config or run: rllib), rllib with --address or --num-env-runners, else torchrl")
+    t.add_argument(
+        "--engine",
+        default=None,
+        choices=ENGINES,
+        help="torchrl (fast, one process) or rllib (Ray; clusters). Default: the engine of --config or --resume "
+        "(an RLlib config or run: rllib), rllib with --address or --num-env-runners, else torchrl",
+    )
     rllib_command.add_arguments(t)
-    t.add_argument("--num-envs", type=int, default=None, metavar="B", help="torchrl: clusters stepped together by the vector env (default 256)")
-    t.add_argument("--max-minutes", type=float, default=None, metavar="M", help="torchrl: stop after the iteration that passes M minutes of training")
+    t.add_argument(
+        "--num-envs", type=int, default=None, metavar="B", help="torchrl: clusters stepped together by the vector env (default 256)"
+    )
+    t.add_argument(
+        "--max-minutes", type=float, default=None, metavar="M", help="torchrl: stop after the iteration that passes M minutes of training"
+    )
 
 
 def engine_of(args) -> str:
@@ -85,8 +95,11 @@ def run(args) -> int:
         return command.run(args)
     for flag in ("num_envs", "max_minutes"):
         if getattr(args, flag) is not None:
-            print(f"error: --{flag.replace('_', '-')} is an option of --engine torchrl; RLlib's batch and budget are set in its --config "
-                  "(train_batch_size, iterations)", file=sys.stderr)
+            print(
+                f"error: --{flag.replace('_', '-')} is an option of --engine torchrl; RLlib's batch and budget are set in its --config "
+                "(train_batch_size, iterations)",
+                file=sys.stderr,
+            )
             return 2
     return rllib_command.run(args)
 

@@ -21,19 +21,28 @@ physical constant is cited in ``docs/model.md``.
 
 from fleet_marl.config.checks import ConfigError, from_dict, to_dict
 from fleet_marl.config.specs import (
-    MECHANISMS, MOVED_TO_FAIRNESS, REWARD_SCHEMES, ArbiterSpec, ClusterSpec, FairnessSpec, FleetConfig, RewardSpec,
-    SafetySpec, TenantSpec, WorkloadSpec,
+    MECHANISMS,
+    MOVED_TO_FAIRNESS,
+    REWARD_SCHEMES,
+    ArbiterSpec,
+    ClusterSpec,
+    FairnessSpec,
+    FleetConfig,
+    RewardSpec,
+    SafetySpec,
+    TenantSpec,
+    WorkloadSpec,
 )
 
 __all__ = [
+    "MECHANISMS",
+    "MOVED_TO_FAIRNESS",
+    "REWARD_SCHEMES",
     "ArbiterSpec",
     "ClusterSpec",
     "ConfigError",
     "FairnessSpec",
     "FleetConfig",
-    "MECHANISMS",
-    "MOVED_TO_FAIRNESS",
-    "REWARD_SCHEMES",
     "RewardSpec",
     "SafetySpec",
     "TenantSpec",

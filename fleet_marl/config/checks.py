@@ -23,6 +23,7 @@ from typing import Any
 from fleet_marl import catalog
 from fleet_marl.errors import short_repr
 
+
 class ConfigError(ValueError):
     """A configuration value is invalid. ``field`` is the dotted path of the bad field."""
 
@@ -33,7 +34,7 @@ class ConfigError(ValueError):
         name = field_name if len(field_name) <= 120 else short_repr(field_name, 120)  # an unknown key can be of any length
         super().__init__(f"{name} = {short_repr(value)}: expected {expected}")
 
-    def prefixed(self, prefix: str) -> "ConfigError":
+    def prefixed(self, prefix: str) -> ConfigError:
         return ConfigError(f"{prefix}.{self.field}" if prefix else self.field, self.value, self.expected)
 
 
@@ -113,7 +114,6 @@ def _pos_float(path: str, v):
     return float(v)
 
 
-
 # --- dict round trip ----------------------------------------------------------------------
 
 
@@ -174,7 +174,6 @@ def from_dict(cls, data: Any, path: str = ""):
         return cls(**kw)
     except ConfigError as e:
         raise e.prefixed(path) from None
-
 
 
 __all__ = ["ConfigError", "deprecated", "from_dict", "to_dict"]

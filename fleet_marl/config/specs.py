@@ -9,16 +9,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 import yaml
 
-from fleet_marl.errors import short_repr
 from fleet_marl import catalog
 from fleet_marl.config.checks import (
-    ConfigError, _bool, _choice, _gpu_key, _int, _model_key, _num, _pos_float, _tuple, deprecated, from_dict, to_dict,
+    ConfigError,
+    _bool,
+    _choice,
+    _gpu_key,
+    _int,
+    _model_key,
+    _num,
+    _pos_float,
+    _tuple,
+    deprecated,
+    from_dict,
+    to_dict,
 )
-
+from fleet_marl.errors import short_repr
 
 
 @dataclass(frozen=True)
@@ -100,7 +109,7 @@ class WorkloadSpec:
     output_tokens: int = 256  # serve: mean generated tokens (likewise)
     slo_ttft_s: float = 2.0  # serve: time-to-first-token target
     slo_tpot_s: float = 0.1  # serve: time-per-output-token target
-    trace: Optional[str] = None  # trace file (a path, or a name in the traces folder) when pattern == "trace"
+    trace: str | None = None  # trace file (a path, or a name in the traces folder) when pattern == "trace"
     burst_factor: float = 4.0  # bursty: arrival rate in a burst over the calm rate
     burst_fraction: float = 0.2  # bursty: long-run fraction of rounds spent in a burst
     burst_rounds: float = 3.0  # bursty: mean length of a burst, in rounds
@@ -259,6 +268,7 @@ MAX_ARRIVALS_PER_ROUND = float(2**53)
 #: place still loads, with a ``DeprecationWarning``; a key given in both places is an error.
 MOVED_TO_FAIRNESS = ("starvation_fraction", "starvation_rounds", "hoard_share")
 
+
 @dataclass(frozen=True)
 class FleetConfig:
     """The whole scenario: the cluster, the tenants and the rules."""
@@ -272,7 +282,13 @@ class FleetConfig:
     max_cycles: int = 100
 
     def __post_init__(self):
-        for name, cls in (("cluster", ClusterSpec), ("arbiter", ArbiterSpec), ("safety", SafetySpec), ("reward", RewardSpec), ("fairness", FairnessSpec)):
+        for name, cls in (
+            ("cluster", ClusterSpec),
+            ("arbiter", ArbiterSpec),
+            ("safety", SafetySpec),
+            ("reward", RewardSpec),
+            ("fairness", FairnessSpec),
+        ):
             if not isinstance(getattr(self, name), cls):
                 raise ConfigError(name, getattr(self, name), f"a {cls.__name__}")
 
@@ -293,15 +309,22 @@ class FleetConfig:
                     f"a cap above the idle power of rack {r // cl.nodes_per_rack} ({idle:g} W), or nothing in it can ever run",
                 )
         if self.arbiter.reserve_price > self.arbiter.bid_levels[-1]:
-            raise ConfigError("arbiter.reserve_price", self.arbiter.reserve_price, f"at most the highest bid level ({self.arbiter.bid_levels[-1]:g}), or no bid can ever win")
+            raise ConfigError(
+                "arbiter.reserve_price",
+                self.arbiter.reserve_price,
+                f"at most the highest bid level ({self.arbiter.bid_levels[-1]:g}), or no bid can ever win",
+            )
         pools = self.cluster.pools
         for i, t in enumerate(self.tenants):
             per_round = t.workload.rate * self.cluster.round_seconds / (3600.0 if t.kind == "train" else 1.0)
             if per_round > MAX_ARRIVALS_PER_ROUND:
-                raise ConfigError(f"tenants[{i}].workload.rate", t.workload.rate,
-                                  f"at most {MAX_ARRIVALS_PER_ROUND / self.cluster.round_seconds * (3600.0 if t.kind == 'train' else 1.0):g} "
-                                  f"with rounds of {self.cluster.round_seconds:g} s: at most {MAX_ARRIVALS_PER_ROUND:g} arrivals a round "
-                                  "(the arrival draw counts them in 64-bit integers)")
+                raise ConfigError(
+                    f"tenants[{i}].workload.rate",
+                    t.workload.rate,
+                    f"at most {MAX_ARRIVALS_PER_ROUND / self.cluster.round_seconds * (3600.0 if t.kind == 'train' else 1.0):g} "
+                    f"with rounds of {self.cluster.round_seconds:g} s: at most {MAX_ARRIVALS_PER_ROUND:g} arrivals a round "
+                    "(the arrival draw counts them in 64-bit integers)",
+                )
             if t.gpu_type not in pools:
                 raise ConfigError(f"tenants[{i}].gpu_type", t.gpu_type, f"a GPU type present in the cluster: {', '.join(pools)}")
 
@@ -331,8 +354,14 @@ class FleetConfig:
             return data  # from_dict names the bad fairness field
         for k in moved:
             if k in fair:
-                raise ConfigError(f"{p}reward.{k}", reward[k], f"no value: {k} moved to {p}fairness.{k}, which is given too ({short_repr(fair[k])}); give it once, as fairness.{k}")
-            deprecated(f"config key {p}reward.{k} is deprecated: use {p}fairness.{k} (the fairness detector's knobs moved from RewardSpec to FairnessSpec)")
+                raise ConfigError(
+                    f"{p}reward.{k}",
+                    reward[k],
+                    f"no value: {k} moved to {p}fairness.{k}, which is given too ({short_repr(fair[k])}); give it once, as fairness.{k}",
+                )
+            deprecated(
+                f"config key {p}reward.{k} is deprecated: use {p}fairness.{k} (the fairness detector's knobs moved from RewardSpec to FairnessSpec)"
+            )
             fair[k] = reward.pop(k)
         data["reward"], data["fairness"] = reward, fair
         return data
@@ -341,7 +370,7 @@ class FleetConfig:
         return to_dict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "FleetConfig":
+    def from_dict(cls, data: dict) -> FleetConfig:
         return from_dict(cls, data)
 
     def to_yaml(self, path: str | Path | None = None) -> str:
@@ -351,7 +380,7 @@ class FleetConfig:
         return text
 
     @classmethod
-    def from_yaml(cls, source: str | Path) -> "FleetConfig":
+    def from_yaml(cls, source: str | Path) -> FleetConfig:
         """Load from a YAML file path, or from YAML text (anything containing a newline)."""
         if isinstance(source, Path) or "\n" not in str(source):
             text = Path(source).read_text(encoding="utf-8")
@@ -364,6 +393,16 @@ class FleetConfig:
 
 
 __all__ = [
-    "ArbiterSpec", "ClusterSpec", "FairnessSpec", "FleetConfig", "MAX_ARRIVALS_PER_ROUND", "MECHANISMS", "MOVED_TO_FAIRNESS", "REWARD_SCHEMES",
-    "RewardSpec", "SafetySpec", "TenantSpec", "WorkloadSpec",
+    "MAX_ARRIVALS_PER_ROUND",
+    "MECHANISMS",
+    "MOVED_TO_FAIRNESS",
+    "REWARD_SCHEMES",
+    "ArbiterSpec",
+    "ClusterSpec",
+    "FairnessSpec",
+    "FleetConfig",
+    "RewardSpec",
+    "SafetySpec",
+    "TenantSpec",
+    "WorkloadSpec",
 ]

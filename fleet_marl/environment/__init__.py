@@ -80,13 +80,23 @@ Modules -- ``spaces`` (action and observation fields, masks, spaces, :class:`Act
     (``env()``), ``sequential`` (:class:`FleetSequentialEnv`, the sequential protocol), ``vector`` (:class:`FleetVectorEnv`, and :class:`FleetSequentialVectorEnv`, the sequential protocol one turn per step) and ``render`` (ANSI and RGB frames).
 """
 
-from fleet_marl.environment.spaces import (
-    ACTION_FIELDS, BATCH_LEVELS, CLAIM_FIELDS, MASK_LAYOUTS, N_ACT, N_CLAIM, N_OBS, OBS_FIELDS, OBS_MODES, SEQUENTIAL_OBS_INDEX, ActionError,
-)
+from fleet_marl.environment.aec import env, raw_env
 from fleet_marl.environment.parallel import REWARD_PREFIX, FleetParallelEnv, parallel_env, scheme_rewards
 from fleet_marl.environment.sequential import FleetSequentialEnv
-from fleet_marl.environment.aec import env, raw_env
 from fleet_marl.environment.sequential_vector import FleetSequentialVectorEnv, vector_env
+from fleet_marl.environment.spaces import (
+    ACTION_FIELDS,
+    BATCH_LEVELS,
+    CLAIM_FIELDS,
+    MASK_LAYOUTS,
+    N_ACT,
+    N_CLAIM,
+    N_OBS,
+    OBS_FIELDS,
+    OBS_MODES,
+    SEQUENTIAL_OBS_INDEX,
+    ActionError,
+)
 from fleet_marl.environment.vector import FleetVectorEnv
 
 __doc__ += "\nObservation fields (index, name, meaning)::\n\n" + "\n".join(
@@ -94,6 +104,25 @@ __doc__ += "\nObservation fields (index, name, meaning)::\n\n" + "\n".join(
 )
 
 __all__ = [
-    "ACTION_FIELDS", "ActionError", "BATCH_LEVELS", "CLAIM_FIELDS", "FleetParallelEnv", "FleetSequentialEnv", "FleetSequentialVectorEnv", "FleetVectorEnv", "MASK_LAYOUTS",
-    "N_ACT", "N_CLAIM", "N_OBS", "OBS_FIELDS", "OBS_MODES", "REWARD_PREFIX", "SEQUENTIAL_OBS_INDEX", "env", "parallel_env", "raw_env", "scheme_rewards", "vector_env",
+    "ACTION_FIELDS",
+    "BATCH_LEVELS",
+    "CLAIM_FIELDS",
+    "MASK_LAYOUTS",
+    "N_ACT",
+    "N_CLAIM",
+    "N_OBS",
+    "OBS_FIELDS",
+    "OBS_MODES",
+    "REWARD_PREFIX",
+    "SEQUENTIAL_OBS_INDEX",
+    "ActionError",
+    "FleetParallelEnv",
+    "FleetSequentialEnv",
+    "FleetSequentialVectorEnv",
+    "FleetVectorEnv",
+    "env",
+    "parallel_env",
+    "raw_env",
+    "scheme_rewards",
+    "vector_env",
 ]

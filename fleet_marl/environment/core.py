@@ -56,7 +56,7 @@ class CoreStatic:
     schedules: Schedules  # how each tenant's arrivals are drawn at reset
 
     @staticmethod
-    def from_config(cfg: FleetConfig) -> "CoreStatic":
+    def from_config(cfg: FleetConfig) -> CoreStatic:
         for t in cfg.tenants:  # a missing trace file is an error now, not at reset()
             if t.workload.pattern == "trace":
                 resolve_trace(t.workload.trace)
@@ -66,12 +66,23 @@ class CoreStatic:
         default_index, default_actions = scenario.default_action(st, bid_levels, masks.prec_legal)
         schemes = REWARD_SCHEMES if cfg.reward.compute_all else (cfg.reward.scheme,)
         return CoreStatic(
-            config=cfg, kernel=st, bid_levels=bid_levels, nvec=action_nvec(st.max_gpus, len(bid_levels)),
-            min_unit=scenario.cheapest_gpu_round(st, bid_levels), masks=masks, default_index=default_index,
-            default_actions=default_actions, rounds_alone=scenario.job_rounds_alone(st, default_actions),
-            lowest=lowest_precision(st.supported, st.is_train), observer=observations.Observer(st, cfg, bid_levels),
-            schemes=schemes, scheme=cfg.reward.scheme, credit=CreditEngine(st, cfg.reward, schemes, default_actions),
-            schedules=schedules([t.workload for t in cfg.tenants], [t.kind for t in cfg.tenants], cfg.max_cycles, cfg.cluster.round_seconds),
+            config=cfg,
+            kernel=st,
+            bid_levels=bid_levels,
+            nvec=action_nvec(st.max_gpus, len(bid_levels)),
+            min_unit=scenario.cheapest_gpu_round(st, bid_levels),
+            masks=masks,
+            default_index=default_index,
+            default_actions=default_actions,
+            rounds_alone=scenario.job_rounds_alone(st, default_actions),
+            lowest=lowest_precision(st.supported, st.is_train),
+            observer=observations.Observer(st, cfg, bid_levels),
+            schemes=schemes,
+            scheme=cfg.reward.scheme,
+            credit=CreditEngine(st, cfg.reward, schemes, default_actions),
+            schedules=schedules(
+                [t.workload for t in cfg.tenants], [t.kind for t in cfg.tenants], cfg.max_cycles, cfg.cluster.round_seconds
+            ),
         )
 
     @property
@@ -116,15 +127,31 @@ class EnvState:
     drawn_from: list | None = None  # (B,) the generator each cluster's tie-breaks came from (``zeros`` fills it)
 
     @staticmethod
-    def zeros(cs: CoreStatic, B: int) -> "EnvState":
+    def zeros(cs: CoreStatic, B: int) -> EnvState:
         st, T, n = cs.kernel, cs.T, cs.max_cycles
         return EnvState(
-            round=np.zeros(B, np.int64), live=np.zeros((B, T), bool), prev_alloc=np.zeros((B, T), np.int64), temp_c=np.zeros((B, st.K)),
-            queue=np.zeros((B, T)), remaining=np.zeros((B, T)), budget=np.zeros((B, T)), has_job=np.zeros((B, T), bool),
-            job_born=np.full((B, T), -1, np.int64), pending=np.zeros((B, T, n), np.int64), backlog_n=np.zeros((B, T), np.int64),
-            schedule=np.zeros((B, n, T)), tiebreak=np.zeros((B, n, T)), future=np.zeros((B, n + 1, T)), fair=np.zeros((B, T)), has_last=np.zeros(B, bool),
-            ret=np.zeros((B, T)), utility_sum=np.zeros((B, T)), rounds=np.zeros((B, T), np.int64), fairness=FairnessState.zeros(B, T, n),
-            last_arrivals=np.zeros((B, T)), drawn_from=[None] * B,
+            round=np.zeros(B, np.int64),
+            live=np.zeros((B, T), bool),
+            prev_alloc=np.zeros((B, T), np.int64),
+            temp_c=np.zeros((B, st.K)),
+            queue=np.zeros((B, T)),
+            remaining=np.zeros((B, T)),
+            budget=np.zeros((B, T)),
+            has_job=np.zeros((B, T), bool),
+            job_born=np.full((B, T), -1, np.int64),
+            pending=np.zeros((B, T, n), np.int64),
+            backlog_n=np.zeros((B, T), np.int64),
+            schedule=np.zeros((B, n, T)),
+            tiebreak=np.zeros((B, n, T)),
+            future=np.zeros((B, n + 1, T)),
+            fair=np.zeros((B, T)),
+            has_last=np.zeros(B, bool),
+            ret=np.zeros((B, T)),
+            utility_sum=np.zeros((B, T)),
+            rounds=np.zeros((B, T), np.int64),
+            fairness=FairnessState.zeros(B, T, n),
+            last_arrivals=np.zeros((B, T)),
+            drawn_from=[None] * B,
         )
 
     @property
@@ -133,7 +160,9 @@ class EnvState:
 
     def round_state(self) -> RoundState:
         """The kernel :class:`~fleet_marl.kernel.RoundState` the next round starts from, (B, ...)."""
-        return RoundState(prev_alloc=self.prev_alloc, temp_c=self.temp_c, queue=self.queue, remaining_tokens=self.remaining, budget_left=self.budget)
+        return RoundState(
+            prev_alloc=self.prev_alloc, temp_c=self.temp_c, queue=self.queue, remaining_tokens=self.remaining, budget_left=self.budget
+        )
 
 
 @dataclass
@@ -202,8 +231,19 @@ def has_work(cs: CoreStatic, s: EnvState, arrivals: np.ndarray | None = None, up
     """(B, T): trainers with a job in progress or queued; servers with requests queued (plus
     ``arrivals``). ``upcoming`` also counts arrivals still to come this episode."""
     out = np.empty(s.live.shape, bool)
-    _has_work(cs.kernel.is_train, s.has_job, s.backlog_n, s.queue, s.queue if arrivals is None else arrivals, arrivals is not None,
-              s.future, s.round, cs.max_cycles, upcoming, out)
+    _has_work(
+        cs.kernel.is_train,
+        s.has_job,
+        s.backlog_n,
+        s.queue,
+        s.queue if arrivals is None else arrivals,
+        arrivals is not None,
+        s.future,
+        s.round,
+        cs.max_cycles,
+        upcoming,
+        out,
+    )
     return out
 
 
@@ -246,8 +286,9 @@ def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, credit_rngs) -> StepResul
     credit_seconds = perf_counter() - t0
     o = credit.outcome
     fair = _fair(cs, live, work)
-    rf = fairness.detect(cfg.fairness, st.pool, st.pool_capacity, cs.lowest, s.fairness, live, work, o.requested, o.alloc, acts.gpus,
-                         acts.precision, fair)
+    rf = fairness.detect(
+        cfg.fairness, st.pool, st.pool_capacity, cs.lowest, s.fairness, live, work, o.requested, o.alloc, acts.gpus, acts.precision, fair
+    )
     degenerate = rf.lowest_precision | rf.hoarding
     reward = cs.credit.shape(credit, cs.scheme, live, rf.starved, degenerate)
     fairness.record_round(s.fairness, credit.welfare, live, o.oom, o.vetoed, o.power_throttled | o.thermal_throttled, degenerate)
@@ -271,16 +312,60 @@ def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, credit_rngs) -> StepResul
     # the episode sums, then who leaves: broke, or out of work before the horizon (terminated); at
     # max_cycles running out of the schedule is truncation
     terminated, truncated = np.empty((B, cs.T), bool), np.empty((B, cs.T), bool)
-    _close(live, reward, o.utility, s.ret, s.utility_sum, s.rounds, s.budget, cs.min_unit, st.is_train, s.has_job, s.backlog_n, s.queue,
-           s.future, s.round, cs.max_cycles, terminated, truncated)
-    return StepResult(credit=credit, reward=reward, terminated=terminated, truncated=truncated, live=live,
-                      starved=rf.starved, lowest_precision=rf.lowest_precision, hoarding=rf.hoarding, streak=rf.streak.copy(), fair=fair,
-                      credit_seconds=credit_seconds)
+    _close(
+        live,
+        reward,
+        o.utility,
+        s.ret,
+        s.utility_sum,
+        s.rounds,
+        s.budget,
+        cs.min_unit,
+        st.is_train,
+        s.has_job,
+        s.backlog_n,
+        s.queue,
+        s.future,
+        s.round,
+        cs.max_cycles,
+        terminated,
+        truncated,
+    )
+    return StepResult(
+        credit=credit,
+        reward=reward,
+        terminated=terminated,
+        truncated=truncated,
+        live=live,
+        starved=rf.starved,
+        lowest_precision=rf.lowest_precision,
+        hoarding=rf.hoarding,
+        streak=rf.streak.copy(),
+        fair=fair,
+        credit_seconds=credit_seconds,
+    )
 
 
 @nb.njit(cache=True, nogil=True)
-def _close(live, reward, utility, ret, utility_sum, rounds, budget, min_unit, is_train, has_job, backlog_n, queue, future, round_,
-           max_cycles, terminated, truncated):
+def _close(
+    live,
+    reward,
+    utility,
+    ret,
+    utility_sum,
+    rounds,
+    budget,
+    min_unit,
+    is_train,
+    has_job,
+    backlog_n,
+    queue,
+    future,
+    round_,
+    max_cycles,
+    terminated,
+    truncated,
+):
     """Add the round to the live tenants' episode sums; fill ``terminated`` (live, and broke or
     with no work left before the horizon) and ``truncated`` (live, not terminated, at the
     horizon). ``round_`` (B,) counts the round just played; the rest as in :class:`EnvState`."""
@@ -351,8 +436,16 @@ def _advance_jobs(t, live, jobs, has_job, job_born, pending, backlog_n, remainin
 def observe(cs: CoreStatic, s: EnvState, live: np.ndarray | None = None) -> np.ndarray:
     """(B, T, N_OBS) float32 observations of the round ahead (``live`` default ``s.live``)."""
     return cs.observer.matrix(
-        live=s.live if live is None else live, round_=s.round, state=s.round_state(), has_job=s.has_job, backlog_n=s.backlog_n,
-        fair=s.fair, last=s.last, has_last=s.has_last, arrivals_last=s.last_arrivals, streak=s.fairness.streak,
+        live=s.live if live is None else live,
+        round_=s.round,
+        state=s.round_state(),
+        has_job=s.has_job,
+        backlog_n=s.backlog_n,
+        fair=s.fair,
+        last=s.last,
+        has_last=s.has_last,
+        arrivals_last=s.last_arrivals,
+        streak=s.fairness.streak,
     )
 
 

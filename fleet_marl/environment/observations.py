@@ -73,8 +73,14 @@ class Observer:
         # ambient, critical - ambient, rack power cap)
         consts = np.zeros((st.T + 1, 6))
         consts[: st.T, :5] = np.stack([st.max_gpus, st.budget, st.job_tokens, self.mean_arrivals, st.list_price], axis=-1)
-        consts[st.T] = (cfg.max_cycles, bid_levels[-1], cfg.fairness.starvation_rounds, st.ambient_c, st.critical_temp_c - st.ambient_c,
-                        st.rack_power_cap_w)
+        consts[st.T] = (
+            cfg.max_cycles,
+            bid_levels[-1],
+            cfg.fairness.starvation_rounds,
+            st.ambient_c,
+            st.critical_temp_c - st.ambient_c,
+            st.rack_power_cap_w,
+        )
         self.consts = consts
 
     def matrix(self, *, live, round_, state: RoundState, has_job, backlog_n, fair, last, has_last, arrivals_last, streak) -> np.ndarray:
@@ -107,23 +113,95 @@ class Observer:
             has = np.asarray(has_last, bool)
             arr = arrivals_last
         _observe(
-            self.static, self.consts, st.is_train, st.pool, st.node_pool, st.pool_capacity.astype(np.float64),
-            np.asarray(live, bool), np.asarray(round_, np.int64), np.ascontiguousarray(s.budget_left, np.float64),
-            np.ascontiguousarray(s.remaining_tokens, np.float64), np.ascontiguousarray(s.queue, np.float64),
-            np.ascontiguousarray(s.prev_alloc, np.int64), np.ascontiguousarray(s.temp_c, np.float64), np.asarray(has_job, bool),
-            np.asarray(backlog_n, np.int64), np.asarray(fair, np.float64), has, np.asarray(arr, np.float64),
-            np.asarray(streak, np.int64), *(np.ascontiguousarray(a, np.float64) for a in lastf), *(np.ascontiguousarray(a, np.int64) for a in lasti),
-            *(np.ascontiguousarray(a, np.bool_) for a in lastb), np.ascontiguousarray(rack, np.float64), out,
+            self.static,
+            self.consts,
+            st.is_train,
+            st.pool,
+            st.node_pool,
+            st.pool_capacity.astype(np.float64),
+            np.asarray(live, bool),
+            np.asarray(round_, np.int64),
+            np.ascontiguousarray(s.budget_left, np.float64),
+            np.ascontiguousarray(s.remaining_tokens, np.float64),
+            np.ascontiguousarray(s.queue, np.float64),
+            np.ascontiguousarray(s.prev_alloc, np.int64),
+            np.ascontiguousarray(s.temp_c, np.float64),
+            np.asarray(has_job, bool),
+            np.asarray(backlog_n, np.int64),
+            np.asarray(fair, np.float64),
+            has,
+            np.asarray(arr, np.float64),
+            np.asarray(streak, np.int64),
+            *(np.ascontiguousarray(a, np.float64) for a in lastf),
+            *(np.ascontiguousarray(a, np.int64) for a in lasti),
+            *(np.ascontiguousarray(a, np.bool_) for a in lastb),
+            np.ascontiguousarray(rack, np.float64),
+            out,
         )
         return out
 
 
 # observation columns, as compile-time constants of _observe
-(_ALIVE, _ROUND, _BUDGET, _JOB, _WAIT, _QUEUE, _ARR, _HELD, _GRANT, _PRICE, _VALUE, _UTIL, _SLO, _OOM, _VETO, _UNSAFE, _THR, _RESTART,
- _MEM, _STARVE, _FAIR, _PFREE, _PDEM, _PPRICE, _TEMP, _RACK, _ASHARE) = (_O[k] for k in (
-    "alive", "round", "budget_left", "job_left", "jobs_waiting", "queue", "arrivals", "held", "granted", "price", "value", "utility", "slo",
-    "oom", "vetoed", "unsafe", "throttle", "restarted", "memory", "starvation", "fair_share", "pool_free", "pool_demand", "pool_price",
-    "temperature", "rack_power", "alive_share"))
+(
+    _ALIVE,
+    _ROUND,
+    _BUDGET,
+    _JOB,
+    _WAIT,
+    _QUEUE,
+    _ARR,
+    _HELD,
+    _GRANT,
+    _PRICE,
+    _VALUE,
+    _UTIL,
+    _SLO,
+    _OOM,
+    _VETO,
+    _UNSAFE,
+    _THR,
+    _RESTART,
+    _MEM,
+    _STARVE,
+    _FAIR,
+    _PFREE,
+    _PDEM,
+    _PPRICE,
+    _TEMP,
+    _RACK,
+    _ASHARE,
+) = (
+    _O[k]
+    for k in (
+        "alive",
+        "round",
+        "budget_left",
+        "job_left",
+        "jobs_waiting",
+        "queue",
+        "arrivals",
+        "held",
+        "granted",
+        "price",
+        "value",
+        "utility",
+        "slo",
+        "oom",
+        "vetoed",
+        "unsafe",
+        "throttle",
+        "restarted",
+        "memory",
+        "starvation",
+        "fair_share",
+        "pool_free",
+        "pool_demand",
+        "pool_price",
+        "temperature",
+        "rack_power",
+        "alive_share",
+    )
+)
 #: Per-tenant constants of _observe, columns of ``Observer.consts``.
 _C_MAXG, _C_BUDGET, _C_JOBT, _C_MEAN, _C_LIST = range(5)
 
@@ -135,16 +213,56 @@ def _sq(x, scale):
 
 
 @nb.njit(cache=True, nogil=True)
-def _observe(static, consts, is_train, pool, node_pool, pool_cap, live, round_, budget, remaining, queue, prev_alloc, temp, has_job,
-             backlog_n, fair, has_last, arrivals_last, streak, price, value, utility, slo, throttle, mem_total, mem_capacity,
-             requested, alloc, oom, vetoed, unsafe, restarted, rack_power, out):
+def _observe(
+    static,
+    consts,
+    is_train,
+    pool,
+    node_pool,
+    pool_cap,
+    live,
+    round_,
+    budget,
+    remaining,
+    queue,
+    prev_alloc,
+    temp,
+    has_job,
+    backlog_n,
+    fair,
+    has_last,
+    arrivals_last,
+    streak,
+    price,
+    value,
+    utility,
+    slo,
+    throttle,
+    mem_total,
+    mem_capacity,
+    requested,
+    alloc,
+    oom,
+    vetoed,
+    unsafe,
+    restarted,
+    rack_power,
+    out,
+):
     """The observation matrices of B clusters (``Observer.matrix``), each feature computed
     with the same operations in the same order as the numpy formulas of the module doc."""
     B, T = live.shape
     F = static.shape[1]
     Q = pool_cap.shape[0]
     K = node_pool.shape[0]
-    max_cycles, top, starvation_rounds, ambient, span, rack_cap = consts[T, 0], consts[T, 1], consts[T, 2], consts[T, 3], consts[T, 4], consts[T, 5]
+    max_cycles, top, starvation_rounds, ambient, span, rack_cap = (
+        consts[T, 0],
+        consts[T, 1],
+        consts[T, 2],
+        consts[T, 3],
+        consts[T, 4],
+        consts[T, 5],
+    )
     m = np.empty(F)
     alloc_q = np.empty(Q)
     req_q = np.empty(Q)
@@ -168,13 +286,11 @@ def _observe(static, consts, is_train, pool, node_pool, pool_cap, live, round_, 
             rack_max = -np.inf
             for r in range(rack_power.shape[1]):
                 v = rack_power[b, r] / rack_cap
-                if v > rack_max:
-                    rack_max = v
+                rack_max = max(rack_max, v)
         for q in range(Q):
             hot[q] = -np.inf
         for k in range(K):
-            if temp[b, k] > hot[node_pool[k]]:
-                hot[node_pool[k]] = temp[b, k]
+            hot[node_pool[k]] = max(hot[node_pool[k]], temp[b, k])
         for t in range(T):
             for f in range(F):
                 m[f] = static[t, f]
@@ -223,8 +339,9 @@ def _observe(static, consts, is_train, pool, node_pool, pool_cap, live, round_, 
 _CI = {name: k for k, (name, _) in enumerate(CLAIM_FIELDS)}
 
 
-def claim_features(st, top_bid: float, position: np.ndarray, gpus: np.ndarray, bid: np.ndarray, claimed: np.ndarray,
-                   rows: np.ndarray | None = None) -> np.ndarray:
+def claim_features(
+    st, top_bid: float, position: np.ndarray, gpus: np.ndarray, bid: np.ndarray, claimed: np.ndarray, rows: np.ndarray | None = None
+) -> np.ndarray:
     """(..., T, N_CLAIM) float32: each tenant's ``CLAIM_FIELDS`` (the sequential protocol) from the
     round's claims so far, for any leading batch axes (the AEC env passes one cluster, (T,); the
     per-turn vector env B clusters, (B, T)). ``position`` (..., T) int64 each tenant's place in
@@ -305,7 +422,7 @@ def observed_round(st, s: np.ndarray, include_queued_jobs: bool = False) -> Obse
     whole known work, as the planner counts it)."""
     T = st.T
     rows = s[: T * N_OBS].reshape(T, N_OBS).astype(np.float64)
-    temp = s[T * N_OBS: T * N_OBS + st.K].astype(np.float64)
+    temp = s[T * N_OBS : T * N_OBS + st.K].astype(np.float64)
     live = rows[:, _O["alive"]] > 0.5
     mean = mean_arrivals(st)
     waiting = np.rint(unsquash(rows[:, _O["jobs_waiting"]]))

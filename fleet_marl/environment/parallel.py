@@ -10,23 +10,49 @@ import gymnasium
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from fleet_marl.errors import short_repr
 from fleet_marl.config import FleetConfig
 from fleet_marl.environment import core
 from fleet_marl.environment.render import render_frame
 from fleet_marl.environment.spaces import (
-    ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_OBS, OBS_MODES, OK, PREC, ActionError, AgentSpaces, build_spaces, check_agent, check_indices, check_mask_layout,
-    departed, parse_action,
+    ACTION_FIELDS,
+    ILLEGAL_ACTION,
+    N_ACT,
+    N_OBS,
+    OBS_MODES,
+    OK,
+    PREC,
+    ActionError,
+    AgentSpaces,
+    build_spaces,
+    check_agent,
+    check_indices,
+    check_mask_layout,
+    departed,
+    parse_action,
 )
 from fleet_marl.environment.views import EnvViews
+from fleet_marl.errors import short_repr
 from fleet_marl.tasks import check_protocol, make_config
-
 
 #: The flags of the kernel's outcome every step's infos carry, and every info key after the
 #: rewards (``REWARD_PREFIX + scheme`` for each computed scheme come first), in order.
 _FLAG_KEYS = ("oom", "vetoed", "unsafe_numerics", "projected", "tripped", "restarted")
-_INFO_KEYS = ("utility", "welfare", "requested", "alloc", "throttled", "starved", "starvation_streak", "fair_share", "degenerate",
-              "lowest_precision", "hoarding", "illegal", "illegal_fields", "action_mask") + _FLAG_KEYS
+_INFO_KEYS = (
+    "utility",
+    "welfare",
+    "requested",
+    "alloc",
+    "throttled",
+    "starved",
+    "starvation_streak",
+    "fair_share",
+    "degenerate",
+    "lowest_precision",
+    "hoarding",
+    "illegal",
+    "illegal_fields",
+    "action_mask",
+) + _FLAG_KEYS
 #: Each computed scheme's reward is ``infos[agent][REWARD_PREFIX + scheme]``.
 REWARD_PREFIX = "reward_"
 #: The info values after ``reset()`` (no round played yet), in ``_INFO_KEYS`` order;
@@ -75,16 +101,20 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
         """``task`` (default ``"easy"``) or a full ``config``, plus overrides of any field."""
         cfg, opts = make_config(task, config, **overrides)
         if check_protocol(opts)[0] == "sequential":
-            raise ValueError("protocol = 'sequential': the ParallelEnv has every tenant act at once, and the sequential protocol is "
-                             "turn-based (each tenant sees the claims made before its turn); use fleet_marl.env(protocol='sequential', ...), "
-                             "the AEC env")
+            raise ValueError(
+                "protocol = 'sequential': the ParallelEnv has every tenant act at once, and the sequential protocol is "
+                "turn-based (each tenant sees the claims made before its turn); use fleet_marl.env(protocol='sequential', ...), "
+                "the AEC env"
+            )
         self.task = (task or "easy") if config is None else None
         self.obs_mode = opts.get("obs_mode", "flat")
         if self.obs_mode not in OBS_MODES:
             raise ValueError(f"obs_mode = {self.obs_mode!r}: expected one of {', '.join(map(repr, OBS_MODES))}")
         self.render_mode = opts.get("render_mode")
         if self.render_mode is not None and self.render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode = {self.render_mode!r}: expected None or one of {', '.join(map(repr, self.metadata['render_modes']))}")
+            raise ValueError(
+                f"render_mode = {self.render_mode!r}: expected None or one of {', '.join(map(repr, self.metadata['render_modes']))}"
+            )
         self.illegal_action = opts.get("illegal_action", "veto")
         if self.illegal_action not in ILLEGAL_ACTION:
             raise ValueError(f"illegal_action = {short_repr(self.illegal_action)}: expected one of {', '.join(map(repr, ILLEGAL_ACTION))}")
@@ -110,7 +140,11 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
         self._prec_legal = cs.masks.prec_legal  # (T, P)
         self.nvec = cs.nvec  # (T, 8)
         self.action_spaces, self.observation_spaces, self.state_space = build_spaces(
-            self.possible_agents, self.nvec, self.obs_mode, T * N_OBS + st.K + st.n_racks, self.mask_layout,
+            self.possible_agents,
+            self.nvec,
+            self.obs_mode,
+            T * N_OBS + st.K + st.n_racks,
+            self.mask_layout,
         )
         self.reward_schemes = cs.schemes  # the schemes computed each round: infos[agent]["reward_<scheme>"]
         #: the info keys, in order: each computed scheme's reward, then _INFO_KEYS
@@ -159,7 +193,9 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
         masks = self._masks()
         observations_ = self._observations(obs_m, masks, self.agents)
         # the same keys as every step's infos, with the values of no round played
-        infos = {a: {**self._reset_info, "illegal_fields": np.zeros(N_ACT, bool), "action_mask": masks[self.agent_index[a]]} for a in self.agents}
+        infos = {
+            a: {**self._reset_info, "illegal_fields": np.zeros(N_ACT, bool), "action_mask": masks[self.agent_index[a]]} for a in self.agents
+        }
         if self.render_mode == "human":
             self.render()
         return observations_, infos
@@ -174,11 +210,18 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
                 raise ActionError("actions", "type", type(actions).__name__, "a dict {agent: action}")
             for a in actions:
                 if a not in self.agent_index:
-                    raise ActionError(a, "agent", a, f"an agent of this env, one of {', '.join(self.possible_agents)} (none is live: every agent finished)")
+                    raise ActionError(
+                        a,
+                        "agent",
+                        a,
+                        f"an agent of this env, one of {', '.join(self.possible_agents)} (none is live: every agent finished)",
+                    )
             if not self._warned_empty:
                 self._warned_empty = True
-                gymnasium.logger.warn("step() called with no live agent (every agent finished): it returns five empty dicts; "
-                                      "call env.reset() to start a new episode")
+                gymnasium.logger.warn(
+                    "step() called with no live agent (every agent finished): it returns five empty dicts; "
+                    "call env.reset() to start a new episode"
+                )
             return {}, {}, {}, {}, {}
         idx, illegal = self._validate(actions)
         cs, s = self._core, self._s
@@ -201,10 +244,24 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
         if illegal is None:
             illegal = np.zeros((T, N_ACT), bool)
         # each tenant's info values in self._info_keys order, built column by column
-        columns = zip(*(credit.rewards[k].tolist() for k in self._core.schemes), o.utility[0].tolist(), [credit.welfare] * T,
-                      o.requested[0].tolist(), o.alloc[0].tolist(), (o.power_throttled[0] | o.thermal_throttled[0]).tolist(), r.starved[0].tolist(),
-                      r.streak[0].tolist(), r.fair[0].tolist(), (lowest | hoarding).tolist(), lowest.tolist(), hoarding.tolist(),
-                      illegal.any(1).tolist(), illegal, masks, *(getattr(o, k)[0].tolist() for k in _FLAG_KEYS))
+        columns = zip(
+            *(credit.rewards[k].tolist() for k in self._core.schemes),
+            o.utility[0].tolist(),
+            [credit.welfare] * T,
+            o.requested[0].tolist(),
+            o.alloc[0].tolist(),
+            (o.power_throttled[0] | o.thermal_throttled[0]).tolist(),
+            r.starved[0].tolist(),
+            r.streak[0].tolist(),
+            r.fair[0].tolist(),
+            (lowest | hoarding).tolist(),
+            lowest.tolist(),
+            hoarding.tolist(),
+            illegal.any(1).tolist(),
+            illegal,
+            masks,
+            *(getattr(o, k)[0].tolist() for k in _FLAG_KEYS),
+        )
         per_tenant = list(columns)
         summary = self.fairness if any(done_l) else None
         keys = self._info_keys
@@ -243,8 +300,9 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
                 idx[rows] = np.stack(vals)
                 cs, s = self._core, self._s
                 checked, illegal = np.empty((1, T, N_ACT), np.int64), np.empty((1, T), bool)
-                code, _, _, _ = check_indices(idx[None], s.live, cs.nvec, cs.default_index, cs.masks.prec_legal, cs.min_unit, s.budget,
-                                              False, checked, illegal)
+                code, _, _, _ = check_indices(
+                    idx[None], s.live, cs.nvec, cs.default_index, cs.masks.prec_legal, cs.min_unit, s.budget, False, checked, illegal
+                )
                 if code == OK and not illegal.any():  # every choice in range and allowed by the masks
                     return idx, None
                 if code == OK:  # some masked choices: name them (veto) or raise
@@ -284,8 +342,12 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
         if self.illegal_action == "raise":
             i = int(np.flatnonzero(bad.any(1))[0])
             k = int(np.flatnonzero(bad[i])[0])
-            raise ActionError(self.possible_agents[i], f"action[{k}] ({ACTION_FIELDS[k]})", int(idx[i, k]),
-                              "a choice the action mask allows (see infos[agent]['action_mask'])")
+            raise ActionError(
+                self.possible_agents[i],
+                f"action[{k}] ({ACTION_FIELDS[k]})",
+                int(idx[i, k]),
+                "a choice the action mask allows (see infos[agent]['action_mask'])",
+            )
         return bad
 
     def _masks(self) -> list:

@@ -45,7 +45,9 @@ def render_ansi(env) -> str:
     lines = []
     welfare = "-" if credit is None else f"{credit.welfare:+.3f}"
     racks = "-" if o is None else " ".join(f"{p / 1000:.1f}kW" for p in o.rack_power_w)
-    lines.append(f"fleet_v0 {env.task or 'custom'}  round {env.round}/{cfg.max_cycles}  welfare {welfare}  racks {racks} (cap {st.rack_power_cap_w / 1000:.1f}kW)  live {len(env.agents)}/{st.T}")
+    lines.append(
+        f"fleet_v0 {env.task or 'custom'}  round {env.round}/{cfg.max_cycles}  welfare {welfare}  racks {racks} (cap {st.rack_power_cap_w / 1000:.1f}kW)  live {len(env.agents)}/{st.T}"
+    )
     head = f"{'tenant':<10} {'kind':<5} {'model':<13} {'gpu':<10} {'gpus':>6} {'precision':<15} {'batch':>5} {'tok/s':>7} {'mem':>5} {'temp':>6} {'starve':>6} {'u':>7}"
     lines.append(head)
     lines.append("-" * len(head))
@@ -69,7 +71,9 @@ def render_ansi(env) -> str:
         status = "" if a in env.agents else " (done)"
         streak = int(fairness.streak[i])
         starve = f"{streak}{'!' if fairness.starved[i] else ''}"
-        lines.append(f"{a + status:<10} {t.kind:<5} {t.model[:13]:<13} {t.gpu_type[:10]:<10} {gp:>6} {prec:<15} {batch:>5} {tps:>7} {mem:>5} {temp:>6} {starve:>6} {u:>7}")
+        lines.append(
+            f"{a + status:<10} {t.kind:<5} {t.model[:13]:<13} {t.gpu_type[:10]:<10} {gp:>6} {prec:<15} {batch:>5} {tps:>7} {mem:>5} {temp:>6} {starve:>6} {u:>7}"
+        )
     return "\n".join(lines)
 
 

@@ -40,8 +40,17 @@ def default_action(st, bid_levels: np.ndarray, prec_legal: np.ndarray) -> tuple[
     terms = stage1(st, precision)
 
     def fit(t: int, n: int) -> float:
-        return fitting_batch(terms.weights[t], terms.grads[t], terms.master[t], terms.optimizer[t], terms.per_seq_local[t],
-                             terms.per_seq_sharded[t], terms.kv_heads[t], n, st.mem_bytes[t])
+        return fitting_batch(
+            terms.weights[t],
+            terms.grads[t],
+            terms.master[t],
+            terms.optimizer[t],
+            terms.per_seq_local[t],
+            terms.per_seq_sharded[t],
+            terms.kv_heads[t],
+            n,
+            st.mem_bytes[t],
+        )
 
     # the fewest GPUs that hold one sequence, for models too big for the fair share
     least = np.array([next((n for n in range(1, int(st.max_gpus[t]) + 1) if fit(t, n) >= 1), st.max_gpus[t]) for t in range(T)])
@@ -63,7 +72,9 @@ def job_rounds_alone(st, default_actions: Actions) -> np.ndarray:
     T = st.T
     d = default_actions
     state = RoundState.initial(st)
-    state = RoundState(prev_alloc=d.gpus.copy(), temp_c=state.temp_c, queue=state.queue, remaining_tokens=np.full(T, np.inf), budget_left=np.full(T, 1e300))
+    state = RoundState(
+        prev_alloc=d.gpus.copy(), temp_c=state.temp_c, queue=state.queue, remaining_tokens=np.full(T, np.inf), budget_left=np.full(T, 1e300)
+    )
     out = evaluate(st, d, state, Draws.expected(st), np.eye(T, dtype=bool), validate=False)
     rate = np.diagonal(out.tokens_per_s)
     with np.errstate(divide="ignore"):

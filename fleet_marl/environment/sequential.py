@@ -55,9 +55,32 @@ from fleet_marl.tasks import require_sequential
 
 #: The round engine's read-only views and helpers the sequential env shows as its own.
 VIEWS = (
-    "config", "task", "kernel_static", "bid_levels", "nvec", "default_action_index", "default_actions", "rounds_alone", "reward_schemes",
-    "agent_index", "illegal_action", "mask_layout", "round", "last_outcome", "last_credit", "fairness", "episode_reports", "node_temperatures",
-    "round_state", "arrival_schedule", "observed_round", "action_mask", "check_action", "credit_seconds", "last_credit_seconds", "steps_taken",
+    "config",
+    "task",
+    "kernel_static",
+    "bid_levels",
+    "nvec",
+    "default_action_index",
+    "default_actions",
+    "rounds_alone",
+    "reward_schemes",
+    "agent_index",
+    "illegal_action",
+    "mask_layout",
+    "round",
+    "last_outcome",
+    "last_credit",
+    "fairness",
+    "episode_reports",
+    "node_temperatures",
+    "round_state",
+    "arrival_schedule",
+    "observed_round",
+    "action_mask",
+    "check_action",
+    "credit_seconds",
+    "last_credit_seconds",
+    "steps_taken",
 )
 #: Columns per tenant that ``state()`` appends to the simultaneous protocol's state vector.
 STATE_CLAIM_COLUMNS = ("claimed", "gpus", "bid", "position")
@@ -80,14 +103,18 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
         """``task`` or ``config`` and overrides as ``parallel_env`` takes them, plus
         ``protocol="sequential"`` and ``turn_order`` (default ``"fixed"``)."""
         super().__init__()
-        self.turn_order = require_sequential(overrides, "FleetSequentialEnv", "fleet_marl.env(protocol='simultaneous') is the AEC form of the ParallelEnv")
+        self.turn_order = require_sequential(
+            overrides, "FleetSequentialEnv", "fleet_marl.env(protocol='simultaneous') is the AEC form of the ParallelEnv"
+        )
         self.protocol = "sequential"
         self.obs_mode = overrides.pop("obs_mode", "flat")
         if self.obs_mode not in OBS_MODES:
             raise ValueError(f"obs_mode = {self.obs_mode!r}: expected one of {', '.join(map(repr, OBS_MODES))}")
         self.render_mode = overrides.pop("render_mode", None)
         if self.render_mode is not None and self.render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode = {self.render_mode!r}: expected None or one of {', '.join(map(repr, self.metadata['render_modes']))}")
+            raise ValueError(
+                f"render_mode = {self.render_mode!r}: expected None or one of {', '.join(map(repr, self.metadata['render_modes']))}"
+            )
         #: the round engine: the simultaneous protocol's env, stepped once per round with the joint action
         self.env = FleetParallelEnv(task, config, obs_mode="flat", **overrides)
         self.possible_agents = self.env.possible_agents[:]
@@ -101,7 +128,12 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
         e = self.env
         T = len(self.possible_agents)
         self.action_spaces, self.observation_spaces, self.state_space = build_spaces(
-            self.possible_agents, e.nvec, self.obs_mode, e.state_space.shape[0] + len(STATE_CLAIM_COLUMNS) * T, e.mask_layout, N_OBS + N_CLAIM,
+            self.possible_agents,
+            e.nvec,
+            self.obs_mode,
+            e.state_space.shape[0] + len(STATE_CLAIM_COLUMNS) * T,
+            e.mask_layout,
+            N_OBS + N_CLAIM,
         )
         st = e.kernel_static
         self._priority_order = sorted(range(T), key=lambda i: (-float(st.priority[i]), i))
@@ -208,7 +240,9 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
         if self._claim_rows is None:
             bids = self.env.bid_levels[self._joint[:, 1]]
             gpus = np.where(self._claimed, self._joint[:, 0], 0)
-            self._claim_rows = claim_features(self.env.kernel_static, float(self.env.bid_levels[-1]), self._position, gpus, bids, self._claimed)
+            self._claim_rows = claim_features(
+                self.env.kernel_static, float(self.env.bid_levels[-1]), self._position, gpus, bids, self._claimed
+            )
         return self._claim_rows
 
     def observe(self, agent: str):
@@ -233,8 +267,13 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
         for a in self._order:
             i = self.env.agent_index[a]
             if self._claimed[i]:
-                out[a] = {"position": int(self._position[i]), "pool": st.pools[st.pool[i]], "gpus": int(self._joint[i, 0]),
-                          "bid_level": int(self._joint[i, 1]), "bid": float(self.env.bid_levels[self._joint[i, 1]])}
+                out[a] = {
+                    "position": int(self._position[i]),
+                    "pool": st.pools[st.pool[i]],
+                    "gpus": int(self._joint[i, 0]),
+                    "bid_level": int(self._joint[i, 1]),
+                    "bid": float(self.env.bid_levels[self._joint[i, 1]]),
+                }
         return out
 
     @property
@@ -274,4 +313,4 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
         self.env.close()
 
 
-__all__ = ["FleetSequentialEnv", "STATE_CLAIM_COLUMNS", "VIEWS"]
+__all__ = ["STATE_CLAIM_COLUMNS", "VIEWS", "FleetSequentialEnv"]

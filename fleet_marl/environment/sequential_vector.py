@@ -4,7 +4,8 @@ over :class:`~fleet_marl.environment.vector.FleetVectorEnv` (which clears each r
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import gymnasium
 import numpy as np
@@ -57,13 +58,22 @@ class FleetSequentialVectorEnv:
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(self, num_envs: int = 1, task: str | None = None, config=None, **overrides: Any):
-        self.turn_order = require_sequential(overrides, "FleetSequentialVectorEnv", "FleetVectorEnv is the simultaneous protocol's vector env")
+        self.turn_order = require_sequential(
+            overrides, "FleetSequentialVectorEnv", "FleetVectorEnv is the simultaneous protocol's vector env"
+        )
         self.protocol = "sequential"
         #: the round engine: the simultaneous protocol's vector env, stepped once per round with the joint action
         self.venv = FleetVectorEnv(num_envs, task, config, **overrides)
         v = self.venv
         self.num_envs, self.num_agents, self.possible_agents = v.num_envs, v.num_agents, v.possible_agents
-        self.task, self.config, self.kernel_static, self.nvec, self.nvec_max, self.mask_size = v.task, v.config, v.kernel_static, v.nvec, v.nvec_max, v.mask_size
+        self.task, self.config, self.kernel_static, self.nvec, self.nvec_max, self.mask_size = (
+            v.task,
+            v.config,
+            v.kernel_static,
+            v.nvec,
+            v.nvec_max,
+            v.mask_size,
+        )
         self._offsets = v.mask_offsets
         B, T = self.num_envs, self.num_agents
         F = N_OBS + N_CLAIM
@@ -112,10 +122,17 @@ class FleetSequentialVectorEnv:
             raise RuntimeError("step() called before reset(): call venv.reset(seed=...) first")
         B, T = self.num_envs, self.num_agents
         a = np.asarray(actions) if actions is not None else None
-        if a is None or a.dtype == object or a.dtype == bool or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        if (
+            a is None
+            or a.dtype == object
+            or a.dtype == bool
+            or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating))
+        ):
             raise ActionError("actions", "dtype", None if a is None else a.dtype, f"an integer array of shape ({B}, {N_ACT})")
         if a.shape != (B, N_ACT):
-            raise ActionError("actions", "shape", a.shape, f"({B}, {N_ACT}): clusters, {', '.join(ACTION_FIELDS)} of the tenant whose turn it is")
+            raise ActionError(
+                "actions", "shape", a.shape, f"({B}, {N_ACT}): clusters, {', '.join(ACTION_FIELDS)} of the tenant whose turn it is"
+            )
         rows = np.arange(B)
         agent, active = self._order[:, self.turn], self.turn < self._n_live
         full = np.zeros((B, T, N_ACT), a.dtype)
@@ -164,8 +181,14 @@ class FleetSequentialVectorEnv:
         its round-start row and the claims made before its place (a tenant whose turn is still to
         come sees the claims so far that come before it)."""
         self._need_reset("observations()")
-        claims = claim_features(self.kernel_static, self._top_bid, self._position, np.where(self._claimed, self._joint[..., 0], 0),
-                                self._bid_levels[self._joint[..., 1]], self._claimed)
+        claims = claim_features(
+            self.kernel_static,
+            self._top_bid,
+            self._position,
+            np.where(self._claimed, self._joint[..., 0], 0),
+            self._bid_levels[self._joint[..., 1]],
+            self._claimed,
+        )
         return np.concatenate([self._base, claims], -1)
 
     def sample_actions(self, infos: dict, rng: np.random.Generator | None = None) -> np.ndarray:
@@ -218,16 +241,29 @@ class FleetSequentialVectorEnv:
     def _turn_obs(self) -> np.ndarray:
         rows = np.arange(self.num_envs)
         agent = self._order[:, self.turn]
-        claims = claim_features(self.kernel_static, self._top_bid, self._position, np.where(self._claimed, self._joint[..., 0], 0),
-                                self._bid_levels[self._joint[..., 1]], self._claimed, rows=agent)
+        claims = claim_features(
+            self.kernel_static,
+            self._top_bid,
+            self._position,
+            np.where(self._claimed, self._joint[..., 0], 0),
+            self._bid_levels[self._joint[..., 1]],
+            self._claimed,
+            rows=agent,
+        )
         return np.concatenate([self._base[rows, agent], claims], -1)
 
     def _turn_infos(self, infos: dict, round_end: bool) -> dict:
         rows = np.arange(self.num_envs)
         agent = self._order[:, self.turn]
         mask = self._mask[rows, agent]
-        infos.update(agent=agent.copy(), active=self.turn < self._n_live, turn=self.turn, round_end=round_end, action_mask=mask,
-                     action_mask_dims=tuple(mask[..., self._offsets[d]: self._offsets[d + 1]] for d in range(N_ACT)))
+        infos.update(
+            agent=agent.copy(),
+            active=self.turn < self._n_live,
+            turn=self.turn,
+            round_end=round_end,
+            action_mask=mask,
+            action_mask_dims=tuple(mask[..., self._offsets[d] : self._offsets[d + 1]] for d in range(N_ACT)),
+        )
         return infos
 
 

@@ -112,10 +112,9 @@ def decode_actions(idx: np.ndarray, bid_levels: np.ndarray) -> Actions:
 
 def action_nvec(max_gpus: np.ndarray, n_bids: int) -> np.ndarray:
     """(T, 8) the ``MultiDiscrete`` sizes of each tenant's action."""
-    return np.stack([
-        np.concatenate(([m + 1, n_bids], np.full(catalog.N_GROUPS, catalog.N_PRECISIONS), [len(BATCH_LEVELS)]))
-        for m in max_gpus
-    ]).astype(np.int64)
+    return np.stack(
+        [np.concatenate(([m + 1, n_bids], np.full(catalog.N_GROUPS, catalog.N_PRECISIONS), [len(BATCH_LEVELS)])) for m in max_gpus]
+    ).astype(np.int64)
 
 
 class FlatMaskMultiDiscrete(gymnasium.spaces.MultiDiscrete):
@@ -143,9 +142,11 @@ def mask_space(nvec_row: np.ndarray, mask_layout: str = "dims") -> gymnasium.spa
 def check_mask_layout(mask_layout) -> str:
     """``mask_layout`` if it is one of :data:`MASK_LAYOUTS`, else a ValueError naming it."""
     if not isinstance(mask_layout, str) or mask_layout not in MASK_LAYOUTS:
-        raise ValueError(f"mask_layout = {mask_layout!r}: expected 'dims' (a tuple of 8 int8 arrays, one per action dimension: "
-                         "PettingZoo's tests, MultiDiscrete.sample(mask=)) or 'flat' (one int8 vector of length sum(nvec), "
-                         "the 8 concatenated: TorchRL's PettingZooWrapper and MultiCategorical)")
+        raise ValueError(
+            f"mask_layout = {mask_layout!r}: expected 'dims' (a tuple of 8 int8 arrays, one per action dimension: "
+            "PettingZoo's tests, MultiDiscrete.sample(mask=)) or 'flat' (one int8 vector of length sum(nvec), "
+            "the 8 concatenated: TorchRL's PettingZooWrapper and MultiCategorical)"
+        )
     return mask_layout
 
 
@@ -157,8 +158,9 @@ def mask_dims(mask, nvec_row: np.ndarray) -> tuple[np.ndarray, ...]:
     return tuple(mask)
 
 
-def build_spaces(agents: list[str], nvec: np.ndarray, obs_mode: str, state_size: int,
-                 mask_layout: str = "dims", n_obs: int = N_OBS) -> tuple[dict, dict, gymnasium.spaces.Box]:
+def build_spaces(
+    agents: list[str], nvec: np.ndarray, obs_mode: str, state_size: int, mask_layout: str = "dims", n_obs: int = N_OBS
+) -> tuple[dict, dict, gymnasium.spaces.Box]:
     """(action spaces, observation spaces, state space), built once per scenario; ``n_obs``
     features per observation (``N_OBS + N_CLAIM`` under the sequential protocol)."""
     space = FlatMaskMultiDiscrete if mask_layout == "flat" else gymnasium.spaces.MultiDiscrete
@@ -167,10 +169,12 @@ def build_spaces(agents: list[str], nvec: np.ndarray, obs_mode: str, state_size:
         observation_spaces = {a: gymnasium.spaces.Box(0.0, 1.0, (n_obs,), np.float32) for a in agents}
     else:
         observation_spaces = {
-            a: gymnasium.spaces.Dict({
-                "observation": gymnasium.spaces.Box(0.0, 1.0, (n_obs,), np.float32),
-                "action_mask": mask_space(nvec[i], mask_layout),
-            })
+            a: gymnasium.spaces.Dict(
+                {
+                    "observation": gymnasium.spaces.Box(0.0, 1.0, (n_obs,), np.float32),
+                    "action_mask": mask_space(nvec[i], mask_layout),
+                }
+            )
             for i, a in enumerate(agents)
         }
     return action_spaces, observation_spaces, gymnasium.spaces.Box(0.0, 1.0, (state_size,), np.float32)
@@ -282,7 +286,12 @@ def parse_action(a: str, act, nvec: np.ndarray) -> np.ndarray:
     """One agent's action as 8 int64 indices, or an :class:`ActionError` naming the bad
     field: an integer (or integral float) array of shape (8,) within ``nvec``."""
     arr = np.asarray(act) if act is not None else None
-    if arr is None or arr.dtype == object or arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+    if (
+        arr is None
+        or arr.dtype == object
+        or arr.dtype == bool
+        or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating))
+    ):
         raise ActionError(a, "action", act, f"an integer array of shape ({N_ACT},) from action_space('{a}')")
     if arr.shape != (N_ACT,):
         raise ActionError(a, "action.shape", arr.shape, f"({N_ACT},): {', '.join(ACTION_FIELDS)}")
@@ -304,7 +313,9 @@ def check_agent(a, agent_index: dict, agents: list[str], live: set) -> int:
     if a not in agent_index:
         raise ActionError(a, "agent", a, f"a live agent, one of {', '.join(agents)}")
     if a not in live:
-        raise ActionError(a, "agent", a, f"a live agent; {a} has finished (PettingZoo: finished agents take no action). Live: {', '.join(agents)}")
+        raise ActionError(
+            a, "agent", a, f"a live agent; {a} has finished (PettingZoo: finished agents take no action). Live: {', '.join(agents)}"
+        )
     return agent_index[a]
 
 
@@ -340,9 +351,35 @@ class AgentSpaces:
 
 
 __all__ = [
+    "ACTION_FIELDS",
+    "BATCH_LEVELS",
+    "CLAIM_FIELDS",
+    "ILLEGAL_ACTION",
+    "MASK_LAYOUTS",
+    "NOT_ALLOWED",
+    "NOT_INTEGER",
+    "N_ACT",
+    "N_CLAIM",
+    "N_OBS",
+    "OBS_FIELDS",
+    "OBS_INDEX",
+    "OBS_MODES",
+    "OK",
+    "OUT_OF_RANGE",
+    "PREC",
+    "SEQUENTIAL_OBS_INDEX",
+    "ActionError",
+    "ActionMasks",
     "AgentSpaces",
-    "ACTION_FIELDS", "ActionError", "ActionMasks", "BATCH_LEVELS", "CLAIM_FIELDS", "ILLEGAL_ACTION", "MASK_LAYOUTS", "N_ACT", "N_CLAIM", "N_OBS",
-    "OBS_FIELDS", "OBS_INDEX", "SEQUENTIAL_OBS_INDEX",
-    "NOT_ALLOWED", "NOT_INTEGER", "OBS_MODES", "OK", "OUT_OF_RANGE", "PREC", "action_nvec", "build_spaces", "check_agent", "check_indices",
-    "FlatMaskMultiDiscrete", "check_mask_layout", "decode_actions", "departed", "mask_dims", "mask_space", "parse_action",
+    "FlatMaskMultiDiscrete",
+    "action_nvec",
+    "build_spaces",
+    "check_agent",
+    "check_indices",
+    "check_mask_layout",
+    "decode_actions",
+    "departed",
+    "mask_dims",
+    "mask_space",
+    "parse_action",
 ]

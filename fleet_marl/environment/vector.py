@@ -26,16 +26,27 @@ conventions otherwise (seeding, same-step autoreset announced in ``metadata["aut
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import gymnasium
 import numba as nb
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from fleet_marl.errors import short_repr
 from fleet_marl.environment import core
-from fleet_marl.environment.spaces import ACTION_FIELDS, ILLEGAL_ACTION, N_ACT, N_OBS, NOT_ALLOWED, NOT_INTEGER, OUT_OF_RANGE, ActionError, check_indices
+from fleet_marl.environment.spaces import (
+    ACTION_FIELDS,
+    ILLEGAL_ACTION,
+    N_ACT,
+    N_OBS,
+    NOT_ALLOWED,
+    NOT_INTEGER,
+    OUT_OF_RANGE,
+    ActionError,
+    check_indices,
+)
+from fleet_marl.errors import short_repr
 from fleet_marl.tasks import check_protocol, make_config
 
 
@@ -45,7 +56,7 @@ def sample_masked(mask: np.ndarray, offsets, rng: np.random.Generator | None = N
     rng = np.random.default_rng() if rng is None else rng
     out = np.zeros(mask.shape[:-1] + (N_ACT,), np.int64)
     for d in range(N_ACT):
-        m = mask[..., offsets[d]: offsets[d + 1]]
+        m = mask[..., offsets[d] : offsets[d + 1]]
         u = rng.random(m.shape) * m  # the largest uniform draw among the allowed choices
         out[..., d] = np.argmax(np.where(m, u + 1e-12, -1.0), axis=-1)
     return out
@@ -72,13 +83,17 @@ class FleetVectorEnv:
             raise ValueError(f"num_envs = {num_envs!r}: expected an integer >= 1")
         cfg, opts = make_config(task, config, **overrides)
         if check_protocol(opts)[0] == "sequential":  # a bad protocol or turn_order is a ConfigError naming it
-            raise ValueError("protocol = 'sequential': FleetVectorEnv steps every tenant of every cluster at once (a round per step, "
-                             "the simultaneous protocol); the sequential protocol is turn-based: use fleet_marl.vector_env(protocol="
-                             "'sequential', ...) (FleetSequentialVectorEnv, one turn per step) or fleet_marl.env(protocol='sequential', ...), the AEC env")
+            raise ValueError(
+                "protocol = 'sequential': FleetVectorEnv steps every tenant of every cluster at once (a round per step, "
+                "the simultaneous protocol); the sequential protocol is turn-based: use fleet_marl.vector_env(protocol="
+                "'sequential', ...) (FleetSequentialVectorEnv, one turn per step) or fleet_marl.env(protocol='sequential', ...), the AEC env"
+            )
         opts.pop("protocol", None)  # protocol='simultaneous' is what the vector env plays
         unknown = set(opts) - {"illegal_action"}
         if unknown:
-            raise ValueError(f"{sorted(unknown)[0]} = {opts[sorted(unknown)[0]]!r}: the vector env has no such option (obs_mode, render_mode and mask_layout are the parallel env's; the vector env's mask is always flat)")
+            raise ValueError(
+                f"{sorted(unknown)[0]} = {opts[sorted(unknown)[0]]!r}: the vector env has no such option (obs_mode, render_mode and mask_layout are the parallel env's; the vector env's mask is always flat)"
+            )
         self.illegal_action = opts.get("illegal_action", "veto")
         if self.illegal_action not in ILLEGAL_ACTION:
             raise ValueError(f"illegal_action = {short_repr(self.illegal_action)}: expected one of {', '.join(map(repr, ILLEGAL_ACTION))}")
@@ -99,13 +114,13 @@ class FleetVectorEnv:
             rng = np.arange(n)
             for t in range(T):
                 if d == 1 or d == N_ACT - 1:
-                    static[t, self._offsets[d]: self._offsets[d + 1]] = rng < cs.nvec[t, d]
+                    static[t, self._offsets[d] : self._offsets[d + 1]] = rng < cs.nvec[t, d]
                 else:
-                    static[t, self._offsets[d]: self._offsets[d + 1]] = cs.masks.prec_legal[t, :n]
+                    static[t, self._offsets[d] : self._offsets[d + 1]] = cs.masks.prec_legal[t, :n]
         self._static_mask = static
         self._all_allowed = np.zeros((T, self.mask_size), bool)
         for d in range(N_ACT):
-            self._all_allowed[:, self._offsets[d]: self._offsets[d + 1]] = np.arange(self.nvec_max[d])[None, :] < cs.nvec[:, d, None]
+            self._all_allowed[:, self._offsets[d] : self._offsets[d + 1]] = np.arange(self.nvec_max[d])[None, :] < cs.nvec[:, d, None]
         S = T * N_OBS + cs.kernel.K + cs.kernel.n_racks
         self.single_observation_space = gymnasium.spaces.Box(0.0, 1.0, (T, N_OBS), np.float32)
         self.single_action_space = gymnasium.spaces.MultiDiscrete(cs.nvec)
@@ -156,8 +171,11 @@ class FleetVectorEnv:
             infos["final_obs"] = obs.copy()
             infos["final_state"] = core.state_vectors(cs, s, core.observe(cs, s))  # as state() shows it after the last step
             infos["episode"] = {
-                "return": s.ret.copy(), "utility": s.utility_sum.copy(), "rounds": s.rounds.copy(),
-                "welfare": s.fairness.welfare_sum.copy(), "length": s.round.copy(),
+                "return": s.ret.copy(),
+                "utility": s.utility_sum.copy(),
+                "rounds": s.rounds.copy(),
+                "welfare": s.fairness.welfare_sum.copy(),
+                "length": s.round.copy(),
             }
             core.reset(cs, s, which, self._rngs)
             fresh = core.observe(cs, s)
@@ -246,21 +264,45 @@ class FleetVectorEnv:
         cs, s = self._core, self._s
         B, T = self.num_envs, self.num_agents
         a = np.asarray(actions) if actions is not None else None
-        if a is None or a.dtype == object or a.dtype == bool or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        if (
+            a is None
+            or a.dtype == object
+            or a.dtype == bool
+            or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating))
+        ):
             raise ActionError("actions", "dtype", None if a is None else a.dtype, f"an integer array of shape ({B}, {T}, {N_ACT})")
         if a.shape != (B, T, N_ACT):
             raise ActionError("actions", "shape", a.shape, f"({B}, {T}, {N_ACT}): clusters, tenants, {', '.join(ACTION_FIELDS)}")
         idx = np.empty((B, T, N_ACT), np.int64)
         illegal = np.empty((B, T), bool)
-        code, b, t, k = check_indices(a, s.live if live is None else live, cs.nvec, cs.default_index, cs.masks.prec_legal, cs.min_unit, s.budget,
-                                       self.illegal_action == "raise", idx, illegal)
+        code, b, t, k = check_indices(
+            a,
+            s.live if live is None else live,
+            cs.nvec,
+            cs.default_index,
+            cs.masks.prec_legal,
+            cs.min_unit,
+            s.budget,
+            self.illegal_action == "raise",
+            idx,
+            illegal,
+        )
         if code == NOT_INTEGER:
             raise ActionError(f"cluster {b}, tenant_{t}", f"action[{k}] ({ACTION_FIELDS[k]})", float(a[b, t, k]), "an integer")
         if code == OUT_OF_RANGE:
-            raise ActionError(f"cluster {b}, tenant_{t}", f"action[{k}] ({ACTION_FIELDS[k]})", a[b, t, k].item(), f"an integer in [0, {cs.nvec[t, k] - 1}]")
+            raise ActionError(
+                f"cluster {b}, tenant_{t}",
+                f"action[{k}] ({ACTION_FIELDS[k]})",
+                a[b, t, k].item(),
+                f"an integer in [0, {cs.nvec[t, k] - 1}]",
+            )
         if code == NOT_ALLOWED:
-            raise ActionError(f"cluster {b}, tenant_{t}", f"action[{k}] ({ACTION_FIELDS[k]})", int(idx[b, t, k]),
-                              "a choice the action mask allows (see infos['action_mask'])")
+            raise ActionError(
+                f"cluster {b}, tenant_{t}",
+                f"action[{k}] ({ACTION_FIELDS[k]})",
+                int(idx[b, t, k]),
+                "a choice the action mask allows (see infos['action_mask'])",
+            )
         return idx, illegal
 
     def _masks_into(self, infos: dict) -> None:
@@ -269,7 +311,7 @@ class FleetVectorEnv:
         mask[:] = self._static_mask  # numpy copies bytes; numba's bool slice copies are ten times slower
         _fill_masks(self._all_allowed, core.afford(cs, s), cs.kernel.max_gpus, s.live, int(self.nvec_max[0]), mask)
         infos["action_mask"] = mask
-        infos["action_mask_dims"] = tuple(mask[..., self._offsets[d]: self._offsets[d + 1]] for d in range(N_ACT))
+        infos["action_mask_dims"] = tuple(mask[..., self._offsets[d] : self._offsets[d + 1]] for d in range(N_ACT))
 
     def _infos_reset(self) -> dict:
         infos = {"alive": self._s.live.copy()}

@@ -26,7 +26,23 @@ from fleet_marl.evaluation.runner import EVENTS, Episode, make_env, run_episode
 from fleet_marl.evaluation.score import Evaluation, GraderError, evaluate, score
 
 __all__ = [
-    "EVENTS", "Episode", "Evaluation", "GraderError", "PolicyError", "PolicyLoader", "RANDOM", "REFERENCE", "code_version",
-    "data_version", "evaluate", "load_policy", "loaders", "make_env", "reference_episodes", "register_loader", "run_episode",
-    "score", "source_name",
+    "EVENTS",
+    "RANDOM",
+    "REFERENCE",
+    "Episode",
+    "Evaluation",
+    "GraderError",
+    "PolicyError",
+    "PolicyLoader",
+    "code_version",
+    "data_version",
+    "evaluate",
+    "load_policy",
+    "loaders",
+    "make_env",
+    "reference_episodes",
+    "register_loader",
+    "run_episode",
+    "score",
+    "source_name",
 ]

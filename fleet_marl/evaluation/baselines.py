@@ -15,11 +15,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from fleet_marl.policies import POLICIES
 from fleet_marl.errors import UsageError
 from fleet_marl.evaluation.command import add_protocol_arguments, positive, protocol_overrides
 from fleet_marl.evaluation.loading import PolicyError
 from fleet_marl.evaluation.score import Evaluation, GraderError, evaluate
+from fleet_marl.policies import POLICIES
 from fleet_marl.tasks import TASKS
 
 START, END = "<!-- baselines:start -->", "<!-- baselines:end -->"
@@ -124,25 +124,37 @@ def run(args) -> int:
     positive("seed", args.seed, 0)
     overrides = protocol_overrides(args)
     if overrides and args.write:
-        raise UsageError(f"--write with --protocol {overrides['protocol']}: the README's and docs/results.md's table is the simultaneous "
-                         "protocol's; the sequential protocol's table is printed only (docs/results.md, 'The sequential protocol', has the study's)")
+        raise UsageError(
+            f"--write with --protocol {overrides['protocol']}: the README's and docs/results.md's table is the simultaneous "
+            "protocol's; the sequential protocol's table is printed only (docs/results.md, 'The sequential protocol', has the study's)"
+        )
     full = tasks == list(TASKS) and names == list(POLICIES) and not overrides
     do_write = not args.no_write and (full or args.write)
     root = checkout()
     results = Path(args.results) if args.results else (root / "docs" / "results.md" if root else None)
     readme = Path(args.readme) if args.readme else (root / "README.md" if root else None)
     if do_write and (results is None or readme is None):
-        raise UsageError("no fleet_marl checkout found to write README.md and docs/results.md into; pass --results and --readme, or --no-write")
+        raise UsageError(
+            "no fleet_marl checkout found to write README.md and docs/results.md into; pass --results and --readme, or --no-write"
+        )
     evals = run_all(tasks, names, episodes=args.episodes, seed=args.seed, overrides=overrides)
     print(table(evals))
     if not do_write:
         if overrides and not args.no_write:
-            print(f"--protocol {overrides['protocol']}: the README and docs/results.md are left as they are (their table is the simultaneous "
-                  "protocol's)", file=sys.stderr)
+            print(
+                f"--protocol {overrides['protocol']}: the README and docs/results.md are left as they are (their table is the simultaneous "
+                "protocol's)",
+                file=sys.stderr,
+            )
         elif not args.no_write:
-            print("partial run (--tasks/--policies): the README and docs/results.md are left as they are; pass --write to update them", file=sys.stderr)
+            print(
+                "partial run (--tasks/--policies): the README and docs/results.md are left as they are; pass --write to update them",
+                file=sys.stderr,
+            )
         return 0
-    extra = ("" if tasks == list(TASKS) else f" --tasks {','.join(tasks)}") + ("" if names == list(POLICIES) else f" --policies {','.join(names)}")
+    extra = ("" if tasks == list(TASKS) else f" --tasks {','.join(tasks)}") + (
+        "" if names == list(POLICIES) else f" --policies {','.join(names)}"
+    )
     text = block(evals, args.episodes, args.seed, extra)
     for path in (results, readme):
         if path.name == "results.md" and not path.exists():

@@ -22,7 +22,7 @@ EXAMPLES = f"""examples:
   fleet-marl evaluate --task easy --policy runs/train/easy-shared-mixed
   fleet-marl evaluate --task medium --policy bidder --protocol sequential --turn-order rotating
 
---policy takes a reference policy ({', '.join(POLICIES)}),
+--policy takes a reference policy ({", ".join(POLICIES)}),
 'package.module:Name', a path to a .py file ('my_policy.py' or 'my_policy.py:Name'), or a
 fleet-marl train run folder. Name is a class or a function, called with the env; a file without
 ':Name' must define make_policy(env) or exactly one class with reset() and act().
@@ -40,8 +40,12 @@ def positive(name: str, value, minimum=1) -> None:
 
 def add_protocol_arguments(parser) -> None:
     """``--protocol`` and ``--turn-order``, as ``evaluate``, ``baselines`` and ``demo`` take them."""
-    parser.add_argument("--protocol", default="simultaneous", help=f"one of {', '.join(PROTOCOLS)} (default simultaneous): sequential "
-                        "plays the AEC env, one tenant at a time, each seeing the claims before its turn")
+    parser.add_argument(
+        "--protocol",
+        default="simultaneous",
+        help=f"one of {', '.join(PROTOCOLS)} (default simultaneous): sequential "
+        "plays the AEC env, one tenant at a time, each seeing the claims before its turn",
+    )
     parser.add_argument("--turn-order", default=None, help=f"with --protocol sequential: one of {', '.join(TURN_ORDERS)} (default fixed)")
 
 
@@ -54,7 +58,9 @@ def protocol_overrides(args) -> dict:
     if turn_order is not None and turn_order not in TURN_ORDERS:
         raise UsageError(f"--turn-order {turn_order!r}: expected one of {', '.join(TURN_ORDERS)}")
     if turn_order is not None and protocol != "sequential":
-        raise UsageError(f"--turn-order {turn_order}: only with --protocol sequential (under the simultaneous protocol every tenant acts at once)")
+        raise UsageError(
+            f"--turn-order {turn_order}: only with --protocol sequential (under the simultaneous protocol every tenant acts at once)"
+        )
     if protocol == "sequential":
         return {"protocol": protocol, "turn_order": turn_order or "fixed"}
     return {}
@@ -62,7 +68,11 @@ def protocol_overrides(args) -> dict:
 
 def add_arguments(parser) -> None:
     parser.add_argument("--task", default="easy", help=f"one of {', '.join(TASKS)} (default easy)")
-    parser.add_argument("--policy", default="precision_expert", help="reference policy name, module:Name, path.py[:Name] or a fleet-marl train run folder (default precision_expert)")
+    parser.add_argument(
+        "--policy",
+        default="precision_expert",
+        help="reference policy name, module:Name, path.py[:Name] or a fleet-marl train run folder (default precision_expert)",
+    )
     parser.add_argument("--episodes", type=int, default=10, help="episodes, one per seed (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="first seed; episodes use seed .. seed+episodes-1 (default 0)")
     add_protocol_arguments(parser)
@@ -73,17 +83,29 @@ def add_arguments(parser) -> None:
 def print_evaluation(s: dict) -> None:
     seeds = s["seeds"]
     protocol = s.get("protocol", "simultaneous") + (f", turn order {s['turn_order']}" if s.get("turn_order") else "")
-    print(f"fleet-marl evaluate: task {s['task']}, policy {s['policy']}, {s['episodes']} episodes (seeds {seeds[0]}..{seeds[-1]}), protocol {protocol}")
-    print(f"welfare   {s['welfare_mean']:.2f} ± {s['welfare_std']:.2f}   (random {s['random_welfare_mean']:.2f}, planner {s['reference_welfare_mean']:.2f})")
+    print(
+        f"fleet-marl evaluate: task {s['task']}, policy {s['policy']}, {s['episodes']} episodes (seeds {seeds[0]}..{seeds[-1]}), protocol {protocol}"
+    )
+    print(
+        f"welfare   {s['welfare_mean']:.2f} ± {s['welfare_std']:.2f}   (random {s['random_welfare_mean']:.2f}, planner {s['reference_welfare_mean']:.2f})"
+    )
     print(f"score     {s['score']:.3f}")
     rho = "-" if s["rho_mean"] is None else f"{s['rho_mean']:.2f}"
     wait = "-" if s["p99_wait_s_max"] is None else f"{s['p99_wait_s_max']:.0f} s"
-    print(f"fairness  Jain {s['jain_mean']:.3f}   max starvation streak {s['max_starvation_streak']}   starvation events {s['starvation_events']}   Themis rho {rho}   p99 wait {wait}")
-    print(f"events    oom {s['oom']}   veto {s['veto']}   throttle {s['throttle']}   degenerate {s['degenerate']}   illegal {s['illegal']}   (summed over tenants and episodes)")
+    print(
+        f"fairness  Jain {s['jain_mean']:.3f}   max starvation streak {s['max_starvation_streak']}   starvation events {s['starvation_events']}   Themis rho {rho}   p99 wait {wait}"
+    )
+    print(
+        f"events    oom {s['oom']}   veto {s['veto']}   throttle {s['throttle']}   degenerate {s['degenerate']}   illegal {s['illegal']}   (summed over tenants and episodes)"
+    )
     print()
-    print(f"{'agent':<10} {'return':>9} {'utility':>9} {'service':>8} {'jobs':>5} {'starved':>8} {'degenerate':>10}   (means over episodes; counts summed)")
+    print(
+        f"{'agent':<10} {'return':>9} {'utility':>9} {'service':>8} {'jobs':>5} {'starved':>8} {'degenerate':>10}   (means over episodes; counts summed)"
+    )
     for a, r in s["agents"].items():
-        print(f"{a:<10} {r['return_mean']:>9.2f} {r['utility_mean']:>9.2f} {r['service_mean']:>8.2f} {r['jobs_done']:>5} {r['starvation_events']:>8} {r['degenerate']:>10}")
+        print(
+            f"{a:<10} {r['return_mean']:>9.2f} {r['utility_mean']:>9.2f} {r['service_mean']:>8.2f} {r['jobs_done']:>5} {r['starvation_events']:>8} {r['degenerate']:>10}"
+        )
 
 
 def run(args) -> int:
@@ -92,7 +114,9 @@ def run(args) -> int:
     if args.task not in TASKS:
         raise UsageError(f"--task {args.task!r}: expected one of {', '.join(TASKS)}")
     overrides = protocol_overrides(args)
-    s = evaluate(args.task, args.policy, episodes=args.episodes, seed=args.seed, overrides=overrides, progress=True, cache=not args.no_cache).summary()
+    s = evaluate(
+        args.task, args.policy, episodes=args.episodes, seed=args.seed, overrides=overrides, progress=True, cache=not args.no_cache
+    ).summary()
     if args.json:
         print(json.dumps(s, indent=2))
     else:

@@ -69,8 +69,17 @@ def save_gif(frames: list[np.ndarray], path: Path, fps: float) -> Path:
     return path
 
 
-def demo(task: str = "easy", policy: str = "precision_expert", seed: int = 0, gif: str | None = None, fps: float = 4.0,
-         every: int = 1, delay: float = 0.0, out=None, overrides: dict | None = None) -> dict:
+def demo(
+    task: str = "easy",
+    policy: str = "precision_expert",
+    seed: int = 0,
+    gif: str | None = None,
+    fps: float = 4.0,
+    every: int = 1,
+    delay: float = 0.0,
+    out=None,
+    overrides: dict | None = None,
+) -> dict:
     """Run and print the episode to ``out`` (default: ``sys.stdout`` at call time); return the
     summary dict. ``overrides``: the env's (``protocol="sequential"`` and ``turn_order``: the AEC
     env, one frame per round)."""

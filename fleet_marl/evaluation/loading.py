@@ -28,9 +28,10 @@ import importlib.metadata
 import importlib.util
 import inspect
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fleet_marl.policies import POLICIES, fleet_env, make
 
@@ -89,14 +90,20 @@ def loaders() -> dict[str, PolicyLoader]:
             if isinstance(obj, PolicyLoader):
                 found[obj.name] = obj
             else:
-                print(f"warning: policy loader {ep.name} ({ep.value}) is a {type(obj).__name__}, not a PolicyLoader; ignored", file=sys.stderr)
+                print(
+                    f"warning: policy loader {ep.name} ({ep.value}) is a {type(obj).__name__}, not a PolicyLoader; ignored", file=sys.stderr
+                )
         _FROM_ENTRY_POINTS = found
     return {**_FROM_ENTRY_POINTS, **_REGISTERED}
 
 
 def _call(source: str, obj, env):
     try:
-        params = [p for p in inspect.signature(obj).parameters.values() if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        params = [
+            p
+            for p in inspect.signature(obj).parameters.values()
+            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
     except (TypeError, ValueError):
         params = [None]
     try:
@@ -108,7 +115,10 @@ def _call(source: str, obj, env):
 def _check_protocol(source: str, policy) -> Any:
     missing = [m for m in ("reset", "act") if not callable(getattr(policy, m, None))]
     if missing:
-        raise PolicyError(source, f"{type(policy).__name__} lacks {' and '.join(m + '()' for m in missing)}; expected the Policy protocol: reset(seed) and act(observations, infos) -> {{agent: action}} (see fleet_marl/policies/base.py)")
+        raise PolicyError(
+            source,
+            f"{type(policy).__name__} lacks {' and '.join(m + '()' for m in missing)}; expected the Policy protocol: reset(seed) and act(observations, infos) -> {{agent: action}} (see fleet_marl/policies/base.py)",
+        )
     return policy
 
 
@@ -121,17 +131,26 @@ def _from_module(source: str, module, name: str | None, env):
     if callable(getattr(module, "make_policy", None)):
         return _call(source, module.make_policy, env)
     classes = [
-        v for v in vars(module).values()
-        if inspect.isclass(v) and v.__module__ == module.__name__ and callable(getattr(v, "act", None)) and callable(getattr(v, "reset", None))
+        v
+        for v in vars(module).values()
+        if inspect.isclass(v)
+        and v.__module__ == module.__name__
+        and callable(getattr(v, "act", None))
+        and callable(getattr(v, "reset", None))
     ]
     if len(classes) != 1:
         if classes:
             what = f"{len(classes)} classes with act() and reset() ({', '.join(c.__name__ for c in classes)})"
         else:
             others = [v for v in vars(module).values() if inspect.isclass(v) and v.__module__ == module.__name__]
-            lacks = [f"{c.__name__} lacks {' and '.join(m + '()' for m in ('reset', 'act') if not callable(getattr(c, m, None)))}" for c in others]
+            lacks = [
+                f"{c.__name__} lacks {' and '.join(m + '()' for m in ('reset', 'act') if not callable(getattr(c, m, None)))}"
+                for c in others
+            ]
             what = "no class with act() and reset()" + (f" ({'; '.join(lacks)})" if lacks else "")
-        raise PolicyError(source, f"defines {what}; expected make_policy(env) or exactly one such class, or name one with {source}:ClassName")
+        raise PolicyError(
+            source, f"defines {what}; expected make_policy(env) or exactly one such class, or name one with {source}:ClassName"
+        )
     return _call(source, classes[0], env)
 
 
@@ -169,9 +188,14 @@ def load_policy(spec, env) -> Any:
         if callable(getattr(spec, "act", None)):
             bound = fleet_env_or_none(getattr(spec, "env", None))
             if bound is not None and bound is not env:
-                raise PolicyError(name, "is bound to another environment than the one being evaluated; pass its class or a factory env -> policy instead (for example lambda env: fleet_marl.policies.make('bidder', env))")
+                raise PolicyError(
+                    name,
+                    "is bound to another environment than the one being evaluated; pass its class or a factory env -> policy instead (for example lambda env: fleet_marl.policies.make('bidder', env))",
+                )
             return _check_protocol(name, spec)
-        raise PolicyError(repr(spec), "expected a reference policy name, 'module:Name', a .py path, a policy object, a class or a factory env -> policy")
+        raise PolicyError(
+            repr(spec), "expected a reference policy name, 'module:Name', a .py path, a policy object, a class or a factory env -> policy"
+        )
     if spec in POLICIES:
         return make(spec, env)
     for loader in loaders().values():
@@ -198,15 +222,33 @@ def load_policy(spec, env) -> Any:
         try:
             module = importlib.import_module(path_part)
         except Exception as exc:
-            moved = " (the reference policies moved to fleet_marl.policies in 0.2.0: write fleet_marl.policies...)" if path_part.split(".")[0] == "policies" else ""
+            moved = (
+                " (the reference policies moved to fleet_marl.policies in 0.2.0: write fleet_marl.policies...)"
+                if path_part.split(".")[0] == "policies"
+                else ""
+            )
             raise PolicyError(spec, f"failed to import module {path_part!r}: {type(exc).__name__}: {exc}{moved}") from exc
         return _check_protocol(spec, _from_module(spec, module, name, env))
     kinds = "".join(f", {loader.description}" for loader in loaders().values())
     if Path(spec).is_dir():
-        raise PolicyError(spec, f"is a folder that no policy loader accepts (loaders: {', '.join(loaders()) or 'none'}). A fleet-marl train run "
-                                "folder is loaded by the 'rllib' loader, which installing fleet-marl registers as an entry point: "
-                                "reinstall it (pip install -e . in a checkout) if it is missing")
-    raise PolicyError(spec, f"unknown policy; expected a reference policy ({', '.join(POLICIES)}), 'package.module:Name', a path to a .py file{kinds}")
+        raise PolicyError(
+            spec,
+            f"is a folder that no policy loader accepts (loaders: {', '.join(loaders()) or 'none'}). A fleet-marl train run "
+            "folder is loaded by the 'rllib' loader, which installing fleet-marl registers as an entry point: "
+            "reinstall it (pip install -e . in a checkout) if it is missing",
+        )
+    raise PolicyError(
+        spec, f"unknown policy; expected a reference policy ({', '.join(POLICIES)}), 'package.module:Name', a path to a .py file{kinds}"
+    )
 
 
-__all__ = ["ENTRY_POINT_GROUP", "PolicyError", "PolicyLoader", "fleet_env_or_none", "load_policy", "loaders", "register_loader", "source_name"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PolicyError",
+    "PolicyLoader",
+    "fleet_env_or_none",
+    "load_policy",
+    "loaders",
+    "register_loader",
+    "source_name",
+]

@@ -65,7 +65,9 @@ def data_version(env: FleetParallelEnv) -> str:
 
 
 def _cache_key(task: str, overrides: dict, policy: str, seed: int, version: str) -> str:
-    blob = json.dumps({"task": task, "overrides": overrides, "policy": policy, "seed": seed, "version": version}, sort_keys=True, default=str)
+    blob = json.dumps(
+        {"task": task, "overrides": overrides, "policy": policy, "seed": seed, "version": version}, sort_keys=True, default=str
+    )
     return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
 
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 from pettingzoo import AECEnv
 
-from fleet_marl.environment import ActionError, FleetParallelEnv, env as aec_env, parallel_env
+from fleet_marl.environment import ActionError, FleetParallelEnv, parallel_env
+from fleet_marl.environment import env as aec_env
 from fleet_marl.evaluation.loading import PolicyError
 
 #: Event counts summed over tenants and episodes.
@@ -50,18 +51,27 @@ class Episode:
 
 def _checked_actions(source: str, env: FleetParallelEnv, actions, round_: int) -> dict:
     if not isinstance(actions, dict):
-        raise PolicyError(source, f"act() returned a {type(actions).__name__} at round {round_}; expected a dict {{agent: action}} for the live agents {', '.join(env.agents)}")
+        raise PolicyError(
+            source,
+            f"act() returned a {type(actions).__name__} at round {round_}; expected a dict {{agent: action}} for the live agents {', '.join(env.agents)}",
+        )
     for a in actions:
         if a not in env.agents:
-            raise PolicyError(source, f"act() returned an action for {a!r} at round {round_}, which is not a live agent; live: {', '.join(env.agents)}. "
-                              "step() returns an observation for an agent on the round it finishes: act only for the agents in env.agents", agent=str(a))
+            raise PolicyError(
+                source,
+                f"act() returned an action for {a!r} at round {round_}, which is not a live agent; live: {', '.join(env.agents)}. "
+                "step() returns an observation for an agent on the round it finishes: act only for the agents in env.agents",
+                agent=str(a),
+            )
     for a in env.agents:
         if a not in actions:
             raise PolicyError(source, f"act() returned no action at round {round_}; expected one for every live agent", agent=a)
         try:
             env.check_action(a, actions[a])
         except ActionError as exc:
-            raise PolicyError(source, f"malformed action at round {round_}: {exc.field} = {exc.value!r}; expected {exc.expected}", agent=a) from None
+            raise PolicyError(
+                source, f"malformed action at round {round_}: {exc.field} = {exc.value!r}; expected {exc.expected}", agent=a
+            ) from None
     return actions
 
 
@@ -115,12 +125,18 @@ def _run_turns(env: AECEnv, policy, seed: int, source: str) -> Episode:
             raise PolicyError(source, f"act() raised {type(exc).__name__} at round {round_}: {exc}", agent=agent) from exc
         if not isinstance(actions, dict) or agent not in actions or len(actions) != 1:
             got = type(actions).__name__ if not isinstance(actions, dict) else f"actions for {sorted(map(str, actions))}"
-            raise PolicyError(source, f"act() on {agent}'s turn at round {round_} returned {got}; expected a dict with one action, for {agent} "
-                                      "(the sequential protocol asks one tenant at a time)", agent=agent)
+            raise PolicyError(
+                source,
+                f"act() on {agent}'s turn at round {round_} returned {got}; expected a dict with one action, for {agent} "
+                "(the sequential protocol asks one tenant at a time)",
+                agent=agent,
+            )
         try:
             env.step(actions[agent])
         except ActionError as exc:
-            raise PolicyError(source, f"malformed action at round {round_}: {exc.field} = {exc.value!r}; expected {exc.expected}", agent=agent) from None
+            raise PolicyError(
+                source, f"malformed action at round {round_}: {exc.field} = {exc.value!r}; expected {exc.expected}", agent=agent
+            ) from None
         if views.round != round_:  # the round cleared: its infos are every tenant's of that round
             illegal += sum(bool(i["illegal"]) for i in env.infos.values())
     return _episode(views, seed, illegal)

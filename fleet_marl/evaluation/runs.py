@@ -25,8 +25,9 @@ import dataclasses
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tqdm import tqdm
 
@@ -53,7 +54,11 @@ def check_common(cfg: Any, source: str, sharing: tuple[str, ...] | list[str], ba
         bad("sharing", f"one of {', '.join(sharing)}")
     if not isinstance(cfg.env, dict):
         bad("env", "a mapping of fleet_marl.parallel_env overrides")
-    if not isinstance(cfg.hidden, list) or not cfg.hidden or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in cfg.hidden):
+    if (
+        not isinstance(cfg.hidden, list)
+        or not cfg.hidden
+        or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in cfg.hidden)
+    ):
         bad("hidden", "a non-empty list of positive layer widths, e.g. [128, 128]")
     if not isinstance(cfg.out, str) or not cfg.out:
         bad("out", "a folder path")
@@ -74,8 +79,10 @@ def claim_run_folder(run_dir: Path, outputs: tuple[str, ...], overwrite: bool) -
     then remove what a run writes (``outputs``) from it. Call it once every other check passed."""
     if not overwrite:
         if (run_dir / "checkpoint").exists() or (run_dir / "metrics.csv").exists():
-            raise TrainConfigError(f"run folder {str(run_dir)!r} already holds a run; pass --resume {run_dir} to continue it, "
-                                   "--overwrite to start it over, or --name to start another")
+            raise TrainConfigError(
+                f"run folder {str(run_dir)!r} already holds a run; pass --resume {run_dir} to continue it, "
+                "--overwrite to start it over, or --name to start another"
+            )
         return
     for name in outputs:
         p = run_dir / name
@@ -108,21 +115,30 @@ def check_trained_on(spec: str, meta: dict, env) -> None:
     learned = (trained.get("env") or {}).get("protocol", "simultaneous")
     playing = getattr(getattr(env, "unwrapped", env), "protocol", "simultaneous")  # FleetSequentialEnv has one
     if learned != playing:
-        raise PolicyError(spec, f"the run was trained with protocol = {learned!r} and this environment plays protocol = {playing!r} "
-                                "(the sequential protocol's observations have 6 more features, the claims before the tenant's turn); "
-                                f"evaluate it with --protocol {learned} (overrides protocol={learned!r})")
+        raise PolicyError(
+            spec,
+            f"the run was trained with protocol = {learned!r} and this environment plays protocol = {playing!r} "
+            "(the sequential protocol's observations have 6 more features, the claims before the tenant's turn); "
+            f"evaluate it with --protocol {learned} (overrides protocol={learned!r})",
+        )
     sig = meta.get("signature", {})
     want = {"possible_agents": list(fe.possible_agents), "nvec": fe.nvec.max(0).tolist()}
     for k, v in want.items():
         if sig.get(k) != v:
-            raise PolicyError(spec, f"the run was trained on task {sig.get('task')!r} with {k} = {sig.get(k)!r}; this environment has {v!r}. "
-                                    "Evaluate it on its own task")
+            raise PolicyError(
+                spec,
+                f"the run was trained on task {sig.get('task')!r} with {k} = {sig.get(k)!r}; this environment has {v!r}. "
+                "Evaluate it on its own task",
+            )
     if trained:
         cfg, _ = make_config(trained.get("task"), None, **trained.get("env", {}))
         if dataclasses.replace(cfg, reward=fe.config.reward, fairness=fe.config.fairness) != fe.config:
-            raise PolicyError(spec, f"the run was trained on task {trained.get('task')!r} with env overrides {trained.get('env', {})!r}, "
-                                    "and this environment's scenario differs; evaluate it with the same overrides, e.g. "
-                                    f"evaluate({trained.get('task')!r}, {spec!r}, overrides={trained.get('env', {})!r})")
+            raise PolicyError(
+                spec,
+                f"the run was trained on task {trained.get('task')!r} with env overrides {trained.get('env', {})!r}, "
+                "and this environment's scenario differs; evaluate it with the same overrides, e.g. "
+                f"evaluate({trained.get('task')!r}, {spec!r}, overrides={trained.get('env', {})!r})",
+            )
 
 
 def config_path(name: str) -> Path:
@@ -171,8 +187,9 @@ def learning_curve(rows: list[dict], path: Path, title: str, references: dict[st
     return path
 
 
-def final_evaluation(task: str, overrides: dict, policy: Callable[[Any], Any], label: str, episodes: int,
-                     progress: bool = True) -> tuple[list[Evaluation], str]:
+def final_evaluation(
+    task: str, overrides: dict, policy: Callable[[Any], Any], label: str, episodes: int, progress: bool = True
+) -> tuple[list[Evaluation], str]:
     """The trained ``policy`` (a factory ``env -> policy``) and every reference policy on
     ``task`` with ``overrides``, seeds ``0 .. episodes - 1``: (evaluations, markdown table)."""
     names = list(POLICIES)
@@ -203,10 +220,22 @@ def print_summary(res: Any, task: str, env: dict, headline: str) -> None:
     print(f"metrics         {res.run_dir / 'metrics.csv'}  (tensorboard --logdir {res.run_dir / 'tb'})")
     print(f"learning curve  {res.run_dir / 'learning_curve.png'}")
     if env:
-        print(f"evaluate again  fleet_marl.evaluation.evaluate({task!r}, {str(res.run_dir)!r}, overrides={env!r})  (the run's env overrides)")
+        print(
+            f"evaluate again  fleet_marl.evaluation.evaluate({task!r}, {str(res.run_dir)!r}, overrides={env!r})  (the run's env overrides)"
+        )
     else:
         print(f"evaluate again  fleet-marl evaluate --task {task} --policy {res.run_dir}")
 
 
-__all__ = ["TrainConfigError", "check_common", "check_env", "check_trained_on", "claim_run_folder", "config_path", "final_evaluation", "learning_curve",
-           "print_summary", "swap_in_checkpoint"]
+__all__ = [
+    "TrainConfigError",
+    "check_common",
+    "check_env",
+    "check_trained_on",
+    "claim_run_folder",
+    "config_path",
+    "final_evaluation",
+    "learning_curve",
+    "print_summary",
+    "swap_in_checkpoint",
+]

@@ -13,8 +13,9 @@ policy with ``s``, so an evaluation is deterministic for its list of seeds.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -99,7 +100,9 @@ def score(welfare: float, random_welfare: float, reference_welfare: float) -> fl
     """``clip((W - W_random) / (W_reference - W_random), 0, 1)``."""
     span = reference_welfare - random_welfare
     if not span > 0:
-        raise GraderError(f"the score is undefined: reference welfare {reference_welfare:.3f} does not exceed random welfare {random_welfare:.3f} on these seeds; use more episodes or another task")
+        raise GraderError(
+            f"the score is undefined: reference welfare {reference_welfare:.3f} does not exceed random welfare {random_welfare:.3f} on these seeds; use more episodes or another task"
+        )
     return float(np.clip((welfare - random_welfare) / span, 0.0, 1.0))
 
 
@@ -144,8 +147,13 @@ def evaluate(
         if bar is not None:
             bar.close()
     return Evaluation(
-        task=task, policy=str(source), seeds=seeds, episodes=eps,
-        random_welfare=[e.welfare for e in rand], reference_welfare=[e.welfare for e in ref], overrides=overrides,
+        task=task,
+        policy=str(source),
+        seeds=seeds,
+        episodes=eps,
+        random_welfare=[e.welfare for e in rand],
+        reference_welfare=[e.welfare for e in ref],
+        overrides=overrides,
     )
 
 

@@ -16,6 +16,7 @@ checks), ``engine`` (the compiled round: arbiter, placement, safety, cost, outco
 ``engine``; ``tests/oracle.py`` is an independent numpy version the tests compare it with.
 """
 
+from fleet_marl.kernel.engine import numpy_sum
 from fleet_marl.kernel.outcome import (
     check_actions,
     check_draws,
@@ -25,7 +26,6 @@ from fleet_marl.kernel.outcome import (
     evaluate_welfare,
     stage1,
 )
-from fleet_marl.kernel.engine import numpy_sum
 from fleet_marl.kernel.safety import KernelInputError
 from fleet_marl.kernel.static import KernelStatic
 from fleet_marl.kernel.types import Actions, Draws, Outcome, RoundState, Stage1

@@ -112,17 +112,30 @@ def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
     out[..., 4] = np.broadcast_to(invalid[:, None, :], (T, G, P))
     s, h, L = st.seq_len, st.hidden, st.layers
     per_layer = np.where(st.checkpointing, ACT_CHECKPOINTED, ACT_CONST + np.where(st.flash, 0.0, ACT_ATTN * st.heads * s / h))
-    tenant = np.stack([
-        np.where(st.is_train, ADAM_BYTES * st.params.sum(-1), 0.0),
-        np.where(st.is_train, s * h * L * per_layer, 0.0),
-        2.0 * L * st.kv_dim,
-        st.kv_heads,
-        2.0 * L * h * 2.0,
-    ], axis=-1)
+    tenant = np.stack(
+        [
+            np.where(st.is_train, ADAM_BYTES * st.params.sum(-1), 0.0),
+            np.where(st.is_train, s * h * L * per_layer, 0.0),
+            2.0 * L * st.kv_dim,
+            st.kv_heads,
+            2.0 * L * h * 2.0,
+        ],
+        axis=-1,
+    )
     return out, tenant
 
 
 __all__ = [
-    "ACT_ATTN", "ACT_CHECKPOINTED", "ACT_CONST", "ADAM_BYTES", "GROUP_TERMS", "KV_BYTES", "RECOMPUTE_FLOPS_FACTOR", "TENANT_TERMS",
-    "TRAIN_FLOPS_FACTOR", "forward_flops_per_token", "reference_rate", "stage1_tables",
+    "ACT_ATTN",
+    "ACT_CHECKPOINTED",
+    "ACT_CONST",
+    "ADAM_BYTES",
+    "GROUP_TERMS",
+    "KV_BYTES",
+    "RECOMPUTE_FLOPS_FACTOR",
+    "TENANT_TERMS",
+    "TRAIN_FLOPS_FACTOR",
+    "forward_flops_per_token",
+    "reference_rate",
+    "stage1_tables",
 ]

@@ -42,8 +42,9 @@ def _layout(names: str) -> tuple[str, ...]:
 
 
 #: Per-tenant float columns of ``tf``.
-TF = _layout("list_price priority mem_bytes inter_bw intra_bw seq_len hbm_bw slo_ttft_s slo_tpot_s "
-             "ref_rate spend_norm dyn_w") + TENANT_TERMS
+TF = (
+    _layout("list_price priority mem_bytes inter_bw intra_bw seq_len hbm_bw slo_ttft_s slo_tpot_s ref_rate spend_norm dyn_w") + TENANT_TERMS
+)
 #: Per-tenant int columns of ``ti``.
 TI = _layout("max_gpus pool is_train checkpointing")
 #: Per-node float columns of ``nf``: idle W of its GPUs, W of its GPUs at TDP, dynamic-power headroom of its rack.
@@ -51,15 +52,19 @@ NF = _layout("node_idle_w node_full_w rack_headroom_w")
 #: Per-node int columns of ``ni``.
 NI = _layout("node_pool node_rack")
 #: Scalars at the head of ``sc`` (the pools' capacities follow).
-SC = _layout("mechanism afford_at_bid reserve veto gpus_per_node comm_overlap mbu round_s restart_s ambient_c rise_c decay "
-             "critical_c span_c cost_weight mfu")
+SC = _layout(
+    "mechanism afford_at_bid reserve veto gpus_per_node comm_overlap mbu round_s restart_s ambient_c rise_c decay "
+    "critical_c span_c cost_weight mfu"
+)
 #: Input rows of ``ins_i`` and ``ins_f``.
 II = _layout("gpus batch prev_alloc present") + tuple(f"precision{g}" for g in range(G))
 IF = _layout("bid queue remaining_tokens budget_left arrivals tiebreak prompt_tokens output_tokens")
 #: Output rows of ``out_f``, ``out_i`` and ``out_b`` (the names of :class:`~fleet_marl.kernel.Outcome`).
-OF = _layout("price throttle mem_weights mem_grads mem_master mem_optimizer mem_activations mem_kv_cache mem_total mem_capacity "
-             "tokens_per_s multi_gpu_efficiency progress_tokens served slo_good slo_attainment queue_next remaining_next spend "
-             "budget_next value utility")
+OF = _layout(
+    "price throttle mem_weights mem_grads mem_master mem_optimizer mem_activations mem_kv_cache mem_total mem_capacity "
+    "tokens_per_s multi_gpu_efficiency progress_tokens served slo_good slo_attainment queue_next remaining_next spend "
+    "budget_next value utility"
+)
 OI = _layout("requested alloc nodes_spanned batch") + tuple(f"precision{g}" for g in range(G))
 OB = _layout("restarted unsafe_numerics projected vetoed oom tripped power_throttled thermal_throttled")
 
@@ -70,17 +75,56 @@ def _index(layout: tuple[str, ...]) -> dict[str, int]:
 
 _tf, _sc, _ii, _of, _oi, _ob = (_index(x) for x in (TF, SC, II, OF, OI, OB))  # for the layout checks below
 # column constants for the compiled code (numba reads module globals as compile-time constants)
-(T_PRICE, T_PRIO, T_MEM, T_INTER, T_INTRA, T_SEQ, T_HBM, T_TTFT, T_TPOT, T_REF, T_NORM, T_DYN, T_OPT, T_ACT, T_KV,
- T_KVH, T_TP) = range(len(TF))
+(T_PRICE, T_PRIO, T_MEM, T_INTER, T_INTRA, T_SEQ, T_HBM, T_TTFT, T_TPOT, T_REF, T_NORM, T_DYN, T_OPT, T_ACT, T_KV, T_KVH, T_TP) = range(
+    len(TF)
+)
 T_MAXG, T_POOL, T_TRAIN, T_CKPT = range(len(TI))
 N_IDLE, N_FULL, N_HEAD = range(len(NF))
 N_POOL, N_RACK = range(len(NI))
-(S_MECH, S_AFFORD, S_RESERVE, S_VETO, S_GPN, S_OVERLAP, S_MBU, S_ROUND, S_RESTART, S_AMBIENT, S_RISE, S_DECAY, S_CRIT, S_SPAN,
- S_COSTW, S_MFU) = range(len(SC))
+(
+    S_MECH,
+    S_AFFORD,
+    S_RESERVE,
+    S_VETO,
+    S_GPN,
+    S_OVERLAP,
+    S_MBU,
+    S_ROUND,
+    S_RESTART,
+    S_AMBIENT,
+    S_RISE,
+    S_DECAY,
+    S_CRIT,
+    S_SPAN,
+    S_COSTW,
+    S_MFU,
+) = range(len(SC))
 I_GPUS, I_BATCH, I_PREV, I_PRES, I_PREC = 0, 1, 2, 3, 4
 F_BID, F_QUEUE, F_REMAIN, F_BUDGET, F_ARR, F_TIE, F_PROMPT, F_OUT = range(len(IF))
-(O_PRICE, O_THROTTLE, O_MW, O_MG, O_MM, O_MO, O_MA, O_MKV, O_MTOT, O_MCAP, O_TPS, O_EFF, O_PROGRESS, O_SERVED, O_GOOD, O_ATTAIN,
- O_QNEXT, O_RNEXT, O_SPEND, O_BNEXT, O_VALUE, O_UTIL) = range(len(OF))
+(
+    O_PRICE,
+    O_THROTTLE,
+    O_MW,
+    O_MG,
+    O_MM,
+    O_MO,
+    O_MA,
+    O_MKV,
+    O_MTOT,
+    O_MCAP,
+    O_TPS,
+    O_EFF,
+    O_PROGRESS,
+    O_SERVED,
+    O_GOOD,
+    O_ATTAIN,
+    O_QNEXT,
+    O_RNEXT,
+    O_SPEND,
+    O_BNEXT,
+    O_VALUE,
+    O_UTIL,
+) = range(len(OF))
 OI_REQ, OI_ALLOC, OI_NODES, OI_BATCH, OI_PREC = 0, 1, 2, 3, 4
 OB_RESTART, OB_UNSAFE, OB_PROJ, OB_VETO, OB_OOM, OB_TRIP, OB_PTHR, OB_TTHR = range(len(OB))
 assert [_tf[n] for n in ("list_price", "dyn_w", "tp_comm")] == [T_PRICE, T_DYN, T_TP] and _sc["mfu"] == S_MFU
@@ -99,18 +143,49 @@ def pack_static(st) -> tuple[np.ndarray, ...]:
     tg, tenant_terms_ = stage1_tables(st)
     node_idle = g * st.node_idle_w
     headroom = st.rack_power_cap_w - node_idle @ st.rack_of  # (R,) W left for dynamic power at idle
-    tf = np.stack([
-        st.list_price, st.priority, st.mem_bytes, st.inter_bw, st.intra_bw, st.seq_len, st.bw,
-        st.slo_ttft_s, st.slo_tpot_s, st.ref_rate, st.spend_norm, st.tdp_w - st.idle_w, *tenant_terms_.T,
-    ], axis=-1).astype(np.float64)
+    tf = np.stack(
+        [
+            st.list_price,
+            st.priority,
+            st.mem_bytes,
+            st.inter_bw,
+            st.intra_bw,
+            st.seq_len,
+            st.bw,
+            st.slo_ttft_s,
+            st.slo_tpot_s,
+            st.ref_rate,
+            st.spend_norm,
+            st.tdp_w - st.idle_w,
+            *tenant_terms_.T,
+        ],
+        axis=-1,
+    ).astype(np.float64)
     ti = np.stack([st.max_gpus, st.pool, st.is_train, st.checkpointing], axis=-1).astype(np.int64)
     nf = np.stack([node_idle, g * st.node_tdp_w, headroom[st.node_rack]], axis=-1).astype(np.float64)
     ni = np.stack([st.node_pool, st.node_rack], axis=-1).astype(np.int64)
-    sc = np.array([
-        st.mechanism, next(m for m in REGISTRY.values() if m.code == st.mechanism).afford_at_bid, st.reserve_price, st.veto, g, st.comm_overlap, st.mbu, st.round_seconds, st.restart_seconds,
-        st.ambient_c, st.thermal_rise_at_tdp_c, np.exp(-st.round_seconds / st.thermal_tau_s), st.critical_temp_c,
-        st.critical_temp_c - st.throttle_temp_c, st.cost_weight, st.mfu,
-    ] + [float(c) for c in st.pool_capacity], np.float64)
+    sc = np.array(
+        [
+            st.mechanism,
+            next(m for m in REGISTRY.values() if m.code == st.mechanism).afford_at_bid,
+            st.reserve_price,
+            st.veto,
+            g,
+            st.comm_overlap,
+            st.mbu,
+            st.round_seconds,
+            st.restart_seconds,
+            st.ambient_c,
+            st.thermal_rise_at_tdp_c,
+            np.exp(-st.round_seconds / st.thermal_tau_s),
+            st.critical_temp_c,
+            st.critical_temp_c - st.throttle_temp_c,
+            st.cost_weight,
+            st.mfu,
+        ]
+        + [float(c) for c in st.pool_capacity],
+        np.float64,
+    )
     out = tuple(np.ascontiguousarray(a) for a in (tf, ti, tg, nf, ni, sc))
     for a in out:
         a.setflags(write=False)
@@ -237,13 +312,37 @@ def memory_per_gpu(weights, grads, master, optimizer, per_seq_local, per_seq_sha
     """Bytes per GPU on ``n`` GPUs (0 counts as 1) at ``batch`` sequences: ``(weights,
     gradients, fp32 master, optimizer, activations, KV cache)``."""
     inv = 1.0 / max(n, 1)
-    return (weights * inv, grads * inv, master * inv, optimizer * inv, batch * per_seq_local,
-            batch * per_seq_sharded / min(float(max(n, 1)), kv_heads))
+    return (
+        weights * inv,
+        grads * inv,
+        master * inv,
+        optimizer * inv,
+        batch * per_seq_local,
+        batch * per_seq_sharded / min(float(max(n, 1)), kv_heads),
+    )
 
 
 @jit
-def roofline(is_train, checkpointing, seq_len, prompt_tokens, output_tokens, hbm_bw, intra_bw, inter_bw, mbu, comm_overlap,
-             weights, time_per_token, kv_read_per_seq, comm_bytes, kv_heads, n, batch, nodes):
+def roofline(
+    is_train,
+    checkpointing,
+    seq_len,
+    prompt_tokens,
+    output_tokens,
+    hbm_bw,
+    intra_bw,
+    inter_bw,
+    mbu,
+    comm_overlap,
+    weights,
+    time_per_token,
+    kv_read_per_seq,
+    comm_bytes,
+    kv_heads,
+    n,
+    batch,
+    nodes,
+):
     """Throughput of one tenant on ``n`` GPUs over ``nodes`` nodes at ``batch``, before
     throttling: ``(work rate, tokens/s, efficiency, ttft s, tpot s)``. Training (FSDP data
     parallel) is compute-bound with the all-gather/reduce-scatter partly hidden; serving (one
@@ -331,8 +430,7 @@ def _place(alloc, ti, ni, gpn, gon, free, avail, order, by_free, neg_avail, coun
     # largest first, ties by index: a counting sort on the GPU counts (small integers)
     top = 0
     for t in range(T):
-        if alloc[t] > top:
-            top = alloc[t]
+        top = max(top, alloc[t])
         for k in range(K):
             gon[t, k] = 0
         n_nodes[t] = 0
@@ -388,7 +486,7 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
     _, B, T = ins_i.shape
     K = ni.shape[0]
     R = rack.shape[1]
-    q_caps = sc[len(SC):]
+    q_caps = sc[len(SC) :]
     hours = sc[S_ROUND] / 3600.0
     veto = sc[S_VETO] != 0.0
     afford_at_bid = sc[S_AFFORD] != 0.0
@@ -405,28 +503,38 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
     fl = np.empty(nf_rows * T + 8 * K + 2 * R)
     it = np.empty(ni_rows * T + 3 * K + 2 * T * K + 2 * G + 2 * T * G + max_n + 2, np.int64)
     bo = np.empty(nb_rows * T + K, np.bool_)
-    sf = fl[:nf_rows * T].reshape((nf_rows, T))  # one row's float results, per-tenant scratch, the stage-1 memo
-    skf = fl[nf_rows * T: nf_rows * T + 8 * K].reshape((8, K))  # one row's node outputs, then per-node scratch
-    sr = fl[nf_rows * T + 8 * K:].reshape((2, R))
+    sf = fl[: nf_rows * T].reshape((nf_rows, T))  # one row's float results, per-tenant scratch, the stage-1 memo
+    skf = fl[nf_rows * T : nf_rows * T + 8 * K].reshape((8, K))  # one row's node outputs, then per-node scratch
+    sr = fl[nf_rows * T + 8 * K :].reshape((2, R))
     o = ni_rows * T
     si = it[:o].reshape((ni_rows, T))
-    ski = it[o: o + 3 * K].reshape((3, K))
+    ski = it[o : o + 3 * K].reshape((3, K))
     o += 3 * K
-    sg = it[o: o + 2 * T * K].reshape((2, T, K))
+    sg = it[o : o + 2 * T * K].reshape((2, T, K))
     o += 2 * T * K
-    precs = it[o: o + 2 * G].reshape((2, G))
+    precs = it[o : o + 2 * G].reshape((2, G))
     o += 2 * G
-    c_precs = it[o: o + 2 * T * G].reshape((2, T, G))
+    c_precs = it[o : o + 2 * T * G].reshape((2, T, G))
     o += 2 * T * G
     count = it[o:]
-    sb = bo[:nb_rows * T].reshape((nb_rows, T))
-    dead = bo[nb_rows * T:]
-    rf, ri, rb, rk, rr, rg = sf[:len(OF)], si[:len(OI)], sb[:len(OB)], skf[:2], sr[0], sg[0]
+    sb = bo[: nb_rows * T].reshape((nb_rows, T))
+    dead = bo[nb_rows * T :]
+    rf, ri, rb, rk, rr, rg = sf[: len(OF)], si[: len(OI)], sb[: len(OB)], skf[:2], sr[0], sg[0]
     f0 = len(OF)
     w, level, frac, mult, zeros, activity, work_rate, avail_s, t_dec_a, prefill_a = (
-        sf[f0], sf[f0 + 1], sf[f0 + 2], sf[f0 + 3], sf[f0 + 4], sf[f0 + 5], sf[f0 + 6], sf[f0 + 7], sf[f0 + 8], sf[f0 + 9])
-    c_terms = sf[f0 + 10: f0 + 20]  # (10, T)
-    c_len = sf[f0 + 20: f0 + 22]  # (2, T) the request lengths the stage-1 memo was computed for
+        sf[f0],
+        sf[f0 + 1],
+        sf[f0 + 2],
+        sf[f0 + 3],
+        sf[f0 + 4],
+        sf[f0 + 5],
+        sf[f0 + 6],
+        sf[f0 + 7],
+        sf[f0 + 8],
+        sf[f0 + 9],
+    )
+    c_terms = sf[f0 + 10 : f0 + 20]  # (10, T)
+    c_len = sf[f0 + 20 : f0 + 22]  # (2, T) the request lengths the stage-1 memo was computed for
     zeros[:] = 0.0
     caps, got, order, n_nodes = si[len(OI)], si[len(OI) + 1], si[len(OI) + 2], si[len(OI) + 3]
     running, cached, unsafe_c, invalid_c = sb[len(OB)], sb[len(OB) + 1], sb[len(OB) + 2], sb[len(OB) + 3]
@@ -469,7 +577,8 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
                 prec[g] = p
             if not same:
                 unsafe, invalid, weights, grads, master, optimizer, psl, pss, tpt, kvr, comm, kvh = tenant_terms(
-                    tf, ti, tg, t, prec, not veto, mfu, prec_run, prompt, output)
+                    tf, ti, tg, t, prec, not veto, mfu, prec_run, prompt, output
+                )
                 c_len[0, t], c_len[1, t] = prompt, output
                 c_terms[0, t], c_terms[1, t], c_terms[2, t], c_terms[3, t] = weights, grads, master, optimizer
                 c_terms[4, t], c_terms[5, t], c_terms[6, t], c_terms[7, t] = psl, pss, tpt, kvr
@@ -525,8 +634,24 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
             running[t] = run
             train = ti[t, T_TRAIN] != 0
             rate, tps, eff, prefill, t_dec = roofline(
-                train, ti[t, T_CKPT] != 0, tf[t, T_SEQ], prompt, output, tf[t, T_HBM], tf[t, T_INTRA], tf[t, T_INTER],
-                mbu, overlap, weights, tpt, kvr, comm, kvh, n, bt, nodes,
+                train,
+                ti[t, T_CKPT] != 0,
+                tf[t, T_SEQ],
+                prompt,
+                output,
+                tf[t, T_HBM],
+                tf[t, T_INTRA],
+                tf[t, T_INTER],
+                mbu,
+                overlap,
+                weights,
+                tpt,
+                kvr,
+                comm,
+                kvh,
+                n,
+                bt,
+                nodes,
             )
             work_rate[t] = rate
             rf[O_TPS, t] = tps
@@ -646,10 +771,32 @@ def evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, 
                 rack[j, r] = rr[r]
 
 
-
 @jit
-def evaluate_one(tf, ti, tg, nf, ni, sc, gpus, batch, prev_alloc, present, precision, bid, queue, remaining, budget, arrivals,
-                 tiebreak, prompt, output, temp_c, flat_f, flat_i, flat_b):
+def evaluate_one(
+    tf,
+    ti,
+    tg,
+    nf,
+    ni,
+    sc,
+    gpus,
+    batch,
+    prev_alloc,
+    present,
+    precision,
+    bid,
+    queue,
+    remaining,
+    budget,
+    arrivals,
+    tiebreak,
+    prompt,
+    output,
+    temp_c,
+    flat_f,
+    flat_i,
+    flat_b,
+):
     """One row from unpacked inputs ((T,) each, ``precision`` (T, G), ``temp_c`` (K,)) into three
     flat output buffers, one per dtype: ``flat_f`` holds ``out_f`` (``len(OF)``, T), ``out_k``
     (2, K), ``rack`` (R,) and the welfare, ``flat_i`` ``out_i`` (``len(OI)``, T) and ``gon`` (T,
@@ -660,9 +807,9 @@ def evaluate_one(tf, ti, tg, nf, ni, sc, gpus, batch, prev_alloc, present, preci
     R = flat_f.shape[0] - len(OF) * T - 2 * K - 1
     nf_, ni_ = len(OF) * T, len(OI) * T
     out_f = flat_f[:nf_].reshape((len(OF), T))
-    out_k = flat_f[nf_: nf_ + 2 * K].reshape((2, K))
-    rack = flat_f[nf_ + 2 * K: nf_ + 2 * K + R]
-    welfare = flat_f[nf_ + 2 * K + R:]
+    out_k = flat_f[nf_ : nf_ + 2 * K].reshape((2, K))
+    rack = flat_f[nf_ + 2 * K : nf_ + 2 * K + R]
+    welfare = flat_f[nf_ + 2 * K + R :]
     out_i = flat_i[:ni_].reshape((len(OI), T))
     gon = flat_i[ni_:].reshape((T, K))
     out_b = flat_b.reshape((len(OB), T))
@@ -686,9 +833,43 @@ def evaluate_one(tf, ti, tg, nf, ni, sc, gpus, batch, prev_alloc, present, preci
         ins_f[F_OUT, 0, t] = output[t]
     for k in range(K):
         temp[0, k] = temp_c[k]
-    evaluate_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, np.zeros(1, np.int64), out_f.reshape((len(OF), 1, T)),
-                  out_i.reshape((len(OI), 1, T)), out_b.reshape((len(OB), 1, T)), gon.reshape((1, T, K)), out_k.reshape((2, 1, K)),
-                  rack.reshape((1, R)), welfare)
+    evaluate_rows(
+        tf,
+        ti,
+        tg,
+        nf,
+        ni,
+        sc,
+        ins_i,
+        ins_f,
+        temp,
+        np.zeros(1, np.int64),
+        out_f.reshape((len(OF), 1, T)),
+        out_i.reshape((len(OI), 1, T)),
+        out_b.reshape((len(OB), 1, T)),
+        gon.reshape((1, T, K)),
+        out_k.reshape((2, 1, K)),
+        rack.reshape((1, R)),
+        welfare,
+    )
 
-__all__ = ["IF", "II", "NF", "NI", "OB", "OF", "OI", "SC", "TF", "TI", "evaluate_one", "evaluate_rows", "fitting_batch", "memory_per_gpu", "pack_static", "roofline",
-           "tenant_terms"]
+
+__all__ = [
+    "IF",
+    "II",
+    "NF",
+    "NI",
+    "OB",
+    "OF",
+    "OI",
+    "SC",
+    "TF",
+    "TI",
+    "evaluate_one",
+    "evaluate_rows",
+    "fitting_batch",
+    "memory_per_gpu",
+    "pack_static",
+    "roofline",
+    "tenant_terms",
+]

@@ -190,4 +190,4 @@ def greedy(caps, order, capacity, got):
         before_ += caps[t]
 
 
-__all__ = ["AUCTION", "MAXMIN", "Mechanism", "PRIORITY", "PROPORTIONAL", "REGISTRY", "check_code", "jit", "mechanism"]
+__all__ = ["AUCTION", "MAXMIN", "PRIORITY", "PROPORTIONAL", "REGISTRY", "Mechanism", "check_code", "jit", "mechanism"]

@@ -32,6 +32,7 @@ from fleet_marl.kernel import engine, safety
 from fleet_marl.kernel.safety import KernelInputError
 from fleet_marl.kernel.static import KernelStatic
 from fleet_marl.kernel.types import Actions, Draws, Outcome, RoundState, Stage1
+
 MAX_COUNT = 1_000_000  # largest GPU count, batch or previous allocation accepted
 MAX_BID = 1e6  # largest bid multiplier accepted (a million times list price)
 
@@ -45,7 +46,7 @@ def _field(name: str, value, dtype, tail: tuple[int, ...], integer: bool = False
         raise KernelInputError(f"{name}: cannot be read as an array ({exc})") from None
     if a.dtype == bool or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
         raise KernelInputError(f"{name}: dtype {a.dtype} is not numeric; expected {np.dtype(dtype).name}")
-    if a.ndim < len(tail) or a.shape[a.ndim - len(tail):] != tail:
+    if a.ndim < len(tail) or a.shape[a.ndim - len(tail) :] != tail:
         want = "(..., " + ", ".join(map(str, tail)) + ")"
         raise KernelInputError(f"{name}: shape {a.shape}; expected {want}")
     if np.issubdtype(a.dtype, np.floating):
@@ -80,8 +81,19 @@ def check_actions(st: KernelStatic, actions: Actions, on_invalid: str = "raise")
     """
     T, G = st.T, catalog.N_GROUPS
     gpus = _field("actions.gpus", actions.gpus, np.int64, (T,), True, 0, MAX_COUNT, f"an integer in [0, {MAX_COUNT}]")
-    bid = _field("actions.bid", actions.bid, np.float64, (T,), False, np.nextafter(0.0, 1.0), MAX_BID, f"a bid multiplier in (0, {MAX_BID:g}]")
-    prec = _field("actions.precision", actions.precision, np.int64, (T, G), True, 0, catalog.N_PRECISIONS - 1, f"a precision code in [0, {catalog.N_PRECISIONS - 1}] ({', '.join(catalog.PRECISIONS)})")
+    bid = _field(
+        "actions.bid", actions.bid, np.float64, (T,), False, np.nextafter(0.0, 1.0), MAX_BID, f"a bid multiplier in (0, {MAX_BID:g}]"
+    )
+    prec = _field(
+        "actions.precision",
+        actions.precision,
+        np.int64,
+        (T, G),
+        True,
+        0,
+        catalog.N_PRECISIONS - 1,
+        f"a precision code in [0, {catalog.N_PRECISIONS - 1}] ({', '.join(catalog.PRECISIONS)})",
+    )
     batch = _field("actions.batch", actions.batch, np.int64, (T,), True, 1, MAX_COUNT, f"an integer in [1, {MAX_COUNT}]")
     lead = {gpus.shape[:-1], bid.shape[:-1], prec.shape[:-2], batch.shape[:-1]}
     if len(lead) != 1:
@@ -168,7 +180,13 @@ def evaluate(
 
 
 def evaluate_welfare(
-    st: KernelStatic, actions: Actions, state: RoundState, draws: Draws, present: np.ndarray | None = None, *, full: np.ndarray | None = None,
+    st: KernelStatic,
+    actions: Actions,
+    state: RoundState,
+    draws: Draws,
+    present: np.ndarray | None = None,
+    *,
+    full: np.ndarray | None = None,
 ) -> tuple[Outcome, np.ndarray]:
     """``(outcome, welfare)``: the welfare of every row (the inputs' leading shape), and the
     whole outcome of the rows where ``full`` (a bool mask over the rows of a leading shape
@@ -222,6 +240,7 @@ def evaluate_counterfactuals(
     if len(lead) > 1:
         raise KernelInputError(f"leading (batch) shape {lead}: expected () or (B,) for counterfactual rows")
     if lead:  # a row axis goes between the batch axis and the tenants
+
         def add_row_axis(obj):
             kw = {}
             for f in fields(obj):
@@ -248,8 +267,10 @@ def stage1(st: KernelStatic, precision: np.ndarray, *, project: bool | None = No
     output = st.output_tokens if output_tokens is None else np.broadcast_to(np.asarray(output_tokens, np.float64), (st.T,))
     tf, ti, tg = st.packed[:3]
     run = np.empty_like(prec)
-    rows = [engine.tenant_terms(tf, ti, tg, t, prec[t], not st.veto if project is None else project, st.mfu, run[t], prompt[t], output[t])
-            for t in range(st.T)]
+    rows = [
+        engine.tenant_terms(tf, ti, tg, t, prec[t], not st.veto if project is None else project, st.mfu, run[t], prompt[t], output[t])
+        for t in range(st.T)
+    ]
     return Stage1(run, *(np.array(col) for col in zip(*rows)))
 
 
@@ -281,18 +302,39 @@ def _one_row(actions: Actions, state: RoundState, draws: Draws, present) -> bool
     (what :func:`check_actions` and friends return)? Then ``engine.evaluate_one`` takes them.
     (Dtypes are compared by identity: an equal dtype that is another object takes the general path.)"""
     g, n, pa, prec = actions.gpus, actions.batch, state.prev_alloc, actions.precision
-    bid, q, rem, bud, arr, tie, temp = (actions.bid, state.queue, state.remaining_tokens, state.budget_left, draws.arrivals, draws.tiebreak,
-                                        state.temp_c)
-    if not (type(g) is type(n) is type(pa) is type(prec) is type(bid) is type(q) is type(rem) is type(bud) is type(arr) is type(tie)
-            is type(temp) is np.ndarray):
+    bid, q, rem, bud, arr, tie, temp = (
+        actions.bid,
+        state.queue,
+        state.remaining_tokens,
+        state.budget_left,
+        draws.arrivals,
+        draws.tiebreak,
+        state.temp_c,
+    )
+    if not (
+        type(g)
+        is type(n)
+        is type(pa)
+        is type(prec)
+        is type(bid)
+        is type(q)
+        is type(rem)
+        is type(bud)
+        is type(arr)
+        is type(tie)
+        is type(temp)
+        is np.ndarray
+    ):
         return False
     p, o = draws.prompt_tokens, draws.output_tokens
-    return (g.ndim == n.ndim == pa.ndim == bid.ndim == q.ndim == rem.ndim == bud.ndim == arr.ndim == tie.ndim == temp.ndim == prec.ndim - 1 == 1
-            and g.dtype is n.dtype is pa.dtype is prec.dtype is _I64
-            and bid.dtype is q.dtype is rem.dtype is bud.dtype is arr.dtype is tie.dtype is temp.dtype is _F64
-            and (present is None or (type(present) is np.ndarray and present.ndim == 1 and present.dtype is _BOOL))
-            and (p is None or (type(p) is np.ndarray and p.ndim == 1 and p.dtype is _F64))
-            and (o is None or (type(o) is np.ndarray and o.ndim == 1 and o.dtype is _F64)))
+    return (
+        g.ndim == n.ndim == pa.ndim == bid.ndim == q.ndim == rem.ndim == bud.ndim == arr.ndim == tie.ndim == temp.ndim == prec.ndim - 1 == 1
+        and g.dtype is n.dtype is pa.dtype is prec.dtype is _I64
+        and bid.dtype is q.dtype is rem.dtype is bud.dtype is arr.dtype is tie.dtype is temp.dtype is _F64
+        and (present is None or (type(present) is np.ndarray and present.ndim == 1 and present.dtype is _BOOL))
+        and (p is None or (type(p) is np.ndarray and p.ndim == 1 and p.dtype is _F64))
+        and (o is None or (type(o) is np.ndarray and o.ndim == 1 and o.dtype is _F64))
+    )
 
 
 def _evaluate_one(st, actions: Actions, state: RoundState, draws: Draws, present) -> Outcome:
@@ -301,10 +343,26 @@ def _evaluate_one(st, actions: Actions, state: RoundState, draws: Draws, present
     T, K, R = st.T, st.K, st.n_racks
     flat = (np.empty(_NOF * T + 2 * K + R + 1), np.empty(_NOI * T + T * K, _I64), np.empty(_NOB * T, np.bool_), T, K, R)
     prompt, output = draws.prompt_tokens, draws.output_tokens
-    engine.evaluate_one(*st.packed, actions.gpus, actions.batch, state.prev_alloc, _ALL_PRESENT[T] if present is None else present,
-                        actions.precision, actions.bid, state.queue, state.remaining_tokens, state.budget_left, draws.arrivals,
-                        draws.tiebreak, st.prompt_tokens if prompt is None else prompt, st.output_tokens if output is None else output,
-                        state.temp_c, flat[0], flat[1], flat[2])
+    engine.evaluate_one(
+        *st.packed,
+        actions.gpus,
+        actions.batch,
+        state.prev_alloc,
+        _ALL_PRESENT[T] if present is None else present,
+        actions.precision,
+        actions.bid,
+        state.queue,
+        state.remaining_tokens,
+        state.budget_left,
+        draws.arrivals,
+        draws.tiebreak,
+        st.prompt_tokens if prompt is None else prompt,
+        st.output_tokens if output is None else output,
+        state.temp_c,
+        flat[0],
+        flat[1],
+        flat[2],
+    )
     out = object.__new__(_Packed)
     out.__dict__["_flat"] = flat
     return out
@@ -315,8 +373,15 @@ def _unflatten(flat) -> tuple:
     views of :func:`_evaluate_one`'s flat buffers (the layout ``engine.evaluate_one`` writes)."""
     f, i, b, T, K, R = flat
     nf, ni = _NOF * T, _NOI * T
-    return (f[:nf].reshape(_NOF, T), i[:ni].reshape(_NOI, T), b.reshape(_NOB, T), i[ni:].reshape(T, K), f[nf: nf + 2 * K].reshape(2, K),
-            f[nf + 2 * K: nf + 2 * K + R], f[nf + 2 * K + R:].reshape(()))
+    return (
+        f[:nf].reshape(_NOF, T),
+        i[:ni].reshape(_NOI, T),
+        b.reshape(_NOB, T),
+        i[ni:].reshape(T, K),
+        f[nf : nf + 2 * K].reshape(2, K),
+        f[nf + 2 * K : nf + 2 * K + R],
+        f[nf + 2 * K + R :].reshape(()),
+    )
 
 
 _NOF, _NOI, _NOB = len(engine.OF), len(engine.OI), len(engine.OB)
@@ -324,8 +389,18 @@ _NOF, _NOI, _NOB = len(engine.OF), len(engine.OI), len(engine.OB)
 
 def _lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> tuple[int, ...]:
     # the env's calls: every field an array with one leading axis, of one length or 1 (broadcast)
-    arrays = (actions.gpus, actions.bid, actions.batch, state.prev_alloc, state.temp_c, state.queue, state.remaining_tokens,
-              state.budget_left, draws.arrivals, draws.tiebreak)
+    arrays = (
+        actions.gpus,
+        actions.bid,
+        actions.batch,
+        state.prev_alloc,
+        state.temp_c,
+        state.queue,
+        state.remaining_tokens,
+        state.budget_left,
+        draws.arrivals,
+        draws.tiebreak,
+    )
     extra = [v for v in (draws.prompt_tokens, draws.output_tokens, present) if v is not None]
     if all(type(a) is np.ndarray and a.ndim == 2 for a in arrays) and all(type(v) is np.ndarray and v.ndim == 2 for v in extra):
         p = actions.precision
@@ -334,10 +409,17 @@ def _lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> t
             if len(lengths) == 1 or (len(lengths) == 2 and 1 in lengths):
                 return (max(lengths),)
     shapes = [
-        np.shape(actions.gpus)[:-1], np.shape(actions.bid)[:-1], np.shape(actions.precision)[:-2], np.shape(actions.batch)[:-1],
-        np.shape(state.prev_alloc)[:-1], np.shape(state.temp_c)[:-1], np.shape(state.queue)[:-1],
-        np.shape(state.remaining_tokens)[:-1], np.shape(state.budget_left)[:-1],
-        np.shape(draws.arrivals)[:-1], np.shape(draws.tiebreak)[:-1],
+        np.shape(actions.gpus)[:-1],
+        np.shape(actions.bid)[:-1],
+        np.shape(actions.precision)[:-2],
+        np.shape(actions.batch)[:-1],
+        np.shape(state.prev_alloc)[:-1],
+        np.shape(state.temp_c)[:-1],
+        np.shape(state.queue)[:-1],
+        np.shape(state.remaining_tokens)[:-1],
+        np.shape(state.budget_left)[:-1],
+        np.shape(draws.arrivals)[:-1],
+        np.shape(draws.tiebreak)[:-1],
     ] + [np.shape(v)[:-1] for v in (draws.prompt_tokens, draws.output_tokens) if v is not None]
     if present is not None:
         shapes.append(np.shape(present)[:-1])
@@ -368,7 +450,7 @@ def _pack(st, actions: Actions, state: RoundState, draws: Draws, present, lead: 
     put(ins_i[engine.I_PRES], True if present is None else present, (T,))
     prec = np.asarray(actions.precision)  # (..., T, G) -> (G, 1 or B, T)
     prec = prec.reshape((-1,) + prec.shape[-2:]) if flat else np.broadcast_to(prec, lead + prec.shape[-2:]).reshape((B,) + prec.shape[-2:])
-    ins_i[engine.I_PREC:] = prec.transpose(2, 0, 1)  # (B, T, G) -> (G, B, T)
+    ins_i[engine.I_PREC :] = prec.transpose(2, 0, 1)  # (B, T, G) -> (G, B, T)
     put(ins_f[engine.F_BID], actions.bid, (T,))
     put(ins_f[engine.F_QUEUE], state.queue, (T,))
     put(ins_f[engine.F_REMAIN], state.remaining_tokens, (T,))
@@ -402,7 +484,7 @@ def _group_floats(p) -> dict:
 
 def _group_ints(p) -> dict:
     d = dict(zip(_OI_NAMES, p[1]))
-    d["precision"] = p[1][engine.OI_PREC:].transpose(tuple(range(1, p[1].ndim)) + (0,))  # (G, *lead, T) -> (*lead, T, G)
+    d["precision"] = p[1][engine.OI_PREC :].transpose(tuple(range(1, p[1].ndim)) + (0,))  # (G, *lead, T) -> (*lead, T, G)
     return d
 
 
@@ -417,8 +499,12 @@ def _group_nodes(p) -> dict:
 def _field_groups() -> dict:
     """Field name -> the function making the views of its group (floats, ints, flags, nodes)."""
     groups = {}
-    for fn, names in ((_group_floats, engine.OF), (_group_ints, _OI_NAMES + ("precision",)), (_group_flags, engine.OB),
-                      (_group_nodes, ("gpus_on_node", "node_power_w", "temp_next", "rack_power_w", "welfare"))):
+    for fn, names in (
+        (_group_floats, engine.OF),
+        (_group_ints, _OI_NAMES + ("precision",)),
+        (_group_flags, engine.OB),
+        (_group_nodes, ("gpus_on_node", "node_power_w", "temp_next", "rack_power_w", "welfare")),
+    ):
         groups.update(dict.fromkeys(names, fn))
     assert set(groups) == {f.name for f in fields(Outcome)}, "every Outcome field has a place in the packed outputs"
     return groups
@@ -454,5 +540,6 @@ class _Packed(Outcome):
         out = object.__new__(_Packed)
         out.__dict__["_packed"] = (f[:, i], oi[:, i], ob[:, i], gon[i], k[:, i], rack[i], w[i])
         return out
+
 
 __all__ = ["check_actions", "check_draws", "check_state", "evaluate", "evaluate_counterfactuals", "evaluate_welfare", "stage1"]

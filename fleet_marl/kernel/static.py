@@ -14,9 +14,8 @@ import numpy as np
 
 from fleet_marl import catalog
 from fleet_marl.config import FleetConfig
-from fleet_marl.kernel import cost
+from fleet_marl.kernel import cost, mechanisms
 from fleet_marl.kernel.engine import pack_static
-from fleet_marl.kernel import mechanisms
 
 
 @dataclass(frozen=True)
@@ -101,7 +100,7 @@ class KernelStatic:
         object.__setattr__(self, "packed", pack_static(self))
 
     @staticmethod
-    def from_config(cfg: FleetConfig) -> "KernelStatic":
+    def from_config(cfg: FleetConfig) -> KernelStatic:
         cl = cfg.cluster
         ts = cfg.tenants
         T, K = len(ts), cl.num_nodes
@@ -176,7 +175,6 @@ class KernelStatic:
             veto=cfg.safety.mode == "veto",
             cost_weight=cfg.reward.cost_weight,
         )
-
 
 
 __all__ = ["KernelStatic"]

@@ -41,7 +41,7 @@ class RoundState:
     budget_left: np.ndarray  # (B, T) float64 USD left
 
     @staticmethod
-    def initial(static: "Any", batch: int | None = None) -> "RoundState":
+    def initial(static: Any, batch: int | None = None) -> RoundState:
         """Nothing held, nodes at ambient temperature, empty queues, whole jobs and budgets.
         With ``batch`` every field gets a leading axis of that size."""
         lead = () if batch is None else (batch,)
@@ -68,7 +68,7 @@ class Draws:
     output_tokens: np.ndarray | None = None
 
     @staticmethod
-    def sample(static: "Any", rng: np.random.Generator, batch: int | None = None) -> "Draws":
+    def sample(static: Any, rng: np.random.Generator, batch: int | None = None) -> Draws:
         """Poisson arrivals at each serving tenant's mean rate; uniform tie-breaks. With
         ``batch``, independent draws for each of ``batch`` rows."""
         lead = () if batch is None else (batch,)
@@ -79,7 +79,7 @@ class Draws:
         )
 
     @staticmethod
-    def expected(static: "Any") -> "Draws":
+    def expected(static: Any) -> Draws:
         """Mean arrivals and index-order tie-breaks: a deterministic draw."""
         return Draws(
             arrivals=static.arrival_rate * static.round_seconds,
@@ -137,7 +137,7 @@ class Outcome:
     temp_next: np.ndarray  # (B, K) float64
 
     @classmethod
-    def of(cls, fields_: dict) -> "Outcome":
+    def of(cls, fields_: dict) -> Outcome:
         """An Outcome of the arrays in ``fields_`` (every field, by name), without the
         dataclass ``__init__`` (40 frozen-attribute writes): the kernel builds one per call."""
         if len(fields_) != len(_OUTCOME_FIELDS):
@@ -147,7 +147,7 @@ class Outcome:
         out.__dict__.update(fields_)
         return out
 
-    def next_state(self) -> "RoundState":
+    def next_state(self) -> RoundState:
         """The state the next round starts from (same leading shape as this outcome)."""
         return RoundState(
             prev_alloc=self.alloc,
@@ -157,7 +157,7 @@ class Outcome:
             budget_left=self.budget_next,
         )
 
-    def row(self, i: int) -> "Outcome":
+    def row(self, i: int) -> Outcome:
         """One batch row, with the batch axis removed (the shapes above without ``B``)."""
         return Outcome.of({k: getattr(self, k)[i] for k in _OUTCOME_FIELDS})
 

@@ -27,11 +27,20 @@ import importlib
 
 #: Public names -> the submodule that defines them (imported on first use).
 _NAMES = {
-    "MODES": "app", "make_app": "app",
-    "FleetEgoClient": "client", "FleetEnvClient": "client", "RemoteParallelEnv": "client", "WebSocketSession": "client",
-    "FleetEgoEnvironment": "ego", "FleetMultiEnvironment": "multi",
-    "FleetEgoAction": "models", "FleetEgoObservation": "models", "FleetJointAction": "models", "FleetMultiObservation": "models",
-    "FleetState": "models", "ServerLimits": "limits",
+    "MODES": "app",
+    "make_app": "app",
+    "FleetEgoClient": "client",
+    "FleetEnvClient": "client",
+    "RemoteParallelEnv": "client",
+    "WebSocketSession": "client",
+    "FleetEgoEnvironment": "ego",
+    "FleetMultiEnvironment": "multi",
+    "FleetEgoAction": "models",
+    "FleetEgoObservation": "models",
+    "FleetJointAction": "models",
+    "FleetMultiObservation": "models",
+    "FleetState": "models",
+    "ServerLimits": "limits",
 }
 
 INSTALL_HINT = (

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Optional
+from typing import Any
 
 from openenv.core.env_server.http_server import create_fastapi_app
 
 from fleet_marl.openenv.ego import FleetEgoEnvironment
+from fleet_marl.openenv.guard import Guard
 from fleet_marl.openenv.limits import ServerLimits
 from fleet_marl.openenv.models import FleetEgoAction, FleetEgoObservation, FleetJointAction, FleetMultiObservation, FleetState
 from fleet_marl.openenv.multi import FleetMultiEnvironment
-from fleet_marl.openenv.guard import Guard
 from fleet_marl.openenv.server import add_routes
 
 #: The two views and their (environment, action, observation) classes.
@@ -35,8 +35,15 @@ MODES = {
 ENV_NAME = "fleet_marl"
 
 
-def make_app(mode: str = "multi", max_sessions: Optional[int] = None, task: str = "easy", config: Optional[dict] = None,
-             limits: Optional[ServerLimits] = None, token: Optional[str] = None, **ego_options: Any):
+def make_app(
+    mode: str = "multi",
+    max_sessions: int | None = None,
+    task: str = "easy",
+    config: dict | None = None,
+    limits: ServerLimits | None = None,
+    token: str | None = None,
+    **ego_options: Any,
+):
     """A FastAPI app serving ``mode`` (``"multi"`` or ``"ego"``). ``task`` and ``config`` are the
     defaults of a reset that names none (the operator's: their traces may be any file);
     ``limits`` bound what clients may do (:class:`ServerLimits`' defaults when None;
@@ -58,8 +65,9 @@ def make_app(mode: str = "multi", max_sessions: Optional[int] = None, task: str 
     env_cls(task=task, config=config, limits=limits, **ego_options)  # bad defaults fail here, not in the first session
     factory = functools.partial(env_cls, task=task, config=config, limits=limits, **ego_options)
     # create_fastapi_app, not create_app: no optional web UI (ENABLE_WEB_INTERFACE) to reach an env
-    app = create_fastapi_app(factory, action_cls, obs_cls, max_concurrent_envs=limits.max_sessions, env_name=ENV_NAME,
-                             state_cls=FleetState, mode="simulation")
+    app = create_fastapi_app(
+        factory, action_cls, obs_cls, max_concurrent_envs=limits.max_sessions, env_name=ENV_NAME, state_cls=FleetState, mode="simulation"
+    )
     app.state.sessions = add_routes(app, factory, action_cls, FleetState, limits)
     app.state.limits = limits
     app.add_middleware(Guard, token=token, max_body_bytes=limits.max_body_bytes)

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Callable, Optional
+from typing import Any
 
 import numpy as np
 
-from fleet_marl.errors import short_repr
 from fleet_marl.config import FleetConfig
 from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
+from fleet_marl.errors import short_repr
 from fleet_marl.openenv.limits import ServerLimits, check_config, check_overrides, trace_values
 from fleet_marl.tasks import TASKS, make_config, task_dict
 
@@ -59,8 +60,13 @@ def task_spec(index: int) -> dict:
     name = task_names()[index]
     d = task_dict(name)
     return {
-        "id": name, "index": index, "split": SPLIT, "description": TASKS[name].description,
-        "tenants": len(d["tenants"]), "max_cycles": d.get("max_cycles"), "reset": {"task": name},
+        "id": name,
+        "index": index,
+        "split": SPLIT,
+        "description": TASKS[name].description,
+        "tenants": len(d["tenants"]),
+        "max_cycles": d.get("max_cycles"),
+        "reset": {"task": name},
     }
 
 
@@ -88,12 +94,12 @@ class TaskAPI:
             raise IndexError(index)
         return task_spec(index)
 
-    def get_task_range(self, split: str, start: Optional[int] = None, stop: Optional[int] = None) -> list:
+    def get_task_range(self, split: str, start: int | None = None, stop: int | None = None) -> list:
         self._check_split(split)
         return [task_spec(i) for i in range(len(task_names()))[start:stop]]
 
 
-def resolve_task(task: Optional[str], split: Optional[str], index: Optional[int], default: str) -> str:
+def resolve_task(task: str | None, split: str | None, index: int | None, default: str) -> str:
     """The task a reset asks for: ``task`` by name, or ``split`` and ``index`` of the task API."""
     if index is not None or split is not None:
         if task is not None:
@@ -118,15 +124,21 @@ class SessionEnv:
     the server's limits, and naming only registry traces, apart from ``trusted_traces`` (those of
     the operator's own default config). A built-in task's traces are registry names."""
 
-    def __init__(self, limits: Optional[ServerLimits] = None, trusted_traces: frozenset = frozenset()) -> None:
-        self.env: Optional[FleetParallelEnv] = None
+    def __init__(self, limits: ServerLimits | None = None, trusted_traces: frozenset = frozenset()) -> None:
+        self.env: FleetParallelEnv | None = None
         self.key: Any = None
-        self.task: Optional[str] = None
+        self.task: str | None = None
         self.limits = ServerLimits() if limits is None else limits
         self.trusted_traces = frozenset(trusted_traces)
 
-    def get(self, task: str, config: Optional[dict], extra: Optional[dict] = None, sequential: bool = False,
-            check: Optional[Callable[[FleetConfig], None]] = None) -> FleetParallelEnv | FleetSequentialEnv:
+    def get(
+        self,
+        task: str,
+        config: dict | None,
+        extra: dict | None = None,
+        sequential: bool = False,
+        check: Callable[[FleetConfig], None] | None = None,
+    ) -> FleetParallelEnv | FleetSequentialEnv:
         """The session's env for ``task`` and ``config`` (overrides); with ``sequential`` (the ego
         view) ``config`` ``{"protocol": "sequential", ...}`` builds the sequential protocol's AEC
         env, which the multi view (a ParallelEnv over the wire) refuses as ``parallel_env`` does.
@@ -165,16 +177,31 @@ def package_version() -> str:
 MAX_EPISODE_ID = 255
 
 
-def check_episode_id(episode_id: Any) -> Optional[str]:
+def check_episode_id(episode_id: Any) -> str | None:
     if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > MAX_EPISODE_ID):
-        raise ValueError(f"reset: episode_id = {short_repr(episode_id, 40)}: expected None or a string of at most {MAX_EPISODE_ID} characters")
+        raise ValueError(
+            f"reset: episode_id = {short_repr(episode_id, 40)}: expected None or a string of at most {MAX_EPISODE_ID} characters"
+        )
     return episode_id
 
 
-def check_seed(seed: Any) -> Optional[int]:
+def check_seed(seed: Any) -> int | None:
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise ValueError(f"reset: seed = {short_repr(seed)}: expected None or a non-negative integer")
     return None if seed is None else int(seed)
 
 
-__all__ = ["MAX_EPISODE_ID", "SPLIT", "SessionEnv", "TaskAPI", "check_episode_id", "check_seed", "config_digest", "fairness_report", "package_version", "resolve_task", "task_names", "task_spec"]
+__all__ = [
+    "MAX_EPISODE_ID",
+    "SPLIT",
+    "SessionEnv",
+    "TaskAPI",
+    "check_episode_id",
+    "check_seed",
+    "config_digest",
+    "fairness_report",
+    "package_version",
+    "resolve_task",
+    "task_names",
+    "task_spec",
+]

@@ -16,7 +16,7 @@ for sync code). ``WebSocketSession`` speaks the same protocol over an open WebSo
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any
 
 import gymnasium
 import numpy as np
@@ -30,18 +30,23 @@ from fleet_marl.environment.observations import ObservedRound, observed_round
 from fleet_marl.environment.spaces import check_agent, departed, parse_action
 from fleet_marl.openenv.base import config_digest
 from fleet_marl.openenv.models import (
-    FleetEgoAction, FleetEgoObservation, FleetJointAction, FleetMultiObservation, FleetState, decode,
+    FleetEgoAction,
+    FleetEgoObservation,
+    FleetJointAction,
+    FleetMultiObservation,
+    FleetState,
+    decode,
 )
 
 
-def _parse(obs_cls, payload: Dict[str, Any]) -> StepResult:
+def _parse(obs_cls, payload: dict[str, Any]) -> StepResult:
     data = dict(payload.get("observation", {}))
     data["reward"], data["done"] = payload.get("reward"), payload.get("done", False)
     obs = obs_cls.model_validate(data)
     return StepResult(observation=obs, reward=payload.get("reward"), done=payload.get("done", False), metadata=payload.get("metadata"))
 
 
-def auth_headers(token: Optional[str], headers: Optional[Dict[str, str]] = None) -> Optional[Dict[str, str]]:
+def auth_headers(token: str | None, headers: dict[str, str] | None = None) -> dict[str, str] | None:
     """``headers`` plus ``Authorization: Bearer <token>`` when ``token`` is set (a server started
     with ``--token`` or ``FLEET_MARL_TOKEN`` requires it on every route and on ``/ws``)."""
     if token is None:
@@ -54,8 +59,9 @@ def auth_headers(token: Optional[str], headers: Optional[Dict[str, str]] = None)
 class _TokenClient:
     """``token=`` for OpenEnv's ``EnvClient``: sent as a bearer token when the socket opens."""
 
-    def __init__(self, base_url: Optional[str] = None, *args: Any, token: Optional[str] = None, headers: Optional[Dict[str, str]] = None,
-                 **kwargs: Any):
+    def __init__(
+        self, base_url: str | None = None, *args: Any, token: str | None = None, headers: dict[str, str] | None = None, **kwargs: Any
+    ):
         super().__init__(base_url, *args, headers=auth_headers(token, headers), **kwargs)  # type: ignore[call-arg]
 
 
@@ -63,13 +69,13 @@ class FleetEnvClient(_TokenClient, EnvClient[FleetJointAction, FleetMultiObserva
     """Client of the multi view: ``FleetEnvClient(base_url="http://127.0.0.1:8000").sync()``
     (``token="..."`` for a server that requires one)."""
 
-    def _step_payload(self, action: FleetJointAction) -> Dict[str, Any]:
+    def _step_payload(self, action: FleetJointAction) -> dict[str, Any]:
         return {"actions": action.actions}
 
-    def _parse_result(self, payload: Dict[str, Any]) -> StepResult[FleetMultiObservation]:
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[FleetMultiObservation]:
         return _parse(FleetMultiObservation, payload)
 
-    def _parse_state(self, payload: Dict[str, Any]) -> FleetState:
+    def _parse_state(self, payload: dict[str, Any]) -> FleetState:
         return FleetState.model_validate(payload)
 
 
@@ -77,13 +83,13 @@ class FleetEgoClient(_TokenClient, EnvClient[FleetEgoAction, FleetEgoObservation
     """Client of the ego view: ``client.step(FleetEgoAction(text=model_output))`` (``token="..."``
     for a server that requires one)."""
 
-    def _step_payload(self, action: FleetEgoAction) -> Dict[str, Any]:
+    def _step_payload(self, action: FleetEgoAction) -> dict[str, Any]:
         return {"text": action.text}
 
-    def _parse_result(self, payload: Dict[str, Any]) -> StepResult[FleetEgoObservation]:
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[FleetEgoObservation]:
         return _parse(FleetEgoObservation, payload)
 
-    def _parse_state(self, payload: Dict[str, Any]) -> FleetState:
+    def _parse_state(self, payload: dict[str, Any]) -> FleetState:
         return FleetState.model_validate(payload)
 
 
@@ -110,7 +116,13 @@ class WebSocketSession:
         return _parse(self.obs_cls, self._call({"type": "reset", "data": kwargs}))
 
     def step(self, action) -> StepResult:
-        data = {"actions": action.actions} if isinstance(action, FleetJointAction) else {"text": action.text} if isinstance(action, FleetEgoAction) else action
+        data = (
+            {"actions": action.actions}
+            if isinstance(action, FleetJointAction)
+            else {"text": action.text}
+            if isinstance(action, FleetEgoAction)
+            else action
+        )
         return _parse(self.obs_cls, self._call({"type": "step", "data": data}))
 
     def state(self) -> FleetState:
@@ -145,7 +157,7 @@ class RemoteParallelEnv(ParallelEnv):
 
     metadata = {"name": "fleet_v0", "render_modes": [], "is_parallelizable": True}
 
-    def __init__(self, client, task: Optional[str] = None, config: Optional[dict] = None, obs_mode: str = "flat"):
+    def __init__(self, client, task: str | None = None, config: dict | None = None, obs_mode: str = "flat"):
         if obs_mode not in OBS_MODES:
             raise ValueError(f"obs_mode = {obs_mode!r}: expected one of {', '.join(map(repr, OBS_MODES))}")
         self.client = client
@@ -153,7 +165,7 @@ class RemoteParallelEnv(ParallelEnv):
         self._overrides = dict(config or {})
         self.obs_mode, self.render_mode, self.illegal_action = obs_mode, None, "veto"
         #: the local scenario (static parts only), rebuilt when the server's config changes
-        self.scenario: Optional[FleetParallelEnv] = None
+        self.scenario: FleetParallelEnv | None = None
         self._digest = None
         self._ready = False
         self._round = 0
@@ -164,8 +176,15 @@ class RemoteParallelEnv(ParallelEnv):
         self.agents = []
 
     @classmethod
-    def connect(cls, base_url: str, task: Optional[str] = None, config: Optional[dict] = None, obs_mode: str = "flat",
-                token: Optional[str] = None, **client_kwargs: Any) -> "RemoteParallelEnv":
+    def connect(
+        cls,
+        base_url: str,
+        task: str | None = None,
+        config: dict | None = None,
+        obs_mode: str = "flat",
+        token: str | None = None,
+        **client_kwargs: Any,
+    ) -> RemoteParallelEnv:
         """Open a WebSocket session on the server at ``base_url`` (``http://host:port``);
         ``token`` for a server that requires one."""
         client = FleetEnvClient(base_url=base_url, token=token, **client_kwargs).sync()
@@ -207,7 +226,7 @@ class RemoteParallelEnv(ParallelEnv):
     # --- the wire --------------------------------------------------------------------------------
 
     def _remote_reset(self, seed):
-        kwargs: Dict[str, Any] = {"seed": seed, "config": self._overrides}
+        kwargs: dict[str, Any] = {"seed": seed, "config": self._overrides}
         if self.task is not None:
             kwargs["task"] = self.task
         obs: FleetMultiObservation = self.client.reset(**kwargs).observation
@@ -215,8 +234,10 @@ class RemoteParallelEnv(ParallelEnv):
             cfg = from_dict(FleetConfig, decode(obs.config))
             self.scenario = FleetParallelEnv(config=cfg, obs_mode=self.obs_mode)
             if config_digest(self) != obs.config_digest:
-                raise RuntimeError(f"the scenario rebuilt from the server's config has digest {config_digest(self)}, the server's is {obs.config_digest}: "
-                                   "client and server run different fleet_marl versions?")
+                raise RuntimeError(
+                    f"the scenario rebuilt from the server's config has digest {config_digest(self)}, the server's is {obs.config_digest}: "
+                    "client and server run different fleet_marl versions?"
+                )
             self._digest = obs.config_digest
         self._ready = True
         self._reports = {}
@@ -252,7 +273,7 @@ class RemoteParallelEnv(ParallelEnv):
 
     # --- PettingZoo API ----------------------------------------------------------------------------
 
-    def reset(self, seed: Optional[int] = None, options: Optional[dict] = None):
+    def reset(self, seed: int | None = None, options: dict | None = None):
         """Reset on the server. ``options`` may set ``task`` and ``config`` (overrides) for this
         and later episodes; other keys are ignored, as the local env ignores ``options``."""
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
@@ -277,8 +298,10 @@ class RemoteParallelEnv(ParallelEnv):
                 check_agent(a, self.agent_index, self.possible_agents, set())
             if not self._warned_empty:
                 self._warned_empty = True
-                gymnasium.logger.warn("step() called with no live agent (every agent finished): it returns five empty dicts; "
-                                      "call env.reset() to start a new episode")
+                gymnasium.logger.warn(
+                    "step() called with no live agent (every agent finished): it returns five empty dicts; "
+                    "call env.reset() to start a new episode"
+                )
             return {}, {}, {}, {}, {}
         checked = {a: self.check_action(a, act, live).tolist() for a, act in actions.items()}
         missing = [a for a in self.agents if a not in actions]
@@ -288,7 +311,7 @@ class RemoteParallelEnv(ParallelEnv):
         observations, infos = self._apply(obs, with_rewards=True)
         return observations, dict(obs.rewards), dict(obs.terminations), dict(obs.truncations), infos
 
-    def check_action(self, a, act, live: Optional[set] = None) -> np.ndarray:
+    def check_action(self, a, act, live: set | None = None) -> np.ndarray:
         """Validate one agent's action locally (as the local env does, masks aside: the server
         vetoes or caps masked choices); return its 8 indices or raise ActionError."""
         self._need_reset("step()")
@@ -300,7 +323,7 @@ class RemoteParallelEnv(ParallelEnv):
         self._need_reset("state()")
         return self._state_vec.copy()
 
-    def observed_round(self, state_vector: Optional[np.ndarray] = None, include_queued_jobs: bool = False) -> ObservedRound:
+    def observed_round(self, state_vector: np.ndarray | None = None, include_queued_jobs: bool = False) -> ObservedRound:
         """What ``state_vector`` (default: the server's ``state()``) says of the round ahead,
         read as ``FleetParallelEnv.observed_round`` reads it."""
         return observed_round(self.kernel_static, self.state() if state_vector is None else state_vector, include_queued_jobs)

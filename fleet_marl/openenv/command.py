@@ -53,14 +53,23 @@ def add_arguments(s) -> None:
     """The ``serve`` options, added to the parser ``s``."""
     s.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; 0.0.0.0 in a container)")
     s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    s.add_argument("--mode", choices=("multi", "ego"), default="multi", help="the view: every tenant (multi) or one for an LLM (ego); default multi")
-    s.add_argument("--max-sessions", type=int, default=8, help="live sessions, WebSocket and HTTP, each counted once; one more is refused (default 8)")
+    s.add_argument(
+        "--mode", choices=("multi", "ego"), default="multi", help="the view: every tenant (multi) or one for an LLM (ego); default multi"
+    )
+    s.add_argument(
+        "--max-sessions", type=int, default=8, help="live sessions, WebSocket and HTTP, each counted once; one more is refused (default 8)"
+    )
     s.add_argument("--task", default="easy", help="default task of a reset that names none (default easy)")
     s.add_argument("--reward-scheme", default=None, help="default credit scheme (default: the task's)")
     g = s.add_argument_group("ego view")
     g.add_argument("--ego", default="tenant_0", help="the LLM's tenant: tenant_<i>, an index, or 'random' (default tenant_0)")
     g.add_argument("--opponents", default="precision_expert", help="reference policy of the other tenants (default precision_expert)")
-    g.add_argument("--fallback", choices=("default", "idle"), default="default", help="action run in place of an invalid answer (default: the env's default action)")
+    g.add_argument(
+        "--fallback",
+        choices=("default", "idle"),
+        default="default",
+        help="action run in place of an invalid answer (default: the env's default action)",
+    )
     g.add_argument("--invalid-penalty", type=float, default=1.0, help="subtracted from the reward after an invalid answer (default 1.0)")
     g.add_argument("--max-invalid-streak", type=int, default=3, help="invalid answers in a row that end the episode (default 3)")
     a = s.add_argument_group("access and limits (docs/llm_agents.md, Security)")
@@ -68,8 +77,12 @@ def add_arguments(s) -> None:
     d = ServerLimits()
     for flag, dest, kind, what in _LIMIT_OPTIONS:
         a.add_argument(flag, dest=dest, type=kind, default=getattr(d, dest), help=f"{what} (default {getattr(d, dest):g})")
-    a.add_argument("--allow-attach", action="store_true", help="let /ws?session_id=<id> attach to a session created over HTTP (default: refused)")
-    s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"), help="uvicorn log level (default info)")
+    a.add_argument(
+        "--allow-attach", action="store_true", help="let /ws?session_id=<id> attach to a session created over HTTP (default: refused)"
+    )
+    s.add_argument(
+        "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"), help="uvicorn log level (default info)"
+    )
 
 
 #: (flag, ServerLimits field, type, help) of the limit options.
@@ -100,8 +113,9 @@ def is_loopback(host: str) -> bool:
 
 def _import_server():
     """``(make_app, uvicorn)``; ImportError when the extra is missing."""
-    from fleet_marl.openenv import make_app  # OpenEnv and FastAPI: the optional extra
     import uvicorn  # the optional extra
+
+    from fleet_marl.openenv import make_app  # OpenEnv and FastAPI: the optional extra
 
     return make_app, uvicorn
 
@@ -121,7 +135,7 @@ def limits_from(args):
         text = str(exc)
         for flag, dest, _, _ in _LIMIT_OPTIONS:
             if text.startswith(dest + " "):
-                text = flag + text[len(dest):]
+                text = flag + text[len(dest) :]
         raise ValueError(text) from None
 
 
@@ -136,8 +150,13 @@ def app_kwargs(args) -> dict:
         kw["config"] = {"reward_scheme": args.reward_scheme}
     if args.mode == "ego":
         ego = int(args.ego) if args.ego.isdigit() else args.ego
-        kw.update(ego=ego, opponents=args.opponents, fallback=args.fallback, invalid_penalty=args.invalid_penalty,
-                  max_invalid_streak=args.max_invalid_streak)
+        kw.update(
+            ego=ego,
+            opponents=args.opponents,
+            fallback=args.fallback,
+            invalid_penalty=args.invalid_penalty,
+            max_invalid_streak=args.max_invalid_streak,
+        )
     return kw
 
 
@@ -161,12 +180,19 @@ def run(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         print("run 'fleet-marl serve --help' for the options", file=sys.stderr)
         return 2
-    print(f"fleet-marl serve: {args.mode} view of {args.task} on http://{args.host}:{args.port} "
-          f"(WebSocket /ws, at most {args.max_sessions} sessions, {'a bearer token required' if kw['token'] else 'no token'})",
-          file=sys.stderr, flush=True)
+    print(
+        f"fleet-marl serve: {args.mode} view of {args.task} on http://{args.host}:{args.port} "
+        f"(WebSocket /ws, at most {args.max_sessions} sessions, {'a bearer token required' if kw['token'] else 'no token'})",
+        file=sys.stderr,
+        flush=True,
+    )
     if kw["token"] is None and not is_loopback(args.host):
-        print(f"warning: serving on {args.host} with no token: anyone who can reach port {args.port} can open sessions. "
-              f"Set {TOKEN_ENV} (or --token) and give clients the token (docs/llm_agents.md, Security).", file=sys.stderr, flush=True)
+        print(
+            f"warning: serving on {args.host} with no token: anyone who can reach port {args.port} can open sessions. "
+            f"Set {TOKEN_ENV} (or --token) and give clients the token (docs/llm_agents.md, Security).",
+            file=sys.stderr,
+            flush=True,
+        )
     limits = kw["limits"]
     # a message up to 4x the limit is read and answered with an error frame (the session lives);
     # a longer one closes the connection (1009) before it is read in full (docs/llm_agents.md);
@@ -175,5 +201,16 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["DESCRIPTION", "EXAMPLES", "INSTALL_HINT", "TOKEN_ENV", "add_arguments", "app_kwargs", "build_app", "is_loopback", "limits_from", "run",
-           "token_from"]
+__all__ = [
+    "DESCRIPTION",
+    "EXAMPLES",
+    "INSTALL_HINT",
+    "TOKEN_ENV",
+    "add_arguments",
+    "app_kwargs",
+    "build_app",
+    "is_loopback",
+    "limits_from",
+    "run",
+    "token_from",
+]

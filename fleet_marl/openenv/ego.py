@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 from openenv.core.env_server.interfaces import Environment
@@ -43,12 +43,29 @@ from fleet_marl import catalog
 from fleet_marl.environment import ACTION_FIELDS, OBS_FIELDS, FleetParallelEnv, FleetSequentialEnv, scheme_rewards
 from fleet_marl.environment.observations import unsquash
 from fleet_marl.errors import short_repr
-from fleet_marl.openenv.base import SessionEnv, TaskAPI, check_episode_id, check_seed, config_digest, fairness_report, package_version, resolve_task
+from fleet_marl.openenv.base import (
+    SessionEnv,
+    TaskAPI,
+    check_episode_id,
+    check_seed,
+    config_digest,
+    fairness_report,
+    package_version,
+    resolve_task,
+)
 from fleet_marl.openenv.limits import ServerLimits, check_opponents, trace_values
 from fleet_marl.openenv.models import FleetEgoAction, FleetEgoObservation, FleetState, encode
 from fleet_marl.openenv.text_action import (
-    BATCH_SIZES, GROUP_KEYS, MAX_CHARS, TextActionError, action_json_schema, bid_names, check_mask, from_indices,
-    parse_tenant_action, to_indices,
+    BATCH_SIZES,
+    GROUP_KEYS,
+    MAX_CHARS,
+    TextActionError,
+    action_json_schema,
+    bid_names,
+    check_mask,
+    from_indices,
+    parse_tenant_action,
+    to_indices,
 )
 from fleet_marl.policies import POLICIES
 from fleet_marl.policies import make as make_policy
@@ -68,25 +85,40 @@ class FleetEgoEnvironment(TaskAPI, Environment):
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def __init__(self, task: str = "easy", config: Optional[dict] = None, ego: Any = "tenant_0", opponents: str = "precision_expert",
-                 fallback: str = "default", invalid_penalty: float = 1.0, max_invalid_streak: int = 3,
-                 limits: Optional[ServerLimits] = None):
+    def __init__(
+        self,
+        task: str = "easy",
+        config: dict | None = None,
+        ego: Any = "tenant_0",
+        opponents: str = "precision_expert",
+        fallback: str = "default",
+        invalid_penalty: float = 1.0,
+        max_invalid_streak: int = 3,
+        limits: ServerLimits | None = None,
+    ):
         super().__init__()
-        self.defaults = dict(task=task, config=dict(config or {}), ego=ego, opponents=opponents, fallback=fallback,
-                             invalid_penalty=invalid_penalty, max_invalid_streak=max_invalid_streak)
+        self.defaults = dict(
+            task=task,
+            config=dict(config or {}),
+            ego=ego,
+            opponents=opponents,
+            fallback=fallback,
+            invalid_penalty=invalid_penalty,
+            max_invalid_streak=max_invalid_streak,
+        )
         self._check_options(opponents, fallback, invalid_penalty, max_invalid_streak)
         resolve_task(task, None, None, task)
         self._session = SessionEnv(limits, trace_values(self.defaults["config"]))
         self._policy = None
         self._policy_key = None
-        self._episode_id: Optional[str] = None
+        self._episode_id: str | None = None
         self._steps = 0
         self._done = True
-        self.ego: Optional[str] = None
-        self._seq: Optional[FleetSequentialEnv] = None  # the sequential protocol's AEC env, when the config asks for it
+        self.ego: str | None = None
+        self._seq: FleetSequentialEnv | None = None  # the sequential protocol's AEC env, when the config asks for it
 
     @property
-    def env(self) -> Optional[FleetParallelEnv]:
+    def env(self) -> FleetParallelEnv | None:
         """The session's round engine (under the sequential protocol, the AEC env's)."""
         e = self._session.env
         return e.env if isinstance(e, FleetSequentialEnv) else e
@@ -97,20 +129,38 @@ class FleetEgoEnvironment(TaskAPI, Environment):
             raise ValueError(f"opponents = {short_repr(opponents)}: expected one of {', '.join(POLICIES)}")
         if fallback not in FALLBACKS:
             raise ValueError(f"fallback = {short_repr(fallback)}: expected one of {', '.join(FALLBACKS)}")
-        if isinstance(invalid_penalty, bool) or not isinstance(invalid_penalty, (int, float)) or not np.isfinite(invalid_penalty) or invalid_penalty < 0:
+        if (
+            isinstance(invalid_penalty, bool)
+            or not isinstance(invalid_penalty, (int, float))
+            or not np.isfinite(invalid_penalty)
+            or invalid_penalty < 0
+        ):
             raise ValueError(f"invalid_penalty = {short_repr(invalid_penalty)}: expected a finite number >= 0")
         if isinstance(max_invalid_streak, bool) or not isinstance(max_invalid_streak, int) or max_invalid_streak < 1:
             raise ValueError(f"max_invalid_streak = {short_repr(max_invalid_streak)}: expected an integer >= 1")
 
     # --- OpenEnv API ------------------------------------------------------------------------------
 
-    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, task: Optional[str] = None,
-              config: Optional[dict] = None, split: Optional[str] = None, index: Optional[int] = None, ego: Any = None,
-              opponents: Optional[str] = None, fallback: Optional[str] = None, invalid_penalty: Optional[float] = None,
-              max_invalid_streak: Optional[int] = None, **kwargs: Any) -> FleetEgoObservation:
+    def reset(
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        task: str | None = None,
+        config: dict | None = None,
+        split: str | None = None,
+        index: int | None = None,
+        ego: Any = None,
+        opponents: str | None = None,
+        fallback: str | None = None,
+        invalid_penalty: float | None = None,
+        max_invalid_streak: int | None = None,
+        **kwargs: Any,
+    ) -> FleetEgoObservation:
         if kwargs:
-            raise ValueError(f"reset: unknown argument {short_repr(sorted(kwargs)[0])}: expected seed, episode_id, task, config, split, index, "
-                             "ego, opponents, fallback, invalid_penalty, max_invalid_streak")
+            raise ValueError(
+                f"reset: unknown argument {short_repr(sorted(kwargs)[0])}: expected seed, episode_id, task, config, split, index, "
+                "ego, opponents, fallback, invalid_penalty, max_invalid_streak"
+            )
         d = self.defaults
         opponents = d["opponents"] if opponents is None else opponents
         fallback = d["fallback"] if fallback is None else fallback
@@ -149,7 +199,7 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         self._last_action = None
         return self._observation(env, reward=None, error=None, meta={"config_digest": config_digest(env), "opponents": opponents})
 
-    def step(self, action: FleetEgoAction, timeout_s: Optional[float] = None, **kwargs: Any) -> FleetEgoObservation:
+    def step(self, action: FleetEgoAction, timeout_s: float | None = None, **kwargs: Any) -> FleetEgoObservation:
         env = self.env
         if env is None or self.ego is None:
             raise RuntimeError("step() called before reset(): send a reset first")
@@ -204,16 +254,25 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         if env is None or self.ego is None:
             return FleetState(episode_id=self._episode_id, step_count=0, mode="ego")
         return FleetState(
-            episode_id=self._episode_id, step_count=self._steps, mode="ego", task=self._session.task, round=env.round,
-            max_rounds=env.max_cycles, agents=list(env.agents), config_digest=config_digest(env),
-            fairness=encode(fairness_report(env)), ego=self.ego, invalid_actions=self._invalid,
+            episode_id=self._episode_id,
+            step_count=self._steps,
+            mode="ego",
+            task=self._session.task,
+            round=env.round,
+            max_rounds=env.max_cycles,
+            agents=list(env.agents),
+            config_digest=config_digest(env),
+            fairness=encode(fairness_report(env)),
+            ego=self.ego,
+            invalid_actions=self._invalid,
         )
 
     def get_metadata(self) -> EnvironmentMetadata:
         return EnvironmentMetadata(
             name="fleet_marl",
             description="Tenants negotiate for one shared GPU cluster; single-tenant view for LLM agents: a text prompt in, JSON text out.",
-            version=package_version(), documentation_url="docs/llm_agents.md",
+            version=package_version(),
+            documentation_url="docs/llm_agents.md",
         )
 
     def close(self) -> None:
@@ -254,7 +313,7 @@ class FleetEgoEnvironment(TaskAPI, Environment):
             self._to_ego_turn()
         return out
 
-    def _turn(self) -> Optional[dict]:
+    def _turn(self) -> dict | None:
         """The ego's turn under the sequential protocol: its place, the claims before it."""
         seq = self._seq
         if seq is None or self._done or seq.agent_selection != self.ego or not seq.agents:
@@ -262,19 +321,21 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         order = seq.turn_sequence
         k = order.index(self.ego)
         claims = [{"agent": a, "gpu_type": c["pool"], "gpus": c["gpus"], "bid": c["bid"]} for a, c in seq.claims.items()]
-        return {"turn_order": seq.turn_order, "position": k + 1, "turns": len(order), "claims_before": claims, "after": order[k + 1:]}
+        return {"turn_order": seq.turn_order, "position": k + 1, "turns": len(order), "claims_before": claims, "after": order[k + 1 :]}
 
     # --- helpers ------------------------------------------------------------------------------------
 
     @staticmethod
-    def _resolve_ego(agents: list, ego: Any, seed: Optional[int]) -> str:
+    def _resolve_ego(agents: list, ego: Any, seed: int | None) -> str:
         if ego == "random":
             return agents[int(np.random.default_rng(seed).integers(len(agents)))]
         if isinstance(ego, int) and not isinstance(ego, bool) and 0 <= ego < len(agents):
             return agents[ego]
         if isinstance(ego, str) and ego in agents:
             return ego
-        raise ValueError(f"reset: ego = {short_repr(ego)}: expected one of {', '.join(agents)}, an index in [0, {len(agents) - 1}], or 'random'")
+        raise ValueError(
+            f"reset: ego = {short_repr(ego)}: expected one of {', '.join(agents)}, an index in [0, {len(agents) - 1}], or 'random'"
+        )
 
     def _fallback(self, env: FleetParallelEnv, i: int, mask) -> np.ndarray:
         """The fallback action, made legal: ``default`` is the env's documented default action
@@ -294,13 +355,25 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         schema = action_json_schema(env.bid_levels, int(env.kernel_static.max_gpus[i]), legal["precisions"])
         prompt = render_prompt(tenant, cluster, legal, schema, self._last_action, error)
         return FleetEgoObservation(
-            prompt=prompt, ego=ego, round=env.round, max_rounds=env.max_cycles, tenant=encode(tenant), cluster=encode(cluster),
-            legal=encode(legal), action_schema=schema, last_action=self._last_action, last_action_error=error,
-            invalid_actions=self._invalid, invalid_streak=self._streak, reward=reward, done=self._done, metadata=meta,
+            prompt=prompt,
+            ego=ego,
+            round=env.round,
+            max_rounds=env.max_cycles,
+            tenant=encode(tenant),
+            cluster=encode(cluster),
+            legal=encode(legal),
+            action_schema=schema,
+            last_action=self._last_action,
+            last_action_error=error,
+            invalid_actions=self._invalid,
+            invalid_streak=self._streak,
+            reward=reward,
+            done=self._done,
+            metadata=meta,
         )
 
 
-def describe(env: FleetParallelEnv, ego: str, obs, info: dict, turn: Optional[dict] = None) -> tuple[dict, dict, dict]:
+def describe(env: FleetParallelEnv, ego: str, obs, info: dict, turn: dict | None = None) -> tuple[dict, dict, dict]:
     """The structured view of ``ego``: (tenant, cluster, legal choices), from the env's public
     members (``kernel_static``, ``config``, ``last_outcome``, ``action_mask``) and the ego's
     observation and info; ``turn`` (the sequential protocol: its place in the round's order and
@@ -314,8 +387,13 @@ def describe(env: FleetParallelEnv, ego: str, obs, info: dict, turn: Optional[di
     train = bool(st.is_train[i])
     max_g = int(st.max_gpus[i])
     tenant: dict = {
-        "agent": ego, "kind": "train" if train else "serve", "model": spec.model, "parameters_billion": _r(st.params[i].sum() / 1e9, 3),
-        "gpu_type": spec.gpu_type, "priority": float(st.priority[i]), "max_gpus": max_g,
+        "agent": ego,
+        "kind": "train" if train else "serve",
+        "model": spec.model,
+        "parameters_billion": _r(st.params[i].sum() / 1e9, 3),
+        "gpu_type": spec.gpu_type,
+        "priority": float(st.priority[i]),
+        "max_gpus": max_g,
         "budget_usd": _r(st.budget[i], 2),
         "budget_left_usd": _r(o.budget_next[i] if o is not None else st.budget[i], 2),
         "list_price_usd_per_gpu_hour": _r(st.list_price[i], 2),
@@ -326,22 +404,34 @@ def describe(env: FleetParallelEnv, ego: str, obs, info: dict, turn: Optional[di
     }
     if train:
         tenant["workload"] = {
-            "job_tokens": float(st.job_tokens[i]), "seq_len": int(st.seq_len[i]),
+            "job_tokens": float(st.job_tokens[i]),
+            "seq_len": int(st.seq_len[i]),
             "job_tokens_left": _r(x[_O["job_left"]] * st.job_tokens[i] if obs is not None else st.job_tokens[i], 0),  # 0 between jobs
             "jobs_waiting": int(round(float(unsquash(x[_O["jobs_waiting"]])))),  # the env's inverse of its squash
         }
     else:
         tenant["workload"] = {
-            "requests_per_s": _r(st.arrival_rate[i], 3), "prompt_tokens": int(st.prompt_tokens[i]), "output_tokens": int(st.output_tokens[i]),
-            "slo_ttft_s": float(st.slo_ttft_s[i]), "slo_tpot_s": float(st.slo_tpot_s[i]),
+            "requests_per_s": _r(st.arrival_rate[i], 3),
+            "prompt_tokens": int(st.prompt_tokens[i]),
+            "output_tokens": int(st.output_tokens[i]),
+            "slo_ttft_s": float(st.slo_ttft_s[i]),
+            "slo_tpot_s": float(st.slo_tpot_s[i]),
             "queue_requests": _r(o.queue_next[i] if o is not None else 0.0, 1),
         }
     if o is not None:
         tenant["last_round"] = {
-            "requested_gpus": int(o.requested[i]), "granted_gpus": int(o.alloc[i]), "price_usd_per_gpu_hour": _r(o.price[i], 3),
-            "spend_usd": _r(o.spend[i], 3), "utility": _r(o.utility[i], 4), "oom": bool(o.oom[i]), "vetoed": bool(o.vetoed[i]),
-            "unsafe_numerics": bool(o.unsafe_numerics[i]), "projected": bool(o.projected[i]), "throttle": _r(o.throttle[i], 3),
-            "restarted": bool(o.restarted[i]), "memory_used": _r(o.mem_total[i] / o.mem_capacity[i], 3) if o.alloc[i] > 0 else 0.0,
+            "requested_gpus": int(o.requested[i]),
+            "granted_gpus": int(o.alloc[i]),
+            "price_usd_per_gpu_hour": _r(o.price[i], 3),
+            "spend_usd": _r(o.spend[i], 3),
+            "utility": _r(o.utility[i], 4),
+            "oom": bool(o.oom[i]),
+            "vetoed": bool(o.vetoed[i]),
+            "unsafe_numerics": bool(o.unsafe_numerics[i]),
+            "projected": bool(o.projected[i]),
+            "throttle": _r(o.throttle[i], 3),
+            "restarted": bool(o.restarted[i]),
+            "memory_used": _r(o.mem_total[i] / o.mem_capacity[i], 3) if o.alloc[i] > 0 else 0.0,
             "tokens_per_s": _r(o.tokens_per_s[i], 1),
             "run": from_indices(_run_indices(env, o, i), env.bid_levels).to_dict()["precision"] if o.alloc[i] > 0 else None,
         }
@@ -351,10 +441,17 @@ def describe(env: FleetParallelEnv, ego: str, obs, info: dict, turn: Optional[di
     same = np.flatnonzero(st.pool == pool)
     cap = int(st.pool_capacity[pool])
     cluster: dict = {
-        "round": env.round, "max_rounds": env.max_cycles, "mechanism": cfg.arbiter.mechanism, "safety_mode": cfg.safety.mode,
-        "gpu_type": spec.gpu_type, "pool_capacity_gpus": cap, "tenants_on_pool": int(same.size),
-        "live_tenants": len(env.agents), "tenants": len(env.possible_agents),
-        "throttle_temp_c": float(cfg.cluster.throttle_temp_c), "rack_power_cap_w": float(cfg.cluster.rack_power_cap_w),
+        "round": env.round,
+        "max_rounds": env.max_cycles,
+        "mechanism": cfg.arbiter.mechanism,
+        "safety_mode": cfg.safety.mode,
+        "gpu_type": spec.gpu_type,
+        "pool_capacity_gpus": cap,
+        "tenants_on_pool": int(same.size),
+        "live_tenants": len(env.agents),
+        "tenants": len(env.possible_agents),
+        "throttle_temp_c": float(cfg.cluster.throttle_temp_c),
+        "rack_power_cap_w": float(cfg.cluster.rack_power_cap_w),
     }
     if o is not None:
         cluster["pool_granted_gpus"] = int(o.alloc[same].sum())
@@ -395,7 +492,7 @@ def _run_indices(env, o, i) -> np.ndarray:
     return idx
 
 
-def render_prompt(tenant: dict, cluster: dict, legal: dict, schema: dict, last_action: Optional[dict], error: Optional[str]) -> str:
+def render_prompt(tenant: dict, cluster: dict, legal: dict, schema: dict, last_action: dict | None, error: str | None) -> str:
     """The prompt text: a pure function of the structured view (the same view, the same text)."""
     t, c, w = tenant, cluster, tenant["workload"]
     lines = [
@@ -408,21 +505,31 @@ def render_prompt(tenant: dict, cluster: dict, legal: dict, schema: dict, last_a
         lines.append(f"- Training {t['model']} ({t['parameters_billion']}B parameters) on {t['gpu_type']}; sequence length {w['seq_len']}.")
         lines.append(f"- Current job: {w['job_tokens_left']:.0f} of {w['job_tokens']:.0f} tokens left; {w['jobs_waiting']} job(s) waiting.")
     else:
-        lines.append(f"- Serving {t['model']} ({t['parameters_billion']}B parameters) on {t['gpu_type']}: "
-                     f"{w['requests_per_s']} requests/s of {w['prompt_tokens']} prompt + {w['output_tokens']} output tokens.")
-        lines.append(f"- SLO: time to first token <= {w['slo_ttft_s']} s, time per output token <= {w['slo_tpot_s']} s; "
-                     f"{w['queue_requests']:.0f} request(s) queued.")
-    lines.append(f"- Budget: ${t['budget_left_usd']:.2f} left of ${t['budget_usd']:.2f}. List price ${t['list_price_usd_per_gpu_hour']:.2f} per GPU-hour; "
-                 f"{t['max_gpus']} GPUs for one round cost ${t['cost_of_max_gpus_per_round_usd']:.3f} at list price.")
+        lines.append(
+            f"- Serving {t['model']} ({t['parameters_billion']}B parameters) on {t['gpu_type']}: "
+            f"{w['requests_per_s']} requests/s of {w['prompt_tokens']} prompt + {w['output_tokens']} output tokens."
+        )
+        lines.append(
+            f"- SLO: time to first token <= {w['slo_ttft_s']} s, time per output token <= {w['slo_tpot_s']} s; "
+            f"{w['queue_requests']:.0f} request(s) queued."
+        )
+    lines.append(
+        f"- Budget: ${t['budget_left_usd']:.2f} left of ${t['budget_usd']:.2f}. List price ${t['list_price_usd_per_gpu_hour']:.2f} per GPU-hour; "
+        f"{t['max_gpus']} GPUs for one round cost ${t['cost_of_max_gpus_per_round_usd']:.3f} at list price."
+    )
     lines.append(f"- Priority {t['priority']:g}; at most {t['max_gpus']} GPUs.")
     lines += ["", "## What you hold"]
-    lines.append(f"- {t['held_gpus']} GPU(s) held; your fair share is about {t['fair_share_gpus']:g}; starved for {t['starvation_streak']} round(s) in a row.")
+    lines.append(
+        f"- {t['held_gpus']} GPU(s) held; your fair share is about {t['fair_share_gpus']:g}; starved for {t['starvation_streak']} round(s) in a row."
+    )
     lr = t.get("last_round")
     if lr:
         flags = [k for k in ("oom", "vetoed", "unsafe_numerics", "projected", "restarted") if lr[k]]
-        lines.append(f"- Last round: asked {lr['requested_gpus']}, granted {lr['granted_gpus']} at ${lr['price_usd_per_gpu_hour']:.3f}/GPU-hour "
-                     f"(spent ${lr['spend_usd']:.3f}); utility {lr['utility']:+.4f}; throughput {lr['tokens_per_s']:.1f} tokens/s; "
-                     f"memory {lr['memory_used'] * 100:.0f}% used; clock x{lr['throttle']:.2f}.")
+        lines.append(
+            f"- Last round: asked {lr['requested_gpus']}, granted {lr['granted_gpus']} at ${lr['price_usd_per_gpu_hour']:.3f}/GPU-hour "
+            f"(spent ${lr['spend_usd']:.3f}); utility {lr['utility']:+.4f}; throughput {lr['tokens_per_s']:.1f} tokens/s; "
+            f"memory {lr['memory_used'] * 100:.0f}% used; clock x{lr['throttle']:.2f}."
+        )
         if "slo_attainment" in lr:
             lines.append(f"- SLO attainment last round: {lr['slo_attainment'] * 100:.1f}%.")
         lines.append(f"- Events last round: {', '.join(flags) if flags else 'none'}.")
@@ -433,20 +540,26 @@ def render_prompt(tenant: dict, cluster: dict, legal: dict, schema: dict, last_a
     if error:
         lines.append(f"- Your last answer was rejected ({error}); the fallback action ran instead.")
     lines += ["", "## The cluster"]
-    lines.append(f"- {c['pool_capacity_gpus']} {c['gpu_type']} GPUs shared by {c['tenants_on_pool']} tenant(s); arbiter: {c['mechanism']}; "
-                 f"safety: {c['safety_mode']}; {c['live_tenants']} of {c['tenants']} tenants still running.")
+    lines.append(
+        f"- {c['pool_capacity_gpus']} {c['gpu_type']} GPUs shared by {c['tenants_on_pool']} tenant(s); arbiter: {c['mechanism']}; "
+        f"safety: {c['safety_mode']}; {c['live_tenants']} of {c['tenants']} tenants still running."
+    )
     if "pool_granted_gpus" in c:
-        lines.append(f"- Last round the pool granted {c['pool_granted_gpus']} GPUs of {c['pool_requested_gpus']} requested; "
-                     f"hottest node {c['hottest_node_c']:.1f} C (throttles at {c['throttle_temp_c']:g} C); "
-                     f"highest rack power {c['max_rack_power_w']:.0f} W of {c['rack_power_cap_w']:.0f} W.")
+        lines.append(
+            f"- Last round the pool granted {c['pool_granted_gpus']} GPUs of {c['pool_requested_gpus']} requested; "
+            f"hottest node {c['hottest_node_c']:.1f} C (throttles at {c['throttle_temp_c']:g} C); "
+            f"highest rack power {c['max_rack_power_w']:.0f} W of {c['rack_power_cap_w']:.0f} W."
+        )
     for r in c["others"]:
         held = f", granted {r['granted_gpus']} GPUs last round" if "granted_gpus" in r else ""
         lines.append(f"- {r['agent']}: {r['kind']} {r['model']} on {r['gpu_type']}{held}{'' if r['live'] else ' (finished)'}.")
     turn = c.get("turn")
     if turn is not None:
         lines += ["", "## This round's claims so far"]
-        lines.append(f"- The teams claim one at a time this round ({turn['turn_order']} order); you claim {turn['position']} of {turn['turns']}, "
-                     "and the round clears after the last claim.")
+        lines.append(
+            f"- The teams claim one at a time this round ({turn['turn_order']} order); you claim {turn['position']} of {turn['turns']}, "
+            "and the round clears after the last claim."
+        )
         for cl in turn["claims_before"]:
             lines.append(f"- {cl['agent']} asked for {cl['gpus']} {cl['gpu_type']} GPU(s) at x{cl['bid']:g} list price.")
         if not turn["claims_before"]:
@@ -455,9 +568,13 @@ def render_prompt(tenant: dict, cluster: dict, legal: dict, schema: dict, last_a
     lines += ["", "## Your choices"]
     lines.append(f"- request_gpus: 0 to {legal['max_affordable_gpus']} (your budget pays for no more).")
     lines.append("- bid: " + ", ".join(f"{n} (x{b:g} list price)" for n, b in zip(legal["bids"], legal["bid_multipliers"])) + ".")
-    lines.append(f"- batch: one of {', '.join(map(str, legal['batches']))} ({'sequences per GPU per step' if t['kind'] == 'train' else 'concurrent sequences'}).")
-    lines.append(f"- precision per layer group ({', '.join(GROUP_KEYS)}): {', '.join(legal['precisions'])}. "
-                 "Numerically unsafe: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in legal["unsafe"].items() if v) + ".")
+    lines.append(
+        f"- batch: one of {', '.join(map(str, legal['batches']))} ({'sequences per GPU per step' if t['kind'] == 'train' else 'concurrent sequences'})."
+    )
+    lines.append(
+        f"- precision per layer group ({', '.join(GROUP_KEYS)}): {', '.join(legal['precisions'])}. "
+        "Numerically unsafe: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in legal["unsafe"].items() if v) + "."
+    )
     lines += [
         "",
         "## Answer",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hmac
 import json
-from typing import Optional
 
 
 class Guard:
@@ -14,7 +13,7 @@ class Guard:
     ``Content-Length`` gets 413 without a byte of the body read; a chunked body is read up to the
     limit, then 413)."""
 
-    def __init__(self, app, token: Optional[str], max_body_bytes: int):
+    def __init__(self, app, token: str | None, max_body_bytes: int):
         self.app, self.max_body_bytes = app, max_body_bytes
         self.token = token.encode() if token else None
 
@@ -32,8 +31,13 @@ class Guard:
             if not self._authorized(scope):
                 await receive()  # websocket.connect
                 if "websocket.http.response" in scope.get("extensions", {}):
-                    await _send_json(send, 401, {"detail": "a bearer token is required: send 'Authorization: Bearer <token>'"},
-                                     prefix="websocket.http.response", auth=True)
+                    await _send_json(
+                        send,
+                        401,
+                        {"detail": "a bearer token is required: send 'Authorization: Bearer <token>'"},
+                        prefix="websocket.http.response",
+                        auth=True,
+                    )
                 else:
                     await send({"type": "websocket.close", "code": 1008})
                 return
@@ -72,7 +76,7 @@ class Guard:
         return await self.app(scope, replay, send)
 
 
-def _too_large(limit: int, declared: Optional[int]) -> dict:
+def _too_large(limit: int, declared: int | None) -> dict:
     what = f"a body of {declared} bytes" if declared is not None else "a body"
     return {"detail": f"{what} is over this server's limit of {limit} bytes (--max-body-bytes)", "code": "BODY_TOO_LARGE"}
 

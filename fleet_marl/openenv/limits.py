@@ -16,8 +16,9 @@ Needs no extra: the server (:mod:`fleet_marl.openenv.server`) and the views read
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
-from typing import Any, Iterable, Optional
+from typing import Any
 
 from fleet_marl.config import ConfigError, FleetConfig
 from fleet_marl.traces import TRACES, registry_file, registry_names
@@ -98,29 +99,40 @@ def check_config(cfg: FleetConfig, limits: ServerLimits, trusted_traces: Iterabl
     if cfg.max_cycles > limits.max_rounds:
         raise ConfigError("max_cycles", cfg.max_cycles, f"at most {limits.max_rounds} rounds (this server's limit, --max-rounds)")
     if cfg.reward.shapley_samples > limits.max_shapley_samples:
-        raise ConfigError("reward.shapley_samples", cfg.reward.shapley_samples,
-                          f"at most {limits.max_shapley_samples} (this server's limit, --max-shapley-samples)")
+        raise ConfigError(
+            "reward.shapley_samples",
+            cfg.reward.shapley_samples,
+            f"at most {limits.max_shapley_samples} (this server's limit, --max-shapley-samples)",
+        )
     trusted, known = set(trusted_traces), set(registry_names())
     names = ", ".join(TRACES)
     for i, t in enumerate(cfg.tenants):
         if t.max_gpus > limits.max_gpus:
             raise ConfigError(f"tenants[{i}].max_gpus", t.max_gpus, f"at most {limits.max_gpus} (this server's limit, --max-gpus)")
         if t.workload.rate > limits.max_rate:
-            raise ConfigError(f"tenants[{i}].workload.rate", t.workload.rate, f"at most {limits.max_rate:g} (this server's limit, --max-rate)")
+            raise ConfigError(
+                f"tenants[{i}].workload.rate", t.workload.rate, f"at most {limits.max_rate:g} (this server's limit, --max-rate)"
+            )
         trace = t.workload.trace
         if trace is None or (trace in trusted and trace not in known):
             continue  # the operator's own file
         if trace not in known:
-            raise ConfigError(f"tenants[{i}].workload.trace", trace,
-                              f"a trace name of 'fleet-marl traces list' ({names}), not a path: a served env opens no file a client names")
+            raise ConfigError(
+                f"tenants[{i}].workload.trace",
+                trace,
+                f"a trace name of 'fleet-marl traces list' ({names}), not a path: a served env opens no file a client names",
+            )
         info = next(info for info in TRACES.values() if trace in (info.name, info.file, info.sample))
         if info.kind != TRACE_KIND[t.kind]:
             fitting = ", ".join(n for n, other in TRACES.items() if other.kind == TRACE_KIND[t.kind])
             raise ConfigError(f"tenants[{i}].workload.trace", trace, f"a {TRACE_KIND[t.kind]} trace for a {t.kind} tenant ({fitting})")
         if trace not in trusted and registry_file(trace) is None:
-            raise ConfigError(f"tenants[{i}].workload.trace", trace,
-                              "a trace this server has: its operator can fetch it with 'fleet-marl traces fetch' "
-                              f"(the shipped ones: {', '.join(n for n, info in TRACES.items() if info.sample)})")
+            raise ConfigError(
+                f"tenants[{i}].workload.trace",
+                trace,
+                "a trace this server has: its operator can fetch it with 'fleet-marl traces fetch' "
+                f"(the shipped ones: {', '.join(n for n, info in TRACES.items() if info.sample)})",
+            )
 
 
 #: Weight of a tenant in :func:`planner_work`: a server has five precision maps and up to nine
@@ -142,12 +154,14 @@ def check_opponents(opponents: str, cfg: FleetConfig, limits: ServerLimits) -> N
     """Refuse opponents whose every step would cost more than the limits allow (the planner on
     a large scenario); a ``ValueError`` naming ``opponents``."""
     if opponents == "planner" and planner_work(cfg) > limits.max_planner_work:
-        raise ValueError(f"opponents = 'planner': the planner's work on this scenario, {planner_work(cfg):,} ((tenants + nodes) x the "
-                         f"tenants' GPU counts, servers weighted 2, trainers 1/4), is over this server's limit of {limits.max_planner_work:,} (--max-planner-work); "
-                         "use another opponent or a smaller scenario")
+        raise ValueError(
+            f"opponents = 'planner': the planner's work on this scenario, {planner_work(cfg):,} ((tenants + nodes) x the "
+            f"tenants' GPU counts, servers weighted 2, trainers 1/4), is over this server's limit of {limits.max_planner_work:,} (--max-planner-work); "
+            "use another opponent or a smaller scenario"
+        )
 
 
-def check_depth(value: Any, limit: int) -> Optional[int]:
+def check_depth(value: Any, limit: int) -> int | None:
     """The nesting depth of a JSON value if it is over ``limit``, else None (iterative: a deep
     value cannot exhaust the stack here)."""
     stack = [(value, 1)]

@@ -9,7 +9,7 @@ ones bit for bit (float64 round-trips through JSON exactly).
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 import numpy as np
 from openenv.core.env_server.types import Action, Observation, State
@@ -52,7 +52,7 @@ class FleetJointAction(Action):
     """One round for every live tenant: ``{"actions": {"tenant_0": [8 ints], ...}}`` in the
     ``MultiDiscrete`` layout of ``fleet_marl.environment.ACTION_FIELDS``."""
 
-    actions: Dict[str, List[Any]] = Field(description="agent id -> 8 action indices (gpus, bid_level, 5 precisions, batch_level)")
+    actions: dict[str, list[Any]] = Field(description="agent id -> 8 action indices (gpus, bid_level, 5 precisions, batch_level)")
 
 
 class FleetMultiObservation(Observation):
@@ -60,20 +60,20 @@ class FleetMultiObservation(Observation):
     round's global welfare ``G`` (0 at reset) and ``done`` is True when every agent has
     finished. ``config`` (the full scenario) comes with every reset."""
 
-    agents: List[str] = Field(default_factory=list, description="live agents after this round")
-    possible_agents: List[str] = Field(default_factory=list)
-    observations: Dict[str, List[float]] = Field(default_factory=dict, description="agent -> 34 features in [0, 1]")
-    rewards: Dict[str, float] = Field(default_factory=dict, description="agent -> reward of the configured scheme")
-    reward_schemes: Dict[str, Dict[str, float]] = Field(default_factory=dict, description="agent -> scheme -> reward")
-    terminations: Dict[str, bool] = Field(default_factory=dict)
-    truncations: Dict[str, bool] = Field(default_factory=dict)
-    action_masks: Dict[str, List[List[int]]] = Field(default_factory=dict, description="agent -> 8 lists of 0/1")
-    infos: Dict[str, Dict[str, Any]] = Field(default_factory=dict, description="agent -> info (without action_mask)")
-    state: List[float] = Field(default_factory=list, description="env.state(): the global view for centralized critics")
+    agents: list[str] = Field(default_factory=list, description="live agents after this round")
+    possible_agents: list[str] = Field(default_factory=list)
+    observations: dict[str, list[float]] = Field(default_factory=dict, description="agent -> 34 features in [0, 1]")
+    rewards: dict[str, float] = Field(default_factory=dict, description="agent -> reward of the configured scheme")
+    reward_schemes: dict[str, dict[str, float]] = Field(default_factory=dict, description="agent -> scheme -> reward")
+    terminations: dict[str, bool] = Field(default_factory=dict)
+    truncations: dict[str, bool] = Field(default_factory=dict)
+    action_masks: dict[str, list[list[int]]] = Field(default_factory=dict, description="agent -> 8 lists of 0/1")
+    infos: dict[str, dict[str, Any]] = Field(default_factory=dict, description="agent -> info (without action_mask)")
+    state: list[float] = Field(default_factory=list, description="env.state(): the global view for centralized critics")
     round: int = 0
-    task: Optional[str] = None
+    task: str | None = None
     config_digest: str = ""
-    config: Optional[Dict[str, Any]] = Field(default=None, description="the scenario (FleetConfig.to_dict()); sent on reset")
+    config: dict[str, Any] | None = Field(default=None, description="the scenario (FleetConfig.to_dict()); sent on reset")
 
 
 # --- single-tenant (ego) view ---------------------------------------------------------------------
@@ -94,12 +94,12 @@ class FleetEgoObservation(Observation):
     ego: str = ""
     round: int = 0
     max_rounds: int = 0
-    tenant: Dict[str, Any] = Field(default_factory=dict, description="the ego tenant: workload, budget, what it holds")
-    cluster: Dict[str, Any] = Field(default_factory=dict, description="the cluster's state as the ego sees it")
-    legal: Dict[str, Any] = Field(default_factory=dict, description="the choices the action mask allows")
-    action_schema: Dict[str, Any] = Field(default_factory=dict, description="JSON Schema of the answer")
-    last_action: Optional[Dict[str, Any]] = Field(default=None, description="the action that ran last round (the fallback if invalid)")
-    last_action_error: Optional[str] = Field(default=None, description="why the last answer was rejected, naming the field")
+    tenant: dict[str, Any] = Field(default_factory=dict, description="the ego tenant: workload, budget, what it holds")
+    cluster: dict[str, Any] = Field(default_factory=dict, description="the cluster's state as the ego sees it")
+    legal: dict[str, Any] = Field(default_factory=dict, description="the choices the action mask allows")
+    action_schema: dict[str, Any] = Field(default_factory=dict, description="JSON Schema of the answer")
+    last_action: dict[str, Any] | None = Field(default=None, description="the action that ran last round (the fallback if invalid)")
+    last_action_error: str | None = Field(default=None, description="why the last answer was rejected, naming the field")
     invalid_actions: int = 0
     invalid_streak: int = 0
 
@@ -108,16 +108,22 @@ class FleetState(State):
     """A session's state: round, live agents, the scenario's digest and the fairness report."""
 
     mode: str = ""
-    task: Optional[str] = None
+    task: str | None = None
     round: int = 0
     max_rounds: int = 0
-    agents: List[str] = Field(default_factory=list)
+    agents: list[str] = Field(default_factory=list)
     config_digest: str = ""
-    fairness: Dict[str, Any] = Field(default_factory=dict)
-    ego: Optional[str] = None
+    fairness: dict[str, Any] = Field(default_factory=dict)
+    ego: str | None = None
     invalid_actions: int = 0
 
 
 __all__ = [
-    "FleetEgoAction", "FleetEgoObservation", "FleetJointAction", "FleetMultiObservation", "FleetState", "decode", "encode",
+    "FleetEgoAction",
+    "FleetEgoObservation",
+    "FleetJointAction",
+    "FleetMultiObservation",
+    "FleetState",
+    "decode",
+    "encode",
 ]

@@ -19,7 +19,7 @@ the env validates every action before it touches its state.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 from openenv.core.env_server.interfaces import Environment
@@ -27,7 +27,16 @@ from openenv.core.env_server.types import EnvironmentMetadata
 
 from fleet_marl.environment import ACTION_FIELDS, N_ACT, REWARD_PREFIX, ActionError, FleetParallelEnv, scheme_rewards
 from fleet_marl.errors import short_repr
-from fleet_marl.openenv.base import SessionEnv, TaskAPI, check_episode_id, check_seed, config_digest, fairness_report, package_version, resolve_task
+from fleet_marl.openenv.base import (
+    SessionEnv,
+    TaskAPI,
+    check_episode_id,
+    check_seed,
+    config_digest,
+    fairness_report,
+    package_version,
+    resolve_task,
+)
 from fleet_marl.openenv.limits import ServerLimits, trace_values
 from fleet_marl.openenv.models import FleetJointAction, FleetMultiObservation, FleetState, encode
 
@@ -39,22 +48,32 @@ class FleetMultiEnvironment(TaskAPI, Environment):
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def __init__(self, task: str = "easy", config: Optional[dict] = None, limits: Optional[ServerLimits] = None):
+    def __init__(self, task: str = "easy", config: dict | None = None, limits: ServerLimits | None = None):
         super().__init__()
         self.default_task, self.default_config = task, dict(config or {})
         resolve_task(task, None, None, task)
         self._session = SessionEnv(limits, trace_values(self.default_config))
-        self._episode_id: Optional[str] = None
+        self._episode_id: str | None = None
         self._steps = 0
 
     @property
-    def env(self) -> Optional[FleetParallelEnv]:
+    def env(self) -> FleetParallelEnv | None:
         return self._session.env
 
-    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, task: Optional[str] = None,
-              config: Optional[dict] = None, split: Optional[str] = None, index: Optional[int] = None, **kwargs: Any) -> FleetMultiObservation:
+    def reset(
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        task: str | None = None,
+        config: dict | None = None,
+        split: str | None = None,
+        index: int | None = None,
+        **kwargs: Any,
+    ) -> FleetMultiObservation:
         if kwargs:
-            raise ValueError(f"reset: unknown argument {short_repr(sorted(kwargs)[0])}: expected seed, episode_id, task, config, split, index")
+            raise ValueError(
+                f"reset: unknown argument {short_repr(sorted(kwargs)[0])}: expected seed, episode_id, task, config, split, index"
+            )
         seed, episode_id = check_seed(seed), check_episode_id(episode_id)
         name = resolve_task(task, split, index, self.default_task)
         if config is not None and not isinstance(config, dict):
@@ -67,7 +86,7 @@ class FleetMultiEnvironment(TaskAPI, Environment):
         out.config = encode(env.config.to_dict())
         return out
 
-    def step(self, action: FleetJointAction, timeout_s: Optional[float] = None, **kwargs: Any) -> FleetMultiObservation:
+    def step(self, action: FleetJointAction, timeout_s: float | None = None, **kwargs: Any) -> FleetMultiObservation:
         env = self.env
         if env is None:
             raise RuntimeError("step() called before reset(): send a reset first")
@@ -118,16 +137,23 @@ class FleetMultiEnvironment(TaskAPI, Environment):
         if env is None:
             return FleetState(episode_id=self._episode_id, step_count=0, mode="multi", task=None)
         return FleetState(
-            episode_id=self._episode_id, step_count=self._steps, mode="multi", task=self._session.task,
-            round=env.round, max_rounds=env.max_cycles,
-            agents=list(env.agents), config_digest=config_digest(env), fairness=encode(fairness_report(env)),
+            episode_id=self._episode_id,
+            step_count=self._steps,
+            mode="multi",
+            task=self._session.task,
+            round=env.round,
+            max_rounds=env.max_cycles,
+            agents=list(env.agents),
+            config_digest=config_digest(env),
+            fairness=encode(fairness_report(env)),
         )
 
     def get_metadata(self) -> EnvironmentMetadata:
         return EnvironmentMetadata(
             name="fleet_marl",
             description="Tenants negotiate for one shared GPU cluster (PettingZoo fleet_v0); multi-agent view: a joint action per round.",
-            version=package_version(), documentation_url="docs/llm_agents.md",
+            version=package_version(),
+            documentation_url="docs/llm_agents.md",
         )
 
     def close(self) -> None:

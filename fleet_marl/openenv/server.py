@@ -28,18 +28,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import Body, FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from openenv.core.env_server.mcp_types import JsonRpcErrorCode, JsonRpcRequest, JsonRpcResponse
 from openenv.core.env_server.serialization import serialize_observation
 from openenv.core.env_server.types import (
-    ResetRequest, ResetResponse, StepRequest, StepResponse, WSErrorResponse, WSObservationResponse, WSStateResponse,
+    ResetRequest,
+    ResetResponse,
+    StepRequest,
+    StepResponse,
+    WSErrorResponse,
+    WSObservationResponse,
+    WSStateResponse,
 )
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.websockets import WebSocketDisconnect
 
 from fleet_marl.errors import short_repr
@@ -50,10 +57,23 @@ from fleet_marl.traces import TraceError
 log = logging.getLogger("fleet_marl.openenv")
 
 #: The routes of OpenEnv's app that are kept: read-only, no env, no session.
-KEPT_ROUTES = frozenset({
-    "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/health", "/metadata", "/schema", "/list_environments",
-    "/{env_name}/splits", "/{env_name}/tasks", "/{env_name}/num_tasks", "/{env_name}/task", "/{env_name}/task_range",
-})
+KEPT_ROUTES = frozenset(
+    {
+        "/openapi.json",
+        "/docs",
+        "/docs/oauth2-redirect",
+        "/redoc",
+        "/health",
+        "/metadata",
+        "/schema",
+        "/list_environments",
+        "/{env_name}/splits",
+        "/{env_name}/tasks",
+        "/{env_name}/num_tasks",
+        "/{env_name}/task",
+        "/{env_name}/task_range",
+    }
+)
 #: The longest error message sent back (the values in it are cut at the source; this is the backstop).
 MAX_MESSAGE_CHARS = 1000
 #: Error codes of this server beyond OpenEnv's ``WSErrorCode`` values.
@@ -82,11 +102,14 @@ def public_error(exc: BaseException) -> tuple[str, str]:
 
 def validation_errors(exc: ValidationError | RequestValidationError) -> list[dict]:
     """Pydantic's errors without the client's input echoed: location (each part cut), message and type."""
+
     def part(x):
         return x if isinstance(x, int) or len(str(x)) <= 60 else short_repr(str(x), 60)
 
-    return [{"loc": [part(x) for x in e.get("loc", ())][:10], "msg": str(e.get("msg", ""))[:200], "type": e.get("type")}
-            for e in exc.errors()[:20]]
+    return [
+        {"loc": [part(x) for x in e.get("loc", ())][:10], "msg": str(e.get("msg", ""))[:200], "type": e.get("type")}
+        for e in exc.errors()[:20]
+    ]
 
 
 def _error_frame(message: str, code: str, **extra: Any) -> str:
@@ -101,13 +124,15 @@ class Protocol:
     def __init__(self, table: SessionTable, action_cls: type, limits: ServerLimits):
         self.table, self.action_cls, self.limits = table, action_cls, limits
 
-    async def answer(self, session: Session, message: dict) -> tuple[Optional[str], bool]:
+    async def answer(self, session: Session, message: dict) -> tuple[str | None, bool]:
         """``(frame, close)`` for one message (``frame`` None: send nothing)."""
         if "text" not in message or message.get("text") is None:
             return _error_frame("binary frames are not part of the protocol: send each message as JSON text", "INVALID_JSON"), False
         text = message["text"]
         if len(text) > self.limits.max_message_bytes:
-            return _error_frame(f"message of {len(text)} characters: expected at most {self.limits.max_message_bytes}", MESSAGE_TOO_LARGE), False
+            return _error_frame(
+                f"message of {len(text)} characters: expected at most {self.limits.max_message_bytes}", MESSAGE_TOO_LARGE
+            ), False
         try:
             msg = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -117,13 +142,19 @@ class Protocol:
         except RecursionError:
             return _error_frame(f"JSON nested too deeply: expected at most {self.limits.max_depth} levels", "INVALID_JSON"), False
         if not isinstance(msg, dict):
-            return _error_frame(f"a message is a JSON object such as {{\"type\": \"reset\", \"data\": {{}}}}; got a JSON {type(msg).__name__}", "INVALID_JSON"), False
+            return _error_frame(
+                f'a message is a JSON object such as {{"type": "reset", "data": {{}}}}; got a JSON {type(msg).__name__}', "INVALID_JSON"
+            ), False
         depth = check_depth(msg, self.limits.max_depth + 2)  # the message and its data wrap the arguments
         if depth is not None:
-            return _error_frame(f"JSON nested {depth} levels deep: expected at most {self.limits.max_depth} levels in data", "VALIDATION_ERROR"), False
+            return _error_frame(
+                f"JSON nested {depth} levels deep: expected at most {self.limits.max_depth} levels in data", "VALIDATION_ERROR"
+            ), False
         kind, data = msg.get("type"), msg.get("data", {})
         if kind not in self.TYPES:
-            return _error_frame(f"Unknown message type: type = {short_repr(kind, 40)}: expected one of {', '.join(self.TYPES)}", "UNKNOWN_TYPE"), False
+            return _error_frame(
+                f"Unknown message type: type = {short_repr(kind, 40)}: expected one of {', '.join(self.TYPES)}", "UNKNOWN_TYPE"
+            ), False
         if kind == "close":
             return None, True
         try:
@@ -151,9 +182,13 @@ class Protocol:
             requested = websocket.query_params.get("session_id")
             if requested is not None:
                 if not self.limits.allow_attach:
-                    await websocket.send_text(_error_frame(
-                        "attaching to a session from another connection is off on this server (its operator enables it with "
-                        "--allow-attach): open /ws without session_id for a session of your own", ATTACH_REFUSED))
+                    await websocket.send_text(
+                        _error_frame(
+                            "attaching to a session from another connection is off on this server (its operator enables it with "
+                            "--allow-attach): open /ws without session_id for a session of your own",
+                            ATTACH_REFUSED,
+                        )
+                    )
                     return
                 try:
                     session = await self.table.attach(requested)
@@ -164,13 +199,17 @@ class Protocol:
                 try:
                     session = await self.table.open("ws")
                 except CapacityError as exc:
-                    await websocket.send_text(_error_frame(str(exc), "CAPACITY_REACHED", active_sessions=exc.active, max_sessions=exc.limit))
+                    await websocket.send_text(
+                        _error_frame(str(exc), "CAPACITY_REACHED", active_sessions=exc.active, max_sessions=exc.limit)
+                    )
                     return
             while True:
                 try:
                     message = await asyncio.wait_for(websocket.receive(), timeout=self.limits.ws_idle_s)
-                except asyncio.TimeoutError:
-                    await websocket.send_text(_error_frame(f"no message for {self.limits.ws_idle_s:g} s: the session is closed", IDLE_TIMEOUT))
+                except TimeoutError:
+                    await websocket.send_text(
+                        _error_frame(f"no message for {self.limits.ws_idle_s:g} s: the session is closed", IDLE_TIMEOUT)
+                    )
                     return
                 if message["type"] == "websocket.disconnect":
                     return
@@ -222,8 +261,11 @@ def add_routes(app: FastAPI, factory: Callable[[], Any], action_cls: type, state
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         # OpenEnv's kept routes raise these; a 404 of theirs would quote the request's path at any length
         detail = exc.detail if isinstance(exc.detail, str) else "see the route's documentation (/docs)"
-        return JSONResponse({"detail": detail if len(detail) <= 200 else short_repr(detail, 200)}, status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+        return JSONResponse(
+            {"detail": detail if len(detail) <= 200 else short_repr(detail, 200)},
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
 
     async def _raised(request: Request, exc: Exception) -> JSONResponse:
         # what a kept route of OpenEnv's raises (a bad split of the task API: a ValueError), as /reset answers it
@@ -294,15 +336,19 @@ def add_routes(app: FastAPI, factory: Callable[[], Any], action_cls: type, state
         if rpc.method == "openenv/session/close":
             s = table.sessions.get(str(rpc.params.get("session_id")))
             if s is None or s.origin != "http" or s.attached:
-                return JsonRpcResponse.error_response(JsonRpcErrorCode.INVALID_PARAMS, "no session created over HTTP with this id is free to close",
-                                                      request_id=rid).model_dump()
+                return JsonRpcResponse.error_response(
+                    JsonRpcErrorCode.INVALID_PARAMS, "no session created over HTTP with this id is free to close", request_id=rid
+                ).model_dump()
             await table.close(s)
             return JsonRpcResponse.success({"session_id": s.id, "closed": True}, request_id=rid).model_dump()
         if rpc.method == "tools/list":
             return JsonRpcResponse.success({"tools": []}, request_id=rid).model_dump()
-        return JsonRpcResponse.error_response(JsonRpcErrorCode.METHOD_NOT_FOUND, f"method = {short_repr(rpc.method, 60)}: expected "
-                                              "openenv/session/create, openenv/session/close or tools/list (this env has no MCP tools)",
-                                              request_id=rid).model_dump()
+        return JsonRpcResponse.error_response(
+            JsonRpcErrorCode.METHOD_NOT_FOUND,
+            f"method = {short_repr(rpc.method, 60)}: expected "
+            "openenv/session/create, openenv/session/close or tools/list (this env has no MCP tools)",
+            request_id=rid,
+        ).model_dump()
 
     app.add_api_websocket_route("/ws", protocol.serve)
     return table

@@ -14,9 +14,10 @@ import asyncio
 import functools
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 from fleet_marl.openenv.limits import ServerLimits
 
@@ -61,8 +62,10 @@ class SessionTable:
         async with self._lock:
             freed = self._expired(time.monotonic())
             if len(self.sessions) - len(freed) >= self.limits.max_sessions and origin == "ws":
-                idle = sorted((s for s in self.sessions.values() if s.origin == "http" and not s.attached and s not in freed),
-                              key=lambda s: s.last_active)
+                idle = sorted(
+                    (s for s in self.sessions.values() if s.origin == "http" and not s.attached and s not in freed),
+                    key=lambda s: s.last_active,
+                )
                 freed += idle[:1]
             for s in freed:
                 self._drop(s)
@@ -86,7 +89,7 @@ class SessionTable:
             s.executor.submit(env.close)
         s.executor.shutdown(wait=False)
 
-    async def close(self, session: Optional[Session]) -> None:
+    async def close(self, session: Session | None) -> None:
         if session is not None:
             async with self._lock:
                 self._drop(session)

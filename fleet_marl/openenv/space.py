@@ -26,8 +26,12 @@ from fleet_marl.openenv.app import make_app
 
 def app_from_env(environ=os.environ):
     mode = environ.get("FLEET_MARL_MODE", "ego")
-    kw = {"mode": mode, "task": environ.get("FLEET_MARL_TASK", "easy"), "max_sessions": int(environ.get("FLEET_MARL_MAX_SESSIONS", "8")),
-          "token": environ.get("FLEET_MARL_TOKEN") or None}
+    kw = {
+        "mode": mode,
+        "task": environ.get("FLEET_MARL_TASK", "easy"),
+        "max_sessions": int(environ.get("FLEET_MARL_MAX_SESSIONS", "8")),
+        "token": environ.get("FLEET_MARL_TOKEN") or None,
+    }
     if mode == "ego":
         kw["opponents"] = environ.get("FLEET_MARL_OPPONENTS", "precision_expert")
     return make_app(**kw)

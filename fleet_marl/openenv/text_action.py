@@ -35,8 +35,9 @@ bf16, fp8, int8, int4``.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -98,21 +99,30 @@ def extract_json_object(text: str) -> dict:
     if not isinstance(text, str):
         raise TextActionError("input", type(text).__name__, "a string", f"input: a {type(text).__name__}; expected a string")
     if len(text) > MAX_CHARS:
-        raise TextActionError("input", len(text), f"at most {MAX_CHARS} characters",
-                              f"input: {len(text)} characters; expected at most {MAX_CHARS}")
+        raise TextActionError(
+            "input", len(text), f"at most {MAX_CHARS} characters", f"input: {len(text)} characters; expected at most {MAX_CHARS}"
+        )
     start = text.find("{")
     if start < 0:
-        raise TextActionError("input", text, "one JSON object", "input: no JSON object found; expected one JSON object such as "
-                              '{"request_gpus": 2, "bid": "list", "batch": 8, "precision": "bf16"}')
+        raise TextActionError(
+            "input",
+            text,
+            "one JSON object",
+            "input: no JSON object found; expected one JSON object such as "
+            '{"request_gpus": 2, "bid": "list", "batch": 8, "precision": "bf16"}',
+        )
     try:
         obj, _ = json.JSONDecoder().raw_decode(text, start)
     except json.JSONDecodeError as exc:
-        raise TextActionError("input", text[start:start + 40], "valid JSON",
-                              f"input: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        raise TextActionError(
+            "input", text[start : start + 40], "valid JSON", f"input: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
     except RecursionError:
-        raise TextActionError("input", text[start:start + 40], "valid JSON", "input: invalid JSON: nested too deeply") from None
+        raise TextActionError("input", text[start : start + 40], "valid JSON", "input: invalid JSON: nested too deeply") from None
     except ValueError:  # an integer literal of more digits than Python converts
-        raise TextActionError("input", text[start:start + 40], "valid JSON", "input: invalid JSON: a number too long to convert") from None
+        raise TextActionError(
+            "input", text[start : start + 40], "valid JSON", "input: invalid JSON: a number too long to convert"
+        ) from None
     return obj
 
 
@@ -138,8 +148,12 @@ def validate_action_object(obj: Any, bid_levels: Sequence[float] = DEFAULT_BID_L
         raise TextActionError("input", obj, "a JSON object")
     unknown = [k for k in obj if k not in FIELDS]
     if unknown:
-        raise TextActionError(_key(unknown[0]), obj[unknown[0]], f"no such field; the fields are {', '.join(FIELDS)}",
-                              f"{_key(unknown[0])}: unknown field; expected only {', '.join(FIELDS)}")
+        raise TextActionError(
+            _key(unknown[0]),
+            obj[unknown[0]],
+            f"no such field; the fields are {', '.join(FIELDS)}",
+            f"{_key(unknown[0])}: unknown field; expected only {', '.join(FIELDS)}",
+        )
     missing = [k for k in FIELDS if k not in obj]
     if missing:
         raise TextActionError(missing[0], None, "a value", f"{missing[0]}: missing; expected all of {', '.join(FIELDS)}")
@@ -160,15 +174,21 @@ def validate_action_object(obj: Any, bid_levels: Sequence[float] = DEFAULT_BID_L
         p = prec.strip().lower()
         if p not in catalog.PRECISION_CODE:
             raise TextActionError("precision", prec, f"one of {choices}, or an object with keys {', '.join(GROUP_KEYS)}")
-        precision = {k: p for k in GROUP_KEYS}
+        precision = dict.fromkeys(GROUP_KEYS, p)
     elif isinstance(prec, dict):
         bad = [k for k in prec if k not in GROUP_KEYS]
         if bad:
-            raise TextActionError(f"precision.{_key(bad[0])}", prec[bad[0]], f"no such group; the groups are {', '.join(GROUP_KEYS)}",
-                                  f"precision.{_key(bad[0])}: unknown field; expected only {', '.join(GROUP_KEYS)}")
+            raise TextActionError(
+                f"precision.{_key(bad[0])}",
+                prec[bad[0]],
+                f"no such group; the groups are {', '.join(GROUP_KEYS)}",
+                f"precision.{_key(bad[0])}: unknown field; expected only {', '.join(GROUP_KEYS)}",
+            )
         gone = [k for k in GROUP_KEYS if k not in prec]
         if gone:
-            raise TextActionError(f"precision.{gone[0]}", None, "a value", f"precision.{gone[0]}: missing; expected all of {', '.join(GROUP_KEYS)}")
+            raise TextActionError(
+                f"precision.{gone[0]}", None, "a value", f"precision.{gone[0]}: missing; expected all of {', '.join(GROUP_KEYS)}"
+            )
         precision = {}
         for k in GROUP_KEYS:
             v = prec[k]
@@ -210,7 +230,9 @@ def from_indices(idx: Sequence[int], bid_levels: Sequence[float] = DEFAULT_BID_L
     """The readable form of ``MultiDiscrete`` indices (the inverse of :func:`to_indices`)."""
     idx = [int(v) for v in idx]
     return TenantAction(
-        request_gpus=idx[0], bid=bid_names(bid_levels)[idx[1]], batch=BATCH_SIZES[idx[-1]],
+        request_gpus=idx[0],
+        bid=bid_names(bid_levels)[idx[1]],
+        batch=BATCH_SIZES[idx[-1]],
         precision={k: catalog.PRECISIONS[idx[2 + g]] for g, k in enumerate(GROUP_KEYS)},
     )
 
@@ -227,10 +249,14 @@ def check_mask(indices: np.ndarray, mask: Sequence[np.ndarray]) -> None:
         p = int(indices[2 + gi])
         if not m[p]:
             ok = [catalog.PRECISIONS[j] for j in np.flatnonzero(m)]
-            raise TextActionError(f"precision.{k}", catalog.PRECISIONS[p], f"one of {', '.join(ok)} (masked: the tenant's GPU or job kind forbids it)")
+            raise TextActionError(
+                f"precision.{k}", catalog.PRECISIONS[p], f"one of {', '.join(ok)} (masked: the tenant's GPU or job kind forbids it)"
+            )
 
 
-def action_json_schema(bid_levels: Sequence[float] = DEFAULT_BID_LEVELS, max_gpus: int | None = None, precisions: Sequence[str] | None = None) -> dict:
+def action_json_schema(
+    bid_levels: Sequence[float] = DEFAULT_BID_LEVELS, max_gpus: int | None = None, precisions: Sequence[str] | None = None
+) -> dict:
     """The JSON Schema of a tenant action (``max_gpus`` and the allowed ``precisions`` narrow it
     to one tenant)."""
     precs = list(precisions) if precisions is not None else list(catalog.PRECISIONS)
@@ -246,19 +272,47 @@ def action_json_schema(bid_levels: Sequence[float] = DEFAULT_BID_LEVELS, max_gpu
         "required": list(FIELDS),
         "properties": {
             "request_gpus": gpus,
-            "bid": {"type": "string", "enum": list(bid_names(bid_levels)),
-                    "description": "bid level, as multipliers of the list price: " + ", ".join(f"{n}={b:g}" for n, b in zip(bid_names(bid_levels), bid_levels))},
-            "batch": {"type": "integer", "enum": list(BATCH_SIZES), "description": "train: sequences per GPU per step; serve: concurrent sequences"},
-            "precision": {"oneOf": [
-                one,
-                {"type": "object", "additionalProperties": False, "required": list(GROUP_KEYS), "properties": {k: one for k in GROUP_KEYS}},
-            ], "description": "one precision for every layer group, or one per group"},
+            "bid": {
+                "type": "string",
+                "enum": list(bid_names(bid_levels)),
+                "description": "bid level, as multipliers of the list price: "
+                + ", ".join(f"{n}={b:g}" for n, b in zip(bid_names(bid_levels), bid_levels)),
+            },
+            "batch": {
+                "type": "integer",
+                "enum": list(BATCH_SIZES),
+                "description": "train: sequences per GPU per step; serve: concurrent sequences",
+            },
+            "precision": {
+                "oneOf": [
+                    one,
+                    {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": list(GROUP_KEYS),
+                        "properties": dict.fromkeys(GROUP_KEYS, one),
+                    },
+                ],
+                "description": "one precision for every layer group, or one per group",
+            },
         },
     }
 
 
 __all__ = [
-    "BATCH_SIZES", "DEFAULT_BID_LEVELS", "FIELDS", "GROUP_KEYS", "MAX_CHARS", "TenantAction", "TextActionError",
-    "action_json_schema", "bid_names", "check_mask", "extract_json_object", "from_indices", "parse_tenant_action",
-    "to_indices", "validate_action_object",
+    "BATCH_SIZES",
+    "DEFAULT_BID_LEVELS",
+    "FIELDS",
+    "GROUP_KEYS",
+    "MAX_CHARS",
+    "TenantAction",
+    "TextActionError",
+    "action_json_schema",
+    "bid_names",
+    "check_mask",
+    "extract_json_object",
+    "from_indices",
+    "parse_tenant_action",
+    "to_indices",
+    "validate_action_object",
 ]

@@ -34,6 +34,19 @@ def make(name: str, env, **kwargs) -> BasePolicy:
 
 
 __all__ = [
-    "BasePolicy", "BidderPolicy", "ClaimsSoFar", "FairSharePolicy", "FitTable", "FleetEnvLike", "GreedyPolicy", "POLICIES", "PlannerPolicy", "Policy",
-    "PrecisionExpertPolicy", "RandomPolicy", "fleet_env", "make", "split",
+    "POLICIES",
+    "BasePolicy",
+    "BidderPolicy",
+    "ClaimsSoFar",
+    "FairSharePolicy",
+    "FitTable",
+    "FleetEnvLike",
+    "GreedyPolicy",
+    "PlannerPolicy",
+    "Policy",
+    "PrecisionExpertPolicy",
+    "RandomPolicy",
+    "fleet_env",
+    "make",
+    "split",
 ]

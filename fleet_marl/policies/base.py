@@ -87,8 +87,22 @@ class FleetEnvLike(Protocol):
 
 
 #: The names of :class:`FleetEnvLike`, checked without calling anything (a property may need reset()).
-ENV_ATTRIBUTES = ("possible_agents", "agents", "agent_index", "config", "kernel_static", "bid_levels", "nvec", "default_actions",
-                  "max_cycles", "round", "action_space", "action_mask", "state", "observed_round")
+ENV_ATTRIBUTES = (
+    "possible_agents",
+    "agents",
+    "agent_index",
+    "config",
+    "kernel_static",
+    "bid_levels",
+    "nvec",
+    "default_actions",
+    "max_cycles",
+    "round",
+    "action_space",
+    "action_mask",
+    "state",
+    "observed_round",
+)
 
 
 def _provides(e) -> bool:
@@ -105,8 +119,10 @@ def fleet_env(env) -> FleetEnvLike:
     while isinstance(e, AECEnv) or not _provides(e):
         nxt = getattr(e, "env", None)
         if nxt is None or seen > 16:
-            raise TypeError(f"policy: env is a {type(env).__name__}; expected a fleet_marl environment (fleet_marl.parallel_env(), fleet_marl.env() "
-                            f"or an env with {', '.join(ENV_ATTRIBUTES)})")
+            raise TypeError(
+                f"policy: env is a {type(env).__name__}; expected a fleet_marl environment (fleet_marl.parallel_env(), fleet_marl.env() "
+                f"or an env with {', '.join(ENV_ATTRIBUTES)})"
+            )
         e, seen = nxt, seen + 1
     return e
 
@@ -167,7 +183,7 @@ class BasePolicy:
     # --- shared pieces ------------------------------------------------------------------------
 
     @property
-    def fits(self) -> "FitTable":
+    def fits(self) -> FitTable:
         if self._fits is None or self._fits.env_static is not self.env.kernel_static:
             self._fits = FitTable(self.env)
         return self._fits
@@ -187,8 +203,11 @@ class BasePolicy:
         pool_n = int(np.sum(st.pool == q))
         f = lambda name: float(obs[SEQUENTIAL_OBS_INDEX[name]])  # noqa: E731
         return ClaimsSoFar(
-            claimed=int(np.rint(unsquash(f("claimed")) * cap)), left=int(np.rint(f("unclaimed") * cap)),
-            bid=f("claimed_bid") * float(self.env.bid_levels[-1]), after=int(np.rint(f("after_in_pool") * pool_n)), position=f("position"),
+            claimed=int(np.rint(unsquash(f("claimed")) * cap)),
+            left=int(np.rint(f("unclaimed") * cap)),
+            bid=f("claimed_bid") * float(self.env.bid_levels[-1]),
+            after=int(np.rint(f("after_in_pool") * pool_n)),
+            position=f("position"),
         )
 
     def bid_index(self, multiplier: float) -> int:
@@ -199,7 +218,11 @@ class BasePolicy:
         """The cheapest bid level that can win: the lowest one, or in an auction the lowest at
         or above the reserve price."""
         levels = self.env.bid_levels
-        ok = np.flatnonzero(levels >= self.env.kernel_static.reserve_price) if self.env.config.arbiter.mechanism == "auction" else np.arange(levels.size)
+        ok = (
+            np.flatnonzero(levels >= self.env.kernel_static.reserve_price)
+            if self.env.config.arbiter.mechanism == "auction"
+            else np.arange(levels.size)
+        )
         return int(ok[0]) if ok.size else levels.size - 1
 
     @staticmethod
@@ -283,10 +306,15 @@ class FitTable:
         present = np.zeros((R, st.T), bool)
         present[:, i] = True
         state = RoundState(
-            prev_alloc=gpus.copy(), temp_c=self._state.temp_c, queue=self._state.queue,
-            remaining_tokens=np.where(st.is_train, np.maximum(st.job_tokens, 1.0), 0.0), budget_left=np.full(st.T, 1e300),
+            prev_alloc=gpus.copy(),
+            temp_c=self._state.temp_c,
+            queue=self._state.queue,
+            remaining_tokens=np.where(st.is_train, np.maximum(st.job_tokens, 1.0), 0.0),
+            budget_left=np.full(st.T, 1e300),
         )
-        out = evaluate(st, Actions(gpus=gpus, bid=np.ones((R, st.T)), precision=prec, batch=batch), state, self._draws, present, validate=False)
+        out = evaluate(
+            st, Actions(gpus=gpus, bid=np.ones((R, st.T)), precision=prec, batch=batch), state, self._draws, present, validate=False
+        )
         ok = (out.alloc[:, i] == counts) & ~out.oom[:, i] & ~out.vetoed[:, i] & ~out.projected[:, i]
         ok = ok.reshape(G, L)
         best = np.where(ok.any(1), L - 1 - np.argmax(ok[:, ::-1], axis=1), -1)
@@ -308,4 +336,4 @@ class FitTable:
         return int(ok[0]) if ok.size else None
 
 
-__all__ = ["BasePolicy", "ClaimsSoFar", "ENV_ATTRIBUTES", "FitTable", "FleetEnvLike", "N_OBS", "OBS", "Policy", "fleet_env", "split"]
+__all__ = ["ENV_ATTRIBUTES", "N_OBS", "OBS", "BasePolicy", "ClaimsSoFar", "FitTable", "FleetEnvLike", "Policy", "fleet_env", "split"]

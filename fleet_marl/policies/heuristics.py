@@ -178,5 +178,14 @@ class BidderPolicy(PrecisionExpertPolicy):
         return self.action(i, gpus, bid, prec)
 
 
-__all__ = ["BF16", "BidderPolicy", "EXPERT_MAP", "FairSharePolicy", "GreedyPolicy", "PrecisionExpertPolicy", "RandomPolicy", "fair_gpus",
-           "sequential_share"]
+__all__ = [
+    "BF16",
+    "EXPERT_MAP",
+    "BidderPolicy",
+    "FairSharePolicy",
+    "GreedyPolicy",
+    "PrecisionExpertPolicy",
+    "RandomPolicy",
+    "fair_gpus",
+    "sequential_share",
+]

@@ -27,14 +27,20 @@ import Ray. See ``docs/training.md``.
 import importlib
 
 _NAMES = {
-    "FleetRLlibEnv": "env", "register": "env", "ENV_NAMES": "env",
-    "MaskedPPOTorchRLModule": "modules", "CentralCriticPPOTorchRLModule": "modules",
+    "FleetRLlibEnv": "env",
+    "register": "env",
+    "ENV_NAMES": "env",
+    "MaskedPPOTorchRLModule": "modules",
+    "CentralCriticPPOTorchRLModule": "modules",
     "FleetCallbacks": "callbacks",
-    "TrainConfig": "config", "TrainConfigError": "config", "build": "config",
+    "TrainConfig": "config",
+    "TrainConfigError": "config",
+    "build": "config",
     "ModulePolicy": "policy",
     "SHARING": "sharing",
     "grade": "evaluation",
-    "train": "train", "init_ray": "train",
+    "train": "train",
+    "init_ray": "train",
 }
 
 

@@ -54,13 +54,25 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--sharing", default=None, help=f"one of {', '.join(SHARING)} (default shared)")
     t.add_argument("--iterations", type=int, default=None, help="training iterations in all (with --resume: the total to reach)")
     t.add_argument("--seed", type=int, default=None, help="seed of the env runners and the initial weights (default 0)")
-    t.add_argument("--num-env-runners", type=int, default=None, metavar="N", help="remote sampling processes, one CPU each (default 0: sample in the driver)")
+    t.add_argument(
+        "--num-env-runners",
+        type=int,
+        default=None,
+        metavar="N",
+        help="remote sampling processes, one CPU each (default 0: sample in the driver)",
+    )
     t.add_argument("--address", default=None, help="join a running Ray cluster ('auto' or host:port) instead of starting one")
     t.add_argument("--resume", default=None, metavar="DIR", help="continue a run from its folder or its checkpoint/ folder")
     t.add_argument("--overwrite", action="store_true", help="start the run folder over if it already holds a run (make train does)")
     t.add_argument("--out", default=None, help="folder for runs (default runs/train)")
     t.add_argument("--name", default=None, help="run folder name (default <task>-<sharing>-<reward scheme>)")
-    t.add_argument("--final-episodes", type=int, default=None, metavar="K", help="seeds of the final evaluation (default: the config's final_episodes, 10; 0 skips it)")
+    t.add_argument(
+        "--final-episodes",
+        type=int,
+        default=None,
+        metavar="K",
+        help="seeds of the final evaluation (default: the config's final_episodes, 10; 0 skips it)",
+    )
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--json", action="store_true", help="print the final summaries as JSON")
 
@@ -80,8 +92,16 @@ def resolve(args):
         tc = TrainConfig()
     if args.final_episodes is not None and args.final_episodes < 0:
         raise TrainConfigError(f"--final-episodes {args.final_episodes}: expected an integer >= 0")
-    changes = {"task": args.task, "reward_scheme": args.reward_scheme, "sharing": args.sharing, "iterations": args.iterations,
-               "seed": args.seed, "num_env_runners": args.num_env_runners, "out": args.out, "name": args.name}
+    changes = {
+        "task": args.task,
+        "reward_scheme": args.reward_scheme,
+        "sharing": args.sharing,
+        "iterations": args.iterations,
+        "seed": args.seed,
+        "num_env_runners": args.num_env_runners,
+        "out": args.out,
+        "name": args.name,
+    }
     return tc.replace(source="command line", **changes), args.resume
 
 
@@ -104,16 +124,37 @@ def run(args) -> int:
         return 2
     quiet()
     try:
-        res = train(tc, address=args.address, resume=resume, overwrite=args.overwrite, progress=not args.no_progress,
-                    final_episodes=args.final_episodes)
+        res = train(
+            tc,
+            address=args.address,
+            resume=resume,
+            overwrite=args.overwrite,
+            progress=not args.no_progress,
+            final_episodes=args.final_episodes,
+        )
     except TrainConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"run_dir": str(res.run_dir), "checkpoint": str(res.checkpoint), "env_steps": res.env_steps,
-                          "seconds": res.seconds, "evaluations": res.final}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "run_dir": str(res.run_dir),
+                    "checkpoint": str(res.checkpoint),
+                    "env_steps": res.env_steps,
+                    "seconds": res.seconds,
+                    "evaluations": res.final,
+                },
+                indent=2,
+            )
+        )
         return 0
-    runs.print_summary(res, tc.task, tc.env, f"trained {tc.run_name}: {res.iterations} iterations, {res.env_steps:,} env steps in {res.seconds / 60:.1f} min")
+    runs.print_summary(
+        res,
+        tc.task,
+        tc.env,
+        f"trained {tc.run_name}: {res.iterations} iterations, {res.env_steps:,} env steps in {res.seconds / 60:.1f} min",
+    )
     return 0
 
 

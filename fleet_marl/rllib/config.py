@@ -79,7 +79,7 @@ class TrainConfig:
         return [f.name for f in dataclasses.fields(cls)]
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "config") -> "TrainConfig":
+    def from_dict(cls, data: dict, source: str = "config") -> TrainConfig:
         if not isinstance(data, dict):
             raise TrainConfigError(f"{source}: expected a mapping of TrainConfig fields, got a {type(data).__name__}")
         data = dict(data)
@@ -94,17 +94,19 @@ class TrainConfig:
         return tc
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> "TrainConfig":
+    def from_yaml(cls, path: str | Path) -> TrainConfig:
         p = Path(path)
         if not p.is_file():
-            raise TrainConfigError(f"--config {str(path)!r}: no such file; the configs that ship are in experiments/configs/ (e.g. experiments/configs/easy_shared_mixed.yaml)")
+            raise TrainConfigError(
+                f"--config {str(path)!r}: no such file; the configs that ship are in experiments/configs/ (e.g. experiments/configs/easy_shared_mixed.yaml)"
+            )
         try:
             data = yaml.safe_load(p.read_text())
         except yaml.YAMLError as exc:
             raise TrainConfigError(f"--config {str(path)!r}: not valid YAML ({exc})") from None
         return cls.from_dict(data or {}, source=str(path))
 
-    def replace(self, source: str = "override", **changes: Any) -> "TrainConfig":
+    def replace(self, source: str = "override", **changes: Any) -> TrainConfig:
         """A copy with ``changes`` (``None`` values are ignored), checked."""
         data = dataclasses.asdict(self)
         data.update({k: v for k, v in changes.items() if v is not None})
@@ -122,15 +124,33 @@ class TrainConfig:
         for k in ("task", "reward_scheme", "obs_mode", "with_state"):
             if k in self.env:
                 raise TrainConfigError(f"{source}: env.{k} is set by the top-level key; remove it from env")
-        for name, lo in (("iterations", 1), ("num_envs_per_env_runner", 1), ("train_batch_size", 1), ("minibatch_size", 1), ("num_epochs", 1),
-                         ("final_episodes", 1), ("eval_episodes", 1), ("seed", 0), ("num_env_runners", 0), ("eval_interval", 0), ("checkpoint_interval", 0)):
+        for name, lo in (
+            ("iterations", 1),
+            ("num_envs_per_env_runner", 1),
+            ("train_batch_size", 1),
+            ("minibatch_size", 1),
+            ("num_epochs", 1),
+            ("final_episodes", 1),
+            ("eval_episodes", 1),
+            ("seed", 0),
+            ("num_env_runners", 0),
+            ("eval_interval", 0),
+            ("checkpoint_interval", 0),
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 bad(name, f"an integer >= {lo}")
         if self.minibatch_size > self.train_batch_size:
             bad("minibatch_size", f"at most train_batch_size ({self.train_batch_size})")
-        for name, lo, hi in (("lr", 0.0, 1.0), ("gamma", 0.0, 1.0), ("lambda_", 0.0, 1.0), ("clip_param", 0.0, 10.0),
-                             ("vf_clip_param", 0.0, float("inf")), ("entropy_coeff", 0.0, 1.0), ("vf_loss_coeff", 0.0, float("inf"))):
+        for name, lo, hi in (
+            ("lr", 0.0, 1.0),
+            ("gamma", 0.0, 1.0),
+            ("lambda_", 0.0, 1.0),
+            ("clip_param", 0.0, 10.0),
+            ("vf_clip_param", 0.0, float("inf")),
+            ("entropy_coeff", 0.0, 1.0),
+            ("vf_loss_coeff", 0.0, float("inf")),
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi or (name in ("lr", "clip_param") and v == 0):
                 bad(name, f"a number in [{lo}, {hi}]" + (" and > 0" if name in ("lr", "clip_param") else ""))
@@ -148,8 +168,13 @@ class TrainConfig:
 
     def env_config(self) -> dict:
         """``env_config`` of :class:`~fleet_marl.rllib.env.FleetRLlibEnv`."""
-        return {"task": self.task, "reward_scheme": self.reward_scheme, "obs_mode": self.obs_mode,
-                "with_state": self.sharing == "mappo", **self.env}
+        return {
+            "task": self.task,
+            "reward_scheme": self.reward_scheme,
+            "obs_mode": self.obs_mode,
+            "with_state": self.sharing == "mappo",
+            **self.env,
+        }
 
     def probe(self):
         """A ``FleetParallelEnv`` of this config, or its ``FleetSequentialEnv`` under
@@ -216,29 +241,50 @@ def build(tc: TrainConfig):
         module_class = MaskedPPOTorchRLModule
     else:
         module_class = None  # PPO's default module on the Box observation
-    model_config = {"fcnet_hiddens": list(tc.hidden), "fcnet_activation": "tanh", "head_fcnet_hiddens": [],
-                    "vf_share_layers": tc.sharing == "mappo", "central_vf_hiddens": [256, 256]}
-    specs = {mid: RLModuleSpec(module_class=module_class, model_config=model_config) if module_class else RLModuleSpec(model_config=model_config)
-             for mid in sig["modules"]}
+    model_config = {
+        "fcnet_hiddens": list(tc.hidden),
+        "fcnet_activation": "tanh",
+        "head_fcnet_hiddens": [],
+        "vf_share_layers": tc.sharing == "mappo",
+        "central_vf_hiddens": [256, 256],
+    }
+    specs = {
+        mid: RLModuleSpec(module_class=module_class, model_config=model_config) if module_class else RLModuleSpec(model_config=model_config)
+        for mid in sig["modules"]
+    }
     config = (
         PPOConfig()
         .environment(FleetRLlibEnv, env_config=tc.env_config(), disable_env_checking=True)
-        .env_runners(num_env_runners=tc.num_env_runners, num_envs_per_env_runner=tc.num_envs_per_env_runner,
-                     rollout_fragment_length="auto", sample_timeout_s=600.0)
+        .env_runners(
+            num_env_runners=tc.num_env_runners,
+            num_envs_per_env_runner=tc.num_envs_per_env_runner,
+            rollout_fragment_length="auto",
+            sample_timeout_s=600.0,
+        )
         .learners(num_learners=0)
         .multi_agent(policies=set(sig["modules"]), policy_mapping_fn=mapping_for(tc.sharing, sig["possible_agents"], sig["kinds"]))
         .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
         .training(
-            train_batch_size_per_learner=tc.train_batch_size, minibatch_size=tc.minibatch_size, num_epochs=tc.num_epochs,
-            lr=tc.lr, gamma=tc.gamma, lambda_=tc.lambda_, clip_param=tc.clip_param, vf_clip_param=tc.vf_clip_param,
-            entropy_coeff=tc.entropy_coeff, vf_loss_coeff=tc.vf_loss_coeff,
+            train_batch_size_per_learner=tc.train_batch_size,
+            minibatch_size=tc.minibatch_size,
+            num_epochs=tc.num_epochs,
+            lr=tc.lr,
+            gamma=tc.gamma,
+            lambda_=tc.lambda_,
+            clip_param=tc.clip_param,
+            vf_clip_param=tc.vf_clip_param,
+            entropy_coeff=tc.entropy_coeff,
+            vf_loss_coeff=tc.vf_loss_coeff,
         )
         .callbacks(FleetCallbacks)
         .debugging(seed=tc.seed, log_level="ERROR")
     )
     if tc.eval_interval:
         config = config.evaluation(
-            evaluation_interval=tc.eval_interval, evaluation_duration=tc.eval_episodes, evaluation_duration_unit="episodes",
-            custom_evaluation_function=grade, evaluation_num_env_runners=0,
+            evaluation_interval=tc.eval_interval,
+            evaluation_duration=tc.eval_episodes,
+            evaluation_duration_unit="episodes",
+            custom_evaluation_function=grade,
+            evaluation_num_env_runners=0,
         )
     return config

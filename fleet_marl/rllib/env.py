@@ -80,7 +80,7 @@ def flat_mask(mask: tuple, offsets: np.ndarray) -> np.ndarray:
     choices 0."""
     out = np.zeros(int(offsets[-1]), np.float32)
     for k, m in enumerate(mask):
-        out[offsets[k]: offsets[k] + len(m)] = m
+        out[offsets[k] : offsets[k] + len(m)] = m
     return out
 
 
@@ -107,8 +107,10 @@ class FleetRLlibEnv(MultiAgentEnv):
             raise ValueError("env_config with_state = True needs obs_mode = 'dict' (the state is one key of the Dict observation)")
         cfg.setdefault("compute_all", False)
         if cfg.get("mask_layout", "dims") != "dims":
-            raise ValueError(f"env_config mask_layout = {cfg['mask_layout']!r}: the RLlib env puts its own flat mask, padded to nvec_max, "
-                             "in the observation (obs_mode='dict'); leave mask_layout out")
+            raise ValueError(
+                f"env_config mask_layout = {cfg['mask_layout']!r}: the RLlib env puts its own flat mask, padded to nvec_max, "
+                "in the observation (obs_mode='dict'); leave mask_layout out"
+            )
         protocol, turn_order = check_protocol(cfg)  # a ConfigError naming protocol or turn_order
         cfg = {k: v for k, v in cfg.items() if k not in PROTOCOL_KEYS}
         self.protocol = protocol
@@ -138,8 +140,8 @@ class FleetRLlibEnv(MultiAgentEnv):
         else:
             obs_space = box
         act_space = gym.spaces.MultiDiscrete(self.nvec_max)
-        self.observation_spaces = {a: obs_space for a in self.possible_agents}
-        self.action_spaces = {a: act_space for a in self.possible_agents}
+        self.observation_spaces = dict.fromkeys(self.possible_agents, obs_space)
+        self.action_spaces = dict.fromkeys(self.possible_agents, act_space)
 
     # --- conversions ------------------------------------------------------------------------------
 
@@ -235,8 +237,10 @@ class FleetRLlibEnv(MultiAgentEnv):
             raise RuntimeError("step() after the episode ended: call reset() first")
         agent = se.agent_selection
         if set(action_dict) != {agent}:
-            raise ValueError(f"action_dict keys = {sorted(map(str, action_dict))}: the sequential protocol takes one action, for {agent!r}, "
-                             "the tenant whose turn it is (the one reset() or the last step() returned an observation for)")
+            raise ValueError(
+                f"action_dict keys = {sorted(map(str, action_dict))}: the sequential protocol takes one action, for {agent!r}, "
+                "the tenant whose turn it is (the one reset() or the last step() returned an observation for)"
+            )
         se.step(np.minimum(np.asarray(action_dict[agent], np.int64), self._hi[agent]))
         obs, rew, term, trunc, infos = {}, {}, {}, {}, {}
         self._hand_out(obs, rew, term, trunc, infos)

@@ -19,10 +19,10 @@ their weights (``get_non_inference_attributes``). ``model_config["central_vf_hid
 from __future__ import annotations
 
 import torch
-from torch import nn
 from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPPOTorchRLModule
 from ray.rllib.core.columns import Columns
 from ray.rllib.utils.torch_utils import FLOAT_MIN
+from torch import nn
 
 
 def mask_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -18,8 +18,9 @@ grader's episodes stay reproducible. Masked choices have probability 0.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,8 +45,7 @@ class ModulePolicy:
     ``obs_mode`` is the ``FleetRLlibEnv`` observation mode the modules were trained on.
     """
 
-    def __init__(self, env, modules: dict[str, Any], mapping: Callable[[str], str], obs_mode: str = "dict",
-                 explore: bool = False):
+    def __init__(self, env, modules: dict[str, Any], mapping: Callable[[str], str], obs_mode: str = "dict", explore: bool = False):
         self.env = fleet_env(env)
         self.modules = modules
         self.mapping = mapping
@@ -92,7 +92,7 @@ class ModulePolicy:
         """One draw per row and action dimension from the softmax of that dimension's logits."""
         out = np.empty((logits.shape[0], len(self._offsets) - 1), np.int64)
         for d in range(out.shape[1]):
-            z = logits[:, self._offsets[d]:self._offsets[d + 1]]
+            z = logits[:, self._offsets[d] : self._offsets[d + 1]]
             p = np.exp(z - z.max(axis=1, keepdims=True))  # a masked choice's logit is FLOAT_MIN: p = 0
             p /= p.sum(axis=1, keepdims=True)
             out[:, d] = [self._rng.choice(len(row), p=row) for row in p]
@@ -114,7 +114,7 @@ class ModulePolicy:
         return flat_mask(mask_dims(mask, self.env.nvec[self.env.agent_index[agent]]), self._offsets)  # either mask_layout
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: str | Path, env, explore: bool = False) -> "ModulePolicy":
+    def from_checkpoint(cls, checkpoint: str | Path, env, explore: bool = False) -> ModulePolicy:
         """Load the modules of a ``fleet-marl train`` checkpoint (no Ray cluster needed)."""
         path = Path(checkpoint).resolve()  # RLlib's loader takes absolute paths only
         sig = read_sidecar(path)["signature"]
@@ -129,7 +129,9 @@ def read_sidecar(path: str | Path) -> dict:
     """The ``fleet_marl.json`` of a checkpoint folder, or a ValueError saying what is wrong."""
     path = Path(path)
     if not path.is_dir():
-        raise ValueError(f"checkpoint {str(path)!r}: no such folder; pass the 'checkpoint' folder that fleet-marl train wrote (runs/train/<run>/checkpoint)")
+        raise ValueError(
+            f"checkpoint {str(path)!r}: no such folder; pass the 'checkpoint' folder that fleet-marl train wrote (runs/train/<run>/checkpoint)"
+        )
     side = path / SIDECAR
     if not side.is_file():
         hint = " (an RLlib checkpoint, but not one fleet-marl train wrote)" if (path / "rllib_checkpoint.json").is_file() else ""

@@ -155,7 +155,9 @@ def init_ray(address: str | None = None, num_env_runners: int = 0, log_to_driver
         cpus = ray.cluster_resources().get("CPU", 0)
         if num_env_runners > cpus:
             ray.shutdown()
-            raise TrainConfigError(f"--num-env-runners {num_env_runners}: the cluster at {address} has {cpus:g} CPUs; use at most {int(cpus)}")
+            raise TrainConfigError(
+                f"--num-env-runners {num_env_runners}: the cluster at {address} has {cpus:g} CPUs; use at most {int(cpus)}"
+            )
         return True
     ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level="ERROR", log_to_driver=log_to_driver)
     return True
@@ -185,8 +187,14 @@ def final_evaluation(tc: TrainConfig, checkpoint: Path, episodes: int, progress:
     """The trained policy (from ``checkpoint``) and every reference policy on ``tc.task``,
     seeds ``0 .. episodes - 1``: (evaluations, markdown table)."""
     task, overrides = grader_task(tc.env_config())
-    return runs.final_evaluation(task, overrides, lambda env: ModulePolicy.from_checkpoint(checkpoint, env),
-                                 f"PPO ({tc.sharing}, {tc.reward_scheme})", episodes, progress)
+    return runs.final_evaluation(
+        task,
+        overrides,
+        lambda env: ModulePolicy.from_checkpoint(checkpoint, env),
+        f"PPO ({tc.sharing}, {tc.reward_scheme})",
+        episodes,
+        progress,
+    )
 
 
 #: What a run writes into its folder (``--overwrite`` removes these first).
@@ -204,18 +212,29 @@ def prepare(tc: TrainConfig, resume: str | None = None, overwrite: bool = False)
     check_signature(meta, tc, str(ckpt))
     done = int(meta.get("iteration", 0))
     if tc.iterations <= done:
-        raise TrainConfigError(f"--resume {resume}: the checkpoint has already trained {done} iterations and iterations = {tc.iterations}; pass --iterations N with N > {done} (the total to reach)")
+        raise TrainConfigError(
+            f"--resume {resume}: the checkpoint has already trained {done} iterations and iterations = {tc.iterations}; pass --iterations N with N > {done} (the total to reach)"
+        )
     return tc, ckpt, meta
 
 
-def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = None, overwrite: bool = False,
-          progress: bool = True, final_episodes: int | None = None) -> TrainResult:
+def train(
+    tc: TrainConfig,
+    *,
+    address: str | None = None,
+    resume: str | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    final_episodes: int | None = None,
+) -> TrainResult:
     """Train ``tc`` (see the module docstring). ``resume``: a run folder or its checkpoint;
     ``overwrite``: start the run folder over (otherwise an existing run there is an error)."""
     tc, ckpt, meta = prepare(tc, resume, overwrite)
     run_dir = ckpt.parent if ckpt is not None else tc.run_dir
     if address is None and tc.num_env_runners > (os.cpu_count() or 1):  # one CPU per remote env runner
-        raise TrainConfigError(f"--num-env-runners {tc.num_env_runners}: this machine has {os.cpu_count()} CPUs; use at most {os.cpu_count()} (or 0: sample in the driver)")
+        raise TrainConfigError(
+            f"--num-env-runners {tc.num_env_runners}: this machine has {os.cpu_count()} CPUs; use at most {os.cpu_count()} (or 0: sample in the driver)"
+        )
     if ckpt is None and overwrite:  # only once every check has passed
         runs.claim_run_folder(run_dir, OUTPUTS, overwrite=True)
     offset = float(meta.get("seconds", 0.0)) if meta else 0.0  # RLlib's clock restarts on restore
@@ -297,11 +316,20 @@ def train(tc: TrainConfig, *, address: str | None = None, resume: str | None = N
         for e in evals[1:]:
             refs[e.policy] = float(e.welfare.mean())
         seeds = f"0..{episodes - 1}"
-        text = (f"# {tc.run_name}\n\nTrained {tc.iterations} iterations ({env_steps:,} env steps, {seconds / 60:.1f} min), seed {tc.seed}. "
-                f"Graded on seeds {seeds} of `{tc.task}`.\n\n{table}\n")
+        text = (
+            f"# {tc.run_name}\n\nTrained {tc.iterations} iterations ({env_steps:,} env steps, {seconds / 60:.1f} min), seed {tc.seed}. "
+            f"Graded on seeds {seeds} of `{tc.task}`.\n\n{table}\n"
+        )
         (run_dir / "results.md").write_text(text)
-        (run_dir / "results.json").write_text(json.dumps({"train_config": tc.to_dict(), "env_steps": env_steps, "seconds": seconds, "evaluations": res.final}, indent=2))
-    runs.learning_curve(rows, run_dir / "learning_curve.png", f"{tc.run_name}: PPO on {tc.task}", {k: v for k, v in refs.items() if k in ("random", "fair_share", "precision_expert", "planner")})
+        (run_dir / "results.json").write_text(
+            json.dumps({"train_config": tc.to_dict(), "env_steps": env_steps, "seconds": seconds, "evaluations": res.final}, indent=2)
+        )
+    runs.learning_curve(
+        rows,
+        run_dir / "learning_curve.png",
+        f"{tc.run_name}: PPO on {tc.task}",
+        {k: v for k, v in refs.items() if k in ("random", "fair_share", "precision_expert", "planner")},
+    )
     return res
 
 

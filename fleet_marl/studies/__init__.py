@@ -21,8 +21,12 @@ lazily from here (the function ``report`` lives in ``fleet_marl.studies.report``
 import importlib
 
 _NAMES = {
-    "Study": "credit_assignment", "StudyError": "credit_assignment", "run": "credit_assignment", "run_one": "credit_assignment",
-    "prepare": "credit_assignment", "write_docs": "report",
+    "Study": "credit_assignment",
+    "StudyError": "credit_assignment",
+    "run": "credit_assignment",
+    "run_one": "credit_assignment",
+    "prepare": "credit_assignment",
+    "write_docs": "report",
 }
 
 

@@ -29,15 +29,14 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numba
 import numpy as np
-
-import fleet_marl
 from tqdm import tqdm
 
+import fleet_marl
 from fleet_marl import catalog
 from fleet_marl.config import FleetConfig, from_dict
 from fleet_marl.environment import parallel_env
@@ -81,17 +80,30 @@ def bench_config(n: int, max_cycles: int = 100) -> dict:
     for i in range(n):
         if i % 2 == 0:
             model, seq, ckpt = _TRAINERS[(i // 2) % len(_TRAINERS)]
-            tenants.append({
-                "kind": "train", "model": model, "gpu_type": _H100, "budget": 1e6, "max_gpus": 8,
-                "priority": 1.0 + (i % 3 == 0), "activation_checkpointing": ckpt,
-                "workload": {"seq_len": seq, "job_tokens": 1e13, "rate": 6.0},
-            })
+            tenants.append(
+                {
+                    "kind": "train",
+                    "model": model,
+                    "gpu_type": _H100,
+                    "budget": 1e6,
+                    "max_gpus": 8,
+                    "priority": 1.0 + (i % 3 == 0),
+                    "activation_checkpointing": ckpt,
+                    "workload": {"seq_len": seq, "job_tokens": 1e13, "rate": 6.0},
+                }
+            )
         else:
-            tenants.append({
-                "kind": "serve", "model": _SERVERS[(i // 2) % len(_SERVERS)], "gpu_type": _H100, "budget": 1e6,
-                "max_gpus": 8, "priority": 1.0 + (i % 4 == 1),
-                "workload": {"rate": 3.0, "prompt_tokens": 1024, "output_tokens": 256},
-            })
+            tenants.append(
+                {
+                    "kind": "serve",
+                    "model": _SERVERS[(i // 2) % len(_SERVERS)],
+                    "gpu_type": _H100,
+                    "budget": 1e6,
+                    "max_gpus": 8,
+                    "priority": 1.0 + (i % 4 == 1),
+                    "workload": {"rate": 3.0, "prompt_tokens": 1024, "output_tokens": 256},
+                }
+            )
     return {
         "cluster": {"gpu_types": [_H100] * max(1, n // 2)},
         "tenants": tenants,
@@ -293,7 +305,13 @@ def rss_run(agent_steps: int) -> dict:
     wall = time.perf_counter() - t0
     gc.collect()
     end = rss_bytes()
-    return {"rss_start_bytes": warm, "rss_end_bytes": end, "rss_growth_fraction": (end - warm) / warm, "rss_agent_steps": done, "rss_seconds": wall}
+    return {
+        "rss_start_bytes": warm,
+        "rss_end_bytes": end,
+        "rss_growth_fraction": (end - warm) / warm,
+        "rss_agent_steps": done,
+        "rss_seconds": wall,
+    }
 
 
 def reference_env():
@@ -304,7 +322,8 @@ def reference_env():
         from mpe2 import simple_spread_v3  # the bench extra: optional
     except ImportError:
         try:
-            from pettingzoo.classic.rps.rps import parallel_env as rps_parallel_env  # needs pygame (the bench extra brings it); rps_v2 without its warning
+            # needs pygame (the bench extra brings it); rps_v2 without its warning
+            from pettingzoo.classic.rps.rps import parallel_env as rps_parallel_env
         except ImportError:
             require("mpe2", "bench", "fleet-marl bench's reference env")  # neither reference env: say which extra
             raise
@@ -336,10 +355,24 @@ class Plan:
     vector_steps: int  # vector-env steps per repeat
 
 
-FULL = Plan(steps={4: 400, 16: 300, 64: 100}, repeats=5, kernel_min_time=0.25, shapley_steps=40, rss_agent_steps=RSS_AGENT_STEPS, reference_steps=2000,
-            vector_steps=40)
-QUICK = Plan(steps={4: 60, 16: 40, 64: 12}, repeats=3, kernel_min_time=0.03, shapley_steps=5, rss_agent_steps=RSS_AGENT_STEPS // 100, reference_steps=300,
-             vector_steps=4)
+FULL = Plan(
+    steps={4: 400, 16: 300, 64: 100},
+    repeats=5,
+    kernel_min_time=0.25,
+    shapley_steps=40,
+    rss_agent_steps=RSS_AGENT_STEPS,
+    reference_steps=2000,
+    vector_steps=40,
+)
+QUICK = Plan(
+    steps={4: 60, 16: 40, 64: 12},
+    repeats=3,
+    kernel_min_time=0.03,
+    shapley_steps=5,
+    rss_agent_steps=RSS_AGENT_STEPS // 100,
+    reference_steps=300,
+    vector_steps=4,
+)
 
 
 def measure(quick: bool = False, cpu: int | None = None, progress: bool = True) -> dict:
@@ -352,6 +385,7 @@ def measure(quick: bool = False, cpu: int | None = None, progress: bool = True) 
 
     for n in ENV_SIZES:
         for scheme in SCHEMES:
+
             def job(n=n, scheme=scheme):
                 t = env_step(n, scheme, plan.steps[n], plan.repeats)
                 r[f"env_step_us_n{n}_{scheme}"] = t.us_per_step
@@ -360,6 +394,7 @@ def measure(quick: bool = False, cpu: int | None = None, progress: bool = True) 
             jobs.append((f"env N={n} {scheme}", job))
 
     for b in KERNEL_BATCHES:
+
         def kjob(b=b):
             r[f"kernel_evals_per_s_n{KERNEL_N}_b{b}"] = kernel_rate(b, plan.repeats, plan.kernel_min_time)
 
@@ -387,6 +422,7 @@ def measure(quick: bool = False, cpu: int | None = None, progress: bool = True) 
 
     jobs.append(("reference env", reference))
     for scheme in SCHEMES:
+
         def vjob(scheme=scheme):
             ms, rate = vector_timing(scheme, plan.vector_steps, plan.repeats)
             r[f"vector_step_ms_n{KERNEL_N}_b{VECTOR_B}_{scheme}"] = ms
@@ -405,7 +441,13 @@ def measure(quick: bool = False, cpu: int | None = None, progress: bool = True) 
     r["agent_steps_ratio_vs_reference"] = r["agent_steps_per_s_n16_difference"] / r["reference_agent_steps_per_s"]
     r["targets"] = targets(r)
     r["seconds"] = time.perf_counter() - t_start
-    r["machine"] = {"python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__, "processor": platform.processor() or platform.machine(), "cpus": os.cpu_count()}
+    r["machine"] = {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+    }
     return r
 
 
@@ -427,7 +469,9 @@ def train_throughput(quick: bool = False, progress: bool = True) -> dict:
 
     iterations, warmup = (4, 2) if quick else (24, 4)
     with tempfile.TemporaryDirectory() as tmp:
-        tc = TorchRLTrainConfig(iterations=iterations + warmup, max_minutes=0, eval_interval=0, final_episodes=0, checkpoint_interval=0, out=tmp)
+        tc = TorchRLTrainConfig(
+            iterations=iterations + warmup, max_minutes=0, eval_interval=0, final_episodes=0, checkpoint_interval=0, out=tmp
+        )
         res = train(tc, progress=progress)
     rows = res.rows[warmup:]
     n = len(tc.signature()["possible_agents"])
@@ -436,9 +480,15 @@ def train_throughput(quick: bool = False, progress: bool = True) -> dict:
     collect = sum(float(x["collect_s"]) for x in rows)
     learn = sum(float(x["learn_s"]) for x in rows)
     r = {
-        "train_task": tc.task, "train_num_envs": tc.num_envs, "train_rollout": tc.rollout, "train_epochs": tc.epochs,
-        "train_minibatch": tc.minibatch, "train_hidden": list(tc.hidden), "train_iterations_timed": len(rows),
-        "train_threads": tc.threads or torch.get_num_threads(), "train_collector": tc.collector,
+        "train_task": tc.task,
+        "train_num_envs": tc.num_envs,
+        "train_rollout": tc.rollout,
+        "train_epochs": tc.epochs,
+        "train_minibatch": tc.minibatch,
+        "train_hidden": list(tc.hidden),
+        "train_iterations_timed": len(rows),
+        "train_threads": tc.threads or torch.get_num_threads(),
+        "train_collector": tc.collector,
         "train_agent_steps_per_s_easy": frames * len(rows) / wall,
         "train_wait_share": collect / (collect + learn),
         "train_learn_agent_steps_per_s": frames * len(rows) / learn,
@@ -448,11 +498,18 @@ def train_throughput(quick: bool = False, progress: bool = True) -> dict:
 
 
 def format_train_table(r: dict) -> str:
-    where = "a worker process collects the next batch while the learner learns" if r["train_collector"] == "async" else "collect, then learn"
-    lines = [f"fleet-marl bench --train: {r['train_task']}, {r['train_num_envs']} clusters x {r['train_rollout']} steps per iteration, "
-             f"{r['train_epochs']} epochs, {r['train_threads']} torch thread(s), {r['train_collector']} collector ({where}); "
-             f"{r['train_iterations_timed']} iterations timed", ""]
-    lines.append(f"end-to-end training      {r['train_agent_steps_per_s_easy']:>12,.0f} agent-steps/s (wall time: env, inference, learning)")
+    where = (
+        "a worker process collects the next batch while the learner learns" if r["train_collector"] == "async" else "collect, then learn"
+    )
+    lines = [
+        f"fleet-marl bench --train: {r['train_task']}, {r['train_num_envs']} clusters x {r['train_rollout']} steps per iteration, "
+        f"{r['train_epochs']} epochs, {r['train_threads']} torch thread(s), {r['train_collector']} collector ({where}); "
+        f"{r['train_iterations_timed']} iterations timed",
+        "",
+    ]
+    lines.append(
+        f"end-to-end training      {r['train_agent_steps_per_s_easy']:>12,.0f} agent-steps/s (wall time: env, inference, learning)"
+    )
     lines.append(f"  learning alone         {r['train_learn_agent_steps_per_s']:>12,.0f} agent-steps/s (GAE + PPO epochs)")
     lines.append(f"  waiting for the batch  {r['train_wait_share']:>12.0%} of the learner's time")
     for key, t in r["targets"].items():
@@ -470,7 +527,13 @@ def targets(r: dict) -> dict:
     out = {}
     for key, (target, kind) in TARGETS.items():
         v = r[key]
-        out[key] = {"measured": v, "target": target, "kind": kind, "ratio": v / target, "met": bool(v >= target if kind == "min" else v <= target)}
+        out[key] = {
+            "measured": v,
+            "target": target,
+            "kind": kind,
+            "ratio": v / target,
+            "met": bool(v >= target if kind == "min" else v <= target),
+        }
     return out
 
 
@@ -484,7 +547,9 @@ def format_table(r: dict) -> str:
     lines.append("")
     lines.append(f"{f'vector env, N=16, B={VECTOR_B}':<28}{'ms/step':>10}{'agent-steps/s':>16}")
     for s in SCHEMES:
-        lines.append(f"{f'  {s}':<28}{r[f'vector_step_ms_n{KERNEL_N}_b{VECTOR_B}_{s}']:>10,.1f}{r[f'vector_agent_steps_per_s_n{KERNEL_N}_b{VECTOR_B}_{s}']:>16,.0f}")
+        lines.append(
+            f"{f'  {s}':<28}{r[f'vector_step_ms_n{KERNEL_N}_b{VECTOR_B}_{s}']:>10,.1f}{r[f'vector_agent_steps_per_s_n{KERNEL_N}_b{VECTOR_B}_{s}']:>16,.0f}"
+        )
     lines.append("")
     lines.append(f"{'one kernel evaluation, N=16':<28}{r[f'kernel_eval_us_n{KERNEL_N}_b1']:>10,.1f} us")
     lines.append(f"{'batched kernel, N=16':<28}{'evals/s':>10}")
@@ -492,9 +557,13 @@ def format_table(r: dict) -> str:
         lines.append(f"{f'  batch {b}':<28}{r[f'kernel_evals_per_s_n{KERNEL_N}_b{b}']:>10,.0f}")
     lines.append("")
     lines.append(f"difference overhead (N=16):     {r['difference_overhead_ratio']:.2f}x a local step")
-    lines.append(f"exact Shapley (N={SHAPLEY_N}, {2 ** SHAPLEY_N} rows): {r[f'shapley_step_us_n{SHAPLEY_N}']:,.0f} us/step, {r[f'shapley_overhead_ratio_n{SHAPLEY_N}']:.1f}x a local step")
+    lines.append(
+        f"exact Shapley (N={SHAPLEY_N}, {2**SHAPLEY_N} rows): {r[f'shapley_step_us_n{SHAPLEY_N}']:,.0f} us/step, {r[f'shapley_overhead_ratio_n{SHAPLEY_N}']:.1f}x a local step"
+    )
     lines.append(f"ours / reference agent-steps:   {r['agent_steps_ratio_vs_reference']:.1f}x")
-    lines.append(f"RSS over {r['rss_agent_steps']:,} vector agent-steps: {r['rss_start_bytes'] / 2**20:,.1f} -> {r['rss_end_bytes'] / 2**20:,.1f} MiB ({r['rss_growth_fraction']:+.2%})")
+    lines.append(
+        f"RSS over {r['rss_agent_steps']:,} vector agent-steps: {r['rss_start_bytes'] / 2**20:,.1f} -> {r['rss_end_bytes'] / 2**20:,.1f} MiB ({r['rss_growth_fraction']:+.2%})"
+    )
     lines.append("")
     lines.append(f"{'target':<34}{'measured':>14}{'target':>12}{'ratio':>8}  met")
     for key, t in r["targets"].items():
@@ -514,10 +583,12 @@ EXAMPLES = """examples:
 
 Every key of the JSON report is documented in docs/benchmarks.md.
 """
-DESCRIPTION = ("Measure env steps (N = 4, 16, 64; local and difference rewards), the vector env (N = 16, B = 256), the batched "
-               "kernel (N = 16, batch 1 to 16384), the difference and exact-Shapley overheads, RSS over a long vector-env run and a "
-               "stock PettingZoo env, on one pinned core; "
-               "medians over repeats, actions pre-sampled.")
+DESCRIPTION = (
+    "Measure env steps (N = 4, 16, 64; local and difference rewards), the vector env (N = 16, B = 256), the batched "
+    "kernel (N = 16, batch 1 to 16384), the difference and exact-Shapley overheads, RSS over a long vector-env run and a "
+    "stock PettingZoo env, on one pinned core; "
+    "medians over repeats, actions pre-sampled."
+)
 
 
 def add_arguments(b: argparse.ArgumentParser) -> None:
@@ -526,7 +597,9 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--quick", action="store_true", help="fewer steps and repeats (under 30 s; the CI smoke test)")
     b.add_argument("--cpu", type=int, default=None, help="core to pin to (default: the last core this process may use)")
     b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    b.add_argument("--train", action="store_true", help="measure end-to-end training throughput instead (the torchrl engine on easy, every core)")
+    b.add_argument(
+        "--train", action="store_true", help="measure end-to-end training throughput instead (the torchrl engine on easy, every core)"
+    )
 
 
 def run(args) -> int:
@@ -545,5 +618,17 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["DESCRIPTION", "ENV_SIZES", "EXAMPLES", "KERNEL_BATCHES", "TARGETS", "add_arguments", "bench_config", "format_table",
-           "measure", "run", "targets", "train_throughput"]
+__all__ = [
+    "DESCRIPTION",
+    "ENV_SIZES",
+    "EXAMPLES",
+    "KERNEL_BATCHES",
+    "TARGETS",
+    "add_arguments",
+    "bench_config",
+    "format_table",
+    "measure",
+    "run",
+    "targets",
+    "train_throughput",
+]

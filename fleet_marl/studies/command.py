@@ -30,8 +30,15 @@ NEEDS = ("torch", "torchrl", "tensordict", "matplotlib")
 RLLIB_NEEDS = ("ray.rllib", "torch", "matplotlib")
 ENGINES = ("torchrl", "rllib")
 #: Options of one engine only: option -> (engine, what to use with the other).
-ONLY = {"schemes": ("rllib", "--arms"), "budget": ("rllib", "--iterations"), "mechanism": ("rllib", "--mechanisms"), "address": ("rllib", "--jobs"),
-        "arms": ("torchrl", "--schemes"), "mechanisms": ("torchrl", "--mechanism"), "iterations": ("torchrl", "--budget")}
+ONLY = {
+    "schemes": ("rllib", "--arms"),
+    "budget": ("rllib", "--iterations"),
+    "mechanism": ("rllib", "--mechanisms"),
+    "address": ("rllib", "--jobs"),
+    "arms": ("torchrl", "--schemes"),
+    "mechanisms": ("torchrl", "--mechanism"),
+    "iterations": ("torchrl", "--budget"),
+}
 
 EXAMPLES = """examples:
   fleet-marl compare --quick                      # the whole pipeline in about a minute (CI runs it)
@@ -58,8 +65,12 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--mechanisms", default=None, metavar="M,M", help="torchrl: arbiters of the scaling part (default proportional,auction)")
     c.add_argument("--iterations", type=int, default=None, help="torchrl: PPO iterations per scaling run (default 24; sharing runs 32)")
     c.add_argument("--schemes", default=None, metavar="S,S", help=f"rllib: reward schemes (default all: {','.join(REWARD_SCHEMES)})")
-    c.add_argument("--budget", default=None, metavar="N=STEPS,...",
-                   help="rllib: env steps per run for each N (default " + ",".join(f"{n}={b}" for n, b in FULL_BUDGETS.items()) + ")")
+    c.add_argument(
+        "--budget",
+        default=None,
+        metavar="N=STEPS,...",
+        help="rllib: env steps per run for each N (default " + ",".join(f"{n}={b}" for n, b in FULL_BUDGETS.items()) + ")",
+    )
     c.add_argument("--mechanism", default=None, help=f"rllib: arbiter, one of {', '.join(MECHANISMS)} (default proportional)")
     c.add_argument("--address", default=None, help="rllib: run on an existing Ray cluster ('auto' or host:port)")
     c.add_argument("--seeds", type=int, default=None, help="seeds per arm and N: 0 .. K-1 (default 10; rllib 3; quick 2)")
@@ -89,8 +100,10 @@ def _names(text: str) -> tuple[str, ...]:
 def _check_engine(args) -> None:
     for name, (engine, instead) in ONLY.items():
         if getattr(args, name, None) is not None and args.engine != engine:
-            raise StudyError(f"--{name} is an option of --engine {engine}; the {args.engine} study takes {instead} instead "
-                             "(see fleet-marl compare --help)")
+            raise StudyError(
+                f"--{name} is an option of --engine {engine}; the {args.engine} study takes {instead} instead "
+                "(see fleet-marl compare --help)"
+            )
 
 
 def study_from_args(args):

@@ -44,10 +44,27 @@ FULL_BUDGETS = {2: 24_000, 4: 24_000, 8: 16_000, 16: 16_000}
 QUICK_BUDGETS = {2: 400, 4: 400}
 
 RESULT_COLUMNS = (
-    "n", "scheme", "seed", "iterations", "env_steps", "agent_steps",
-    "train_welfare", "eval_welfare", "score", "jain", "starvation_events", "degenerate", "illegal",
-    "random_welfare", "planner_welfare",
-    "run_seconds", "train_seconds", "eval_seconds", "credit_seconds", "credit_ms_per_step", "finished",
+    "n",
+    "scheme",
+    "seed",
+    "iterations",
+    "env_steps",
+    "agent_steps",
+    "train_welfare",
+    "eval_welfare",
+    "score",
+    "jain",
+    "starvation_events",
+    "degenerate",
+    "illegal",
+    "random_welfare",
+    "planner_welfare",
+    "run_seconds",
+    "train_seconds",
+    "eval_seconds",
+    "credit_seconds",
+    "credit_ms_per_step",
+    "finished",
 )
 CURVE_COLUMNS = ("n", "scheme", "seed", "iteration", "env_steps", "welfare", "jain", "starvation_events", "degenerate", "seconds")
 
@@ -74,11 +91,20 @@ class Study:
     out: str = "runs/credit_assignment"
 
     @classmethod
-    def quick(cls, **changes) -> "Study":
+    def quick(cls, **changes) -> Study:
         """About a minute: N = 2 and 4, two seeds, two PPO iterations of 200 env steps per run,
         episodes of 20 rounds, two grader episodes. It checks the pipeline, not the science."""
-        base = dict(ns=(2, 4), seeds=2, budgets=dict(QUICK_BUDGETS), train_batch_size=200, minibatch_size=100, num_epochs=2,
-                    episodes=2, max_cycles=20, out="runs/credit_assignment_quick")
+        base = dict(
+            ns=(2, 4),
+            seeds=2,
+            budgets=dict(QUICK_BUDGETS),
+            train_batch_size=200,
+            minibatch_size=100,
+            num_epochs=2,
+            episodes=2,
+            max_cycles=20,
+            out="runs/credit_assignment_quick",
+        )
         base.update({k: v for k, v in changes.items() if v is not None})
         return cls(**base)
 
@@ -98,7 +124,11 @@ class Study:
             bad("n", ",".join(map(str, self.ns)), "a non-empty list without repeats")
         for n in self.ns:
             if n not in self.budgets:
-                bad("budget", ",".join(f"{k}={v}" for k, v in self.budgets.items()), f"a budget for every N (missing N={n}); e.g. --budget {n}=20000")
+                bad(
+                    "budget",
+                    ",".join(f"{k}={v}" for k, v in self.budgets.items()),
+                    f"a budget for every N (missing N={n}); e.g. --budget {n}=20000",
+                )
         for n, b in self.budgets.items():
             if isinstance(b, bool) or not isinstance(b, int) or b < self.train_batch_size or b % self.train_batch_size:
                 bad("budget", f"{n}={b}", f"env steps per run: a multiple of the {self.train_batch_size:,} env steps of a PPO iteration")
@@ -123,10 +153,22 @@ class Study:
         return [(n, s, seed) for n in sorted(self.ns) for seed in range(self.seeds) for s in self.schemes]
 
     def train_config(self, n: int, scheme: str, seed: int) -> TrainConfig:
-        return TrainConfig(task="easy", reward_scheme=scheme, sharing=self.sharing, env={**self.env(n), "shapley_samples": self.shapley_samples},
-                           iterations=self.iterations(n), seed=seed, train_batch_size=self.train_batch_size,
-                           minibatch_size=min(self.minibatch_size, self.train_batch_size), num_epochs=self.num_epochs, lr=self.lr,
-                           eval_interval=0, checkpoint_interval=0, out=self.out, name=f"n{n}-{scheme}-{seed}")
+        return TrainConfig(
+            task="easy",
+            reward_scheme=scheme,
+            sharing=self.sharing,
+            env={**self.env(n), "shapley_samples": self.shapley_samples},
+            iterations=self.iterations(n),
+            seed=seed,
+            train_batch_size=self.train_batch_size,
+            minibatch_size=min(self.minibatch_size, self.train_batch_size),
+            num_epochs=self.num_epochs,
+            lr=self.lr,
+            eval_interval=0,
+            checkpoint_interval=0,
+            out=self.out,
+            name=f"n{n}-{scheme}-{seed}",
+        )
 
     def settings(self) -> dict:
         """What a resumed study must match (everything but ``out``)."""
@@ -158,32 +200,51 @@ def run_one(study: Study, n: int, scheme: str, seed: int, progress=None) -> tupl
             flat = flatten(algo.train())
             prev, steps = steps, int(flat.get("num_env_steps_sampled_lifetime", 0))
             agent_steps = int(sum(v for k, v in flat.items() if k.startswith("env_runners/num_agent_steps_sampled_lifetime/")))
-            curve.append({"n": n, "scheme": scheme, "seed": seed, "iteration": it, "env_steps": steps,
-                          **{k: flat.get(f"env_runners/fleet/{k}", "") for k in ("welfare", "jain", "starvation_events", "degenerate")},
-                          "seconds": round(time.perf_counter() - t0, 2)})
+            curve.append(
+                {
+                    "n": n,
+                    "scheme": scheme,
+                    "seed": seed,
+                    "iteration": it,
+                    "env_steps": steps,
+                    **{k: flat.get(f"env_runners/fleet/{k}", "") for k in ("welfare", "jain", "starvation_events", "degenerate")},
+                    "seconds": round(time.perf_counter() - t0, 2),
+                }
+            )
             if progress is not None:
                 progress.put(steps - prev)
         t1 = time.perf_counter()
         credit_s, env_steps_taken = credit_timing(algo)
         env_steps_taken = max(env_steps_taken, 1)
-        ev = evaluate("easy", lambda env: algorithm_policy(algo, env), episodes=study.episodes, seed=0, overrides=study.env(n),
-                      progress=False)
+        ev = evaluate(
+            "easy", lambda env: algorithm_policy(algo, env), episodes=study.episodes, seed=0, overrides=study.env(n), progress=False
+        )
     finally:
         algo.stop()
     t2 = time.perf_counter()
     eps = ev.episodes
     welfare = [c["welfare"] for c in curve if c["welfare"] != ""]
     row = {
-        "n": n, "scheme": scheme, "seed": seed, "iterations": tc.iterations, "env_steps": steps, "agent_steps": agent_steps,
+        "n": n,
+        "scheme": scheme,
+        "seed": seed,
+        "iterations": tc.iterations,
+        "env_steps": steps,
+        "agent_steps": agent_steps,
         "train_welfare": welfare[-1] if welfare else "",
-        "eval_welfare": float(ev.welfare.mean()), "score": ev.score,
+        "eval_welfare": float(ev.welfare.mean()),
+        "score": ev.score,
         "jain": float(np.mean([e.jain for e in eps])),
         "starvation_events": float(np.mean([e.starvation_events for e in eps])),
         "degenerate": float(np.mean([e.events["degenerate"] for e in eps])),
         "illegal": float(np.mean([e.illegal for e in eps])),
-        "random_welfare": float(np.mean(ev.random_welfare)), "planner_welfare": float(np.mean(ev.reference_welfare)),
-        "run_seconds": round(t2 - t0, 2), "train_seconds": round(t1 - t0, 2), "eval_seconds": round(t2 - t1, 2),
-        "credit_seconds": round(credit_s, 3), "credit_ms_per_step": round(1e3 * credit_s / env_steps_taken, 4),
+        "random_welfare": float(np.mean(ev.random_welfare)),
+        "planner_welfare": float(np.mean(ev.reference_welfare)),
+        "run_seconds": round(t2 - t0, 2),
+        "train_seconds": round(t1 - t0, 2),
+        "eval_seconds": round(t2 - t1, 2),
+        "credit_seconds": round(credit_s, 3),
+        "credit_ms_per_step": round(1e3 * credit_s / env_steps_taken, 4),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
     return row, curve
@@ -206,20 +267,21 @@ def prepare(study: Study, overwrite: bool = False) -> tuple[Path, set]:
     deleted unless ``overwrite``, and only after every check passed."""
     study.check()
     out = Path(study.out)
-    store.open_folder(out, study.settings(), overwrite, ('results.csv', 'curves.csv'))
+    store.open_folder(out, study.settings(), overwrite, ("results.csv", "curves.csv"))
     return out, store.resume(out, RESULT_COLUMNS, CURVE_COLUMNS, _complete, _key, set(study.runs()))
 
 
-def run(study: Study, *, jobs: int = 2, address: str | None = None, overwrite: bool = False, progress: bool = True,
-        echo=print) -> Path:
+def run(study: Study, *, jobs: int = 2, address: str | None = None, overwrite: bool = False, progress: bool = True, echo=print) -> Path:
     """Run every missing run of ``study``; returns the output folder (for
     :func:`fleet_marl.studies.report.report`)."""
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise StudyError(f"--jobs {jobs!r}: expected an integer >= 1")
     out, done = prepare(study, overwrite)
     todo = [r for r in study.runs() if r not in done]
-    echo(f"credit-assignment study in {out}: {len(study.runs())} runs, {len(done)} done, {len(todo)} to go "
-         f"(budgets {', '.join(f'N={n}: {study.budgets[n]:,} env steps' for n in sorted(study.ns))})")
+    echo(
+        f"credit-assignment study in {out}: {len(study.runs())} runs, {len(done)} done, {len(todo)} to go "
+        f"(budgets {', '.join(f'N={n}: {study.budgets[n]:,} env steps' for n in sorted(study.ns))})"
+    )
     if todo:
         _run_all(study, out, todo, jobs, address, progress, echo)
     return out
@@ -230,7 +292,9 @@ def _references(study: Study, progress: bool) -> None:
     runs that all need them."""
     # the grader's seeds, and the 3 (TrainConfig.eval_episodes) of the training score
     seeds = range(max(study.episodes, 3))
-    with tqdm(total=2 * len(study.ns) * len(seeds), desc="references (random, planner)", unit="ep", disable=not progress, leave=False) as bar:
+    with tqdm(
+        total=2 * len(study.ns) * len(seeds), desc="references (random, planner)", unit="ep", disable=not progress, leave=False
+    ) as bar:
         for n in sorted(study.ns):
             for name in ("random", "planner"):
                 reference_episodes("easy", name, seeds, study.env(n), progress=bar)
@@ -254,7 +318,9 @@ def _run_all(study: Study, out: Path, todo: list, jobs: int, address: str | None
         running: dict = {}
         failed: list[str] = []
         runs_bar = tqdm(total=len(todo), desc="runs", unit="run", position=0, disable=not progress)
-        steps_bar = tqdm(total=total_steps, desc="env steps", unit="step", unit_scale=True, position=1, disable=not progress, smoothing=0.05)
+        steps_bar = tqdm(
+            total=total_steps, desc="env steps", unit="step", unit_scale=True, position=1, disable=not progress, smoothing=0.05
+        )
         try:
             while pending or running:
                 while pending and len(running) < jobs:
@@ -271,25 +337,41 @@ def _run_all(study: Study, out: Path, todo: list, jobs: int, address: str | None
                     try:
                         row, curve = ray.get(ref)
                     except Exception as exc:  # noqa: BLE001 -- say which run, keep the others going
-                        failed.append(f"N={key[0]} scheme={key[1]} seed={key[2]}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__}")
+                        failed.append(
+                            f"N={key[0]} scheme={key[1]} seed={key[2]}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__}"
+                        )
                         runs_bar.update(1)
                         continue
                     store.append(out / "curves.csv", CURVE_COLUMNS, curve)  # the curve first: results.csv marks the run done
                     store.append(out / "results.csv", RESULT_COLUMNS, [row])
                     runs_bar.update(1)
-                    runs_bar.set_postfix_str(f"last N={key[0]} {key[1]} seed {key[2]}: welfare {row['eval_welfare']:.1f}, {row['run_seconds']:.0f}s")
+                    runs_bar.set_postfix_str(
+                        f"last N={key[0]} {key[1]} seed {key[2]}: welfare {row['eval_welfare']:.1f}, {row['run_seconds']:.0f}s"
+                    )
         finally:
             for ref in running:  # interrupted: stop the runs in flight (on a cluster too)
                 ray.cancel(ref, force=True)
             steps_bar.close()
             runs_bar.close()
         if failed:
-            raise StudyError(f"{len(failed)} run(s) failed and were not recorded (running the same command again retries them):\n  "
-                             + "\n  ".join(failed))
+            raise StudyError(
+                f"{len(failed)} run(s) failed and were not recorded (running the same command again retries them):\n  "
+                + "\n  ".join(failed)
+            )
     finally:
         if started:
             ray.shutdown()
 
 
-__all__ = ["CURVE_COLUMNS", "FULL_BUDGETS", "QUICK_BUDGETS", "RESULT_COLUMNS", "Study", "StudyError", "prepare", "read_rows", "run",
-           "run_one"]
+__all__ = [
+    "CURVE_COLUMNS",
+    "FULL_BUDGETS",
+    "QUICK_BUDGETS",
+    "RESULT_COLUMNS",
+    "Study",
+    "StudyError",
+    "prepare",
+    "read_rows",
+    "run",
+    "run_one",
+]

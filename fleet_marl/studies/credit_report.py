@@ -85,8 +85,14 @@ def _arms(part: str, rows: list[dict]) -> list[str]:
 
 
 def _select(rows: list[dict], part: str, setting: str | None = None, n: int | None = None, arm: str | None = None) -> list[dict]:
-    return [r for r in rows if r["part"] == part and (setting is None or r["setting"] == setting) and (n is None or int(r["n"]) == n)
-            and (arm is None or r["arm"] == arm)]
+    return [
+        r
+        for r in rows
+        if r["part"] == part
+        and (setting is None or r["setting"] == setting)
+        and (n is None or int(r["n"]) == n)
+        and (arm is None or r["arm"] == arm)
+    ]
 
 
 def _settings(rows: list[dict], part: str) -> list[str]:
@@ -101,7 +107,9 @@ def by_seed(rows: list[dict], part: str, setting: str, n: int, arm: str, column:
     return {int(r["seed"]): _f(r, column) for r in _select(rows, part, setting, n, arm)}
 
 
-def paired(rows: list[dict], part: str, setting: str, n: int, a: str, b: str, column: str = "score") -> tuple[float, float, int, int, list[float]]:
+def paired(
+    rows: list[dict], part: str, setting: str, n: int, a: str, b: str, column: str = "score"
+) -> tuple[float, float, int, int, list[float]]:
     """(mean of a - b paired by seed, 95% half-width, seeds where a > b, seeds, the differences)."""
     va, vb = by_seed(rows, part, setting, n, a, column), by_seed(rows, part, setting, n, b, column)
     common = sorted(set(va) & set(vb))
@@ -114,8 +122,18 @@ def paired(rows: list[dict], part: str, setting: str, n: int, a: str, b: str, co
 
 
 def summary_table(rows: list[dict], part: str) -> str:
-    head = ["setting", "N", "arm", "seeds", *(h for _, h, _ in SUMMARY), "converged", "agent steps to 90%", "wall s / run",
-            "reward s / run", "reward ms / env step"]
+    head = [
+        "setting",
+        "N",
+        "arm",
+        "seeds",
+        *(h for _, h, _ in SUMMARY),
+        "converged",
+        "agent steps to 90%",
+        "wall s / run",
+        "reward s / run",
+        "reward ms / env step",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for setting in _settings(rows, part):
         for n in sorted({int(r["n"]) for r in _select(rows, part, setting)}):
@@ -127,10 +145,13 @@ def summary_table(rows: list[dict], part: str) -> str:
                 m90, h90 = mean_ci(reach) if reach else (float("nan"), float("nan"))
                 cells = [setting, str(n), f"`{arm}`", str(len(rs))]
                 cells += [fmt(*mean_ci([_f(r, c) for r in rs]), f) for c, _, f in SUMMARY]
-                cells += [f"{sum(int(r['converged']) for r in rs)}/{len(rs)}",
-                          (fmt(m90 / 1e3, h90 / 1e3, "{:.0f}") + "k") if reach else "–",
-                          f"{np.mean([_f(r, 'run_seconds') for r in rs]):.0f}", f"{np.mean([_f(r, 'credit_seconds') for r in rs]):.1f}",
-                          f"{np.mean([_f(r, 'credit_ms_per_step') for r in rs]):.3f}"]
+                cells += [
+                    f"{sum(int(r['converged']) for r in rs)}/{len(rs)}",
+                    (fmt(m90 / 1e3, h90 / 1e3, "{:.0f}") + "k") if reach else "–",
+                    f"{np.mean([_f(r, 'run_seconds') for r in rs]):.0f}",
+                    f"{np.mean([_f(r, 'credit_seconds') for r in rs]):.1f}",
+                    f"{np.mean([_f(r, 'credit_ms_per_step') for r in rs]):.3f}",
+                ]
                 lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -139,8 +160,12 @@ def paired_table(rows: list[dict], part: str) -> str:
     """Each arm minus the baseline (``difference``; ``shared`` for sharing), paired by seed:
     score, welfare, Jain and starvation events."""
     base = "difference" if part == "scaling" else "shared"
-    cols = (("score", "Δ score", "{:+.3f}"), ("eval_welfare", "Δ welfare", "{:+.1f}"), ("jain", "Δ Jain", "{:+.3f}"),
-            ("starvation_events", "Δ starvation / ep", "{:+.1f}"))
+    cols = (
+        ("score", "Δ score", "{:+.3f}"),
+        ("eval_welfare", "Δ welfare", "{:+.1f}"),
+        ("jain", "Δ Jain", "{:+.3f}"),
+        ("starvation_events", "Δ starvation / ep", "{:+.1f}"),
+    )
     head = ["setting", "N", f"arm − `{base}`", *(h for _, h, _ in cols), "seeds better"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for setting in _settings(rows, part):
@@ -161,12 +186,18 @@ def unconverged_table(rows: list[dict], tol: float) -> str:
     bad = [r for r in rows if not int(r["converged"])]
     if not bad:
         return f"Every run converged (its graded welfare rose by less than {tol:.0%} over the last 20% of its budget)."
-    lines = [f"{len(bad)} of {len(rows)} runs did not converge (graded welfare rose by {tol:.0%} or more over the last 20% of the budget); "
-             "they are in every table above.", "", "| part | setting | N | arm | seed | welfare at 80% | final welfare | rise | final score |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"{len(bad)} of {len(rows)} runs did not converge (graded welfare rose by {tol:.0%} or more over the last 20% of the budget); "
+        "they are in every table above.",
+        "",
+        "| part | setting | N | arm | seed | welfare at 80% | final welfare | rise | final score |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in sorted(bad, key=lambda r: (r["part"], r["setting"], int(r["n"]), r["arm"], int(r["seed"]))):
-        lines.append(f"| {r['part']} | {r['setting']} | {r['n']} | `{r['arm']}` | {r['seed']} | {_f(r, 'welfare_at_80'):.1f} | "
-                     f"{_f(r, 'eval_welfare'):.1f} | {_f(r, 'improvement_last_20'):+.1%} | {_f(r, 'score'):.3f} |")
+        lines.append(
+            f"| {r['part']} | {r['setting']} | {r['n']} | `{r['arm']}` | {r['seed']} | {_f(r, 'welfare_at_80'):.1f} | "
+            f"{_f(r, 'eval_welfare'):.1f} | {_f(r, 'improvement_last_20'):+.1%} | {_f(r, 'score'):.3f} |"
+        )
     return "\n".join(lines)
 
 
@@ -201,14 +232,25 @@ def _slope(ns: list[int], gaps: list[float]) -> float:
 
 
 def verdict_global(rows: list[dict], setting: str) -> dict:
-    ns = sorted({int(r["n"]) for r in _select(rows, "scaling", setting, arm="global")} & {int(r["n"]) for r in _select(rows, "scaling", setting, arm="difference")})
+    ns = sorted(
+        {int(r["n"]) for r in _select(rows, "scaling", setting, arm="global")}
+        & {int(r["n"]) for r in _select(rows, "scaling", setting, arm="difference")}
+    )
     if len(ns) < 2:
         return {"verdict": "undecided", "why": "fewer than two N with both arms"}
     per_n = {n: paired(rows, "scaling", setting, n, "global", "difference") for n in ns}
-    seeds = set.intersection(*(set(by_seed(rows, "scaling", setting, n, "global", "score")) & set(by_seed(rows, "scaling", setting, n, "difference", "score")) for n in ns))
+    seeds = set.intersection(
+        *(
+            set(by_seed(rows, "scaling", setting, n, "global", "score")) & set(by_seed(rows, "scaling", setting, n, "difference", "score"))
+            for n in ns
+        )
+    )
     slopes = []
     for s in sorted(seeds):
-        gaps = [by_seed(rows, "scaling", setting, n, "global", "score")[s] - by_seed(rows, "scaling", setting, n, "difference", "score")[s] for n in ns]
+        gaps = [
+            by_seed(rows, "scaling", setting, n, "global", "score")[s] - by_seed(rows, "scaling", setting, n, "difference", "score")[s]
+            for n in ns
+        ]
         slopes.append(_slope(ns, gaps))
     sm, sh = mean_ci(slopes) if slopes else (float("nan"), float("nan"))
     top = ns[-1]
@@ -220,8 +262,10 @@ def verdict_global(rows: list[dict], setting: str) -> dict:
     else:
         v = "undecided"
     gaps_text = ", ".join(f"N={n}: {fmt(per_n[n][0], per_n[n][1], '{:+.3f}')}" for n in ns if n >= DECIDE_FROM)
-    why = (f"score gap global − difference at N = {top}: {fmt(gm, gh, '{:+.3f}')}; slope of the gap per doubling of N: "
-           f"{fmt(sm, sh, '{:+.3f}')} ({len(slopes)} seeds); gaps at N ≥ {DECIDE_FROM}: {gaps_text}")
+    why = (
+        f"score gap global − difference at N = {top}: {fmt(gm, gh, '{:+.3f}')}; slope of the gap per doubling of N: "
+        f"{fmt(sm, sh, '{:+.3f}')} ({len(slopes)} seeds); gaps at N ≥ {DECIDE_FROM}: {gaps_text}"
+    )
     return {"verdict": v, "why": why}
 
 
@@ -231,7 +275,10 @@ def verdict_local(rows: list[dict], setting: str = "auction") -> dict:
         return {"verdict": "undecided", "why": f"no runs of local under {setting} at N ≥ {DECIDE_FROM}"}
     per_seed: dict[int, list[float]] = {}
     for n in ns:
-        a, b = by_seed(rows, "scaling", setting, n, "local", "starvation_events"), by_seed(rows, "scaling", setting, n, "difference", "starvation_events")
+        a, b = (
+            by_seed(rows, "scaling", setting, n, "local", "starvation_events"),
+            by_seed(rows, "scaling", setting, n, "difference", "starvation_events"),
+        )
         for s in set(a) & set(b):
             per_seed.setdefault(s, []).append(a[s] - b[s])
     d = [float(np.mean(v)) for v in per_seed.values() if len(v) == len(ns)]
@@ -244,11 +291,15 @@ def verdict_local(rows: list[dict], setting: str = "auction") -> dict:
         v = "did not hold"
     else:
         v = "undecided"
-    raw = ", ".join(f"N={n}: local {fmt(*mean_ci(list(by_seed(rows, 'scaling', setting, n, 'local', 'starvation_events').values())), '{:.1f}')}"
-                    f" vs difference {fmt(*mean_ci(list(by_seed(rows, 'scaling', setting, n, 'difference', 'starvation_events').values())), '{:.1f}')}"
-                    for n in ns)
-    why = (f"starvation events per episode, local − difference under `{setting}`, mean over N = {', '.join(map(str, ns))}: "
-           f"{fmt(m, h, '{:+.2f}')} ({len(d)} seeds); {raw}")
+    raw = ", ".join(
+        f"N={n}: local {fmt(*mean_ci(list(by_seed(rows, 'scaling', setting, n, 'local', 'starvation_events').values())), '{:.1f}')}"
+        f" vs difference {fmt(*mean_ci(list(by_seed(rows, 'scaling', setting, n, 'difference', 'starvation_events').values())), '{:.1f}')}"
+        for n in ns
+    )
+    why = (
+        f"starvation events per episode, local − difference under `{setting}`, mean over N = {', '.join(map(str, ns))}: "
+        f"{fmt(m, h, '{:+.2f}')} ({len(d)} seeds); {raw}"
+    )
     return {"verdict": v, "why": why}
 
 
@@ -262,15 +313,17 @@ def verdict_shapley(rows: list[dict], setting: str) -> dict:
         if math.isnan(h):  # fewer than two seeds: no interval decides anything
             inside = False
         else:
-            inside &= (-MARGIN <= m - h) and (m + h <= MARGIN)
+            inside &= (m - h >= -MARGIN) and (m + h <= MARGIN)
             outside |= (m - h > MARGIN) or (m + h < -MARGIN)
         cs = np.mean([_f(r, "credit_ms_per_step") for r in _select(rows, "scaling", setting, n, "shapley")])
         cd = np.mean([_f(r, "credit_ms_per_step") for r in _select(rows, "scaling", setting, n, "difference")])
         slower = cs > cd
         inside &= slower
         outside |= not slower
-        parts.append(f"N={n}: score gap shapley − difference {fmt(m, h, '{:+.3f}')} ({k} seeds), reward {cs:.3f} vs {cd:.3f} ms per env step "
-                     f"({cs / cd:.1f}×)")
+        parts.append(
+            f"N={n}: score gap shapley − difference {fmt(m, h, '{:+.3f}')} ({k} seeds), reward {cs:.3f} vs {cd:.3f} ms per env step "
+            f"({cs / cd:.1f}×)"
+        )
     v = "held" if inside else ("did not hold" if outside else "undecided")
     return {"verdict": v, "why": "; ".join(parts)}
 
@@ -344,12 +397,14 @@ def plot_curves(curves: list[dict], setting: str, path: Path) -> Path | None:
         ax.set_title(f"N = {n}", fontsize=9)
         ax.set_xlabel("agent steps (thousands)", fontsize=8)
         ax.grid(alpha=0.3)
-    for ax in axes.flat[len(ns):]:
+    for ax in axes.flat[len(ns) :]:
         ax.axis("off")
     axes[0][0].set_ylabel("grader score (0 random, 1 planner)", fontsize=8)
     axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"Learning curves under the {setting} arbiter: the grader's score of the greedy policy, mean and 95% interval across seeds",
-                 fontsize=9)
+    fig.suptitle(
+        f"Learning curves under the {setting} arbiter: the grader's score of the greedy policy, mean and 95% interval across seeds",
+        fontsize=9,
+    )
     return _save(fig, path)
 
 
@@ -377,8 +432,10 @@ def plot_scaling(rows: list[dict], setting: str, path: Path) -> Path | None:
     ax.set_xticks(range(len(ns)), [str(n) for n in ns])
     ax.set_xlabel("tenants N")
     ax.set_ylabel("grader score (0 = random, 1 = planner)")
-    ax.set_title(f"{setting} arbiter: the greedy policy's score after the same budget per N\n(mean, 95% interval across seeds, clipped to [0, 1])",
-                 fontsize=9)
+    ax.set_title(
+        f"{setting} arbiter: the greedy policy's score after the same budget per N\n(mean, 95% interval across seeds, clipped to [0, 1])",
+        fontsize=9,
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
     return _save(fig, path)
@@ -427,8 +484,13 @@ def load(out: str | Path) -> dict:
     if not rows:
         raise StudyError(f"--out {str(out)!r}: no finished runs in results.csv yet; run the study first")
     settings = json.loads((out / "study.json").read_text()) if (out / "study.json").is_file() else {}
-    return {"out": out, "settings": settings, "rows": rows, "curves": store.read_rows(out / "curves.csv"),
-            "sessions": store.read_rows(out / "sessions.csv")}
+    return {
+        "out": out,
+        "settings": settings,
+        "rows": rows,
+        "curves": store.read_rows(out / "curves.csv"),
+        "sessions": store.read_rows(out / "sessions.csv"),
+    }
 
 
 def _study(settings: dict) -> Study:
@@ -457,12 +519,19 @@ def text(data: dict, img: dict[str, Path], img_link=lambda p: p.name) -> str:
         f"{study.episodes} grader episodes at {', '.join(f'{f:.0%}' for f in study.eval_fractions)} of each budget.",
     ]
     if skipped:
-        parts.append(f"\nNot run: `shapley` at N = {', '.join(sorted({str(s[2]) for s in skipped}, key=int))} "
-                     f"(``shapley_max_n`` = {study.shapley_max_n}; the reward-cost table below says why).")
+        parts.append(
+            f"\nNot run: `shapley` at N = {', '.join(sorted({str(s[2]) for s in skipped}, key=int))} "
+            f"(``shapley_max_n`` = {study.shapley_max_n}; the reward-cost table below says why)."
+        )
     vs = verdicts(rows)
-    parts += ["\n### Verdicts\n", verdict_table(vs), "\n### Scaling: summary (mean ± 95% interval across seeds)\n",
-              summary_table(rows, "scaling"), "\n### Scaling: each arm against `difference`, paired by seed\n",
-              paired_table(rows, "scaling")]
+    parts += [
+        "\n### Verdicts\n",
+        verdict_table(vs),
+        "\n### Scaling: summary (mean ± 95% interval across seeds)\n",
+        summary_table(rows, "scaling"),
+        "\n### Scaling: each arm against `difference`, paired by seed\n",
+        paired_table(rows, "scaling"),
+    ]
     for s in _settings(rows, "scaling"):
         if f"scaling_{s}" in img:
             parts.append(f"\n![score against N, {s}]({img_link(img[f'scaling_{s}'])})")
@@ -470,8 +539,12 @@ def text(data: dict, img: dict[str, Path], img_link=lambda p: p.name) -> str:
             parts.append(f"\n![learning curves, {s}]({img_link(img[f'curves_{s}'])})")
     parts += ["\n### What the reward costs (the env's credit engine, ms per env step, mean over runs)\n", cost_table(rows, skipped)]
     if _select(rows, "sharing"):
-        parts += ["\n### Sharing schemes under `difference` (mean ± 95% interval across seeds)\n", summary_table(rows, "sharing"),
-                  "\n### Sharing schemes against `shared`, paired by seed\n", paired_table(rows, "sharing")]
+        parts += [
+            "\n### Sharing schemes under `difference` (mean ± 95% interval across seeds)\n",
+            summary_table(rows, "sharing"),
+            "\n### Sharing schemes against `shared`, paired by seed\n",
+            paired_table(rows, "sharing"),
+        ]
         if "sharing" in img:
             parts.append(f"\n![sharing schemes]({img_link(img['sharing'])})")
     parts += ["\n### Convergence\n", unconverged_table(rows, study.converge_tol)]
@@ -530,8 +603,10 @@ def write_docs(out: str | Path, root: str | Path | None = None, echo=print, allo
     data = load(out)
     cmd = command(data["settings"])
     if cmd.endswith("--quick") and not allow_quick:
-        raise StudyError(f"--docs with the quick study in {str(out)!r}: its numbers mean nothing and would replace the full study's "
-                         "in docs/; drop --docs (the report is in the study folder)")
+        raise StudyError(
+            f"--docs with the quick study in {str(out)!r}: its numbers mean nothing and would replace the full study's "
+            "in docs/; drop --docs (the report is in the study folder)"
+        )
     dest = root / DATA
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("results.csv", "curves.csv", "study.json", "sessions.csv"):
@@ -539,14 +614,35 @@ def write_docs(out: str | Path, root: str | Path | None = None, echo=print, allo
             shutil.copyfile(data["out"] / name, dest / name)
     img = plots(data, root / "docs" / "img", PREFIX)
     body = text(data, img, lambda p: f"img/{p.name}")
-    block = (f"{START}\n<!-- written by `fleet-marl compare --report --docs`; edit the text around it, not this block -->\n\n"
-             f"Reproduce: `{cmd}` (resumable: run it again after a stop), then `fleet-marl compare --report --docs`. "
-             f"The data: [`{DATA}/`]({DATA.removeprefix('docs/')}/).\n\n{body}{END}")
+    block = (
+        f"{START}\n<!-- written by `fleet-marl compare --report --docs`; edit the text around it, not this block -->\n\n"
+        f"Reproduce: `{cmd}` (resumable: run it again after a stop), then `fleet-marl compare --report --docs`. "
+        f"The data: [`{DATA}/`]({DATA.removeprefix('docs/')}/).\n\n{body}{END}"
+    )
     path = root / DOC
     store.write_block(path, START, END, block)
     echo(f"wrote {path}, {dest}/ and docs/img/{PREFIX}*.png")
     return path
 
 
-__all__ = ["DOC", "MARGIN", "PREDICTIONS", "STARVATION_MARGIN", "command", "cost_table", "load", "paired", "paired_table", "plot_curves",
-           "plot_scaling", "plot_sharing", "plots", "report", "summary_table", "text", "unconverged_table", "verdicts", "write_docs"]
+__all__ = [
+    "DOC",
+    "MARGIN",
+    "PREDICTIONS",
+    "STARVATION_MARGIN",
+    "command",
+    "cost_table",
+    "load",
+    "paired",
+    "paired_table",
+    "plot_curves",
+    "plot_scaling",
+    "plot_sharing",
+    "plots",
+    "report",
+    "summary_table",
+    "text",
+    "unconverged_table",
+    "verdicts",
+    "write_docs",
+]

@@ -73,13 +73,45 @@ PARTS = ("scaling", "sharing")
 KEY = ("part", "setting", "n", "arm", "seed")
 
 RESULT_COLUMNS = (
-    *KEY, "scheme", "sharing", "iterations", "env_steps", "agent_steps",
-    "eval_welfare", "score", "jain", "starvation_events", "degenerate", "illegal", "random_welfare", "planner_welfare",
-    "welfare_at_80", "improvement_last_20", "converged", "env_steps_to_90", "agent_steps_to_90",
-    "run_seconds", "train_seconds", "eval_seconds", "credit_seconds", "credit_ms_per_step", "finished",
+    *KEY,
+    "scheme",
+    "sharing",
+    "iterations",
+    "env_steps",
+    "agent_steps",
+    "eval_welfare",
+    "score",
+    "jain",
+    "starvation_events",
+    "degenerate",
+    "illegal",
+    "random_welfare",
+    "planner_welfare",
+    "welfare_at_80",
+    "improvement_last_20",
+    "converged",
+    "env_steps_to_90",
+    "agent_steps_to_90",
+    "run_seconds",
+    "train_seconds",
+    "eval_seconds",
+    "credit_seconds",
+    "credit_ms_per_step",
+    "finished",
 )
-CURVE_COLUMNS = (*KEY, "iteration", "env_steps", "agent_steps", "train_welfare", "eval_welfare", "score", "jain", "starvation_events",
-                 "degenerate", "seconds")
+CURVE_COLUMNS = (
+    *KEY,
+    "iteration",
+    "env_steps",
+    "agent_steps",
+    "train_welfare",
+    "eval_welfare",
+    "score",
+    "jain",
+    "starvation_events",
+    "degenerate",
+    "seconds",
+)
 SESSION_COLUMNS = ("started", "stopped", "wall_seconds", "runs_done", "jobs", "version")
 
 
@@ -113,13 +145,27 @@ class Study:
     out: str = "runs/credit_study"
 
     @classmethod
-    def quick(cls, **changes) -> "Study":
+    def quick(cls, **changes) -> Study:
         """A minute or two: N = 2 and 4, two seeds, both arbiters, every arm, the sharing part on
         medium; five tiny iterations per run, episodes of 20 rounds, one grader episode. It checks
         the pipeline, not the science."""
-        base = dict(ns=(2, 4), seeds=2, sharing_tasks=("medium",), iterations=5, sharing_iterations=5, agents_per_step=32, min_envs=2,
-                    rollout=4, epochs=1, minibatches=2, hidden=(16, 16), eval_fractions=(0.4, 0.8, 1.0), episodes=1, max_cycles=20,
-                    out="runs/credit_study_quick")
+        base = dict(
+            ns=(2, 4),
+            seeds=2,
+            sharing_tasks=("medium",),
+            iterations=5,
+            sharing_iterations=5,
+            agents_per_step=32,
+            min_envs=2,
+            rollout=4,
+            epochs=1,
+            minibatches=2,
+            hidden=(16, 16),
+            eval_fractions=(0.4, 0.8, 1.0),
+            episodes=1,
+            max_cycles=20,
+            out="runs/credit_study_quick",
+        )
         base.update({k: v for k, v in changes.items() if v is not None})
         return cls(**base)
 
@@ -141,16 +187,36 @@ class Study:
                 bad("n", n, "tenant counts between 1 and 256")
         if len(set(self.ns)) != len(self.ns):
             bad("n", ",".join(map(str, self.ns)), "a list without repeats")
-        for name, lo in (("seeds", 1), ("iterations", 3), ("sharing_iterations", 3), ("agents_per_step", 1), ("min_envs", 1), ("rollout", 1),
-                         ("epochs", 1), ("minibatches", 1), ("shapley_samples", 1), ("episodes", 1), ("max_cycles", 2),
-                         ("shapley_max_n", 0)):
+        for name, lo in (
+            ("seeds", 1),
+            ("iterations", 3),
+            ("sharing_iterations", 3),
+            ("agents_per_step", 1),
+            ("min_envs", 1),
+            ("rollout", 1),
+            ("epochs", 1),
+            ("minibatches", 1),
+            ("shapley_samples", 1),
+            ("episodes", 1),
+            ("max_cycles", 2),
+            ("shapley_max_n", 0),
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 bad(name, v, f"an integer >= {lo}" + (" (80% of the budget must come before its end)" if lo == 3 else ""))
         fr = self.eval_fractions
-        if not fr or any(isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1 for f in fr) or list(fr) != sorted(set(fr)) \
-                or 0.8 not in fr or fr[-1] != 1.0:
-            bad("eval_fractions", ",".join(map(str, fr)), "increasing fractions of the budget in (0, 1], with 0.8 and 1.0 (convergence compares them)")
+        if (
+            not fr
+            or any(isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1 for f in fr)
+            or list(fr) != sorted(set(fr))
+            or 0.8 not in fr
+            or fr[-1] != 1.0
+        ):
+            bad(
+                "eval_fractions",
+                ",".join(map(str, fr)),
+                "increasing fractions of the budget in (0, 1], with 0.8 and 1.0 (convergence compares them)",
+            )
         if not 0 < self.converge_tol < 1:
             bad("converge_tol", self.converge_tol, "a fraction in (0, 1)")
 
@@ -161,9 +227,20 @@ class Study:
 
     def runs_of(self, part: str) -> list[tuple]:
         if part == "scaling":
-            return [(part, m, n, arm, seed) for seed in range(self.seeds) for m in self.mechanisms for n in sorted(self.ns) for arm in self.arms
-                    if not (arm == "shapley" and n > self.shapley_max_n)]
-        return [(part, task, self.task_n(task), arm, seed) for seed in range(self.seeds) for task in self.sharing_tasks for arm in self.sharing_arms]
+            return [
+                (part, m, n, arm, seed)
+                for seed in range(self.seeds)
+                for m in self.mechanisms
+                for n in sorted(self.ns)
+                for arm in self.arms
+                if not (arm == "shapley" and n > self.shapley_max_n)
+            ]
+        return [
+            (part, task, self.task_n(task), arm, seed)
+            for seed in range(self.seeds)
+            for task in self.sharing_tasks
+            for arm in self.sharing_arms
+        ]
 
     def runs(self) -> list[tuple]:
         """Every run key, seed-major (each part's seed 0, then seed 1, ...)."""
@@ -208,10 +285,29 @@ class Study:
         if scheme == "shapley":
             env["shapley_samples"] = self.shapley_samples
         B = self.num_envs(n)
-        return TorchRLTrainConfig(task=task, reward_scheme=scheme, sharing=sharing, env=env, iterations=self.iterations_of(part), max_minutes=0,
-                                  seed=seed, num_envs=B, rollout=self.rollout, epochs=self.epochs, minibatch=max(1, B * self.rollout // self.minibatches),
-                                  lr=self.lr, entropy_coeff=self.entropy_coeff, hidden=list(self.hidden), eval_interval=0, checkpoint_interval=0,
-                                  final_episodes=0, collector="sync", threads=1, out=str(Path(self.out) / "unused"), name="-".join(map(str, key)))
+        return TorchRLTrainConfig(
+            task=task,
+            reward_scheme=scheme,
+            sharing=sharing,
+            env=env,
+            iterations=self.iterations_of(part),
+            max_minutes=0,
+            seed=seed,
+            num_envs=B,
+            rollout=self.rollout,
+            epochs=self.epochs,
+            minibatch=max(1, B * self.rollout // self.minibatches),
+            lr=self.lr,
+            entropy_coeff=self.entropy_coeff,
+            hidden=list(self.hidden),
+            eval_interval=0,
+            checkpoint_interval=0,
+            final_episodes=0,
+            collector="sync",
+            threads=1,
+            out=str(Path(self.out) / "unused"),
+            name="-".join(map(str, key)),
+        )
 
     def settings(self) -> dict:
         """What a resumed study must match (everything but ``out``)."""
@@ -234,10 +330,18 @@ def run_one(study: Study, key: tuple) -> tuple[dict, list[dict]]:
     w80, final = at80["eval_welfare"], res["eval_welfare"]
     improvement = (final - w80) / max(abs(w80), 1e-9)
     reached = next((c for c in curve if res["score"] > 0 and c["score"] >= 0.9 * res["score"]), None)
-    row = {**ids, "scheme": scheme, "sharing": sharing, **res, "welfare_at_80": w80, "improvement_last_20": improvement,
-           "converged": int(improvement < study.converge_tol),
-           "env_steps_to_90": reached["env_steps"] if reached else "", "agent_steps_to_90": reached["agent_steps"] if reached else "",
-           "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    row = {
+        **ids,
+        "scheme": scheme,
+        "sharing": sharing,
+        **res,
+        "welfare_at_80": w80,
+        "improvement_last_20": improvement,
+        "converged": int(improvement < study.converge_tol),
+        "env_steps_to_90": reached["env_steps"] if reached else "",
+        "agent_steps_to_90": reached["agent_steps"] if reached else "",
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
     return row, [{**ids, **c} for c in curve]
 
 
@@ -257,7 +361,7 @@ def prepare(study: Study, overwrite: bool = False) -> tuple[Path, set]:
     deleted unless ``overwrite``, and only after every check passed."""
     study.check()
     out = Path(study.out)
-    store.open_folder(out, study.settings(), overwrite, ('results.csv', 'curves.csv', 'sessions.csv'))
+    store.open_folder(out, study.settings(), overwrite, ("results.csv", "curves.csv", "sessions.csv"))
     return out, store.resume(out, RESULT_COLUMNS, CURVE_COLUMNS, _complete, _key, set(study.runs()))
 
 
@@ -270,7 +374,9 @@ def versions() -> str:
         except importlib.metadata.PackageNotFoundError:
             pass
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10)
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10
+        )
         if commit.returncode == 0:
             parts.append(f"commit {commit.stdout.strip()}")
     except (OSError, subprocess.SubprocessError):
@@ -318,9 +424,21 @@ def run(study: Study, *, jobs: int = 2, overwrite: bool = False, progress: bool 
         """This session's row of sessions.csv, rewritten after each finished run: a kill loses
         at most the time since the last one."""
         now = time.time()
-        store.rewrite(out / "sessions.csv", SESSION_COLUMNS, [*earlier, {
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)), "stopped": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now)),
-            "wall_seconds": round(now - started, 1), "runs_done": finished, "jobs": jobs, "version": version}])
+        store.rewrite(
+            out / "sessions.csv",
+            SESSION_COLUMNS,
+            [
+                *earlier,
+                {
+                    "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+                    "stopped": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now)),
+                    "wall_seconds": round(now - started, 1),
+                    "runs_done": finished,
+                    "jobs": jobs,
+                    "version": version,
+                },
+            ],
+        )
 
     failed: list[str] = []
     # the grader's references (random and planner episodes, cached on disk) once per setting, before the runs need them
@@ -331,8 +449,14 @@ def run(study: Study, *, jobs: int = 2, overwrite: bool = False, progress: bool 
     pool = multiprocessing.get_context("spawn").Pool(jobs, initializer=_init_worker)
     try:
         jobs_refs = [(*study.env(*r), name, seeds) for r in refs for name in ("random", "planner")]
-        for _ in tqdm(pool.imap_unordered(_reference, jobs_refs), total=len(jobs_refs), desc="references (random, planner)", unit="setting",
-                      disable=not progress, leave=False):
+        for _ in tqdm(
+            pool.imap_unordered(_reference, jobs_refs),
+            total=len(jobs_refs),
+            desc="references (random, planner)",
+            unit="setting",
+            disable=not progress,
+            leave=False,
+        ):
             pass
         with tqdm(total=len(todo), desc="runs", unit="run", disable=not progress, smoothing=0.02) as bar:
             for key, result in pool.imap_unordered(_run_caught, [(study, k) for k in todo]):
@@ -353,9 +477,24 @@ def run(study: Study, *, jobs: int = 2, overwrite: bool = False, progress: bool 
         if finished:
             record()
     if failed:
-        raise StudyError(f"{len(failed)} run(s) failed and were not recorded (running the same command again retries them):\n  " + "\n  ".join(failed))
+        raise StudyError(
+            f"{len(failed)} run(s) failed and were not recorded (running the same command again retries them):\n  " + "\n  ".join(failed)
+        )
     return out
 
 
-__all__ = ["ARMS", "CURVE_COLUMNS", "KEY", "PARTS", "RESULT_COLUMNS", "SESSION_COLUMNS", "SHARING_ARMS", "Study", "StudyError", "prepare", "run",
-           "run_one", "versions"]
+__all__ = [
+    "ARMS",
+    "CURVE_COLUMNS",
+    "KEY",
+    "PARTS",
+    "RESULT_COLUMNS",
+    "SESSION_COLUMNS",
+    "SHARING_ARMS",
+    "Study",
+    "StudyError",
+    "prepare",
+    "run",
+    "run_one",
+    "versions",
+]

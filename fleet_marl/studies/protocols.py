@@ -133,8 +133,13 @@ def episode(task: str, policy: str, seed: int, protocol: str, turn_order: str = 
             welfare += env.last_credit.welfare
         reports = env.episode_reports
     last = max(reports.values(), key=lambda rep: rep["rounds"])
-    return EpisodeStats(welfare=welfare, jain=float(last["jain"]), oversubscribed=float(np.mean(over)),
-                        price=sum(paid) / max(sum(gpu_hours), 1e-12), by_quarter=[float(np.mean(q)) if q else float("nan") for q in util])
+    return EpisodeStats(
+        welfare=welfare,
+        jain=float(last["jain"]),
+        oversubscribed=float(np.mean(over)),
+        price=sum(paid) / max(sum(gpu_hours), 1e-12),
+        by_quarter=[float(np.mean(q)) if q else float("nan") for q in util],
+    )
 
 
 def _ci(xs) -> tuple[float, float]:
@@ -200,14 +205,21 @@ def _f(ci: tuple[float, float], nd: int) -> str:
 
 def markdown(rows: list[dict]) -> str:
     """The two tables: the measures, then utility by place in the order."""
-    out = ["| task | policy | protocol | welfare | Δ welfare (paired) | Jain | oversubscribed rounds | price paid (x list) |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| task | policy | protocol | welfare | Δ welfare (paired) | Jain | oversubscribed rounds | price paid (x list) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         delta = "" if r.get("delta_welfare") is None else _f(r["delta_welfare"], 1)
-        out.append(f"| {r['task']} | {r['policy']} | {r['protocol']} | {_f(r['welfare'], 1)} | {delta} | {_f(r['jain'], 3)} | "
-                   f"{_f(tuple(100 * v for v in r['oversubscribed']), 1)} % | {_f(r['price'], 3)} |")
-    out += ["", "| task | policy | protocol | " + " | ".join(f"utility Q{q + 1}" for q in range(QUARTERS)) + " |",
-            "|---|---|---|" + "---|" * QUARTERS]
+        out.append(
+            f"| {r['task']} | {r['policy']} | {r['protocol']} | {_f(r['welfare'], 1)} | {delta} | {_f(r['jain'], 3)} | "
+            f"{_f(tuple(100 * v for v in r['oversubscribed']), 1)} % | {_f(r['price'], 3)} |"
+        )
+    out += [
+        "",
+        "| task | policy | protocol | " + " | ".join(f"utility Q{q + 1}" for q in range(QUARTERS)) + " |",
+        "|---|---|---|" + "---|" * QUARTERS,
+    ]
     for r in rows:
         out.append(f"| {r['task']} | {r['policy']} | {r['protocol']} | " + " | ".join(_f(c, 3) for c in r["by_quarter"]) + " |")
     return "\n".join(out)
@@ -216,13 +228,22 @@ def markdown(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fleet_marl.studies.protocols", description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", nargs="+", default=["medium", "hard"])
-    p.add_argument("--policies", nargs="*", default=list(POLICIES),
-                   help="reference policies (default: all); give none (--policies with no names) for the trained rows alone")
+    p.add_argument(
+        "--policies",
+        nargs="*",
+        default=list(POLICIES),
+        help="reference policies (default: all); give none (--policies with no names) for the trained rows alone",
+    )
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--turn-order", default="rotating")
-    p.add_argument("--run", action="append", default=[], metavar="PROTOCOL=PATH",
-                   help="a trained run (fleet-marl train, either engine) for the 'trained' row under PROTOCOL (simultaneous or sequential); "
-                        "repeat for the other protocol; needs one --tasks")
+    p.add_argument(
+        "--run",
+        action="append",
+        default=[],
+        metavar="PROTOCOL=PATH",
+        help="a trained run (fleet-marl train, either engine) for the 'trained' row under PROTOCOL (simultaneous or sequential); "
+        "repeat for the other protocol; needs one --tasks",
+    )
     a = p.parse_args(argv)
     runs = {}
     for spec in a.run:
@@ -241,8 +262,14 @@ def main(argv=None) -> int:
         check_runs(a.tasks, runs, a.turn_order)
     except StudyError as exc:
         p.error(str(exc))
-    rows = study(a.tasks, a.policies, range(a.seeds), a.turn_order, runs=runs,
-                 progress=lambda r: print(f"{r['task']} {r['policy']} {r['protocol']}: welfare {_f(r['welfare'], 1)}", file=sys.stderr, flush=True))
+    rows = study(
+        a.tasks,
+        a.policies,
+        range(a.seeds),
+        a.turn_order,
+        runs=runs,
+        progress=lambda r: print(f"{r['task']} {r['policy']} {r['protocol']}: welfare {_f(r['welfare'], 1)}", file=sys.stderr, flush=True),
+    )
     print(markdown(rows))
     return 0
 
@@ -251,4 +278,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["EpisodeStats", "QUARTERS", "StudyError", "check_runs", "episode", "markdown", "study"]
+__all__ = ["QUARTERS", "EpisodeStats", "StudyError", "check_runs", "episode", "markdown", "study"]

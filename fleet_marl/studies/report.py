@@ -46,8 +46,38 @@ SUMMARY = (
 
 #: Two-sided 95% Student-t quantiles t(0.975, df) for df = 1 .. 30 (any statistics table;
 #: e.g. NIST/SEMATECH e-Handbook of Statistical Methods, table 1.3.6.7.2).
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def _t95(k: int) -> float:
@@ -260,9 +290,11 @@ def report(out: str | Path, img_dir: str | Path | None = None, img_prefix: str =
     scaling = plot_scaling(rows, img / f"{img_prefix}scaling.png")
     table, pred = summary_table(rows), prediction_table(rows)
     total = sum(float(r["run_seconds"]) for r in rows)
-    text = (f"# Credit-assignment study: {out}\n\n{len(rows)} runs, {total / 3600:.2f} CPU-hours of runs. Mean ± 95% interval "
-            f"across seeds (Student t).\n\n## Summary\n\n{table}\n\n## The prediction, paired by seed\n\n"
-            f"Mean difference ± 95% interval (seeds where the first is larger / seeds).\n\n{pred}\n")
+    text = (
+        f"# Credit-assignment study: {out}\n\n{len(rows)} runs, {total / 3600:.2f} CPU-hours of runs. Mean ± 95% interval "
+        f"across seeds (Student t).\n\n## Summary\n\n{table}\n\n## The prediction, paired by seed\n\n"
+        f"Mean difference ± 95% interval (seeds where the first is larger / seeds).\n\n{pred}\n"
+    )
     (out / "summary.md").write_text(text)
     echo(f"\n{table}\n\n{pred}\n\nwrote {out / 'summary.md'}, " + ", ".join(str(p) for p in [*plots.values(), scaling] if p))
     return {"summary": out / "summary.md", "table": table, "prediction": pred, "curves": plots, "scaling": scaling, "rows": rows}
@@ -281,8 +313,12 @@ def docs_targets(mechanism: str) -> dict:
     the main study's numbers."""
     if mechanism == Study.mechanism:
         return {"start": START, "end": END, "data": "docs/data/credit_assignment", "prefix": "credit_"}
-    return {"start": f"<!-- credit-assignment-{mechanism}:start -->", "end": f"<!-- credit-assignment-{mechanism}:end -->",
-            "data": f"docs/data/credit_assignment_{mechanism}", "prefix": f"credit_{mechanism}_"}
+    return {
+        "start": f"<!-- credit-assignment-{mechanism}:start -->",
+        "end": f"<!-- credit-assignment-{mechanism}:end -->",
+        "data": f"docs/data/credit_assignment_{mechanism}",
+        "prefix": f"credit_{mechanism}_",
+    }
 
 
 def command(settings: dict, out: str | Path | None = None) -> str:
@@ -291,9 +327,14 @@ def command(settings: dict, out: str | Path | None = None) -> str:
     is_quick = settings.get("train_batch_size") == quick["train_batch_size"] and settings.get("max_cycles") == quick["max_cycles"]
     base = quick if is_quick else Study().settings()
     parts = ["fleet-marl compare --engine rllib"] + (["--quick"] if is_quick else [])
-    flags = {"ns": ("--n", lambda v: ",".join(map(str, v))), "schemes": ("--schemes", ",".join), "seeds": ("--seeds", str),
-             "budgets": ("--budget", lambda v: ",".join(f"{k}={b}" for k, b in v.items())), "episodes": ("--episodes", str),
-             "mechanism": ("--mechanism", str)}
+    flags = {
+        "ns": ("--n", lambda v: ",".join(map(str, v))),
+        "schemes": ("--schemes", ",".join),
+        "seeds": ("--seeds", str),
+        "budgets": ("--budget", lambda v: ",".join(f"{k}={b}" for k, b in v.items())),
+        "episodes": ("--episodes", str),
+        "mechanism": ("--mechanism", str),
+    }
     for key, (flag, fmt) in flags.items():
         if key in settings and settings[key] != base[key]:
             parts.append(f"{flag} {fmt(settings[key])}")
@@ -330,8 +371,10 @@ def write_docs(out: str | Path, root: str | Path | None = None, echo=print, allo
     out_arg = "" if out.resolve() == Path(default_out).resolve() else f" --out {out.as_posix()}"
     cmd = command(settings, out.as_posix() if out_arg else None)
     if quick and not allow_quick:
-        raise StudyError(f"--docs with the quick study in {str(out)!r}: its numbers mean nothing and would replace the full study's "
-                         "in docs/; drop --docs (the report is in the study folder)")
+        raise StudyError(
+            f"--docs with the quick study in {str(out)!r}: its numbers mean nothing and would replace the full study's "
+            "in docs/; drop --docs (the report is in the study folder)"
+        )
     where = docs_targets(settings.get("mechanism", Study.mechanism))
     start, end = where["start"], where["end"]
     data = root / where["data"]
@@ -343,22 +386,40 @@ def write_docs(out: str | Path, root: str | Path | None = None, echo=print, allo
     imgs = "\n\n".join(f"![N = {n}](img/{p.name})" for n, p in sorted(rep["curves"].items()))
     budgets = ", ".join(f"N={n}: {b:,}" for n, b in settings["budgets"].items() if int(n) in settings["ns"])
     total = sum(float(r["run_seconds"]) for r in rep["rows"])
-    block = (f"{start}\n<!-- written by `fleet-marl compare --report --docs`; edit the text around it, not this block -->\n\n"
-             f"Reproduce: `{cmd}`, then `fleet-marl compare --engine rllib{out_arg} --report --docs`. {len(rep['rows'])} runs; env-step budget per run {budgets}; "
-             f"{settings['seeds']} seeds; {settings['episodes']} grader episodes per run; arbiter `{settings['mechanism']}`; "
-             f"sharing `{settings['sharing']}`. The runs took {total / 3600:.2f} CPU-hours, {wall_hours(rep['rows']):.2f} hours of "
-             f"wall time from the first start to the last finish. The data: "
-             f"[`{where['data']}/`]({where['data'].removeprefix('docs/')}/).\n\n"
-             f"#### Summary (mean ± 95% interval across seeds)\n\n{rep['table']}\n\n"
-             f"#### The prediction, paired by seed\n\nMean difference ± 95% interval; in brackets, the seeds where the first "
-             f"scheme is larger.\n\n{rep['prediction']}\n\n#### Learning curves\n\n{imgs}\n\n"
-             f"#### Score against N\n\n![score against N](img/{rep['scaling'].name})\n{end}")
+    block = (
+        f"{start}\n<!-- written by `fleet-marl compare --report --docs`; edit the text around it, not this block -->\n\n"
+        f"Reproduce: `{cmd}`, then `fleet-marl compare --engine rllib{out_arg} --report --docs`. {len(rep['rows'])} runs; env-step budget per run {budgets}; "
+        f"{settings['seeds']} seeds; {settings['episodes']} grader episodes per run; arbiter `{settings['mechanism']}`; "
+        f"sharing `{settings['sharing']}`. The runs took {total / 3600:.2f} CPU-hours, {wall_hours(rep['rows']):.2f} hours of "
+        f"wall time from the first start to the last finish. The data: "
+        f"[`{where['data']}/`]({where['data'].removeprefix('docs/')}/).\n\n"
+        f"#### Summary (mean ± 95% interval across seeds)\n\n{rep['table']}\n\n"
+        f"#### The prediction, paired by seed\n\nMean difference ± 95% interval; in brackets, the seeds where the first "
+        f"scheme is larger.\n\n{rep['prediction']}\n\n#### Learning curves\n\n{imgs}\n\n"
+        f"#### Score against N\n\n![score against N](img/{rep['scaling'].name})\n{end}"
+    )
     path = root / DOC
     store.write_block(path, start, end, block)
     echo(f"wrote {path}, {data}/ and docs/img/{where['prefix']}*.png")
     return path
 
 
-
-__all__ = ["COMPARISONS", "DOC", "END", "OTHERS", "START", "SUMMARY", "command", "docs_targets", "mean_ci", "paired", "plot_curves",
-           "plot_scaling", "prediction_table", "report", "summary_table", "wall_hours", "write_docs"]
+__all__ = [
+    "COMPARISONS",
+    "DOC",
+    "END",
+    "OTHERS",
+    "START",
+    "SUMMARY",
+    "command",
+    "docs_targets",
+    "mean_ci",
+    "paired",
+    "plot_curves",
+    "plot_scaling",
+    "prediction_table",
+    "report",
+    "summary_table",
+    "wall_hours",
+    "write_docs",
+]

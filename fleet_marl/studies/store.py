@@ -12,8 +12,8 @@ import csv
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 class StudyError(ValueError):
@@ -77,8 +77,10 @@ def open_folder(out: Path, settings: dict, overwrite: bool, files: tuple[str, ..
             old = None
         if old != settings:
             diff = sorted(k for k in settings if not isinstance(old, dict) or old.get(k) != settings[k])
-            raise StudyError(f"--out {str(out)!r} holds a study with other settings (differs in: {', '.join(diff) or 'study.json unreadable'}); "
-                             "resume it with the same options, pass --overwrite to start again, or give another --out")
+            raise StudyError(
+                f"--out {str(out)!r} holds a study with other settings (differs in: {', '.join(diff) or 'study.json unreadable'}); "
+                "resume it with the same options, pass --overwrite to start again, or give another --out"
+            )
     elif out.is_dir() and any(out.iterdir()) and not meta.is_file() and not overwrite:
         raise StudyError(f"--out {str(out)!r}: folder is not empty and holds no study.json; give an empty or new folder, or --overwrite")
     if overwrite:
@@ -88,7 +90,9 @@ def open_folder(out: Path, settings: dict, overwrite: bool, files: tuple[str, ..
     meta.write_text(json.dumps(settings, indent=2) + "\n")
 
 
-def resume(out: Path, result_columns, curve_columns, complete: Callable[[dict, tuple], bool], key: Callable[[dict], tuple], wanted: set) -> set:
+def resume(
+    out: Path, result_columns, curve_columns, complete: Callable[[dict, tuple], bool], key: Callable[[dict], tuple], wanted: set
+) -> set:
     """The keys of the runs in ``wanted`` already in ``results.csv``; drops the rows a kill cut
     short, and the curve rows of runs without a results row (killed before it was written)."""
     results = [r for r in read_rows(out / "results.csv") if complete(r, result_columns)]

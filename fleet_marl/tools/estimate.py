@@ -37,8 +37,8 @@ def parse_precision(text: str) -> dict[str, str]:
     if "=" not in text:
         if text not in catalog.PRECISION_CODE:
             raise UsageError(f"--precision {text!r}: expected one of {', '.join(catalog.PRECISIONS)} or group=precision pairs")
-        return {g: text for g in catalog.GROUPS}
-    out = {g: "bf16" for g in catalog.GROUPS}
+        return dict.fromkeys(catalog.GROUPS, text)
+    out = dict.fromkeys(catalog.GROUPS, "bf16")
     for part in text.split(","):
         if "=" not in part:
             raise UsageError(f"--precision part {part!r}: expected group=precision, e.g. mlp=fp8")
@@ -51,7 +51,9 @@ def parse_precision(text: str) -> dict[str, str]:
     return out
 
 
-def single_tenant_static(model: str, gpu_type: str, mode: str, gpus: int, gpus_per_node: int, seq_len: int, output_tokens: int, checkpointing: bool = False):
+def single_tenant_static(
+    model: str, gpu_type: str, mode: str, gpus: int, gpus_per_node: int, seq_len: int, output_tokens: int, checkpointing: bool = False
+):
     m = catalog.model(model)
     catalog.gpu(gpu_type)
     nodes = max(1, math.ceil(gpus / gpus_per_node))
@@ -91,9 +93,13 @@ def estimate(args) -> dict:
     if args.mode == "train" and args.seq_len > m.max_seq:
         raise UsageError(f"--seq-len {args.seq_len}: {args.model} has a context of {m.max_seq} tokens")
     if args.mode == "serve" and args.seq_len + args.output_tokens > m.max_seq:
-        raise UsageError(f"--seq-len + --output-tokens = {args.seq_len + args.output_tokens}: {args.model} has a context of {m.max_seq} tokens")
+        raise UsageError(
+            f"--seq-len + --output-tokens = {args.seq_len + args.output_tokens}: {args.model} has a context of {m.max_seq} tokens"
+        )
     prec_map = parse_precision(args.precision)
-    st = single_tenant_static(args.model, args.gpu_type, args.mode, args.gpus, args.gpus_per_node, args.seq_len, args.output_tokens, args.activation_checkpointing)
+    st = single_tenant_static(
+        args.model, args.gpu_type, args.mode, args.gpus, args.gpus_per_node, args.seq_len, args.output_tokens, args.activation_checkpointing
+    )
     prec = np.array([[[catalog.PRECISION_CODE[prec_map[gr]] for gr in catalog.GROUPS]]], np.int64)
     if invalid_precision(st, prec).any():
         msg = explain_invalid(st, prec)
@@ -104,9 +110,24 @@ def estimate(args) -> dict:
     nodes = math.ceil(args.gpus / args.gpus_per_node)
     mem = engine.memory_per_gpu(*terms, n, b)
     rate, tokens_per_s, efficiency, ttft_s, tpot_s = engine.roofline(
-        args.mode == "train", bool(st.checkpointing[0]), st.seq_len[0], st.prompt_tokens[0], st.output_tokens[0], st.bw[0], st.intra_bw[0],
-        st.inter_bw[0], st.mbu, st.comm_overlap, terms[0], tt.time_per_token[0], tt.kv_read_per_seq[0], tt.comm_bytes[0],
-        terms[6], n, b, nodes,
+        args.mode == "train",
+        bool(st.checkpointing[0]),
+        st.seq_len[0],
+        st.prompt_tokens[0],
+        st.output_tokens[0],
+        st.bw[0],
+        st.intra_bw[0],
+        st.inter_bw[0],
+        st.mbu,
+        st.comm_overlap,
+        terms[0],
+        tt.time_per_token[0],
+        tt.kv_read_per_seq[0],
+        tt.comm_bytes[0],
+        terms[6],
+        n,
+        b,
+        nodes,
     )
     cap = float(g.memory_gb * 1e9)
     usable = float(st.mem_bytes[0])
@@ -159,7 +180,9 @@ def print_estimate(r: dict) -> None:
     for k, v in r["bytes_per_gpu"].items():
         if k != "total":
             print(f"  {k:<13}{_gb(v)}")
-    print(f"  {'total':<13}{_gb(r['bytes_per_gpu']['total'])}   of {_gb(r['usable_bytes_per_gpu']).strip()} usable ({r['gpu_memory_bytes'] / 1e9:.0f} GB x 0.9)")
+    print(
+        f"  {'total':<13}{_gb(r['bytes_per_gpu']['total'])}   of {_gb(r['usable_bytes_per_gpu']).strip()} usable ({r['gpu_memory_bytes'] / 1e9:.0f} GB x 0.9)"
+    )
     verdict = "fits" if r["fits"] else "DOES NOT FIT (out of memory)"
     print(f"\n{verdict}; the largest batch that fits is {r['max_batch_that_fits']}")
     if not r["numerically_safe"]:
@@ -167,21 +190,32 @@ def print_estimate(r: dict) -> None:
     unit = "training tokens/s" if r["mode"] == "train" else "generated tokens/s"
     print(f"throughput: {r['tokens_per_s']:,.0f} {unit} (multi-GPU efficiency {r['multi_gpu_efficiency']:.2f})")
     if r["mode"] == "serve":
-        print(f"KV cache: {r['kv_bytes_per_token']:,.0f} bytes/token; {r['requests_per_s']:.2f} requests/s; TTFT {r['ttft_s'] * 1e3:.1f} ms, TPOT {r['tpot_s'] * 1e3:.2f} ms")
-
+        print(
+            f"KV cache: {r['kv_bytes_per_token']:,.0f} bytes/token; {r['requests_per_s']:.2f} requests/s; TTFT {r['ttft_s'] * 1e3:.1f} ms, TPOT {r['tpot_s'] * 1e3:.2f} ms"
+        )
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", required=True, help=f"catalog model: {', '.join(catalog.models())}")
     parser.add_argument("--mode", choices=("train", "serve"), default="train")
-    parser.add_argument("--precision", default="bf16", help="one of fp32, bf16, fp8, int8, int4 for every group, or per group: embedding=bf16,attention=bf16,mlp=fp8,norm=bf16,head=bf16 (default bf16)")
+    parser.add_argument(
+        "--precision",
+        default="bf16",
+        help="one of fp32, bf16, fp8, int8, int4 for every group, or per group: embedding=bf16,attention=bf16,mlp=fp8,norm=bf16,head=bf16 (default bf16)",
+    )
     parser.add_argument("--gpus", type=int, default=8, help="GPU count (default 8)")
     parser.add_argument("--gpu-type", default="h100-sxm", help=f"catalog GPU type: {', '.join(catalog.gpus())}")
     parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
-    parser.add_argument("--batch-size", type=int, default=1, help="train: sequences per GPU per step; serve: concurrent sequences (default 1)")
+    parser.add_argument(
+        "--batch-size", type=int, default=1, help="train: sequences per GPU per step; serve: concurrent sequences (default 1)"
+    )
     parser.add_argument("--seq-len", type=int, default=4096, help="train: sequence length; serve: prompt tokens (default 4096)")
     parser.add_argument("--output-tokens", type=int, default=256, help="serve: generated tokens per request (default 256)")
-    parser.add_argument("--activation-checkpointing", action="store_true", help="train: full activation recomputation (keeps 2*s*h bytes per layer, one extra forward pass)")
+    parser.add_argument(
+        "--activation-checkpointing",
+        action="store_true",
+        help="train: full activation recomputation (keeps 2*s*h bytes per layer, one extra forward pass)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 

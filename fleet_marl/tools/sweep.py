@@ -52,7 +52,13 @@ def _sweep_one(model: str, gpu_type: str, mode: str, gpu_counts, batches, seq_le
         batch=grid[:, 1:2],
     )
     state = RoundState.initial(st)
-    state = RoundState(prev_alloc=grid[:, 2:3], temp_c=state.temp_c, queue=state.queue, remaining_tokens=np.full((B, 1), 1e18), budget_left=state.budget_left)
+    state = RoundState(
+        prev_alloc=grid[:, 2:3],
+        temp_c=state.temp_c,
+        queue=state.queue,
+        remaining_tokens=np.full((B, 1), 1e18),
+        budget_left=state.budget_left,
+    )
     out = evaluate(st, acts, state, Draws(arrivals=np.zeros(1), tiebreak=np.zeros(1)), validate=True)
     ok = ~(out.oom[:, 0] | out.vetoed[:, 0] | out.unsafe_numerics[:, 0]) & (out.alloc[:, 0] > 0)
     if not ok.any():
@@ -114,7 +120,9 @@ def sweep(args) -> list[dict]:
             print(f"{r['model']:<15}{r['gpu_type']:<11}  nothing fits")
             continue
         short = ",".join(p.split("=")[1] for p in r["precision"].split(","))
-        print(f"{r['model']:<15}{r['gpu_type']:<11}{r['gpus']:>5}{r['batch']:>6}  {r['tokens_per_s_per_gpu']:>10,.0f}{r['usd_per_million_tokens']:>9.3f}{r['mem_gb_per_gpu']:>8.1f}  {short}")
+        print(
+            f"{r['model']:<15}{r['gpu_type']:<11}{r['gpus']:>5}{r['batch']:>6}  {r['tokens_per_s_per_gpu']:>10,.0f}{r['usd_per_million_tokens']:>9.3f}{r['mem_gb_per_gpu']:>8.1f}  {short}"
+        )
     print(f"\n{total:,} configurations evaluated by the batched kernel in {wall:.1f} s ({total / wall:,.0f} per second, including setup)")
     print(f"wrote {out_dir / f'sweep_{args.mode}.csv'}" + (f" and {png}" if png else ""))
     return rows

@@ -21,10 +21,18 @@ Modules without lazy names: ``command`` (the torchrl engine of ``fleet-marl trai
 import importlib
 
 _NAMES = {
-    "FleetTorchEnv": "env", "GROUP": "env",
-    "MaskedMultiCategorical": "policy", "build_networks": "policy", "TrainedPolicy": "policy", "SHARING": "policy",
-    "TorchRLTrainConfig": "train", "train": "train", "Learner": "train",
-    "TurnCollector": "sequential", "AsyncTurnCollector": "sequential", "turns_to_rounds": "sequential",
+    "FleetTorchEnv": "env",
+    "GROUP": "env",
+    "MaskedMultiCategorical": "policy",
+    "build_networks": "policy",
+    "TrainedPolicy": "policy",
+    "SHARING": "policy",
+    "TorchRLTrainConfig": "train",
+    "train": "train",
+    "Learner": "train",
+    "TurnCollector": "sequential",
+    "AsyncTurnCollector": "sequential",
+    "turns_to_rounds": "sequential",
 }
 
 

@@ -30,7 +30,9 @@ def resolve(args):
 
     for name in RLLIB_ONLY:
         if getattr(args, name, None) is not None:
-            raise TrainConfigError(f"--{name.replace('_', '-')} is an option of --engine rllib (Ray); the torchrl engine trains in this process")
+            raise TrainConfigError(
+                f"--{name.replace('_', '-')} is an option of --engine rllib (Ray); the torchrl engine trains in this process"
+            )
     if args.config:
         p = config_path(args.config)
         if not p.is_file():
@@ -40,8 +42,10 @@ def resolve(args):
         except yaml.YAMLError as exc:
             raise TrainConfigError(f"--config {args.config!r}: not valid YAML ({exc})") from None
         if data.get("engine", "rllib") != "torchrl":
-            raise TrainConfigError(f"--config {args.config!r} is a config of the RLlib engine (no 'engine: torchrl' in it); "
-                                   "pass --engine rllib, or add 'engine: torchrl' and the torchrl engine's keys")
+            raise TrainConfigError(
+                f"--config {args.config!r} is a config of the RLlib engine (no 'engine: torchrl' in it); "
+                "pass --engine rllib, or add 'engine: torchrl' and the torchrl engine's keys"
+            )
         tc = TorchRLTrainConfig.from_dict(data, source=str(p))
     elif args.resume:
         folder = checkpoint_folder(args.resume)
@@ -52,8 +56,17 @@ def resolve(args):
         tc = TorchRLTrainConfig()
     if args.final_episodes is not None and args.final_episodes < 0:
         raise TrainConfigError(f"--final-episodes {args.final_episodes}: expected an integer >= 0")
-    changes = {"task": args.task, "reward_scheme": args.reward_scheme, "sharing": args.sharing, "iterations": args.iterations,
-               "seed": args.seed, "num_envs": args.num_envs, "max_minutes": args.max_minutes, "out": args.out, "name": args.name}
+    changes = {
+        "task": args.task,
+        "reward_scheme": args.reward_scheme,
+        "sharing": args.sharing,
+        "iterations": args.iterations,
+        "seed": args.seed,
+        "num_envs": args.num_envs,
+        "max_minutes": args.max_minutes,
+        "out": args.out,
+        "name": args.name,
+    }
     return tc.replace(source="command line", **changes), args.resume
 
 
@@ -73,11 +86,27 @@ def run(args) -> int:
         return 2
     res = train(tc, resume=resume, overwrite=args.overwrite, progress=not args.no_progress, final_episodes=args.final_episodes)
     if args.json:
-        print(json.dumps({"run_dir": str(res.run_dir), "checkpoint": str(res.checkpoint), "env_steps": res.env_steps,
-                          "agent_steps": res.agent_steps, "seconds": res.seconds, "evaluations": res.final}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "run_dir": str(res.run_dir),
+                    "checkpoint": str(res.checkpoint),
+                    "env_steps": res.env_steps,
+                    "agent_steps": res.agent_steps,
+                    "seconds": res.seconds,
+                    "evaluations": res.final,
+                },
+                indent=2,
+            )
+        )
         return 0
-    runs.print_summary(res, tc.task, tc.env, f"trained {tc.run_name} with TorchRL: {res.iterations} iterations, {res.env_steps:,} env steps "
-                       f"({res.agent_steps:,} agent steps, {res.agent_steps / max(res.train_seconds, 1e-9):,.0f} agent steps/s) in {res.seconds / 60:.1f} min")
+    runs.print_summary(
+        res,
+        tc.task,
+        tc.env,
+        f"trained {tc.run_name} with TorchRL: {res.iterations} iterations, {res.env_steps:,} env steps "
+        f"({res.agent_steps:,} agent steps, {res.agent_steps / max(res.train_seconds, 1e-9):,.0f} agent steps/s) in {res.seconds / 60:.1f} min",
+    )
     return 0
 
 

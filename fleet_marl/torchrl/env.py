@@ -61,8 +61,15 @@ class FleetTorchEnv(EnvBase):
 
     batch_locked = True
 
-    def __init__(self, num_envs: int = 64, task: str | None = None, config=None, device: str | torch.device = "cpu", seed: int | None = None,
-                 **overrides: Any):
+    def __init__(
+        self,
+        num_envs: int = 64,
+        task: str | None = None,
+        config=None,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        **overrides: Any,
+    ):
         overrides.setdefault("compute_all", False)  # only the configured scheme's rewards reach a learner
         venv = FleetVectorEnv(num_envs, task, config, **overrides)
         super().__init__(batch_size=torch.Size([venv.num_envs]), device=device)
@@ -103,10 +110,12 @@ class FleetTorchEnv(EnvBase):
             shape=(B,),
         )
         self.reward_spec = Composite(
-            {GROUP: Composite({"reward": Unbounded((B, N, 1), dtype=torch.float32, device=dev)}, shape=(B, N))}, shape=(B,),
+            {GROUP: Composite({"reward": Unbounded((B, N, 1), dtype=torch.float32, device=dev)}, shape=(B, N))},
+            shape=(B,),
         )
         self.done_spec = Composite(
-            {k: Categorical(2, (B, 1), dtype=torch.bool, device=dev) for k in ("done", "terminated", "truncated")}, shape=(B,),
+            {k: Categorical(2, (B, 1), dtype=torch.bool, device=dev) for k in ("done", "terminated", "truncated")},
+            shape=(B,),
         )
 
     @property
@@ -118,6 +127,7 @@ class FleetTorchEnv(EnvBase):
 
     def _set_seed(self, seed: int | None) -> None:
         self._seed = seed  # the next whole reset seeds cluster b with seed + b
+
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         which = None
         if tensordict is not None and "_reset" in tensordict.keys():  # noqa: SIM118 (a TensorDict)
@@ -130,8 +140,10 @@ class FleetTorchEnv(EnvBase):
             return self._pack(p["obs"], p["action_mask"], p["alive"], p["state"], np.zeros(self.num_envs), None)
         if which is not None and not which.all():
             running = which if p is None else which & ~p["ended"]
-            raise RuntimeError(f"FleetTorchEnv: a partial reset of clusters {np.flatnonzero(running).tolist()} that did not end; "
-                               "reset every cluster (env.reset() without '_reset'), or step until they end")
+            raise RuntimeError(
+                f"FleetTorchEnv: a partial reset of clusters {np.flatnonzero(running).tolist()} that did not end; "
+                "reset every cluster (env.reset() without '_reset'), or step until they end"
+            )
         obs, infos = self.venv.reset(seed=self._seed)  # every cluster starts a new episode
         self._seed = None
         self._pending = None
@@ -150,7 +162,13 @@ class FleetTorchEnv(EnvBase):
         if ended.any():
             # the step returns each ended cluster's final observation; its fresh one waits for reset()
             fresh_state = self.venv.state()
-            self._pending = {"obs": obs.copy(), "action_mask": mask.copy(), "alive": alive.copy(), "state": fresh_state, "ended": ended.copy()}
+            self._pending = {
+                "obs": obs.copy(),
+                "action_mask": mask.copy(),
+                "alive": alive.copy(),
+                "state": fresh_state,
+                "ended": ended.copy(),
+            }
             obs = np.where(ended[:, None, None], infos["final_obs"], obs)
             alive = np.where(ended[:, None], False, alive)
             mask = np.where(ended[:, None, None], self.venv.all_allowed[None], mask)
@@ -190,4 +208,4 @@ class FleetTorchEnv(EnvBase):
         )
 
 
-__all__ = ["FleetTorchEnv", "GROUP"]
+__all__ = ["GROUP", "FleetTorchEnv"]

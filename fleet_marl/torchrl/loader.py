@@ -34,7 +34,9 @@ def read_sidecar(folder: Path) -> dict:
     try:
         return json.loads((folder / SIDECAR).read_text())
     except (OSError, ValueError) as exc:
-        raise TrainConfigError(f"{folder}: cannot read {SIDECAR} ({exc}); is this a fleet-marl train --engine torchrl checkpoint?") from None
+        raise TrainConfigError(
+            f"{folder}: cannot read {SIDECAR} ({exc}); is this a fleet-marl train --engine torchrl checkpoint?"
+        ) from None
 
 
 def load(spec: str, env, explore: bool = False):
@@ -50,9 +52,18 @@ def load(spec: str, env, explore: bool = False):
     from fleet_marl.torchrl.policy import TrainedPolicy, build_networks  # torch and TorchRL: only when a run is loaded
 
     try:
-        actor, _, _ = build_networks(sig["sharing"], len(sig["possible_agents"]), sig["obs_dim"], sig["state_dim"], sig["nvec"],
-                                     sig["kinds"], sig["hidden"], sig.get("activation", "tanh"), sig.get("autoregressive", False),
-                                     sig.get("agent_id", False))
+        actor, _, _ = build_networks(
+            sig["sharing"],
+            len(sig["possible_agents"]),
+            sig["obs_dim"],
+            sig["state_dim"],
+            sig["nvec"],
+            sig["kinds"],
+            sig["hidden"],
+            sig.get("activation", "tanh"),
+            sig.get("autoregressive", False),
+            sig.get("agent_id", False),
+        )
         actor.load_state_dict(torch.load(folder / "model.pt", weights_only=True)["actor"])
     except Exception as exc:
         raise PolicyError(spec, f"cannot load the trained actor from {folder / 'model.pt'}: {exc}") from None

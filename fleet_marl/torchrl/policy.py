@@ -62,7 +62,7 @@ def _layout(nvec) -> tuple[torch.Tensor, torch.Tensor]:
     o = 0
     for d, n in enumerate(key):
         idx[d, :n] = torch.arange(o, o + n)
-        dim[o: o + n] = d
+        dim[o : o + n] = d
         o += n
     return idx, dim
 
@@ -103,8 +103,15 @@ class MaskedMultiCategorical(D.Distribution):
     has_rsample = False
     _layouts: dict = {}
 
-    def __init__(self, logits: torch.Tensor, mask: torch.Tensor, nvec, coupling: Coupling | None = None,
-                 generator: torch.Generator | None = None, validate_args=None):
+    def __init__(
+        self,
+        logits: torch.Tensor,
+        mask: torch.Tensor,
+        nvec,
+        coupling: Coupling | None = None,
+        generator: torch.Generator | None = None,
+        validate_args=None,
+    ):
         key = tuple(int(n) for n in nvec)
         if key not in self._layouts:
             idx, dim = _layout(key)
@@ -140,7 +147,7 @@ class MaskedMultiCategorical(D.Distribution):
         c = _probs(lp_kd).masked_fill_(lp_kd < _FLOOR, 0.0).cumsum(-2)  # exact zeros for masked choices
         c = c.expand(tuple(sample_shape) + c.shape)
         r = torch.rand(c.shape[:-2] + (1, c.shape[-1]), generator=self.generator, dtype=c.dtype, device=c.device)
-        u = r.clamp_(max=1.0 - 2.0 ** -23) * c[..., -1:, :]  # below the total, also after rounding
+        u = r.clamp_(max=1.0 - 2.0**-23) * c[..., -1:, :]  # below the total, also after rounding
         return (c <= u).sum(-2)
 
     def _onehot(self, value: torch.Tensor) -> torch.Tensor:
@@ -223,7 +230,9 @@ class PerKindMLP(nn.Module):
     def __init__(self, kinds: list[str], n_in: int, n_out: int, hidden: list[int], activation=nn.Tanh):
         super().__init__()
         self.names = sorted(set(kinds))
-        self.nets = nn.ModuleList([MLP(in_features=n_in, out_features=n_out, num_cells=list(hidden), activation_class=activation) for _ in self.names])
+        self.nets = nn.ModuleList(
+            [MLP(in_features=n_in, out_features=n_out, num_cells=list(hidden), activation_class=activation) for _ in self.names]
+        )
         for k, name in enumerate(self.names):
             self.register_buffer(f"idx_{k}", torch.tensor([i for i, x in enumerate(kinds) if x == name], dtype=torch.long))
         self.n_out, self.n = n_out, len(kinds)
@@ -267,8 +276,18 @@ class WithAgentId(nn.Module):
         return self.net(torch.cat([obs, self.eye.expand(*obs.shape[:-1], self.eye.shape[0])], -1))
 
 
-def build_networks(sharing: str, n_agents: int, obs_dim: int, state_dim: int, nvec, kinds: list[str], hidden: list[int],
-                   activation: str = "tanh", autoregressive: bool = True, agent_id: bool = False):
+def build_networks(
+    sharing: str,
+    n_agents: int,
+    obs_dim: int,
+    state_dim: int,
+    nvec,
+    kinds: list[str],
+    hidden: list[int],
+    activation: str = "tanh",
+    autoregressive: bool = True,
+    agent_id: bool = False,
+):
     """(actor network: obs (..., N, F) -> logits (..., N, sum(nvec)), critic network, critic
     input key) for ``sharing``; the critic reads ``("agents", "observation")``, or ``"state"``
     for MAPPO. ``autoregressive``: the actor is an :class:`AutoregressiveActor` (its
@@ -276,8 +295,9 @@ def build_networks(sharing: str, n_agents: int, obs_dim: int, state_dim: int, nv
     and are shared by tenants (all but ``per_tenant``'s) read the tenant's one-hot index too
     (:class:`WithAgentId`)."""
     ids = agent_id and sharing != "per_tenant"
-    actor, critic, key = _networks(sharing, n_agents, obs_dim + (n_agents if ids else 0), state_dim, sum(int(n) for n in nvec), kinds, hidden,
-                                   activation)
+    actor, critic, key = _networks(
+        sharing, n_agents, obs_dim + (n_agents if ids else 0), state_dim, sum(int(n) for n in nvec), kinds, hidden, activation
+    )
     if ids:
         actor = WithAgentId(actor, n_agents)
         if key == "observation":
@@ -293,8 +313,16 @@ def _networks(sharing, n_agents, obs_dim, state_dim, n_logits, kinds, hidden, ac
     act = ACTIVATIONS[activation]
 
     def mlp(n_out, share):
-        return MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=n_out, n_agents=n_agents, centralized=False, share_params=share,
-                             depth=len(hidden), num_cells=list(hidden), activation_class=act)
+        return MultiAgentMLP(
+            n_agent_inputs=obs_dim,
+            n_agent_outputs=n_out,
+            n_agents=n_agents,
+            centralized=False,
+            share_params=share,
+            depth=len(hidden),
+            num_cells=list(hidden),
+            activation_class=act,
+        )
 
     if sharing == "per_kind":
         return PerKindMLP(kinds, obs_dim, n_logits, hidden, act), PerKindMLP(kinds, obs_dim, 1, hidden, act), "observation"
@@ -367,10 +395,21 @@ def _flat(mask, nvec_row, nvec) -> np.ndarray:
     out = np.zeros(sum(nvec), bool)
     o = 0
     for n, m in zip(nvec, mask_dims(mask, nvec_row)):
-        out[o: o + len(m)] = m
+        out[o : o + len(m)] = m
         o += n
     return out
 
 
-__all__ = ["ACTIVATIONS", "AutoregressiveActor", "Coupling", "MaskedMultiCategorical", "PerKindMLP", "SHARING", "StateCritic", "TrainedPolicy", "WithAgentId", "build_networks",
-           "turn_logits"]
+__all__ = [
+    "ACTIVATIONS",
+    "SHARING",
+    "AutoregressiveActor",
+    "Coupling",
+    "MaskedMultiCategorical",
+    "PerKindMLP",
+    "StateCritic",
+    "TrainedPolicy",
+    "WithAgentId",
+    "build_networks",
+    "turn_logits",
+]

@@ -71,7 +71,9 @@ def turns_to_rounds(x: torch.Tensor, agent: torch.Tensor, n_agents: int) -> torc
     ok = torch.sort(slots, -1).values == torch.arange(N)
     if not bool(ok.all()):
         b, r = (int(v) for v in torch.nonzero(~ok.all(-1))[0])
-        raise ValueError(f"turns_to_rounds: cluster {b}, round {r}: turn slots hold tenants {slots[b, r].tolist()}; expected each of 0..{N - 1} once")
+        raise ValueError(
+            f"turns_to_rounds: cluster {b}, round {r}: turn slots hold tenants {slots[b, r].tolist()}; expected each of 0..{N - 1} once"
+        )
     xr = x.reshape((B, R, N) + tuple(x.shape[2:]))
     out = torch.empty_like(xr)
     out[torch.arange(B)[:, None, None], torch.arange(R)[None, :, None], slots] = xr
@@ -167,28 +169,44 @@ class TurnCollector:
                 nxt_obs[e, r] = torch.from_numpy(rec["final_obs"][rec["ended"]])
 
         def per_round(key, dtype=None):
-            return torch.from_numpy(np.stack([r[key] for r in rounds], 1)).to(dtype) if dtype else torch.from_numpy(np.stack([r[key] for r in rounds], 1))
+            return (
+                torch.from_numpy(np.stack([r[key] for r in rounds], 1)).to(dtype)
+                if dtype
+                else torch.from_numpy(np.stack([r[key] for r in rounds], 1))
+            )
 
         ended = per_round("ended")[..., None]
         trunc = per_round("truncated")[..., None]
-        group = TensorDict({
-            "observation": obs,
-            "action_mask": turns_to_rounds(turns("mask"), agent, N),
-            "mask": per_round("live"),
-            "action": turns_to_rounds(turns("action"), agent, N),
-            "action_log_prob": turns_to_rounds(turns("logp"), agent, N),
-        }, batch_size=(B, R, N))
-        nxt = TensorDict({
-            GROUP: TensorDict({"observation": nxt_obs, "mask": per_round("next_live"), "reward": per_round("reward", torch.float32)[..., None]},
-                              batch_size=(B, R, N)),
-            "state": per_round("next_state", torch.float32),
-            "done": ended, "terminated": ended & ~trunc, "truncated": trunc,
-            "episode_welfare": per_round("welfare", torch.float32)[..., None],
-        }, batch_size=(B, R))
+        group = TensorDict(
+            {
+                "observation": obs,
+                "action_mask": turns_to_rounds(turns("mask"), agent, N),
+                "mask": per_round("live"),
+                "action": turns_to_rounds(turns("action"), agent, N),
+                "action_log_prob": turns_to_rounds(turns("logp"), agent, N),
+            },
+            batch_size=(B, R, N),
+        )
+        nxt = TensorDict(
+            {
+                GROUP: TensorDict(
+                    {"observation": nxt_obs, "mask": per_round("next_live"), "reward": per_round("reward", torch.float32)[..., None]},
+                    batch_size=(B, R, N),
+                ),
+                "state": per_round("next_state", torch.float32),
+                "done": ended,
+                "terminated": ended & ~trunc,
+                "truncated": trunc,
+                "episode_welfare": per_round("welfare", torch.float32)[..., None],
+            },
+            batch_size=(B, R),
+        )
         return TensorDict({GROUP: group, "state": per_round("state", torch.float32), "next": nxt}, batch_size=(B, R))
 
 
-def _collect_in_worker(tc: Any, actor_net: torch.nn.Module, nvec, batches: int, seed: int | None, weights: Any, out: Any, stop: Any) -> None:
+def _collect_in_worker(
+    tc: Any, actor_net: torch.nn.Module, nvec, batches: int, seed: int | None, weights: Any, out: Any, stop: Any
+) -> None:
     """The worker process of :class:`AsyncTurnCollector`: collect ``batches`` batches, taking
     the newest weights sent before each batch, and put each (or the error's traceback) on
     ``out``; end when ``stop`` is set."""
@@ -245,8 +263,11 @@ class AsyncTurnCollector:
         self._weights.put({k: v.detach().clone() for k, v in self.actor_net.state_dict().items()})
 
     def __iter__(self):
-        self._proc = self._ctx.Process(target=_collect_in_worker, daemon=True,
-                                       args=(self.tc, self.actor_net, self.nvec, self.batches, self._seed, self._weights, self._out, self._stop))
+        self._proc = self._ctx.Process(
+            target=_collect_in_worker,
+            daemon=True,
+            args=(self.tc, self.actor_net, self.nvec, self.batches, self._seed, self._weights, self._out, self._stop),
+        )
         self._proc.start()
         for _ in range(self.batches):
             while True:
@@ -255,8 +276,10 @@ class AsyncTurnCollector:
                     break
                 except queue.Empty:
                     if not self._proc.is_alive():
-                        raise RuntimeError(f"the sequential protocol's collector worker process ended (exit code {self._proc.exitcode}) "
-                                           "before its batches were in") from None
+                        raise RuntimeError(
+                            f"the sequential protocol's collector worker process ended (exit code {self._proc.exitcode}) "
+                            "before its batches were in"
+                        ) from None
             if isinstance(got, str):
                 raise RuntimeError(f"the sequential protocol's collector failed in its worker process:\n{got}")
             yield got
@@ -269,5 +292,6 @@ class AsyncTurnCollector:
                 self._proc.terminate()
                 self._proc.join(timeout=10)
         self._proc = None
+
 
 __all__ = ["AsyncTurnCollector", "TurnCollector", "turns_to_rounds"]

@@ -43,15 +43,20 @@ def run_one(tc: TorchRLTrainConfig, eval_at: list[int], episodes: int) -> tuple[
                 ev = grade(learner, tc, episodes)
                 eval_seconds += time.perf_counter() - te
                 eps = ev.episodes
-                curve.append({
-                    "iteration": row["iteration"], "env_steps": row["env_steps"], "agent_steps": row["agent_steps"],
-                    "train_welfare": float(np.mean(welfare_since)) if welfare_since else "",
-                    "eval_welfare": float(ev.welfare.mean()), "score": float(ev.score),
-                    "jain": float(np.mean([e.jain for e in eps])),
-                    "starvation_events": float(np.mean([e.starvation_events for e in eps])),
-                    "degenerate": float(np.mean([e.events["degenerate"] for e in eps])),
-                    "seconds": round(time.perf_counter() - t0, 2),
-                })
+                curve.append(
+                    {
+                        "iteration": row["iteration"],
+                        "env_steps": row["env_steps"],
+                        "agent_steps": row["agent_steps"],
+                        "train_welfare": float(np.mean(welfare_since)) if welfare_since else "",
+                        "eval_welfare": float(ev.welfare.mean()),
+                        "score": float(ev.score),
+                        "jain": float(np.mean([e.jain for e in eps])),
+                        "starvation_events": float(np.mean([e.starvation_events for e in eps])),
+                        "degenerate": float(np.mean([e.events["degenerate"] for e in eps])),
+                        "seconds": round(time.perf_counter() - t0, 2),
+                    }
+                )
                 welfare_since = []
         env_steps = loop.frames * tc.iterations
         credit_seconds = loop.env.venv.credit_seconds if loop.env is not None else float("nan")
@@ -60,15 +65,22 @@ def run_one(tc: TorchRLTrainConfig, eval_at: list[int], episodes: int) -> tuple[
     seconds = time.perf_counter() - t0
     eps = ev.episodes
     result = {
-        "iterations": tc.iterations, "env_steps": env_steps, "agent_steps": env_steps * len(learner.sig["possible_agents"]),
-        "eval_welfare": float(ev.welfare.mean()), "score": float(ev.score),
+        "iterations": tc.iterations,
+        "env_steps": env_steps,
+        "agent_steps": env_steps * len(learner.sig["possible_agents"]),
+        "eval_welfare": float(ev.welfare.mean()),
+        "score": float(ev.score),
         "jain": float(np.mean([e.jain for e in eps])),
         "starvation_events": float(np.mean([e.starvation_events for e in eps])),
         "degenerate": float(np.mean([e.events["degenerate"] for e in eps])),
         "illegal": float(np.mean([e.illegal for e in eps])),
-        "random_welfare": float(np.mean(ev.random_welfare)), "planner_welfare": float(np.mean(ev.reference_welfare)),
-        "run_seconds": round(seconds, 2), "train_seconds": round(seconds - eval_seconds, 2), "eval_seconds": round(eval_seconds, 2),
-        "credit_seconds": round(credit_seconds, 3), "credit_ms_per_step": round(1e3 * credit_seconds / max(env_steps, 1), 4),
+        "random_welfare": float(np.mean(ev.random_welfare)),
+        "planner_welfare": float(np.mean(ev.reference_welfare)),
+        "run_seconds": round(seconds, 2),
+        "train_seconds": round(seconds - eval_seconds, 2),
+        "eval_seconds": round(eval_seconds, 2),
+        "credit_seconds": round(credit_seconds, 3),
+        "credit_ms_per_step": round(1e3 * credit_seconds / max(env_steps, 1), 4),
     }
     return result, curve
 

@@ -68,8 +68,26 @@ from fleet_marl.torchrl.policy import ACTIVATIONS, SHARING, MaskedMultiCategoric
 from fleet_marl.torchrl.sequential import AsyncTurnCollector, TurnCollector
 
 #: The columns of ``metrics.csv`` (empty where an iteration has no value).
-COLUMNS = ("iteration", "env_steps", "agent_steps", "time_s", "agent_steps_per_s", "collect_s", "learn_s", "episodes", "lr", "welfare", "eval_welfare", "score",
-           "policy_loss", "vf_loss", "entropy", "kl_approx", "clip_fraction", "explained_variance")
+COLUMNS = (
+    "iteration",
+    "env_steps",
+    "agent_steps",
+    "time_s",
+    "agent_steps_per_s",
+    "collect_s",
+    "learn_s",
+    "episodes",
+    "lr",
+    "welfare",
+    "eval_welfare",
+    "score",
+    "policy_loss",
+    "vf_loss",
+    "entropy",
+    "kl_approx",
+    "clip_fraction",
+    "explained_variance",
+)
 
 #: What a run writes into its folder (``--overwrite`` removes these first).
 OUTPUTS = ("checkpoint", "checkpoint.tmp", "tb", "metrics.csv", "learning_curve.png", "results.md", "results.json", "config.yaml")
@@ -113,7 +131,7 @@ class TorchRLTrainConfig:
     name: str = ""
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "config") -> "TorchRLTrainConfig":
+    def from_dict(cls, data: dict, source: str = "config") -> TorchRLTrainConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names - {"engine"})
         if unknown:
@@ -122,7 +140,7 @@ class TorchRLTrainConfig:
         tc.check(source)
         return tc
 
-    def replace(self, source: str = "override", **changes: Any) -> "TorchRLTrainConfig":
+    def replace(self, source: str = "override", **changes: Any) -> TorchRLTrainConfig:
         data = dataclasses.asdict(self)
         data.update({k: v for k, v in changes.items() if v is not None})
         return type(self).from_dict(data, source)
@@ -140,8 +158,16 @@ class TorchRLTrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 bad(name, "an integer >= 0")
-        for name, lo, hi in (("max_minutes", 0, 1e6), ("lr", 0, 1), ("gamma", 0, 1), ("lmbda", 0, 1), ("clip", 0, 10), ("entropy_coeff", -1, 10),
-                             ("critic_coeff", 0, 100), ("max_grad_norm", 0, 1e6)):
+        for name, lo, hi in (
+            ("max_minutes", 0, 1e6),
+            ("lr", 0, 1),
+            ("gamma", 0, 1),
+            ("lmbda", 0, 1),
+            ("clip", 0, 10),
+            ("entropy_coeff", -1, 10),
+            ("critic_coeff", 0, 100),
+            ("max_grad_norm", 0, 1e6),
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi) or (name in ("lr", "clip") and v == 0):
                 bad(name, f"a number in {'(' if name in ('lr', 'clip') else '['}{lo}, {hi}]")
@@ -224,9 +250,18 @@ class Learner:
         self.tc, self.sig = tc, sig
         self.nvec = list(sig["nvec"])
         torch.manual_seed(tc.seed)
-        actor_net, critic_net, critic_in = build_networks(tc.sharing, len(sig["possible_agents"]), sig["obs_dim"], sig["state_dim"],
-                                                          self.nvec, sig["kinds"], tc.hidden, tc.activation, tc.autoregressive,
-                                                          sig.get("agent_id", False))
+        actor_net, critic_net, critic_in = build_networks(
+            tc.sharing,
+            len(sig["possible_agents"]),
+            sig["obs_dim"],
+            sig["state_dim"],
+            self.nvec,
+            sig["kinds"],
+            tc.hidden,
+            tc.activation,
+            tc.autoregressive,
+            sig.get("agent_id", False),
+        )
         self.actor_net, self.critic_net = actor_net, critic_net
         self.actor = ProbabilisticActor(
             TensorDictModule(actor_net, in_keys=[(GROUP, "observation")], out_keys=[(GROUP, "logits")]),
@@ -238,15 +273,33 @@ class Learner:
             log_prob_key=(GROUP, "action_log_prob"),
             default_interaction_type=ExplorationType.RANDOM,
         )
-        self.critic = TensorDictModule(critic_net, in_keys=[(GROUP, "observation") if critic_in == "observation" else "state"],
-                                       out_keys=[(GROUP, "state_value")])
-        self.loss = ClipPPOLoss(self.actor, self.critic, clip_epsilon=tc.clip, entropy_bonus=True, entropy_coeff=tc.entropy_coeff,
-                                critic_coeff=tc.critic_coeff, loss_critic_type="l2", normalize_advantage=False, reduction="none",
-                                functional=False, log_explained_variance=False)  # no target networks: the modules as they are
+        self.critic = TensorDictModule(
+            critic_net, in_keys=[(GROUP, "observation") if critic_in == "observation" else "state"], out_keys=[(GROUP, "state_value")]
+        )
+        self.loss = ClipPPOLoss(
+            self.actor,
+            self.critic,
+            clip_epsilon=tc.clip,
+            entropy_bonus=True,
+            entropy_coeff=tc.entropy_coeff,
+            critic_coeff=tc.critic_coeff,
+            loss_critic_type="l2",
+            normalize_advantage=False,
+            reduction="none",
+            functional=False,
+            log_explained_variance=False,
+        )  # no target networks: the modules as they are
         self.critic_in = (GROUP, "observation") if critic_in == "observation" else "state"
-        keys = dict(reward=(GROUP, "reward"), action=(GROUP, "action"), sample_log_prob=(GROUP, "action_log_prob"),
-                    value=(GROUP, "state_value"), done=(GROUP, "done"), terminated=(GROUP, "terminated"),
-                    advantage=(GROUP, "advantage"), value_target=(GROUP, "value_target"))
+        keys = dict(
+            reward=(GROUP, "reward"),
+            action=(GROUP, "action"),
+            sample_log_prob=(GROUP, "action_log_prob"),
+            value=(GROUP, "state_value"),
+            done=(GROUP, "done"),
+            terminated=(GROUP, "terminated"),
+            advantage=(GROUP, "advantage"),
+            value_target=(GROUP, "value_target"),
+        )
         self.loss.set_keys(**keys)
         self.gae = GAE(gamma=tc.gamma, lmbda=tc.lmbda, value_network=self.critic, average_gae=False)
         self.gae.set_keys(**{k: v for k, v in keys.items() if k not in ("action", "sample_log_prob")})
@@ -283,8 +336,19 @@ class Learner:
         with torch.no_grad():
             self.gae(data)
         # what the loss reads: indexing only these keeps the minibatches cheap
-        flat = data.reshape(-1).select(*{(GROUP, "observation"), (GROUP, "action_mask"), (GROUP, "action"), (GROUP, "action_log_prob"),
-                                         (GROUP, "advantage"), (GROUP, "value_target"), (GROUP, "state_value"), (GROUP, "mask"), self.critic_in})
+        flat = data.reshape(-1).select(
+            *{
+                (GROUP, "observation"),
+                (GROUP, "action_mask"),
+                (GROUP, "action"),
+                (GROUP, "action_log_prob"),
+                (GROUP, "advantage"),
+                (GROUP, "value_target"),
+                (GROUP, "state_value"),
+                (GROUP, "mask"),
+                self.critic_in,
+            }
+        )
         n = flat.shape[0]
         adv = flat.get((GROUP, "advantage"))
         m = flat.get((GROUP, "mask")).unsqueeze(-1)
@@ -297,7 +361,7 @@ class Learner:
         for _ in range(tc.epochs):
             perm = torch.randperm(n)
             for start in range(0, n - mb + 1, mb):
-                batch = flat[perm[start: start + mb]]
+                batch = flat[perm[start : start + mb]]
                 out = self.loss(batch)
                 w = batch.get((GROUP, "mask")).float()  # (mb, N)
 
@@ -360,7 +424,9 @@ class Loop:
         # the env is seeded when it is built: TorchRL's collectors reset it in their constructor, so a
         # set_seed after that seeded only a reset that never came, and the first episodes drew fresh entropy
         make_env = functools.partial(FleetTorchEnv, tc.num_envs, tc.task, seed=seed, reward_scheme=tc.reward_scheme, **tc.env)
-        kwargs = dict(frames_per_batch=self.frames, total_frames=self.frames * (tc.iterations - first), exploration_type=ExplorationType.RANDOM)
+        kwargs = dict(
+            frames_per_batch=self.frames, total_frames=self.frames * (tc.iterations - first), exploration_type=ExplorationType.RANDOM
+        )
         if tc.sequential:
             # the sequential protocol: the actor called once per turn, batches laid out per round (torchrl/sequential.py)
             make = AsyncTurnCollector if tc.collector == "async" else TurnCollector
@@ -394,11 +460,19 @@ class Loop:
             self.collector.update_policy_weights_()
             now = time.time()
             self.train_seconds += now - tick
-            row: dict[str, Any] = {c: "" for c in COLUMNS}
-            row.update(iteration=it, env_steps=env_steps, agent_steps=env_steps * N, time_s=round(self.offset + now - t0, 2),
-                       agent_steps_per_s=round(frames * N / max(now - tick, 1e-9), 1), collect_s=round(collected - tick, 4),
-                       learn_s=round(now - collected, 4), episodes=int(done.sum()), lr=lr,
-                       **{k: round(v, 6) for k, v in stats.items()})
+            row: dict[str, Any] = dict.fromkeys(COLUMNS, "")
+            row.update(
+                iteration=it,
+                env_steps=env_steps,
+                agent_steps=env_steps * N,
+                time_s=round(self.offset + now - t0, 2),
+                agent_steps_per_s=round(frames * N / max(now - tick, 1e-9), 1),
+                collect_s=round(collected - tick, 4),
+                learn_s=round(now - collected, 4),
+                episodes=int(done.sum()),
+                lr=lr,
+                **{k: round(v, 6) for k, v in stats.items()},
+            )
             if len(welfare):
                 row["welfare"] = round(float(welfare.mean()), 4)
             yield row
@@ -421,16 +495,27 @@ def prepare(tc: TorchRLTrainConfig, resume: str | None = None, overwrite: bool =
         raise TrainConfigError(f"--resume {resume}: no torchrl checkpoint there (expected {SIDECAR} in it or in its checkpoint/)")
     meta = read_sidecar(folder)
     if meta.get("signature") != tc.signature():
-        raise TrainConfigError(f"--resume {resume}: the checkpoint was trained on {meta.get('signature')}, this config has {tc.signature()}")
+        raise TrainConfigError(
+            f"--resume {resume}: the checkpoint was trained on {meta.get('signature')}, this config has {tc.signature()}"
+        )
     done = int(meta.get("iteration", 0))
     if tc.iterations <= done:
-        raise TrainConfigError(f"--resume {resume}: the checkpoint has trained {done} iterations and iterations = {tc.iterations}; "
-                               f"pass --iterations N with N > {done} (the total to reach)")
+        raise TrainConfigError(
+            f"--resume {resume}: the checkpoint has trained {done} iterations and iterations = {tc.iterations}; "
+            f"pass --iterations N with N > {done} (the total to reach)"
+        )
     return tc, folder, meta
 
 
 def _save(learner: Learner, run_dir: Path, tc: TorchRLTrainConfig, sig: dict, iteration: int, env_steps: int, seconds: float) -> Path:
-    meta = {"engine": "torchrl", "signature": sig, "train_config": tc.to_dict(), "iteration": iteration, "env_steps": env_steps, "seconds": seconds}
+    meta = {
+        "engine": "torchrl",
+        "signature": sig,
+        "train_config": tc.to_dict(),
+        "iteration": iteration,
+        "env_steps": env_steps,
+        "seconds": seconds,
+    }
     return runs.swap_in_checkpoint(run_dir, lambda folder: torch.save(learner.state_dict(), folder / "model.pt"), SIDECAR, meta)
 
 
@@ -439,8 +524,9 @@ def grade(learner: Learner, tc: TorchRLTrainConfig, episodes: int):
     return evaluate(tc.task, lambda env: learner.policy(env), episodes=episodes, seed=0, overrides=dict(tc.env), progress=False)
 
 
-def train(tc: TorchRLTrainConfig, *, resume: str | None = None, overwrite: bool = False, progress: bool = True,
-          final_episodes: int | None = None) -> TrainResult:
+def train(
+    tc: TorchRLTrainConfig, *, resume: str | None = None, overwrite: bool = False, progress: bool = True, final_episodes: int | None = None
+) -> TrainResult:
     """Train ``tc`` (see the module docstring)."""
     tc, ckpt, meta = prepare(tc, resume, overwrite)
     run_dir = ckpt.parent if ckpt is not None else tc.run_dir
@@ -470,7 +556,11 @@ def train(tc: TorchRLTrainConfig, *, resume: str | None = None, overwrite: bool 
         w.writerows(rows)
     N = len(sig["possible_agents"])
     t0 = time.time()
-    bar = tqdm(total=tc.iterations, initial=first, desc=f"train {tc.run_name}", unit="iter", file=sys.stderr, dynamic_ncols=True) if progress else None
+    bar = (
+        tqdm(total=tc.iterations, initial=first, desc=f"train {tc.run_name}", unit="iter", file=sys.stderr, dynamic_ncols=True)
+        if progress
+        else None
+    )
     it, env_steps, last = first, env_steps0, ckpt
     loop = Loop(tc, learner, first=first, env_steps=env_steps0, offset=offset)
     try:
@@ -503,23 +593,39 @@ def train(tc: TorchRLTrainConfig, *, resume: str | None = None, overwrite: bool 
             bar.close()
     train_seconds = loop.train_seconds
     seconds = offset + time.time() - t0
-    res = TrainResult(run_dir=run_dir, checkpoint=last, iterations=it, env_steps=env_steps, agent_steps=env_steps * N, seconds=seconds,
-                      train_seconds=train_seconds, rows=rows)
+    res = TrainResult(
+        run_dir=run_dir,
+        checkpoint=last,
+        iterations=it,
+        env_steps=env_steps,
+        agent_steps=env_steps * N,
+        seconds=seconds,
+        train_seconds=train_seconds,
+        rows=rows,
+    )
     episodes = tc.final_episodes if final_episodes is None else final_episodes
     refs: dict[str, float] = {}
     if episodes:
-        evals, table = runs.final_evaluation(tc.task, dict(tc.env), lambda env: learner.policy(env), f"PPO torchrl ({tc.sharing}, {tc.reward_scheme})",
-                                   episodes, progress)
+        evals, table = runs.final_evaluation(
+            tc.task, dict(tc.env), lambda env: learner.policy(env), f"PPO torchrl ({tc.sharing}, {tc.reward_scheme})", episodes, progress
+        )
         res.final = [e.summary() for e in evals]
         res.table = table
         refs = {e.policy: float(e.welfare.mean()) for e in evals[1:]}
-        text = (f"# {tc.run_name}\n\nTrained with TorchRL for {it} iterations ({env_steps:,} env steps, {env_steps * N:,} agent steps, "
-                f"{seconds / 60:.1f} min), seed {tc.seed}. Graded on seeds 0..{episodes - 1} of `{tc.task}`.\n\n{table}\n")
+        text = (
+            f"# {tc.run_name}\n\nTrained with TorchRL for {it} iterations ({env_steps:,} env steps, {env_steps * N:,} agent steps, "
+            f"{seconds / 60:.1f} min), seed {tc.seed}. Graded on seeds 0..{episodes - 1} of `{tc.task}`.\n\n{table}\n"
+        )
         (run_dir / "results.md").write_text(text)
-        (run_dir / "results.json").write_text(json.dumps({"train_config": tc.to_dict(), "env_steps": env_steps, "seconds": seconds,
-                                                          "evaluations": res.final}, indent=2))
-    runs.learning_curve(rows, run_dir / "learning_curve.png", f"{tc.run_name}: PPO (TorchRL) on {tc.task}",
-         {k: v for k, v in refs.items() if k in ("random", "fair_share", "precision_expert", "planner")})
+        (run_dir / "results.json").write_text(
+            json.dumps({"train_config": tc.to_dict(), "env_steps": env_steps, "seconds": seconds, "evaluations": res.final}, indent=2)
+        )
+    runs.learning_curve(
+        rows,
+        run_dir / "learning_curve.png",
+        f"{tc.run_name}: PPO (TorchRL) on {tc.task}",
+        {k: v for k, v in refs.items() if k in ("random", "fair_share", "precision_expert", "planner")},
+    )
     return res
 
 

@@ -55,9 +55,17 @@ def print_table(folder: Path) -> None:
     rows = [("name", "kind", "sample rows", "sample", "full", "licence", "fetched")]
     for t in TRACES.values():
         sample = t.sample_path
-        rows.append((t.name, t.kind, f"{len(read_trace(sample).time_s):,}" if sample else "-",
-                     human(sample.stat().st_size) if sample else "-", human(t.size), t.licence,
-                     "yes" if (folder / t.file).is_file() else "no"))
+        rows.append(
+            (
+                t.name,
+                t.kind,
+                f"{len(read_trace(sample).time_s):,}" if sample else "-",
+                human(sample.stat().st_size) if sample else "-",
+                human(t.size),
+                t.licence,
+                "yes" if (folder / t.file).is_file() else "no",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     right = {2, 3, 4}
     for r in rows:

@@ -84,8 +84,10 @@ def _download(info: TraceInfo, dest: Path, progress: bool) -> None:
 def _retry(info: TraceInfo, dest: Path, part: Path, why: str) -> str:
     have = part.stat().st_size if part.is_file() else 0
     kept = f"the {have:,} bytes received are kept in {part}; " if have else ""
-    return (f"could not download {info.name} from {info.url}: {why}. {kept}run 'fleet-marl traces fetch {info.name}' "
-            f"again to {'resume' if have else 'retry'}, or download the URL yourself and save it as {dest}")
+    return (
+        f"could not download {info.name} from {info.url}: {why}. {kept}run 'fleet-marl traces fetch {info.name}' "
+        f"again to {'resume' if have else 'retry'}, or download the URL yourself and save it as {dest}"
+    )
 
 
 def _stream(info: TraceInfo, dest: Path, part: Path, have: int, progress: bool) -> None:
@@ -103,14 +105,15 @@ def _stream(info: TraceInfo, dest: Path, part: Path, have: int, progress: bool) 
         raise FetchError(_retry(info, dest, part, str(getattr(e, "reason", e)))) from None
     with resp:
         if have and resp.status == 206 and not resp.headers.get("Content-Range", "").startswith(f"bytes {have}-"):
-            raise FetchError(_retry(info, dest, part, f"asked for bytes {have}- and got the range "
-                                                      f"{resp.headers.get('Content-Range')!r}"))
+            raise FetchError(_retry(info, dest, part, f"asked for bytes {have}- and got the range {resp.headers.get('Content-Range')!r}"))
         if resp.status != 206:
             have = 0  # a whole file: the server ignored the Range, or there was none
         length = resp.headers.get("Content-Length")
         total = have + int(length) if length else info.size
-        with open(part, "ab" if have else "wb") as fh, tqdm(total=total, initial=have, unit="B", unit_scale=True,
-                                                           unit_divisor=1024, desc=info.name, disable=not progress) as bar:
+        with (
+            open(part, "ab" if have else "wb") as fh,
+            tqdm(total=total, initial=have, unit="B", unit_scale=True, unit_divisor=1024, desc=info.name, disable=not progress) as bar,
+        ):
             got = 0
             try:
                 while chunk := resp.read(CHUNK_BYTES):
@@ -147,10 +150,12 @@ def _verify(info: TraceInfo, dest: Path, part: Path) -> None:
 def _reject(info: TraceInfo, part: Path, what: str, got: str, expected: str) -> None:
     size = part.stat().st_size
     part.unlink()
-    raise FetchError(f"{info.name}: the {what} of the download from {info.url} is {got}, expected {expected} "
-                     f"({size:,} bytes received); it is not the file {info.source} pins, so it was removed. "
-                     f"Run 'fleet-marl traces fetch {info.name}' again; if it fails the same way, the file at the URL "
-                     f"has changed: compare it with the source and report it")
+    raise FetchError(
+        f"{info.name}: the {what} of the download from {info.url} is {got}, expected {expected} "
+        f"({size:,} bytes received); it is not the file {info.source} pins, so it was removed. "
+        f"Run 'fleet-marl traces fetch {info.name}' again; if it fails the same way, the file at the URL "
+        f"has changed: compare it with the source and report it"
+    )
 
 
 def _extract(info: TraceInfo, archive: Path, target: Path) -> None:
@@ -178,12 +183,15 @@ def _extract(info: TraceInfo, archive: Path, target: Path) -> None:
                         shutil.copyfileobj(src, out, CHUNK_BYTES)
                     break
     else:
-        raise FetchError(f"{info.name}: {archive} is neither a zip nor a tar archive; remove it and run "
-                         f"'fleet-marl traces fetch {info.name}' again")
+        raise FetchError(
+            f"{info.name}: {archive} is neither a zip nor a tar archive; remove it and run 'fleet-marl traces fetch {info.name}' again"
+        )
     if name is None:
-        raise FetchError(f"{info.name}: {archive} holds no {info.member!r} (it holds {', '.join(seen[:10])}"
-                         f"{', ...' if len(seen) > 10 else ''}); the archive at {info.url} has changed: report it")
+        raise FetchError(
+            f"{info.name}: {archive} holds no {info.member!r} (it holds {', '.join(seen[:10])}"
+            f"{', ...' if len(seen) > 10 else ''}); the archive at {info.url} has changed: report it"
+        )
     tmp.replace(target)
 
 
-__all__ = ["Fetched", "FetchError", "fetch"]
+__all__ = ["FetchError", "Fetched", "fetch"]

@@ -33,10 +33,10 @@ import json
 import math
 import re
 from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 
@@ -49,12 +49,23 @@ BURSTGPT_HEADERS = (
     ("Timestamp", "Session ID", "Elapsed time", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type"),
 )
 BURSTGPT_LOG_TYPES = ("Conversation log", "API log")
-HELIOS_HEADER = ("job_id", "user", "vc", "gpu_num", "cpu_num", "node_num", "state", "submit_time", "start_time",
-                 "end_time", "duration", "queue")
+HELIOS_HEADER = (
+    "job_id",
+    "user",
+    "vc",
+    "gpu_num",
+    "cpu_num",
+    "node_num",
+    "state",
+    "submit_time",
+    "start_time",
+    "end_time",
+    "duration",
+    "queue",
+)
 HELIOS_STATES = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "SUSPENDED")
 #: The released ``pai_task_table.csv`` has no header line; this is its ``pai_task_table.header``.
-PAI_HEADER = ("job_name", "task_name", "inst_num", "status", "start_time", "end_time", "plan_cpu", "plan_mem",
-              "plan_gpu", "gpu_type")
+PAI_HEADER = ("job_name", "task_name", "inst_num", "status", "start_time", "end_time", "plan_cpu", "plan_mem", "plan_gpu", "gpu_type")
 PAI_STATUSES = ("Running", "Terminated", "Failed", "Waiting")
 PHILLY_STATUSES = ("Pass", "Killed", "Failed")
 PHILLY_KEYS = ("status", "vc", "jobid", "attempts", "submitted_time", "user")
@@ -235,9 +246,16 @@ def parse_pollux(path: str, mtime_ns: int, size: int) -> PolluxTrace:
         names.append(name)
         apps.append(app)
         times.append(t)
-    return PolluxTrace(path, "pollux", _frozen(times, np.float64), _frozen(replicas, np.int64),
-                       _frozen(np.full(len(times), np.nan), np.float64),
-                       name=tuple(names), application=tuple(apps), batch_size=_frozen(batches, np.int64))
+    return PolluxTrace(
+        path,
+        "pollux",
+        _frozen(times, np.float64),
+        _frozen(replicas, np.int64),
+        _frozen(np.full(len(times), np.nan), np.float64),
+        name=tuple(names),
+        application=tuple(apps),
+        batch_size=_frozen(batches, np.int64),
+    )
 
 
 # --- philly ---------------------------------------------------------------------------------
@@ -249,29 +267,29 @@ def _json_items(path: str) -> Iterator[tuple[int, object]]:
         text = fh.read()
     dec = json.JSONDecoder()
     i = _WS.match(text, 0).end()  # type: ignore[union-attr]
-    if text[i:i + 1] != "[":
-        raise TraceError(path, 1 + text.count("\n", 0, i), "file", text[i:i + 20], "a JSON list of jobs, starting with '['")
+    if text[i : i + 1] != "[":
+        raise TraceError(path, 1 + text.count("\n", 0, i), "file", text[i : i + 20], "a JSON list of jobs, starting with '['")
     i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
     line, last, n = 1, 0, 0
-    while text[i:i + 1] != "]":
+    while text[i : i + 1] != "]":
         line += text.count("\n", last, i)
         last = i
         n += 1
         try:
             item, i = dec.raw_decode(text, i)
         except json.JSONDecodeError as e:
-            raise TraceError(path, e.lineno, "json", text[e.pos:e.pos + 20], f"valid JSON ({e.msg})") from None
+            raise TraceError(path, e.lineno, "json", text[e.pos : e.pos + 20], f"valid JSON ({e.msg})") from None
         yield line, item
         i = _WS.match(text, i).end()  # type: ignore[union-attr]
-        if text[i:i + 1] == ",":
+        if text[i : i + 1] == ",":
             i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
-        elif text[i:i + 1] != "]":
-            raise TraceError(path, 1 + text.count("\n", 0, i), "json", text[i:i + 20], "',' or ']' after a job")
+        elif text[i : i + 1] != "]":
+            raise TraceError(path, 1 + text.count("\n", 0, i), "json", text[i : i + 20], "',' or ']' after a job")
     if n == 0:
         raise TraceError(path, 1 + text.count("\n", 0, i), "file", "[]", "at least one job in the list")
     j = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
     if j < len(text):
-        raise TraceError(path, 1 + text.count("\n", 0, j), "json", text[j:j + 20], "nothing after the list's ']'")
+        raise TraceError(path, 1 + text.count("\n", 0, j), "json", text[j : j + 20], "nothing after the list's ']'")
 
 
 def _philly_stamp(path: str, line: int, column: str, value: object, required: bool) -> int | None:
@@ -302,8 +320,12 @@ def _philly_job(path: str, line: int, job: object) -> tuple[int, int, float]:
         col = f"attempts[{k}]"
         if not isinstance(a, dict) or not {"start_time", "end_time", "detail"} <= a.keys():
             raise TraceError(path, line, col, a, "an object with start_time, end_time and detail")
-        times.append((_philly_stamp(path, line, f"{col}.start_time", a["start_time"], required=False),
-                      _philly_stamp(path, line, f"{col}.end_time", a["end_time"], required=False)))
+        times.append(
+            (
+                _philly_stamp(path, line, f"{col}.start_time", a["start_time"], required=False),
+                _philly_stamp(path, line, f"{col}.end_time", a["end_time"], required=False),
+            )
+        )
         if not isinstance(a["detail"], list):
             raise TraceError(path, line, f"{col}.detail", a["detail"], "a list of {ip, gpus} objects")
         for d, server in enumerate(a["detail"]):
@@ -314,8 +336,13 @@ def _philly_job(path: str, line: int, job: object) -> tuple[int, int, float]:
     duration = math.nan
     if attempts and times[0][0] is not None and times[-1][1] is not None:
         if times[-1][1] < times[0][0]:
-            raise TraceError(path, line, f"attempts[{len(attempts) - 1}].end_time", attempts[-1]["end_time"],
-                             f"a time >= the first attempt's start_time ({attempts[0]['start_time']})")
+            raise TraceError(
+                path,
+                line,
+                f"attempts[{len(attempts) - 1}].end_time",
+                attempts[-1]["end_time"],
+                f"a time >= the first attempt's start_time ({attempts[0]['start_time']})",
+            )
         duration = (times[-1][1] - times[0][0]) / 1e9
     return submit, gpus, duration  # type: ignore[return-value]
 
@@ -325,8 +352,14 @@ def _sorted_jobs(path: str, fmt: str, ns: list[int] | array, gpus, duration, unl
     t = np.asarray(ns, dtype=np.int64)
     order = np.argsort(t, kind="stable")
     t = t[order]
-    return JobTrace(path, fmt, _frozen((t - t[0]) / 1e9, np.float64), _frozen(np.asarray(gpus, np.int64)[order], np.int64),
-                    _frozen(np.asarray(duration, np.float64)[order], np.float64), unlaunched)
+    return JobTrace(
+        path,
+        fmt,
+        _frozen((t - t[0]) / 1e9, np.float64),
+        _frozen(np.asarray(gpus, np.int64)[order], np.int64),
+        _frozen(np.asarray(duration, np.float64)[order], np.float64),
+        unlaunched,
+    )
 
 
 @functools.lru_cache(maxsize=32)
@@ -458,9 +491,16 @@ def parse_burstgpt(path: str, mtime_ns: int, size: int) -> BurstGPTTrace:
         times.append(t)
         model.append(models.setdefault(row[mo], len(models)))
         conversation.append(row[log] == BURSTGPT_LOG_TYPES[0])
-    return BurstGPTTrace(path, "burstgpt", _frozen(times, np.float64), _frozen(ctx, np.int64), _frozen(gen, np.int64),
-                         models=tuple(models), model=_frozen(model, np.int64),
-                         conversation=_frozen(np.frombuffer(bytes(conversation), dtype=bool), bool))
+    return BurstGPTTrace(
+        path,
+        "burstgpt",
+        _frozen(times, np.float64),
+        _frozen(ctx, np.int64),
+        _frozen(gen, np.int64),
+        models=tuple(models),
+        model=_frozen(model, np.int64),
+        conversation=_frozen(np.frombuffer(bytes(conversation), dtype=bool), bool),
+    )
 
 
 # --- formats --------------------------------------------------------------------------------
@@ -477,14 +517,19 @@ class Format:
     parse: Callable[[str, int, int], JobTrace | RequestTrace]
 
 
-FORMATS: dict[str, Format] = {f.name: f for f in (
-    Format("pollux", "jobs", "Pollux job trace", ",".join(POLLUX_HEADER), parse_pollux),
-    Format("philly", "jobs", "Philly job log", "a JSON list of jobs (cluster_job_log)", parse_philly),
-    Format("pai", "jobs", "Alibaba PAI 2020 task table", ",".join(PAI_HEADER) + " (file pai_task_table*.csv, header optional)", parse_pai),
-    Format("helios", "jobs", "Helios job log", ",".join(HELIOS_HEADER), parse_helios),
-    Format("azure", "requests", "Azure LLM inference trace", ",".join(AZURE_HEADER), parse_azure),
-    Format("burstgpt", "requests", "BurstGPT trace", " or ".join(",".join(h) for h in BURSTGPT_HEADERS), parse_burstgpt),
-)}
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        Format("pollux", "jobs", "Pollux job trace", ",".join(POLLUX_HEADER), parse_pollux),
+        Format("philly", "jobs", "Philly job log", "a JSON list of jobs (cluster_job_log)", parse_philly),
+        Format(
+            "pai", "jobs", "Alibaba PAI 2020 task table", ",".join(PAI_HEADER) + " (file pai_task_table*.csv, header optional)", parse_pai
+        ),
+        Format("helios", "jobs", "Helios job log", ",".join(HELIOS_HEADER), parse_helios),
+        Format("azure", "requests", "Azure LLM inference trace", ",".join(AZURE_HEADER), parse_azure),
+        Format("burstgpt", "requests", "BurstGPT trace", " or ".join(",".join(h) for h in BURSTGPT_HEADERS), parse_burstgpt),
+    )
+}
 KIND_CLASS = {"jobs": JobTrace, "requests": RequestTrace}
 
 
@@ -507,6 +552,27 @@ def sniff(path: str) -> str:
     raise TraceError(path, 1, "header", ",".join(header), f"the first line of a known trace: {known}")
 
 
-__all__ = ["AZURE_HEADER", "AzureTrace", "BURSTGPT_HEADERS", "BurstGPTTrace", "FORMATS", "Format", "HELIOS_HEADER", "JobTrace",
-           "KIND_CLASS", "PAI_HEADER", "POLLUX_APPLICATIONS", "POLLUX_HEADER", "PolluxTrace", "RequestTrace", "TraceError",
-           "parse_azure", "parse_burstgpt", "parse_helios", "parse_pai", "parse_philly", "parse_pollux", "sniff"]
+__all__ = [
+    "AZURE_HEADER",
+    "BURSTGPT_HEADERS",
+    "FORMATS",
+    "HELIOS_HEADER",
+    "KIND_CLASS",
+    "PAI_HEADER",
+    "POLLUX_APPLICATIONS",
+    "POLLUX_HEADER",
+    "AzureTrace",
+    "BurstGPTTrace",
+    "Format",
+    "JobTrace",
+    "PolluxTrace",
+    "RequestTrace",
+    "TraceError",
+    "parse_azure",
+    "parse_burstgpt",
+    "parse_helios",
+    "parse_pai",
+    "parse_philly",
+    "parse_pollux",
+    "sniff",
+]

@@ -29,8 +29,21 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleet_marl.traces.readers import (FORMATS, AzureTrace, BurstGPTTrace, JobTrace, PolluxTrace, RequestTrace, parse_azure,
-                                       parse_burstgpt, parse_helios, parse_pai, parse_philly, parse_pollux, sniff)
+from fleet_marl.traces.readers import (
+    FORMATS,
+    AzureTrace,
+    BurstGPTTrace,
+    JobTrace,
+    PolluxTrace,
+    RequestTrace,
+    parse_azure,
+    parse_burstgpt,
+    parse_helios,
+    parse_pai,
+    parse_philly,
+    parse_pollux,
+    sniff,
+)
 
 #: Folder of the shipped samples and their licences.
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -87,86 +100,161 @@ _POLLUX_SHA = {
     3: (4691, "d76d5d1e3f9143b5453083de5c7a4c6576e884b41e86434a624b08f2c4277dc0"),
     4: (4760, "22c400f59637ba0fc2c9be3b491f67e0765d1bf33d0a57d76101d770e4443f21"),
 }
-_POLLUX_CITE = ("Qiao, Choe, Subramanya, Neiswanger, Ho, Zhang, Ganger, Xing. \"Pollux: Co-adaptive Cluster Scheduling "
-                "for Goodput-Optimized Deep Learning\", OSDI 2021")
-_SPLITWISE = ("Patel, Choukse, Zhang, Shah, Goiri, Maleki, Bianchini. \"Splitwise: Efficient generative LLM inference "
-              "using phase splitting\", ISCA 2024")
-_DYNAMOLLM = ("Stojkovic, Zhang, Goiri, Torrellas, Choukse. \"DynamoLLM: Designing LLM Inference Clusters for "
-              "Performance and Energy Efficiency\", HPCA 2025")
+_POLLUX_CITE = (
+    'Qiao, Choe, Subramanya, Neiswanger, Ho, Zhang, Ganger, Xing. "Pollux: Co-adaptive Cluster Scheduling '
+    'for Goodput-Optimized Deep Learning", OSDI 2021'
+)
+_SPLITWISE = (
+    'Patel, Choukse, Zhang, Shah, Goiri, Maleki, Bianchini. "Splitwise: Efficient generative LLM inference '
+    'using phase splitting", ISCA 2024'
+)
+_DYNAMOLLM = (
+    'Stojkovic, Zhang, Goiri, Torrellas, Choukse. "DynamoLLM: Designing LLM Inference Clusters for '
+    'Performance and Energy Efficiency", HPCA 2025'
+)
 _HELIOS_COMMIT = "159f0caeec16600b9b6017862952a36aae01c43f"
 _NOT_REACHED = "no sample ships: the full trace could not be read when the samples were cut (see docs/traces.md)"
 
 _ENTRIES = [
-    *(TraceInfo(
-        name=f"pollux-{i}", format="pollux", title=f"Pollux workload {i}: 160 jobs of 6 DL models, 8 h, sampled from Philly",
-        file=f"pollux_workload-{i}.csv",
-        url=f"https://raw.githubusercontent.com/petuum/adaptdl/{_ADAPTDL}/simulator/workloads/workload-{i}.csv",
-        source=f"petuum/adaptdl@{_ADAPTDL} (branch osdi21-artifact) simulator/workloads/workload-{i}.csv",
-        licence="Apache-2.0", citation=_POLLUX_CITE, size=_POLLUX_SHA[i][0], sha256=_POLLUX_SHA[i][1],
-        sample=f"pollux_workload-{i}.csv", cut="the whole file (160 jobs), byte for byte") for i in range(1, 5)),
+    *(
+        TraceInfo(
+            name=f"pollux-{i}",
+            format="pollux",
+            title=f"Pollux workload {i}: 160 jobs of 6 DL models, 8 h, sampled from Philly",
+            file=f"pollux_workload-{i}.csv",
+            url=f"https://raw.githubusercontent.com/petuum/adaptdl/{_ADAPTDL}/simulator/workloads/workload-{i}.csv",
+            source=f"petuum/adaptdl@{_ADAPTDL} (branch osdi21-artifact) simulator/workloads/workload-{i}.csv",
+            licence="Apache-2.0",
+            citation=_POLLUX_CITE,
+            size=_POLLUX_SHA[i][0],
+            sha256=_POLLUX_SHA[i][1],
+            sample=f"pollux_workload-{i}.csv",
+            cut="the whole file (160 jobs), byte for byte",
+        )
+        for i in range(1, 5)
+    ),
     TraceInfo(
-        name="azure-conv-2023", format="azure", title="Azure LLM inference, conversation service, 1 hour of 2023-11-16",
+        name="azure-conv-2023",
+        format="azure",
+        title="Azure LLM inference, conversation service, 1 hour of 2023-11-16",
         file="azure_llm_inference_conv_2023.csv",
         url=f"https://raw.githubusercontent.com/Azure/AzurePublicDataset/{_AZURE}/data/AzureLLMInferenceTrace_conv.csv",
-        source=f"Azure/AzurePublicDataset@{_AZURE} data/AzureLLMInferenceTrace_conv.csv", licence=CC_BY, citation=_SPLITWISE,
-        size=719_188, sha256="2f1e5b666d4e3055fdbba98598ce2ec307767b9064e03e2fa46676dbcc7d0bf8",
+        source=f"Azure/AzurePublicDataset@{_AZURE} data/AzureLLMInferenceTrace_conv.csv",
+        licence=CC_BY,
+        citation=_SPLITWISE,
+        size=719_188,
+        sha256="2f1e5b666d4e3055fdbba98598ce2ec307767b9064e03e2fa46676dbcc7d0bf8",
         sample="azure_llm_inference_conv_2023.csv",
-        cut="the whole file (19,366 requests), byte for byte: the trace task replays every row"),
+        cut="the whole file (19,366 requests), byte for byte: the trace task replays every row",
+    ),
     TraceInfo(
-        name="azure-code-2023", format="azure", title="Azure LLM inference, coding service, 1 hour of 2023-11-16",
+        name="azure-code-2023",
+        format="azure",
+        title="Azure LLM inference, coding service, 1 hour of 2023-11-16",
         file="azure_llm_inference_code_2023.csv",
         url=f"https://raw.githubusercontent.com/Azure/AzurePublicDataset/{_AZURE}/data/AzureLLMInferenceTrace_code.csv",
-        source=f"Azure/AzurePublicDataset@{_AZURE} data/AzureLLMInferenceTrace_code.csv", licence=CC_BY, citation=_SPLITWISE,
-        size=320_117, sha256="54e9a6d2a4bd06ba1e060304b900abbc74cbea53de96506e60fe5bb4f2277fb6",
+        source=f"Azure/AzurePublicDataset@{_AZURE} data/AzureLLMInferenceTrace_code.csv",
+        licence=CC_BY,
+        citation=_SPLITWISE,
+        size=320_117,
+        sha256="54e9a6d2a4bd06ba1e060304b900abbc74cbea53de96506e60fe5bb4f2277fb6",
         sample="azure_llm_inference_code_2023_first30min.csv",
         cut="the header and the rows with TIMESTAMP in the first 30 minutes ([first, first + 1800 s)): "
-            "lines 1-5741 of the file, byte for byte"),
+        "lines 1-5741 of the file, byte for byte",
+    ),
     TraceInfo(
-        name="azure-conv-2024", format="azure", title="Azure LLM inference, conversation service, one week of May 2024",
+        name="azure-conv-2024",
+        format="azure",
+        title="Azure LLM inference, conversation service, one week of May 2024",
         file="AzureLLMInferenceTrace_conv_1week.csv",
         url="https://azurepublicdatasettraces.blob.core.windows.net/azurellminfererencetrace/AzureLLMInferenceTrace_conv_1week.csv",
         source=f"Azure/AzurePublicDataset@{_AZURE} AzureLLMInferenceDataset2024.md (the file is hosted outside the repository)",
-        licence=CC_BY, citation=_DYNAMOLLM, cut=_NOT_REACHED),
+        licence=CC_BY,
+        citation=_DYNAMOLLM,
+        cut=_NOT_REACHED,
+    ),
     TraceInfo(
-        name="azure-code-2024", format="azure", title="Azure LLM inference, coding service, one week of May 2024",
+        name="azure-code-2024",
+        format="azure",
+        title="Azure LLM inference, coding service, one week of May 2024",
         file="AzureLLMInferenceTrace_code_1week.csv",
         url="https://azurepublicdatasettraces.blob.core.windows.net/azurellminfererencetrace/AzureLLMInferenceTrace_code_1week.csv",
         source=f"Azure/AzurePublicDataset@{_AZURE} AzureLLMInferenceDataset2024.md (the file is hosted outside the repository)",
-        licence=CC_BY, citation=_DYNAMOLLM, cut=_NOT_REACHED),
+        licence=CC_BY,
+        citation=_DYNAMOLLM,
+        cut=_NOT_REACHED,
+    ),
     TraceInfo(
-        name="burstgpt-1", format="burstgpt", title="BurstGPT: ChatGPT and GPT-4 requests via Azure, first 2 months (1.43M rows)",
+        name="burstgpt-1",
+        format="burstgpt",
+        title="BurstGPT: ChatGPT and GPT-4 requests via Azure, first 2 months (1.43M rows)",
         file="BurstGPT_1.csv",
         url="https://media.githubusercontent.com/media/HPMLL/BurstGPT/1f52bc81aab7392cc30cc10b244396d9480b245d/data/BurstGPT_1.csv",
         source="HPMLL/BurstGPT@1f52bc81aab7392cc30cc10b244396d9480b245d data/BurstGPT_1.csv (Git LFS pointer)",
-        licence=CC_BY, size=52_283_111, sha256="4bb3783693d0a435686fbfc885615d2349bd067239079fa4b749f2e679e12122",
-        citation=("Wang, Chen, Li, Kang, Fang, Zhou, Zheng, Tang, He, Guo, Wang, Wang, Zhou, Chu. \"BurstGPT: A Real-World "
-                  "Workload Dataset to Optimize LLM Serving Systems\", KDD 2025"), cut=_NOT_REACHED),
+        licence=CC_BY,
+        size=52_283_111,
+        sha256="4bb3783693d0a435686fbfc885615d2349bd067239079fa4b749f2e679e12122",
+        citation=(
+            'Wang, Chen, Li, Kang, Fang, Zhou, Zheng, Tang, He, Guo, Wang, Wang, Zhou, Chu. "BurstGPT: A Real-World '
+            'Workload Dataset to Optimize LLM Serving Systems", KDD 2025'
+        ),
+        cut=_NOT_REACHED,
+    ),
     TraceInfo(
-        name="philly", format="philly", title="Microsoft Philly: 117,325 DNN training jobs, Aug-Dec 2017",
+        name="philly",
+        format="philly",
+        title="Microsoft Philly: 117,325 DNN training jobs, Aug-Dec 2017",
         file="philly_cluster_job_log.json",
         url="https://media.githubusercontent.com/media/msr-fiddle/philly-traces/29a1b87fa2d9ed80b83c9e3a37f3a88d382b031d/trace-data.tar.gz",
         source="msr-fiddle/philly-traces@29a1b87fa2d9ed80b83c9e3a37f3a88d382b031d trace-data.tar.gz (Git LFS pointer)",
-        licence=CC_BY, size=1_055_988_361, sha256="2037ccf63a725a02be718b0e1aeee6142c90b7f62d0d849295120e9f6ba13d2c",
-        download="philly-trace-data.tar.gz", member="trace-data/cluster_job_log",
-        citation=("Jeon, Venkataraman, Phanishayee, Qian, Xiao, Yang. \"Analysis of Large-Scale Multi-Tenant GPU Clusters "
-                  "for DNN Training Workloads\", USENIX ATC 2019"), cut=_NOT_REACHED),
+        licence=CC_BY,
+        size=1_055_988_361,
+        sha256="2037ccf63a725a02be718b0e1aeee6142c90b7f62d0d849295120e9f6ba13d2c",
+        download="philly-trace-data.tar.gz",
+        member="trace-data/cluster_job_log",
+        citation=(
+            'Jeon, Venkataraman, Phanishayee, Qian, Xiao, Yang. "Analysis of Large-Scale Multi-Tenant GPU Clusters '
+            'for DNN Training Workloads", USENIX ATC 2019'
+        ),
+        cut=_NOT_REACHED,
+    ),
     TraceInfo(
-        name="pai-2020", format="pai", title="Alibaba PAI GPU cluster (6,500 GPUs): tasks of its training and inference jobs, July-August 2020",
+        name="pai-2020",
+        format="pai",
+        title="Alibaba PAI GPU cluster (6,500 GPUs): tasks of its training and inference jobs, July-August 2020",
         file="pai_task_table.csv",
         url="https://aliopentrace.oss-cn-beijing.aliyuncs.com/v2020GPUTraces/pai_task_table.tar.gz",
         source="alibaba/clusterdata@7a6c496e4f4b6ce6150be8f881cb051bf2abff42 cluster-trace-gpu-v2020/README.md (checksums)",
-        licence=CC_BY, sha256="cd1d6dc3215d2a8607ccf6b6dd952b5db776df86926c73259fea7c1499ac40e5",
-        download="pai_task_table.tar.gz", member="pai_task_table.csv",
-        citation=("Weng, Xiao, Yu, Wang, Wang, He, Li, Zhang, Lin, Ding. \"MLaaS in the Wild: Workload Analysis and "
-                  "Scheduling in Large-Scale Heterogeneous GPU Clusters\", NSDI 2022"), cut=_NOT_REACHED),
-    *(TraceInfo(
-        name=f"helios-{c.lower()}", format="helios", title=f"SenseTime Helios, cluster {c}: Slurm jobs, April-September 2020",
-        file=f"helios_{c.lower()}_cluster_log.csv",
-        url=f"https://raw.githubusercontent.com/S-Lab-System-Group/HeliosData/{_HELIOS_COMMIT}/data.zip",
-        source=f"S-Lab-System-Group/HeliosData@{_HELIOS_COMMIT} data.zip", licence=CC_BY,
-        git_blob="1a48d5e0fb816fe9bbf1ad7086e7dec90923e5c6", download="HeliosData-data.zip", member=f"{c}/cluster_log.csv",
-        citation=("Hu, Sun, Yan, Wen, Zhang. \"Characterization and Prediction of Deep Learning Workloads in Large-Scale "
-                  "GPU Datacenters\", SC 2021"), cut=_NOT_REACHED) for c in ("Earth", "Saturn", "Uranus", "Venus")),
+        licence=CC_BY,
+        sha256="cd1d6dc3215d2a8607ccf6b6dd952b5db776df86926c73259fea7c1499ac40e5",
+        download="pai_task_table.tar.gz",
+        member="pai_task_table.csv",
+        citation=(
+            'Weng, Xiao, Yu, Wang, Wang, He, Li, Zhang, Lin, Ding. "MLaaS in the Wild: Workload Analysis and '
+            'Scheduling in Large-Scale Heterogeneous GPU Clusters", NSDI 2022'
+        ),
+        cut=_NOT_REACHED,
+    ),
+    *(
+        TraceInfo(
+            name=f"helios-{c.lower()}",
+            format="helios",
+            title=f"SenseTime Helios, cluster {c}: Slurm jobs, April-September 2020",
+            file=f"helios_{c.lower()}_cluster_log.csv",
+            url=f"https://raw.githubusercontent.com/S-Lab-System-Group/HeliosData/{_HELIOS_COMMIT}/data.zip",
+            source=f"S-Lab-System-Group/HeliosData@{_HELIOS_COMMIT} data.zip",
+            licence=CC_BY,
+            git_blob="1a48d5e0fb816fe9bbf1ad7086e7dec90923e5c6",
+            download="HeliosData-data.zip",
+            member=f"{c}/cluster_log.csv",
+            citation=(
+                'Hu, Sun, Yan, Wen, Zhang. "Characterization and Prediction of Deep Learning Workloads in Large-Scale '
+                'GPU Datacenters", SC 2021'
+            ),
+            cut=_NOT_REACHED,
+        )
+        for c in ("Earth", "Saturn", "Uranus", "Venus")
+    ),
 ]
 #: Registry name -> trace, in the order ``fleet-marl traces list`` shows them.
 TRACES: dict[str, TraceInfo] = {t.name: t for t in _ENTRIES}
@@ -212,8 +300,7 @@ def resolve_trace(name: str | os.PathLike) -> Path:
     if info:
         hint = f"run 'fleet-marl traces fetch {key}' to download it ({info.url})"
     else:
-        hint = (f"set {TRACES_ENV} to the folder that holds it, or use a name of 'fleet-marl traces list' "
-                f"({', '.join(TRACES)})")
+        hint = f"set {TRACES_ENV} to the folder that holds it, or use a name of 'fleet-marl traces list' ({', '.join(TRACES)})"
     raise FileNotFoundError(f"trace {key!r} not found: tried {', '.join(map(str, dict.fromkeys(tried)))}; {hint}")
 
 
@@ -294,14 +381,40 @@ def trace_stats(path: str | os.PathLike) -> dict:
     n = len(tr.time_s)
     per_s = n / dur if dur > 0 else float("nan")
     if isinstance(tr, RequestTrace):
-        return {"requests": n, "duration_s": dur, "rate_per_s": per_s,
-                "mean_context_tokens": float(tr.context_tokens.mean()),
-                "mean_generated_tokens": float(tr.generated_tokens.mean())}
+        return {
+            "requests": n,
+            "duration_s": dur,
+            "rate_per_s": per_s,
+            "mean_context_tokens": float(tr.context_tokens.mean()),
+            "mean_generated_tokens": float(tr.generated_tokens.mean()),
+        }
     gpu = tr.gpus[tr.gpus >= 1]
-    return {"jobs": n, "gpu_jobs": len(gpu), "duration_s": dur, "jobs_per_hour": per_s * 3600,
-            "mean_gpus": float(gpu.mean()) if len(gpu) else float("nan")}
+    return {
+        "jobs": n,
+        "gpu_jobs": len(gpu),
+        "duration_s": dur,
+        "jobs_per_hour": per_s * 3600,
+        "mean_gpus": float(gpu.mean()) if len(gpu) else float("nan"),
+    }
 
 
-__all__ = ["CACHE_ENV", "DATA_DIR", "TRACES", "TRACES_ENV", "TraceInfo", "cache_dir", "read_azure", "read_burstgpt", "read_helios",
-           "read_pai", "read_philly", "read_pollux", "read_trace", "registry_file", "registry_names", "resolve_trace", "trace_stats",
-           "traces_dir"]
+__all__ = [
+    "CACHE_ENV",
+    "DATA_DIR",
+    "TRACES",
+    "TRACES_ENV",
+    "TraceInfo",
+    "cache_dir",
+    "read_azure",
+    "read_burstgpt",
+    "read_helios",
+    "read_pai",
+    "read_philly",
+    "read_pollux",
+    "read_trace",
+    "registry_file",
+    "registry_names",
+    "resolve_trace",
+    "trace_stats",
+    "traces_dir",
+]
