@@ -18,7 +18,9 @@ pai-2020          jobs      none        Alibaba PAI GPU 2020, NSDI 2022 (CC-BY-4
 helios-<cluster>  jobs      none        SenseTime Helios, SC 2021 (CC-BY-4.0)
 ================  ========  ==========  =====================================================
 
-Modules: :mod:`~fleet_marl.traces.readers` (one validating parser per format),
+Modules: :mod:`~fleet_marl.traces.readers` (the formats, ``FORMATS`` and ``sniff``; one validating
+parser per format in :mod:`~fleet_marl.traces.job_traces` and :mod:`~fleet_marl.traces.request_traces`,
+over :mod:`~fleet_marl.traces.fields`),
 :mod:`~fleet_marl.traces.registry` (``TRACES``, name resolution, ``read_*``),
 :mod:`~fleet_marl.traces.download` (``fetch``: resumable, verified downloads) and
 :mod:`~fleet_marl.traces.command` (``fleet-marl traces list`` / ``fetch``). The samples and

@@ -281,7 +281,7 @@ def _candidates(key: str) -> list[Path]:
     env = os.environ.get(TRACES_ENV)
     if env:
         tried.append(Path(env).expanduser() / key)
-    tried += [DATA_DIR / key] + ([info.sample_path] if info and info.sample_path else [])  # type: ignore[list-item]
+    tried += [DATA_DIR / key] + ([info.sample_path] if info and info.sample_path else [])
     tried += [cache_dir() / key] + ([cache_dir() / info.file] if info else [])
     return tried
 
