@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: train test bench install clean baselines demo wheel-smoke
+.PHONY: train test lint bench install clean baselines demo wheel-smoke
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no python3.11 or python3 on PATH; install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
@@ -30,6 +30,12 @@ train: $(STAMP)
 ## make test: the whole test suite
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+## make lint: ruff (lint and format check) and mypy over fleet_marl, zero findings (.ci/run runs it before the tests; .pre-commit-config.yaml runs the same on commit)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check fleet_marl
+	$(VENV)/bin/ruff format --check fleet_marl
+	$(VENV)/bin/mypy
 
 ## make baselines: every reference policy on every task, 10 seeds; updates README.md and docs/results.md
 baselines: $(STAMP)

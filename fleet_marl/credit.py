@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import factorial
+from typing import Any
 
 import numpy as np
 
@@ -98,6 +99,7 @@ class Difference(Scheme):
     rows = "removal"
 
     def reward(self, r: Rows) -> np.ndarray:
+        assert r.removal is not None  # rows = "removal": the engine evaluated them
         return np.where(r.live, r.G[:, None] - r.removal, 0.0)
 
 
@@ -106,6 +108,7 @@ class DifferenceDefault(Scheme):
     rows = "default"
 
     def reward(self, r: Rows) -> np.ndarray:
+        assert r.default is not None  # rows = "default": the engine evaluated them
         return np.where(r.live, r.G[:, None] - r.default, 0.0)
 
 
@@ -114,6 +117,7 @@ class Shapley(Scheme):
     rows = "coalitions"
 
     def reward(self, r: Rows) -> np.ndarray:
+        assert r.shapley is not None  # rows = "coalitions": the engine evaluated them
         return r.shapley
 
 
@@ -133,9 +137,9 @@ class Credit:
     welfare and every computed scheme's rewards ((B, T), 0 for tenants not live)."""
 
     outcome: Outcome
-    welfare: np.ndarray
+    welfare: Any  # (B,) float64; a float for one cluster (cluster())
     rewards: dict[str, np.ndarray]
-    rows: np.ndarray  # (B,) kernel rows evaluated for each cluster
+    rows: Any  # (B,) int64 kernel rows evaluated for each cluster; an int for one cluster (cluster())
 
     def cluster(self, b: int) -> Credit:
         """Cluster ``b`` alone: fields without the B axis."""
@@ -199,7 +203,8 @@ class CreditEngine:
             present.append(np.repeat(live[:, None, :], T, axis=1))
         fixed = np.concatenate(present, axis=1)  # (B, F, T): the same number of rows in every cluster
         F = fixed.shape[1]
-        coal, perm_ranks = [], []
+        coal: list[np.ndarray] = []
+        perm_ranks: list[np.ndarray | None] = []  # None: exact Shapley (every coalition)
         if "coalitions" in self.needs:
             for b in range(B):
                 idx = np.flatnonzero(live[b])
@@ -243,10 +248,9 @@ class CreditEngine:
                 *(np.asarray(getattr(state, f))[rc] for f in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left"))
             )
             dr_rows = Draws(
-                *(
-                    None if v is None else np.asarray(v)[rc]
-                    for v in (draws.arrivals, draws.tiebreak, draws.prompt_tokens, draws.output_tokens)
-                )
+                np.asarray(draws.arrivals)[rc],
+                np.asarray(draws.tiebreak)[rc],
+                *(None if v is None else np.asarray(v)[rc] for v in (draws.prompt_tokens, draws.output_tokens)),
             )
             grand = np.zeros(rc.size, bool)
             grand[start] = True
@@ -268,18 +272,18 @@ class CreditEngine:
                 if not n:
                     continue
                 v = W[start[b] + col : start[b] + counts[b]]
-                rank = perm_ranks[b]
-                if rank is None:
+                ranks = perm_ranks[b]
+                if ranks is None:
                     without, with_, weight = self._plan(n)
                     phi[b, idx] = (weight * (v[with_] - v[without])).sum(-1)
                 else:
-                    M = rank.shape[0]
+                    M = ranks.shape[0]
                     full = np.empty((M, n + 1))
                     full[:, 0] = 0.0
                     full[:, n] = G[b]
                     full[:, 1:n] = v.reshape(M, n - 1)
                     m = np.arange(M)[:, None]
-                    phi[b, idx] = (full[m, rank + 1] - full[m, rank]).mean(0)
+                    phi[b, idx] = (full[m, ranks + 1] - full[m, ranks]).mean(0)
             r.shapley = phi
         rewards = {s: SCHEMES[s].reward(r) for s in self.schemes}
         return Credit(outcome=out, welfare=G, rewards=rewards, rows=counts)

@@ -145,7 +145,7 @@ def schedules(specs, kinds, n_rounds: int, round_seconds: float) -> Schedules:
     if n_rounds < 0 or not round_seconds > 0:
         raise ValueError(f"n_rounds = {n_rounds}, round_seconds = {round_seconds}: expected >= 0 and > 0")
     T = len(specs)
-    replays = any(sp.pattern == "trace" and k == "serve" for sp, k in zip(specs, kinds))
+    replays = any(sp.pattern == "trace" and k == "serve" for sp, k in zip(specs, kinds, strict=True))
     out = Schedules(
         np.zeros(T, np.int64),
         np.zeros((T, n_rounds)),
@@ -161,7 +161,7 @@ def schedules(specs, kinds, n_rounds: int, round_seconds: float) -> Schedules:
     )
     lead = next((w for w in specs if w.burst_shared), specs[0])
     out.shared_pq[:] = _chain_rates(lead.burst_fraction, lead.burst_rounds)
-    for i, (spec, kind) in enumerate(zip(specs, kinds)):
+    for i, (spec, kind) in enumerate(zip(specs, kinds, strict=True)):
         _check_kind(kind)
         out.prompt_tokens[:, i], out.output_tokens[:, i] = float(spec.prompt_tokens), float(spec.output_tokens)
         if spec.pattern == "trace" and kind == "serve":
@@ -231,12 +231,13 @@ def draw_cluster(rng, code, lam, lam_on, lam_off, p, q, shared, shared_pq, out, 
 def _trace_rounds(spec: WorkloadSpec, kind: str, n_rounds: int, round_seconds: float):
     """``(rounds, trace)``: the round of each replayed entry that lands in ``[0, n_rounds)`` and
     its index into the trace, and the trace."""
-    tr = read_trace(spec.trace)  # type: ignore[arg-type]
+    assert spec.trace is not None  # WorkloadSpec requires a trace with the trace pattern
+    tr = read_trace(spec.trace)
     want = TRACE_KIND[kind]
     if not isinstance(tr, JobTrace if want == "jobs" else RequestTrace):
         titles = ", ".join(f.title for f in FORMATS.values() if f.kind == want)
         raise TraceError(tr.path, 1, "format", FORMATS[tr.format].title, f"a {want} trace ({titles}): a {kind} tenant replays {want}")
-    keep = np.arange(len(tr.time_s)) if want == "requests" else np.flatnonzero(tr.gpus >= 1)
+    keep = np.flatnonzero(tr.gpus >= 1) if isinstance(tr, JobTrace) else np.arange(len(tr.time_s))
     keep = keep[np.arange(len(keep)) % spec.trace_shards == spec.trace_shard]
     t = (tr.time_s[keep] - spec.trace_offset_s) / spec.trace_speedup
     land = t >= 0

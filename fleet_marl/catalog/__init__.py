@@ -14,7 +14,7 @@ YAML ``source`` field and again, with the equation that uses it, in ``docs/model
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np

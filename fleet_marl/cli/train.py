@@ -81,9 +81,8 @@ def engine_of(args) -> str:
         except yaml.YAMLError:
             data = None  # the engine's own parser reports it
         return data.get("engine", "rllib") if isinstance(data, dict) else ENGINES[0]
-    if args.resume:
-        if torchrl_run(args.resume) is None and rllib_run(args.resume) is not None:
-            return "rllib"
+    if args.resume and torchrl_run(args.resume) is None and rllib_run(args.resume) is not None:
+        return "rllib"
     return ENGINES[0]
 
 

@@ -130,7 +130,8 @@ def deprecated(message: str) -> None:
     """A ``DeprecationWarning`` attributed to the first caller outside ``fleet_marl`` (so the
     default warning filters show it for the user's own code)."""
     package = str(Path(__file__).resolve().parents[1])
-    level, frame = 2, sys._getframe(1)
+    level = 2
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(package):
         level, frame = level + 1, frame.f_back
     warnings.warn(message, DeprecationWarning, stacklevel=level)

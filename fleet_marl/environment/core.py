@@ -59,6 +59,7 @@ class CoreStatic:
     def from_config(cfg: FleetConfig) -> CoreStatic:
         for t in cfg.tenants:  # a missing trace file is an error now, not at reset()
             if t.workload.pattern == "trace":
+                assert t.workload.trace is not None  # WorkloadSpec requires a trace with the trace pattern
                 resolve_trace(t.workload.trace)
         st = KernelStatic.from_config(cfg)
         bid_levels = np.array(cfg.arbiter.bid_levels, np.float64)
@@ -122,9 +123,9 @@ class EnvState:
     utility_sum: np.ndarray  # (B, T) float64
     rounds: np.ndarray  # (B, T) int64 rounds played by each tenant
     fairness: FairnessState
+    last_arrivals: np.ndarray  # (B, T) float64 the last round's serving arrivals
+    drawn_from: list[np.random.Generator | None]  # (B,) the generator each cluster's tie-breaks came from
     last: Outcome | None = None  # the last round's outcome, leading (B,) (read where has_last)
-    last_arrivals: np.ndarray | None = None  # (B, T) float64 the last round's serving arrivals (``zeros`` fills it)
-    drawn_from: list | None = None  # (B,) the generator each cluster's tie-breaks came from (``zeros`` fills it)
 
     @staticmethod
     def zeros(cs: CoreStatic, B: int) -> EnvState:

@@ -4,13 +4,14 @@ package docstring of :mod:`fleet_marl.environment`), and ``parallel_env()``."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium
 import numpy as np
 from pettingzoo import ParallelEnv
 
 from fleet_marl.config import FleetConfig
+from fleet_marl.credit import Credit
 from fleet_marl.environment import core
 from fleet_marl.environment.render import render_frame
 from fleet_marl.environment.spaces import (
@@ -95,7 +96,12 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
     cluster: agent-ID dicts and the checks of dict actions here, the round there.
     """
 
-    metadata = {"name": "fleet_v0", "render_modes": ["ansi", "rgb_array", "human"], "render_fps": 2, "is_parallelizable": True}
+    metadata: ClassVar[dict[str, Any]] = {
+        "name": "fleet_v0",
+        "render_modes": ["ansi", "rgb_array", "human"],
+        "render_fps": 2,
+        "is_parallelizable": True,
+    }
 
     def __init__(self, task: str | None = None, config: FleetConfig | dict | None = None, **overrides: Any):
         """``task`` (default ``"easy"``) or a full ``config``, plus overrides of any field."""
@@ -149,7 +155,7 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
         self.reward_schemes = cs.schemes  # the schemes computed each round: infos[agent]["reward_<scheme>"]
         #: the info keys, in order: each computed scheme's reward, then _INFO_KEYS
         self._info_keys = tuple(REWARD_PREFIX + k for k in cs.schemes) + _INFO_KEYS
-        self._reset_info = dict(zip(self._info_keys, (0.0,) * len(cs.schemes) + _RESET_VALUES))
+        self._reset_info = dict(zip(self._info_keys, (0.0,) * len(cs.schemes) + _RESET_VALUES, strict=True))
         # the documented default action (difference_default, Themis)
         self.default_action_index, self.default_actions = cs.default_index, cs.default_actions
         self.rounds_alone = cs.rounds_alone
@@ -157,7 +163,7 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
         self.last_credit_seconds = 0.0  # ... in the last step
         self.steps_taken = 0
         self._s = core.EnvState.zeros(cs, 1)  # the episode: one cluster of the array core
-        self._last_credit = None
+        self._last_credit: Credit | None = None
         self._reports: dict[str, dict] = {}  # episode_reports
         self._warned_empty = False  # step() with no live agent warned this episode
 
@@ -257,13 +263,14 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
             (lowest | hoarding).tolist(),
             lowest.tolist(),
             hoarding.tolist(),
-            illegal.any(1).tolist(),
+            np.logical_or.reduce(illegal, axis=1).tolist(),
             illegal,
             masks,
             *(getattr(o, k)[0].tolist() for k in _FLAG_KEYS),
+            strict=True,
         )
         per_tenant = list(columns)
-        summary = self.fairness if any(done_l) else None
+        summary = self.fairness if any(done_l) else None  # read once, only when someone leaves
         keys = self._info_keys
         rewards, terms, truncs, infos = {}, {}, {}, {}
         for a in agents:
@@ -271,8 +278,8 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
             rewards[a] = rew_l[i]
             terms[a] = term_l[i]
             truncs[a] = trunc_l[i]
-            infos[a] = dict(zip(keys, per_tenant[i]))
-            if done_l[i]:
+            infos[a] = dict(zip(keys, per_tenant[i], strict=True))
+            if summary is not None and done_l[i]:
                 self._reports[a] = summary.episode_report(i, s.ret[0, i], s.utility_sum[0, i], int(s.rounds[0, i]))
         core.finish(s, r)
         self.agents = [a for a in agents if not done_l[self.agent_index[a]]]
@@ -308,7 +315,7 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
                 if code == OK:  # some masked choices: name them (veto) or raise
                     return idx, self._illegal(idx)
         for a, act in actions.items():
-            idx[self.agent_index[a] if a in self.agent_index else 0] = self.check_action(a, act, live)
+            idx[self.agent_index.get(a, 0)] = self.check_action(a, act, live)
         missing = [a for a in self.agents if a not in actions]
         if missing:
             raise ActionError(missing[0], "action", None, f"an action for every live agent; missing {', '.join(missing)}")

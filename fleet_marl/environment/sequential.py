@@ -41,7 +41,8 @@ highest level, place in the order / (tenants in the order - 1).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 from pettingzoo import AECEnv
@@ -97,7 +98,12 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
     ...     env.step(None if term or trunc else env.action_space(agent).sample(info["action_mask"]))
     """
 
-    metadata = {"name": "fleet_v0", "render_modes": ["ansi", "rgb_array", "human"], "render_fps": 2, "is_parallelizable": False}
+    metadata: ClassVar[dict[str, Any]] = {
+        "name": "fleet_v0",
+        "render_modes": ["ansi", "rgb_array", "human"],
+        "render_fps": 2,
+        "is_parallelizable": False,
+    }
 
     def __init__(self, task: str | None = None, config=None, **overrides: Any):
         """``task`` or ``config`` and overrides as ``parallel_env`` takes them, plus
@@ -195,12 +201,14 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
 
     def _turn_order(self, live: list[str]) -> list[str]:
         idx, T = self.env.agent_index, len(self.possible_agents)
+        rows: Sequence[int]
         if self.turn_order == "fixed":
             rows = range(T)
         elif self.turn_order == "rotating":
             start = self.env.round % T
             rows = [(start + k) % T for k in range(T)]
         elif self.turn_order == "random":
+            assert self._order_rng is not None  # reset() draws it before the first turn
             rows = self._order_rng.permutation(T).tolist()  # drawn over all tenants: the stream does not depend on who is live
         else:
             rows = self._priority_order

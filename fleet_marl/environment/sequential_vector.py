@@ -5,7 +5,7 @@ over :class:`~fleet_marl.environment.vector.FleetVectorEnv` (which clears each r
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium
 import numpy as np
@@ -55,7 +55,7 @@ class FleetSequentialVectorEnv:
     ((4, 2), [1, 1, 1, 1], False)
     """
 
-    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+    metadata: ClassVar[dict[str, Any]] = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(self, num_envs: int = 1, task: str | None = None, config=None, **overrides: Any):
         self.turn_order = require_sequential(
@@ -105,7 +105,7 @@ class FleetSequentialVectorEnv:
         fresh = seed is not None or self._order_rngs is None
         seeds = v.check_seeds(seed) if fresh else None  # checks the seed before anything changes
         obs, infos = v.reset(seed=seed, options=options)
-        if fresh:
+        if seeds is not None:
             # the turn order's own stream: the third child of each cluster's seed, as the AEC env draws it
             self._order_rngs = [np.random.default_rng(np.random.SeedSequence(s).spawn(3)[2]) for s in seeds]
         self._base, self._mask = obs, infos["action_mask"]
@@ -122,12 +122,7 @@ class FleetSequentialVectorEnv:
             raise RuntimeError("step() called before reset(): call venv.reset(seed=...) first")
         B, T = self.num_envs, self.num_agents
         a = np.asarray(actions) if actions is not None else None
-        if (
-            a is None
-            or a.dtype == object
-            or a.dtype == bool
-            or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating))
-        ):
+        if a is None or a.dtype in (object, bool) or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
             raise ActionError("actions", "dtype", None if a is None else a.dtype, f"an integer array of shape ({B}, {N_ACT})")
         if a.shape != (B, N_ACT):
             raise ActionError(
@@ -220,6 +215,7 @@ class FleetSequentialVectorEnv:
         T = self.num_agents
         rounds, alive = self.venv.rounds, self.venv.alive
         if self.turn_order == "random":
+            assert self._order_rngs is not None  # reset() draws them before the first round
             seq = np.stack([self._order_rngs[b].permutation(T) for b in clusters]) if len(clusters) else np.zeros((0, T), np.int64)
         elif self.turn_order == "rotating":
             seq = (rounds[clusters, None] + np.arange(T)) % T

@@ -165,6 +165,7 @@ def build_spaces(
     features per observation (``N_OBS + N_CLAIM`` under the sequential protocol)."""
     space = FlatMaskMultiDiscrete if mask_layout == "flat" else gymnasium.spaces.MultiDiscrete
     action_spaces = {a: space(nvec[i]) for i, a in enumerate(agents)}
+    observation_spaces: dict[str, gymnasium.spaces.Space]
     if obs_mode == "flat":
         observation_spaces = {a: gymnasium.spaces.Box(0.0, 1.0, (n_obs,), np.float32) for a in agents}
     else:
@@ -286,12 +287,7 @@ def parse_action(a: str, act, nvec: np.ndarray) -> np.ndarray:
     """One agent's action as 8 int64 indices, or an :class:`ActionError` naming the bad
     field: an integer (or integral float) array of shape (8,) within ``nvec``."""
     arr = np.asarray(act) if act is not None else None
-    if (
-        arr is None
-        or arr.dtype == object
-        or arr.dtype == bool
-        or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating))
-    ):
+    if arr is None or arr.dtype in (object, bool) or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
         raise ActionError(a, "action", act, f"an integer array of shape ({N_ACT},) from action_space('{a}')")
     if arr.shape != (N_ACT,):
         raise ActionError(a, "action.shape", arr.shape, f"({N_ACT},): {', '.join(ACTION_FIELDS)}")
@@ -333,6 +329,12 @@ class AgentSpaces:
     and ``action_space(agent)`` over their ``observation_spaces``/``action_spaces`` dicts, the
     check that an agent name is one of ``possible_agents``, and the check that ``reset()`` came
     first (``_ready``)."""
+
+    # provided by the env that mixes this in
+    observation_spaces: dict[str, gymnasium.spaces.Space]
+    action_spaces: dict[str, gymnasium.spaces.MultiDiscrete]
+    possible_agents: list[str]
+    _ready: bool
 
     def observation_space(self, agent: str) -> gymnasium.spaces.Space:
         return self.observation_spaces[self._known(agent)]

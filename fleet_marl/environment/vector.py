@@ -27,7 +27,7 @@ conventions otherwise (seeding, same-step autoreset announced in ``metadata["aut
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium
 import numba as nb
@@ -76,7 +76,7 @@ class FleetVectorEnv:
     ((4, 2), True)
     """
 
-    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+    metadata: ClassVar[dict[str, Any]] = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(self, num_envs: int = 1, task: str | None = None, config=None, **overrides: Any):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
@@ -264,12 +264,7 @@ class FleetVectorEnv:
         cs, s = self._core, self._s
         B, T = self.num_envs, self.num_agents
         a = np.asarray(actions) if actions is not None else None
-        if (
-            a is None
-            or a.dtype == object
-            or a.dtype == bool
-            or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating))
-        ):
+        if a is None or a.dtype in (object, bool) or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
             raise ActionError("actions", "dtype", None if a is None else a.dtype, f"an integer array of shape ({B}, {T}, {N_ACT})")
         if a.shape != (B, T, N_ACT):
             raise ActionError("actions", "shape", a.shape, f"({B}, {T}, {N_ACT}): clusters, tenants, {', '.join(ACTION_FIELDS)}")

@@ -7,6 +7,7 @@ never through the env's private state. Arrays are read-only views: copy before w
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +26,19 @@ class EnvViews:
     """``round``, ``last_outcome``, ``last_credit``, ``fairness``, ``episode_reports``,
     ``node_temperatures``, ``round_state``, ``arrival_schedule`` and ``observed_round()``
     (``FleetParallelEnv`` provides the state)."""
+
+    if TYPE_CHECKING:  # what the env that mixes this in provides
+        from fleet_marl.credit import Credit
+        from fleet_marl.environment.core import EnvState
+        from fleet_marl.kernel import KernelStatic
+
+        kernel_static: KernelStatic
+        _s: EnvState
+        _reports: dict[str, dict]
+        _last_credit: Credit | None
+
+        def state(self) -> np.ndarray: ...
+        def _need_reset(self, what: str) -> None: ...
 
     def observed_round(self, state_vector: np.ndarray | None = None, include_queued_jobs: bool = False) -> observations.ObservedRound:
         """What ``state_vector`` (default: ``state()``) says of the round ahead: live tenants,

@@ -36,7 +36,7 @@ from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
 from fleet_marl.policies.base import N_ACT, N_OBS, PREC, BasePolicy
 from fleet_marl.policies.heuristics import EXPERT_MAP, PrecisionExpertPolicy
 
-_MAPS = (
+_MAPS: tuple[dict[str, str], ...] = (
     {},  # BF16 everywhere
     EXPERT_MAP,
     {**EXPERT_MAP, "attention": "fp8"},
@@ -150,10 +150,10 @@ class PlannerPolicy(BasePolicy):
         self.rows = 0
         for _ in range(self.passes):
             changed = False
-            for i in masks:
+            for i, mask in masks.items():
                 others = sum(int(joint[k, 0]) for k in masks if k != i and st.pool[k] == st.pool[i])
-                cap = min(int(st.max_gpus[i]), int(st.pool_capacity[st.pool[i]]) - others, self.legal_max(masks[i][0]))
-                cand = np.vstack([joint[i][None], self._candidates(i, masks[i], max(cap, 0), bid)])  # row 0: as planned
+                cap = min(int(st.max_gpus[i]), int(st.pool_capacity[st.pool[i]]) - others, self.legal_max(mask[0]))
+                cand = np.vstack([joint[i][None], self._candidates(i, mask, max(cap, 0), bid)])  # row 0: as planned
                 rows = np.repeat(joint[None], cand.shape[0], axis=0)
                 rows[:, i] = cand
                 w = self._welfare(rows, state, draws, present)

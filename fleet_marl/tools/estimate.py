@@ -132,10 +132,10 @@ def estimate(args) -> dict:
     cap = float(g.memory_gb * 1e9)
     usable = float(st.mem_bytes[0])
     fit_b = int(max(engine.fitting_batch(*terms, n, usable), 0))
-    comp = dict(zip(("weights", "gradients", "master_fp32", "optimizer", "activations", "kv_cache"), map(float, mem)))
+    comp = dict(zip(("weights", "gradients", "master_fp32", "optimizer", "activations", "kv_cache"), map(float, mem), strict=True))
     comp = {k: v for k, v in comp.items() if args.mode == "train" or k in ("weights", "kv_cache")}
     comp["total"] = float(sum(mem))
-    unsafe = [gr for gr, code in zip(catalog.GROUPS, prec[0, 0]) if catalog.UNSAFE[catalog.GROUPS.index(gr), code]]
+    unsafe = [gr for gr, code in zip(catalog.GROUPS, prec[0, 0], strict=True) if catalog.UNSAFE[catalog.GROUPS.index(gr), code]]
     out = {
         "model": args.model,
         "mode": args.mode,

@@ -73,7 +73,7 @@ def _sweep_one(model: str, gpu_type: str, mode: str, gpu_counts, batches, seq_le
         "mode": mode,
         "gpus": int(grid[i, 2]),
         "batch": int(grid[i, 1]),
-        "precision": ",".join(f"{gr}={catalog.PRECISIONS[c]}" for gr, c in zip(catalog.GROUPS, maps[grid[i, 0]])),
+        "precision": ",".join(f"{gr}={catalog.PRECISIONS[c]}" for gr, c in zip(catalog.GROUPS, maps[grid[i, 0]], strict=True)),
         "tokens_per_s": float(out.tokens_per_s[i, 0]),
         "tokens_per_s_per_gpu": float(score[i]),
         "usd_per_million_tokens": float(g.price_per_hour / 3600.0 / score[i] * 1e6),
