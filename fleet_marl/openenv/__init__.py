@@ -64,4 +64,20 @@ def __getattr__(name):
     raise AttributeError(f"module 'fleet_marl.openenv' has no attribute {name!r}")
 
 
-__all__ = sorted(_NAMES)
+#: The names of _NAMES (a literal list, so tools read it without running the module).
+__all__ = [
+    "MODES",
+    "FleetEgoAction",
+    "FleetEgoClient",
+    "FleetEgoEnvironment",
+    "FleetEgoObservation",
+    "FleetEnvClient",
+    "FleetJointAction",
+    "FleetMultiEnvironment",
+    "FleetMultiObservation",
+    "FleetState",
+    "RemoteParallelEnv",
+    "ServerLimits",
+    "WebSocketSession",
+    "make_app",
+]

@@ -19,6 +19,7 @@ import functools
 from typing import Any
 
 from openenv.core.env_server.http_server import create_fastapi_app
+from openenv.core.env_server.types import Action, Observation
 
 from fleet_marl.openenv.ego import FleetEgoEnvironment
 from fleet_marl.openenv.guard import Guard
@@ -28,7 +29,7 @@ from fleet_marl.openenv.multi import FleetMultiEnvironment
 from fleet_marl.openenv.server import add_routes
 
 #: The two views and their (environment, action, observation) classes.
-MODES = {
+MODES: dict[str, tuple[type[FleetMultiEnvironment | FleetEgoEnvironment], type[Action], type[Observation]]] = {
     "multi": (FleetMultiEnvironment, FleetJointAction, FleetMultiObservation),
     "ego": (FleetEgoEnvironment, FleetEgoAction, FleetEgoObservation),
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -118,14 +119,17 @@ def resolve_task(task: str | None, split: str | None, index: int | None, default
 
 class SessionEnv:
     """The ``FleetParallelEnv`` of one session, rebuilt only when the task or the overrides
-    change (so ``reset(seed=None)`` continues the seed sequence, as locally).
+    change (so ``reset(seed=None)`` continues the seed sequence, as locally). ``env`` is it (the
+    round engine), ``aec`` the sequential protocol's AEC env over it when the ego view's config
+    asks for one (else None).
 
     Every scenario it builds is checked against ``limits`` first (:func:`check_config`): within
     the server's limits, and naming only registry traces, apart from ``trusted_traces`` (those of
     the operator's own default config). A built-in task's traces are registry names."""
 
-    def __init__(self, limits: ServerLimits | None = None, trusted_traces: frozenset = frozenset()) -> None:
+    def __init__(self, limits: ServerLimits | None = None, trusted_traces: AbstractSet[str] = frozenset()) -> None:
         self.env: FleetParallelEnv | None = None
+        self.aec: FleetSequentialEnv | None = None
         self.key: Any = None
         self.task: str | None = None
         self.limits = ServerLimits() if limits is None else limits
@@ -138,31 +142,39 @@ class SessionEnv:
         extra: dict | None = None,
         sequential: bool = False,
         check: Callable[[FleetConfig], None] | None = None,
-    ) -> FleetParallelEnv | FleetSequentialEnv:
+    ) -> FleetParallelEnv:
         """The session's env for ``task`` and ``config`` (overrides); with ``sequential`` (the ego
         view) ``config`` ``{"protocol": "sequential", ...}`` builds the sequential protocol's AEC
-        env, which the multi view (a ParallelEnv over the wire) refuses as ``parallel_env`` does.
-        ``check(config)`` runs on the scenario before anything changes (it raises to refuse)."""
+        env (``aec``; the env returned is its round engine), which the multi view (a ParallelEnv
+        over the wire) refuses as ``parallel_env`` does. ``check(config)`` runs on the scenario
+        before anything changes (it raises to refuse)."""
         overrides = dict(config or {})
         for k in ("obs_mode", "render_mode", "mask_layout"):
             if k in overrides:
                 raise ValueError(f"reset: config.{k}: not settable over the wire (the server chooses it)")
         overrides.update(extra or {})
-        key = (task, json.dumps(overrides, sort_keys=True, default=str))
-        rebuild = self.env is None or key != self.key
-        if rebuild:
-            check_overrides(overrides, self.limits)
-            cfg, _ = make_config(task, None, **overrides)  # a ConfigError names the bad field
-            check_config(cfg, self.limits, trace_values(task_dict(task)) | self.trusted_traces)
+        key = (task, json.dumps(overrides, sort_keys=True, default=str), sequential)
+        current = self.env
+        if current is not None and key == self.key:
+            if check is not None:
+                check(current.config)
+            return current
+        check_overrides(overrides, self.limits)
+        cfg, _ = make_config(task, None, **overrides)  # a ConfigError names the bad field
+        check_config(cfg, self.limits, trace_values(task_dict(task)) | self.trusted_traces)
         if check is not None:
-            check(cfg if rebuild else self.env.config)
-        if rebuild:
-            make = FleetSequentialEnv if sequential and overrides.get("protocol") == "sequential" else FleetParallelEnv
-            env = make(task=task, **overrides)  # a ConfigError names the bad field
-            if self.env is not None:
-                self.env.close()
-            self.env, self.key, self.task = env, key, task
-        return self.env
+            check(cfg)
+        aec: FleetSequentialEnv | None = None
+        if sequential and overrides.get("protocol") == "sequential":
+            aec = FleetSequentialEnv(task=task, **overrides)  # a ConfigError names the bad field
+            env = aec.env
+        else:
+            env = FleetParallelEnv(task=task, **overrides)  # a ConfigError names the bad field
+        old = self.aec if self.aec is not None else self.env
+        if old is not None:
+            old.close()
+        self.env, self.aec, self.key, self.task = env, aec, key, task
+        return env
 
 
 def package_version() -> str:

@@ -16,7 +16,8 @@ for sync code). ``WebSocketSession`` speaks the same protocol over an open WebSo
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, ClassVar, TypeVar
 
 import gymnasium
 import numpy as np
@@ -56,16 +57,20 @@ def auth_headers(token: str | None, headers: dict[str, str] | None = None) -> di
     return {**(headers or {}), "Authorization": f"Bearer {token}"}
 
 
-class _TokenClient:
-    """``token=`` for OpenEnv's ``EnvClient``: sent as a bearer token when the socket opens."""
+_Act = TypeVar("_Act")
+_Obs = TypeVar("_Obs")
+
+
+class _TokenClient(EnvClient[_Act, _Obs, FleetState]):
+    """OpenEnv's ``EnvClient`` with ``token=``: sent as a bearer token when the socket opens."""
 
     def __init__(
         self, base_url: str | None = None, *args: Any, token: str | None = None, headers: dict[str, str] | None = None, **kwargs: Any
     ):
-        super().__init__(base_url, *args, headers=auth_headers(token, headers), **kwargs)  # type: ignore[call-arg]
+        super().__init__(base_url, *args, headers=auth_headers(token, headers), **kwargs)
 
 
-class FleetEnvClient(_TokenClient, EnvClient[FleetJointAction, FleetMultiObservation, FleetState]):
+class FleetEnvClient(_TokenClient[FleetJointAction, FleetMultiObservation]):
     """Client of the multi view: ``FleetEnvClient(base_url="http://127.0.0.1:8000").sync()``
     (``token="..."`` for a server that requires one)."""
 
@@ -79,7 +84,7 @@ class FleetEnvClient(_TokenClient, EnvClient[FleetJointAction, FleetMultiObserva
         return FleetState.model_validate(payload)
 
 
-class FleetEgoClient(_TokenClient, EnvClient[FleetEgoAction, FleetEgoObservation, FleetState]):
+class FleetEgoClient(_TokenClient[FleetEgoAction, FleetEgoObservation]):
     """Client of the ego view: ``client.step(FleetEgoAction(text=model_output))`` (``token="..."``
     for a server that requires one)."""
 
@@ -129,10 +134,8 @@ class WebSocketSession:
         return FleetState.model_validate(self._call({"type": "state"}))
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # ws is any object with send_json: closing one already closed or gone must not raise
             self.ws.send_json({"type": "close"})
-        except Exception:  # already closed
-            pass
 
 
 class RemoteParallelEnv(ParallelEnv):
@@ -155,7 +158,10 @@ class RemoteParallelEnv(ParallelEnv):
     ``render()`` is not available remotely.
     """
 
-    metadata = {"name": "fleet_v0", "render_modes": [], "is_parallelizable": True}
+    metadata: ClassVar[dict[str, Any]] = {"name": "fleet_v0", "render_modes": [], "is_parallelizable": True}
+    #: the local scenario (static parts only), built by the first reset in ``__init__`` and
+    #: rebuilt when the server's config changes
+    scenario: FleetParallelEnv
 
     def __init__(self, client, task: str | None = None, config: dict | None = None, obs_mode: str = "flat"):
         if obs_mode not in OBS_MODES:
@@ -164,16 +170,14 @@ class RemoteParallelEnv(ParallelEnv):
         self.task = task
         self._overrides = dict(config or {})
         self.obs_mode, self.render_mode, self.illegal_action = obs_mode, None, "veto"
-        #: the local scenario (static parts only), rebuilt when the server's config changes
-        self.scenario: FleetParallelEnv | None = None
-        self._digest = None
+        self._digest: str | None = None
         self._ready = False
         self._round = 0
         self._reports: dict = {}
         self._warned_empty = False
         self._remote_reset(seed=None)  # learn the scenario: spaces must exist before reset()
         self._ready = False
-        self.agents = []
+        self.agents: list[str] = []
 
     @classmethod
     def connect(
@@ -225,7 +229,7 @@ class RemoteParallelEnv(ParallelEnv):
 
     # --- the wire --------------------------------------------------------------------------------
 
-    def _remote_reset(self, seed):
+    def _remote_reset(self, seed: int | None) -> tuple[dict, dict]:
         kwargs: dict[str, Any] = {"seed": seed, "config": self._overrides}
         if self.task is not None:
             kwargs["task"] = self.task
@@ -244,7 +248,7 @@ class RemoteParallelEnv(ParallelEnv):
         self._warned_empty = False
         return self._apply(obs, with_rewards=False)
 
-    def _apply(self, obs: FleetMultiObservation, with_rewards: bool):
+    def _apply(self, obs: FleetMultiObservation, with_rewards: bool) -> tuple[dict, dict]:
         self.agents = list(obs.agents)
         self._round = obs.round
         self._state_vec = np.asarray(obs.state, np.float32)

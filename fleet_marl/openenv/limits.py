@@ -53,7 +53,7 @@ class ServerLimits:
             if f.name == "allow_attach":
                 if not isinstance(v, bool):
                     raise ValueError(f"allow_attach = {v!r}: expected True or False")
-            elif isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v != v or v == float("inf"):
+            elif isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):  # NaN fails v > 0
                 raise ValueError(f"{f.name} = {v!r}: expected a finite number > 0")
             elif f.type == "int" and not isinstance(v, int):
                 raise ValueError(f"{f.name} = {v!r}: expected an integer >= 1")

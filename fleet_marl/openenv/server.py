@@ -26,10 +26,11 @@ The session table is :mod:`fleet_marl.openenv.sessions`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any
 
 from fastapi import Body, FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
@@ -45,7 +46,7 @@ from openenv.core.env_server.types import (
     WSObservationResponse,
     WSStateResponse,
 )
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.websockets import WebSocketDisconnect
 
@@ -121,10 +122,10 @@ class Protocol:
 
     TYPES = ("reset", "step", "state", "close")
 
-    def __init__(self, table: SessionTable, action_cls: type, limits: ServerLimits):
+    def __init__(self, table: SessionTable, action_cls: type[BaseModel], limits: ServerLimits):
         self.table, self.action_cls, self.limits = table, action_cls, limits
 
-    async def answer(self, session: Session, message: dict) -> tuple[str | None, bool]:
+    async def answer(self, session: Session, message: Mapping[str, Any]) -> tuple[str | None, bool]:
         """``(frame, close)`` for one message (``frame`` None: send nothing)."""
         if "text" not in message or message.get("text") is None:
             return _error_frame("binary frames are not part of the protocol: send each message as JSON text", "INVALID_JSON"), False
@@ -170,7 +171,7 @@ class Protocol:
             return WSObservationResponse(data=serialize_observation(obs)).model_dump_json(), False
         except ValidationError as exc:
             return _error_frame("Invalid message", "VALIDATION_ERROR", errors=validation_errors(exc)), False
-        except Exception as exc:  # every error is a frame; the session lives on
+        except Exception as exc:  # noqa: BLE001 - every error is a frame (public_error picks what a client may read); the session lives on
             text, code = public_error(exc)
             return _error_frame(text, code), False
 
@@ -222,10 +223,8 @@ class Protocol:
             pass  # the client went away
         finally:
             await self.table.close(session)
-            try:
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):  # already closed by the client
                 await websocket.close()
-            except (RuntimeError, WebSocketDisconnect):
-                pass
 
 
 def _http_error(exc: BaseException) -> JSONResponse:
@@ -237,7 +236,9 @@ def _http_error(exc: BaseException) -> JSONResponse:
     return JSONResponse({"detail": text, "code": code}, status_code=500 if code == INTERNAL_ERROR else 422)
 
 
-def add_routes(app: FastAPI, factory: Callable[[], Any], action_cls: type, state_cls: type, limits: ServerLimits) -> SessionTable:
+def add_routes(
+    app: FastAPI, factory: Callable[[], Any], action_cls: type[BaseModel], state_cls: type, limits: ServerLimits
+) -> SessionTable:
     """Drop every route of OpenEnv's ``app`` that is not in ``KEPT_ROUTES`` and add this
     module's; return the session table."""
     app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) in KEPT_ROUTES]
@@ -280,13 +281,13 @@ def add_routes(app: FastAPI, factory: Callable[[], Any], action_cls: type, state
         try:
             session = await table.open("request")
             return await call(session)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - every error is an HTTP answer (_http_error picks what a client may read)
             return _http_error(exc)
         finally:
             await table.close(session)
 
     @app.post("/reset", response_model=ResetResponse, tags=["Environment Control"])
-    async def reset(request: ResetRequest = Body(default_factory=ResetRequest)):
+    async def reset(request: Annotated[ResetRequest, Body(default_factory=ResetRequest)]):
         """A fresh env, reset with the request's arguments (a smoke test: episodes live on /ws)."""
         kwargs = request.model_dump(exclude_unset=True)
 
@@ -330,17 +331,17 @@ def add_routes(app: FastAPI, factory: Callable[[], Any], action_cls: type, state
                 s = await table.open("http")
             except CapacityError as exc:
                 return JsonRpcResponse.error_response(JsonRpcErrorCode.SERVER_ERROR, str(exc), request_id=rid).model_dump()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - every error is a JSON-RPC error (public_error picks what a client may read)
                 return JsonRpcResponse.error_response(JsonRpcErrorCode.SERVER_ERROR, public_error(exc)[0], request_id=rid).model_dump()
             return JsonRpcResponse.success({"session_id": s.id, "idle_timeout_s": limits.http_session_idle_s}, request_id=rid).model_dump()
         if rpc.method == "openenv/session/close":
-            s = table.sessions.get(str(rpc.params.get("session_id")))
-            if s is None or s.origin != "http" or s.attached:
+            found = table.sessions.get(str(rpc.params.get("session_id")))
+            if found is None or found.origin != "http" or found.attached:
                 return JsonRpcResponse.error_response(
                     JsonRpcErrorCode.INVALID_PARAMS, "no session created over HTTP with this id is free to close", request_id=rid
                 ).model_dump()
-            await table.close(s)
-            return JsonRpcResponse.success({"session_id": s.id, "closed": True}, request_id=rid).model_dump()
+            await table.close(found)
+            return JsonRpcResponse.success({"session_id": found.id, "closed": True}, request_id=rid).model_dump()
         if rpc.method == "tools/list":
             return JsonRpcResponse.success({"tools": []}, request_id=rid).model_dump()
         return JsonRpcResponse.error_response(

@@ -50,11 +50,13 @@ MAX_CHARS = 65_536
 BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: Readable layer-group keys, in ``catalog.GROUPS`` order.
 GROUP_KEYS: tuple[str, ...] = ("embed", "attn", "mlp", "norm", "head")
-GROUP_OF_KEY = dict(zip(GROUP_KEYS, catalog.GROUPS))
+GROUP_OF_KEY = dict(zip(GROUP_KEYS, catalog.GROUPS, strict=True))
 FIELDS: tuple[str, ...] = ("request_gpus", "bid", "batch", "precision")
 #: The default ``arbiter.bid_levels`` and their names.
 DEFAULT_BID_LEVELS: tuple[float, ...] = (0.5, 0.75, 1.0, 1.5, 2.0)
 _DEFAULT_BID_NAMES = ("lowest", "low", "list", "high", "highest")
+#: Bid levels as the functions take them: a sequence, or an env's ``bid_levels`` array.
+BidLevels = Sequence[float] | np.ndarray
 
 assert len(GROUP_KEYS) == catalog.N_GROUPS
 
@@ -69,7 +71,7 @@ class TextActionError(ValueError):
         super().__init__(message or f"{field} = {short_repr(value, 60)}: expected {expected}")
 
 
-def bid_names(bid_levels: Sequence[float] = DEFAULT_BID_LEVELS) -> tuple[str, ...]:
+def bid_names(bid_levels: BidLevels = DEFAULT_BID_LEVELS) -> tuple[str, ...]:
     """The name of each bid level: the five words for the default levels, else ``x<level>``."""
     levels = tuple(float(b) for b in bid_levels)
     if levels == DEFAULT_BID_LEVELS:
@@ -141,7 +143,7 @@ def _int(field: str, value: Any) -> int:
     return int(value)
 
 
-def validate_action_object(obj: Any, bid_levels: Sequence[float] = DEFAULT_BID_LEVELS, max_gpus: int | None = None) -> TenantAction:
+def validate_action_object(obj: Any, bid_levels: BidLevels = DEFAULT_BID_LEVELS, max_gpus: int | None = None) -> TenantAction:
     """Validate a decoded JSON value strictly: exactly the four fields, each of its type and
     range (``max_gpus`` bounds ``request_gpus`` when given)."""
     if not isinstance(obj, dict):
@@ -200,7 +202,7 @@ def validate_action_object(obj: Any, bid_levels: Sequence[float] = DEFAULT_BID_L
     return TenantAction(request_gpus=gpus, bid=bid.strip().lower(), batch=batch, precision=precision)
 
 
-def parse_tenant_action(text: str, bid_levels: Sequence[float] = DEFAULT_BID_LEVELS, max_gpus: int | None = None) -> TenantAction:
+def parse_tenant_action(text: str, bid_levels: BidLevels = DEFAULT_BID_LEVELS, max_gpus: int | None = None) -> TenantAction:
     """Parse a model's answer into a :class:`TenantAction`.
 
     >>> a = parse_tenant_action('Sure! ```json\\n{"request_gpus": 4, "bid": "high", "batch": 32, "precision": "bf16"}\\n```')
@@ -215,7 +217,7 @@ def parse_tenant_action(text: str, bid_levels: Sequence[float] = DEFAULT_BID_LEV
     return validate_action_object(extract_json_object(text), bid_levels, max_gpus)
 
 
-def to_indices(action: TenantAction, bid_levels: Sequence[float] = DEFAULT_BID_LEVELS) -> np.ndarray:
+def to_indices(action: TenantAction, bid_levels: BidLevels = DEFAULT_BID_LEVELS) -> np.ndarray:
     """The ``(8,)`` int64 ``MultiDiscrete`` indices of ``action`` (``ACTION_FIELDS`` order)."""
     out = np.empty(2 + catalog.N_GROUPS + 1, np.int64)
     out[0] = action.request_gpus
@@ -226,7 +228,7 @@ def to_indices(action: TenantAction, bid_levels: Sequence[float] = DEFAULT_BID_L
     return out
 
 
-def from_indices(idx: Sequence[int], bid_levels: Sequence[float] = DEFAULT_BID_LEVELS) -> TenantAction:
+def from_indices(idx: Sequence[int] | np.ndarray, bid_levels: BidLevels = DEFAULT_BID_LEVELS) -> TenantAction:
     """The readable form of ``MultiDiscrete`` indices (the inverse of :func:`to_indices`)."""
     idx = [int(v) for v in idx]
     return TenantAction(
@@ -255,7 +257,7 @@ def check_mask(indices: np.ndarray, mask: Sequence[np.ndarray]) -> None:
 
 
 def action_json_schema(
-    bid_levels: Sequence[float] = DEFAULT_BID_LEVELS, max_gpus: int | None = None, precisions: Sequence[str] | None = None
+    bid_levels: BidLevels = DEFAULT_BID_LEVELS, max_gpus: int | None = None, precisions: Sequence[str] | None = None
 ) -> dict:
     """The JSON Schema of a tenant action (``max_gpus`` and the allowed ``precisions`` narrow it
     to one tenant)."""
@@ -276,7 +278,7 @@ def action_json_schema(
                 "type": "string",
                 "enum": list(bid_names(bid_levels)),
                 "description": "bid level, as multipliers of the list price: "
-                + ", ".join(f"{n}={b:g}" for n, b in zip(bid_names(bid_levels), bid_levels)),
+                + ", ".join(f"{n}={b:g}" for n, b in zip(bid_names(bid_levels), bid_levels, strict=True)),
             },
             "batch": {
                 "type": "integer",
