@@ -44,11 +44,12 @@ def human(n: int | None) -> str:
     """A byte count in decimal units ('4.8 kB', '1.1 GB'); '?' when unknown."""
     if n is None:
         return "?"
+    x = float(n)
     for unit in ("B", "kB", "MB"):
-        if n < 1000:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000  # type: ignore[assignment]
-    return f"{n:.1f} GB"
+        if x < 1000:
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1000
+    return f"{x:.1f} GB"
 
 
 def print_table(folder: Path) -> None:

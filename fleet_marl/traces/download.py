@@ -177,10 +177,11 @@ def _extract(info: TraceInfo, archive: Path, target: Path) -> None:
         with tarfile.open(archive) as tar:  # streamed: stops at the member
             name = None
             for m in tar:
-                if m.isfile() and match(m.name):
+                member = tar.extractfile(m) if m.isfile() and match(m.name) else None  # a regular file's data is never None
+                if member is not None:
                     name = m.name
-                    with tar.extractfile(m) as src, open(tmp, "wb") as out:  # type: ignore[union-attr]
-                        shutil.copyfileobj(src, out, CHUNK_BYTES)
+                    with member, open(tmp, "wb") as out:
+                        shutil.copyfileobj(member, out, CHUNK_BYTES)
                     break
     else:
         raise FetchError(
