@@ -1,0 +1,236 @@
+"""What ``fleet-marl bench`` (:mod:`fleet_marl.studies.bench`) measures: the scenario family,
+the sizes it is measured at, and one function per measurement (env steps, the batched and the
+single kernel evaluation, the vector env, RSS over a long run, the stock PettingZoo reference).
+
+The scenario family (``bench_config``): N tenants on N/2 H100 nodes (4 GPUs per tenant against
+a demand of up to 8, so the arbiter always has contention), alternating trainers and servers
+over the models of the ``hard`` task, proportional-share arbiter, budgets and jobs large
+enough that no tenant leaves before ``max_cycles`` (so every step has N agents).
+
+>>> cfg = bench_config(4)
+>>> len(cfg["tenants"]), len(cfg["cluster"]["gpu_types"])
+(4, 2)
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+
+import numpy as np
+
+import fleet_marl
+from fleet_marl import catalog
+from fleet_marl.config import FleetConfig, from_dict
+from fleet_marl.environment import parallel_env
+from fleet_marl.errors import require
+from fleet_marl.kernel import Actions, Draws, KernelStatic, RoundState, check_actions, evaluate
+from fleet_marl.studies.bench_timing import StepTiming, median_call_time, presample, rss_bytes, time_steps
+
+_H100 = "h100-sxm"
+#: Trainers (model, sequence length, activation checkpointing) and servers, as in the hard task.
+_TRAINERS = (("gpt2", 1024, False), ("qwen2.5-0.5b", 2048, False), ("qwen2.5-7b", 2048, True), ("llama-3.1-8b", 2048, True))
+_SERVERS = ("llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "qwen2.5-0.5b")
+
+#: Tenants of the env-step measurements, and their reward schemes.
+ENV_SIZES = (4, 16, 64)
+SCHEMES = ("local", "difference")
+KERNEL_BATCHES = (1, 64, 1024, 16384)
+KERNEL_N = 16
+SHAPLEY_N = 8
+#: Vector-env agent-steps of the memory run (the issue's 10^7; --quick runs a hundredth).
+RSS_AGENT_STEPS = 10_000_000
+#: Clusters of the vector-env measurements.
+VECTOR_B = 256
+
+
+def bench_config(n: int, max_cycles: int = 100) -> dict:
+    """The benchmark scenario with ``n`` tenants, as a plain config dict (see the module doc)."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n = {n!r}: expected an integer >= 1 (tenants)")
+    tenants = []
+    for i in range(n):
+        if i % 2 == 0:
+            model, seq, ckpt = _TRAINERS[(i // 2) % len(_TRAINERS)]
+            tenants.append(
+                {
+                    "kind": "train",
+                    "model": model,
+                    "gpu_type": _H100,
+                    "budget": 1e6,
+                    "max_gpus": 8,
+                    "priority": 1.0 + (i % 3 == 0),
+                    "activation_checkpointing": ckpt,
+                    "workload": {"seq_len": seq, "job_tokens": 1e13, "rate": 6.0},
+                }
+            )
+        else:
+            tenants.append(
+                {
+                    "kind": "serve",
+                    "model": _SERVERS[(i // 2) % len(_SERVERS)],
+                    "gpu_type": _H100,
+                    "budget": 1e6,
+                    "max_gpus": 8,
+                    "priority": 1.0 + (i % 4 == 1),
+                    "workload": {"rate": 3.0, "prompt_tokens": 1024, "output_tokens": 256},
+                }
+            )
+    return {
+        "cluster": {"gpu_types": [_H100] * max(1, n // 2)},
+        "tenants": tenants,
+        "arbiter": {"mechanism": "proportional"},
+        "max_cycles": max_cycles,
+    }
+
+
+# --- the measurements --------------------------------------------------------------------------
+
+
+def make_env(n: int, scheme: str, max_cycles: int = 100):
+    return parallel_env(config=bench_config(n, max_cycles), reward_scheme=scheme, compute_all=False)
+
+
+def env_step(n: int, scheme: str, steps: int, repeats: int) -> StepTiming:
+    env = make_env(n, scheme)
+    env.reset(seed=0)
+    pool = presample(env, np.random.default_rng(n))
+    return time_steps(env, pool, steps, repeats)
+
+
+def kernel_actions(st, rng: np.random.Generator, batch: int):
+    """Random valid kernel actions with a leading batch axis, checked once (not timed)."""
+    T, G = st.T, catalog.N_GROUPS
+    legal = st.supported & ~(st.is_train[:, None] & catalog.WEIGHT_ONLY[None, :])  # (T, P)
+    u = rng.random((batch, T, G))
+    counts = legal.sum(-1)  # (T,)
+    pick = np.minimum((u * counts[None, :, None]).astype(np.int64), counts[None, :, None] - 1)
+    codes = np.argsort(~legal, axis=-1, kind="stable")  # legal codes first, in order
+    prec = np.take_along_axis(np.broadcast_to(codes[None], (batch, T, codes.shape[1])), pick, axis=-1)
+    acts = Actions(
+        gpus=rng.integers(0, 9, (batch, T)),
+        bid=rng.choice([0.5, 0.75, 1.0, 1.5, 2.0], (batch, T)),
+        precision=prec,
+        batch=rng.integers(1, 33, (batch, T)),
+    )
+    return check_actions(st, acts)
+
+
+def kernel_rate(batch: int, repeats: int, min_time: float) -> float:
+    """Evaluations (rows) per second of ``evaluate`` at N = 16 for ``batch`` rows, inputs checked once."""
+    st = KernelStatic.from_config(from_dict(FleetConfig, bench_config(KERNEL_N)))
+    acts = kernel_actions(st, np.random.default_rng(batch), batch)
+    state, draws = RoundState.initial(st), Draws.expected(st)
+    dt = median_call_time(lambda: evaluate(st, acts, state, draws, validate=False), repeats, min_time)
+    return batch / dt
+
+
+def kernel_single_us(repeats: int, min_time: float) -> float:
+    """Microseconds per ``evaluate`` call of one configuration at N = 16: inputs without a
+    batch axis, checked once (``validate=False``), the whole Outcome returned."""
+    st = KernelStatic.from_config(from_dict(FleetConfig, bench_config(KERNEL_N)))
+    a = kernel_actions(st, np.random.default_rng(1), 1)
+    one = Actions(gpus=a.gpus[0], bid=a.bid[0], precision=a.precision[0], batch=a.batch[0])
+    state, draws = RoundState.initial(st), Draws.expected(st)
+    return median_call_time(lambda: evaluate(st, one, state, draws, validate=False), repeats, min_time) * 1e6
+
+
+def vector_timing(scheme: str, steps: int, repeats: int) -> tuple[float, float]:
+    """(ms per step, agent-steps/s) of the vector env, N = 16, B = ``VECTOR_B``: ``steps``
+    calls of ``step`` with pre-sampled actions per repeat (automatic resets included: they are
+    part of stepping a vector env)."""
+    venv = fleet_marl.vector_env(num_envs=VECTOR_B, config=bench_config(KERNEL_N), reward_scheme=scheme, compute_all=False)
+    _, infos = venv.reset(seed=0)
+    rng = np.random.default_rng(3)
+    pool = [venv.sample_actions(infos, rng) for _ in range(8)]
+    venv.step(pool[0])  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for k in range(steps):
+            venv.step(pool[k % len(pool)])
+        times.append((time.perf_counter() - t0) / steps)
+    dt = statistics.median(times)
+    return dt * 1e3, VECTOR_B * KERNEL_N / dt
+
+
+def rss_run(agent_steps: int) -> dict:
+    """Step the N = 16, B = ``VECTOR_B`` vector env (``local`` rewards, automatic resets) for
+    ``agent_steps`` agent-steps; RSS after the first tenth (warm) and at the end."""
+    venv = fleet_marl.vector_env(num_envs=VECTOR_B, config=bench_config(KERNEL_N), reward_scheme="local", compute_all=False)
+    _, infos = venv.reset(seed=0)
+    rng = np.random.default_rng(7)
+    pool = [venv.sample_actions(infos, rng) for _ in range(8)]
+    per_step = VECTOR_B * KERNEL_N
+    done, k = 0, 0
+    warm: int | None = None
+    gc.collect()
+    t0 = time.perf_counter()
+    while done < agent_steps:
+        venv.step(pool[k % len(pool)])
+        done += per_step
+        k += 1
+        if warm is None and done >= agent_steps // 10:
+            gc.collect()
+            warm = rss_bytes()
+    wall = time.perf_counter() - t0
+    if warm is None:  # the loop never ran (for agent_steps >= 1 it takes the warm RSS by the first tenth)
+        raise ValueError(f"agent_steps = {agent_steps}: expected >= 1")
+    gc.collect()
+    end = rss_bytes()
+    return {
+        "rss_start_bytes": warm,
+        "rss_end_bytes": end,
+        "rss_growth_fraction": (end - warm) / warm,
+        "rss_agent_steps": done,
+        "rss_seconds": wall,
+    }
+
+
+def reference_env():
+    """(name, parallel env) of the stock PettingZoo reference: MPE simple_spread from ``mpe2``
+    (3 agents, discrete actions), or PettingZoo's bundled rock-paper-scissors when ``mpe2`` is
+    not installed."""
+    try:
+        from mpe2 import simple_spread_v3  # the bench extra: optional
+    except ImportError:
+        try:
+            # needs pygame (the bench extra brings it); rps_v2 without its warning
+            from pettingzoo.classic.rps.rps import parallel_env as rps_parallel_env
+        except ImportError:
+            require("mpe2", "bench", "fleet-marl bench's reference env")  # neither reference env: say which extra
+            raise
+        return "pettingzoo.classic.rps_v2", rps_parallel_env()
+    return "mpe2.simple_spread_v3", simple_spread_v3.parallel_env(N=3, max_cycles=25, continuous_actions=False)
+
+
+def reference_rate(steps: int, repeats: int) -> tuple[str, StepTiming]:
+    name, env = reference_env()
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for a in env.possible_agents:
+        env.action_space(a).seed(int(rng.integers(1 << 31)))
+    pool = [{a: env.action_space(a).sample() for a in env.possible_agents} for _ in range(64)]
+    return name, time_steps(env, pool, steps, repeats)
+
+
+__all__ = [
+    "ENV_SIZES",
+    "KERNEL_BATCHES",
+    "KERNEL_N",
+    "RSS_AGENT_STEPS",
+    "SCHEMES",
+    "SHAPLEY_N",
+    "VECTOR_B",
+    "bench_config",
+    "env_step",
+    "kernel_actions",
+    "kernel_rate",
+    "kernel_single_us",
+    "make_env",
+    "reference_env",
+    "reference_rate",
+    "rss_run",
+    "vector_timing",
+]
