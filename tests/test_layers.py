@@ -30,9 +30,10 @@ RANK = {
     "environment": 4,
     "policies": 5,
     "evaluation": 6, "tools": 6,
-    "rllib": 7, "torchrl": 7, "openenv": 7,
-    "studies": 8,
-    "cli": 9,
+    "training": 7,
+    "rllib": 8, "torchrl": 8, "openenv": 8,
+    "studies": 9,
+    "cli": 10,
 }
 #: Third-party modules a unit must never import.
 FORBIDDEN = {
@@ -43,6 +44,7 @@ FORBIDDEN = {
     "fairness": {"pettingzoo", "gymnasium", "ray", "torch"},
     "policies": {"ray", "torch", "torchrl"},
     "evaluation": {"ray", "torch"},
+    "training": {"ray", "torch", "torchrl", "tensordict"},
     "torchrl": {"ray"},
 }
 #: Optional dependencies: importing one (or a fleet_marl module that needs one) inside a
@@ -202,10 +204,10 @@ def test_import_fleet_marl_loads_no_ray_or_torch():
 
 def test_core_packages_load_no_extra():
     """Every module of the core packages (the env, the grader, the policies, estimate and sweep,
-    the traces) imports without Ray, torch, matplotlib or supersuit: ``pip install fleet-marl``
-    with no extra runs them (.ci/wheel_smoke checks it on the wheel)."""
+    the traces, the engines' shared training code) imports without Ray, torch, matplotlib or
+    supersuit: ``pip install fleet-marl`` with no extra runs them (.ci/wheel_smoke checks it on the wheel)."""
     code = ("import importlib, pkgutil, fleet_marl; "
-            "[importlib.import_module(m.name) for p in ('environment', 'evaluation', 'policies', 'tools', 'traces') "
+            "[importlib.import_module(m.name) for p in ('environment', 'evaluation', 'policies', 'tools', 'traces', 'training') "
             "for m in pkgutil.walk_packages(importlib.import_module('fleet_marl.' + p).__path__, f'fleet_marl.{p}.')]; "
             "assert 'fleet_marl.evaluation.demo' in sys.modules and 'fleet_marl.tools.sweep' in sys.modules")
     assert _loaded(code, EXTRA_MODULES) == set()

@@ -513,7 +513,7 @@ def test_a_checkpoint_is_graded_only_under_the_protocol_it_learned(tmp_path):
     observations have another shape); a different turn order is allowed (the same shapes)."""
     import fleet_marl
     from fleet_marl.evaluation import PolicyError, load_policy
-    from fleet_marl.evaluation.runs import check_trained_on
+    from fleet_marl.training import check_trained_on
 
     seq = _fake_checkpoint(tmp_path / "seq", TrainConfig(task="tiny", env={"protocol": "sequential", "turn_order": "rotating"}))
     with pytest.raises(PolicyError, match=r"trained with protocol = 'sequential' and this environment plays protocol = 'simultaneous'.*--protocol sequential"):

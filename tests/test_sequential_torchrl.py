@@ -117,7 +117,7 @@ torch = pytest.importorskip("torch")
 
 from fleet_marl.evaluation import evaluate  # noqa: E402
 from fleet_marl.evaluation.loading import PolicyError  # noqa: E402
-from fleet_marl.evaluation.runs import TrainConfigError  # noqa: E402
+from fleet_marl.training import TrainConfigError  # noqa: E402
 from fleet_marl.torchrl import GROUP  # noqa: E402
 from fleet_marl.torchrl.policy import build_networks, turn_logits  # noqa: E402
 from fleet_marl.torchrl.sequential import TurnCollector, turns_to_rounds  # noqa: E402

@@ -16,10 +16,10 @@ import sys
 
 import yaml
 
-from fleet_marl.evaluation.runs import config_path
 from fleet_marl.rllib import command as rllib_command
 from fleet_marl.rllib.loader import checkpoint_folder as rllib_run
 from fleet_marl.torchrl.loader import checkpoint_folder as torchrl_run
+from fleet_marl.training import config_path
 
 DESCRIPTION = (
     "Train PPO tenants. --engine torchrl (the default): IPPO/MAPPO on TorchRL over the vector env, in this process. "

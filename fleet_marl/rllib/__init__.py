@@ -50,4 +50,19 @@ def __getattr__(name):
     raise AttributeError(f"module 'fleet_marl.rllib' has no attribute {name!r}")
 
 
-__all__ = sorted(_NAMES)
+__all__ = [
+    "ENV_NAMES",
+    "SHARING",
+    "CentralCriticPPOTorchRLModule",
+    "FleetCallbacks",
+    "FleetRLlibEnv",
+    "MaskedPPOTorchRLModule",
+    "ModulePolicy",
+    "TrainConfig",
+    "TrainConfigError",
+    "build",
+    "grade",
+    "init_ray",
+    "register",
+    "train",
+]  # the lazy names of _NAMES

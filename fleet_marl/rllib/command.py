@@ -1,4 +1,4 @@
-"""``fleet-marl train``: the command-line front of :mod:`fleet_marl.rllib.train`.
+"""``fleet-marl train --engine rllib``: the command-line front of :mod:`fleet_marl.rllib.train`.
 
 The ``train`` entry of the CLI's command table: :data:`EXAMPLES` (the
 epilog), :func:`add_arguments` and :func:`run`. Importing this module does not import Ray; the parser
@@ -12,17 +12,17 @@ a :class:`~fleet_marl.rllib.config.TrainConfig`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
+from typing import Any
 
 from fleet_marl.config import REWARD_SCHEMES
 from fleet_marl.errors import require
-from fleet_marl.evaluation import runs
-from fleet_marl.evaluation.runs import config_path
 from fleet_marl.rllib.config import TrainConfig, TrainConfigError
+from fleet_marl.rllib.loader import ENGINE
 from fleet_marl.rllib.sharing import SHARING
 from fleet_marl.tasks import TASKS
+from fleet_marl.training import config_path, print_result, usage_error
 
 #: What training imports, all from the ``[rllib]`` extra: RLlib, torch, TensorBoard's writer
 #: and matplotlib (the learning curve).
@@ -77,16 +77,12 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--json", action="store_true", help="print the final summaries as JSON")
 
 
-def resolve(args):
+def resolve(args: argparse.Namespace) -> tuple[TrainConfig, Any]:
     """(TrainConfig, resume) from the arguments; raises TrainConfigError."""
-    # Ray: only when the command runs
-    from fleet_marl.rllib.policy import read_sidecar  # Ray
-    from fleet_marl.rllib.train import find_checkpoint  # Ray
-
     if args.config:
         tc = TrainConfig.from_yaml(config_path(args.config))
     elif args.resume:
-        meta = read_sidecar(find_checkpoint(args.resume))
+        meta = ENGINE.read_sidecar(ENGINE.find(args.resume))
         tc = TrainConfig.from_dict(meta.get("train_config", {}), source=f"{args.resume} (the run's config)")
     else:
         tc = TrainConfig()
@@ -105,7 +101,7 @@ def resolve(args):
     return tc.replace(source="command line", **changes), args.resume
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run ``fleet-marl train`` with parsed ``args``; returns the exit code (2: a bad option)."""
     # before Ray is imported: no token auth, no usage stats, for the Ray this command starts
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -119,9 +115,7 @@ def run(args) -> int:
             raise TrainConfigError("--resume and --overwrite: pick one (continue the run, or start it over)")
         prepare(tc, resume, args.overwrite)  # the run folder and the checkpoint are checked before Ray starts
     except (TrainConfigError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        print("run 'fleet-marl train --help' for the options", file=sys.stderr)
-        return 2
+        return usage_error(exc)
     quiet()
     try:
         res = train(
@@ -135,27 +129,9 @@ def run(args) -> int:
     except TrainConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "run_dir": str(res.run_dir),
-                    "checkpoint": str(res.checkpoint),
-                    "env_steps": res.env_steps,
-                    "seconds": res.seconds,
-                    "evaluations": res.final,
-                },
-                indent=2,
-            )
-        )
-        return 0
-    runs.print_summary(
-        res,
-        tc.task,
-        tc.env,
-        f"trained {tc.run_name}: {res.iterations} iterations, {res.env_steps:,} env steps in {res.seconds / 60:.1f} min",
+    return print_result(
+        res, tc, args.json, f"trained {tc.run_name}: {res.iterations} iterations, {res.env_steps:,} env steps in {res.seconds / 60:.1f} min"
     )
-    return 0
 
 
 __all__ = ["EXAMPLES", "NEEDS", "add_arguments", "config_path", "resolve", "run"]

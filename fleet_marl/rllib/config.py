@@ -28,9 +28,8 @@ from typing import Any
 import yaml
 
 from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
-from fleet_marl.evaluation import runs
-from fleet_marl.evaluation.runs import TrainConfigError
 from fleet_marl.rllib.sharing import SHARING, mapping_for, module_ids
+from fleet_marl.training import TrainConfigError, check_common, check_env
 
 OBS_MODES = ("dict", "flat")
 
@@ -116,7 +115,7 @@ class TrainConfig:
         def bad(name, expected):
             raise TrainConfigError(f"{source}: {name.rstrip('_')} = {getattr(self, name)!r}: expected {expected}")
 
-        runs.check_common(self, source, SHARING, bad)
+        check_common(self, source, SHARING, bad)
         if self.obs_mode not in OBS_MODES:
             bad("obs_mode", "'dict' (masked) or 'flat' (unmasked)")
         if self.sharing == "mappo" and self.obs_mode != "dict":
@@ -154,7 +153,7 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi or (name in ("lr", "clip_param") and v == 0):
                 bad(name, f"a number in [{lo}, {hi}]" + (" and > 0" if name in ("lr", "clip_param") else ""))
-        runs.check_env(self, source)
+        check_env(self, source)
 
     # --- derived --------------------------------------------------------------------------------
 

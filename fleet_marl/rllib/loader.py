@@ -1,6 +1,6 @@
-"""The grader's loader of ``fleet-marl train`` checkpoints: a policy spec that is a run folder
-or its ``checkpoint/`` folder (one holding the ``fleet_marl.json`` sidecar) plays the trained
-modules greedily (:class:`~fleet_marl.rllib.policy.ModulePolicy`).
+"""The grader's loader of ``fleet-marl train --engine rllib`` checkpoints: a policy spec that is
+a run folder or its ``checkpoint/`` folder (one holding the ``fleet_marl.json`` sidecar) plays
+the trained modules greedily (:class:`~fleet_marl.rllib.policy.ModulePolicy`).
 
 Registered as the ``rllib`` entry point of the group ``fleet_marl.policy_loaders`` in
 ``pyproject.toml``, so :func:`fleet_marl.evaluation.load_policy` finds it without importing
@@ -9,34 +9,23 @@ this adapter. Importing this module imports no Ray; loading a checkpoint does.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from typing import Any
 
 from fleet_marl.errors import require
 from fleet_marl.evaluation.loading import PolicyError, PolicyLoader
-from fleet_marl.evaluation.runs import check_trained_on
+from fleet_marl.training import Engine, check_trained_on
 
-#: The sidecar ``fleet-marl train`` writes next to RLlib's checkpoint files.
-SIDECAR = "fleet_marl.json"
-
-
-def checkpoint_folder(spec: str) -> Path | None:
-    """The checkpoint folder ``spec`` names (the run folder or its ``checkpoint/``), or None."""
-    folder = Path(spec)
-    if not folder.is_dir():
-        return None
-    for f in (folder, folder / "checkpoint"):
-        if (f / SIDECAR).is_file():
-            return f
-    return None
+#: The RLlib engine's checkpoints: ``fleet_marl.json`` next to RLlib's checkpoint files.
+ENGINE = Engine(name="rllib", sidecar="fleet_marl.json", command="fleet-marl train --engine rllib", native="rllib_checkpoint.json")
+SIDECAR = ENGINE.sidecar
+checkpoint_folder = ENGINE.checkpoint_folder
 
 
-def load(spec: str, env):
+def load(spec: str, env: Any) -> Any:
     """The greedy policy of the checkpoint ``spec`` on ``env``, after checking that the
     checkpoint learned this env's agents, action spaces and scenario."""
-    folder = checkpoint_folder(spec)
-    meta = json.loads((folder / SIDECAR).read_text())
-    check_trained_on(spec, meta, env)
+    folder = ENGINE.find(spec)
+    check_trained_on(spec, ENGINE.read_sidecar(folder), env)
     require(("ray.rllib", "torch"), "rllib", f"grading the trained run {spec}")
     from fleet_marl.rllib.policy import ModulePolicy  # Ray and torch: only when a checkpoint is loaded
 
@@ -50,7 +39,7 @@ LOADER = PolicyLoader(
     name="rllib",
     accepts=lambda spec: checkpoint_folder(spec) is not None,
     load=load,
-    description="a fleet-marl train run folder or checkpoint",
+    description="a fleet-marl train --engine rllib run folder or checkpoint",
 )
 
-__all__ = ["LOADER", "SIDECAR", "checkpoint_folder", "load"]
+__all__ = ["ENGINE", "LOADER", "SIDECAR", "checkpoint_folder", "load"]

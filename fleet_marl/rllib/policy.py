@@ -17,7 +17,6 @@ grader's episodes stay reproducible. Masked choices have probability 0.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from ray.rllib.core.rl_module.rl_module import RLModule
 from fleet_marl.environment.spaces import mask_dims
 from fleet_marl.policies.base import fleet_env
 from fleet_marl.rllib.env import flat_mask, mask_offsets
-from fleet_marl.rllib.loader import SIDECAR  # the sidecar fleet-marl train writes next to RLlib's checkpoint files
+from fleet_marl.rllib.loader import ENGINE  # the sidecar fleet-marl train writes next to RLlib's checkpoint files
 from fleet_marl.rllib.sharing import mapping_for
 
 #: Where a fleet-marl checkpoint keeps each module, relative to the checkpoint folder.
@@ -84,7 +83,7 @@ class ModulePolicy:
                     acts = self._sample(logits.numpy().astype(np.float64))
                 else:
                     acts = module.get_inference_action_dist_cls().from_logits(logits).to_deterministic().sample().numpy()
-            for a, act in zip(agents, acts):
+            for a, act in zip(agents, acts, strict=True):
                 out[a] = np.minimum(act.astype(np.int64), self._hi[a])
         return out
 
@@ -117,26 +116,9 @@ class ModulePolicy:
     def from_checkpoint(cls, checkpoint: str | Path, env, explore: bool = False) -> ModulePolicy:
         """Load the modules of a ``fleet-marl train`` checkpoint (no Ray cluster needed)."""
         path = Path(checkpoint).resolve()  # RLlib's loader takes absolute paths only
-        sig = read_sidecar(path)["signature"]
+        sig = ENGINE.read_sidecar(path)["signature"]
         root = path.joinpath(*MODULE_DIR)
         modules = {mid: RLModule.from_checkpoint(str(root / mid)) for mid in sig["modules"]}
         for m in modules.values():
             m.eval()
         return cls(env, modules, mapping_for(sig["sharing"], sig["possible_agents"], sig["kinds"]), sig["obs_mode"], explore)
-
-
-def read_sidecar(path: str | Path) -> dict:
-    """The ``fleet_marl.json`` of a checkpoint folder, or a ValueError saying what is wrong."""
-    path = Path(path)
-    if not path.is_dir():
-        raise ValueError(
-            f"checkpoint {str(path)!r}: no such folder; pass the 'checkpoint' folder that fleet-marl train wrote (runs/train/<run>/checkpoint)"
-        )
-    side = path / SIDECAR
-    if not side.is_file():
-        hint = " (an RLlib checkpoint, but not one fleet-marl train wrote)" if (path / "rllib_checkpoint.json").is_file() else ""
-        raise ValueError(f"checkpoint {str(path)!r}: no {SIDECAR}{hint}; expected a checkpoint folder written by fleet-marl train")
-    try:
-        return json.loads(side.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"checkpoint {str(side)!r}: not valid JSON ({exc})") from None

@@ -15,7 +15,8 @@ resume, the CPUs asked for), then trains with a progress bar and writes, under
 ===================  ==========================================================================
 
 :func:`init_ray` starts Ray on this machine or joins a cluster (``--address``); the
-credit-assignment study (:mod:`fleet_marl.studies.credit_assignment`) uses it too.
+credit-assignment study (:mod:`fleet_marl.studies.credit.rllib_runs`) uses it too. The run
+folder, its checks and the end of the run are every engine's (:mod:`fleet_marl.training`).
 
 Nothing here runs at import time; ``import fleet_marl.rllib.train`` imports Ray but does not
 start it.
@@ -23,29 +24,25 @@ start it.
 
 from __future__ import annotations
 
-import csv
-import json
+import contextlib
 import logging
 import math
 import os
 import socket
-import sys
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import ray
 import torch
-import yaml
-from tqdm import tqdm
 
-from fleet_marl.evaluation import runs
 from fleet_marl.rllib.callbacks import EPISODE_METRICS, EVAL_METRICS
 from fleet_marl.rllib.config import TrainConfig, TrainConfigError, build, check_signature
 from fleet_marl.rllib.evaluation import grader_task
-from fleet_marl.rllib.policy import SIDECAR, ModulePolicy, read_sidecar
+from fleet_marl.rllib.loader import ENGINE
+from fleet_marl.rllib.policy import ModulePolicy
+from fleet_marl.training import MetricsLog, TrainResult, finish, prepare_run, progress_bar, start_run
 
 #: The columns of ``metrics.csv``, in order (empty where an iteration has no value, e.g. no
 #: episode ended or no evaluation ran).
@@ -64,20 +61,6 @@ COLUMNS = (
     ("entropy", "learners/__mean__/entropy"),
     ("mean_kl_loss", "learners/__mean__/mean_kl_loss"),
 )
-
-
-@dataclass
-class TrainResult:
-    """What a run produced."""
-
-    run_dir: Path
-    checkpoint: Path
-    iterations: int
-    env_steps: int
-    seconds: float
-    rows: list[dict] = field(default_factory=list)
-    final: list[dict] = field(default_factory=list)  # summaries of the final evaluation
-    table: str = ""
 
 
 def flatten(result: dict, prefix: str = "") -> dict[str, float]:
@@ -124,15 +107,6 @@ def row_of(flat: dict[str, float]) -> dict[str, Any]:
     return row
 
 
-def find_checkpoint(path: str | Path) -> Path:
-    """The checkpoint folder for ``--resume``: the folder itself or its ``checkpoint/``."""
-    p = Path(path)
-    if (p / "checkpoint" / SIDECAR).is_file():
-        return p / "checkpoint"
-    read_sidecar(p)  # raises with what is wrong
-    return p
-
-
 def init_ray(address: str | None = None, num_env_runners: int = 0, log_to_driver: bool = True) -> bool:
     """Start Ray on this machine, or join the cluster at ``address`` ('auto' or host:port) and
     check it has a CPU for each of ``num_env_runners`` remote env runners (the driver runs the
@@ -146,7 +120,7 @@ def init_ray(address: str | None = None, num_env_runners: int = 0, log_to_driver
     if address:
         _check_reachable(address)
         try:
-            ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=True)
+            ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=True)
         except ConnectionError as exc:
             raise TrainConfigError(
                 f"--address {address!r}: no Ray cluster found ({exc}). Start one with 'ray start --head' "
@@ -159,7 +133,9 @@ def init_ray(address: str | None = None, num_env_runners: int = 0, log_to_driver
                 f"--num-env-runners {num_env_runners}: the cluster at {address} has {cpus:g} CPUs; use at most {int(cpus)}"
             )
         return True
-    ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level="ERROR", log_to_driver=log_to_driver)
+    ray.init(
+        address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=log_to_driver
+    )
     return True
 
 
@@ -178,43 +154,13 @@ def _check_reachable(address: str) -> None:
         ) from None
 
 
-def _save(algo, run_dir: Path, tc: TrainConfig, iteration: int, env_steps: int, seconds: float = 0.0) -> Path:
-    meta = {"signature": tc.signature(), "train_config": tc.to_dict(), "iteration": iteration, "env_steps": env_steps, "seconds": seconds}
-    return runs.swap_in_checkpoint(run_dir, lambda folder: algo.save_to_path(str(folder.resolve())), SIDECAR, meta)
-
-
-def final_evaluation(tc: TrainConfig, checkpoint: Path, episodes: int, progress: bool = True):
-    """The trained policy (from ``checkpoint``) and every reference policy on ``tc.task``,
-    seeds ``0 .. episodes - 1``: (evaluations, markdown table)."""
-    task, overrides = grader_task(tc.env_config())
-    return runs.final_evaluation(
-        task,
-        overrides,
-        lambda env: ModulePolicy.from_checkpoint(checkpoint, env),
-        f"PPO ({tc.sharing}, {tc.reward_scheme})",
-        episodes,
-        progress,
-    )
-
-
-#: What a run writes into its folder (``--overwrite`` removes these first).
-OUTPUTS = ("checkpoint", "checkpoint.tmp", "tb", "metrics.csv", "learning_curve.png", "results.md", "results.json", "config.yaml")
+def _save(algo: Any, run_dir: Path, tc: TrainConfig, iteration: int, env_steps: int, seconds: float = 0.0) -> Path:
+    return ENGINE.save(run_dir, lambda folder: algo.save_to_path(str(folder.resolve())), tc, tc.signature(), iteration, env_steps, seconds)
 
 
 def prepare(tc: TrainConfig, resume: str | None = None, overwrite: bool = False) -> tuple[TrainConfig, Path | None, dict | None]:
     """Everything checked before Ray starts: (config, checkpoint to resume or None, its sidecar)."""
-    if resume is None:
-        if not overwrite:
-            runs.claim_run_folder(tc.run_dir, OUTPUTS, overwrite=False)
-        return tc, None, None
-    ckpt = find_checkpoint(resume)
-    meta = read_sidecar(ckpt)
-    check_signature(meta, tc, str(ckpt))
-    done = int(meta.get("iteration", 0))
-    if tc.iterations <= done:
-        raise TrainConfigError(
-            f"--resume {resume}: the checkpoint has already trained {done} iterations and iterations = {tc.iterations}; pass --iterations N with N > {done} (the total to reach)"
-        )
+    ckpt, meta = prepare_run(tc, ENGINE, resume, overwrite, lambda meta, source: check_signature(meta, tc, source))
     return tc, ckpt, meta
 
 
@@ -230,16 +176,12 @@ def train(
     """Train ``tc`` (see the module docstring). ``resume``: a run folder or its checkpoint;
     ``overwrite``: start the run folder over (otherwise an existing run there is an error)."""
     tc, ckpt, meta = prepare(tc, resume, overwrite)
-    run_dir = ckpt.parent if ckpt is not None else tc.run_dir
     if address is None and tc.num_env_runners > (os.cpu_count() or 1):  # one CPU per remote env runner
         raise TrainConfigError(
             f"--num-env-runners {tc.num_env_runners}: this machine has {os.cpu_count()} CPUs; use at most {os.cpu_count()} (or 0: sample in the driver)"
         )
-    if ckpt is None and overwrite:  # only once every check has passed
-        runs.claim_run_folder(run_dir, OUTPUTS, overwrite=True)
+    run_dir = start_run(tc, ckpt, overwrite)  # only once every check has passed
     offset = float(meta.get("seconds", 0.0)) if meta else 0.0  # RLlib's clock restarts on restore
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(_yaml(tc.to_dict()))
     started = init_ray(address, tc.num_env_runners)
     t0 = time.time()
     writer = None
@@ -252,19 +194,9 @@ def train(
         from tensorboardX import SummaryWriter  # Ray's optional dependency: only when training
 
         writer = SummaryWriter(str(run_dir / "tb"))
-        csv_path = run_dir / "metrics.csv"
-        rows: list[dict] = []
-        if ckpt is not None and csv_path.is_file():
-            with csv_path.open() as f:
-                rows = [r for r in csv.DictReader(f) if r.get("iteration") and int(float(r["iteration"])) <= int(meta.get("iteration", 0))]
-        with csv_path.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=[c for c, _ in COLUMNS])
-            w.writeheader()
-            w.writerows(rows)
+        log = MetricsLog(run_dir, [c for c, _ in COLUMNS], int(meta.get("iteration", 0)) if meta is not None else None)
         first = algo.iteration
-        bar = None
-        if progress:
-            bar = tqdm(total=tc.iterations, initial=first, desc=f"train {tc.run_name}", unit="iter", file=sys.stderr, dynamic_ncols=True)
+        bar = progress_bar(tc, first, progress)
         env_steps = 0
         last_ckpt = ckpt
         for it in range(first, tc.iterations):
@@ -273,9 +205,7 @@ def train(
             if "time_total_s" in flat:
                 flat["time_total_s"] += offset
             row = row_of(flat)
-            rows.append(row)
-            with csv_path.open("a", newline="") as f:
-                csv.DictWriter(f, fieldnames=[c for c, _ in COLUMNS]).writerow(row)
+            log.append(row)
             step = int(flat.get("num_env_steps_sampled_lifetime", 0))
             env_steps = step
             for k, v in flat.items():
@@ -284,7 +214,7 @@ def train(
             if tc.checkpoint_interval and (it + 1) % tc.checkpoint_interval == 0 and it + 1 < tc.iterations:
                 last_ckpt = _save(algo, run_dir, tc, it + 1, step, offset + time.time() - t0)
             if bar is not None:
-                post = {"steps": step}
+                post: dict[str, Any] = {"steps": step}
                 if row["welfare"] != "":
                     post["welfare"] = f"{row['welfare']:.1f}"
                 if row["score"] != "":
@@ -299,38 +229,25 @@ def train(
             writer.close()
         if algo is not None:
             algo.stop()
-            try:  # the empty folder RLlib makes under ~/ray_results for every Algorithm
+            with contextlib.suppress(OSError):  # the empty folder RLlib makes under ~/ray_results for every Algorithm
                 os.rmdir(algo.logdir)
-            except OSError:
-                pass
         if started:
             ray.shutdown()
     seconds = offset + time.time() - t0
-    res = TrainResult(run_dir=run_dir, checkpoint=last_ckpt, iterations=tc.iterations, env_steps=env_steps, seconds=seconds, rows=rows)
-    episodes = tc.final_episodes if final_episodes is None else final_episodes
-    refs: dict[str, float] = {}
-    if episodes:
-        evals, table = final_evaluation(tc, last_ckpt, episodes, progress)
-        res.final = [e.summary() for e in evals]
-        res.table = table
-        for e in evals[1:]:
-            refs[e.policy] = float(e.welfare.mean())
-        seeds = f"0..{episodes - 1}"
-        text = (
-            f"# {tc.run_name}\n\nTrained {tc.iterations} iterations ({env_steps:,} env steps, {seconds / 60:.1f} min), seed {tc.seed}. "
-            f"Graded on seeds {seeds} of `{tc.task}`.\n\n{table}\n"
-        )
-        (run_dir / "results.md").write_text(text)
-        (run_dir / "results.json").write_text(
-            json.dumps({"train_config": tc.to_dict(), "env_steps": env_steps, "seconds": seconds, "evaluations": res.final}, indent=2)
-        )
-    runs.learning_curve(
-        rows,
-        run_dir / "learning_curve.png",
-        f"{tc.run_name}: PPO on {tc.task}",
-        {k: v for k, v in refs.items() if k in ("random", "fair_share", "precision_expert", "planner")},
+    res = TrainResult(run_dir=run_dir, checkpoint=last_ckpt, iterations=tc.iterations, env_steps=env_steps, seconds=seconds, rows=log.rows)
+    task, overrides = grader_task(tc.env_config())
+    return finish(
+        res,
+        tc,
+        task=task,
+        overrides=overrides,
+        policy=lambda env: ModulePolicy.from_checkpoint(last_ckpt, env),
+        label=f"PPO ({tc.sharing}, {tc.reward_scheme})",
+        episodes=tc.final_episodes if final_episodes is None else final_episodes,
+        progress=progress,
+        trained=f"Trained {tc.iterations} iterations ({env_steps:,} env steps, {seconds / 60:.1f} min)",
+        title=f"{tc.run_name}: PPO on {tc.task}",
     )
-    return res
 
 
 def quiet() -> None:
@@ -341,7 +258,3 @@ def quiet() -> None:
     logging.getLogger("ray.rllib.algorithms.algorithm_config").setLevel(logging.ERROR)
     logging.getLogger("ray.rllib.core.rl_module.rl_module").setLevel(logging.ERROR)  # RLModuleConfig deprecation
     warnings.filterwarnings("ignore", message=r".*Overriding environment rllib-multi-agent-env-v0")
-
-
-def _yaml(d: dict) -> str:
-    return yaml.safe_dump(d, sort_keys=False)

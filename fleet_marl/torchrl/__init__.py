@@ -6,7 +6,8 @@
 ``MaskedMultiCategorical``             the masked action distribution (``policy.py``)
 ``build_networks``, ``TrainedPolicy``  the actor and critic of each sharing scheme, and a
                                        trained actor as a grader policy (``policy.py``)
-``TorchRLTrainConfig``, ``train``      IPPO/MAPPO on TorchRL's collector, GAE and
+``TorchRLTrainConfig``                 a run's config (``config.py``)
+``train``, ``Learner``                 IPPO/MAPPO on TorchRL's collector, GAE and
                                        ``ClipPPOLoss``: ``fleet-marl train --engine torchrl``
                                        (``train.py``)
 ``TurnCollector``, ``turns_to_rounds`` the sequential protocol: the actor called once per turn,
@@ -27,7 +28,7 @@ _NAMES = {
     "build_networks": "policy",
     "TrainedPolicy": "policy",
     "SHARING": "policy",
-    "TorchRLTrainConfig": "train",
+    "TorchRLTrainConfig": "config",
     "train": "train",
     "Learner": "train",
     "TurnCollector": "sequential",
@@ -42,4 +43,17 @@ def __getattr__(name):
     raise AttributeError(f"module 'fleet_marl.torchrl' has no attribute {name!r}")
 
 
-__all__ = sorted(_NAMES)
+__all__ = [
+    "GROUP",
+    "SHARING",
+    "AsyncTurnCollector",
+    "FleetTorchEnv",
+    "Learner",
+    "MaskedMultiCategorical",
+    "TorchRLTrainConfig",
+    "TrainedPolicy",
+    "TurnCollector",
+    "build_networks",
+    "train",
+    "turns_to_rounds",
+]  # the lazy names of _NAMES

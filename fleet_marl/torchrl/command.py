@@ -6,16 +6,15 @@ the ``[torchrl]`` extra (:data:`NEEDS`) the command says how to install it and e
 
 from __future__ import annotations
 
-import json
-import sys
+import argparse
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from fleet_marl.errors import require
-from fleet_marl.evaluation import runs
-from fleet_marl.evaluation.runs import config_path
-from fleet_marl.torchrl.loader import TrainConfigError, checkpoint_folder, read_sidecar
+from fleet_marl.torchrl.loader import ENGINE
+from fleet_marl.training import TrainConfigError, config_path, print_result, usage_error
 
 #: What training imports, all from the ``[torchrl]`` extra.
 NEEDS = ("torch", "torchrl", "tensordict", "tensorboardX", "matplotlib")
@@ -24,9 +23,9 @@ NEEDS = ("torch", "torchrl", "tensordict", "tensorboardX", "matplotlib")
 RLLIB_ONLY = ("num_env_runners", "address")
 
 
-def resolve(args):
+def resolve(args: argparse.Namespace) -> tuple[Any, Any]:
     """(TorchRLTrainConfig, resume) from the parsed ``fleet-marl train`` arguments."""
-    from fleet_marl.torchrl.train import TorchRLTrainConfig  # torch: only when the command runs
+    from fleet_marl.torchrl.config import TorchRLTrainConfig  # torch: only when the command runs
 
     for name in RLLIB_ONLY:
         if getattr(args, name, None) is not None:
@@ -48,10 +47,8 @@ def resolve(args):
             )
         tc = TorchRLTrainConfig.from_dict(data, source=str(p))
     elif args.resume:
-        folder = checkpoint_folder(args.resume)
-        if folder is None:
-            raise TrainConfigError(f"--resume {args.resume}: no torchrl run there (expected checkpoint/fleet_marl_torchrl.json)")
-        tc = TorchRLTrainConfig.from_dict(read_sidecar(folder).get("train_config", {}), source=f"{args.resume} (the run's config)")
+        meta = ENGINE.read_sidecar(ENGINE.find(args.resume))
+        tc = TorchRLTrainConfig.from_dict(meta.get("train_config", {}), source=f"{args.resume} (the run's config)")
     else:
         tc = TorchRLTrainConfig()
     if args.final_episodes is not None and args.final_episodes < 0:
@@ -70,7 +67,7 @@ def resolve(args):
     return tc.replace(source="command line", **changes), args.resume
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run ``fleet-marl train --engine torchrl`` with parsed ``args``; returns the exit code."""
     require(NEEDS, "torchrl", "fleet-marl train --engine torchrl")
     from fleet_marl.torchrl.train import prepare, train  # torch: after the extra is checked
@@ -81,33 +78,16 @@ def run(args) -> int:
             raise TrainConfigError("--resume and --overwrite: pick one (continue the run, or start it over)")
         prepare(tc, resume, args.overwrite)
     except (TrainConfigError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        print("run 'fleet-marl train --help' for the options", file=sys.stderr)
-        return 2
+        return usage_error(exc)
     res = train(tc, resume=resume, overwrite=args.overwrite, progress=not args.no_progress, final_episodes=args.final_episodes)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "run_dir": str(res.run_dir),
-                    "checkpoint": str(res.checkpoint),
-                    "env_steps": res.env_steps,
-                    "agent_steps": res.agent_steps,
-                    "seconds": res.seconds,
-                    "evaluations": res.final,
-                },
-                indent=2,
-            )
-        )
-        return 0
-    runs.print_summary(
+    agent_steps, train_seconds = res.agent_steps or 0, res.train_seconds or 0.0
+    return print_result(
         res,
-        tc.task,
-        tc.env,
+        tc,
+        args.json,
         f"trained {tc.run_name} with TorchRL: {res.iterations} iterations, {res.env_steps:,} env steps "
-        f"({res.agent_steps:,} agent steps, {res.agent_steps / max(res.train_seconds, 1e-9):,.0f} agent steps/s) in {res.seconds / 60:.1f} min",
+        f"({agent_steps:,} agent steps, {agent_steps / max(train_seconds, 1e-9):,.0f} agent steps/s) in {res.seconds / 60:.1f} min",
     )
-    return 0
 
 
 __all__ = ["NEEDS", "RLLIB_ONLY", "resolve", "run"]

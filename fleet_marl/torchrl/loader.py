@@ -8,42 +8,23 @@ Registered as the ``torchrl`` entry point of the group ``fleet_marl.policy_loade
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from typing import Any
 
 from fleet_marl.errors import require
 from fleet_marl.evaluation.loading import PolicyError, PolicyLoader
-from fleet_marl.evaluation.runs import TrainConfigError, check_trained_on
+from fleet_marl.training import Engine, check_trained_on
 
-#: The sidecar ``fleet-marl train --engine torchrl`` writes next to ``model.pt``.
-SIDECAR = "fleet_marl_torchrl.json"
-
-
-def checkpoint_folder(spec: str | Path) -> Path | None:
-    """The checkpoint folder ``spec`` names (the run folder or its ``checkpoint/``), or None."""
-    folder = Path(spec)
-    if not folder.is_dir():
-        return None
-    for f in (folder, folder / "checkpoint"):
-        if (f / SIDECAR).is_file():
-            return f
-    return None
+#: The TorchRL engine's checkpoints: ``fleet_marl_torchrl.json`` next to ``model.pt``.
+ENGINE = Engine(name="torchrl", sidecar="fleet_marl_torchrl.json", command="fleet-marl train --engine torchrl")
+SIDECAR = ENGINE.sidecar
+checkpoint_folder = ENGINE.checkpoint_folder
 
 
-def read_sidecar(folder: Path) -> dict:
-    try:
-        return json.loads((folder / SIDECAR).read_text())
-    except (OSError, ValueError) as exc:
-        raise TrainConfigError(
-            f"{folder}: cannot read {SIDECAR} ({exc}); is this a fleet-marl train --engine torchrl checkpoint?"
-        ) from None
-
-
-def load(spec: str, env, explore: bool = False):
+def load(spec: str, env: Any, explore: bool = False) -> Any:
     """The greedy policy of the run ``spec`` on ``env``, after checking that it learned this
     env's agents, action spaces and scenario."""
-    folder = checkpoint_folder(spec)
-    meta = read_sidecar(folder)
+    folder = ENGINE.find(spec)
+    meta = ENGINE.read_sidecar(folder)
     sig = meta.get("signature", {})
     check_trained_on(spec, meta, env)
     require(("torch", "torchrl", "tensordict"), "torchrl", f"grading the trained run {spec}")
@@ -66,7 +47,7 @@ def load(spec: str, env, explore: bool = False):
         )
         actor.load_state_dict(torch.load(folder / "model.pt", weights_only=True)["actor"])
     except Exception as exc:
-        raise PolicyError(spec, f"cannot load the trained actor from {folder / 'model.pt'}: {exc}") from None
+        raise PolicyError(spec, f"cannot load the trained actor from {folder / 'model.pt'}: {exc}") from exc
     return TrainedPolicy(env, actor, sig["nvec"], explore=explore)
 
 
@@ -77,4 +58,4 @@ LOADER = PolicyLoader(
     description="a fleet-marl train --engine torchrl run folder or its checkpoint/ folder",
 )
 
-__all__ = ["LOADER", "SIDECAR", "TrainConfigError", "checkpoint_folder", "load", "read_sidecar"]
+__all__ = ["ENGINE", "LOADER", "SIDECAR", "checkpoint_folder", "load"]

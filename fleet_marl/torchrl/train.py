@@ -34,212 +34,36 @@ what the RLlib route writes:
                      the same seeds; ``results.json`` has the summaries
 ``config.yaml``      the run's config
 ===================  ==========================================================================
+
+The config is :class:`~fleet_marl.torchrl.config.TorchRLTrainConfig`; the run folder, its
+checks and the end of the run are every engine's (:mod:`fleet_marl.training`).
 """
 
 from __future__ import annotations
 
 import copy
-import csv
-import dataclasses
 import functools
-import json
 import math
-import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from tensordict.nn import TensorDictModule
 from torchrl.collectors import AsyncCollector, Collector
 from torchrl.envs.utils import ExplorationType
 from torchrl.modules import ProbabilisticActor
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
-from tqdm import tqdm
 
-from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
-from fleet_marl.evaluation import evaluate, runs
+from fleet_marl.evaluation import Evaluation, evaluate
+from fleet_marl.torchrl.config import COLUMNS, TorchRLTrainConfig
 from fleet_marl.torchrl.env import GROUP, FleetTorchEnv
-from fleet_marl.torchrl.loader import SIDECAR, TrainConfigError, checkpoint_folder, read_sidecar
-from fleet_marl.torchrl.policy import ACTIVATIONS, SHARING, MaskedMultiCategorical, TrainedPolicy, build_networks
+from fleet_marl.torchrl.loader import ENGINE
+from fleet_marl.torchrl.policy import MaskedMultiCategorical, TrainedPolicy, build_networks
 from fleet_marl.torchrl.sequential import AsyncTurnCollector, TurnCollector
-
-#: The columns of ``metrics.csv`` (empty where an iteration has no value).
-COLUMNS = (
-    "iteration",
-    "env_steps",
-    "agent_steps",
-    "time_s",
-    "agent_steps_per_s",
-    "collect_s",
-    "learn_s",
-    "episodes",
-    "lr",
-    "welfare",
-    "eval_welfare",
-    "score",
-    "policy_loss",
-    "vf_loss",
-    "entropy",
-    "kl_approx",
-    "clip_fraction",
-    "explained_variance",
-)
-
-#: What a run writes into its folder (``--overwrite`` removes these first).
-OUTPUTS = ("checkpoint", "checkpoint.tmp", "tb", "metrics.csv", "learning_curve.png", "results.md", "results.json", "config.yaml")
-
-
-@dataclass
-class TorchRLTrainConfig:
-    """A TorchRL training run. ``iterations`` collector batches of ``num_envs`` x ``rollout``
-    cluster steps each; ``minibatch`` cluster steps per gradient step (each holds every tenant)."""
-
-    task: str = "easy"
-    reward_scheme: str = "local"
-    sharing: str = "shared"
-    env: dict = field(default_factory=dict)
-    iterations: int = 1000
-    max_minutes: float = 5.0  # stop after the iteration that passes this much training time (0: no limit)
-    seed: int = 0
-    num_envs: int = 1024
-    rollout: int = 8
-    epochs: int = 2
-    minibatch: int = 2048
-    lr: float = 1e-3
-    anneal_lr: bool = True  # the learning rate falls linearly to 2% of lr over the run (iterations or max_minutes, whichever ends it first)
-    gamma: float = 0.95
-    lmbda: float = 0.95
-    clip: float = 0.2
-    entropy_coeff: float = 0.01
-    critic_coeff: float = 0.5
-    max_grad_norm: float = 0.5
-    hidden: list = field(default_factory=lambda: [64, 64])
-    activation: str = "relu"
-    agent_id: bool = True  # a network shared by tenants also reads the tenant's one-hot index (policy.WithAgentId)
-    autoregressive: bool = False  # action dimensions chosen in order, each given the earlier ones (policy.Coupling)
-    eval_interval: int = 100
-    eval_episodes: int = 3
-    final_episodes: int = 10
-    checkpoint_interval: int = 100
-    collector: str = "async"  # "sync": collect, then learn; "async": collect the next batch in a worker process while learning
-    threads: int = 1  # torch threads (0: torch's default, one per core)
-    out: str = "runs/train"
-    name: str = ""
-
-    @classmethod
-    def from_dict(cls, data: dict, source: str = "config") -> TorchRLTrainConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names - {"engine"})
-        if unknown:
-            raise TrainConfigError(f"{source}: unknown key {unknown[0]!r}; the torchrl engine's keys are {', '.join(sorted(names))}")
-        tc = cls(**{k: v for k, v in data.items() if k in names})
-        tc.check(source)
-        return tc
-
-    def replace(self, source: str = "override", **changes: Any) -> TorchRLTrainConfig:
-        data = dataclasses.asdict(self)
-        data.update({k: v for k, v in changes.items() if v is not None})
-        return type(self).from_dict(data, source)
-
-    def check(self, source: str = "config") -> None:
-        def bad(name, expected):
-            raise TrainConfigError(f"{source}: {name} = {getattr(self, name)!r}: expected {expected}")
-
-        runs.check_common(self, source, SHARING, bad)
-        for name in ("iterations", "num_envs", "rollout", "epochs", "minibatch"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                bad(name, "an integer >= 1")
-        for name in ("eval_interval", "eval_episodes", "final_episodes", "checkpoint_interval", "threads", "seed"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                bad(name, "an integer >= 0")
-        for name, lo, hi in (
-            ("max_minutes", 0, 1e6),
-            ("lr", 0, 1),
-            ("gamma", 0, 1),
-            ("lmbda", 0, 1),
-            ("clip", 0, 10),
-            ("entropy_coeff", -1, 10),
-            ("critic_coeff", 0, 100),
-            ("max_grad_norm", 0, 1e6),
-        ):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi) or (name in ("lr", "clip") and v == 0):
-                bad(name, f"a number in {'(' if name in ('lr', 'clip') else '['}{lo}, {hi}]")
-        if self.collector not in ("sync", "async"):
-            bad("collector", "'sync' or 'async'")
-        for name in ("autoregressive", "agent_id", "anneal_lr"):
-            if not isinstance(getattr(self, name), bool):
-                bad(name, "true or false")
-        if self.activation not in ACTIVATIONS:
-            bad("activation", f"one of {', '.join(ACTIVATIONS)}")
-        runs.check_env(self, source)
-
-    @property
-    def run_name(self) -> str:
-        return self.name or f"{self.task}-{self.sharing}-{self.reward_scheme}{'-sequential' if self.sequential else ''}-torchrl"
-
-    @property
-    def run_dir(self) -> Path:
-        return Path(self.out) / self.run_name
-
-    def to_dict(self) -> dict:
-        return {"engine": "torchrl", **dataclasses.asdict(self)}
-
-    @property
-    def sequential(self) -> bool:
-        """The run trains under the sequential protocol (``env.protocol``): turns collected by
-        :class:`~fleet_marl.torchrl.sequential.TurnCollector`."""
-        return isinstance(self.env, dict) and self.env.get("protocol") == "sequential"
-
-    def probe(self) -> FleetParallelEnv | FleetSequentialEnv:
-        """The run's env with one cluster (its spaces are the signature's): the ParallelEnv, or the
-        AEC env of the sequential protocol (40 features, the longer ``state()``)."""
-        cls = FleetSequentialEnv if self.sequential else FleetParallelEnv
-        return cls(task=self.task, reward_scheme=self.reward_scheme, **self.env)
-
-    def signature(self) -> dict:
-        """What a checkpoint must match to be resumed or graded on an env."""
-        env = self.probe()
-        st = env.kernel_static
-        return {
-            "task": self.task,
-            "possible_agents": list(env.possible_agents),
-            "kinds": kinds_of(env),
-            "nvec": env.nvec.max(0).tolist(),
-            "obs_dim": int(env.observation_spaces[env.possible_agents[0]].shape[0]),
-            "state_dim": int(env.state_space.shape[0]),
-            "sharing": self.sharing,
-            "hidden": list(self.hidden),
-            "activation": self.activation,
-            "autoregressive": self.autoregressive,
-            "agent_id": self.agent_id,
-            "T": int(st.T),
-        }
-
-
-def kinds_of(env) -> list[str]:
-    st = env.kernel_static
-    return ["train" if st.is_train[i] else "serve" for i in range(st.T)]
-
-
-@dataclass
-class TrainResult:
-    run_dir: Path
-    checkpoint: Path
-    iterations: int
-    env_steps: int
-    agent_steps: int
-    seconds: float
-    train_seconds: float
-    rows: list[dict] = field(default_factory=list)
-    final: list[dict] = field(default_factory=list)
-    table: str = ""
+from fleet_marl.training import MetricsLog, TrainConfigError, TrainResult, finish, prepare_run, progress_bar, start_run
 
 
 class Learner:
@@ -443,7 +267,7 @@ class Loop:
             self.env = make_env()
             self.collector = Collector(self.env, learner.actor, auto_register_policy_transforms=False, **kwargs)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[dict[str, Any]]:
         tc, learner, frames, N = self.tc, self.learner, self.frames, self.n_agents
         it, env_steps = self.first, self.env_steps0
         t0 = time.time()
@@ -484,44 +308,37 @@ class Loop:
         self.collector.shutdown()
 
 
-def prepare(tc: TorchRLTrainConfig, resume: str | None = None, overwrite: bool = False):
+def prepare(
+    tc: TorchRLTrainConfig, resume: str | None = None, overwrite: bool = False
+) -> tuple[TorchRLTrainConfig, Path | None, dict | None]:
     """Everything checked before training: (config, checkpoint folder to resume or None, its sidecar)."""
-    if resume is None:
-        if not overwrite:
-            runs.claim_run_folder(tc.run_dir, OUTPUTS, overwrite=False)
-        return tc, None, None
-    folder = checkpoint_folder(resume)
-    if folder is None:
-        raise TrainConfigError(f"--resume {resume}: no torchrl checkpoint there (expected {SIDECAR} in it or in its checkpoint/)")
-    meta = read_sidecar(folder)
-    if meta.get("signature") != tc.signature():
-        raise TrainConfigError(
-            f"--resume {resume}: the checkpoint was trained on {meta.get('signature')}, this config has {tc.signature()}"
-        )
-    done = int(meta.get("iteration", 0))
-    if tc.iterations <= done:
-        raise TrainConfigError(
-            f"--resume {resume}: the checkpoint has trained {done} iterations and iterations = {tc.iterations}; "
-            f"pass --iterations N with N > {done} (the total to reach)"
-        )
+
+    def check_signature(meta: dict, source: str) -> None:
+        if meta.get("signature") != tc.signature():
+            raise TrainConfigError(
+                f"--resume {resume}: the checkpoint was trained on {meta.get('signature')}, this config has {tc.signature()}"
+            )
+
+    folder, meta = prepare_run(tc, ENGINE, resume, overwrite, check_signature)
     return tc, folder, meta
 
 
 def _save(learner: Learner, run_dir: Path, tc: TorchRLTrainConfig, sig: dict, iteration: int, env_steps: int, seconds: float) -> Path:
-    meta = {
-        "engine": "torchrl",
-        "signature": sig,
-        "train_config": tc.to_dict(),
-        "iteration": iteration,
-        "env_steps": env_steps,
-        "seconds": seconds,
-    }
-    return runs.swap_in_checkpoint(run_dir, lambda folder: torch.save(learner.state_dict(), folder / "model.pt"), SIDECAR, meta)
+    return ENGINE.save(
+        run_dir, lambda folder: torch.save(learner.state_dict(), folder / "model.pt"), tc, sig, iteration, env_steps, seconds
+    )
 
 
-def grade(learner: Learner, tc: TorchRLTrainConfig, episodes: int):
+def grade(learner: Learner, tc: TorchRLTrainConfig, episodes: int) -> Evaluation:
     """The greedy policy's evaluation by the grader on seeds 0 .. episodes - 1."""
-    return evaluate(tc.task, lambda env: learner.policy(env), episodes=episodes, seed=0, overrides=dict(tc.env), progress=False)
+    return evaluate(
+        tc.task,
+        lambda env: learner.policy(env),  # noqa: PLW0108 -- the grader takes a function (inspect.isfunction), not a bound method
+        episodes=episodes,
+        seed=0,
+        overrides=dict(tc.env),
+        progress=False,
+    )
 
 
 def train(
@@ -529,38 +346,22 @@ def train(
 ) -> TrainResult:
     """Train ``tc`` (see the module docstring)."""
     tc, ckpt, meta = prepare(tc, resume, overwrite)
-    run_dir = ckpt.parent if ckpt is not None else tc.run_dir
-    if ckpt is None and overwrite:
-        runs.claim_run_folder(run_dir, OUTPUTS, overwrite=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(tc.to_dict(), sort_keys=False))
+    run_dir = start_run(tc, ckpt, overwrite)
     if tc.threads:
         torch.set_num_threads(tc.threads)
     sig = tc.signature()
     learner = Learner(tc, sig)
     first, offset, env_steps0 = 0, 0.0, 0
-    if ckpt is not None:
+    if ckpt is not None and meta is not None:
         learner.load_state_dict(torch.load(ckpt / "model.pt", weights_only=True))
         first, offset, env_steps0 = int(meta["iteration"]), float(meta.get("seconds", 0.0)), int(meta.get("env_steps", 0))
     from tensorboardX import SummaryWriter  # only when training
 
     writer = SummaryWriter(str(run_dir / "tb"))
-    csv_path = run_dir / "metrics.csv"
-    rows: list[dict] = []
-    if ckpt is not None and csv_path.is_file():
-        with csv_path.open() as f:
-            rows = [r for r in csv.DictReader(f) if r.get("iteration") and int(float(r["iteration"])) <= first]
-    with csv_path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
+    log = MetricsLog(run_dir, COLUMNS, first if ckpt is not None else None)
     N = len(sig["possible_agents"])
     t0 = time.time()
-    bar = (
-        tqdm(total=tc.iterations, initial=first, desc=f"train {tc.run_name}", unit="iter", file=sys.stderr, dynamic_ncols=True)
-        if progress
-        else None
-    )
+    bar = progress_bar(tc, first, progress)
     it, env_steps, last = first, env_steps0, ckpt
     loop = Loop(tc, learner, first=first, env_steps=env_steps0, offset=offset)
     try:
@@ -569,16 +370,14 @@ def train(
             if tc.eval_interval and it % tc.eval_interval == 0 and tc.eval_episodes:
                 ev = grade(learner, tc, tc.eval_episodes)
                 row["eval_welfare"], row["score"] = round(float(ev.welfare.mean()), 4), round(ev.score, 4)
-            rows.append(row)
-            with csv_path.open("a", newline="") as f:
-                csv.DictWriter(f, fieldnames=COLUMNS).writerow(row)
+            log.append(row)
             for k, v in row.items():
                 if v != "" and k != "iteration" and not (isinstance(v, float) and math.isnan(v)):
                     writer.add_scalar(k, v, env_steps)
             if tc.checkpoint_interval and it % tc.checkpoint_interval == 0 and it < tc.iterations:
                 last = _save(learner, run_dir, tc, sig, it, env_steps, offset + time.time() - t0)
             if bar is not None:
-                post = {"steps": env_steps}
+                post: dict[str, Any] = {"steps": env_steps}
                 if row["welfare"] != "":
                     post["welfare"] = f"{row['welfare']:.1f}"
                 if row["eval_welfare"] != "":
@@ -591,42 +390,29 @@ def train(
         writer.close()
         if bar is not None:
             bar.close()
-    train_seconds = loop.train_seconds
     seconds = offset + time.time() - t0
     res = TrainResult(
         run_dir=run_dir,
         checkpoint=last,
         iterations=it,
         env_steps=env_steps,
-        agent_steps=env_steps * N,
         seconds=seconds,
-        train_seconds=train_seconds,
-        rows=rows,
+        agent_steps=env_steps * N,
+        train_seconds=loop.train_seconds,
+        rows=log.rows,
     )
-    episodes = tc.final_episodes if final_episodes is None else final_episodes
-    refs: dict[str, float] = {}
-    if episodes:
-        evals, table = runs.final_evaluation(
-            tc.task, dict(tc.env), lambda env: learner.policy(env), f"PPO torchrl ({tc.sharing}, {tc.reward_scheme})", episodes, progress
-        )
-        res.final = [e.summary() for e in evals]
-        res.table = table
-        refs = {e.policy: float(e.welfare.mean()) for e in evals[1:]}
-        text = (
-            f"# {tc.run_name}\n\nTrained with TorchRL for {it} iterations ({env_steps:,} env steps, {env_steps * N:,} agent steps, "
-            f"{seconds / 60:.1f} min), seed {tc.seed}. Graded on seeds 0..{episodes - 1} of `{tc.task}`.\n\n{table}\n"
-        )
-        (run_dir / "results.md").write_text(text)
-        (run_dir / "results.json").write_text(
-            json.dumps({"train_config": tc.to_dict(), "env_steps": env_steps, "seconds": seconds, "evaluations": res.final}, indent=2)
-        )
-    runs.learning_curve(
-        rows,
-        run_dir / "learning_curve.png",
-        f"{tc.run_name}: PPO (TorchRL) on {tc.task}",
-        {k: v for k, v in refs.items() if k in ("random", "fair_share", "precision_expert", "planner")},
+    return finish(
+        res,
+        tc,
+        task=tc.task,
+        overrides=dict(tc.env),
+        policy=lambda env: learner.policy(env),  # noqa: PLW0108 -- the grader takes a function (inspect.isfunction), not a bound method
+        label=f"PPO torchrl ({tc.sharing}, {tc.reward_scheme})",
+        episodes=tc.final_episodes if final_episodes is None else final_episodes,
+        progress=progress,
+        trained=f"Trained with TorchRL for {it} iterations ({env_steps:,} env steps, {env_steps * N:,} agent steps, {seconds / 60:.1f} min)",
+        title=f"{tc.run_name}: PPO (TorchRL) on {tc.task}",
     )
-    return res
 
 
 __all__ = ["COLUMNS", "Learner", "Loop", "TorchRLTrainConfig", "TrainResult", "grade", "prepare", "train"]

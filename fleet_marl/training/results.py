@@ -1,29 +1,21 @@
-"""A training run's folder, for every training engine (``fleet_marl.rllib.train`` and
-``fleet_marl.torchrl.train``): what both engines check, write and show the same way.
+"""A trained run graded and shown the same way by every engine.
 
-:class:`TrainConfigError`     a bad training config, run folder or checkpoint (names the field, the
-                              value and what to do); both engines raise it
-:func:`check_common`          the config fields both engines share (task, reward scheme, sharing,
-                              env overrides, layer widths, run folder name); :func:`check_env`
-                              builds the config's env
-:func:`config_path`           a run config (``--config NAME``)
-:func:`claim_run_folder`      refuses a folder that holds a run unless resuming or overwriting, and
-                              clears it for ``--overwrite``
-:func:`swap_in_checkpoint`    writes ``checkpoint/`` atomically (into ``checkpoint.tmp/``, then swapped)
-:func:`check_trained_on`      a trained run may be graded only on the agents, action spaces and
-                              scenario it learned
-:func:`learning_curve`        ``learning_curve.png`` from the rows of ``metrics.csv``
-:func:`final_evaluation`      the trained policy and every reference policy on the same seeds
-:func:`print_summary`         what ``fleet-marl train`` prints at the end
+:func:`check_trained_on`  a trained run may be graded only on the agents, action spaces and
+                          scenario it learned (the engines' grader loaders call it)
+:func:`final_evaluation`  the trained policy and every reference policy on the same seeds
+:func:`learning_curve`    ``learning_curve.png`` from the rows of ``metrics.csv``
+:func:`finish`            the end of a run: the final evaluation into ``results.md`` and
+                          ``results.json``, and the learning curve
+:func:`print_summary`     what ``fleet-marl train`` prints at the end (:func:`print_result`
+                          with ``--json``)
 
-No training framework is imported here; matplotlib only when a curve is drawn.
+matplotlib is imported only when a curve is drawn.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -31,81 +23,18 @@ from typing import Any
 
 from tqdm import tqdm
 
-from fleet_marl.config import REWARD_SCHEMES, ConfigError
-from fleet_marl.evaluation.baselines import checkout, table
+from fleet_marl.evaluation.baselines import table
 from fleet_marl.evaluation.loading import PolicyError, fleet_env_or_none
 from fleet_marl.evaluation.score import Evaluation, evaluate
 from fleet_marl.policies import POLICIES
-from fleet_marl.tasks import TASKS, make_config
+from fleet_marl.tasks import make_config
+from fleet_marl.training.folder import TrainResult
+
+#: The reference policies a learning curve draws as horizontal lines.
+CURVE_REFERENCES = ("random", "fair_share", "precision_expert", "planner")
 
 
-class TrainConfigError(ValueError):
-    """A bad training config, run folder or checkpoint: names the field, the value and what was
-    expected, or says what to do."""
-
-
-def check_common(cfg: Any, source: str, sharing: tuple[str, ...] | list[str], bad: Callable[[str, str], None]) -> None:
-    """The fields every engine's config has: ``bad(name, expected)`` raises for the first wrong one."""
-    if cfg.task not in TASKS:
-        bad("task", f"one of {', '.join(TASKS)}")
-    if cfg.reward_scheme not in REWARD_SCHEMES:
-        bad("reward_scheme", f"one of {', '.join(REWARD_SCHEMES)}")
-    if cfg.sharing not in sharing:
-        bad("sharing", f"one of {', '.join(sharing)}")
-    if not isinstance(cfg.env, dict):
-        bad("env", "a mapping of fleet_marl.parallel_env overrides")
-    if (
-        not isinstance(cfg.hidden, list)
-        or not cfg.hidden
-        or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in cfg.hidden)
-    ):
-        bad("hidden", "a non-empty list of positive layer widths, e.g. [128, 128]")
-    if not isinstance(cfg.out, str) or not cfg.out:
-        bad("out", "a folder path")
-    if not isinstance(cfg.name, str) or "/" in cfg.name:
-        bad("name", "a folder name without '/'")
-
-
-def check_env(cfg: Any, source: str) -> None:
-    """The config's env can be built (``cfg.probe()``): its overrides and trace files; the last check."""
-    try:
-        cfg.probe()
-    except (ConfigError, ValueError, TypeError, FileNotFoundError) as exc:
-        raise TrainConfigError(f"{source}: env = {cfg.env!r}: {exc}") from None
-
-
-def claim_run_folder(run_dir: Path, outputs: tuple[str, ...], overwrite: bool) -> None:
-    """Refuse ``run_dir`` if it holds a run (a checkpoint or metrics), unless ``overwrite``:
-    then remove what a run writes (``outputs``) from it. Call it once every other check passed."""
-    if not overwrite:
-        if (run_dir / "checkpoint").exists() or (run_dir / "metrics.csv").exists():
-            raise TrainConfigError(
-                f"run folder {str(run_dir)!r} already holds a run; pass --resume {run_dir} to continue it, "
-                "--overwrite to start it over, or --name to start another"
-            )
-        return
-    for name in outputs:
-        p = run_dir / name
-        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-
-
-def swap_in_checkpoint(run_dir: Path, write: Callable[[Path], None], sidecar: str, meta: dict) -> Path:
-    """``run_dir / "checkpoint"`` written atomically: ``write(folder)`` and the ``sidecar`` JSON
-    (``meta``) go into ``checkpoint.tmp/``, which then replaces the old checkpoint."""
-    final, tmp, old = run_dir / "checkpoint", run_dir / "checkpoint.tmp", run_dir / "checkpoint.old"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    write(tmp)
-    (tmp / sidecar).write_text(json.dumps(meta, indent=2))
-    shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
-        final.rename(old)
-    tmp.rename(final)
-    shutil.rmtree(old, ignore_errors=True)
-    return final
-
-
-def check_trained_on(spec: str, meta: dict, env) -> None:
+def check_trained_on(spec: str, meta: dict, env: Any) -> None:
     """Raise :class:`PolicyError` unless the run whose sidecar is ``meta`` learned ``env``'s
     agents, action spaces and scenario (rewards and fairness detectors may differ)."""
     fe = fleet_env_or_none(env)
@@ -141,16 +70,6 @@ def check_trained_on(spec: str, meta: dict, env) -> None:
             )
 
 
-def config_path(name: str) -> Path:
-    """A training ``--config`` as given, or ``experiments/configs/<name>.yaml`` of the checkout."""
-    p = Path(name)
-    if p.is_file() or p.suffix in (".yaml", ".yml") or "/" in name:
-        return p
-    root = checkout()
-    cand = (root / "experiments" / "configs" / f"{name}.yaml") if root else p
-    return cand if cand.is_file() else p
-
-
 def learning_curve(rows: list[dict], path: Path, title: str, references: dict[str, float] | None = None, x: str = "env_steps") -> Path:
     """Training welfare per iteration (``welfare``) and the grader's evaluations
     (``eval_welfare``) against ``x``, with the references' welfare as horizontal lines."""
@@ -159,7 +78,7 @@ def learning_curve(rows: list[dict], path: Path, title: str, references: dict[st
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # matplotlib: only when plotting
 
-    def series(name):
+    def series(name: str) -> tuple[list[float], list[float]]:
         xs, ys = [], []
         for r in rows:
             if r.get(name) not in ("", None) and r.get(x) not in ("", None):
@@ -208,7 +127,41 @@ def final_evaluation(
     return evals, table(evals)
 
 
-def print_summary(res: Any, task: str, env: dict, headline: str) -> None:
+def finish(
+    res: TrainResult,
+    tc: Any,
+    *,
+    task: str,
+    overrides: dict,
+    policy: Callable[[Any], Any],
+    label: str,
+    episodes: int,
+    progress: bool,
+    trained: str,
+    title: str,
+) -> TrainResult:
+    """The end of a run in ``res.run_dir``: with ``episodes``, the final evaluation of ``policy``
+    (named ``label``) on ``task`` with ``overrides`` into ``res`` and ``results.md`` (headed
+    ``trained``, what was trained) and ``results.json``; then the learning curve (``title``)
+    with the references' welfare."""
+    refs: dict[str, float] = {}
+    if episodes:
+        evals, tab = final_evaluation(task, overrides, policy, label, episodes, progress)
+        res.final = [e.summary() for e in evals]
+        res.table = tab
+        refs = {e.policy: float(e.welfare.mean()) for e in evals[1:]}
+        text = f"# {tc.run_name}\n\n{trained}, seed {tc.seed}. Graded on seeds 0..{episodes - 1} of `{tc.task}`.\n\n{tab}\n"
+        (res.run_dir / "results.md").write_text(text)
+        (res.run_dir / "results.json").write_text(
+            json.dumps(
+                {"train_config": tc.to_dict(), "env_steps": res.env_steps, "seconds": res.seconds, "evaluations": res.final}, indent=2
+            )
+        )
+    learning_curve(res.rows, res.run_dir / "learning_curve.png", title, {k: v for k, v in refs.items() if k in CURVE_REFERENCES})
+    return res
+
+
+def print_summary(res: TrainResult, task: str, env: dict, headline: str) -> None:
     """What ``fleet-marl train`` prints when a run ends: ``headline``, the final table, where
     the run's files are and how to grade it again."""
     print(headline)
@@ -227,15 +180,30 @@ def print_summary(res: Any, task: str, env: dict, headline: str) -> None:
         print(f"evaluate again  fleet-marl evaluate --task {task} --policy {res.run_dir}")
 
 
+def print_result(res: TrainResult, tc: Any, as_json: bool, headline: str) -> int:
+    """``fleet-marl train``'s last words: the run's summary as JSON (``--json``), or
+    :func:`print_summary`; returns the exit code (0)."""
+    if as_json:
+        print(json.dumps(res.summary(), indent=2))
+    else:
+        print_summary(res, tc.task, tc.env, headline)
+    return 0
+
+
+def usage_error(exc: Exception) -> int:
+    """Print a bad option of ``fleet-marl train`` and the hint; returns the exit code (2)."""
+    print(f"error: {exc}", file=sys.stderr)
+    print("run 'fleet-marl train --help' for the options", file=sys.stderr)
+    return 2
+
+
 __all__ = [
-    "TrainConfigError",
-    "check_common",
-    "check_env",
+    "CURVE_REFERENCES",
     "check_trained_on",
-    "claim_run_folder",
-    "config_path",
     "final_evaluation",
+    "finish",
     "learning_curve",
+    "print_result",
     "print_summary",
-    "swap_in_checkpoint",
+    "usage_error",
 ]

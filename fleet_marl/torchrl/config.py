@@ -1,0 +1,180 @@
+"""The TorchRL engine's run config: :class:`TorchRLTrainConfig` (what ``fleet-marl train
+--engine torchrl`` and a YAML with ``engine: torchrl`` hold), the env's signature a checkpoint
+must match, and the columns of ``metrics.csv`` (:data:`COLUMNS`).
+
+A config is checked when it is made (the fields every engine shares by
+:func:`fleet_marl.training.check_common`), so a bad one fails before anything trains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
+from fleet_marl.torchrl.policy import ACTIVATIONS, SHARING
+from fleet_marl.training import TrainConfigError, check_common, check_env
+
+#: The columns of ``metrics.csv`` (empty where an iteration has no value).
+COLUMNS = (
+    "iteration",
+    "env_steps",
+    "agent_steps",
+    "time_s",
+    "agent_steps_per_s",
+    "collect_s",
+    "learn_s",
+    "episodes",
+    "lr",
+    "welfare",
+    "eval_welfare",
+    "score",
+    "policy_loss",
+    "vf_loss",
+    "entropy",
+    "kl_approx",
+    "clip_fraction",
+    "explained_variance",
+)
+
+
+@dataclass
+class TorchRLTrainConfig:
+    """A TorchRL training run. ``iterations`` collector batches of ``num_envs`` x ``rollout``
+    cluster steps each; ``minibatch`` cluster steps per gradient step (each holds every tenant)."""
+
+    task: str = "easy"
+    reward_scheme: str = "local"
+    sharing: str = "shared"
+    env: dict = field(default_factory=dict)
+    iterations: int = 1000
+    max_minutes: float = 5.0  # stop after the iteration that passes this much training time (0: no limit)
+    seed: int = 0
+    num_envs: int = 1024
+    rollout: int = 8
+    epochs: int = 2
+    minibatch: int = 2048
+    lr: float = 1e-3
+    anneal_lr: bool = True  # the learning rate falls linearly to 2% of lr over the run (iterations or max_minutes, whichever ends it first)
+    gamma: float = 0.95
+    lmbda: float = 0.95
+    clip: float = 0.2
+    entropy_coeff: float = 0.01
+    critic_coeff: float = 0.5
+    max_grad_norm: float = 0.5
+    hidden: list = field(default_factory=lambda: [64, 64])
+    activation: str = "relu"
+    agent_id: bool = True  # a network shared by tenants also reads the tenant's one-hot index (policy.WithAgentId)
+    autoregressive: bool = False  # action dimensions chosen in order, each given the earlier ones (policy.Coupling)
+    eval_interval: int = 100
+    eval_episodes: int = 3
+    final_episodes: int = 10
+    checkpoint_interval: int = 100
+    collector: str = "async"  # "sync": collect, then learn; "async": collect the next batch in a worker process while learning
+    threads: int = 1  # torch threads (0: torch's default, one per core)
+    out: str = "runs/train"
+    name: str = ""
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "config") -> TorchRLTrainConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names - {"engine"})
+        if unknown:
+            raise TrainConfigError(f"{source}: unknown key {unknown[0]!r}; the torchrl engine's keys are {', '.join(sorted(names))}")
+        tc = cls(**{k: v for k, v in data.items() if k in names})
+        tc.check(source)
+        return tc
+
+    def replace(self, source: str = "override", **changes: Any) -> TorchRLTrainConfig:
+        data = dataclasses.asdict(self)
+        data.update({k: v for k, v in changes.items() if v is not None})
+        return type(self).from_dict(data, source)
+
+    def check(self, source: str = "config") -> None:
+        def bad(name, expected):
+            raise TrainConfigError(f"{source}: {name} = {getattr(self, name)!r}: expected {expected}")
+
+        check_common(self, source, SHARING, bad)
+        for name in ("iterations", "num_envs", "rollout", "epochs", "minibatch"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                bad(name, "an integer >= 1")
+        for name in ("eval_interval", "eval_episodes", "final_episodes", "checkpoint_interval", "threads", "seed"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                bad(name, "an integer >= 0")
+        for name, lo, hi in (
+            ("max_minutes", 0, 1e6),
+            ("lr", 0, 1),
+            ("gamma", 0, 1),
+            ("lmbda", 0, 1),
+            ("clip", 0, 10),
+            ("entropy_coeff", -1, 10),
+            ("critic_coeff", 0, 100),
+            ("max_grad_norm", 0, 1e6),
+        ):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi) or (name in ("lr", "clip") and v == 0):
+                bad(name, f"a number in {'(' if name in ('lr', 'clip') else '['}{lo}, {hi}]")
+        if self.collector not in ("sync", "async"):
+            bad("collector", "'sync' or 'async'")
+        for name in ("autoregressive", "agent_id", "anneal_lr"):
+            if not isinstance(getattr(self, name), bool):
+                bad(name, "true or false")
+        if self.activation not in ACTIVATIONS:
+            bad("activation", f"one of {', '.join(ACTIVATIONS)}")
+        check_env(self, source)
+
+    @property
+    def run_name(self) -> str:
+        return self.name or f"{self.task}-{self.sharing}-{self.reward_scheme}{'-sequential' if self.sequential else ''}-torchrl"
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out) / self.run_name
+
+    def to_dict(self) -> dict:
+        return {"engine": "torchrl", **dataclasses.asdict(self)}
+
+    @property
+    def sequential(self) -> bool:
+        """The run trains under the sequential protocol (``env.protocol``): turns collected by
+        :class:`~fleet_marl.torchrl.sequential.TurnCollector`."""
+        return isinstance(self.env, dict) and self.env.get("protocol") == "sequential"
+
+    def probe(self) -> FleetParallelEnv | FleetSequentialEnv:
+        """The run's env with one cluster (its spaces are the signature's): the ParallelEnv, or the
+        AEC env of the sequential protocol (40 features, the longer ``state()``)."""
+        cls = FleetSequentialEnv if self.sequential else FleetParallelEnv
+        return cls(task=self.task, reward_scheme=self.reward_scheme, **self.env)
+
+    def signature(self) -> dict:
+        """What a checkpoint must match to be resumed or graded on an env."""
+        env = self.probe()
+        st = env.kernel_static
+        obs = env.observation_spaces[env.possible_agents[0]].shape
+        assert obs is not None  # a Box of features
+        return {
+            "task": self.task,
+            "possible_agents": list(env.possible_agents),
+            "kinds": kinds_of(env),
+            "nvec": env.nvec.max(0).tolist(),
+            "obs_dim": int(obs[0]),
+            "state_dim": int(env.state_space.shape[0]),
+            "sharing": self.sharing,
+            "hidden": list(self.hidden),
+            "activation": self.activation,
+            "autoregressive": self.autoregressive,
+            "agent_id": self.agent_id,
+            "T": int(st.T),
+        }
+
+
+def kinds_of(env) -> list[str]:
+    st = env.kernel_static
+    return ["train" if st.is_train[i] else "serve" for i in range(st.T)]
+
+
+__all__ = ["COLUMNS", "TorchRLTrainConfig", "kinds_of"]

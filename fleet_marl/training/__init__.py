@@ -1,0 +1,71 @@
+"""What every training engine does the same way, below the engines' adapters
+(``fleet_marl.rllib``, ``fleet_marl.torchrl``): an engine keeps only what is its framework's.
+
+=============  ============================================================================
+module         what it owns
+=============  ============================================================================
+``config``     :class:`TrainConfigError`, the config fields every engine checks the same way
+               (``check_common``, ``check_env``), a resumed run's iterations left, ``--config NAME``
+``folder``     the run folder: the engine's checkpoint name and sidecar (:class:`Engine`),
+               checking and claiming the folder (``prepare_run``, ``start_run``), the atomic
+               checkpoint swap, ``metrics.csv`` (:class:`MetricsLog`), the progress bar,
+               :class:`TrainResult`
+``results``    the loaders' check that a run learned the env it is graded on
+               (``check_trained_on``), the final evaluation, ``results.md``/``.json`` and the
+               learning curve (``finish``), the end-of-run summary
+=============  ============================================================================
+
+To add an engine: an adapter package with its config (fields checked by ``check_common``), a
+``train()`` that uses the folder and results here, a ``command`` module (``fleet-marl train
+--engine NAME``, in ``fleet_marl/cli/train.py``) and a grader loader that calls
+``check_trained_on`` (an entry point of ``fleet_marl.policy_loaders``); see
+``docs/architecture.md``. No training framework is imported here.
+"""
+
+from fleet_marl.training.config import TrainConfigError, check_common, check_env, check_iterations_left, config_path
+from fleet_marl.training.folder import (
+    CHECKPOINT,
+    OUTPUTS,
+    Engine,
+    MetricsLog,
+    TrainResult,
+    claim_run_folder,
+    prepare_run,
+    progress_bar,
+    start_run,
+    swap_in_checkpoint,
+)
+from fleet_marl.training.results import (
+    check_trained_on,
+    final_evaluation,
+    finish,
+    learning_curve,
+    print_result,
+    print_summary,
+    usage_error,
+)
+
+__all__ = [
+    "CHECKPOINT",
+    "OUTPUTS",
+    "Engine",
+    "MetricsLog",
+    "TrainConfigError",
+    "TrainResult",
+    "check_common",
+    "check_env",
+    "check_iterations_left",
+    "check_trained_on",
+    "claim_run_folder",
+    "config_path",
+    "final_evaluation",
+    "finish",
+    "learning_curve",
+    "prepare_run",
+    "print_result",
+    "print_summary",
+    "progress_bar",
+    "start_run",
+    "swap_in_checkpoint",
+    "usage_error",
+]

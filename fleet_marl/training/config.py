@@ -1,0 +1,78 @@
+"""What every training engine checks in a run config, the same way.
+
+:class:`TrainConfigError`     a bad training config, run folder or checkpoint (names the field, the
+                              value and what to do); every engine raises it
+:func:`check_common`          the fields every engine's config has (task, reward scheme, sharing,
+                              env overrides, layer widths, run folder name)
+:func:`check_env`             the config's env can be built (its overrides, its trace files)
+:func:`check_iterations_left` a resumed run has iterations left to train
+:func:`config_path`           a run config named by ``--config NAME``
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from fleet_marl.config import REWARD_SCHEMES, ConfigError
+from fleet_marl.evaluation.baselines import checkout
+from fleet_marl.tasks import TASKS
+
+
+class TrainConfigError(ValueError):
+    """A bad training config, run folder or checkpoint: names the field, the value and what was
+    expected, or says what to do."""
+
+
+def check_common(cfg: Any, source: str, sharing: Sequence[str], bad: Callable[[str, str], None]) -> None:
+    """The fields every engine's config has: ``bad(name, expected)`` raises for the first wrong one."""
+    if cfg.task not in TASKS:
+        bad("task", f"one of {', '.join(TASKS)}")
+    if cfg.reward_scheme not in REWARD_SCHEMES:
+        bad("reward_scheme", f"one of {', '.join(REWARD_SCHEMES)}")
+    if cfg.sharing not in sharing:
+        bad("sharing", f"one of {', '.join(sharing)}")
+    if not isinstance(cfg.env, dict):
+        bad("env", "a mapping of fleet_marl.parallel_env overrides")
+    if (
+        not isinstance(cfg.hidden, list)
+        or not cfg.hidden
+        or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in cfg.hidden)
+    ):
+        bad("hidden", "a non-empty list of positive layer widths, e.g. [128, 128]")
+    if not isinstance(cfg.out, str) or not cfg.out:
+        bad("out", "a folder path")
+    if not isinstance(cfg.name, str) or "/" in cfg.name:
+        bad("name", "a folder name without '/'")
+
+
+def check_env(cfg: Any, source: str) -> None:
+    """The config's env can be built (``cfg.probe()``): its overrides and trace files; the last check."""
+    try:
+        cfg.probe()
+    except (ConfigError, ValueError, TypeError, FileNotFoundError) as exc:
+        raise TrainConfigError(f"{source}: env = {cfg.env!r}: {exc}") from None
+
+
+def check_iterations_left(resume: str, meta: dict, iterations: int) -> None:
+    """A run resumed from ``resume`` (whose sidecar is ``meta``) must have iterations left to reach ``iterations``."""
+    done = int(meta.get("iteration", 0))
+    if iterations <= done:
+        raise TrainConfigError(
+            f"--resume {resume}: the checkpoint has already trained {done} iterations and iterations = {iterations}; "
+            f"pass --iterations N with N > {done} (the total to reach)"
+        )
+
+
+def config_path(name: str) -> Path:
+    """A training ``--config`` as given, or ``experiments/configs/<name>.yaml`` of the checkout."""
+    p = Path(name)
+    if p.is_file() or p.suffix in (".yaml", ".yml") or "/" in name:
+        return p
+    root = checkout()
+    cand = (root / "experiments" / "configs" / f"{name}.yaml") if root else p
+    return cand if cand.is_file() else p
+
+
+__all__ = ["TrainConfigError", "check_common", "check_env", "check_iterations_left", "config_path"]
