@@ -8,9 +8,8 @@ every arm at an N, plus the sharing schemes on medium and hard; every run graded
 ``fleet_marl.evaluation`` along the way. ``--engine rllib`` runs the first study (RLlib, N = 2..16,
 3 seeds). The write-up is docs/credit_assignment.md.
 
-This script is ``fleet-marl compare`` (``fleet_marl.studies.command``; the studies are
-``fleet_marl.studies.credit_study`` with ``credit_report``, and ``credit_assignment`` with
-``report``); it takes the same options::
+This script is ``fleet-marl compare`` (``fleet_marl.studies.command``; the study, on either
+engine, is ``fleet_marl.studies.credit``); it takes the same options::
 
     python experiments/credit_assignment.py --quick      # the pipeline in a minute or two
     python experiments/credit_assignment.py              # the full study: 920 runs, 2.9 hours on 2 cores here

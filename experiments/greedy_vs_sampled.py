@@ -4,7 +4,7 @@ How to run:  .venv/bin/python experiments/greedy_vs_sampled.py [--n 8] [--mechan
              [--schemes local,difference] [--seed 0] [--episodes 5]
 
 For each reward scheme it trains one run exactly as the credit-assignment study does
-(``Study(mechanism=...).train_config(n, scheme, seed)``: same scenario, budget and PPO
+(``RLlibStudy(mechanism=...).train_config(n, scheme, seed)``: same scenario, budget and PPO
 settings), then grades the policy twice with the grader on seeds 0 .. episodes-1: greedy (the
 mode of every action dimension, what ``fleet-marl compare`` grades) and sampled
 (``ModulePolicy(explore=True)``, what the env runners play in training). It prints one row
@@ -84,11 +84,11 @@ def main(argv=None) -> None:
     import ray
     from tqdm import tqdm
 
-    from fleet_marl.studies.credit_assignment import Study
     from fleet_marl.rllib.config import build
     from fleet_marl.rllib.train import quiet
+    from fleet_marl.studies.credit.rllib_design import RLlibStudy
 
-    study = Study(mechanism=args.mechanism)
+    study = RLlibStudy(mechanism=args.mechanism)
     study.check()
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     quiet()

@@ -1,6 +1,7 @@
-"""The credit-assignment study's pieces that need no Ray (``fleet_marl.studies``): the scaled
-scenario, the study's settings and their errors, the ``compare`` command, resuming
-(``credit_assignment``), the statistics, the report and the docs block (``report``). The runs
+"""The first credit-assignment study (``fleet-marl compare --engine rllib``, ``fleet_marl.studies.credit``)
+where it needs no Ray: the scaled scenario, the study's settings and their errors, the
+``compare`` command, resuming (``credit.runs``), the statistics, the tables, the report and the
+docs block (``credit.report``), and its docs reproduced from its committed data. The runs
 themselves (Ray) are in ``tests/test_rllib.py``."""
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ import pytest
 import fleet_marl
 from fleet_marl.config import REWARD_SCHEMES, ConfigError
 from fleet_marl.environment import scheme_rewards
-from fleet_marl.studies import command, credit_assignment, report
-from fleet_marl.studies.credit_assignment import CURVE_COLUMNS, RESULT_COLUMNS, Study, StudyError
+from fleet_marl.studies import command
+from fleet_marl.studies.credit import report, rllib_tables, runs, stats
+from fleet_marl.studies.credit.rllib_design import CURVE_COLUMNS, RESULT_COLUMNS
+from fleet_marl.studies.credit.rllib_design import RLlibStudy as Study
+from fleet_marl.studies.store import StudyError
 from fleet_marl.tasks import make_config, scaled
 
 BIN = Path(sys.executable).parent
@@ -188,11 +192,11 @@ def _write(path: Path, columns, rows):
 
 def test_prepare_resumes_and_drops_the_curve_of_a_killed_run(tmp_path):
     s = Study.quick(out=str(tmp_path / "s"))
-    out, done = credit_assignment.prepare(s)
+    out, done = runs.prepare(s)
     assert done == set() and json.loads((out / "study.json").read_text()) == s.settings()
     _write(out / "results.csv", RESULT_COLUMNS, [_row(2, "local", 0)])
     _write(out / "curves.csv", CURVE_COLUMNS, _curve(2, "local", 0) + _curve(2, "global", 0))  # global was killed
-    out, done = credit_assignment.prepare(s)
+    out, done = runs.prepare(s)
     assert done == {(2, "local", 0)}
     with (out / "curves.csv").open() as f:
         assert {r["scheme"] for r in csv.DictReader(f)} == {"local"}
@@ -202,11 +206,11 @@ def test_prepare_resumes_and_drops_the_curve_of_a_killed_run(tmp_path):
 
 def test_prepare_drops_a_row_cut_short_by_a_kill(tmp_path):
     s = Study.quick(out=str(tmp_path / "s"))
-    out, _ = credit_assignment.prepare(s)
+    out, _ = runs.prepare(s)
     _write(out / "results.csv", RESULT_COLUMNS, [_row(2, "local", 0)])
     with (out / "results.csv").open("a") as f:
         f.write("2,global,0,2,400")  # the process died in the middle of this row
-    _, done = credit_assignment.prepare(s)
+    _, done = runs.prepare(s)
     assert done == {(2, "local", 0)}
     with (out / "results.csv").open() as f:
         assert [r["scheme"] for r in csv.DictReader(f)] == ["local"]
@@ -214,38 +218,38 @@ def test_prepare_drops_a_row_cut_short_by_a_kill(tmp_path):
 
 def test_prepare_refuses_other_settings_and_overwrite_starts_over(tmp_path):
     s = Study.quick(out=str(tmp_path / "s"))
-    credit_assignment.prepare(s)
+    runs.prepare(s)
     _write(Path(s.out) / "results.csv", RESULT_COLUMNS, [_row(2, "local", 0)])
     other = Study.quick(out=s.out, seeds=3)
     with pytest.raises(StudyError, match="differs in: seeds"):
-        credit_assignment.prepare(other)
+        runs.prepare(other)
     assert (Path(s.out) / "results.csv").is_file()  # refused: nothing deleted
-    _, done = credit_assignment.prepare(other, overwrite=True)
+    _, done = runs.prepare(other, overwrite=True)
     assert done == set() and not (Path(s.out) / "results.csv").exists()
 
 
 def test_prepare_refuses_a_foreign_folder(tmp_path):
     (tmp_path / "mine.txt").write_text("x")
     with pytest.raises(StudyError, match="not empty"):
-        credit_assignment.prepare(Study.quick(out=str(tmp_path)))
+        runs.prepare(Study.quick(out=str(tmp_path)))
 
 
 # --- statistics and the report ------------------------------------------------------------------
 
 
 def test_mean_ci_is_the_student_t_interval():
-    m, h = report.mean_ci([1.0, 2.0, 3.0])
+    m, h = stats.mean_ci([1.0, 2.0, 3.0])
     assert m == 2.0 and h == pytest.approx(4.303 / np.sqrt(3))  # t(0.975, 2) * sd / sqrt(n), sd = 1
-    m, h = report.mean_ci([5.0])
+    m, h = stats.mean_ci([5.0])
     assert m == 5.0 and np.isnan(h)
 
 
 def test_paired_differences_are_by_seed():
     rows = [_row(2, "difference", s, welfare=10 + s) for s in range(3)] + [_row(2, "global", s, welfare=8 + 2 * s) for s in range(3)]
-    m, h, wins, k = report.paired(rows, "difference", "global")[2]
+    m, h, wins, k = rllib_tables.paired(rows, "difference", "global")[2]
     assert (m, wins, k) == (pytest.approx(1.0), 2, 3)  # differences 2, 1, 0
     rows += [_row(2, "local", s, welfare=20.0) for s in range(3)]
-    m, h, wins, k = report.paired(rows, "local", report.OTHERS)[2]  # others: mean of difference and global per seed
+    m, h, wins, k = rllib_tables.paired(rows, "local", rllib_tables.OTHERS)[2]  # others: mean of difference and global per seed
     assert m == pytest.approx(np.mean([20 - (10 + s + 8 + 2 * s) / 2 for s in range(3)])) and (wins, k) == (3, 3)
 
 
@@ -254,12 +258,12 @@ def test_the_reproducing_command_comes_from_the_study():
     assert report.command(Study.quick().settings()) == "fleet-marl compare --engine rllib --quick"
     s = Study(ns=(2, 4), seeds=5, budgets={2: 40_000, 4: 40_000}, mechanism="maxmin").settings()
     assert report.command(s) == "fleet-marl compare --engine rllib --n 2,4 --seeds 5 --budget 2=40000,4=40000 --mechanism maxmin"
-    assert report.command(Study(lr=1e-3).settings()) == "fleet-marl compare --engine rllib (and, from Python, Study(lr=0.001))"
+    assert report.command(Study(lr=1e-3).settings()) == "fleet-marl compare --engine rllib (and, from Python, RLlibStudy(lr=0.001))"
 
 
 def test_report_writes_tables_and_plots(tmp_path):
     s = Study.quick(out=str(tmp_path / "s"))
-    out, _ = credit_assignment.prepare(s)
+    out, _ = runs.prepare(s)
     rows, curves = [], []
     for n in s.ns:
         for seed in range(s.seeds):
@@ -280,12 +284,13 @@ def test_report_writes_tables_and_plots(tmp_path):
     root = tmp_path / "root"
     (root / "docs").mkdir(parents=True)
     doc = root / report.DOC
-    doc.write_text(f"# Study\n\nprose before\n\n{report.START}\nold\n{report.END}\n\nprose after\n")
+    start, end = report.MARKERS["rllib"]
+    doc.write_text(f"# Study\n\nprose before\n\n{start}\nold\n{end}\n\nprose after\n")
     with pytest.raises(StudyError, match="quick study"):
         report.write_docs(out, root=root, echo=lambda *_: None)
     report.write_docs(out, root=root, echo=lambda *_: None, allow_quick=True)
     text = doc.read_text()
-    assert "prose before" in text and "prose after" in text and "old" not in text.split(report.START)[1].split(report.END)[0]
+    assert "prose before" in text and "prose after" in text and "old" not in text.split(start)[1].split(end)[0]
     assert f"`fleet-marl compare --engine rllib --quick --out {out.as_posix()}`" in text and "img/credit_curves_n2.png" in text
     assert (root / "docs" / "img" / "credit_scaling.png").is_file()
     assert (root / "docs" / "data" / "credit_assignment" / "results.csv").read_text() == (out / "results.csv").read_text()
@@ -295,14 +300,14 @@ def test_report_writes_tables_and_plots(tmp_path):
 
 def test_docs_of_a_study_under_another_arbiter_go_to_their_own_block(tmp_path):
     s = Study(ns=(2,), schemes=("local", "difference"), seeds=2, mechanism="auction", out=str(tmp_path / "a"))
-    out, _ = credit_assignment.prepare(s)
+    out, _ = runs.prepare(s)
     rows = [_row(2, sch, seed, welfare=5.0 + seed) for seed in range(2) for sch in s.schemes]
     _write(out / "results.csv", RESULT_COLUMNS, rows)
     _write(out / "curves.csv", CURVE_COLUMNS, [c for seed in range(2) for sch in s.schemes for c in _curve(2, sch, seed)])
     root = tmp_path / "root"
     (root / "docs").mkdir(parents=True)
-    where = report.docs_targets("auction")
-    main_block = f"{report.START}\nthe main study\n{report.END}"
+    where = report.docs_targets(s.settings())
+    main_block = "{}\nthe main study\n{}".format(*report.MARKERS["rllib"])
     (root / report.DOC).write_text(f"# Study\n\n{main_block}\n\n## Auction\n\n{where['start']}\n{where['end']}\n")
     report.write_docs(out, root=root, echo=lambda *_: None)
     text = (root / report.DOC).read_text()
@@ -313,6 +318,31 @@ def test_docs_of_a_study_under_another_arbiter_go_to_their_own_block(tmp_path):
     assert (root / "docs" / "img" / "credit_auction_scaling.png").is_file()
     assert not (root / "docs" / "img" / "credit_scaling.png").exists()
     assert (root / "docs" / "data" / "credit_assignment_auction" / "results.csv").read_text() == (out / "results.csv").read_text()
-    assert report.docs_targets("proportional")["start"] == report.START
+    assert report.docs_targets(Study().settings())["start"] == report.MARKERS["rllib"][0]
     # the reproducing commands name the study's folder, which is not the default one
     assert f"--mechanism auction --out {out.as_posix()}`, then `fleet-marl compare --engine rllib --out {out.as_posix()} --report --docs`" in block
+
+
+def test_the_first_study_reproduces_from_its_committed_data(tmp_path, monkeypatch):
+    """``fleet-marl compare --engine rllib --report --docs`` on the committed data of the first
+    study (docs/data/credit_assignment*/, copied to where the study ran) writes back its blocks
+    of docs/credit_assignment.md, byte for byte."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[1]
+    committed = (root / report.DOC).read_text()
+    scratch = tmp_path / "checkout"
+    (scratch / "docs").mkdir(parents=True)
+    (scratch / report.DOC).write_text(committed)
+    monkeypatch.chdir(tmp_path)
+    for data, out in (("credit_assignment", "runs/credit_assignment"), ("credit_assignment_auction", "runs/credit_auction")):
+        shutil.copytree(root / "docs" / "data" / data, tmp_path / out)
+        report.write_docs(out, root=scratch, echo=lambda *_: None, engine="rllib")
+        settings = json.loads((tmp_path / out / "study.json").read_text())
+        where = report.docs_targets(settings)
+        block = committed.split(where["start"])[1].split(where["end"])[0]
+        assert block.count("\n") > 30 and "#### The prediction, paired by seed" in block
+    assert (scratch / report.DOC).read_text() == committed
+    for data in ("credit_assignment", "credit_assignment_auction"):
+        for name in ("results.csv", "curves.csv", "study.json"):
+            assert (scratch / "docs" / "data" / data / name).read_bytes() == (root / "docs" / "data" / data / name).read_bytes()

@@ -1,6 +1,7 @@
-"""The credit-assignment study on the TorchRL engine (``fleet_marl.studies.credit_study``), its
-report and verdicts (``credit_report``) and ``fleet-marl compare`` (whose default engine it is).
-The RLlib study's tests are in ``tests/test_compare.py`` and ``tests/test_rllib.py``."""
+"""The credit-assignment study on the TorchRL engine (``fleet_marl.studies.credit``: its design,
+runs, tables, verdicts and report) and ``fleet-marl compare`` (whose default engine it is), and
+its docs reproduced from its committed data. The first study's (RLlib) tests are in
+``tests/test_compare.py`` and ``tests/test_rllib.py``."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from fleet_marl.studies import command, credit_report, credit_study
-from fleet_marl.studies.credit_study import ARMS, CURVE_COLUMNS, RESULT_COLUMNS, SHARING_ARMS, Study, StudyError
+from fleet_marl.studies import command
+from fleet_marl.studies.credit import report, runs, torchrl_runs, torchrl_tables
+from fleet_marl.studies.credit.torchrl_design import ARMS, CURVE_COLUMNS, KEY, RESULT_COLUMNS, SHARING_ARMS, Study
+from fleet_marl.studies.store import StudyError
 
 BIN = Path(sys.executable).parent
 
@@ -105,10 +108,8 @@ def _fake_run(curve_welfare, scores, iterations=30):
 
 @pytest.mark.parametrize("welfare,converged", [((50, 90, 100, 101.9), 1), ((50, 90, 100, 102.0), 0), ((50, 90, 100, 80), 1)])
 def test_convergence_is_the_rise_over_the_last_fifth(monkeypatch, welfare, converged):
-    import fleet_marl.torchrl.study as ts
-
-    monkeypatch.setattr(ts, "run_one", _fake_run(welfare, (0.3, 0.85, 0.95, 1.0), iterations=Study().iterations))
-    row, curve = credit_study.run_one(Study(), ("scaling", "auction", 8, "global", 1))
+    monkeypatch.setattr(torchrl_runs, "train_and_grade", _fake_run(welfare, (0.3, 0.85, 0.95, 1.0), iterations=Study().iterations))
+    row, curve = torchrl_runs.run_one(Study(), ("scaling", "auction", 8, "global", 1))
     assert row["welfare_at_80"] == 100 and row["improvement_last_20"] == pytest.approx((welfare[-1] - 100) / 100)
     assert row["converged"] == converged
     # 90% of the final score 1.0 first reached at the 80% point (iteration 19)
@@ -140,25 +141,25 @@ def _write(path: Path, columns, rows):
 
 def test_prepare_resumes_drops_killed_runs_and_refuses_other_settings(tmp_path):
     s = Study.quick(out=str(tmp_path / "s"))
-    out, done = credit_study.prepare(s)
+    out, done = runs.prepare(s)
     assert done == set() and json.loads((out / "study.json").read_text()) == s.settings()
     k1, k2 = s.runs()[0], s.runs()[1]
     _write(out / "results.csv", RESULT_COLUMNS, [_row(k1)])
     with (out / "results.csv").open("a") as f:
         f.write(",".join(map(str, k2)) + ",global")  # the process died in the middle of this row
-    _write(out / "curves.csv", CURVE_COLUMNS, [dict(zip(credit_study.KEY, k)) | {"iteration": 1, "seconds": 1} for k in (k1, k2)])
-    out, done = credit_study.prepare(s)
+    _write(out / "curves.csv", CURVE_COLUMNS, [dict(zip(KEY, k)) | {"iteration": 1, "seconds": 1} for k in (k1, k2)])
+    out, done = runs.prepare(s)
     assert done == {k1}
     assert [tuple(r[c] for c in ("arm", "seed")) for r in _csv(out / "curves.csv")] == [(k1[3], str(k1[4]))]  # k2's curve dropped
     with pytest.raises(StudyError, match="differs in: seeds"):
-        credit_study.prepare(Study.quick(out=s.out, seeds=3))
+        runs.prepare(Study.quick(out=s.out, seeds=3))
     assert (out / "results.csv").is_file()  # refused: nothing deleted
-    _, done = credit_study.prepare(Study.quick(out=s.out, seeds=3), overwrite=True)
+    _, done = runs.prepare(Study.quick(out=s.out, seeds=3), overwrite=True)
     assert done == set() and not (out / "results.csv").exists()
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "x.txt").write_text("x")
     with pytest.raises(StudyError, match="not empty"):
-        credit_study.prepare(Study.quick(out=str(tmp_path / "other")))
+        runs.prepare(Study.quick(out=str(tmp_path / "other")))
 
 
 # --- the verdicts ------------------------------------------------------------------------------------
@@ -187,23 +188,23 @@ def test_the_verdicts_follow_their_rules():
     falls = _rows(lambda arm, n, s: (0.9 - 0.1 * (n.bit_length() - 2) if arm == "global" else 0.9) + noise(s),
                   starvation_of=lambda arm, n, s: 5.0 + s % 3 if arm == "local" else 0.0,
                   ms_of=lambda arm, n: 10.0 * n if arm == "shapley" else 1.0)
-    vs = credit_report.verdicts(falls)
+    vs = torchrl_tables.verdicts(falls)
     for m in ("proportional", "auction"):
-        assert _verdict(vs, credit_report.PREDICTIONS[0], m) == "held"
-        assert _verdict(vs, credit_report.PREDICTIONS[2], m) == "held"
-    assert _verdict(vs, credit_report.PREDICTIONS[1], "auction") == "held"
+        assert _verdict(vs, torchrl_tables.PREDICTIONS[0], m) == "held"
+        assert _verdict(vs, torchrl_tables.PREDICTIONS[2], m) == "held"
+    assert _verdict(vs, torchrl_tables.PREDICTIONS[1], "auction") == "held"
     # every arm the same, nobody starves, shapley no slower: the predictions did not hold
     flat = _rows(lambda arm, n, s: 0.9 + noise(s))
-    vs = credit_report.verdicts(flat)
+    vs = torchrl_tables.verdicts(flat)
     assert {v["verdict"] for v in vs} == {"did not hold"}
     # shapley clearly better than difference: not "the same"
     better = _rows(lambda arm, n, s: (0.95 if arm == "shapley" else 0.8) + noise(s), ms_of=lambda arm, n: 5.0 if arm == "shapley" else 1.0)
-    assert _verdict(credit_report.verdicts(better), credit_report.PREDICTIONS[2], "auction") == "did not hold"
+    assert _verdict(torchrl_tables.verdicts(better), torchrl_tables.PREDICTIONS[2], "auction") == "did not hold"
     # too few seeds and too much noise to tell
     wild = _rows(lambda arm, n, s: 0.5 + (0.4 if s == 0 else -0.4) * (1 if arm == "global" else -1), seeds=3)  # gaps +0.8, -0.8, -0.8
-    assert _verdict(credit_report.verdicts(wild), credit_report.PREDICTIONS[0], "auction") == "undecided"
+    assert _verdict(torchrl_tables.verdicts(wild), torchrl_tables.PREDICTIONS[0], "auction") == "undecided"
     # one seed has no interval: nothing is decided, however the numbers lean
-    one = credit_report.verdicts(_rows(lambda arm, n, s: 0.9 - (0.3 if arm == "global" and n > 4 else 0.0), seeds=1,
+    one = torchrl_tables.verdicts(_rows(lambda arm, n, s: 0.9 - (0.3 if arm == "global" and n > 4 else 0.0), seeds=1,
                                        starvation_of=lambda arm, n, s: 9.0 if arm == "local" else 0.0, ms_of=lambda arm, n: 9.0 if arm == "shapley" else 1.0))
     assert {v["verdict"] for v in one} == {"undecided"}
 
@@ -211,7 +212,7 @@ def test_the_verdicts_follow_their_rules():
 def test_the_report_keeps_every_unconverged_run():
     rows = _rows(lambda arm, n, s: 0.9, seeds=2, ns=(2, 8))
     rows[3].update(converged=0, improvement_last_20=0.05, welfare_at_80=80.0, eval_welfare=84.0)
-    text = credit_report.unconverged_table(rows, 0.02)
+    text = torchrl_tables.unconverged_table(rows, 0.02)
     assert text.startswith(f"1 of {len(rows)} runs did not converge") and "+5.0%" in text
 
 
@@ -307,8 +308,29 @@ def test_compare_quick_runs_the_whole_pipeline_and_a_rerun_trains_nothing(tmp_pa
     root = tmp_path / "checkout"
     (root / "docs").mkdir(parents=True)
     (root / "docs" / "credit_assignment.md").write_text("# The study\n\ntext before\n")
-    credit_report.write_docs(out, root=root, allow_quick=True, echo=lambda *_: None)
+    report.write_docs(out, root=root, allow_quick=True, echo=lambda *_: None)
     doc = (root / "docs" / "credit_assignment.md").read_text()
-    assert doc.startswith("# The study\n\ntext before\n") and credit_report.START in doc and "`fleet-marl compare --quick`" in doc
+    assert doc.startswith("# The study\n\ntext before\n") and report.MARKERS["torchrl"][0] in doc and "`fleet-marl compare --quick`" in doc
     assert "(img/credit_study_scaling_auction.png)" in doc and (root / "docs" / "img" / "credit_study_scaling_auction.png").is_file()
     assert _csv(root / "docs" / "data" / "credit_study" / "results.csv") == rows
+
+
+def test_the_study_reproduces_its_docs_from_its_committed_data(tmp_path, monkeypatch):
+    """``fleet-marl compare --report --docs`` on the committed data (docs/data/credit_study/,
+    copied to where the study ran) writes back its block of docs/credit_assignment.md, byte for
+    byte, and ``--report`` its summary."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[1]
+    committed = (root / report.DOC).read_text()
+    scratch = tmp_path / "checkout"
+    (scratch / "docs").mkdir(parents=True)
+    (scratch / report.DOC).write_text(committed)
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(root / "docs" / "data" / "credit_study", tmp_path / "runs" / "credit_study")
+    report.write_docs("runs/credit_study", root=scratch, echo=lambda *_: None)
+    assert (scratch / report.DOC).read_text() == committed
+    start, end = report.MARKERS["torchrl"]
+    block = committed.split(start)[1].split(end)[0]
+    rep = report.report("runs/credit_study", echo=lambda *_: None)
+    assert torchrl_tables.verdict_table(rep["verdicts"]) in block and "### Verdicts" in rep["text"]

@@ -138,20 +138,21 @@ def test_credit_followup_is_the_study_at_one_setting_and_reuses_its_rows(tmp_pat
     # but N, arms, arbiter, sharing and seeds; the full study's rows of that setting are copied, no other
     import importlib.util
 
-    from fleet_marl.studies import credit_study, store
+    from fleet_marl.studies import store
+    from fleet_marl.studies.credit import torchrl_design
 
     spec = importlib.util.spec_from_file_location("credit_followup", ROOT / "experiments" / "credit_followup.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     s = mod.study(str(tmp_path / "f"))
-    full, mine = credit_study.Study().settings(), s.settings()
+    full, mine = torchrl_design.Study().settings(), s.settings()
     assert {k for k in full if full[k] != mine[k]} == {"ns", "arms", "mechanisms", "sharing_arms", "seeds"}
     assert s.runs() == [("scaling", "proportional", 64, arm, seed) for seed in range(20) for arm in ("difference", "shapley")]
     src = tmp_path / "src"
     src.mkdir()
     keys = [("scaling", "proportional", 64, "shapley", 0), ("scaling", "auction", 64, "shapley", 0), ("scaling", "proportional", 32, "difference", 1)]
-    store.append(src / "results.csv", credit_study.RESULT_COLUMNS, [dict(zip(credit_study.KEY, k)) for k in keys])
-    store.append(src / "curves.csv", credit_study.CURVE_COLUMNS, [dict(zip(credit_study.KEY, k)) for k in keys])
+    store.append(src / "results.csv", torchrl_design.RESULT_COLUMNS, [dict(zip(torchrl_design.KEY, k)) for k in keys])
+    store.append(src / "curves.csv", torchrl_design.CURVE_COLUMNS, [dict(zip(torchrl_design.KEY, k)) for k in keys])
     assert mod.seed_from(src, tmp_path / "f", s) == 1
     got = store.read_rows(tmp_path / "f" / "results.csv")
     assert [(r["setting"], r["n"], r["arm"]) for r in got] == [("proportional", "64", "shapley")]

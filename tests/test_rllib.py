@@ -328,7 +328,9 @@ def test_compare_quick_runs_the_whole_pipeline_and_a_rerun_trains_nothing(tmp_pa
 
 
 def test_a_killed_study_resumes_where_it_stopped(ray_session, tmp_path):
-    from fleet_marl.studies.credit_assignment import RESULT_COLUMNS, Study, run
+    from fleet_marl.studies.credit.rllib_design import RESULT_COLUMNS
+    from fleet_marl.studies.credit.rllib_design import RLlibStudy as Study
+    from fleet_marl.studies.credit.runs import run
 
     study = Study.quick(ns=(2,), schemes=("local", "difference"), seeds=1, budgets={2: 200}, out=str(tmp_path / "s"))
     run(study, progress=False, echo=lambda *_: None)
@@ -383,7 +385,7 @@ def test_module_policy_explore_samples_legal_reproducible_actions(ray_session):
 def test_greedy_vs_sampled_script_measures_both_plays(ray_session):
     import importlib.util
 
-    from fleet_marl.studies.credit_assignment import Study
+    from fleet_marl.studies.credit.rllib_design import RLlibStudy as Study
 
     spec = importlib.util.spec_from_file_location("greedy_vs_sampled", ROOT / "experiments" / "greedy_vs_sampled.py")
     mod = importlib.util.module_from_spec(spec)

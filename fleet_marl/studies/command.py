@@ -1,10 +1,10 @@
-"""``fleet-marl compare``: the command-line front of the credit-assignment studies.
+"""``fleet-marl compare``: the command-line front of the credit-assignment study (:mod:`fleet_marl.studies.credit`).
 
-Two engines, one command. ``--engine torchrl`` (the default) runs the study of
-:mod:`fleet_marl.studies.credit_study` (7 arms, N up to 64, both arbiters, the sharing schemes;
-report :mod:`fleet_marl.studies.credit_report`); ``--engine rllib`` runs the first study
-(:mod:`fleet_marl.studies.credit_assignment`, report :mod:`fleet_marl.studies.report`), which
-still reproduces. The ``compare`` entry of the CLI's command table: :data:`EXAMPLES` (the
+One study, two engines. ``--engine torchrl`` (the default) runs its design on TorchRL (7 arms,
+N up to 64, both arbiters, the sharing schemes); ``--engine rllib`` runs the first study on
+RLlib, which still reproduces; the same code runs, resumes and reports both
+(:mod:`fleet_marl.studies.credit.runs`, :mod:`fleet_marl.studies.credit.report`). The
+``compare`` entry of the CLI's command table: :data:`EXAMPLES` (the
 epilog), :func:`add_arguments` and :func:`run`; :func:`study_from_args` turns the arguments into
 a checked study. Importing this module imports neither Ray nor torch, and every option is
 checked before either starts. Training needs the engine's extra (:data:`NEEDS`: ``[torchrl]``;
@@ -17,18 +17,21 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from fleet_marl.config import MECHANISMS, REWARD_SCHEMES
 from fleet_marl.errors import require
-from fleet_marl.rllib.config import TrainConfigError
-from fleet_marl.studies import credit_assignment, credit_report, credit_study, report
-from fleet_marl.studies.credit_assignment import FULL_BUDGETS, Study, StudyError
+from fleet_marl.studies.credit import report, runs
+from fleet_marl.studies.credit.rllib_design import FULL_BUDGETS, RLlibStudy
+from fleet_marl.studies.credit.torchrl_design import ARMS, Study
+from fleet_marl.studies.store import StudyError
+from fleet_marl.training import TrainConfigError
 
 #: What the torchrl study imports: torch, TorchRL and matplotlib for the plots (the ``[torchrl]`` extra).
 NEEDS = ("torch", "torchrl", "tensordict", "matplotlib")
 #: What the rllib study imports: RLlib and torch to train, matplotlib for the plots (the ``[rllib]`` extra).
 RLLIB_NEEDS = ("ray.rllib", "torch", "matplotlib")
-ENGINES = ("torchrl", "rllib")
+ENGINES = runs.ENGINES
 #: Options of one engine only: option -> (engine, what to use with the other).
 ONLY = {
     "schemes": ("rllib", "--arms"),
@@ -61,7 +64,7 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--engine", default="torchrl", choices=ENGINES, help="torchrl (default): the study to N = 64; rllib: the first study")
     c.add_argument("--quick", action="store_true", help="N = 2, 4, two seeds, tiny budgets: checks the pipeline, not the science")
     c.add_argument("--n", default=None, metavar="N,N", help="tenant counts (default 2,4,8,16,32,64; rllib 2,4,8,16; quick 2,4)")
-    c.add_argument("--arms", default=None, metavar="A,A", help="torchrl: scaling arms (default all: " + ",".join(credit_study.ARMS) + ")")
+    c.add_argument("--arms", default=None, metavar="A,A", help="torchrl: scaling arms (default all: " + ",".join(ARMS) + ")")
     c.add_argument("--mechanisms", default=None, metavar="M,M", help="torchrl: arbiters of the scaling part (default proportional,auction)")
     c.add_argument("--iterations", type=int, default=None, help="torchrl: PPO iterations per scaling run (default 24; sharing runs 32)")
     c.add_argument("--schemes", default=None, metavar="S,S", help=f"rllib: reward schemes (default all: {','.join(REWARD_SCHEMES)})")
@@ -97,7 +100,7 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
-def _check_engine(args) -> None:
+def _check_engine(args: argparse.Namespace) -> None:
     for name, (engine, instead) in ONLY.items():
         if getattr(args, name, None) is not None and args.engine != engine:
             raise StudyError(
@@ -106,38 +109,28 @@ def _check_engine(args) -> None:
             )
 
 
-def study_from_args(args):
-    """The study the arguments describe (checked): a :class:`credit_study.Study` for the torchrl
-    engine, a :class:`credit_assignment.Study` for rllib."""
+def study_from_args(args: argparse.Namespace) -> Study | RLlibStudy:
+    """The study the arguments describe (checked): a :class:`~fleet_marl.studies.credit.torchrl_design.Study`
+    for the torchrl engine, a :class:`~fleet_marl.studies.credit.rllib_design.RLlibStudy` for rllib."""
     _check_engine(args)
+    changes: dict[str, Any] = {}
+    if args.n:
+        changes["ns"] = _ints(args.n, "--n")
     if args.engine == "torchrl":
-        changes: dict = {}
-        if args.n:
-            changes["ns"] = _ints(args.n, "--n")
         if args.arms:
             changes["arms"] = _names(args.arms)
         if args.mechanisms:
             changes["mechanisms"] = _names(args.mechanisms)
-        for name in ("seeds", "episodes", "iterations", "out"):
-            if getattr(args, name) is not None:
-                changes[name] = getattr(args, name)
-        study = credit_study.Study.quick(**changes) if args.quick else credit_study.Study(**changes)
-        study.check()
-        return study
-    return _rllib_study(args)
-
-
-def _rllib_study(args) -> Study:
-    changes: dict = {}
-    if args.n:
-        changes["ns"] = _ints(args.n, "--n")
-    if args.schemes:
-        changes["schemes"] = tuple(s.strip() for s in args.schemes.split(",") if s.strip())
-    for name in ("seeds", "episodes", "mechanism", "out"):
+        options: tuple[str, ...] = ("seeds", "episodes", "iterations", "out")
+    else:
+        if args.schemes:
+            changes["schemes"] = _names(args.schemes)
+        options = ("seeds", "episodes", "mechanism", "out")
+    for name in options:
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
-    study = Study.quick(**changes) if args.quick else Study(**changes)
-    if args.budget:
+    study = runs.make_study(args.engine, args.quick, **changes)
+    if isinstance(study, RLlibStudy) and args.budget:
         budgets = dict(study.budgets)
         for part in args.budget.split(","):
             n, sep, steps = part.partition("=")
@@ -149,7 +142,7 @@ def _rllib_study(args) -> Study:
     return study
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run ``fleet-marl compare`` with parsed ``args``: the missing runs (unless ``--report``),
     then the report (and ``--docs``); returns the exit code (2: a bad option)."""
     # for the Ray the rllib study starts: no token auth, no usage stats
@@ -162,27 +155,22 @@ def run(args) -> int:
         require(NEEDS, "torchrl", "fleet-marl compare")
     else:
         require(RLLIB_NEEDS, "rllib", "fleet-marl compare --engine rllib")
+    out = args.out
     try:
         study = study_from_args(args)
+        out = study.out
         progress = not args.no_progress
-        if args.engine == "torchrl":
-            if not args.report:
-                credit_study.run(study, jobs=args.jobs, overwrite=args.overwrite, progress=progress)
-            credit_report.report(study.out, echo=print if progress or args.report else (lambda *_: None))
-            if args.docs:
-                credit_report.write_docs(study.out)
-            return 0
         if not args.report:
-            credit_assignment.run(study, jobs=args.jobs, address=args.address, overwrite=args.overwrite, progress=progress)
-        report.report(study.out)
+            runs.run(study, jobs=args.jobs, address=args.address, overwrite=args.overwrite, progress=progress)
+        report.report(study.out, engine=args.engine, echo=print if progress or args.report else (lambda *_: None))
         if args.docs:
-            report.write_docs(study.out)
+            report.write_docs(study.out, engine=args.engine)
     except (StudyError, TrainConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         print("run 'fleet-marl compare --help' for the options", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"\ninterrupted: the finished runs are in {args.out}; the same command resumes the study", file=sys.stderr)
+        print(f"\ninterrupted: the finished runs are in {out}; the same command resumes the study", file=sys.stderr)
         return 130
     return 0
 

@@ -26,7 +26,7 @@ train``, either engine) plays that protocol on the same seeds as the references 
 ``trained`` in the same columns; with a run for each protocol, the sequential row's ``Δ welfare``
 is against the simultaneous run's, paired by seed (each protocol with the policy trained for it).
 A run trained on another task or under the other protocol is refused by name before any
-episode is played (the grader's check, ``evaluation.runs.check_trained_on``).
+episode is played (the grader's check, ``fleet_marl.training.check_trained_on``).
 
 How to run (about 15 minutes on one core for medium and hard, 10 seeds)::
 

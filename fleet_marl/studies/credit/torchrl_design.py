@@ -1,4 +1,4 @@
-"""The credit-assignment study on the TorchRL engine: ``fleet-marl compare`` (the default engine).
+"""The credit-assignment study's design on the TorchRL engine (``fleet-marl compare``, the default).
 
 Two parts, each a set of runs of PPO (:mod:`fleet_marl.torchrl`, one shared masked policy per
 run unless the arm says otherwise), every run graded by the grader
@@ -20,39 +20,26 @@ budget per N is in :meth:`Study.env_steps`). The grader grades each run at ``eva
 of its budget: the learning curve. A run **converged**
 when its graded welfare rose by less than 2% (``converge_tol``) over the last 20% of its budget.
 
-Runs execute in ``jobs`` worker processes (one torch thread each), seed-major (all of seed 0
-first), so a stopped study holds whole seeds. Each finished run appends a row to
-``results.csv`` and its curve to ``curves.csv`` under ``out`` (:mod:`fleet_marl.studies.store`);
-running the same command again skips the runs already there and appends this session's wall
-time to ``sessions.csv`` (the study's wall time is their sum; the row is rewritten after every
-finished run, so a killed session loses at most the time since its last run). Stop a study with
-Ctrl-C (the workers ignore it; the parent terminates them at once) or by sending SIGTERM to its
-process group (``kill -- -PGID``), which the worker processes are in. ``study.json`` records the
-settings; resuming with other settings is refused. :mod:`fleet_marl.studies.credit_report`
-turns the CSVs into the tables, the verdicts and the plots.
+Runs are seed-major (all of seed 0 first), so a stopped study holds whole seeds; how they run
+is :mod:`fleet_marl.studies.credit.torchrl_runs`, the store and resuming
+:mod:`fleet_marl.studies.credit.runs`. ``study.json`` records :meth:`Study.settings`.
 
-    out = run(Study(ns=(2, 4), seeds=3))    # the missing runs
+    out = run(Study(ns=(2, 4), seeds=3))    # the missing runs (fleet_marl.studies.credit.run)
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import multiprocessing
-import signal
-import subprocess
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-from tqdm import tqdm
+from typing import Any, ClassVar
 
 from fleet_marl.config import MECHANISMS
-from fleet_marl.evaluation import reference_episodes
-from fleet_marl.studies import store
 from fleet_marl.studies.store import StudyError
 from fleet_marl.tasks import TASKS, scaled
 
-#: The scaling part's arms: arm -> (reward scheme, sharing scheme).
+#: The engine that trains this design's runs.
+ENGINE = "torchrl"
+
 ARMS = {
     "local": ("local", "shared"),
     "global": ("global", "shared"),
@@ -118,7 +105,14 @@ SESSION_COLUMNS = ("started", "stopped", "wall_seconds", "runs_done", "jobs", "v
 @dataclass
 class Study:
     """One study (see the module docstring). Every field but ``out`` is recorded in
-    ``study.json``; the PPO settings not listed are :class:`~fleet_marl.torchrl.train.TorchRLTrainConfig`'s."""
+    ``study.json``; the PPO settings not listed are :class:`~fleet_marl.torchrl.config.TorchRLTrainConfig`'s."""
+
+    ENGINE: ClassVar[str] = ENGINE
+    KEY: ClassVar[tuple[str, ...]] = KEY
+    RESULT_COLUMNS: ClassVar[tuple[str, ...]] = RESULT_COLUMNS
+    CURVE_COLUMNS: ClassVar[tuple[str, ...]] = CURVE_COLUMNS
+    #: what --overwrite removes from the study folder (with study.json)
+    FILES: ClassVar[tuple[str, ...]] = ("results.csv", "curves.csv", "sessions.csv")
 
     arms: tuple = tuple(ARMS)
     ns: tuple = (2, 4, 8, 16, 32, 64)
@@ -149,7 +143,7 @@ class Study:
         """A minute or two: N = 2 and 4, two seeds, both arbiters, every arm, the sharing part on
         medium; five tiny iterations per run, episodes of 20 rounds, one grader episode. It checks
         the pipeline, not the science."""
-        base = dict(
+        base: dict[str, Any] = dict(
             ns=(2, 4),
             seeds=2,
             sharing_tasks=("medium",),
@@ -275,9 +269,9 @@ class Study:
         it = self.iterations_of(part)
         return sorted({max(1, round(f * it)) for f in self.eval_fractions})
 
-    def train_config(self, key: tuple):
-        """The :class:`~fleet_marl.torchrl.train.TorchRLTrainConfig` of the run ``key``."""
-        from fleet_marl.torchrl.train import TorchRLTrainConfig  # torch: only when a run trains
+    def train_config(self, key: tuple) -> Any:
+        """The :class:`~fleet_marl.torchrl.config.TorchRLTrainConfig` of the run ``key``."""
+        from fleet_marl.torchrl.config import TorchRLTrainConfig  # torch: only when a run trains
 
         part, setting, n, arm, seed = key
         scheme, sharing = (ARMS if part == "scaling" else SHARING_ARMS)[arm]
@@ -315,186 +309,19 @@ class Study:
         d.pop("out")
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
+    @staticmethod
+    def key(row: dict) -> tuple:
+        """The key of a row of results.csv or curves.csv."""
+        return str(row["part"]), str(row["setting"]), int(row["n"]), str(row["arm"]), int(row["seed"])
 
-# --- one run (in a worker process) -----------------------------------------------------------------
+    def budget_note(self) -> str:
+        """What the study's first line says about its budgets (nothing: :meth:`env_steps` has them)."""
+        return ""
 
-
-def run_one(study: Study, key: tuple) -> tuple[dict, list[dict]]:
-    """Train and grade the run ``key``; returns its results row and its curve rows."""
-    from fleet_marl.torchrl.study import run_one as train_and_grade  # torch: only in a run
-
-    res, curve = train_and_grade(study.train_config(key), study.eval_at(key[0]), study.episodes)
-    ids = dict(zip(KEY, key))
-    scheme, sharing = (ARMS if key[0] == "scaling" else SHARING_ARMS)[key[3]]
-    at80 = next(c for c in curve if c["iteration"] == max(1, round(0.8 * res["iterations"])))
-    w80, final = at80["eval_welfare"], res["eval_welfare"]
-    improvement = (final - w80) / max(abs(w80), 1e-9)
-    reached = next((c for c in curve if res["score"] > 0 and c["score"] >= 0.9 * res["score"]), None)
-    row = {
-        **ids,
-        "scheme": scheme,
-        "sharing": sharing,
-        **res,
-        "welfare_at_80": w80,
-        "improvement_last_20": improvement,
-        "converged": int(improvement < study.converge_tol),
-        "env_steps_to_90": reached["env_steps"] if reached else "",
-        "agent_steps_to_90": reached["agent_steps"] if reached else "",
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
-    return row, [{**ids, **c} for c in curve]
+    @staticmethod
+    def arm(key: tuple) -> tuple[str, str]:
+        """(reward scheme, sharing scheme) of the run ``key``."""
+        return (ARMS if key[0] == "scaling" else SHARING_ARMS)[key[3]]
 
 
-def _key(row: dict) -> tuple:
-    return str(row["part"]), str(row["setting"]), int(row["n"]), str(row["arm"]), int(row["seed"])
-
-
-def _complete(row: dict, columns) -> bool:
-    return store.complete(row, KEY, columns, _key)
-
-
-# --- the folder, the scheduler ----------------------------------------------------------------------
-
-
-def prepare(study: Study, overwrite: bool = False) -> tuple[Path, set]:
-    """Check the study and its folder; returns (folder, runs already done). Nothing is
-    deleted unless ``overwrite``, and only after every check passed."""
-    study.check()
-    out = Path(study.out)
-    store.open_folder(out, study.settings(), overwrite, ("results.csv", "curves.csv", "sessions.csv"))
-    return out, store.resume(out, RESULT_COLUMNS, CURVE_COLUMNS, _complete, _key, set(study.runs()))
-
-
-def versions() -> str:
-    """fleet_marl's version, the git commit of its checkout (if it is one), and torch's and torchrl's."""
-    parts = []
-    for dist in ("fleet_marl", "torch", "torchrl"):
-        try:
-            parts.append(f"{dist} {importlib.metadata.version(dist)}")
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10
-        )
-        if commit.returncode == 0:
-            parts.append(f"commit {commit.stdout.strip()}")
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return ", ".join(parts)
-
-
-def _reference(args: tuple) -> None:
-    task, overrides, name, seeds = args
-    reference_episodes(task, name, seeds, overrides, progress=None)
-
-
-def _run_caught(args: tuple) -> tuple[tuple, tuple | str]:
-    """``run_one`` in a worker: ``(key, (row, curve))``, or ``(key, message)`` when the run failed."""
-    study, key = args
-    try:
-        return key, run_one(study, key)
-    except Exception as exc:  # noqa: BLE001 -- the parent names the run and keeps the others going
-        text = str(exc).strip()
-        return key, text.splitlines()[-1] if text else type(exc).__name__
-
-
-def _init_worker() -> None:
-    import torch  # torch: the workers train
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it terminates the pool
-    torch.set_num_threads(1)
-
-
-def run(study: Study, *, jobs: int = 2, overwrite: bool = False, progress: bool = True, echo=print) -> Path:
-    """Run every missing run of ``study`` in ``jobs`` processes; returns the study folder."""
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise StudyError(f"--jobs {jobs!r}: expected an integer >= 1")
-    out, done = prepare(study, overwrite)
-    todo = [k for k in study.runs() if k not in done]
-    echo(f"credit-assignment study in {out}: {len(study.runs())} runs, {len(done)} done, {len(todo)} to go")
-    if not todo:
-        return out
-    started = time.time()
-    earlier = store.read_rows(out / "sessions.csv")
-    version = versions()
-    finished = 0
-
-    def record() -> None:
-        """This session's row of sessions.csv, rewritten after each finished run: a kill loses
-        at most the time since the last one."""
-        now = time.time()
-        store.rewrite(
-            out / "sessions.csv",
-            SESSION_COLUMNS,
-            [
-                *earlier,
-                {
-                    "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
-                    "stopped": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now)),
-                    "wall_seconds": round(now - started, 1),
-                    "runs_done": finished,
-                    "jobs": jobs,
-                    "version": version,
-                },
-            ],
-        )
-
-    failed: list[str] = []
-    # the grader's references (random and planner episodes, cached on disk) once per setting, before the runs need them
-    refs = sorted({k[:3] for k in todo})
-    seeds = list(range(study.episodes))
-    # multiprocessing.Pool rather than concurrent.futures: on Ctrl-C (or any error) terminate() stops
-    # the workers at once, where ProcessPoolExecutor's exit waits for the runs under way
-    pool = multiprocessing.get_context("spawn").Pool(jobs, initializer=_init_worker)
-    try:
-        jobs_refs = [(*study.env(*r), name, seeds) for r in refs for name in ("random", "planner")]
-        for _ in tqdm(
-            pool.imap_unordered(_reference, jobs_refs),
-            total=len(jobs_refs),
-            desc="references (random, planner)",
-            unit="setting",
-            disable=not progress,
-            leave=False,
-        ):
-            pass
-        with tqdm(total=len(todo), desc="runs", unit="run", disable=not progress, smoothing=0.02) as bar:
-            for key, result in pool.imap_unordered(_run_caught, [(study, k) for k in todo]):
-                bar.update(1)
-                if isinstance(result, str):  # say which run failed, keep the others going
-                    failed.append(f"{'/'.join(map(str, key))}: {result}")
-                    continue
-                row, curve = result
-                store.append(out / "curves.csv", CURVE_COLUMNS, curve)  # the curve first: results.csv marks the run done
-                store.append(out / "results.csv", RESULT_COLUMNS, [row])
-                finished += 1
-                record()
-                bar.set_postfix_str(f"last {key[1]} N={key[2]} {key[3]} seed {key[4]}: score {row['score']:.2f}, {row['run_seconds']:.0f}s")
-        pool.close()
-    finally:
-        pool.terminate()
-        pool.join()
-        if finished:
-            record()
-    if failed:
-        raise StudyError(
-            f"{len(failed)} run(s) failed and were not recorded (running the same command again retries them):\n  " + "\n  ".join(failed)
-        )
-    return out
-
-
-__all__ = [
-    "ARMS",
-    "CURVE_COLUMNS",
-    "KEY",
-    "PARTS",
-    "RESULT_COLUMNS",
-    "SESSION_COLUMNS",
-    "SHARING_ARMS",
-    "Study",
-    "StudyError",
-    "prepare",
-    "run",
-    "run_one",
-    "versions",
-]
+__all__ = ["ARMS", "CURVE_COLUMNS", "ENGINE", "KEY", "PARTS", "RESULT_COLUMNS", "SESSION_COLUMNS", "SHARING_ARMS", "Study", "StudyError"]

@@ -1,0 +1,243 @@
+"""The runs of the credit-assignment study on the TorchRL engine (:class:`~fleet_marl.studies.credit.torchrl_design.Study`).
+
+:func:`train_and_grade` trains one :class:`~fleet_marl.torchrl.config.TorchRLTrainConfig` with
+the trainer's own loop (:class:`~fleet_marl.torchrl.train.Loop`, the sync collector, one torch
+thread) and grades the greedy policy with the grader (:func:`fleet_marl.evaluation.evaluate`)
+at the iterations ``eval_at``: the learning curve in graded welfare, whose last point is the
+run's result. It writes nothing. Timing: ``train_seconds`` (collection and learning),
+``eval_seconds`` (the grader), ``credit_seconds`` (the env's credit engine: the one kernel
+call per step and the scheme's arithmetic, part of ``train_seconds``). :func:`run_one` adds
+the study's measures (convergence, steps to 90% of the final score) to one run's row.
+
+:func:`run_all` runs a study's missing runs in ``jobs`` worker processes (one torch thread
+each). Each finished run appends a row to ``results.csv`` and its curve to ``curves.csv``;
+every session appends its wall time to ``sessions.csv`` (the study's wall time is their sum;
+the row is rewritten after every finished run, so a killed session loses at most the time since
+its last run). Stop a study with Ctrl-C (the workers ignore it; the parent terminates them at
+once) or by sending SIGTERM to its process group (``kill -- -PGID``), which the worker
+processes are in. torch is imported only in a run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import multiprocessing
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from fleet_marl.evaluation import reference_episodes
+from fleet_marl.studies import store
+from fleet_marl.studies.credit.torchrl_design import CURVE_COLUMNS, KEY, RESULT_COLUMNS, SESSION_COLUMNS, Study
+from fleet_marl.studies.store import StudyError
+
+
+def train_and_grade(tc: Any, eval_at: list[int], episodes: int) -> tuple[dict, list[dict]]:
+    """Train ``tc`` (sync collector, its iterations; no files) and grade at the iterations
+    ``eval_at`` (the last must be ``tc.iterations``) on grader seeds 0 .. episodes - 1.
+    Returns (the run's measures, one curve row per graded iteration)."""
+    import torch  # torch: only in a run
+
+    from fleet_marl.torchrl.train import Learner, Loop, grade  # torch and TorchRL: only in a run
+
+    if not eval_at or eval_at[-1] != tc.iterations:
+        raise ValueError(f"eval_at = {eval_at!r}: expected iterations ending with the last, {tc.iterations}")
+    torch.set_num_threads(max(tc.threads, 1))
+    t0 = time.perf_counter()
+    learner = Learner(tc, tc.signature())
+    loop = Loop(tc, learner)
+    curve: list[dict] = []
+    eval_seconds = 0.0
+    welfare_since: list[float] = []
+    ev = None
+    try:
+        for row in loop:
+            if row["welfare"] != "":
+                welfare_since.append(float(row["welfare"]))
+            if row["iteration"] in eval_at:
+                te = time.perf_counter()
+                ev = grade(learner, tc, episodes)
+                eval_seconds += time.perf_counter() - te
+                eps = ev.episodes
+                curve.append(
+                    {
+                        "iteration": row["iteration"],
+                        "env_steps": row["env_steps"],
+                        "agent_steps": row["agent_steps"],
+                        "train_welfare": float(np.mean(welfare_since)) if welfare_since else "",
+                        "eval_welfare": float(ev.welfare.mean()),
+                        "score": float(ev.score),
+                        "jain": float(np.mean([e.jain for e in eps])),
+                        "starvation_events": float(np.mean([e.starvation_events for e in eps])),
+                        "degenerate": float(np.mean([e.events["degenerate"] for e in eps])),
+                        "seconds": round(time.perf_counter() - t0, 2),
+                    }
+                )
+                welfare_since = []
+        env_steps = loop.frames * tc.iterations
+        credit_seconds = loop.env.venv.credit_seconds if loop.env is not None else float("nan")
+    finally:
+        loop.close()
+    seconds = time.perf_counter() - t0
+    eps = ev.episodes
+    result = {
+        "iterations": tc.iterations,
+        "env_steps": env_steps,
+        "agent_steps": env_steps * len(learner.sig["possible_agents"]),
+        "eval_welfare": float(ev.welfare.mean()),
+        "score": float(ev.score),
+        "jain": float(np.mean([e.jain for e in eps])),
+        "starvation_events": float(np.mean([e.starvation_events for e in eps])),
+        "degenerate": float(np.mean([e.events["degenerate"] for e in eps])),
+        "illegal": float(np.mean([e.illegal for e in eps])),
+        "random_welfare": float(np.mean(ev.random_welfare)),
+        "planner_welfare": float(np.mean(ev.reference_welfare)),
+        "run_seconds": round(seconds, 2),
+        "train_seconds": round(seconds - eval_seconds, 2),
+        "eval_seconds": round(eval_seconds, 2),
+        "credit_seconds": round(credit_seconds, 3),
+        "credit_ms_per_step": round(1e3 * credit_seconds / max(env_steps, 1), 4),
+    }
+    return result, curve
+
+
+def run_one(study: Study, key: tuple) -> tuple[dict, list[dict]]:
+    """Train and grade the run ``key``; returns its results row and its curve rows."""
+    res, curve = train_and_grade(study.train_config(key), study.eval_at(key[0]), study.episodes)
+    ids = dict(zip(KEY, key, strict=True))
+    scheme, sharing = study.arm(key)
+    at80 = next(c for c in curve if c["iteration"] == max(1, round(0.8 * res["iterations"])))
+    w80, final = at80["eval_welfare"], res["eval_welfare"]
+    improvement = (final - w80) / max(abs(w80), 1e-9)
+    reached = next((c for c in curve if res["score"] > 0 and c["score"] >= 0.9 * res["score"]), None)
+    row = {
+        **ids,
+        "scheme": scheme,
+        "sharing": sharing,
+        **res,
+        "welfare_at_80": w80,
+        "improvement_last_20": improvement,
+        "converged": int(improvement < study.converge_tol),
+        "env_steps_to_90": reached["env_steps"] if reached else "",
+        "agent_steps_to_90": reached["agent_steps"] if reached else "",
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    return row, [{**ids, **c} for c in curve]
+
+
+def versions() -> str:
+    """fleet_marl's version, the git commit of its checkout (if it is one), and torch's and torchrl's."""
+    parts = []
+    for dist in ("fleet_marl", "torch", "torchrl"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            parts.append(f"{dist} {importlib.metadata.version(dist)}")
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10, check=False
+        )
+        if commit.returncode == 0:
+            parts.append(f"commit {commit.stdout.strip()}")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return ", ".join(parts)
+
+
+def _reference(args: tuple) -> None:
+    task, overrides, name, seeds = args
+    reference_episodes(task, name, seeds, overrides, progress=None)
+
+
+def _run_caught(args: tuple) -> tuple[tuple, tuple | str]:
+    """``run_one`` in a worker: ``(key, (row, curve))``, or ``(key, message)`` when the run failed."""
+    study, key = args
+    try:
+        return key, run_one(study, key)
+    except Exception as exc:  # noqa: BLE001 -- the parent names the run and keeps the others going
+        text = str(exc).strip()
+        return key, text.splitlines()[-1] if text else type(exc).__name__
+
+
+def _init_worker() -> None:
+    import torch  # torch: the workers train
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it terminates the pool
+    torch.set_num_threads(1)
+
+
+def run_all(study: Study, out: Path, todo: list[tuple], jobs: int, progress: bool) -> None:
+    """The runs ``todo`` of ``study`` in ``jobs`` worker processes, each appended to the CSVs of
+    ``out`` as it finishes, and this session's row of ``sessions.csv``."""
+    started = time.time()
+    earlier = store.read_rows(out / "sessions.csv")
+    version = versions()
+    finished = 0
+
+    def record() -> None:
+        """This session's row of sessions.csv, rewritten after each finished run: a kill loses
+        at most the time since the last one."""
+        now = time.time()
+        store.rewrite(
+            out / "sessions.csv",
+            SESSION_COLUMNS,
+            [
+                *earlier,
+                {
+                    "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+                    "stopped": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now)),
+                    "wall_seconds": round(now - started, 1),
+                    "runs_done": finished,
+                    "jobs": jobs,
+                    "version": version,
+                },
+            ],
+        )
+
+    failed: list[str] = []
+    # the grader's references (random and planner episodes, cached on disk) once per setting, before the runs need them
+    refs = sorted({k[:3] for k in todo})
+    seeds = list(range(study.episodes))
+    # multiprocessing.Pool rather than concurrent.futures: on Ctrl-C (or any error) terminate() stops
+    # the workers at once, where ProcessPoolExecutor's exit waits for the runs under way
+    pool = multiprocessing.get_context("spawn").Pool(jobs, initializer=_init_worker)
+    try:
+        jobs_refs = [(*study.env(*r), name, seeds) for r in refs for name in ("random", "planner")]
+        for _ in tqdm(
+            pool.imap_unordered(_reference, jobs_refs),
+            total=len(jobs_refs),
+            desc="references (random, planner)",
+            unit="setting",
+            disable=not progress,
+            leave=False,
+        ):
+            pass
+        with tqdm(total=len(todo), desc="runs", unit="run", disable=not progress, smoothing=0.02) as bar:
+            for key, result in pool.imap_unordered(_run_caught, [(study, k) for k in todo]):
+                bar.update(1)
+                if isinstance(result, str):  # say which run failed, keep the others going
+                    failed.append(f"{'/'.join(map(str, key))}: {result}")
+                    continue
+                row, curve = result
+                store.append(out / "curves.csv", CURVE_COLUMNS, curve)  # the curve first: results.csv marks the run done
+                store.append(out / "results.csv", RESULT_COLUMNS, [row])
+                finished += 1
+                record()
+                bar.set_postfix_str(f"last {key[1]} N={key[2]} {key[3]} seed {key[4]}: score {row['score']:.2f}, {row['run_seconds']:.0f}s")
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
+        if finished:
+            record()
+    if failed:
+        raise StudyError(
+            f"{len(failed)} run(s) failed and were not recorded (running the same command again retries them):\n  " + "\n  ".join(failed)
+        )
+
+
+__all__ = ["run_all", "run_one", "train_and_grade", "versions"]
