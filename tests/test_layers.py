@@ -124,6 +124,22 @@ def test_every_unit_has_a_rank():
     assert units <= set(RANK), f"give these a rank in tests/test_layers.py and docs/architecture.md: {sorted(units - set(RANK))}"
 
 
+def test_the_architecture_diagram_gives_each_unit_its_rank():
+    """docs/architecture.md draws the layers: every unit it draws sits at its rank here (training/
+    below the engines' adapters, above the grader)."""
+    import re
+
+    diagram = (ROOT / "docs" / "architecture.md").read_text().split("```")[1]
+    drawn, rank = {}, None
+    for line in diagram.splitlines()[1:]:
+        m = re.match(r"\s{1,2}(\d+)\s+(\S+)", line) or re.match(r"\s{6}()(\S+/|\S+\.py)\s", line)
+        if m:
+            rank = int(m.group(1)) if m.group(1) else rank
+            drawn[m.group(2).rstrip("/").removesuffix(".py")] = rank
+    assert drawn["training"] == RANK["training"] and RANK["evaluation"] < RANK["training"] < min(RANK["rllib"], RANK["torchrl"])
+    assert {u: r for u, r in drawn.items() if RANK.get(u) != r} == {}
+
+
 def test_imports_point_down():
     bad = []
     for path, line, unit, mod, _, _, _ in IMPORTS:
