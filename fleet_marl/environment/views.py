@@ -29,7 +29,7 @@ class EnvViews:
 
     if TYPE_CHECKING:  # what the env that mixes this in provides
         from fleet_marl.credit import Credit
-        from fleet_marl.environment.core import EnvState
+        from fleet_marl.environment.state import EnvState
         from fleet_marl.kernel import KernelStatic
 
         kernel_static: KernelStatic
