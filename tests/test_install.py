@@ -28,7 +28,8 @@ EXTRAS = PYPROJECT["project"]["optional-dependencies"]
 #: The core's requirements: nothing heavier than these.
 CORE = {"numpy", "numba", "gymnasium", "pettingzoo", "pyyaml", "tqdm"}
 #: Importable module -> the distribution that provides it.
-DIST = {"ray": "ray", "torch": "torch", "torchrl": "torchrl", "tensordict": "tensordict", "tensorboardX": "tensorboardx", "matplotlib": "matplotlib", "PIL": "pillow", "mpe2": "mpe2"}
+DIST = {"ray": "ray", "torch": "torch", "torchrl": "torchrl", "tensordict": "tensordict", "tensorboardX": "tensorboardx", "matplotlib": "matplotlib", "PIL": "pillow", "mpe2": "mpe2",
+        "stable_baselines3": "stable-baselines3", "supersuit": "supersuit", "psutil": "psutil", "hydra": "hydra-core", "omegaconf": "omegaconf"}
 
 
 def hint(what: str, extra: str) -> str:
@@ -66,7 +67,7 @@ def test_the_core_needs_no_ray_torch_matplotlib_or_supersuit():
 
 
 def test_extras_and_what_each_holds():
-    assert set(EXTRAS) == {"rllib", "torchrl", "plot", "bench", "openenv", "all", "test", "fast"}
+    assert set(EXTRAS) == {"rllib", "torchrl", "plot", "bench", "openenv", "sb3", "pufferlib", "benchmarl", "all", "test", "fast"}
     names = {extra: {name(r) for r in reqs} for extra, reqs in EXTRAS.items()}
     assert {"ray", "torch", "tensorboardx", "matplotlib"} <= names["rllib"]
     assert "ray[rllib]==2.60.0" in EXTRAS["rllib"]
@@ -90,8 +91,10 @@ def test_torch_is_pinned_everywhere_it_appears():
 
 def test_make_installs_the_extras_make_train_and_make_test_need():
     makefile = (ROOT / "Makefile").read_text()
-    (spec,) = re.findall(r'pip install -e "\.\[([a-z,]+)\]"', makefile)
-    assert set(spec.split(",")) == {"test", "rllib", "torchrl", "bench", "openenv", "plot"}
+    (spec,) = re.findall(r'pip install -e "\.\[([a-z0-9,]+)\]"', makefile)
+    assert set(spec.split(",")) == {"test", "rllib", "torchrl", "bench", "openenv", "plot", "sb3", "pufferlib", "benchmarl"}
+    # what the extras cannot list (their wheels pin torch 2.9.0 and torchrl < 0.12) goes in without dependencies
+    assert 'pip install --no-deps "pufferlib-core==3.0.23" "benchmarl==1.5.2"' in makefile
 
 
 def test_every_extra_a_message_names_exists_and_holds_what_it_checks():

@@ -31,7 +31,7 @@ RANK = {
     "policies": 5,
     "evaluation": 6, "tools": 6,
     "training": 7,
-    "rllib": 8, "torchrl": 8, "openenv": 8,
+    "rllib": 8, "torchrl": 8, "openenv": 8, "sb3": 8, "pufferlib": 8, "benchmarl": 8,
     "studies": 9,
     "cli": 10,
 }
@@ -46,11 +46,15 @@ FORBIDDEN = {
     "evaluation": {"ray", "torch"},
     "training": {"ray", "torch", "torchrl", "tensordict"},
     "torchrl": {"ray"},
+    "sb3": {"ray", "torchrl"},
+    "pufferlib": {"ray", "torchrl"},
+    "benchmarl": {"ray"},
 }
 #: Optional dependencies: importing one (or a fleet_marl module that needs one) inside a
 #: function is how a module keeps it optional.
 OPTIONAL = ("ray", "torch", "openenv", "matplotlib", "uvicorn", "fastapi", "PIL", "mpe2", "pettingzoo.classic", "tensorboardX", "resource",
-            "torchrl", "tensordict", "fleet_marl.rllib", "fleet_marl.torchrl", "fleet_marl.openenv", "fleet_marl.studies")
+            "torchrl", "tensordict", "fleet_marl.rllib", "fleet_marl.torchrl", "fleet_marl.openenv", "fleet_marl.studies",
+            "stable_baselines3", "sb3_contrib", "supersuit", "pufferlib", "benchmarl", "fleet_marl.sb3", "fleet_marl.pufferlib", "fleet_marl.benchmarl")
 
 
 def _unit(path: Path) -> str:
