@@ -1,0 +1,249 @@
+"""One rollout per outside client (the cells of :mod:`fleet_marl.studies.clients`).
+
+Each function builds its client on the scenario ``opts`` (``task``, ``obs_mode``,
+``mask_layout``, ``max_cycles``, ``illegal_action="raise"``: a masked choice is an
+``ActionError``, so a client that carries a wrong mask fails) and steps it with random actions
+drawn from the masks the client hands out, until ``ends`` episodes have ended (counted as the
+client reports them) or ``limit`` steps. It returns a :class:`Rollout`. Where a client hands
+out no mask (PufferLib's vector API over the PettingZoo emulation, observation ``"flat"``), the
+actions come from the sub-envs' own masks.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import fleet_marl
+from fleet_marl.environment import N_ACT
+
+
+@dataclass
+class Rollout:
+    steps: int  # client steps taken
+    ends: int  # episode ends the client reported
+    agent_steps: int  # actions sent for agents in their episodes (or slots, for the vector clients)
+    rewards_finite: bool  # every reward the client returned was finite
+
+
+def sample(mask, sizes, rng: np.random.Generator) -> np.ndarray:
+    """(8,) indices allowed by one agent's ``mask``: a tuple of 8 arrays, a flat vector laid out
+    by ``sizes``, or None (the all-zero action: 0 GPUs, the lowest bid, FP32, batch 1, which every
+    mask allows)."""
+    if mask is None:
+        return np.zeros(N_ACT, np.int64)
+    if not isinstance(mask, (tuple, list)):
+        mask = np.split(np.asarray(mask).astype(bool).ravel(), np.cumsum(sizes)[:-1])
+    return np.array([rng.choice(np.flatnonzero(np.asarray(m).astype(bool))) for m in mask], np.int64)
+
+
+def sample_rows(masks: np.ndarray, sizes, rng: np.random.Generator) -> np.ndarray:
+    """(R, 8) one action per row of flat masks (R, M)."""
+    return np.stack([sample(m, sizes, rng) for m in masks])
+
+
+def _parallel(opts: dict):
+    return fleet_marl.parallel_env(**opts)
+
+
+def _sizes(opts: dict) -> np.ndarray:
+    return _parallel(opts).nvec.max(0)
+
+
+# --- over the ParallelEnv ------------------------------------------------------------------------
+
+
+def sb3_supersuit(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
+    """SuperSuit's chain to an SB3 VecEnv (black_death, pettingzoo_env_to_vec_env, concat)."""
+    import supersuit as ss  # the [test] extra's
+
+    env = _parallel(opts)
+    sizes, n = env.nvec.max(0), len(env.possible_agents)
+    venv = ss.concat_vec_envs_v1(ss.pettingzoo_env_to_vec_env_v1(ss.black_death_v3(env)), 1, num_cpus=0, base_class="stable_baselines3")
+    venv.reset()
+    infos: list[dict] = [{} for _ in range(n)]
+    r = Rollout(0, 0, 0, True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "step\\(\\) called with no live agent")  # black_death's extra step
+        while r.ends < ends and r.steps < limit:
+            acts = np.stack([sample(i.get("action_mask"), sizes, rng) for i in infos])
+            _, rew, dones, infos = venv.step(acts)
+            r.steps, r.agent_steps = r.steps + 1, r.agent_steps + sum("action_mask" in i for i in infos)
+            r.rewards_finite &= bool(np.isfinite(rew).all())
+            r.ends += int(dones.all())
+    venv.close()
+    return r
+
+
+def torchrl_wrapper(opts: dict, ends: int, limit: int, rng: np.random.Generator, use_mask: bool = False) -> Rollout:
+    """TorchRL's ``PettingZooWrapper``, by default or with ``use_mask=True, done_on_any=False``."""
+    import torch  # the [torchrl] extra's
+    from torchrl.envs.libs.pettingzoo import PettingZooWrapper  # the [torchrl] extra's
+
+    sizes = _sizes(opts)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "PettingZoo in TorchRL is tested using version")
+        env = PettingZooWrapper(_parallel(opts), use_mask=use_mask, done_on_any=False if use_mask else None, seed=0)
+
+    def policy(td):
+        masks = td["tenant", "action_mask"].numpy()
+        td["tenant", "action"] = torch.from_numpy(sample_rows(masks, sizes, rng))
+        return td
+
+    td = env.rollout(limit, policy=policy, break_when_any_done=False)
+    done = td["next", "done"].reshape(td.shape[0], -1).any(-1)
+    cut = int(np.flatnonzero(done.numpy())[ends - 1]) + 1 if int(done.sum()) >= ends else td.shape[0]
+    live = td["tenant", "mask"][:cut] if use_mask else torch.ones(td["tenant", "action_mask"].shape[:2], dtype=torch.bool)[:cut]
+    reward = td["next", "tenant", "reward"][:cut]
+    return Rollout(cut, int(done[:cut].sum()), int(live.sum()), bool(torch.isfinite(reward).all()))
+
+
+def torchrl_wrapper_mask(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
+    """TorchRL's ``PettingZooWrapper(use_mask=True, done_on_any=False)``."""
+    return torchrl_wrapper(opts, ends, limit, rng, use_mask=True)
+
+
+def rllib_parallel(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
+    """RLlib's ``ParallelPettingZooEnv`` (reset by hand at each episode's end, as RLlib does)."""
+    from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv  # the [rllib] extra's
+
+    sizes = _sizes(opts)
+    env = ParallelPettingZooEnv(_parallel(opts))
+    obs, infos = env.reset(seed=0)
+    r = Rollout(0, 0, 0, True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "step\\(\\) called with no live agent")  # mixed endings: RLlib's wrapper steps once more
+        while r.ends < ends and r.steps < limit:
+            acts = {a: sample(infos[a]["action_mask"], sizes, rng) for a in obs}
+            obs, rew, term, trunc, infos = env.step(acts)
+            r.steps, r.agent_steps = r.steps + 1, r.agent_steps + len(acts)
+            r.rewards_finite &= all(np.isfinite(v) for v in rew.values())
+            if term["__all__"] or trunc["__all__"]:
+                r.ends += 1
+                obs, infos = env.reset()
+    return r
+
+
+def pufferlib_emulation(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
+    """PufferLib's ``PettingZooPufferEnv`` over the ParallelEnv, stepped directly."""
+    from pufferlib.emulation import PettingZooPufferEnv  # the [pufferlib] extra's
+
+    sizes = _sizes(opts)
+    env = PettingZooPufferEnv(env=_parallel(opts))
+    _, infos = env.reset(seed=0)
+    r = Rollout(0, 0, 0, True)
+    while r.ends < ends and r.steps < limit:
+        acts = np.stack([sample(infos[a]["action_mask"] if a in infos else None, sizes, rng) for a in env.possible_agents])
+        r.agent_steps += len(env.agents)
+        _, rew, _, _, infos = env.step(acts)
+        r.steps += 1
+        r.rewards_finite &= all(np.isfinite(v) for v in rew.values())
+        if env.done:
+            r.ends += 1
+            _, infos = env.reset()
+    return r
+
+
+def pufferlib_vector(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
+    """``pufferlib.vector.make`` (Serial) over two ``PettingZooPufferEnv``; the actions come
+    from each sub-env's ParallelEnv masks (the vector API hands out none)."""
+    import pufferlib.vector  # the [pufferlib] extra's
+    from pufferlib.emulation import PettingZooPufferEnv  # the [pufferlib] extra's
+
+    sizes = _sizes(opts)
+    vec = pufferlib.vector.make(
+        PettingZooPufferEnv,
+        backend=pufferlib.vector.Serial,
+        num_envs=2,
+        env_kwargs={"env_creator": fleet_marl.parallel_env, "env_kwargs": opts},
+    )
+    vec.reset(seed=0)
+    r = Rollout(0, 0, 0, True)
+    while r.ends < ends and r.steps < limit:
+        acts = []
+        for sub in vec.envs:
+            live = set(sub.env.agents)
+            acts += [sample(sub.env.action_mask(a) if a in live else None, sizes, rng) for a in sub.possible_agents]
+            r.agent_steps += len(live)
+        _, rew, _, _, _ = vec.step(np.stack(acts))
+        r.steps += 1
+        r.rewards_finite &= bool(np.isfinite(rew).all())
+        r.ends += sum(sub.done for sub in vec.envs)
+    vec.close()
+    return r
+
+
+# --- over the vector env ---------------------------------------------------------------------------
+
+
+def sb3_vecenv(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
+    """``fleet_marl.sb3.FleetSB3VecEnv``: the masks of ``infos`` in its layout; cluster 0's ends."""
+    from fleet_marl.sb3 import FleetSB3VecEnv  # the [sb3] extra's
+
+    venv = FleetSB3VecEnv(num_clusters=2, seed=0, **opts)
+    sizes, n = venv.venv.nvec_max, venv.n_agents
+    venv.reset()
+    infos = venv.reset_infos
+    r = Rollout(0, 0, 0, True)
+    while r.ends < ends and r.steps < limit:
+        _, rew, dones, infos = venv.step(np.stack([sample(i["action_mask"], sizes, rng) for i in infos]))
+        r.steps, r.agent_steps = r.steps + 1, r.agent_steps + venv.num_envs
+        r.rewards_finite &= bool(np.isfinite(rew).all())
+        r.ends += int(dones[:n].all())
+    return r
+
+
+def pufferlib_native(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
+    """``fleet_marl.pufferlib.FleetPufferEnv`` through ``pufferlib.vector.make`` (native
+    vectorization): masks from the observation (``"dict"``) or ``action_masks()``."""
+    import pufferlib  # the [pufferlib] extra's
+    import pufferlib.vector  # the [pufferlib] extra's
+
+    from fleet_marl.pufferlib import FleetPufferEnv  # the [pufferlib] extra's
+
+    env = pufferlib.vector.make(FleetPufferEnv, backend=pufferlib.PufferEnv, env_kwargs={"num_clusters": 2, "seed": 0, **opts})
+    sizes = env.venv.nvec_max
+    obs, _ = env.reset()
+    r = Rollout(0, 0, 0, True)
+    while r.ends < ends and r.steps < limit:
+        if env.obs_mode == "dict":
+            acts = sample_rows(obs[:, env.n_features :] > 0, sizes, rng)
+        else:
+            m = env.action_masks()
+            acts = np.stack([sample(tuple(d[i] for d in m) if isinstance(m, tuple) else m[i], sizes, rng) for i in range(env.num_agents)])
+        obs, rew, _, _, stats = env.step(acts)
+        r.steps, r.agent_steps = r.steps + 1, r.agent_steps + int(env.masks.sum())
+        r.rewards_finite &= bool(np.isfinite(rew).all())
+        r.ends += len(stats)
+    return r
+
+
+def benchmarl_mappo(opts: dict, ends: int, limit: int, rng: np.random.Generator, algorithm: str = "mappo") -> Rollout:
+    """A BenchMARL experiment (``algorithm``'s own config, a tiny budget) on ``FleetTask``: two
+    iterations of 4 clusters x 8 steps; the collected batches' episode ends and rewards."""
+    from fleet_marl.benchmarl import FleetTask  # the [benchmarl] extra's
+    from fleet_marl.benchmarl.run import run_experiment  # the [benchmarl] extra's
+
+    task = opts["task"].upper()
+    config = {k: opts[k] for k in ("obs_mode", "mask_layout", "max_cycles")}
+    config["overrides"] = {k: v for k, v in opts.items() if k not in (*config, "task")}
+    seen = run_experiment(FleetTask[task].get_task(config=config), algorithm, iterations=2, frames=32)
+    return Rollout(seen["steps"], seen["ends"], seen["agent_steps"], seen["rewards_finite"])
+
+
+RUNS: dict[str, Any] = {
+    "sb3_supersuit": sb3_supersuit,
+    "sb3_vecenv": sb3_vecenv,
+    "torchrl_wrapper": torchrl_wrapper,
+    "torchrl_wrapper_mask": torchrl_wrapper_mask,
+    "rllib_parallel": rllib_parallel,
+    "pufferlib_emulation": pufferlib_emulation,
+    "pufferlib_vector": pufferlib_vector,
+    "pufferlib_native": pufferlib_native,
+    "benchmarl": benchmarl_mappo,
+}
+
+__all__ = ["RUNS", "Rollout", "sample", "sample_rows"]

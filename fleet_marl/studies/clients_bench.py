@@ -1,0 +1,215 @@
+"""How fast the outside clients step the env (issue 32): the array-speed adapters against the
+PettingZoo routes they replace, measured in one process (pin it: ``taskset -c 1``).
+
+=========================  ======================================================================
+``vector_env``             :class:`~fleet_marl.environment.vector.FleetVectorEnv` alone, for scale
+``sb3_supersuit``          SB3 ``VecEnv`` through SuperSuit (``black_death_v3``,
+                           ``pettingzoo_env_to_vec_env_v1``, ``concat_vec_envs_v1``) over the
+                           ParallelEnv: ``venv.step`` of one slot per tenant
+``sb3_vecenv``             :class:`fleet_marl.sb3.FleetSB3VecEnv` over B clusters (``step``: the
+                           slots' infos with their masks included)
+``pufferlib_emulation``    PufferLib's ``PettingZooPufferEnv`` over the ParallelEnv (``step``, and
+                           its reset when the episode ends)
+``pufferlib_native``       :class:`fleet_marl.pufferlib.FleetPufferEnv` over B clusters, through
+                           ``pufferlib.vector.make`` (native), writing into PufferLib's buffers
+=========================  ======================================================================
+
+Each rate is agent-steps per second (slots stepped: a tenant that left its episode still fills
+its slot, on both sides), the median over ``repeats`` runs of ``steps`` calls; only the step
+call is timed, with actions drawn from the masks beforehand (the default ``illegal_action="veto"``
+handles a count a budget no longer affords). :func:`measure_clients` returns the rates and the
+two ratios of the issue's targets (:data:`TARGETS`); ``fleet-marl bench --clients`` reports them
+and ``python -m fleet_marl.studies.clients_bench [--cpu 1]`` prints them as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import fleet_marl
+from fleet_marl.environment.vector import sample_masked
+from fleet_marl.errors import require
+from fleet_marl.studies.bench_timing import pin_to_one_core
+
+#: The issue's targets: each adapter's rate over the route it replaces.
+TARGETS = {"sb3_vecenv_over_supersuit": 20.0, "pufferlib_native_over_emulation": 20.0}
+#: What a missing extra's message says needs it.
+WHAT = "the outside clients' bench (fleet-marl bench --clients)"
+
+
+def _rate(step: Callable[[int], int], steps: int, repeats: int) -> float:
+    """Median over ``repeats`` of agent-steps per second; ``step(k)`` takes the k-th step and
+    returns the agent-steps it counts (or -1 for an untimed reset step)."""
+    for k in range(min(steps, 5)):  # warm-up (untimed): the compiled round's first calls, the first buffers
+        step(k)
+    rates = []
+    for _ in range(repeats):
+        spent, agent_steps = 0.0, 0
+        for k in range(steps):
+            t = time.perf_counter()
+            n = step(k)
+            dt = time.perf_counter() - t
+            if n >= 0:
+                spent, agent_steps = spent + dt, agent_steps + n
+        rates.append(agent_steps / spent)
+    return statistics.median(rates)
+
+
+def _parallel_pool(task: str, rng: np.random.Generator) -> list[np.ndarray]:
+    """Joint actions (N, 8) drawn from the masks of the ParallelEnv's first round."""
+    env = fleet_marl.parallel_env(task=task, compute_all=False)
+    env.reset(seed=0)
+    offsets = np.concatenate(([0], np.cumsum(env.nvec.max(0))))
+    masks = np.stack([np.concatenate(env.action_mask(a)).astype(bool) for a in env.possible_agents])
+    return _pool(masks, offsets, rng)
+
+
+def _pool(masks: np.ndarray, offsets: np.ndarray, rng: np.random.Generator, n: int = 32) -> list[np.ndarray]:
+    return [sample_masked(masks, offsets, rng) for _ in range(n)]
+
+
+def sb3_supersuit(task: str, steps: int, repeats: int, rng: np.random.Generator) -> float:
+    """SB3 through SuperSuit's chain over one ParallelEnv."""
+    import supersuit as ss  # the [test] extra's
+
+    env = fleet_marl.parallel_env(task=task, compute_all=False)
+    venv = ss.concat_vec_envs_v1(ss.pettingzoo_env_to_vec_env_v1(ss.black_death_v3(env)), 1, num_cpus=0, base_class="stable_baselines3")
+    venv.reset()
+    pool = _parallel_pool(task, rng)
+
+    def step(k: int) -> int:
+        venv.step(pool[k % len(pool)])
+        return venv.num_envs
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "step\\(\\) called with no live agent")  # black_death's step after the last agent left
+        return _rate(step, steps, repeats)
+
+
+def vector_env(task: str, clusters: int, steps: int, repeats: int, rng: np.random.Generator) -> float:
+    """The vector env alone, for scale: what the array adapters wrap."""
+    venv = fleet_marl.vector_env(num_envs=clusters, task=task, compute_all=False)
+    _, infos = venv.reset(seed=0)
+    pool = _pool(infos["action_mask"], venv.mask_offsets, rng)
+
+    def step(k: int) -> int:
+        venv.step(pool[k % len(pool)])
+        return clusters * venv.num_agents
+
+    return _rate(step, steps, repeats)
+
+
+def sb3_vecenv(task: str, clusters: int, steps: int, repeats: int, rng: np.random.Generator) -> float:
+    from fleet_marl.sb3 import FleetSB3VecEnv  # the [sb3] extra's
+
+    venv = FleetSB3VecEnv(num_clusters=clusters, task=task, seed=0)
+    venv.reset()
+    pool = _pool(venv.action_masks(), venv.offsets, rng)
+
+    def step(k: int) -> int:
+        venv.step(pool[k % len(pool)])
+        return venv.num_envs
+
+    return _rate(step, steps, repeats)
+
+
+def pufferlib_emulation(task: str, steps: int, repeats: int, rng: np.random.Generator) -> float:
+    from pufferlib.emulation import PettingZooPufferEnv  # the [pufferlib] extra's
+
+    env = PettingZooPufferEnv(env=fleet_marl.parallel_env(task=task, compute_all=False))
+    env.reset(seed=0)
+    pool = _parallel_pool(task, rng)
+
+    def step(k: int) -> int:
+        if env.done:
+            env.reset()
+            return -1
+        env.step(pool[k % len(pool)])
+        return env.num_agents
+
+    return _rate(step, steps, repeats)
+
+
+def pufferlib_native(task: str, clusters: int, steps: int, repeats: int, rng: np.random.Generator) -> float:
+    import pufferlib  # the [pufferlib] extra's
+    import pufferlib.vector  # the [pufferlib] extra's
+
+    from fleet_marl.pufferlib import FleetPufferEnv  # the [pufferlib] extra's
+
+    env = pufferlib.vector.make(FleetPufferEnv, backend=pufferlib.PufferEnv, env_kwargs={"num_clusters": clusters, "task": task, "seed": 0})
+    env.reset()
+    pool = _pool(env.action_masks(), env.offsets, rng)
+
+    def step(k: int) -> int:
+        env.step(pool[k % len(pool)])
+        return env.num_agents
+
+    return _rate(step, steps, repeats)
+
+
+def measure_clients(
+    task: str = "easy", clusters: int = 256, steps: int = 200, repeats: int = 5, seed: int = 0, progress: bool = False
+) -> dict[str, Any]:
+    """Every rate (agent-steps/s) and the ratios of :data:`TARGETS`: the array adapters take
+    ``steps`` calls of ``clusters`` clusters each, the PettingZoo routes ``5 * steps`` calls of
+    one cluster (each side runs for a comparable time)."""
+    require("stable_baselines3", "sb3", WHAT)
+    require("supersuit", "test", WHAT)  # the route SB3's VecEnv is measured against
+    import fleet_marl.pufferlib as adapter  # its names check the [pufferlib] extra and pufferlib-core
+
+    _ = adapter.FleetPufferEnv
+    rng = np.random.default_rng(seed)
+    slow_steps = 5 * steps
+    jobs: dict[str, Callable[[], float]] = {
+        "vector_env": lambda: vector_env(task, clusters, steps, repeats, rng),
+        "sb3_supersuit": lambda: sb3_supersuit(task, slow_steps, repeats, rng),
+        "sb3_vecenv": lambda: sb3_vecenv(task, clusters, steps, repeats, rng),
+        "pufferlib_emulation": lambda: pufferlib_emulation(task, slow_steps, repeats, rng),
+        "pufferlib_native": lambda: pufferlib_native(task, clusters, steps, repeats, rng),
+    }
+    rates = {}
+    for name, job in jobs.items():
+        rates[name] = job()
+        if progress:
+            print(f"{name}: {rates[name]:,.0f} agent-steps/s", flush=True)
+    ratios = {
+        "sb3_vecenv_over_supersuit": rates["sb3_vecenv"] / rates["sb3_supersuit"],
+        "pufferlib_native_over_emulation": rates["pufferlib_native"] / rates["pufferlib_emulation"],
+    }
+    return {
+        "task": task,
+        "clusters": clusters,
+        "steps": steps,
+        "repeats": repeats,
+        "agent_steps_per_s": rates,
+        "ratios": ratios,
+        "targets": TARGETS,
+        "met": {k: ratios[k] >= TARGETS[k] for k in TARGETS},
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(prog="python -m fleet_marl.studies.clients_bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--task", default="easy")
+    p.add_argument("--clusters", type=int, default=256)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--cpu", type=int, default=None, help="pin to this core (default: leave the affinity as it is, e.g. taskset's)")
+    args = p.parse_args(argv)
+    if args.cpu is not None:
+        pin_to_one_core(args.cpu)
+    report = measure_clients(args.task, args.clusters, args.steps, args.repeats, progress=True)
+    print(json.dumps(report, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    main()
