@@ -156,6 +156,7 @@ def run(args) -> int:
         "" if names == list(POLICIES) else f" --policies {','.join(names)}"
     )
     text = block(evals, args.episodes, args.seed, extra)
+    assert results is not None and readme is not None  # do_write: both were found or given (checked above)
     for path in (results, readme):
         if path.name == "results.md" and not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -107,7 +107,7 @@ def demo(
         wait = "-" if r["p99_wait_s"] is None else f"{r['p99_wait_s']:.0f}s"
         lines.append(f"{a:<10} {r['return']:>8.2f} {r['utility']:>8.2f} {r['service']:>8.2f} {r['jobs_done']:>5} {rho:>6} {wait:>9}")
     summary = {"task": task, "policy": policy, "seed": seed, "rounds": ep.rounds, "welfare": ep.welfare, "jain": ep.jain}
-    if gif:
+    if gif and frames is not None:
         summary["gif"] = str(save_gif(frames, Path(gif), fps))
         lines.append(f"saved {len(frames)} frames to {summary['gif']}")
     print("\n".join(lines), file=out)

@@ -22,6 +22,7 @@ no torch): it is imported whenever a spec is not a reference name.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.metadata
@@ -65,7 +66,6 @@ class PolicyLoader:
 
 
 _REGISTERED: dict[str, PolicyLoader] = {}
-_FROM_ENTRY_POINTS: dict[str, PolicyLoader] | None = None
 
 
 def register_loader(loader: PolicyLoader) -> None:
@@ -78,36 +78,36 @@ def register_loader(loader: PolicyLoader) -> None:
 def loaders() -> dict[str, PolicyLoader]:
     """Every policy loader: those of the ``fleet_marl.policy_loaders`` entry points (loaded
     once), then those registered at run time (which win on a name clash)."""
-    global _FROM_ENTRY_POINTS
-    if _FROM_ENTRY_POINTS is None:
-        found = {}
-        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-            try:
-                obj = ep.load()
-            except Exception as exc:  # a broken plug-in must not break the reference policies
-                print(f"warning: policy loader {ep.name} ({ep.value}) failed to load: {type(exc).__name__}: {exc}", file=sys.stderr)
-                continue
-            if isinstance(obj, PolicyLoader):
-                found[obj.name] = obj
-            else:
-                print(
-                    f"warning: policy loader {ep.name} ({ep.value}) is a {type(obj).__name__}, not a PolicyLoader; ignored", file=sys.stderr
-                )
-        _FROM_ENTRY_POINTS = found
-    return {**_FROM_ENTRY_POINTS, **_REGISTERED}
+    return {**_entry_point_loaders(), **_REGISTERED}
+
+
+@functools.cache
+def _entry_point_loaders() -> dict[str, PolicyLoader]:
+    """The loaders the ``fleet_marl.policy_loaders`` entry points declare (loaded once)."""
+    found = {}
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+        except Exception as exc:  # noqa: BLE001 -- a broken plug-in must not break the reference policies: warn, skip it
+            print(f"warning: policy loader {ep.name} ({ep.value}) failed to load: {type(exc).__name__}: {exc}", file=sys.stderr)
+            continue
+        if isinstance(obj, PolicyLoader):
+            found[obj.name] = obj
+        else:
+            print(f"warning: policy loader {ep.name} ({ep.value}) is a {type(obj).__name__}, not a PolicyLoader; ignored", file=sys.stderr)
+    return found
 
 
 def _call(source: str, obj, env):
     try:
-        params = [
-            p
+        takes_env = any(
+            p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
             for p in inspect.signature(obj).parameters.values()
-            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]
+        )
     except (TypeError, ValueError):
-        params = [None]
+        takes_env = True
     try:
-        return obj(env) if params else obj()
+        return obj(env) if takes_env else obj()
     except Exception as exc:  # the user's constructor
         raise PolicyError(source, f"constructing it raised {type(exc).__name__}: {exc}") from exc
 
@@ -210,6 +210,8 @@ def load_policy(spec, env) -> Any:
         _on_path(path.parent)
         try:
             loader_spec = importlib.util.spec_from_file_location(mod_name, path)
+            if loader_spec is None or loader_spec.loader is None:
+                raise ImportError(f"no module loader for {path}")
             module = importlib.util.module_from_spec(loader_spec)
             sys.modules[mod_name] = module
             loader_spec.loader.exec_module(module)

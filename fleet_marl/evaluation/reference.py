@@ -53,7 +53,7 @@ def data_version(env: FleetParallelEnv) -> str:
     """A digest of the trace files the env replays (empty when it replays none)."""
     h = hashlib.blake2b(digest_size=12)
     for t in env.config.tenants:
-        if t.workload.pattern != "trace":
+        if t.workload.pattern != "trace" or t.workload.trace is None:  # a trace workload names its file (the config checks it)
             continue
         p = resolve_trace(t.workload.trace).resolve()
         stat = p.stat()

@@ -141,7 +141,7 @@ class TrainConfig:
                 bad(name, f"an integer >= {lo}")
         if self.minibatch_size > self.train_batch_size:
             bad("minibatch_size", f"at most train_batch_size ({self.train_batch_size})")
-        for name, lo, hi in (
+        for name, low, hi in (
             ("lr", 0.0, 1.0),
             ("gamma", 0.0, 1.0),
             ("lambda_", 0.0, 1.0),
@@ -151,8 +151,8 @@ class TrainConfig:
             ("vf_loss_coeff", 0.0, float("inf")),
         ):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi or (name in ("lr", "clip_param") and v == 0):
-                bad(name, f"a number in [{lo}, {hi}]" + (" and > 0" if name in ("lr", "clip_param") else ""))
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= hi or (name in ("lr", "clip_param") and v == 0):
+                bad(name, f"a number in [{low}, {hi}]" + (" and > 0" if name in ("lr", "clip_param") else ""))
         check_env(self, source)
 
     # --- derived --------------------------------------------------------------------------------

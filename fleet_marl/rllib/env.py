@@ -131,7 +131,7 @@ class FleetRLlibEnv(MultiAgentEnv):
         self.nvec_max = pe.nvec.max(0)
         self._hi = {a: pe.nvec[i] - 1 for i, a in enumerate(self.possible_agents)}
         self._offsets = mask_offsets(self.nvec_max)
-        box = spaces_of.observation_spaces[self.possible_agents[0]]  # 34 features, or 40 under the sequential protocol
+        box = spaces_of.observation_spaces[pe.possible_agents[0]]  # 34 features, or 40 under the sequential protocol
         if self.obs_mode == "dict":
             spaces = {"observations": box, "action_mask": gym.spaces.Box(0.0, 1.0, (int(self.nvec_max.sum()),), np.float32)}
             if self.with_state:
@@ -178,7 +178,7 @@ class FleetRLlibEnv(MultiAgentEnv):
         self.agents = list(self.par_env.agents)
         return self.convert(obs, infos), self._slim(infos)
 
-    def step(self, action_dict: dict[str, Any]):
+    def step(self, action_dict: dict[Any, Any]):
         if self.seq_env is not None:
             return self._step_turns(action_dict)
         acts = {a: np.minimum(np.asarray(v, np.int64), self._hi[a]) for a, v in action_dict.items()}
@@ -191,9 +191,14 @@ class FleetRLlibEnv(MultiAgentEnv):
 
     # --- the sequential protocol: one tenant per env step ------------------------------------------
 
+    def _seq(self) -> FleetSequentialEnv:
+        """The sequential protocol's AEC env (only its methods call this)."""
+        assert self.seq_env is not None  # protocol == "sequential"
+        return self.seq_env
+
     def _turn_obs(self, agent: str):
         """``agent``'s observation now (its 40 features and, in dict mode, its flat mask)."""
-        se = self.seq_env
+        se = self._seq()
         vec = se.observe(agent)
         if self.obs_mode == "flat":
             return vec
@@ -206,11 +211,16 @@ class FleetRLlibEnv(MultiAgentEnv):
             d["state"] = se.state()
         return d
 
-    def _hand_out(self, obs: dict, rew: dict, term: dict, trunc: dict, infos: dict) -> None:
+    def _hand_out(self) -> tuple[dict, dict, dict, dict, dict]:
         """Step the finished tenants out of the AEC env (each with its last observation, its
         held reward and its flag), then hand the observation and held reward to the tenant
-        whose turn it is, if any is left."""
-        se = self.seq_env
+        whose turn it is, if any is left: (obs, rewards, terminated, truncated, infos)."""
+        se = self._seq()
+        obs: dict[str, Any] = {}
+        rew: dict[str, float] = {}
+        term: dict[str, bool] = {}
+        trunc: dict[str, bool] = {}
+        infos: dict[str, dict] = {}
         while se.agents:
             a = se.agent_selection
             obs[a] = self._turn_obs(a)
@@ -224,15 +234,15 @@ class FleetRLlibEnv(MultiAgentEnv):
         done = not self.agents
         term["__all__"] = done and all(term.values())  # every tenant that finished on this step terminated
         trunc["__all__"] = done and not term["__all__"]
+        return obs, rew, term, trunc, infos
 
     def _reset_turns(self, seed, options):
-        self.seq_env.reset(seed=seed, options=options)
-        obs, rew, term, trunc, infos = {}, {}, {}, {}, {}
-        self._hand_out(obs, rew, term, trunc, infos)
+        self._seq().reset(seed=seed, options=options)
+        obs, _, _, _, infos = self._hand_out()
         return obs, infos
 
-    def _step_turns(self, action_dict: dict[str, Any]):
-        se = self.seq_env
+    def _step_turns(self, action_dict: dict[Any, Any]):
+        se = self._seq()
         if not se.agents:
             raise RuntimeError("step() after the episode ended: call reset() first")
         agent = se.agent_selection
@@ -242,9 +252,7 @@ class FleetRLlibEnv(MultiAgentEnv):
                 "the tenant whose turn it is (the one reset() or the last step() returned an observation for)"
             )
         se.step(np.minimum(np.asarray(action_dict[agent], np.int64), self._hi[agent]))
-        obs, rew, term, trunc, infos = {}, {}, {}, {}, {}
-        self._hand_out(obs, rew, term, trunc, infos)
-        return obs, rew, term, trunc, infos
+        return self._hand_out()
 
     def render(self):
         if self.seq_env is not None:

@@ -71,6 +71,7 @@ class ModulePolicy:
         out = {}
         for mid, agents in groups.items():
             feats = np.stack([self._features(observations[a]) for a in agents]).astype(np.float32)
+            obs: dict[str, torch.Tensor] | torch.Tensor
             if self.obs_mode == "dict":
                 masks = np.stack([self._mask(a, infos) for a in agents])
                 obs = {"observations": torch.from_numpy(feats), "action_mask": torch.from_numpy(masks)}
@@ -118,7 +119,8 @@ class ModulePolicy:
         path = Path(checkpoint).resolve()  # RLlib's loader takes absolute paths only
         sig = ENGINE.read_sidecar(path)["signature"]
         root = path.joinpath(*MODULE_DIR)
-        modules = {mid: RLModule.from_checkpoint(str(root / mid)) for mid in sig["modules"]}
+        # TorchRLModules (torch modules: eval() switches off dropout and the like); RLModule's type does not say so
+        modules: dict[str, Any] = {mid: RLModule.from_checkpoint(str(root / mid)) for mid in sig["modules"]}
         for m in modules.values():
             m.eval()
         return cls(env, modules, mapping_for(sig["sharing"], sig["possible_agents"], sig["kinds"]), sig["obs_mode"], explore)

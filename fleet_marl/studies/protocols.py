@@ -188,7 +188,7 @@ def study(tasks, policies, seeds, turn_order: str = "rotating", progress=None, r
                 blind = [e.welfare for e in eps]
                 row["delta_welfare"] = None
             else:
-                row["delta_welfare"] = _ci([e.welfare - w for e, w in zip(eps, blind)])
+                row["delta_welfare"] = _ci([e.welfare - w for e, w in zip(eps, blind, strict=True)])
             for k in ("welfare", "jain", "oversubscribed", "price"):
                 row[k] = _ci([getattr(e, k) for e in eps])
             row["by_quarter"] = [_ci([e.by_quarter[q] for e in eps]) for q in range(QUARTERS)]

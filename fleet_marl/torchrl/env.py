@@ -154,7 +154,7 @@ class FleetTorchEnv(EnvBase):
             b = np.flatnonzero(self._pending["ended"]).tolist()
             raise RuntimeError(f"FleetTorchEnv: step() on clusters {b} whose episode ended; call env.reset(td) (the collector does) first")
         act = tensordict.get((GROUP, "action"))
-        obs, rew, term, trunc, infos = self.venv.step(act.cpu().numpy())
+        obs, rew, _term, trunc, infos = self.venv.step(act.cpu().numpy())
         mask, alive = infos["action_mask"], infos["alive"]
         state = None
         ended = infos["_final"]

@@ -25,6 +25,8 @@
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 import torch
 from torch import distributions as D
@@ -99,9 +101,9 @@ class MaskedMultiCategorical(D.Distribution):
     sum of the conditional entropies along one sampled action (an unbiased estimate of the
     joint entropy)."""
 
-    arg_constraints: dict = {}
+    arg_constraints: ClassVar[dict] = {}
     has_rsample = False
-    _layouts: dict = {}
+    _layouts: ClassVar[dict] = {}  # shared by every instance: one layout per nvec
 
     def __init__(
         self,
@@ -122,7 +124,7 @@ class MaskedMultiCategorical(D.Distribution):
         self.coupling = None if coupling is None else coupling.matrix()
         self.base = logits
         self.generator = generator  # of the uniform draws of sample() (None: torch's global generator)
-        self.logp_kd = None if coupling is not None else self._logp_kd(logits)
+        self.logp_kd: torch.Tensor | None = None if coupling is not None else self._logp_kd(logits)
         super().__init__(batch_shape=logits.shape[:-1], event_shape=torch.Size([len(key)]), validate_args=False)
 
     def _logp(self, logits: torch.Tensor) -> torch.Tensor:
@@ -161,9 +163,20 @@ class MaskedMultiCategorical(D.Distribution):
         u = torch.rand(lp.shape, generator=self.generator, dtype=lp.dtype, device=lp.device).clamp_(1e-10, 1.0)
         return (lp - (-u.log()).log()).argmax(-1)
 
+    def _independent(self) -> torch.Tensor:
+        """The (..., K, D) log-probabilities of independent dimensions (no coupling)."""
+        assert self.logp_kd is not None  # computed in __init__ when there is no coupling
+        return self.logp_kd
+
+    def _coupled(self, value: torch.Tensor) -> torch.Tensor:
+        """The (..., D, K) log-probabilities of each dimension given the choices ``value`` before it."""
+        assert self.coupling is not None  # an autoregressive distribution
+        return self._logp(self.base + self._onehot(value) @ self.coupling.T)
+
     def _walk(self, greedy: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Choose dimension by dimension (autoregressive): (actions (..., D), log-probs (..., D, K)
         of each dimension given the choices before it)."""
+        assert self.coupling is not None  # an autoregressive distribution
         base = self.base.expand(self.mask.shape)
         onehot = torch.zeros_like(base)
         acts, logps = [], []
@@ -178,7 +191,7 @@ class MaskedMultiCategorical(D.Distribution):
     def sample(self, sample_shape=()) -> torch.Tensor:
         with torch.no_grad():
             if self.coupling is None:
-                return self._inverse_cdf(self.logp_kd, sample_shape)
+                return self._inverse_cdf(self._independent(), sample_shape)
             if tuple(sample_shape):
                 raise NotImplementedError("an autoregressive MaskedMultiCategorical draws one sample per batch entry")
             return self._walk(greedy=False)[0]
@@ -186,7 +199,7 @@ class MaskedMultiCategorical(D.Distribution):
     @property
     def mode(self) -> torch.Tensor:
         if self.coupling is None:
-            return self.logp_kd.transpose(-2, -1).argmax(-1)  # the first most likely choice
+            return self._independent().transpose(-2, -1).argmax(-1)  # the first most likely choice
         with torch.no_grad():
             return self._walk(greedy=True)[0]
 
@@ -196,17 +209,17 @@ class MaskedMultiCategorical(D.Distribution):
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         if self.coupling is None:
-            return self.logp_kd.gather(-2, value.long().unsqueeze(-2)).squeeze(-2).sum(-1)
-        lp = self._logp(self.base + self._onehot(value) @ self.coupling.T)
+            return self._independent().gather(-2, value.long().unsqueeze(-2)).squeeze(-2).sum(-1)
+        lp = self._coupled(value)
         return lp.gather(-1, value.long().unsqueeze(-1)).squeeze(-1).sum(-1)
 
     def entropy(self) -> torch.Tensor:
         if self.coupling is None:
-            lp = self.logp_kd
+            lp = self._independent()
         else:
             with torch.no_grad():
                 a = self._walk(greedy=False)[0]
-            lp = self._logp(self.base + self._onehot(a) @ self.coupling.T)  # differentiable given the sampled prefix
+            lp = self._coupled(a)  # differentiable given the sampled prefix
         return -(_probs(lp) * lp).sum((-2, -1))  # masked choices: p about 1e-35, p * logp about 1e-26
 
 
@@ -249,6 +262,8 @@ class StateCritic(nn.Module):
     """MAPPO's centralized critic: each tenant's value from ``state`` (..., S) and its one-hot
     index -> (..., N, 1)."""
 
+    eye: torch.Tensor  # a buffer: (N, N)
+
     def __init__(self, state_dim: int, n_agents: int, hidden: list[int], activation=nn.Tanh):
         super().__init__()
         self.n = n_agents
@@ -266,6 +281,8 @@ class WithAgentId(nn.Module):
     (..., N, F) -> net((..., N, F + N)). A network shared by tenants tells them apart by it
     (the agent ID of MAPPO's recipe, Yu et al. 2022, "The Surprising Effectiveness of PPO in
     Cooperative Multi-Agent Games")."""
+
+    eye: torch.Tensor  # a buffer: (N, N)
 
     def __init__(self, net: nn.Module, n_agents: int):
         super().__init__()
@@ -360,6 +377,7 @@ class TrainedPolicy:
     def __init__(self, env, actor: nn.Module, nvec, explore: bool = False):
         self.coupling = getattr(actor, "coupling", None)
         self.env = fleet_env(env)
+        self.env_spaces: Any = self.env  # its observation spaces too (the PettingZoo API FleetEnvLike leaves out)
         self.actor = actor.eval()
         self.nvec = [int(n) for n in nvec]
         self.explore = bool(explore)
@@ -375,7 +393,7 @@ class TrainedPolicy:
         live = [a for a in observations if a in set(env.agents)]
         rows = {a: observations[a] if not isinstance(observations[a], dict) else observations[a]["observation"] for a in live}
         # the observations' own width: 34, or 40 under the sequential protocol (whose AEC env wraps a 34-feature round engine)
-        F = len(next(iter(rows.values()))) if rows else env.observation_space(env.possible_agents[0]).shape[-1]
+        F = len(next(iter(rows.values()))) if rows else self.env_spaces.observation_space(env.possible_agents[0]).shape[-1]
         obs = np.zeros((N, F), np.float32)
         mask = np.ones((N, sum(self.nvec)), bool)
         for a in live:
@@ -386,15 +404,15 @@ class TrainedPolicy:
             logits = self.actor(torch.from_numpy(obs)[None])[0]
             dist = MaskedMultiCategorical(logits, torch.from_numpy(mask), self.nvec, self.coupling, generator=self._gen)
             acts = dist.sample() if self.explore else dist.mode
-        acts = acts.numpy().astype(np.int64)
-        return {a: acts[self._index[a]] for a in live}
+        chosen = acts.numpy().astype(np.int64)
+        return {a: chosen[self._index[a]] for a in live}
 
 
 def _flat(mask, nvec_row, nvec) -> np.ndarray:
     """A tenant's action mask (either layout), each dimension padded to ``nvec`` and concatenated."""
     out = np.zeros(sum(nvec), bool)
     o = 0
-    for n, m in zip(nvec, mask_dims(mask, nvec_row)):
+    for n, m in zip(nvec, mask_dims(mask, nvec_row), strict=True):
         out[o : o + len(m)] = m
         o += n
     return out

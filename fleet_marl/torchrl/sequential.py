@@ -120,8 +120,9 @@ class TurnCollector:
         venv, N = self.venv, self.N
         B = venv.num_envs
         coupling = getattr(self.actor_net, "coupling", None)
-        rec = {"state": venv.state(), "live": venv.alive, "obs": [], "mask": [], "agent": [], "action": [], "logp": []}
+        rec: dict[str, Any] = {"state": venv.state(), "live": venv.alive, "obs": [], "mask": [], "agent": [], "action": [], "logp": []}
         obs, infos = self._obs, self._infos
+        assert obs is not None and infos is not None  # __iter__ resets the vector env first
         for _ in range(N):
             o, m, a = torch.from_numpy(obs), torch.from_numpy(infos["action_mask"]), torch.from_numpy(infos["agent"])
             with torch.no_grad():
@@ -133,7 +134,7 @@ class TurnCollector:
             rec["agent"].append(a)
             rec["action"].append(act)
             rec["logp"].append(lp)
-            obs, rew, term, trunc, infos = venv.step(act.numpy())
+            obs, rew, _term, trunc, infos = venv.step(act.numpy())
         self._obs, self._infos = obs, infos
         ended = infos["_final"]
         rec["reward"] = rew
@@ -235,7 +236,7 @@ def _collect_in_worker(
                         break
                 if state is not None:
                     actor_net.load_state_dict(state)
-    except Exception:  # handed to the learner's process, which raises it
+    except Exception:  # noqa: BLE001 -- whatever failed is handed to the learner's process, which raises it
         out.put(traceback.format_exc())
     # the batches' tensors are in shared memory, handed over through this process: stay until told to go
     stop.wait()

@@ -117,7 +117,8 @@ def write_docs(
 
 def _study(settings: dict) -> Study:
     fields = Study.__dataclass_fields__
-    return Study(**{k: tuple(v) if isinstance(v, list) else v for k, v in settings.items() if k in fields})
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in settings.items() if k in fields}
+    return Study(**values)
 
 
 def text(data: dict, img: dict[str, Path], img_link: Callable[[Path], str] = lambda p: p.name) -> str:

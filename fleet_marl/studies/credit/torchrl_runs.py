@@ -85,6 +85,7 @@ def train_and_grade(tc: Any, eval_at: list[int], episodes: int) -> tuple[dict, l
     finally:
         loop.close()
     seconds = time.perf_counter() - t0
+    assert ev is not None  # eval_at ends with the last iteration: the run was graded there
     eps = ev.episodes
     result = {
         "iterations": tc.iterations,
