@@ -1,7 +1,7 @@
 """Where a row of the compiled round spends its time (the per-row figures of docs/benchmarks.md).
 
 How to run:  taskset -c 1 .venv/bin/python experiments/round_profile.py
-What it prints: microseconds per row of ``engine.evaluate_rows`` on the rows the vector env
+What it prints: microseconds per row of ``engine.round_rows`` on the rows the vector env
 (N = 16 tenants, B = 256 clusters, the bench scenario) hands the kernel in one step, for
 ``local`` (one full row per cluster) and ``difference`` (the grand coalition in full, then 16
 welfare-only removal rows per cluster); then the same with one part of the round replaced by
@@ -33,10 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: ablation name -> (text in engine.py, its replacement)
 ABLATIONS = {
-    "no clearing": ("        _clear_pools(b, q_caps, tf, ti, sc, ins_f, req, alloc, mult, caps, got, w, level, order, frac, zeros)\n",
-                    "        for t in range(T):\n            alloc[t] = min(req[t], 2)\n            mult[t] = 1.0\n"),
-    "no placement": ("        _place(alloc, ti, ni, gpn, rg, free, avail, order, by_free, neg_avail, count, t_nodes, n_nodes)\n",
-                     "        for t in range(T):\n            n_nodes[t] = 1\n            t_nodes[t, 0] = t % K\n            rg[t, t % K] = alloc[t]\n"),
+    "no clearing": (
+        "        clear_pools(b, q_caps, tf, ti, sc, ins_f, req, alloc, mult, price, caps, got, k1, k2, w, level, order, frac, zeros)\n",
+        "        for t in range(T):\n            alloc[t] = min(req[t], 2)\n            mult[t] = 1.0\n            price[t] = tf[t, 0]\n",
+    ),
+    "no placement": (
+        "        place(alloc, ti, ni, gpn, rg, free, avail, order, by_free, neg_avail, count, t_nodes, n_nodes)\n",
+        "        for t in range(T):\n            n_nodes[t] = 1\n            t_nodes[t, 0] = t % K\n            rg[t, t % K] = alloc[t]\n",
+    ),
 }
 
 
@@ -47,23 +51,23 @@ def capture(scheme: str, out: Path) -> None:
     from fleet_marl.studies.bench import VECTOR_B, bench_config
 
     venv = fleet_marl.vector_env(num_envs=VECTOR_B, config=bench_config(16), reward_scheme=scheme, compute_all=False)
-    obs, infos = venv.reset(seed=0)
+    _obs, infos = venv.reset(seed=0)
     rng = np.random.default_rng(0)
     pool = [venv.sample_actions(infos, rng) for _ in range(8)]
     for k in range(10):
         venv.step(pool[k % 8])
     seen = {}
-    real = engine.evaluate_rows
+    real = engine.round_rows
 
     def spy(*args):
         seen["args"] = [np.array(a) if isinstance(a, np.ndarray) else a for a in args]
         return real(*args)
 
-    engine.evaluate_rows = spy
+    engine.round_rows = spy
     try:
         venv.step(pool[3])
     finally:
-        engine.evaluate_rows = real
+        engine.round_rows = real
     out.write_bytes(pickle.dumps(seen["args"]))
 
 
@@ -73,12 +77,12 @@ def time_rows(args_file: Path) -> float:
 
     args = pickle.loads(args_file.read_bytes())
     rows = args[6].shape[1]
-    engine.evaluate_rows(*args)
+    engine.round_rows(*args)
     best = np.inf
     for _ in range(7):
         t0, n = time.perf_counter(), 0
         while time.perf_counter() - t0 < 0.3:
-            engine.evaluate_rows(*args)
+            engine.round_rows(*args)
             n += 1
         best = min(best, (time.perf_counter() - t0) / n)
     return best / rows * 1e6
@@ -106,7 +110,7 @@ def profile_steps(scheme: str) -> None:
     from fleet_marl.studies.bench import VECTOR_B, bench_config
 
     venv = fleet_marl.vector_env(num_envs=VECTOR_B, config=bench_config(16), reward_scheme=scheme, compute_all=False)
-    obs, infos = venv.reset(seed=0)
+    _obs, infos = venv.reset(seed=0)
     rng = np.random.default_rng(0)
     pool = [venv.sample_actions(infos, rng) for _ in range(8)]
     venv.step(pool[0])
@@ -138,8 +142,13 @@ def main() -> None:
             for n in names:
                 for scheme, path in captures.items():
                     env = {"PYTHONPATH": str(roots[n]), "NUMBA_CACHE_DIR": str(tmp / "numba" / n.replace(" ", "_"))}
-                    res = subprocess.run([sys.executable, __file__, "--time", str(path)], capture_output=True, text=True, check=True,
-                                         env={**os.environ, **env})
+                    res = subprocess.run(
+                        [sys.executable, __file__, "--time", str(path)],
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                        env={**os.environ, **env},
+                    )
                     best[n, scheme] = min(best.get((n, scheme), np.inf), float(res.stdout.split()[-1]))
         print(f"{'us per row':<16}{'local (full rows)':>20}{'difference':>14}")
         for n in names:

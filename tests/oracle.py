@@ -19,11 +19,7 @@ import numpy as np
 from fleet_marl import catalog
 from fleet_marl.kernel import Actions, Draws, Outcome, RoundState, cost
 from fleet_marl.kernel.cost import RECOMPUTE_FLOPS_FACTOR, TRAIN_FLOPS_FACTOR
-from fleet_marl.kernel.mechanisms import AUCTION, MAXMIN, PRIORITY, PROPORTIONAL
 from fleet_marl.kernel.safety import invalid_precision
-
-_AFFORD_AT_BID = (PROPORTIONAL, AUCTION)
-
 
 # --- stage 1 ---------------------------------------------------------------------------------
 
@@ -84,8 +80,8 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
 
 def _rank(primary: np.ndarray, tiebreak: np.ndarray, first: np.ndarray | None = None) -> np.ndarray:
     """Rank (0 = first) along the last axis by ``first`` descending (if given), then
-    ``primary`` descending, then ``tiebreak`` ascending."""
-    keys = (tiebreak, -primary) if first is None else (tiebreak, -primary, -np.broadcast_to(first, primary.shape))
+    ``primary`` descending (if given), then ``tiebreak`` ascending."""
+    keys = [tiebreak] + [-np.broadcast_to(k, tiebreak.shape) for k in (primary, first) if k is not None]
     order = np.lexsort(keys, axis=-1)
     rank = np.empty_like(order)
     rows = np.arange(order.shape[0])[:, None]
@@ -101,7 +97,6 @@ def waterfill(caps: np.ndarray, weights: np.ndarray, capacity: np.ndarray, tiebr
     ``0 <= x <= caps`` and ``sum x = min(capacity, sum caps)``.
     """
     caps = np.asarray(caps, np.int64)
-    B, T = caps.shape
     total = caps.sum(-1)
     uncontended = total <= capacity
     if uncontended.all():  # no contention in any row: every request is granted
@@ -151,11 +146,16 @@ def greedy(caps: np.ndarray, rank: np.ndarray, capacity: np.ndarray) -> np.ndarr
 
 
 def admissible(st, request: np.ndarray, bid: np.ndarray) -> np.ndarray:
-    """The requests the mechanism considers: in an auction a bid below the reserve price
+    """The requests the mechanism considers: under a reserve a bid below the reserve price
     asks for nothing. (B, T)."""
-    if st.mechanism == AUCTION:
+    if st.mechanism.reserve:
         return np.where(bid >= st.reserve_price, request, 0)
     return request
+
+
+def _key(st, name: str, bid: np.ndarray) -> np.ndarray:
+    """A mechanism's per-tenant key by name (``fleet_marl.config.mechanisms.KEYS``), (B, T)."""
+    return {"bid": bid, "priority": np.broadcast_to(st.priority, bid.shape)}[name]
 
 
 def clear(st, request: np.ndarray, bid: np.ndarray, tiebreak: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -167,31 +167,29 @@ def clear(st, request: np.ndarray, bid: np.ndarray, tiebreak: np.ndarray) -> tup
     B, T = request.shape
     tiebreak = np.broadcast_to(tiebreak, (B, T))
     bid = np.broadcast_to(bid, (B, T))
-    mech = st.mechanism
+    mech = st.mechanism  # a fleet_marl.config.mechanisms.Mechanism: the rules, as data
+    keys = [_key(st, k, bid) for k in mech.by]
     request = admissible(st, request, bid)
     one_pool = len(st.pool_capacity) == 1
     alloc = None if one_pool else np.zeros((B, T), np.int64)
-    mult = np.ones((B, T)) if mech == AUCTION else None
+    mult = np.ones((B, T))
     for q, cap in enumerate(st.pool_capacity):
         in_pool = st.pool == q
         caps = request if one_pool else np.where(in_pool, request, 0)
         capacity = np.full(B, cap, np.int64)
-        if mech == MAXMIN:
-            got = waterfill(caps, None, capacity, tiebreak)
-        elif mech == PROPORTIONAL:
-            got = waterfill(caps, bid, capacity, tiebreak)
-        elif mech == PRIORITY:
-            got = greedy(caps, _rank(bid, tiebreak, first=st.priority), capacity)  # priority, then bid
-        else:  # AUCTION
-            got = greedy(caps, _rank(bid, tiebreak), capacity)
+        if mech.clears == "waterfill":  # weighted by its key, equal weights without one
+            got = waterfill(caps, keys[0] if keys else None, capacity, tiebreak)
+        elif mech.clears == "greedy":  # highest keys first (the first key first), then the draw
+            got = greedy(caps, _rank(keys[-1] if keys else None, tiebreak, first=keys[0] if len(keys) == 2 else None), capacity)
+        else:
+            raise ValueError(f"the oracle has no clearing rule {mech.clears!r}")
+        if mech.pays == "clearing":  # the highest bid not fully served, at least the reserve
             short = (got < caps) & in_pool
-            clearing = np.maximum(st.reserve_price, np.where(short, bid, 0.0).max(-1))
+            clearing = np.maximum(st.reserve_price if mech.reserve else 0.0, np.where(short, bid, 0.0).max(-1))
             mult = np.where(in_pool, clearing[:, None], mult)
         alloc = got if one_pool else np.where(in_pool, got, alloc)
-    if mech == PROPORTIONAL:
+    if mech.pays == "bid":
         mult = np.asarray(bid, np.float64)
-    elif mech != AUCTION:
-        return alloc, np.ones((B, T))
     return alloc, np.broadcast_to(mult, (B, T))
 
 
@@ -320,7 +318,7 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     train = st.is_train
     with np.errstate(invalid="ignore"):  # inf / inf where a precision is unsupported (vetoed)
         eff = np.where(train, t_comp / step, t_dec_core / t_dec)
-    eff[eff != eff] = 0.0  # nan -> 0
+    eff[np.isnan(eff)] = 0.0
     return Throughput(
         work_rate=np.where(train, train_rate, serve_rate),
         tokens_per_s=np.where(train, train_rate, serve_rate * output),
@@ -478,7 +476,7 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
 
     # --- arbiter -------------------------------------------------------------------------
     hours = st.round_seconds / 3600.0
-    pay_mult = bid if st.mechanism in _AFFORD_AT_BID else 1.0
+    pay_mult = bid if st.mechanism.afford_at_bid else 1.0
     unit = st.list_price * pay_mult * hours  # USD per GPU for the round, at most
     afford = np.floor(np.maximum(budget, 0.0) / unit)
     afford = np.where(afford * unit > budget, afford - 1, afford)  # never overspend by rounding

@@ -9,19 +9,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 from fleet_marl import catalog
-from fleet_marl.kernel import Actions, Draws, KernelStatic, RoundState, evaluate, mechanisms
+from fleet_marl.kernel import Actions, Draws, KernelStatic, RoundState, clearing, evaluate, mechanisms
 from tests.conftest import make_config
 
 
 def waterfill(caps, weights, capacity, tiebreak):
-    """``mechanisms.waterfill`` on each row of ``caps`` (B, T); ``weights`` None: equal."""
+    """``clearing.waterfill`` on each row of ``caps`` (B, T); ``weights`` None: equal."""
     caps = np.asarray(caps, np.int64)
     B, T = caps.shape
     out = np.empty_like(caps)
     for b in range(B):
         w = np.ones(T) if weights is None else np.asarray(weights, np.float64)[b]
         scratch = [np.empty(T), np.empty(T), np.empty(T, np.int64), np.empty(T)]
-        mechanisms.waterfill(caps[b], w, weights is None, int(capacity[b]), np.asarray(tiebreak, np.float64), out[b], *scratch, np.zeros(T))
+        clearing.waterfill(caps[b], w, weights is None, int(capacity[b]), np.asarray(tiebreak, np.float64), out[b], *scratch, np.zeros(T))
     return out
 
 
@@ -107,8 +107,8 @@ def test_allocation_never_exceeds_nodes_or_requests(mechanism, seed):
         assert (alloc[:, st.pool == q].sum(-1) <= cap).all()
         # a tenant only sits on nodes of its own GPU type
     assert (gon[:, :, :] * (st.pool[:, None] != st.node_pool[None, :])).sum() == 0
-    # prices never exceed the bid where the mechanism charges bids
-    if mechanism in ("proportional", "auction"):
+    # prices never exceed the bid where the mechanism charges bids or a clearing price
+    if mechanisms.mechanism(mechanism).afford_at_bid:
         assert (mult <= bid + 1e-12)[alloc > 0].all()
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as hst
 
 import fleet_marl
 from fleet_marl import credit
+from fleet_marl.config import MECHANISMS
 from fleet_marl.kernel import Draws, KernelStatic, Outcome, RoundState, evaluate, evaluate_counterfactuals, evaluate_welfare
 from fleet_marl.tasks import TASKS
 from tests import oracle
@@ -36,7 +37,7 @@ def assert_agree(a, b, where=""):
 @settings(max_examples=60, deadline=None)
 @given(
     seed=hst.integers(0, 2**31 - 1),
-    mechanism=hst.sampled_from(["proportional", "maxmin", "priority", "auction"]),
+    mechanism=hst.sampled_from(MECHANISMS),
     safety=hst.sampled_from(["project", "veto"]),
     n=hst.integers(1, 9),
     nodes=hst.sampled_from([("h100-sxm",), ("h100-sxm", "h100-sxm"), ("h100-sxm", "a100-80gb", "h100-sxm"), ("a100-80gb",) * 5]),
@@ -102,7 +103,7 @@ def test_whole_episodes_agree_with_the_oracle(task, scheme, monkeypatch):
             steps.append((obs, rew, term, trunc, infos, env.state()))
         runs.append(steps)
     assert len(runs[0]) == len(runs[1]) > 5
-    for (o0, r0, t0, u0, i0, s0), (o1, r1, t1, u1, i1, s1) in zip(*runs):
+    for (o0, r0, t0, u0, i0, s0), (o1, r1, t1, u1, i1, s1) in zip(*runs, strict=True):
         assert t0 == t1 and u0 == u1
         np.testing.assert_allclose(s1, s0, atol=1e-6)
         for a in r0:

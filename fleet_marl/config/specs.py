@@ -27,6 +27,8 @@ from fleet_marl.config.checks import (
     from_dict,
     to_dict,
 )
+from fleet_marl.config.mechanisms import MECHANISMS
+from fleet_marl.config.mechanisms import REGISTRY as MECHANISM_REGISTRY
 from fleet_marl.errors import short_repr
 
 
@@ -184,19 +186,16 @@ class TenantSpec:
             raise ConfigError("workload.seq_len", self.workload.seq_len, f"at most {m.max_seq} (the context of {self.model})")
 
 
-MECHANISMS = ("proportional", "maxmin", "priority", "auction")
-
-
 @dataclass(frozen=True)
 class ArbiterSpec:
     """How requests are cleared. ``bid_levels`` are multipliers of the GPU type's list price."""
 
     mechanism: str = "maxmin"
     bid_levels: tuple[float, ...] = (0.5, 0.75, 1.0, 1.5, 2.0)
-    reserve_price: float = 0.5  # auction: lowest clearing price, as a multiplier of list price
+    reserve_price: float = 0.5  # a mechanism with a reserve (auction): the lowest bid that asks, as a multiplier of list price
 
     def __post_init__(self):
-        _choice(self, "mechanism", MECHANISMS)
+        _choice(self, "mechanism", tuple(MECHANISM_REGISTRY))  # the built-in ones and any registered since
         _tuple(self, "bid_levels", _pos_float, 1, 64)
         if list(self.bid_levels) != sorted(self.bid_levels):
             raise ConfigError("bid_levels", self.bid_levels, "levels in increasing order")
@@ -343,7 +342,7 @@ class FleetConfig:
             data = {k: v for k, v in data.items() if k != "backend"}
         reward = data.get("reward")
         moved = [k for k in MOVED_TO_FAIRNESS if isinstance(reward, dict) and k in reward]
-        if not moved:
+        if not moved or not isinstance(reward, dict):  # (moved is empty unless reward is a dict)
             return data
         p = f"{path}." if path else ""
         fair = data.get("fairness")

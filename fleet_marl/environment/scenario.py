@@ -8,20 +8,16 @@ import numpy as np
 from fleet_marl import catalog
 from fleet_marl.environment.spaces import BATCH_LEVELS, N_ACT, PREC, decode_actions
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate, stage1
-from fleet_marl.kernel.engine import fitting_batch
-from fleet_marl.kernel.mechanisms import AUCTION, PROPORTIONAL
+from fleet_marl.kernel.tenant_cost import fitting_batch
 
 
 def cheapest_gpu_round(st, bid_levels: np.ndarray) -> np.ndarray:
-    """(T,) the cheapest GPU-round each tenant can buy. The budget is checked at the bid in
-    the proportional and auction mechanisms (at list price otherwise), so it is at the lowest
-    bid that can win: in an auction, the lowest level at or above the reserve."""
-    if st.mechanism == AUCTION:
-        pay_low = float(bid_levels[bid_levels >= st.reserve_price][0])
-    elif st.mechanism == PROPORTIONAL:
-        pay_low = float(bid_levels[0])
-    else:
-        pay_low = 1.0
+    """(T,) the cheapest GPU-round each tenant can buy: the budget is checked at the most a
+    served tenant pays (``Mechanism.price_at_most``: its bid, or list price, as the mechanism
+    charges) at the lowest bid that can win (``Mechanism.lowest_winning_level``: the lowest
+    level, or with a reserve the lowest at or above it)."""
+    m = st.mechanism
+    pay_low = m.price_at_most(float(bid_levels[m.lowest_winning_level(bid_levels, st.reserve_price)]))
     return st.list_price * pay_low * (st.round_seconds / 3600.0)
 
 
@@ -55,8 +51,8 @@ def default_action(st, bid_levels: np.ndarray, prec_legal: np.ndarray) -> tuple[
     # the fewest GPUs that hold one sequence, for models too big for the fair share
     least = np.array([next((n for n in range(1, int(st.max_gpus[t]) + 1) if fit(t, n) >= 1), st.max_gpus[t]) for t in range(T)])
     gpus = np.clip(np.maximum(share, least), 1, st.max_gpus).astype(np.int64)
-    fit = np.array([fit(t, int(gpus[t])) for t in range(T)])
-    level = np.maximum(np.searchsorted(BATCH_LEVELS, fit, side="right") - 1, 0)
+    fitted = np.array([fit(t, int(gpus[t])) for t in range(T)])
+    level = np.maximum(np.searchsorted(BATCH_LEVELS, fitted, side="right") - 1, 0)
     idx = np.zeros((T, N_ACT), np.int64)
     idx[:, 0] = gpus
     idx[:, 1] = bid_idx

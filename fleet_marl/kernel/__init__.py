@@ -8,25 +8,23 @@
 >>> out.alloc.tolist()
 [[8, 8]]
 
-Modules, each importing only the ones before it: ``mechanisms`` (the arbiter's registry and
-compiled clearing rules), ``cost`` (stage 1: bytes, FLOPs, the tables by layer group), ``safety`` (input
-checks), ``engine`` (the compiled round: arbiter, placement, safety, cost, outcome),
-``types`` (the array containers), ``static`` (:class:`KernelStatic`) and ``outcome``
-(``evaluate``, ``evaluate_counterfactuals``, the checks). The round is written once, in
-``engine``; ``tests/oracle.py`` is an independent numpy version the tests compare it with.
+Modules, each importing only the ones before it: ``jit`` (numba's options, numpy's pairwise
+sum, small sorts), ``mechanisms`` (the arbiter's mechanisms as data, from
+``fleet_marl.config.mechanisms``, and their codes), ``cost`` (stage 1: bytes, FLOPs, the tables
+by layer group), ``layout`` (the packed arrays and their columns); the round's stages, each
+compiled: ``clearing``, ``placement``, ``tenant_cost`` (stage 1 and the roofline), ``safety``
+(numerics and memory), ``power_heat``, ``outcome`` (progress, service, money, utility); then
+``engine`` (the round: the stages in order, per batch row), ``types`` (the array containers),
+``static`` (:class:`KernelStatic`), ``checks`` (the input checks), ``packing`` (inputs and
+outputs as arrays) and ``api`` (``evaluate``, ``evaluate_welfare``,
+``evaluate_counterfactuals``, ``stage1``). The round is written once, in those stages;
+``tests/oracle.py`` is an independent numpy version the tests compare it with.
 """
 
-from fleet_marl.kernel.engine import numpy_sum
-from fleet_marl.kernel.outcome import (
-    check_actions,
-    check_draws,
-    check_state,
-    evaluate,
-    evaluate_counterfactuals,
-    evaluate_welfare,
-    stage1,
-)
-from fleet_marl.kernel.safety import KernelInputError
+from fleet_marl.kernel.api import evaluate, evaluate_counterfactuals, evaluate_welfare, stage1
+from fleet_marl.kernel.checks import KernelInputError, check_actions, check_draws, check_state
+from fleet_marl.kernel.jit import numpy_sum
+from fleet_marl.kernel.mechanisms import Mechanism, register_mechanism
 from fleet_marl.kernel.static import KernelStatic
 from fleet_marl.kernel.types import Actions, Draws, Outcome, RoundState, Stage1
 
@@ -35,6 +33,7 @@ __all__ = [
     "Draws",
     "KernelInputError",
     "KernelStatic",
+    "Mechanism",
     "Outcome",
     "RoundState",
     "Stage1",
@@ -45,5 +44,6 @@ __all__ = [
     "evaluate_counterfactuals",
     "evaluate_welfare",
     "numpy_sum",
+    "register_mechanism",
     "stage1",
 ]

@@ -1,193 +1,50 @@
-"""The arbiter's mechanisms: a registry of names and codes, and the compiled pieces that
-clear one pool of one batch row.
+"""The arbiter's mechanisms in the kernel: the registry of mechanisms as data
+(:mod:`fleet_marl.config.mechanisms`, re-exported here) and the codes the compiled clearing
+stage (:mod:`fleet_marl.kernel.clearing`) branches on.
 
-Each GPU type is a pool cleared on its own (``docs/model.md`` section 4):
-
-``proportional``  weighted water-filling with weights = bids (Kelly's proportional share,
-                  capped by requests, leftovers redistributed); each tenant pays its bid.
-``maxmin``        max-min fair water-filling (equal weights); list price.
-``priority``      strict priority (priority, then bid, then the tie-break draw); list price.
-``auction``       uniform-price multi-unit auction: highest bids served first; everyone
-                  served pays the clearing price = max(reserve, highest bid not fully
-                  served); bids below the reserve get nothing.
-
-Fractional shares become integers by the largest-remainder method (ties by the tie-break
-draw). :data:`REGISTRY` maps each name to its :class:`Mechanism`; the compiled round
-(:mod:`fleet_marl.kernel.engine`) branches on the code and raises on a code it does not
-know. Adding a mechanism is an entry here, a branch in ``engine._clear_pools`` and its name in
-``fleet_marl.config.MECHANISMS`` (``tests/test_registries.py`` checks that the three agree).
+A :class:`Mechanism` says how it clears (``clears`` over the keys ``by``), what a served
+tenant pays (``pays``) and whether it has a reserve (``reserve``); :func:`codes` turns it into
+small integers that ``layout.pack_static`` packs with the scenario, so the compiled round
+branches on the rule, never on the mechanism's name: a mechanism that combines the rules
+below needs no kernel code. :func:`register_mechanism` adds one from any module.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from fleet_marl.config.mechanisms import CLEARING_RULES, KEYS, MECHANISMS, PRICES, REGISTRY, Mechanism, mechanism, register_mechanism
 
-import numba as nb
-import numpy as np
-
-from fleet_marl.config import MECHANISMS
-
-#: numba's compile options for every kernel function: cached on disk, no GIL, numpy's
-#: division semantics (x / 0 is inf or nan, as in the model's formulas).
-jit = nb.njit(cache=True, nogil=True, error_model="numpy")
+#: Codes of the clearing rules (their index in ``CLEARING_RULES``).
+WATERFILL, GREEDY = (CLEARING_RULES.index(r) for r in ("waterfill", "greedy"))
+#: Codes of the keys a rule weights or orders by (0: no key, a column of zeros).
+NO_KEY, KEY_BID, KEY_PRIORITY = 0, 1 + KEYS.index("bid"), 1 + KEYS.index("priority")
+#: Codes of what a served tenant pays (their index in ``PRICES``).
+PAY_LIST, PAY_BID, PAY_CLEARING = (PRICES.index(p) for p in ("list", "bid", "clearing"))
+assert len(CLEARING_RULES) == 2 and len(KEYS) == 2 and len(PRICES) == 3, "every rule, key and price has a code above"
 
 
-@dataclass(frozen=True)
-class Mechanism:
-    """One clearing rule: its ``code`` in the compiled round, what a served tenant pays
-    (``"bid"``, ``"list"`` or ``"clearing"``), and whether a budget affords GPUs at the bid
-    (``afford_at_bid``) or at list price."""
-
-    name: str
-    code: int
-    pays: str
-    afford_at_bid: bool
+def codes(m: Mechanism) -> tuple[int, int, int, int, int, bool, bool]:
+    """``(clears, key1, key2, n_keys, pays, reserve, afford_at_bid)`` of ``m`` for the compiled
+    clearing stage. A greedy rule sorts by ``key1`` (when ``n_keys`` is 3), then ``key2`` (when
+    ``n_keys`` >= 2), each highest first, then the tie-break draw; water-filling weights by
+    ``key2`` (equal weights when it is ``NO_KEY``)."""
+    key = {k: 1 + KEYS.index(k) for k in KEYS}
+    by = [NO_KEY, NO_KEY, *(key[k] for k in m.by)][-2:]
+    return CLEARING_RULES.index(m.clears), by[0], by[1], len(m.by) + 1, PRICES.index(m.pays), m.reserve, m.afford_at_bid
 
 
-REGISTRY: dict[str, Mechanism] = {
-    m.name: m
-    for m in (
-        Mechanism("proportional", 0, "bid", True),
-        Mechanism("maxmin", 1, "list", False),
-        Mechanism("priority", 2, "list", False),
-        Mechanism("auction", 3, "clearing", True),
-    )
-}
-PROPORTIONAL, MAXMIN, PRIORITY, AUCTION = (REGISTRY[m].code for m in ("proportional", "maxmin", "priority", "auction"))
-
-
-def mechanism(name: str) -> Mechanism:
-    """The registered mechanism ``name``, or a ``ValueError`` listing the known ones."""
-    if name not in REGISTRY:
-        raise ValueError(f"arbiter.mechanism = {name!r}: expected one of {', '.join(map(repr, REGISTRY))}")
-    return REGISTRY[name]
-
-
-def check_code(code: int) -> int:
-    """``code`` if it is a registered mechanism's code, else a ``ValueError``."""
-    codes = {m.code: m.name for m in REGISTRY.values()}
-    if code not in codes:
-        raise ValueError(f"mechanism code {code!r}: expected one of {', '.join(f'{c} ({n})' for c, n in sorted(codes.items()))}")
-    return code
-
-
-assert tuple(REGISTRY) == MECHANISMS, "the mechanism registry and config.MECHANISMS list the same names in the same order"
-
-
-# --- compiled pieces, one batch row at a time ------------------------------------------------
-
-
-@jit
-def before(i, j, k1, k2, k3, n_keys):
-    """Does element i sort before j: keys k1 (desc), k2 (desc), k3 (asc) (the first
-    ``3 - n_keys`` are skipped), then the index (asc)."""
-    if n_keys == 3:
-        if k1[i] != k1[j]:
-            return k1[i] > k1[j]
-    if n_keys >= 2:
-        if k2[i] != k2[j]:
-            return k2[i] > k2[j]
-    if k3[i] != k3[j]:
-        return k3[i] < k3[j]
-    return i < j
-
-
-@jit
-def sort_by(order, k1, k2, k3, n_keys):
-    """Insertion sort of ``order`` (0..n-1) by :func:`before` (fine for the tens of tenants of a round)."""
-    n = order.shape[0]
-    for i in range(n):
-        order[i] = i
-    for i in range(1, n):
-        x = order[i]
-        j = i - 1
-        while j >= 0 and before(x, order[j], k1, k2, k3, n_keys):
-            order[j + 1] = order[j]
-            j -= 1
-        order[j + 1] = x
-
-
-@jit
-def argsort_asc(order, key):
-    """Stable ascending argsort of a float key (ties by index)."""
-    n = order.shape[0]
-    for i in range(n):
-        order[i] = i
-    for i in range(1, n):
-        x = order[i]
-        j = i - 1
-        while j >= 0 and key[x] < key[order[j]]:
-            order[j + 1] = order[j]
-            j -= 1
-        order[j + 1] = x
-
-
-@jit
-def waterfill(caps, weights, equal, capacity, tiebreak, got, w, level, order, frac, zeros):
-    """Weighted max-min fair integer shares of ``capacity`` (equal weights when ``equal``):
-    ``0 <= got <= caps`` and ``sum got = min(capacity, sum caps)``. The water level rises
-    until the pool is full; tenants whose cap lies below it get their cap, the rest
-    ``level x weight``, floored; the GPUs left go one each by largest remainder, ties by the
-    tie-break draw. ``w``, ``level``, ``order``, ``frac`` are scratch (T,), ``zeros`` (T,) 0."""
-    T = caps.shape[0]
-    total = 0
-    for t in range(T):
-        total += caps[t]
-    if total <= capacity:
-        for t in range(T):
-            got[t] = caps[t]
-        return
-    for t in range(T):
-        if caps[t] > 0:
-            w[t] = 1.0 if equal else weights[t]
-            level[t] = caps[t] / (w[t] if w[t] > 0 else 1.0)
-        else:
-            w[t] = 0.0
-            level[t] = np.inf
-    argsort_asc(order, level)
-    cap_f = float(capacity)
-    acc = 0.0
-    for i in range(T - 1, -1, -1):  # frac doubles as the weights still growing at level i
-        acc += w[order[i]]
-        frac[i] = acc
-    cb_k = 0.0
-    wk = frac[0]
-    run = 0.0
-    for i in range(T):
-        cs = float(caps[order[i]])
-        run += cs
-        cb = run - cs  # caps of the tenants saturated below this level
-        lv = level[order[i]]
-        filled = cb + lv * frac[i] if math.isfinite(lv) else np.inf
-        if filled >= cap_f:
-            cb_k = cb
-            wk = frac[i]
-            break
-    lam = (cap_f - cb_k) / (wk if wk > 0 else 1.0)
-    left = capacity
-    for t in range(T):
-        x = min(float(caps[t]), lam * w[t])
-        base = min(int(math.floor(x + 1e-9)), caps[t])
-        got[t] = base
-        left -= base
-        frac[t] = x - base if base < caps[t] else -1.0
-    if left > 0:  # the `left` largest remainders (ties by the draw, then index) get one more
-        sort_by(order, zeros, frac, tiebreak, 2)
-        for r in range(min(left, T)):
-            t = order[r]
-            if got[t] < caps[t]:
-                got[t] += 1
-
-
-@jit
-def greedy(caps, order, capacity, got):
-    """Serve tenants fully in ``order`` until the capacity runs out."""
-    before_ = 0
-    for i in range(order.shape[0]):
-        t = order[i]
-        got[t] = min(max(capacity - before_, 0), caps[t])
-        before_ += caps[t]
-
-
-__all__ = ["AUCTION", "MAXMIN", "PRIORITY", "PROPORTIONAL", "REGISTRY", "Mechanism", "check_code", "jit", "mechanism"]
+__all__ = [
+    "GREEDY",
+    "KEY_BID",
+    "KEY_PRIORITY",
+    "MECHANISMS",
+    "NO_KEY",
+    "PAY_BID",
+    "PAY_CLEARING",
+    "PAY_LIST",
+    "REGISTRY",
+    "WATERFILL",
+    "Mechanism",
+    "codes",
+    "mechanism",
+    "register_mechanism",
+]

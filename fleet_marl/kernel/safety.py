@@ -1,21 +1,16 @@
-"""The central safety check: invalid precisions, numerics, power cap and heat.
-
-This module holds the input checks (:func:`invalid_precision`, :func:`explain_invalid`) and
-:class:`KernelInputError`; the verdicts below are computed in the compiled round
-(:mod:`fleet_marl.kernel.engine`).
+"""The central safety check on numerics and memory: the input check of invalid precisions
+(:func:`invalid_precision`, :func:`explain_invalid`) and the compiled stage :func:`check`
+that gives each tenant its verdict. The power cap and the heat are the next stage
+(:mod:`fleet_marl.kernel.power_heat`).
 
 * **Invalid** (an input error, not a verdict): a precision the tenant's GPU type lacks (FP8
-  before Hopper/Ada), or a weight-only format (INT8/INT4) on a training tenant.
+  before Hopper/Ada), or a weight-only format (INT8/INT4) on a training tenant; with
+  ``on_invalid='veto'`` the round vetoes that tenant instead.
 * **Numerics**: FP8/INT8/INT4 on the embedding, the norms or the head is unsafe
-  (``catalog.UNSAFE``). ``veto`` refuses the config; ``project`` runs those groups in BF16.
-* **Memory**: over the usable bytes per GPU is OOM; ``project`` first lowers
-  the batch to the largest that fits.
-* **Power**: each rack's GPU power is capped; over the cap every GPU in the rack is slowed by
-  the same factor so that idle + factor x dynamic power = cap.
-* **Heat**: each node's GPU temperature follows a first-order model toward
-  ``ambient + rise_at_tdp x P / TDP``; above the max operating temperature clocks fall
-  linearly to 0 at the shutdown temperature, where the node trips and runs nothing (so does a
-  node that starts the round at or above it).
+  (``catalog.UNSAFE``). ``veto`` refuses the config; ``project`` runs those groups in BF16
+  (stage 1, ``tenant_cost.tenant_terms``).
+* **Memory**: over the usable bytes per GPU is OOM; ``project`` first lowers the batch to the
+  largest that fits.
 """
 
 from __future__ import annotations
@@ -23,11 +18,26 @@ from __future__ import annotations
 import numpy as np
 
 from fleet_marl import catalog
-
-
-class KernelInputError(ValueError):
-    """Bad input to the kernel. The message names the field, the index, the value and what
-    was expected."""
+from fleet_marl.kernel.jit import jit
+from fleet_marl.kernel.layout import (
+    I_BATCH,
+    O_MA,
+    O_MCAP,
+    O_MG,
+    O_MKV,
+    O_MM,
+    O_MO,
+    O_MTOT,
+    O_MW,
+    OB_OOM,
+    OB_PROJ,
+    OB_UNSAFE,
+    OB_VETO,
+    OI_BATCH,
+    S_VETO,
+    T_MEM,
+)
+from fleet_marl.kernel.tenant_cost import C_G, C_KVH, C_M, C_O, C_PSL, C_PSS, C_W, fitting_batch, memory_per_gpu
 
 
 def _check_groups(st, precision: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -57,4 +67,43 @@ def explain_invalid(st, precision: np.ndarray) -> str:
     return f"{where}: {p} is weight-only (serving only) and tenant {t} trains; expected fp32, bf16 or fp8"
 
 
-__all__ = ["KernelInputError", "explain_invalid", "invalid_precision"]
+@jit
+def check(b, tf, sc, ins_i, c_terms, unsafe_c, invalid_c, alloc, rf, ri, rb, running):
+    """The verdict on every tenant of row ``b`` with GPUs, from its stage 1 (``c_terms``,
+    ``unsafe_c``, ``invalid_c``): vetoed, projected, unsafe numerics, OOM; the batch that runs
+    and its bytes per GPU (the memory outputs); ``running`` (T,): granted GPUs and neither OOM
+    nor vetoed."""
+    veto = sc[S_VETO] != 0.0
+    for t in range(alloc.shape[0]):
+        weights, grads, master, optimizer = c_terms[C_W, t], c_terms[C_G, t], c_terms[C_M, t], c_terms[C_O, t]
+        psl, pss, kvh = c_terms[C_PSL, t], c_terms[C_PSS, t], c_terms[C_KVH, t]
+        unsafe, invalid = unsafe_c[t], invalid_c[t]
+        n = alloc[t]
+        has = n > 0
+        batch_req = ins_i[I_BATCH, b, t]
+        if veto:
+            bt = batch_req
+            vetoed = (unsafe or invalid) and has
+            projected = False
+        else:
+            fit = fitting_batch(weights, grads, master, optimizer, psl, pss, kvh, n, tf[t, T_MEM])
+            bt = int(max(min(float(batch_req), fit), 1.0))
+            oom = fit < 1 and has
+            vetoed = invalid and has
+            projected = (unsafe or bt < batch_req) and has and not oom and not vetoed
+        mw, mg, mm, mo, ma, mkv = memory_per_gpu(weights, grads, master, optimizer, psl, pss, kvh, n, bt)
+        mtot = mw + mg + mm + mo + ma + mkv
+        if veto:
+            oom = mtot > tf[t, T_MEM] and has
+        rf[O_MW, t], rf[O_MG, t], rf[O_MM, t], rf[O_MO, t], rf[O_MA, t], rf[O_MKV, t] = mw, mg, mm, mo, ma, mkv
+        rf[O_MTOT, t] = mtot
+        rf[O_MCAP, t] = tf[t, T_MEM]
+        ri[OI_BATCH, t] = bt
+        rb[OB_OOM, t] = oom
+        rb[OB_VETO, t] = vetoed
+        rb[OB_PROJ, t] = projected
+        rb[OB_UNSAFE, t] = unsafe and has
+        running[t] = has and not oom and not vetoed
+
+
+__all__ = ["check", "explain_invalid", "invalid_precision"]

@@ -2,20 +2,20 @@
 
 Axes as in :mod:`fleet_marl.kernel.types`: ``T`` tenants, ``G`` layer groups, ``P``
 precisions, ``K`` nodes, ``Q`` pools, ``R`` racks. ``KernelStatic.from_config`` also
-packs what the compiled round reads, stage-1 tables included (``engine.pack_static``); every
+packs what the compiled round reads, stage-1 tables included (``layout.pack_static``); every
 array is read-only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
 from fleet_marl import catalog
 from fleet_marl.config import FleetConfig
 from fleet_marl.kernel import cost, mechanisms
-from fleet_marl.kernel.engine import pack_static
+from fleet_marl.kernel.layout import pack_static
 
 
 @dataclass(frozen=True)
@@ -79,24 +79,28 @@ class KernelStatic:
     mbu: float
     comm_overlap: float
     # rules
-    mechanism: int  # code of the mechanism in mechanisms.REGISTRY
+    mechanism: mechanisms.Mechanism  # the arbiter's: how it clears, what a served tenant pays, its reserve
     reserve_price: float
     veto: bool  # safety mode
     cost_weight: float
+    # derived by __post_init__, not arguments
+    #: (T,) float64 each tenant's reference work rate (train tokens/s, serve requests/s): the denominator of its value
+    ref_rate: np.ndarray = field(init=False, repr=False, compare=False, default_factory=lambda: np.empty(0))
+    #: what the compiled round reads (``layout.pack_static``)
+    packed: tuple[np.ndarray, ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self):
-        """Check the mechanism code, derive ``ref_rate`` and ``packed``, and make every array
+        """Check the mechanism, derive ``ref_rate`` and ``packed``, and make every array
         read-only. Runs again on ``dataclasses.replace``, so the derived fields never go stale."""
-        mechanisms.check_code(self.mechanism)
+        if not isinstance(self.mechanism, mechanisms.Mechanism):
+            raise ValueError(f"mechanism = {self.mechanism!r}: expected a Mechanism (fleet_marl.kernel.mechanisms.mechanism(name))")
         for f in fields(self):
             v = getattr(self, f.name)
             if isinstance(v, np.ndarray):
                 v.setflags(write=False)
         ref = cost.reference_rate(self)
         ref.setflags(write=False)
-        #: (T,) float64 each tenant's reference work rate (train tokens/s, serve requests/s): the denominator of its value
         object.__setattr__(self, "ref_rate", ref)
-        #: what the compiled round reads (``engine.pack_static``)
         object.__setattr__(self, "packed", pack_static(self))
 
     @staticmethod
@@ -112,7 +116,7 @@ class KernelStatic:
         seq = arr([t.workload.seq_len for t in ts])
         prompt = arr([t.workload.prompt_tokens for t in ts])
         ctx = np.where(is_train, seq, prompt)
-        flops = np.stack([cost.forward_flops_per_token(m, c) for m, c in zip(models, ctx)])
+        flops = np.stack([cost.forward_flops_per_token(m, c) for m, c in zip(models, ctx, strict=True)])
         node_pool = arr([pools.index(g) for g in cl.gpu_types], np.int64)
         node_gpu = [catalog.gpu(g) for g in cl.gpu_types]
         peak = np.stack([g.peak_flops() for g in gpus])
@@ -170,7 +174,7 @@ class KernelStatic:
             mfu=cl.mfu,
             mbu=cl.mbu,
             comm_overlap=cl.comm_overlap,
-            mechanism=mechanisms.mechanism(cfg.arbiter.mechanism).code,
+            mechanism=mechanisms.mechanism(cfg.arbiter.mechanism),
             reserve_price=cfg.arbiter.reserve_price,
             veto=cfg.safety.mode == "veto",
             cost_weight=cfg.reward.cost_weight,

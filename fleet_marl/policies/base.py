@@ -215,15 +215,10 @@ class BasePolicy:
         return int(np.argmin(np.abs(self.env.bid_levels - multiplier)))
 
     def lowest_winning_bid(self) -> int:
-        """The cheapest bid level that can win: the lowest one, or in an auction the lowest at
-        or above the reserve price."""
-        levels = self.env.bid_levels
-        ok = (
-            np.flatnonzero(levels >= self.env.kernel_static.reserve_price)
-            if self.env.config.arbiter.mechanism == "auction"
-            else np.arange(levels.size)
-        )
-        return int(ok[0]) if ok.size else levels.size - 1
+        """The cheapest bid level that can win: the lowest one, or under a mechanism with a
+        reserve the lowest at or above the reserve price (``Mechanism.lowest_winning_level``)."""
+        st = self.env.kernel_static
+        return st.mechanism.lowest_winning_level(self.env.bid_levels, st.reserve_price)
 
     @staticmethod
     def legal_max(mask: np.ndarray) -> int:

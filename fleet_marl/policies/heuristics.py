@@ -66,7 +66,7 @@ class GreedyPolicy(BasePolicy):
 
 def fair_gpus(obs: np.ndarray, max_gpus: int) -> int:
     """The fair-share feature back in GPUs, rounded down (a fractional share is not a GPU)."""
-    return int(math.floor(float(obs[OBS["fair_share"]]) * max_gpus + 1e-3))
+    return math.floor(float(obs[OBS["fair_share"]]) * max_gpus + 1e-3)
 
 
 def sequential_share(fair: int, claims: ClaimsSoFar | None) -> int:
@@ -125,10 +125,10 @@ class BidderPolicy(PrecisionExpertPolicy):
     * **Bid** the level nearest ``b * min(p, 1) * (highest level)``, never below the lowest
       level that can win.
     * **GPUs**: as many as ``b`` times the GPUs its even-paced budget per round buys at the
-      price it would pay (the bid under proportional share and auction, list price
-      otherwise), at least its fair share when the pace allows it (p >= 1); then raised to the
-      fewest GPUs that hold its model, within the mask, or 0 when the mask does not allow that
-      many.
+      most it would pay (``Mechanism.price_at_most``: the bid where the mechanism charges
+      bids or a clearing price, list price otherwise), at least its fair share when the pace
+      allows it (p >= 1); then raised to the fewest GPUs that hold its model, within the mask,
+      or 0 when the mask does not allow that many.
     * **Claims** (sequential protocol): last of its pool with an ask that fits in what the
       tenants before it left -> the lowest winning bid (nobody can contest it); an ask that does
       not fit -> cut to what is left, or to its fair share if that is more. (Outbidding the
@@ -157,12 +157,12 @@ class BidderPolicy(PrecisionExpertPolicy):
         levels = env.bid_levels
         want = backlog * min(pace, 1.0) * levels[-1]
         bid = max(int(np.argmin(np.abs(levels - want))), low)
-        # what a GPU-round costs: the bid in a proportional share or an auction (at most the
-        # bid), the list price under max-min and priority
-        paid = float(levels[bid]) if env.config.arbiter.mechanism in ("proportional", "auction") else 1.0
+        # what a GPU-round costs at most: the bid where the mechanism charges bids or a
+        # clearing price (at most the bid), else list price
+        paid = st.mechanism.price_at_most(float(levels[bid]))
         unit = float(st.list_price[i]) * paid * st.round_seconds / 3600.0
         per_round = budget_left / rounds_left
-        gpus = int(math.floor(backlog * per_round / unit))
+        gpus = math.floor(backlog * per_round / unit)
         fair = fair_gpus(obs, int(st.max_gpus[i]))
         if pace >= 1.0:
             gpus = max(gpus, fair)

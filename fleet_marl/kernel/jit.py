@@ -1,0 +1,127 @@
+"""What every compiled stage of the round shares: numba's compile options (:data:`jit`),
+numpy's pairwise sum (:func:`numpy_sum`) and the insertion sorts of a few tens of tenants."""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+#: numba's compile options for every kernel function: cached on disk, no GIL, numpy's
+#: division semantics (x / 0 is inf or nan, as in the model's formulas).
+jit = nb.njit(cache=True, nogil=True, error_model="numpy")
+#: The same, inlined by numba into every caller (for a small function called in a loop of a
+#: stage, whose call would cost the stage its arguments' reference counting).
+jit_inline = nb.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+
+
+@jit
+def _pairwise_block(x, lo, hi):
+    """numpy's pairwise sum of at most 128 numbers: sequential below 8, else eight
+    accumulators over blocks of 8, combined as a tree, then the remainder in order."""
+    n = hi - lo
+    if n < 8:
+        res = 0.0
+        for i in range(lo, hi):
+            res += x[i]
+        return res
+    r0, r1, r2, r3 = x[lo], x[lo + 1], x[lo + 2], x[lo + 3]
+    r4, r5, r6, r7 = x[lo + 4], x[lo + 5], x[lo + 6], x[lo + 7]
+    i = lo + 8
+    end = hi - n % 8
+    while i < end:
+        r0 += x[i]
+        r1 += x[i + 1]
+        r2 += x[i + 2]
+        r3 += x[i + 3]
+        r4 += x[i + 4]
+        r5 += x[i + 5]
+        r6 += x[i + 6]
+        r7 += x[i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < hi:
+        res += x[i]
+        i += 1
+    return res
+
+
+@jit
+def numpy_sum(x, lo, hi):
+    """``x[lo:hi].sum()`` in numpy's order (pairwise: halves rounded to multiples of 8 down
+    to blocks of at most 128), so that sums over tenants are bit-identical to fleet_marl
+    0.2's numpy kernel: a difference reward ``G(z) - G(z_-i)`` cancels almost all of ``G``,
+    and a last-bit change of ``G`` would show in it. The halving runs on an explicit stack
+    (numba caches recursive functions poorly)."""
+    if hi - lo <= 128:
+        return _pairwise_block(x, lo, hi)
+    # post-order walk of the halving tree: (lo, hi, children done) on one stack, sums on another
+    s_lo = np.empty(128, np.int64)
+    s_hi = np.empty(128, np.int64)
+    s_done = np.empty(128, np.bool_)
+    vals = np.empty(128)
+    top, nv = 0, 0
+    s_lo[0], s_hi[0], s_done[0] = lo, hi, False
+    while top >= 0:
+        a, b = s_lo[top], s_hi[top]
+        if b - a <= 128:
+            vals[nv] = _pairwise_block(x, a, b)
+            nv += 1
+            top -= 1
+        elif s_done[top]:
+            vals[nv - 2] = vals[nv - 2] + vals[nv - 1]
+            nv -= 1
+            top -= 1
+        else:
+            s_done[top] = True
+            n2 = (b - a) // 2
+            n2 -= n2 % 8
+            s_lo[top + 1], s_hi[top + 1], s_done[top + 1] = a + n2, b, False  # right half, summed second
+            s_lo[top + 2], s_hi[top + 2], s_done[top + 2] = a, a + n2, False  # left half, summed first
+            top += 2
+    return vals[0]
+
+
+@jit
+def before(i, j, k1, k2, k3, n_keys):
+    """Does element i sort before j: keys k1 (desc), k2 (desc), k3 (asc) (the first
+    ``3 - n_keys`` are skipped), then the index (asc)."""
+    if n_keys == 3 and k1[i] != k1[j]:
+        return k1[i] > k1[j]
+    if n_keys >= 2 and k2[i] != k2[j]:
+        return k2[i] > k2[j]
+    if k3[i] != k3[j]:
+        return k3[i] < k3[j]
+    return i < j
+
+
+@jit
+def sort_by(order, k1, k2, k3, n_keys):
+    """Insertion sort of ``order`` (0..n-1) by :func:`before` (fine for the tens of tenants of a round)."""
+    n = order.shape[0]
+    for i in range(n):
+        order[i] = i
+    for i in range(1, n):
+        x = order[i]
+        j = i - 1
+        while j >= 0 and before(x, order[j], k1, k2, k3, n_keys):
+            order[j + 1] = order[j]
+            j -= 1
+        order[j + 1] = x
+
+
+@jit
+def argsort_asc(order, key):
+    """Stable ascending argsort of a float key (ties by index)."""
+    n = order.shape[0]
+    for i in range(n):
+        order[i] = i
+    for i in range(1, n):
+        x = order[i]
+        j = i - 1
+        while j >= 0 and key[x] < key[order[j]]:
+            order[j + 1] = order[j]
+            j -= 1
+        order[j + 1] = x
+
+
+__all__ = ["argsort_asc", "before", "jit", "jit_inline", "numpy_sum", "sort_by"]

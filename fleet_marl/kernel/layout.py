@@ -1,0 +1,126 @@
+"""The packed arrays the compiled round reads and writes, and their column names.
+
+Compiled calls take packed arrays, field-major so that each field is one contiguous block:
+
+* the scenario (:func:`pack_static`, built once per :class:`~fleet_marl.kernel.KernelStatic`):
+  ``tf`` (T, ``len(TF)``) float64 and ``ti`` (T, ``len(TI)``) int64 per tenant, ``nf``
+  (K, ``len(NF)``) float64 and ``ni`` (K, ``len(NI)``) int64 per node, ``sc`` float64 scalars
+  (``SC``: the mechanism's codes, ``mechanisms.codes``, then the cluster's constants) followed
+  by each pool's capacity, and ``tg`` (T, G, P, ``len(cost.GROUP_TERMS)``) the stage-1 table by
+  layer group;
+* the inputs: ``ins_i`` (``len(II)``, B, T) int64, ``ins_f`` (``len(IF)``, B, T) float64 and
+  ``temp`` (B, K) float64;
+* the outputs: ``out_f`` (``len(OF)``, B, T) float64, ``out_i`` (``len(OI)``, B, T) int64,
+  ``out_b`` (``len(OB)``, B, T) bool, ``gon`` (B, T, K) int64, ``out_k`` (2, B, K) float64
+  (node power, next temperature), ``rack`` (B, R) float64 and ``welfare`` (B,) float64.
+
+The integer constants below name the columns and rows; numba reads module globals as
+compile-time constants.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fleet_marl import catalog
+from fleet_marl.kernel.cost import TENANT_TERMS, stage1_tables
+from fleet_marl.kernel.mechanisms import codes
+
+G = catalog.N_GROUPS
+
+
+def _layout(names: str) -> tuple[str, ...]:
+    return tuple(names.split())
+
+
+#: Per-tenant float columns of ``tf``.
+TF = (
+    _layout("list_price priority mem_bytes inter_bw intra_bw seq_len hbm_bw slo_ttft_s slo_tpot_s ref_rate spend_norm dyn_w") + TENANT_TERMS
+)
+#: Per-tenant int columns of ``ti``.
+TI = _layout("max_gpus pool is_train checkpointing")
+#: Per-node float columns of ``nf``: idle W of its GPUs, W of its GPUs at TDP, dynamic-power headroom of its rack.
+NF = _layout("node_idle_w node_full_w rack_headroom_w")
+#: Per-node int columns of ``ni``.
+NI = _layout("node_pool node_rack")
+#: Scalars at the head of ``sc`` (the pools' capacities follow).
+SC = _layout(
+    "clears key1 key2 n_keys pays has_reserve afford_at_bid reserve veto gpus_per_node comm_overlap mbu round_s restart_s "
+    "ambient_c rise_c decay critical_c span_c cost_weight mfu"
+)
+#: Input rows of ``ins_i`` and ``ins_f``.
+II = _layout("gpus batch prev_alloc present") + tuple(f"precision{g}" for g in range(G))
+IF = _layout("bid queue remaining_tokens budget_left arrivals tiebreak prompt_tokens output_tokens")
+#: Output rows of ``out_f``, ``out_i`` and ``out_b`` (the names of :class:`~fleet_marl.kernel.Outcome`).
+OF = _layout(
+    "price throttle mem_weights mem_grads mem_master mem_optimizer mem_activations mem_kv_cache mem_total mem_capacity "
+    "tokens_per_s multi_gpu_efficiency progress_tokens served slo_good slo_attainment queue_next remaining_next spend "
+    "budget_next value utility"
+)
+OI = _layout("requested alloc nodes_spanned batch") + tuple(f"precision{g}" for g in range(G))
+OB = _layout("restarted unsafe_numerics projected vetoed oom tripped power_throttled thermal_throttled")
+
+
+def _index(layout: tuple[str, ...]) -> dict[str, int]:
+    return {n: i for i, n in enumerate(layout)}
+
+
+_tf, _sc, _ii, _of, _oi, _ob = (_index(x) for x in (TF, SC, II, OF, OI, OB))  # for the layout checks below
+(T_PRICE, T_PRIO, T_MEM, T_INTER, T_INTRA, T_SEQ, T_HBM, T_TTFT, T_TPOT, T_REF, T_NORM, T_DYN, T_OPT, T_ACT, T_KV, T_KVH, T_TP) = range(
+    len(TF)
+)
+T_MAXG, T_POOL, T_TRAIN, T_CKPT = range(len(TI))
+N_IDLE, N_FULL, N_HEAD = range(len(NF))
+N_POOL, N_RACK = range(len(NI))
+(S_CLEARS, S_KEY1, S_KEY2, S_NKEYS, S_PAYS, S_HAS_RESERVE, S_AFFORD, S_RESERVE, S_VETO, S_GPN, S_OVERLAP, S_MBU, S_ROUND, S_RESTART) = (
+    range(14)
+)
+S_AMBIENT, S_RISE, S_DECAY, S_CRIT, S_SPAN, S_COSTW, S_MFU = range(14, len(SC))
+I_GPUS, I_BATCH, I_PREV, I_PRES, I_PREC = 0, 1, 2, 3, 4
+F_BID, F_QUEUE, F_REMAIN, F_BUDGET, F_ARR, F_TIE, F_PROMPT, F_OUT = range(len(IF))
+(O_PRICE, O_THROTTLE, O_MW, O_MG, O_MM, O_MO, O_MA, O_MKV, O_MTOT, O_MCAP, O_TPS) = range(11)
+(O_EFF, O_PROGRESS, O_SERVED, O_GOOD, O_ATTAIN, O_QNEXT, O_RNEXT, O_SPEND, O_BNEXT, O_VALUE, O_UTIL) = range(11, len(OF))
+OI_REQ, OI_ALLOC, OI_NODES, OI_BATCH, OI_PREC = 0, 1, 2, 3, 4
+OB_RESTART, OB_UNSAFE, OB_PROJ, OB_VETO, OB_OOM, OB_TRIP, OB_PTHR, OB_TTHR = range(len(OB))
+assert (
+    [_tf[n] for n in ("list_price", "dyn_w", "tp_comm")] == [T_PRICE, T_DYN, T_TP] and _sc["restart_s"] == S_RESTART and _sc["mfu"] == S_MFU
+)
+assert _oi["precision0"] == OI_PREC and _ii["precision0"] == I_PREC and _of["tokens_per_s"] == O_TPS and _of["utility"] == O_UTIL
+assert _ob["thermal_throttled"] == OB_TTHR
+
+
+def pack_static(st) -> tuple[np.ndarray, ...]:
+    """``(tf, ti, tg, nf, ni, sc)`` of a :class:`~fleet_marl.kernel.KernelStatic` (see the module doc)."""
+    g = st.gpus_per_node
+    tg, tenant_terms_ = stage1_tables(st)
+    node_idle = g * st.node_idle_w
+    headroom = st.rack_power_cap_w - node_idle @ st.rack_of  # (R,) W left for dynamic power at idle
+    tenant_cols = [st.list_price, st.priority, st.mem_bytes, st.inter_bw, st.intra_bw, st.seq_len, st.bw, st.slo_ttft_s, st.slo_tpot_s]
+    tf = np.stack([*tenant_cols, st.ref_rate, st.spend_norm, st.tdp_w - st.idle_w, *tenant_terms_.T], axis=-1).astype(np.float64)
+    ti = np.stack([st.max_gpus, st.pool, st.is_train, st.checkpointing], axis=-1).astype(np.int64)
+    nf = np.stack([node_idle, g * st.node_tdp_w, headroom[st.node_rack]], axis=-1).astype(np.float64)
+    ni = np.stack([st.node_pool, st.node_rack], axis=-1).astype(np.int64)
+    cluster = [
+        st.reserve_price,
+        st.veto,
+        g,
+        st.comm_overlap,
+        st.mbu,
+        st.round_seconds,
+        st.restart_seconds,
+        st.ambient_c,
+        st.thermal_rise_at_tdp_c,
+        np.exp(-st.round_seconds / st.thermal_tau_s),
+        st.critical_temp_c,
+        st.critical_temp_c - st.throttle_temp_c,
+        st.cost_weight,
+        st.mfu,
+    ]
+    sc = np.array([*codes(st.mechanism), *cluster] + [float(c) for c in st.pool_capacity], np.float64)
+    out = tuple(np.ascontiguousarray(a) for a in (tf, ti, tg, nf, ni, sc))
+    for a in out:
+        a.setflags(write=False)
+    return out
+
+
+__all__ = ["IF", "II", "NF", "NI", "OB", "OF", "OI", "SC", "TF", "TI", "pack_static"]

@@ -1,0 +1,107 @@
+"""The round's power and heat stage, compiled (``docs/model.md`` section 6): each rack's power
+cap and each node's first-order thermal model (:func:`power_heat`), then each tenant's clock
+on the slowest node it runs on (:func:`throttle`).
+
+* **Power**: each rack's GPU power is capped; over the cap every GPU in the rack is slowed by
+  the same factor so that idle + factor x dynamic power = cap.
+* **Heat**: each node's GPU temperature follows a first-order model toward
+  ``ambient + rise_at_tdp x P / TDP``; above the max operating temperature clocks fall
+  linearly to 0 at the shutdown temperature, where the node trips and runs nothing (so does a
+  node that starts the round at or above it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fleet_marl.kernel.jit import jit
+from fleet_marl.kernel.layout import (
+    N_FULL,
+    N_HEAD,
+    N_IDLE,
+    N_RACK,
+    O_THROTTLE,
+    O_TPS,
+    OB_PTHR,
+    OB_TRIP,
+    OB_TTHR,
+    S_AMBIENT,
+    S_CRIT,
+    S_DECAY,
+    S_RISE,
+    S_SPAN,
+    T_DYN,
+)
+
+
+@jit
+def power_heat(b, tf, nf, ni, sc, temp, activity, rg, t_nodes, n_nodes, node_dyn, rack_dyn, f_cap, f_heat, f_node, t_pred, dead, rk, rr):
+    """Row ``b``'s node power and heat: each node's dynamic power from its tenants' activity,
+    its rack's cap factor ``f_cap``, its predicted temperature ``t_pred``, its heat factor
+    ``f_heat``, whether it was ``dead`` (at or past shutdown) at the start, its clock
+    ``f_node``; the outputs ``rk`` (2, K) node power and next temperature, ``rr`` (R,) rack power."""
+    ambient, rise, decay, crit, span = sc[S_AMBIENT], sc[S_RISE], sc[S_DECAY], sc[S_CRIT], sc[S_SPAN]
+    K, R = node_dyn.shape[0], rr.shape[0]
+    for k in range(K):
+        node_dyn[k] = 0.0
+    for t in range(activity.shape[0]):
+        d = tf[t, T_DYN] * activity[t]
+        for i in range(n_nodes[t]):
+            k = t_nodes[t, i]
+            node_dyn[k] += rg[t, k] * d
+    for r in range(R):
+        rack_dyn[r] = 0.0
+    for k in range(K):
+        rack_dyn[ni[k, N_RACK]] += node_dyn[k]
+    for k in range(K):
+        rd = rack_dyn[ni[k, N_RACK]]
+        f_cap[k] = min(max(nf[k, N_HEAD] / rd, 0.0), 1.0) if rd > 0 else 1.0
+        t0 = temp[b, k]
+        tss = ambient + rise * (nf[k, N_IDLE] + node_dyn[k] * f_cap[k]) / nf[k, N_FULL]
+        t_pred[k] = tss + (t0 - tss) * decay
+        fh = min(max((crit - t_pred[k]) / span, 0.0), 1.0)
+        dead[k] = t0 >= crit
+        if dead[k]:  # a node already past shutdown stays off
+            fh = 0.0
+        f_heat[k] = fh
+        f_node[k] = f_cap[k] * fh
+        power = nf[k, N_IDLE] + node_dyn[k] * f_node[k]
+        rk[0, k] = power
+        tss = ambient + rise * power / nf[k, N_FULL]
+        rk[1, k] = tss + (t0 - tss) * decay
+    for r in range(R):
+        rr[r] = 0.0
+    for k in range(K):
+        rr[ni[k, N_RACK]] += rk[0, k]
+
+
+@jit
+def throttle(sc, t_nodes, n_nodes, f_node, f_cap, f_heat, t_pred, dead, running, rf, rb):
+    """Each tenant's clock: the slowest of its nodes (1 without GPUs); a tenant on a node that
+    trips runs nothing (``running`` becomes False). Writes its throttle (0 when not running),
+    its trip, power- and thermal-throttle flags, and scales its tokens/s by the throttle."""
+    crit = sc[S_CRIT]
+    for t in range(running.shape[0]):
+        fac = np.inf
+        pthr = False
+        tthr = False
+        trip = False
+        for i in range(n_nodes[t]):
+            k = t_nodes[t, i]
+            fac = min(fac, f_node[k])
+            pthr = pthr or f_cap[k] < 1.0
+            tthr = tthr or f_heat[k] < 1.0
+            trip = trip or t_pred[k] >= crit or dead[k]
+        if fac == np.inf:
+            fac = 1.0
+        run = running[t] and not trip
+        running[t] = run
+        f = fac if run else 0.0
+        rb[OB_TRIP, t] = trip
+        rf[O_THROTTLE, t] = f
+        rb[OB_PTHR, t] = pthr and run
+        rb[OB_TTHR, t] = tthr and run
+        rf[O_TPS, t] = rf[O_TPS, t] * f
+
+
+__all__ = ["power_heat", "throttle"]

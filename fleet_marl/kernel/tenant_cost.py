@@ -1,0 +1,281 @@
+"""The round's per-tenant cost, compiled: each tenant's stage 1 under its precision map
+(:func:`tenant_terms`, memoised per row by :func:`tenant_stage1`), its bytes per GPU
+(:func:`memory_per_gpu`, :func:`fitting_batch`) and its throughput on the GPUs it was granted
+(:func:`roofline`, the stage :func:`throughput`).
+
+Stage 1 is the sum of per-group table entries built once per scenario
+(``cost.stage1_tables``); every equation is in ``docs/model.md`` sections 2-3 with its source.
+A tenant's memoised terms are the rows ``C_*`` of ``c_terms`` (10, T).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fleet_marl import catalog
+from fleet_marl.kernel.cost import BF16, KV_BYTES, RECOMPUTE_FLOPS_FACTOR, TRAIN_FLOPS_FACTOR
+from fleet_marl.kernel.jit import jit, jit_inline
+from fleet_marl.kernel.layout import (
+    F_ARR,
+    F_OUT,
+    F_PROMPT,
+    F_QUEUE,
+    I_PREC,
+    I_PREV,
+    O_EFF,
+    O_TPS,
+    OB_RESTART,
+    OI_BATCH,
+    OI_NODES,
+    OI_PREC,
+    S_MBU,
+    S_MFU,
+    S_OVERLAP,
+    S_RESTART,
+    S_ROUND,
+    S_VETO,
+    T_ACT,
+    T_CKPT,
+    T_HBM,
+    T_INTER,
+    T_INTRA,
+    T_KV,
+    T_KVH,
+    T_OPT,
+    T_SEQ,
+    T_TP,
+    T_TRAIN,
+    G,
+)
+
+#: Rows of the memoised stage 1 ``c_terms`` (10, T): bytes of weights, gradients, fp32 master
+#: copy and optimizer, bytes per sequence kept on each GPU and split over the GPUs, seconds per
+#: token, KV bytes read per sequence, communication bytes, KV heads.
+C_W, C_G, C_M, C_O, C_PSL, C_PSS, C_TPT, C_KVR, C_COMM, C_KVH = range(10)
+_UNSAFE = catalog.UNSAFE.copy()  # (G, P) bool: module-level arrays are compile-time constants
+_PREC_BYTES = catalog.PRECISION_BYTES.copy()
+_KV_BYTES = KV_BYTES.copy()
+_ATT, _MLP = catalog.GROUPS.index("attention"), catalog.GROUPS.index("mlp")
+
+
+@jit_inline
+def tenant_terms(tf, ti, tg, t, prec, project, mfu, prec_run, prompt, output):
+    """Stage 1 of tenant ``t`` under the precision map ``prec`` (G,) at the cluster's ``mfu``,
+    serving requests of ``prompt`` and ``output`` tokens on average: writes the map that runs
+    into ``prec_run`` (G,) -- unsafe groups in BF16 when ``project`` -- and returns ``(unsafe,
+    invalid, weights, grads, master, optimizer, per_seq_local, per_seq_sharded,
+    time_per_token, kv_read_per_seq, comm_bytes, kv_heads)`` (``docs/model.md`` sections 2-3).
+    Sums over groups run in group order, as numpy's ``sum(-1)`` does."""
+    unsafe = False
+    invalid = False
+    for g in range(G):
+        p = prec[g]
+        invalid = invalid or tg[t, g, p, 4] != 0.0
+        if _UNSAFE[g, p]:
+            unsafe = True
+            prec_run[g] = BF16 if project else p
+        else:
+            prec_run[g] = p
+    weights = tg[t, 0, prec_run[0], 0]
+    grads = tg[t, 0, prec_run[0], 1]
+    master = tg[t, 0, prec_run[0], 2]
+    spt = tg[t, 0, prec_run[0], 3]
+    for g in range(1, G):
+        p = prec_run[g]
+        weights += tg[t, g, p, 0]
+        grads += tg[t, g, p, 1]
+        master += tg[t, g, p, 2]
+        spt += tg[t, g, p, 3]
+    train = ti[t, T_TRAIN] != 0
+    act = tf[t, T_ACT] * (0.25 * (_PREC_BYTES[prec_run[_ATT]] + _PREC_BYTES[prec_run[_MLP]])) if train else 0.0
+    kv_tok = tf[t, T_KV] * _KV_BYTES[prec_run[_ATT]]
+    kv_seq = 0.0 if train else (prompt + output) * kv_tok
+    kv_read = 0.0 if train else (prompt + 0.5 * output) * kv_tok
+    comm = 2.0 * weights + grads if train else tf[t, T_TP]
+    return unsafe, invalid, weights, grads, master, tf[t, T_OPT], act, kv_seq, spt / mfu, kv_read, comm, tf[t, T_KVH]
+
+
+@jit
+def fitting_batch(weights, grads, master, optimizer, per_seq_local, per_seq_sharded, kv_heads, n, capacity):
+    """The largest batch whose bytes per GPU on ``n`` GPUs fit ``capacity`` (memory is affine
+    in the batch); may be < 1. Training shards the weights, gradients, master copy and optimizer
+    ``/ n`` (FSDP); serving splits the KV cache over at most ``kv_heads`` GPUs."""
+    n1 = max(n, 1)
+    fixed = (weights + grads + master + optimizer) * (1.0 / n1)
+    per_seq = per_seq_local + per_seq_sharded / min(float(n1), kv_heads)
+    return np.floor((capacity - fixed) / per_seq)
+
+
+@jit
+def memory_per_gpu(weights, grads, master, optimizer, per_seq_local, per_seq_sharded, kv_heads, n, batch):
+    """Bytes per GPU on ``n`` GPUs (0 counts as 1) at ``batch`` sequences: ``(weights,
+    gradients, fp32 master, optimizer, activations, KV cache)``."""
+    inv = 1.0 / max(n, 1)
+    return (
+        weights * inv,
+        grads * inv,
+        master * inv,
+        optimizer * inv,
+        batch * per_seq_local,
+        batch * per_seq_sharded / min(float(max(n, 1)), kv_heads),
+    )
+
+
+@jit
+def roofline(
+    is_train,
+    checkpointing,
+    seq_len,
+    prompt_tokens,
+    output_tokens,
+    hbm_bw,
+    intra_bw,
+    inter_bw,
+    mbu,
+    comm_overlap,
+    weights,
+    time_per_token,
+    kv_read_per_seq,
+    comm_bytes,
+    kv_heads,
+    n,
+    batch,
+    nodes,
+):
+    """Throughput of one tenant on ``n`` GPUs over ``nodes`` nodes at ``batch``, before
+    throttling: ``(work rate, tokens/s, efficiency, ttft s, tpot s)``. Training (FSDP data
+    parallel) is compute-bound with the all-gather/reduce-scatter partly hidden; serving (one
+    tensor-parallel replica) prefills compute-bound and decodes at the slower of memory and
+    compute, plus two all-reduces per layer per token."""
+    nf = float(max(n, 1))
+    bw_link = inter_bw if nodes > 1 else intra_bw
+    bf = float(max(batch, 1))
+    hide = 1.0 - comm_overlap
+    passes = RECOMPUTE_FLOPS_FACTOR if checkpointing else TRAIN_FLOPS_FACTOR
+    t_comp = passes * seq_len * bf * time_per_token
+    t_comm = comm_bytes * (nf - 1.0) / nf / bw_link
+    step = t_comp + (t_comm if hide == 1.0 else hide * t_comm)
+    if is_train:
+        rate = nf * bf * seq_len / step
+        eff = t_comp / step
+        if math.isnan(eff):
+            eff = 0.0
+        return rate, rate, eff, 0.0, 0.0
+    tp_comm = 2.0 * t_comm  # the all-reduce moves twice the FSDP factor's bytes
+    prefill = prompt_tokens * (time_per_token / nf + (tp_comm if hide == 1.0 else hide * tp_comm))
+    t_mem = (weights / nf + bf * kv_read_per_seq / min(nf, kv_heads)) / (hbm_bw * mbu)
+    t_cmp = bf * time_per_token / nf
+    t_core = max(t_mem, t_cmp)
+    t_dec = t_core + (bf * tp_comm if hide == 1.0 else hide * bf * tp_comm)
+    rate = 1.0 / (prefill + output_tokens * t_dec / bf)
+    eff = t_core / t_dec
+    if math.isnan(eff):
+        eff = 0.0
+    return rate, rate * output_tokens, eff, prefill, t_dec
+
+
+@jit
+def tenant_stage1(b, tf, ti, tg, sc, ins_i, ins_f, prec, prec_run, c_prec, c_run, c_len, c_terms, cached, unsafe_c, invalid_c, ri):
+    """Stage 1 of every tenant of row ``b`` into ``c_terms`` (10, T), ``unsafe_c`` and
+    ``invalid_c`` (T,), and the precision map that runs into ``ri``'s precision rows. Stage 1
+    depends on the tenant, its precision map and its requests' lengths only, so it is reused
+    when they are the ones this tenant had in the last row (a cluster's counterfactual rows
+    share them): ``c_prec`` (T, G) holds the map it was computed for, ``c_run`` the map that ran,
+    ``c_len`` (2, T) the lengths, ``cached`` (T,) whether there is one."""
+    project, mfu = sc[S_VETO] == 0.0, sc[S_MFU]
+    for t in range(ri.shape[1]):
+        prompt, output = ins_f[F_PROMPT, b, t], ins_f[F_OUT, b, t]
+        same = cached[t] and prompt == c_len[0, t] and output == c_len[1, t]
+        for g in range(G):
+            p = ins_i[I_PREC + g, b, t]
+            if p != c_prec[t, g]:
+                same = False
+            prec[g] = p
+        if not same:
+            unsafe, invalid, weights, grads, master, optimizer, psl, pss, tpt, kvr, comm, kvh = tenant_terms(
+                tf, ti, tg, t, prec, project, mfu, prec_run, prompt, output
+            )
+            c_len[0, t], c_len[1, t] = prompt, output
+            c_terms[C_W, t], c_terms[C_G, t], c_terms[C_M, t], c_terms[C_O, t] = weights, grads, master, optimizer
+            c_terms[C_PSL, t], c_terms[C_PSS, t], c_terms[C_TPT, t], c_terms[C_KVR, t] = psl, pss, tpt, kvr
+            c_terms[C_COMM, t], c_terms[C_KVH, t] = comm, kvh
+            unsafe_c[t], invalid_c[t] = unsafe, invalid
+            for g in range(G):
+                c_prec[t, g] = prec[g]
+                c_run[t, g] = prec_run[g]
+            cached[t] = True
+        for g in range(G):
+            ri[OI_PREC + g, t] = c_run[t, g]
+
+
+@jit
+def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf, ri, rb, work_rate, prefill_a, t_dec_a, avail_s, activity):
+    """Each tenant's throughput in row ``b`` on its GPUs and nodes, before throttling: writes
+    its nodes spanned, restart flag, tokens/s and efficiency, and into the scratch rows its
+    work rate, prefill and decode seconds, seconds available this round and its activity (the
+    share of its GPUs' dynamic power it draws: 1 training, its load serving, 0 not running)."""
+    mbu, overlap = sc[S_MBU], sc[S_OVERLAP]
+    round_s, restart_s = sc[S_ROUND], sc[S_RESTART]
+    for t in range(alloc.shape[0]):
+        n = alloc[t]
+        has = n > 0
+        nodes = n_nodes[t]
+        ri[OI_NODES, t] = nodes
+        restarted = (n != ins_i[I_PREV, b, t]) and has
+        rb[OB_RESTART, t] = restarted
+        train = ti[t, T_TRAIN] != 0
+        rate, tps, eff, prefill, t_dec = roofline(
+            train,
+            ti[t, T_CKPT] != 0,
+            tf[t, T_SEQ],
+            ins_f[F_PROMPT, b, t],
+            ins_f[F_OUT, b, t],
+            tf[t, T_HBM],
+            tf[t, T_INTRA],
+            tf[t, T_INTER],
+            mbu,
+            overlap,
+            c_terms[C_W, t],
+            c_terms[C_TPT, t],
+            c_terms[C_KVR, t],
+            c_terms[C_COMM, t],
+            c_terms[C_KVH, t],
+            n,
+            ri[OI_BATCH, t],
+            nodes,
+        )
+        work_rate[t] = rate
+        rf[O_TPS, t] = tps
+        rf[O_EFF, t] = eff if has else 0.0
+        prefill_a[t] = prefill
+        t_dec_a[t] = t_dec
+        av = round_s - restart_s * restarted
+        avail_s[t] = av
+        demand = ins_f[F_QUEUE, b, t] + ins_f[F_ARR, b, t]
+        capacity = rate * av
+        if train:
+            busy = 1.0
+        else:
+            busy = min(demand / capacity, 1.0) if capacity > 0 else 0.0
+        activity[t] = busy if running[t] else 0.0
+
+
+__all__ = [
+    "C_COMM",
+    "C_KVH",
+    "C_KVR",
+    "C_M",
+    "C_O",
+    "C_PSL",
+    "C_PSS",
+    "C_TPT",
+    "C_W",
+    "fitting_batch",
+    "memory_per_gpu",
+    "roofline",
+    "tenant_stage1",
+    "tenant_terms",
+    "throughput",
+]
