@@ -474,3 +474,25 @@ def test_ego_under_the_sequential_protocol_sees_the_claims_before_its_turn(ego):
     with TestClient(make_app(mode="multi", max_sessions=1, task="tiny")) as client, client.websocket_connect("/ws") as ws:
         err = call(ws, "reset", {"seed": 0, "config": seq_config})
         assert err["type"] == "error" and "protocol = 'sequential'" in err["data"]["message"] and "fleet_marl.env(" in err["data"]["message"]
+
+
+@pytest.mark.parametrize("mechanism", ["proportional", "auction"])
+def test_the_ego_prompt_reads_the_arbiters_rules_from_the_mechanism_registry(mechanism):
+    """The prompt says how the arbiter clears and what a GPU costs at each bid from the
+    registered mechanism (fleet_marl.config.mechanisms), not from a name the prompt knows."""
+    from fleet_marl.config.mechanisms import REGISTRY
+    from fleet_marl.openenv.prompt import describe, render_prompt
+
+    env = fleet_marl.parallel_env(task="tiny", arbiter={"mechanism": mechanism, "reserve_price": 0.75})
+    obs, infos = env.reset(seed=1)
+    tenant, cluster, legal = describe(env, "tenant_0", obs["tenant_0"], infos["tenant_0"])
+    text = render_prompt(tenant, cluster, legal, {}, None, None)
+    m = REGISTRY[mechanism]
+    assert f"- Arbiter: {m.summary(0.75)}" in text
+    assert cluster["pays"] == m.pays
+    assert legal["most_paid_multipliers"] == [m.price_at_most(b) for b in env.bid_levels]
+    if mechanism == "auction":  # a reserve: the lowest winning bid is named, the levels below it win nothing
+        assert cluster["reserve_price"] == 0.75 and f"bids below {legal['lowest_winning_bid']} get nothing" in text
+    else:  # pay-your-bid: no reserve, a GPU costs at most the bid
+        assert cluster["reserve_price"] is None and "get nothing" not in text
+        assert legal["most_paid_multipliers"] == [float(b) for b in env.bid_levels]

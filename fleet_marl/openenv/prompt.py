@@ -93,6 +93,10 @@ def describe(env: FleetParallelEnv, ego: str, obs, info: dict, turn: dict | None
         "round": env.round,
         "max_rounds": env.max_cycles,
         "mechanism": cfg.arbiter.mechanism,
+        # how the arbiter clears and what a served tenant pays, from the mechanism registry
+        "mechanism_rules": st.mechanism.summary(st.reserve_price),
+        "pays": st.mechanism.pays,
+        "reserve_price": float(st.reserve_price) if st.mechanism.reserve else None,
         "safety_mode": cfg.safety.mode,
         "gpu_type": spec.gpu_type,
         "pool_capacity_gpus": cap,
@@ -126,6 +130,9 @@ def describe(env: FleetParallelEnv, ego: str, obs, info: dict, turn: dict | None
         "max_affordable_gpus": int(np.flatnonzero(gm)[-1]) if gm.any() else 0,
         "bids": list(bid_names(env.bid_levels)),
         "bid_multipliers": [float(b) for b in env.bid_levels],
+        # the bids below this one ask for nothing (a reserve price); a served tenant pays at most price_at_most x list price
+        "lowest_winning_bid": bid_names(env.bid_levels)[st.mechanism.lowest_winning_level(env.bid_levels, st.reserve_price)],
+        "most_paid_multipliers": [st.mechanism.price_at_most(float(b)) for b in env.bid_levels],
         "batches": list(BATCH_SIZES),
         "precisions": [catalog.PRECISIONS[p] for p in np.flatnonzero(np.asarray(mask[2]))],
         "unsafe": {k: [catalog.PRECISIONS[p] for p in np.flatnonzero(catalog.UNSAFE[g])] for g, k in enumerate(GROUP_KEYS)},
@@ -190,9 +197,10 @@ def render_prompt(tenant: dict, cluster: dict, legal: dict, schema: dict, last_a
         lines.append(f"- Your last answer was rejected ({error}); the fallback action ran instead.")
     lines += ["", "## The cluster"]
     lines.append(
-        f"- {c['pool_capacity_gpus']} {c['gpu_type']} GPUs shared by {c['tenants_on_pool']} tenant(s); arbiter: {c['mechanism']}; "
+        f"- {c['pool_capacity_gpus']} {c['gpu_type']} GPUs shared by {c['tenants_on_pool']} tenant(s); "
         f"safety: {c['safety_mode']}; {c['live_tenants']} of {c['tenants']} tenants still running."
     )
+    lines.append(f"- Arbiter: {c['mechanism_rules']}")
     if "pool_granted_gpus" in c:
         lines.append(
             f"- Last round the pool granted {c['pool_granted_gpus']} GPUs of {c['pool_requested_gpus']} requested; "
@@ -217,7 +225,12 @@ def render_prompt(tenant: dict, cluster: dict, legal: dict, schema: dict, last_a
     lines += ["", "## Your choices"]
     lines.append(f"- request_gpus: 0 to {legal['max_affordable_gpus']} (your budget pays for no more).")
     lines.append(
-        "- bid: " + ", ".join(f"{n} (x{b:g} list price)" for n, b in zip(legal["bids"], legal["bid_multipliers"], strict=True)) + "."
+        "- bid: "
+        + ", ".join(
+            f"{n} (x{b:g}; a GPU costs at most x{p:g} list price)"
+            for n, b, p in zip(legal["bids"], legal["bid_multipliers"], legal["most_paid_multipliers"], strict=True)
+        )
+        + (f"; bids below {legal['lowest_winning_bid']} get nothing." if c["reserve_price"] is not None else ".")
     )
     lines.append(
         f"- batch: one of {', '.join(map(str, legal['batches']))} ({'sequences per GPU per step' if t['kind'] == 'train' else 'concurrent sequences'})."
