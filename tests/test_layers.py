@@ -26,7 +26,7 @@ RANK = {
     "errors": 0, "catalog": 0,
     "config": 1, "traces": 1,
     "workloads": 2, "kernel": 2,
-    "credit": 3, "fairness": 3, "tasks": 3,
+    "credit": 3, "fairness": 3, "tasks": 3, "validation": 3,
     "environment": 4,
     "policies": 5,
     "evaluation": 6, "tools": 6,

@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "baselines": ("fleet_marl.evaluation.baselines", "every reference policy on every task, as a table"),
     "demo": ("fleet_marl.evaluation.demo", "one rendered episode with a summary"),
     "estimate": ("fleet_marl.tools.estimate", "memory per GPU, fit and throughput of one configuration"),
+    "validate": ("fleet_marl.validation.command", "the cost model against published measurements: each case, its error, the targets"),
     "sweep": ("fleet_marl.tools.sweep", "batched-kernel search for the best safe configuration of catalog models"),
     "bench": ("fleet_marl.studies.bench", "how fast the env and the batched kernel are, against a stock PettingZoo env"),
     "serve": ("fleet_marl.openenv.command", "serve the env over HTTP/WebSocket with OpenEnv (for LLM agents and remote policies)"),
@@ -47,6 +48,7 @@ EPILOG = """examples:
   fleet-marl evaluate --task easy --policy precision_expert
   fleet-marl estimate --model llama-3.1-8b --gpus 8 --gpu-type h100-sxm
   fleet-marl sweep --quick
+  fleet-marl validate --summary
   fleet-marl demo
   fleet-marl bench --quick
   fleet-marl serve --mode ego

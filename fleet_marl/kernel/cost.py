@@ -70,6 +70,14 @@ def forward_flops_per_token(m: ModelArch, ctx: float) -> np.ndarray:
     return out
 
 
+def linear_seconds(M: float, K: float, N: float, gpu, precision: str, train: bool = True) -> float:
+    """Seconds of one linear layer ``(M x K) @ (K x N)`` on ``gpu`` (a ``catalog.GPUType``) in
+    ``precision``, forward and, when ``train``, backward (3 GEMMs), at the GPU's peak."""
+    passes = 3.0 if train else 1.0
+    peak = float(gpu.peak_flops()[catalog.PRECISION_CODE[precision]])
+    return passes * 2.0 * M * K * N / peak
+
+
 def reference_rate(st) -> np.ndarray:
     """Each tenant's reference work rate, the denominator of its value (T,).
 
@@ -136,6 +144,7 @@ __all__ = [
     "TENANT_TERMS",
     "TRAIN_FLOPS_FACTOR",
     "forward_flops_per_token",
+    "linear_seconds",
     "reference_rate",
     "stage1_tables",
 ]

@@ -18,6 +18,23 @@ from fleet_marl.kernel import cost, mechanisms
 from fleet_marl.kernel.layout import pack_static
 
 
+def model_arrays(models, ctx) -> dict[str, np.ndarray]:
+    """The fields of :class:`KernelStatic` that come from each tenant's architecture
+    (``catalog.ModelArch``) at its context ``ctx`` (T,): ``dataclasses.replace(st,
+    **model_arrays(...))`` swaps the models of a scenario (the validation suite runs published
+    architectures that are not in the catalog this way)."""
+    arr = lambda xs: np.array(xs, dtype=np.float64)  # noqa: E731
+    return {
+        "params": np.stack([m.params_vector for m in models]),
+        "flops_fwd": np.stack([cost.forward_flops_per_token(m, c) for m, c in zip(models, ctx, strict=True)]),
+        "layers": arr([m.layers for m in models]),
+        "hidden": arr([m.hidden for m in models]),
+        "heads": arr([m.heads for m in models]),
+        "kv_dim": arr([m.kv_heads * m.head_dim for m in models]),
+        "kv_heads": arr([m.kv_heads for m in models]),
+    }
+
+
 @dataclass(frozen=True)
 class KernelStatic:
     """Per-scenario constants, flattened to arrays once (``KernelStatic.from_config``)."""
@@ -116,7 +133,6 @@ class KernelStatic:
         seq = arr([t.workload.seq_len for t in ts])
         prompt = arr([t.workload.prompt_tokens for t in ts])
         ctx = np.where(is_train, seq, prompt)
-        flops = np.stack([cost.forward_flops_per_token(m, c) for m, c in zip(models, ctx, strict=True)])
         node_pool = arr([pools.index(g) for g in cl.gpu_types], np.int64)
         node_gpu = [catalog.gpu(g) for g in cl.gpu_types]
         peak = np.stack([g.peak_flops() for g in gpus])
@@ -125,13 +141,7 @@ class KernelStatic:
             K=K,
             n_racks=-(-K // cl.nodes_per_rack),
             is_train=is_train,
-            params=np.stack([m.params_vector for m in models]),
-            flops_fwd=flops,
-            layers=arr([m.layers for m in models]),
-            hidden=arr([m.hidden for m in models]),
-            heads=arr([m.heads for m in models]),
-            kv_dim=arr([m.kv_heads * m.head_dim for m in models]),
-            kv_heads=arr([m.kv_heads for m in models]),
+            **model_arrays(models, ctx),
             seq_len=seq,
             prompt_tokens=prompt,
             output_tokens=arr([t.workload.output_tokens for t in ts]),
@@ -181,4 +191,4 @@ class KernelStatic:
         )
 
 
-__all__ = ["KernelStatic"]
+__all__ = ["KernelStatic", "model_arrays"]

@@ -1,0 +1,218 @@
+"""The published measurements of ``measurements.yaml``, read into :class:`Case` rows.
+
+Each row keeps what the source says (value, unit, source, hardware, model, parallelism,
+precision, batch, lengths, activation checkpointing) and the setting the kernel is run at:
+the catalog GPU, the architecture (a catalog model, or the published dimensions of one that is
+not in the catalog), the precision map, the batch and the lengths. How a published setting
+becomes a kernel setting (the batch of a throughput run, the concurrency of a latency run at a
+request rate) is in ``docs/validation.md``; a measurement the kernel cannot represent keeps
+its row and says why.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+from fleet_marl import catalog
+from fleet_marl.catalog import ModelArch
+
+PATH = Path(__file__).resolve().parent / "measurements.yaml"
+
+#: Measured quantity -> the group its error counts in (the targets are per group).
+QUANTITY_GROUP = {
+    "train_tokens_per_s_per_gpu": "training throughput",
+    "train_mfu": "training throughput",
+    "train_memory_gib_per_gpu": "training memory",
+    "serve_throughput_tokens_per_s": "serving throughput",
+    "ttft_ms": "TTFT",
+    "tpot_ms": "TPOT",
+    "fp8_gemm_speedup": "FP8 GEMM speedup",
+}
+GROUP_ORDER = tuple(dict.fromkeys(QUANTITY_GROUP.values()))
+
+
+def _mpt(h: int, heads: int, layers: int) -> dict:
+    """MPT (llm-foundry ``mpt-<size>.yaml``): multi-head attention, GeLU MLP of 4h, LayerNorm
+    without biases, tied embeddings, ALiBi (no position table), vocabulary 50368."""
+    return dict(
+        layers=layers, hidden=h, heads=heads, kv_heads=heads, ffn=4 * h, vocab=50368, tied_embeddings=True, mlp="dense", norm="layernorm"
+    )
+
+
+#: Published architectures that are not in the catalog, from their ``config.json`` or training
+#: YAML (the ``model_arch`` of the measurements).
+EXTRA_MODELS: dict[str, dict] = {
+    "mpt-125m": _mpt(768, 12, 12),
+    "mpt-1b": _mpt(2048, 16, 24),
+    "mpt-3b": _mpt(2560, 20, 32),
+    "mpt-7b": _mpt(4096, 32, 32),
+    "mpt-13b": _mpt(5120, 40, 40),
+    "mpt-70b": _mpt(8192, 64, 80),
+    "llama-2-7b": dict(
+        layers=32, hidden=4096, heads=32, kv_heads=32, ffn=11008, vocab=32000, tied_embeddings=False, mlp="gated", norm="rmsnorm"
+    ),
+    "llama-2-70b": dict(
+        layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, vocab=32000, tied_embeddings=False, mlp="gated", norm="rmsnorm"
+    ),
+    "llama-3.2-3b": dict(
+        layers=28, hidden=3072, heads=24, kv_heads=8, ffn=8192, vocab=128256, tied_embeddings=True, mlp="gated", norm="rmsnorm"
+    ),
+}
+
+
+def arch(name: str) -> ModelArch:
+    """The architecture of model ``name``: the catalog's, else one of :data:`EXTRA_MODELS`."""
+    if name in catalog.models():
+        return catalog.model(name)
+    if name not in EXTRA_MODELS:
+        raise KeyError(name)
+    kw = dict(qkv_bias=False, linear_bias=False, learned_positions=0, max_seq=1 << 20, published_params=0.0, source="measurements.yaml")
+    return ModelArch(name=name, **EXTRA_MODELS[name], **kw)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One published measurement and the kernel setting it is compared at."""
+
+    id: str
+    quantity: str
+    value: float
+    unit: str
+    source: str  # URL, or repository@commit:path
+    gpu: str  # catalog GPU type
+    gpu_as_published: str
+    gpus: int
+    model: str
+    tp: int
+    precision: str  # as published
+    prec_map: dict[str, str]  # per layer group, as the kernel runs it
+    batch: object  # an int, or a rule ("fit", "qps:<rate>") the predictor resolves
+    seq_len: int = 0
+    prompt: float = 0.0
+    output: float = 0.0
+    checkpointing: str = "none"
+    gemm: tuple[int, int, int] = (0, 0, 0)
+    pure_bf16: bool = False  # bf16 weights and optimizer states, no fp32 master copy (torchtune)
+    representable: bool = True
+    reason: str = ""
+    max_batch: int = 0  # requests in the run (caps a throughput run's batch); 0 = no cap
+    extra: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def group(self) -> str:
+        return QUANTITY_GROUP[self.quantity]
+
+
+def _int(x, default: int = 0) -> int:
+    if isinstance(x, bool) or x is None:
+        return default
+    if isinstance(x, int | float):
+        return int(x)
+    m = re.match(r"\s*(\d+)", str(x))
+    return int(m.group(1)) if m else default
+
+
+def _precision(text: str) -> tuple[dict[str, str], str]:
+    """The layer-group map of a published precision and, if the kernel cannot run it, why."""
+    t = text.lower()
+    base = dict.fromkeys(catalog.GROUPS, "bf16")
+    linear = ("attention", "mlp")
+    for key, fmt in (("int4", "int4"), ("w4a16", "int4"), ("int8_weight", "int8"), ("int8wo", "int8"), ("fp8", "fp8")):
+        if key in t:
+            return base | dict.fromkeys(linear, fmt), ""
+    if t.startswith("int8") or "w8a8" in t:
+        return base, "W8A8 INT8 GEMMs are not modelled (catalog int8 is weight-only)"
+    return base, ""
+
+
+def _source(src: dict) -> str:
+    if src.get("repo") and src.get("commit"):
+        return f"{src['repo']}@{str(src['commit'])[:8]}:{src.get('path', '')}"
+    return str(src.get("url", ""))
+
+
+def _serving_batch(sv: dict, quantity: str) -> tuple[object, int]:
+    """(batch rule, request cap) of a serving measurement: a stated batch or concurrency; the
+    concurrency Little's law gives at a stated request rate; else the largest batch that fits."""
+    cap = _int(sv.get("num_requests"))
+    for key in ("concurrency", "batch_size"):
+        v = sv.get(key)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v, cap
+        if isinstance(v, str) and re.match(r"\s*\d+", v):
+            return _int(v), cap
+    rate = str(sv.get("request_rate") or "")
+    m = re.match(r"\s*([\d.]+)\s*QPS", rate)
+    if m:
+        return f"qps:{m.group(1)}", cap
+    return "fit", cap
+
+
+def _case(e: dict) -> Case:
+    hw, par = e["hardware"], e.get("parallelism") or {}
+    tr, sv = e.get("training") or {}, e.get("serving") or {}
+    prec_map, prec_reason = _precision(str(e["precision"]))
+    model = str(e["model"])
+    reason = "" if e.get("representable") else str(e.get("representable_reason", "not representable"))
+    if not reason and prec_reason:
+        reason = prec_reason
+    try:
+        arch(model)
+    except KeyError:
+        if not reason and e["quantity"] != "fp8_gemm_speedup":
+            reason = f"architecture {model!r} is not published in enough detail"
+    if e["quantity"] == "fp8_gemm_speedup":
+        g = e.get("gemm") or {}
+        gemm = (_int(g.get("M")), _int(g.get("K")), _int(g.get("N")))
+    else:
+        gemm = (0, 0, 0)
+    batch: object = 1
+    cap = 0
+    if tr:
+        batch = _int(tr.get("local_batch_size") or tr.get("micro_batch_size"), 1)
+    elif sv:
+        batch, cap = _serving_batch(sv, e["quantity"])
+    ckpt = str(tr.get("activation_checkpointing", "none")).lower()
+    return Case(
+        id=e["id"],
+        quantity=e["quantity"],
+        value=float(e["value"]),
+        unit=str(e.get("unit", "")),
+        source=_source(e.get("source") or {}),
+        gpu=str(hw["gpu"]),
+        gpu_as_published=str(hw.get("gpu_as_published", hw["gpu"])),
+        gpus=_int(hw.get("count"), 1),
+        model=model,
+        tp=_int(par.get("tp"), 1),
+        precision=str(e["precision"]),
+        prec_map=prec_map,
+        batch=batch,
+        seq_len=_int(tr.get("seq_len")),
+        prompt=float(_int(sv.get("input_len"), 1)),
+        output=float(_int(sv.get("output_len"), 1)),
+        checkpointing="full" if ckpt == "full" else ("selective" if ckpt == "selective" else "none"),
+        gemm=gemm,
+        pure_bf16="pure bf16" in str(e["precision"]).lower(),
+        representable=not reason,
+        reason=reason,
+        max_batch=cap,
+        extra={"notes": e.get("notes", ""), "parallelism": par},
+    )
+
+
+@cache
+def load(path: str | None = None) -> tuple[Case, ...]:
+    """Every measurement of ``path`` (default: the shipped ``measurements.yaml``) as a Case."""
+    with open(path or PATH, encoding="utf-8") as fh:
+        raw = yaml.safe_load(fh)
+    if not isinstance(raw, list):
+        raise ValueError(f"{path or PATH}: expected a list of measurements")
+    return tuple(_case(e) for e in raw)
+
+
+__all__ = ["EXTRA_MODELS", "GROUP_ORDER", "PATH", "QUANTITY_GROUP", "Case", "arch", "load"]

@@ -1,0 +1,145 @@
+"""The kernel's prediction for one published measurement (:func:`predict`).
+
+Every number comes from the kernel's own functions on a one-tenant scenario with the default
+cluster constants (``ClusterSpec()``: the MFU, MBU and overlap the environment runs at):
+stage 1 (``kernel.stage1``), the roofline (``engine.roofline``), bytes per GPU
+(``engine.memory_per_gpu``, ``engine.fitting_batch``) and, for a single linear layer, the
+GEMM timing of ``cost.linear_seconds``. Nothing here is fitted to a measurement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from fleet_marl import catalog
+from fleet_marl.config import ArbiterSpec, ClusterSpec, FleetConfig, SafetySpec, TenantSpec, WorkloadSpec
+from fleet_marl.kernel import KernelStatic, cost, engine, stage1
+from fleet_marl.kernel.static import model_arrays
+from fleet_marl.validation.cases import Case, arch
+
+GIB = float(1 << 30)
+#: The largest batch a throughput run may reach when the source does not state it: TensorRT-LLM's
+#: default ``max_batch_size`` (2048, ``trtllm-build --max_batch_size``).
+MAX_BATCH = 2048
+GPUS_PER_NODE = 8
+
+
+def _static(c: Case) -> KernelStatic:
+    m = arch(c.model)
+    train = c.quantity.startswith("train")
+    nodes = max(1, math.ceil(c.gpus / GPUS_PER_NODE))
+    if train:
+        wl = WorkloadSpec(seq_len=max(c.seq_len, 1))
+    else:
+        wl = WorkloadSpec(prompt_tokens=int(max(c.prompt, 1)), output_tokens=int(max(c.output, 1)), rate=1.0, seq_len=1 << 20)
+    cfg = FleetConfig(
+        cluster=ClusterSpec(gpu_types=(c.gpu,) * nodes, gpus_per_node=GPUS_PER_NODE, rack_power_cap_w=1e12),
+        tenants=(
+            TenantSpec(
+                kind="train" if train else "serve",
+                model="llama-3.1-8b",  # a placeholder: model_arrays puts the measured architecture in
+                gpu_type=c.gpu,
+                max_gpus=nodes * GPUS_PER_NODE,
+                budget=1e12,
+                activation_checkpointing=train and c.checkpointing == "full",
+                workload=wl,
+            ),
+        ),
+        arbiter=ArbiterSpec(mechanism="maxmin"),
+        safety=SafetySpec(mode="veto"),
+    )
+    st = KernelStatic.from_config(cfg)
+    ctx = np.array([float(c.seq_len if train else max(c.prompt, 1))])
+    return dataclasses.replace(st, **model_arrays([m], ctx))
+
+
+def _terms(st: KernelStatic, c: Case):
+    prec = np.array([[catalog.PRECISION_CODE[c.prec_map[g]] for g in catalog.GROUPS]], np.int64)
+    tt = stage1(st, prec, project=False)
+    mem = (tt.weights[0], tt.grads[0], tt.master[0], tt.optimizer[0], tt.per_seq_local[0], tt.per_seq_sharded[0], tt.kv_heads[0])
+    return tt, mem
+
+
+def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float):
+    nodes = max(1, math.ceil(n / GPUS_PER_NODE))
+    return engine.roofline(
+        bool(st.is_train[0]),
+        bool(st.checkpointing[0]),
+        st.seq_len[0],
+        st.prompt_tokens[0],
+        st.output_tokens[0],
+        st.bw[0],
+        st.intra_bw[0],
+        st.inter_bw[0],
+        st.mbu,
+        st.comm_overlap,
+        mem[0],
+        tt.time_per_token[0],
+        tt.kv_read_per_seq[0],
+        tt.comm_bytes[0],
+        mem[6],
+        n,
+        batch,
+        nodes,
+    )
+
+
+def serving_batch(st: KernelStatic, c: Case, tt, mem) -> int:
+    """The batch a serving measurement runs at: the stated one; at a request rate, the
+    concurrency of Little's law ``b = rate x (TTFT + O x TPOT(b))`` (a fixed point); else the
+    largest that fits, capped by the requests in the run and :data:`MAX_BATCH`."""
+    n = max(c.tp, 1)
+    fit = int(max(engine.fitting_batch(*mem, n, float(st.mem_bytes[0])), 1))
+    if isinstance(c.batch, int):
+        return c.batch
+    if str(c.batch).startswith("qps:"):
+        rate = float(str(c.batch)[4:])
+        b = 1.0
+        for _ in range(50):
+            _, _, _, ttft, tpot = _roofline(st, c, tt, mem, n, max(round(b), 1))
+            b = rate * (ttft + c.output * tpot)
+        return int(min(max(round(b), 1), fit))
+    cap = min(fit, MAX_BATCH)
+    return int(min(cap, c.max_batch) if c.max_batch else cap)
+
+
+def predict(c: Case) -> tuple[float, dict]:
+    """The kernel's value of ``c.quantity`` at the case's setting, in the case's unit, and the
+    setting it used (batch, GPUs)."""
+    if c.quantity == "fp8_gemm_speedup":
+        g = catalog.gpu(c.gpu)
+        M, K, N = c.gemm
+        bf = cost.linear_seconds(M, K, N, g, "bf16", train=True)
+        f8 = cost.linear_seconds(M, K, N, g, "fp8", train=True)
+        return bf / f8, {"gemm": c.gemm}
+    st = _static(c)
+    tt, mem = _terms(st, c)
+    if c.quantity.startswith("train"):
+        n = c.gpus
+        b = int(c.batch) if isinstance(c.batch, int) else 1
+        if c.quantity == "train_memory_gib_per_gpu":
+            return float(sum(engine.memory_per_gpu(*mem, n, b))) / GIB, {"batch": b, "gpus": n}
+        _, tps, _, _, _ = _roofline(st, c, tt, mem, n, b)
+        per_gpu = tps / n
+        if c.quantity == "train_mfu":
+            m = arch(c.model)
+            peak = catalog.gpu(c.gpu).peak_flops()[catalog.PRECISION_CODE[c.prec_map["mlp"]]]
+            flops = 6.0 * m.total_params + 12.0 * m.layers * m.hidden * c.seq_len  # llm-foundry's MFU definition
+            return 100.0 * per_gpu * flops / peak, {"batch": b, "gpus": n}
+        return per_gpu, {"batch": b, "gpus": n}
+    b = serving_batch(st, c, tt, mem)
+    rate, tps, _, ttft, tpot = _roofline(st, c, tt, mem, max(c.tp, 1), b)
+    setting = {"batch": b, "gpus": max(c.tp, 1)}
+    if c.quantity == "ttft_ms":
+        return ttft * 1e3, setting
+    if c.quantity == "tpot_ms":
+        return tpot * 1e3, setting
+    if "prefill" in c.unit:  # vLLM's offline benchmark reports prompt tokens/s for a prefill-heavy run
+        return rate * c.prompt, setting
+    return tps, setting
+
+
+__all__ = ["GIB", "MAX_BATCH", "predict", "serving_batch"]

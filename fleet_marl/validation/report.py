@@ -1,0 +1,122 @@
+"""The validation table: each measurement beside the kernel's prediction and its relative
+error, and the error per quantity against the targets (``docs/validation.md``).
+
+>>> from fleet_marl.validation import report
+>>> r = report.validate()
+>>> sorted(r["summary"])[:2]
+['FP8 GEMM speedup', 'TPOT']
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import median
+
+from fleet_marl.validation.cases import GROUP_ORDER, Case, load
+from fleet_marl.validation.predict import predict
+
+#: The targets of issue 30: the median absolute relative error of each quantity, and every case.
+MEDIAN_TARGET = 0.10
+CASE_TARGET = 0.30
+
+
+def row(c: Case) -> dict:
+    """One measurement and, if the kernel can represent it, the prediction and its error."""
+    out = {
+        "id": c.id,
+        "quantity": c.quantity,
+        "group": c.group,
+        "measured": c.value,
+        "unit": c.unit,
+        "gpu": c.gpu,
+        "gpu_as_published": c.gpu_as_published,
+        "gpus": c.gpus,
+        "tp": c.tp,
+        "model": c.model,
+        "precision": c.precision,
+        "batch": c.batch,
+        "seq_len": c.seq_len,
+        "prompt_tokens": c.prompt,
+        "output_tokens": c.output,
+        "activation_checkpointing": c.checkpointing,
+        "source": c.source,
+        "representable": c.representable,
+        "reason": c.reason,
+    }
+    if c.representable:
+        pred, setting = predict(c)
+        out["predicted"] = float(pred)
+        out["setting"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in setting.items()}
+        out["error"] = float(pred / c.value - 1.0) if c.value else math.nan
+    return out
+
+
+def summarise(rows: list[dict]) -> dict[str, dict]:
+    """Per quantity group: cases, median and largest absolute relative error, the worst case,
+    and whether the targets are met."""
+    out: dict[str, dict] = {}
+    for g in GROUP_ORDER:
+        errs = [(abs(r["error"]), r["id"]) for r in rows if r["group"] == g and "error" in r]
+        listed = sum(1 for r in rows if r["group"] == g)
+        if not errs:
+            out[g] = {"cases": 0, "listed": listed}
+            continue
+        med = median(e for e, _ in errs)
+        worst = max(errs)
+        out[g] = {
+            "cases": len(errs),
+            "listed": listed,
+            "median_abs_error": med,
+            "max_abs_error": worst[0],
+            "worst_case": worst[1],
+            "within_30pct": sum(e <= CASE_TARGET for e, _ in errs),
+            "meets_targets": med <= MEDIAN_TARGET and worst[0] <= CASE_TARGET,
+        }
+    return out
+
+
+def validate(path: str | None = None, quantity: str | None = None) -> dict:
+    """Every measurement of ``path`` (default: the shipped set), optionally one quantity group
+    or measured quantity, with the kernel's predictions and the summary."""
+    cases = load(path)
+    if quantity:
+        cases = tuple(c for c in cases if quantity in (c.quantity, c.group))
+    rows = [row(c) for c in cases]
+    return {"rows": rows, "summary": summarise(rows), "targets": {"median": MEDIAN_TARGET, "case": CASE_TARGET}}
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
+
+
+def table(result: dict, show_all: bool = True) -> str:
+    """The report as text: one line per measurement, then the summary per quantity."""
+    lines = [f"{'id':<52} {'gpu':<9} {'n':>3} {'prec':<5} {'measured':>10} {'kernel':>10} {'error':>7}"] if result["rows"] else []
+    for r in result["rows"]:
+        prec = r["precision"].split(" ")[0][:5]
+        if "error" in r:
+            lines.append(
+                f"{r['id'][:52]:<52} {r['gpu'][:9]:<9} {r['gpus']:>3} {prec:<5} {_fmt(r['measured']):>10} "
+                f"{_fmt(r['predicted']):>10} {r['error']:>+7.1%}"
+            )
+        elif show_all:
+            lines.append(
+                f"{r['id'][:52]:<52} {r['gpu'][:9]:<9} {r['gpus']:>3} {prec:<5} {_fmt(r['measured']):>10}   not representable: {r['reason'][:70]}"
+            )
+    lines += [""] if lines else []
+    lines.append(f"{'quantity':<22} {'cases':>5} {'listed':>6} {'median |err|':>12} {'max |err|':>10} {'<=30%':>6}  worst case")
+    for g, s in result["summary"].items():
+        if not s["cases"]:
+            lines.append(f"{g:<22} {0:>5} {s['listed']:>6}")
+            continue
+        ok = "ok" if s["meets_targets"] else "MISSES"
+        lines.append(
+            f"{g:<22} {s['cases']:>5} {s['listed']:>6} {s['median_abs_error']:>12.1%} {s['max_abs_error']:>10.1%} "
+            f"{s['within_30pct']:>6}  {s['worst_case']}  [{ok}]"
+        )
+    t = result["targets"]
+    lines.append(f"targets: median |error| <= {t['median']:.0%} per quantity, every case within {t['case']:.0%}")
+    return "\n".join(lines)
+
+
+__all__ = ["CASE_TARGET", "MEDIAN_TARGET", "row", "summarise", "table", "validate"]
