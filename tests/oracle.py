@@ -23,6 +23,7 @@ from fleet_marl.kernel.safety import invalid_precision
 
 # --- stage 1 ---------------------------------------------------------------------------------
 
+
 class TenantTerms(NamedTuple):
     """Per-tenant terms that do not depend on the other tenants (stage 1), (B, T) each."""
 
@@ -34,7 +35,7 @@ class TenantTerms(NamedTuple):
     optimizer: np.ndarray  # total optimizer bytes (train)
     per_seq_local: np.ndarray  # bytes per sequence on each GPU, not sharded (train activations)
     per_seq_sharded: np.ndarray  # bytes per sequence split over the GPUs (serve KV cache)
-    time_per_token: np.ndarray  # s per forward token on one GPU at peak x MFU
+    time_per_token: np.ndarray  # s per forward token on one GPU (docs/model.md section 5)
     kv_read_per_seq: np.ndarray  # serve: KV bytes read per sequence per decode step
     comm_bytes: np.ndarray  # train: bytes per step before (n-1)/n; serve: per token before 2(n-1)/n
     kv_heads: np.ndarray  # (T,) the KV cache splits over at most this many GPUs (heads are replicated beyond)
@@ -50,23 +51,37 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
     prec = np.where(unsafe_g, cost.BF16, precision) if project else precision
     params = st.params  # (T, G)
     nbytes = catalog.PRECISION_BYTES[prec]
-    weights = (params * nbytes).sum(-1)
     train = st.is_train
-    grads = np.where(train, (params * cost.GRAD_BYTES[prec]).sum(-1), 0.0)
-    master = np.where(train, (params * cost.MASTER_BYTES[prec]).sum(-1), 0.0)
-    optimizer = np.where(train, cost.ADAM_BYTES * params.sum(-1), 0.0)
-    # activations: Korthikanti's formula is for 16-bit activations; scale by the mean bytes of
-    # the attention and MLP precisions over 2.
-    act_scale = 0.25 * (nbytes[..., cost.ATT] + nbytes[..., cost.MLP])
+    is_fp8 = prec == catalog.PRECISION_CODE["fp8"]
+    # FP8 training keeps BF16 weights (FP32 master) and saves BF16 activations
+    wbytes = np.where(train[:, None] & is_fp8, 2.0, nbytes)
+    weights = (params * wbytes).sum(-1)
+    grads = np.where(train, (params * np.where(prec == cost.FP32, 4.0, 2.0)).sum(-1), 0.0)
+    master = np.where(train, (params * np.where(prec == cost.FP32, 0.0, 4.0)).sum(-1), 0.0)
+    optimizer = np.where(train, 8.0 * params.sum(-1), 0.0)
+    # activations per token at 16 bit: each block's saved tensors, the last block's
+    # recomputed ones under full checkpointing, plus the logits and loss; scaled by the
+    # attention and MLP activation bytes over 2
+    abytes = np.where(is_fp8, 2.0, nbytes)
+    act_scale = 0.25 * (abytes[..., cost.ATT] + abytes[..., cost.MLP])
     s, h, L = st.seq_len, st.hidden, st.layers
-    per_layer = np.where(st.checkpointing, cost.ACT_CHECKPOINTED, cost.ACT_CONST + np.where(st.flash, 0.0, cost.ACT_ATTN * st.heads * s / h))
-    act = np.where(train, s * h * L * per_layer * act_scale, 0.0)
+    scores = np.where(st.flash, 0.0, 5.0 * st.heads * s)
+    blocks = np.where(st.checkpointing, 2.0 * h * L + st.act_layer + scores, L * (st.act_layer + scores))
+    act = np.where(train, s * (blocks + st.act_final) * act_scale, 0.0)
     kv_tok = 2.0 * L * st.kv_dim * cost.KV_BYTES[prec[..., cost.ATT]]
     kv_seq = np.where(train, 0.0, (prompt + output) * kv_tok)
     kv_read = np.where(train, 0.0, (prompt + 0.5 * output) * kv_tok)
+    # time per forward token: everything at the BF16 peak x MFU; the linear GEMMs moved to
+    # their own precision's peak at GEMM efficiency 0.78, FP8 casts at 0.92 of HBM bandwidth
     peak = st.peak[np.arange(st.T)[:, None], prec]  # (B, T, G)
+    bf16 = st.peak[:, cost.BF16][:, None]  # (T, 1)
+    lin = np.stack([np.zeros(st.T), 2 * params[:, 1], 2 * params[:, 2], np.zeros(st.T), st.flops_fwd[:, 4]], -1)
+    per_el = np.where(train[:, None], 6.0 * (st.linear_in + st.linear_out) / 3.0, 3.0 * st.linear_in)
+    cast = np.where(is_fp8, per_el / (st.bw[:, None] * 0.92), 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        per_group = np.where(st.flops_fwd > 0, st.flops_fwd / peak, 0.0)  # inf: unsupported precision
+        # (in the compiled round's order of operations: the tests compare to the last bit)
+        t = st.flops_fwd / bf16 + st.mfu * (lin * (1.0 / peak - 1.0 / bf16) / 0.78 + cast)
+        per_group = np.where(st.flops_fwd > 0, np.where(peak > 0, t, np.inf), 0.0)
     tpt = per_group.sum(-1) / st.mfu
     fsdp = 2.0 * weights + grads
     tp = 2.0 * L * h * 2.0  # two all-reduces of a BF16 hidden vector per layer
@@ -75,8 +90,8 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
     return TenantTerms(prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm, kv_heads)
 
 
-
 # --- arbiter ---------------------------------------------------------------------------------
+
 
 def _rank(primary: np.ndarray, tiebreak: np.ndarray, first: np.ndarray | None = None) -> np.ndarray:
     """Rank (0 = first) along the last axis by ``first`` descending (if given), then
@@ -239,8 +254,8 @@ def place(st, alloc: np.ndarray) -> np.ndarray:
     return gon
 
 
-
 # --- memory and throughput -----------------------------------------------------------------
+
 
 class Memory(NamedTuple):
     """Bytes per GPU, (B, T) each."""
@@ -328,8 +343,8 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     )
 
 
-
 # --- power and heat -------------------------------------------------------------------------
+
 
 class PowerThermal(NamedTuple):
     factor: np.ndarray  # (B, T) clock factor from power cap and heat, 1 where not running
@@ -403,8 +418,8 @@ def power_thermal(st, gpus_on_node: np.ndarray, activity: np.ndarray, temp0: np.
     )
 
 
-
 # --- the round --------------------------------------------------------------------------------
+
 
 def evaluate(st, actions: Actions, state: RoundState, draws: Draws, present=None) -> Outcome:
     """The round for every batch row (inputs already checked), in numpy."""
@@ -423,9 +438,13 @@ def evaluate(st, actions: Actions, state: RoundState, draws: Draws, present=None
 def _lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> tuple[int, ...]:
     shapes = [
         np.shape(actions.gpus)[:-1],
-        np.shape(state.prev_alloc)[:-1], np.shape(state.temp_c)[:-1], np.shape(state.queue)[:-1],
-        np.shape(state.remaining_tokens)[:-1], np.shape(state.budget_left)[:-1],
-        np.shape(draws.arrivals)[:-1], np.shape(draws.tiebreak)[:-1],
+        np.shape(state.prev_alloc)[:-1],
+        np.shape(state.temp_c)[:-1],
+        np.shape(state.queue)[:-1],
+        np.shape(state.remaining_tokens)[:-1],
+        np.shape(state.budget_left)[:-1],
+        np.shape(draws.arrivals)[:-1],
+        np.shape(draws.tiebreak)[:-1],
     ] + [np.shape(v)[:-1] for v in (draws.prompt_tokens, draws.output_tokens) if v is not None]
     if present is not None:
         shapes.append(np.shape(present)[:-1])

@@ -42,18 +42,42 @@ def terms_for(model, mode, prec, gpus=8, seq=2048, out_tokens=256, ckpt=False):
 
 
 def memory_per_gpu(t, n, b) -> Mem:
-    return Mem(*engine.memory_per_gpu(t.weights[0], t.grads[0], t.master[0], t.optimizer[0], t.per_seq_local[0], t.per_seq_sharded[0], t.kv_heads[0], n, b))
+    return Mem(
+        *engine.memory_per_gpu(
+            t.weights[0], t.grads[0], t.master[0], t.optimizer[0], t.per_seq_local[0], t.per_seq_sharded[0], t.kv_heads[0], n, b
+        )
+    )
 
 
 def fitting_batch(t, n, capacity) -> float:
-    return engine.fitting_batch(t.weights[0], t.grads[0], t.master[0], t.optimizer[0], t.per_seq_local[0], t.per_seq_sharded[0], t.kv_heads[0], n, capacity)
+    return engine.fitting_batch(
+        t.weights[0], t.grads[0], t.master[0], t.optimizer[0], t.per_seq_local[0], t.per_seq_sharded[0], t.kv_heads[0], n, capacity
+    )
 
 
 def throughput(st, t, n, b, nodes) -> Thr:
-    return Thr(*engine.roofline(
-        bool(st.is_train[0]), bool(st.checkpointing[0]), st.seq_len[0], st.prompt_tokens[0], st.output_tokens[0], st.bw[0], st.intra_bw[0],
-        st.inter_bw[0], st.mbu, st.comm_overlap, t.weights[0], t.time_per_token[0], t.kv_read_per_seq[0], t.comm_bytes[0], t.kv_heads[0], n, b, nodes,
-    ))
+    return Thr(
+        *engine.roofline(
+            bool(st.is_train[0]),
+            bool(st.checkpointing[0]),
+            st.seq_len[0],
+            st.prompt_tokens[0],
+            st.output_tokens[0],
+            st.bw[0],
+            st.intra_bw[0],
+            st.inter_bw[0],
+            st.mbu,
+            st.comm_overlap,
+            t.weights[0],
+            t.time_per_token[0],
+            t.kv_read_per_seq[0],
+            t.comm_bytes[0],
+            t.kv_heads[0],
+            n,
+            b,
+            nodes,
+        )
+    )
 
 
 def test_bf16_weights_are_two_bytes_per_param():
@@ -80,29 +104,58 @@ def test_fp32_training_has_no_separate_master_copy():
     assert (t.weights + t.grads + t.optimizer)[0] == 16 * n  # 4 + 4 + 8
 
 
-def test_fp8_mlp_halves_mlp_weight_bytes():
+def test_fp8_training_keeps_bf16_weights_serving_halves_them():
+    # FP8 recipes (Transformer Engine, torchao) keep BF16 weights and an FP32 master in training;
+    # a served FP8 checkpoint stores 1 byte per weight
     m = catalog.model("llama-3.1-8b")
     pg = m.params_by_group
-    st, t = terms_for("llama-3.1-8b", "train", ["bf16", "bf16", "fp8", "bf16", "bf16"])
-    assert t.weights == 2 * m.total_params - pg["mlp"]
+    fp8_mlp = ["bf16", "bf16", "fp8", "bf16", "bf16"]
+    _, t = terms_for("llama-3.1-8b", "train", fp8_mlp)
+    assert t.weights == 2 * m.total_params
+    _, ts = terms_for("llama-3.1-8b", "serve", fp8_mlp)
+    assert ts.weights == 2 * m.total_params - pg["mlp"]
 
 
-def test_korthikanti_activations():
-    # s b h L (34 + 5 a s / h) bytes without FlashAttention; 34 s b h L with it; 2 s b h L checkpointed
+def test_fp8_gemm_speedup_by_hand():
+    # torchao's roofline: 3 GEMMs at 0.78 of peak; casts of input (6 B), grad output (6 B) and
+    # weight (8 B) per element at 0.92 of HBM bandwidth. M, K, N = 4096, 8192, 16384 on an H100.
+    g = catalog.gpu("h100-sxm")
+    M, K, N = 4096, 8192, 16384
+    bf = 6 * M * K * N / (989.4e12 * 0.78)
+    f8 = 6 * M * K * N / (1978.9e12 * 0.78) + (6 * M * K + 6 * M * N + 8 * K * N) / (3.35e12 * 0.92)
+    assert cost.linear_seconds(M, K, N, g, "bf16") == pytest.approx(bf, rel=1e-12)
+    assert cost.linear_seconds(M, K, N, g, "fp8") == pytest.approx(f8, rel=1e-12)
+    assert bf / f8 == pytest.approx(1.59, abs=0.01)
+    # a small GEMM is slower in FP8: the casts outweigh the faster GEMM
+    assert cost.linear_seconds(1024, 2048, 1024, g, "fp8") > cost.linear_seconds(1024, 2048, 1024, g, "bf16")
+
+
+def test_activations_per_block_by_hand():
+    # GPT-2 block (LayerNorm, MHA, GeLU MLP of 4h, no dropout), bytes per token at 16 bit: norms
+    # 4h, attention 2h + 2(3h) + 2h = 10h, MLP 2h + 4(4h) = 18h -> 32h (Korthikanti's 34h less the
+    # two dropout masks); after the blocks 4h + 6V; 5as more per block without FlashAttention;
+    # checkpointed: 2h per block plus one block and the logits
     m = catalog.model("gpt2")
     s, h, L, a = 1024, m.hidden, m.layers, m.heads
     from fleet_marl.config import FleetConfig, ClusterSpec, TenantSpec, WorkloadSpec
     from fleet_marl.kernel import KernelStatic
 
     def acts(**kw):
-        cfg = FleetConfig(cluster=ClusterSpec(gpu_types=("h100-sxm",)), tenants=(TenantSpec(model="gpt2", workload=WorkloadSpec(seq_len=s), **kw),))
+        cfg = FleetConfig(
+            cluster=ClusterSpec(gpu_types=("h100-sxm",)), tenants=(TenantSpec(model="gpt2", workload=WorkloadSpec(seq_len=s), **kw),)
+        )
         st = KernelStatic.from_config(cfg)
         t = stage1(st, np.full((1, 5), P["bf16"]), project=False)
         return memory_per_gpu(t, 1, 3).activations
 
-    assert acts(flash_attention=False) == pytest.approx(3 * s * h * L * (34 + 5 * a * s / h), rel=1e-12)
-    assert acts() == pytest.approx(3 * s * h * L * 34, rel=1e-12)
-    assert acts(activation_checkpointing=True) == pytest.approx(3 * s * h * L * 2, rel=1e-12)
+    final = 4 * h + 6 * m.vocab
+    assert acts(flash_attention=False) == pytest.approx(3 * s * (L * (32 * h + 5 * a * s) + final), rel=1e-12)
+    assert acts() == pytest.approx(3 * s * (32 * h * L + final), rel=1e-12)
+    assert acts(activation_checkpointing=True) == pytest.approx(3 * s * (2 * h * L + 32 * h + final), rel=1e-12)
+    # Llama-3.1-8B (SwiGLU, GQA): norms 4h, attention 2h + 2(q + 2k) + 2q, MLP 2h + 8 ffn
+    l8 = catalog.model("llama-3.1-8b")
+    q, k = 4096, 1024
+    assert cost.activation_bytes(l8) == (4 * 4096 + 2 * 4096 + 2 * (q + 2 * k) + 2 * q + 2 * 4096 + 8 * 14336, 4 * 4096 + 6 * 128256)
 
 
 def test_kv_cache_bytes_gqa_and_dtype():

@@ -59,6 +59,7 @@ class GPUType:
 
     name: str
     memory_gb: float
+    memory_bytes: float  # what CUDA reports (totalGlobalMem): the capacity a job gets
     bandwidth_tbs: float
     tflops: dict[str, float]  # keys: fp32 (TF32 tensor), bf16, fp8 (Hopper/Ada), int8
     fp32_vector_tflops: float
@@ -70,6 +71,7 @@ class GPUType:
     source: str = field(repr=False)
     idle_source: str = field(repr=False, default="")
     price_source: str = field(repr=False, default="")
+    memory_bytes_source: str = field(repr=False, default="")
 
     def supports(self, precision: str) -> bool:
         return precision in self.precisions

@@ -41,16 +41,31 @@ BF16 = catalog.PRECISION_CODE["bf16"]
 #: Bytes of the KV cache by the attention group's precision: weight-only formats keep a BF16 cache.
 KV_BYTES = np.where(catalog.WEIGHT_ONLY, 2.0, catalog.PRECISION_BYTES)
 #: Gradient bytes by precision: FP32 groups keep FP32 gradients, others BF16 (FP8 GEMMs
-#: produce BF16 weight gradients in Transformer Engine).
+#: produce BF16 weight gradients in Transformer Engine and torchao).
 GRAD_BYTES = np.where(np.arange(catalog.N_PRECISIONS) == FP32, 4.0, 2.0)
 #: Bytes of the fp32 master copy per parameter: none when the group already trains in fp32.
 MASTER_BYTES = np.where(np.arange(catalog.N_PRECISIONS) == FP32, 0.0, 4.0)
+FP8 = catalog.PRECISION_CODE["fp8"]
+#: Bytes per weight and per activation value while TRAINING, by precision: FP8 recipes keep
+#: BF16 weights (cast to FP8 per GEMM) and save BF16 activations (Transformer Engine, torchao
+#: float8), so an FP8 group trains with BF16 bytes; other formats use their own width.
+TRAIN_BYTES = np.where(np.arange(catalog.N_PRECISIONS) == FP8, 2.0, catalog.PRECISION_BYTES)
 ADAM_BYTES = 8.0  # two fp32 moments
-ACT_CONST = 34.0  # Korthikanti et al. 2022, eq. (1): s b h (34 + 5 a s / h)
-ACT_ATTN = 5.0
-ACT_CHECKPOINTED = 2.0  # full recomputation keeps only each layer's 16-bit input: 2 s b h (Korthikanti et al. 2022, sec. 4.2)
+ACT_ATTN = 5.0  # Korthikanti et al. 2022: the stored scores, softmax and dropout, 5 a s bytes per token, without FlashAttention
 TRAIN_FLOPS_FACTOR = 3.0  # forward + backward (2x forward) = 6N per token (Kaplan et al. 2020)
 RECOMPUTE_FLOPS_FACTOR = 4.0  # full recomputation runs the forward pass once more
+#: Achieved share of the tensor-core peak of a large dense GEMM, BF16 and FP8 alike, and of the
+#: HBM bandwidth of a pointwise (cast) kernel: torchao's float8 roofline
+#: (pytorch/ao, torchao/testing/training/roofline_utils.py: pct_achievable_gemm_tops 0.78,
+#: pct_achievable_mem_bw 0.92, H100).
+GEMM_EFF = 0.78
+CAST_BW_EFF = 0.92
+#: Bytes moved per element to cast a BF16 GEMM operand to FP8 with a dynamic tensorwise scale in
+#: training (read for the amax, read again, write row- and column-major FP8: 2 + 2 + 2 x 1), for
+#: the input and the output gradient of every linear layer; in serving, one rowwise cast of the
+#: input (read 2, write 1). Same source.
+CAST_BYTES_TRAIN = 6.0
+CAST_BYTES_SERVE = 3.0
 
 
 def forward_flops_per_token(m: ModelArch, ctx: float) -> np.ndarray:
@@ -70,12 +85,55 @@ def forward_flops_per_token(m: ModelArch, ctx: float) -> np.ndarray:
     return out
 
 
+def linear_dims(m: ModelArch) -> tuple[np.ndarray, np.ndarray]:
+    """``(inputs, outputs)`` by layer group (G,), each a sum over the group's linear layers (one
+    ``nn.Linear`` each: q, k, v, o; gate, up, down or fc, proj; the LM head) of its input and
+    output widths: the elements per token an FP8 recipe casts."""
+    h, f, q, k, L = m.hidden, m.ffn, m.heads * m.head_dim, m.kv_heads * m.head_dim, m.layers
+    ins, outs = np.zeros(catalog.N_GROUPS), np.zeros(catalog.N_GROUPS)
+    ins[ATT], outs[ATT] = L * (3 * h + q), L * (q + 2 * k + h)
+    if m.mlp == "gated":
+        ins[MLP], outs[MLP] = L * (2 * h + f), L * (2 * f + h)
+    else:
+        ins[MLP], outs[MLP] = L * (h + f), L * (f + h)
+    ins[HEAD], outs[HEAD] = h, m.vocab
+    return ins, outs
+
+
+def activation_bytes(m: ModelArch) -> tuple[float, float]:
+    """``(per_layer, final)``: activation bytes per token kept for the backward pass at 16 bit,
+    with FlashAttention and no dropout, per transformer block and once after the last one.
+
+    Per block, the tensors autograd saves: the input of each of the two norms (``2 h`` each);
+    attention: the norm's output that feeds q, k and v (``2 h``), q, k and v for the attention
+    kernel (``2 (q + 2 k)``, GQA shrinks k and v), its output, which also feeds the output
+    projection (``2 q``); a SwiGLU MLP: its input (``2 h``), the gate and up projections, the
+    SiLU of the gate and their product (``4 x 2 f``); a GeLU MLP: its input, the GeLU's input and
+    output (``2 h + 2 x 2 f``). After the blocks: the final norm's and the head's inputs
+    (``2 x 2 h``), the BF16 logits (``2 V``) and the FP32 log-probabilities of the loss (``4 V``).
+    This is Korthikanti et al. 2022's count (``34 h`` for a GPT block with dropout) redone for
+    each block type."""
+    h, f, q, k = m.hidden, m.ffn, m.heads * m.head_dim, m.kv_heads * m.head_dim
+    mlp = 2 * h + (8 * f if m.mlp == "gated" else 4 * f)
+    per_layer = 4 * h + 2 * h + 2 * (q + 2 * k) + 2 * q + mlp
+    return float(per_layer), float(4 * h + 6 * m.vocab)
+
+
 def linear_seconds(M: float, K: float, N: float, gpu, precision: str, train: bool = True) -> float:
     """Seconds of one linear layer ``(M x K) @ (K x N)`` on ``gpu`` (a ``catalog.GPUType``) in
-    ``precision``, forward and, when ``train``, backward (3 GEMMs), at the GPU's peak."""
+    ``precision``, forward and, when ``train``, backward (3 GEMMs): the GEMMs at ``GEMM_EFF`` of
+    the precision's peak and, in FP8, the casts of the input (M x K), the output gradient (M x N)
+    and the weight (K x N, 8 bytes per element: its two casts) at ``CAST_BW_EFF`` of the HBM
+    bandwidth -- the per-token terms of :func:`stage1_tables` plus the weight's cast, which a
+    training step amortises over its tokens."""
+    code = catalog.PRECISION_CODE[precision]
     passes = 3.0 if train else 1.0
-    peak = float(gpu.peak_flops()[catalog.PRECISION_CODE[precision]])
-    return passes * 2.0 * M * K * N / peak
+    peak = float(gpu.peak_flops()[code])
+    t = passes * 2.0 * M * K * N / (peak * GEMM_EFF)
+    if code == FP8:
+        cast = CAST_BYTES_TRAIN * (M * K + M * N) + 8.0 * K * N if train else CAST_BYTES_SERVE * M * K
+        t += cast / (gpu.bandwidth_tbs * 1e12 * CAST_BW_EFF)
+    return t
 
 
 def reference_rate(st) -> np.ndarray:
@@ -101,6 +159,33 @@ GROUP_TERMS = ("weights", "grads", "master", "seconds_per_token", "invalid")
 TENANT_TERMS = ("optimizer", "act_per_seq", "kv_per_token", "kv_heads", "tp_comm")
 
 
+def seconds_per_token_table(st) -> np.ndarray:
+    """Forward seconds per token of each layer group at each precision, times the MFU (T, G, P):
+    the compiled round sums a map's entries and divides by the MFU (``tenant_cost.tenant_terms``).
+
+    All the group's FLOPs at the BF16 peak and the cluster's MFU (the BF16 time, which holds the
+    non-GEMM work too), then, for its linear layers, the GEMMs moved from the BF16 peak to the
+    precision's (both at ``GEMM_EFF``), plus in FP8 the casts of ``linear_dims`` at
+    ``CAST_BW_EFF`` of the HBM bandwidth (training: input and output gradient, per forward
+    pass of the 3; serving: the input). Attention scores, norms and the rest stay at BF16.
+    inf where the GPU lacks the precision."""
+    T, G, P = st.T, catalog.N_GROUPS, catalog.N_PRECISIONS
+    bf16 = st.peak[:, BF16][:, None, None]  # (T, 1, 1)
+    peak = st.peak[:, None, :]  # (T, 1, P)
+    lin = np.zeros((T, G))
+    lin[:, ATT], lin[:, MLP], lin[:, HEAD] = 2.0 * st.params[:, ATT], 2.0 * st.params[:, MLP], st.flops_fwd[:, HEAD]
+    cast_el = np.where(
+        st.is_train[:, None], CAST_BYTES_TRAIN * (st.linear_in + st.linear_out) / TRAIN_FLOPS_FACTOR, CAST_BYTES_SERVE * st.linear_in
+    )
+    is_fp8 = (np.arange(P) == FP8)[None, None, :]
+    cast = np.where(is_fp8, cast_el[:, :, None] / (st.bw[:, None, None] * CAST_BW_EFF), 0.0)
+    flops = st.flops_fwd[:, :, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gemm = lin[:, :, None] * (1.0 / peak - 1.0 / bf16) / GEMM_EFF
+        t = flops / bf16 + st.mfu * (gemm + cast)
+        return np.where(flops > 0, np.where(peak > 0, t, np.inf), 0.0)
+
+
 def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
     """``(group_terms (T, G, P, 5), tenant_terms (T, 5))``, float64: stage 1 factored by layer
     group, so that a tenant's terms under any precision map are sums of G table entries
@@ -109,21 +194,19 @@ def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
     train = st.is_train[:, None, None]
     params = st.params[:, :, None]  # (T, G, 1)
     out = np.zeros((T, G, P, len(GROUP_TERMS)))
-    out[..., 0] = params * catalog.PRECISION_BYTES[None, None, :]
+    out[..., 0] = params * np.where(train, TRAIN_BYTES[None, None, :], catalog.PRECISION_BYTES[None, None, :])
     out[..., 1] = np.where(train, params * GRAD_BYTES[None, None, :], 0.0)
     out[..., 2] = np.where(train, params * MASTER_BYTES[None, None, :], 0.0)
-    flops = st.flops_fwd[:, :, None]
-    peak = st.peak[:, None, :]  # (T, 1, P)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out[..., 3] = np.where(flops > 0, flops / peak, 0.0)  # inf: unsupported precision
+    out[..., 3] = seconds_per_token_table(st)
     invalid = ~st.supported | (st.is_train[:, None] & catalog.WEIGHT_ONLY[None, :])  # (T, P)
     out[..., 4] = np.broadcast_to(invalid[:, None, :], (T, G, P))
     s, h, L = st.seq_len, st.hidden, st.layers
-    per_layer = np.where(st.checkpointing, ACT_CHECKPOINTED, ACT_CONST + np.where(st.flash, 0.0, ACT_ATTN * st.heads * s / h))
+    scores = np.where(st.flash, 0.0, ACT_ATTN * st.heads * s)  # per token per block, without FlashAttention
+    kept = np.where(st.checkpointing, L * 2.0 * h + st.act_layer + scores, L * (st.act_layer + scores))
     tenant = np.stack(
         [
             np.where(st.is_train, ADAM_BYTES * st.params.sum(-1), 0.0),
-            np.where(st.is_train, s * h * L * per_layer, 0.0),
+            np.where(st.is_train, s * (kept + st.act_final), 0.0),
             2.0 * L * st.kv_dim,
             st.kv_heads,
             2.0 * L * h * 2.0,
@@ -135,16 +218,22 @@ def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
 
 __all__ = [
     "ACT_ATTN",
-    "ACT_CHECKPOINTED",
-    "ACT_CONST",
     "ADAM_BYTES",
+    "CAST_BW_EFF",
+    "CAST_BYTES_SERVE",
+    "CAST_BYTES_TRAIN",
+    "GEMM_EFF",
     "GROUP_TERMS",
     "KV_BYTES",
     "RECOMPUTE_FLOPS_FACTOR",
     "TENANT_TERMS",
+    "TRAIN_BYTES",
     "TRAIN_FLOPS_FACTOR",
+    "activation_bytes",
     "forward_flops_per_token",
+    "linear_dims",
     "linear_seconds",
     "reference_rate",
+    "seconds_per_token_table",
     "stage1_tables",
 ]

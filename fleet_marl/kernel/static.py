@@ -9,6 +9,7 @@ array is read-only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from fleet_marl.kernel import cost, mechanisms
 from fleet_marl.kernel.layout import pack_static
 
 
-def model_arrays(models, ctx) -> dict[str, np.ndarray]:
+def model_arrays(models, ctx) -> dict[str, Any]:
     """The fields of :class:`KernelStatic` that come from each tenant's architecture
     (``catalog.ModelArch``) at its context ``ctx`` (T,): ``dataclasses.replace(st,
     **model_arrays(...))`` swaps the models of a scenario (the validation suite runs published
@@ -32,6 +33,10 @@ def model_arrays(models, ctx) -> dict[str, np.ndarray]:
         "heads": arr([m.heads for m in models]),
         "kv_dim": arr([m.kv_heads * m.head_dim for m in models]),
         "kv_heads": arr([m.kv_heads for m in models]),
+        "linear_in": np.stack([cost.linear_dims(m)[0] for m in models]),
+        "linear_out": np.stack([cost.linear_dims(m)[1] for m in models]),
+        "act_layer": arr([cost.activation_bytes(m)[0] for m in models]),
+        "act_final": arr([cost.activation_bytes(m)[1] for m in models]),
     }
 
 
@@ -51,6 +56,10 @@ class KernelStatic:
     heads: np.ndarray  # (T,) float64
     kv_dim: np.ndarray  # (T,) float64 kv_heads * head_dim
     kv_heads: np.ndarray  # (T,) float64
+    linear_in: np.ndarray  # (T, G) float64 summed input widths of the group's linear layers (cost.linear_dims)
+    linear_out: np.ndarray  # (T, G) float64 summed output widths
+    act_layer: np.ndarray  # (T,) float64 activation bytes per token per block at 16 bit (cost.activation_bytes)
+    act_final: np.ndarray  # (T,) float64 activation bytes per token after the blocks (norm, head input, logits, loss)
     seq_len: np.ndarray  # (T,) float64 train: sequence length
     prompt_tokens: np.ndarray  # (T,) float64
     output_tokens: np.ndarray  # (T,) float64
@@ -156,7 +165,7 @@ class KernelStatic:
             budget=arr([t.budget for t in ts]),
             spend_norm=arr([t.budget / cfg.max_cycles for t in ts]),
             pool=arr([pools.index(t.gpu_type) for t in ts], np.int64),
-            mem_bytes=arr([g.memory_gb * 1e9 * cl.usable_memory_fraction for g in gpus]),
+            mem_bytes=arr([g.memory_bytes * cl.usable_memory_fraction for g in gpus]),
             bw=arr([g.bandwidth_tbs * 1e12 for g in gpus]),
             peak=peak,
             supported=peak > 0,

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from fleet_marl import catalog
-from fleet_marl.kernel.cost import BF16, KV_BYTES, RECOMPUTE_FLOPS_FACTOR, TRAIN_FLOPS_FACTOR
+from fleet_marl.kernel.cost import BF16, KV_BYTES, RECOMPUTE_FLOPS_FACTOR, TRAIN_BYTES, TRAIN_FLOPS_FACTOR
 from fleet_marl.kernel.jit import jit, jit_inline
 from fleet_marl.kernel.layout import (
     F_ARR,
@@ -55,7 +55,7 @@ from fleet_marl.kernel.layout import (
 #: token, KV bytes read per sequence, communication bytes, KV heads.
 C_W, C_G, C_M, C_O, C_PSL, C_PSS, C_TPT, C_KVR, C_COMM, C_KVH = range(10)
 _UNSAFE = catalog.UNSAFE.copy()  # (G, P) bool: module-level arrays are compile-time constants
-_PREC_BYTES = catalog.PRECISION_BYTES.copy()
+_ACT_BYTES = TRAIN_BYTES.copy()  # activations are saved in BF16 under FP8 training
 _KV_BYTES = KV_BYTES.copy()
 _ATT, _MLP = catalog.GROUPS.index("attention"), catalog.GROUPS.index("mlp")
 
@@ -89,7 +89,7 @@ def tenant_terms(tf, ti, tg, t, prec, project, mfu, prec_run, prompt, output):
         master += tg[t, g, p, 2]
         spt += tg[t, g, p, 3]
     train = ti[t, T_TRAIN] != 0
-    act = tf[t, T_ACT] * (0.25 * (_PREC_BYTES[prec_run[_ATT]] + _PREC_BYTES[prec_run[_MLP]])) if train else 0.0
+    act = tf[t, T_ACT] * (0.25 * (_ACT_BYTES[prec_run[_ATT]] + _ACT_BYTES[prec_run[_MLP]])) if train else 0.0
     kv_tok = tf[t, T_KV] * _KV_BYTES[prec_run[_ATT]]
     kv_seq = 0.0 if train else (prompt + output) * kv_tok
     kv_read = 0.0 if train else (prompt + 0.5 * output) * kv_tok

@@ -129,7 +129,7 @@ def estimate(args) -> dict:
         b,
         nodes,
     )
-    cap = float(g.memory_gb * 1e9)
+    cap = float(g.memory_bytes)
     usable = float(st.mem_bytes[0])
     fit_b = int(max(engine.fitting_batch(*terms, n, usable), 0))
     comp = dict(zip(("weights", "gradients", "master_fp32", "optimizer", "activations", "kv_cache"), map(float, mem), strict=True))
@@ -181,7 +181,7 @@ def print_estimate(r: dict) -> None:
         if k != "total":
             print(f"  {k:<13}{_gb(v)}")
     print(
-        f"  {'total':<13}{_gb(r['bytes_per_gpu']['total'])}   of {_gb(r['usable_bytes_per_gpu']).strip()} usable ({r['gpu_memory_bytes'] / 1e9:.0f} GB x 0.9)"
+        f"  {'total':<13}{_gb(r['bytes_per_gpu']['total'])}   of {_gb(r['usable_bytes_per_gpu']).strip()} usable ({r['gpu_memory_bytes'] / 1e9:.1f} GB as CUDA reports it x 0.9)"
     )
     verdict = "fits" if r["fits"] else "DOES NOT FIT (out of memory)"
     print(f"\n{verdict}; the largest batch that fits is {r['max_batch_that_fits']}")

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -36,7 +37,7 @@ QUANTITY_GROUP = {
 GROUP_ORDER = tuple(dict.fromkeys(QUANTITY_GROUP.values()))
 
 
-def _mpt(h: int, heads: int, layers: int) -> dict:
+def _mpt(h: int, heads: int, layers: int) -> dict[str, Any]:
     """MPT (llm-foundry ``mpt-<size>.yaml``): multi-head attention, GeLU MLP of 4h, LayerNorm
     without biases, tied embeddings, ALiBi (no position table), vocabulary 50368."""
     return dict(
@@ -46,7 +47,7 @@ def _mpt(h: int, heads: int, layers: int) -> dict:
 
 #: Published architectures that are not in the catalog, from their ``config.json`` or training
 #: YAML (the ``model_arch`` of the measurements).
-EXTRA_MODELS: dict[str, dict] = {
+EXTRA_MODELS: dict[str, dict[str, Any]] = {
     "mpt-125m": _mpt(768, 12, 12),
     "mpt-1b": _mpt(2048, 16, 24),
     "mpt-3b": _mpt(2560, 20, 32),
@@ -71,7 +72,9 @@ def arch(name: str) -> ModelArch:
         return catalog.model(name)
     if name not in EXTRA_MODELS:
         raise KeyError(name)
-    kw = dict(qkv_bias=False, linear_bias=False, learned_positions=0, max_seq=1 << 20, published_params=0.0, source="measurements.yaml")
+    kw: dict[str, Any] = dict(
+        qkv_bias=False, linear_bias=False, learned_positions=0, max_seq=1 << 20, published_params=0.0, source="measurements.yaml"
+    )
     return ModelArch(name=name, **EXTRA_MODELS[name], **kw)
 
 
