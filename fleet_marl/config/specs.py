@@ -53,9 +53,9 @@ class ClusterSpec:
     round_seconds: float = 60.0  # one scheduling round
     restart_seconds: float = 30.0  # lost by a tenant whose allocation changed
     usable_memory_fraction: float = 0.9  # of GPU memory usable by the job
-    mfu: float = 0.40  # model-FLOPs utilisation for compute-bound phases
-    mbu: float = 0.60  # memory-bandwidth utilisation for memory-bound decode
-    comm_overlap: float = 0.0  # fraction of communication hidden behind compute
+    mfu: float = 0.78  # achieved share of the tensor-core peak in GEMMs (MFU is an output)
+    mbu: float = 0.70  # memory-bandwidth utilisation for memory-bound decode
+    comm_overlap: float = 0.5  # fraction of FSDP communication hidden behind compute (prefetch)
 
     def __post_init__(self):
         _tuple(self, "gpu_types", _gpu_key, 1, 1024)

@@ -66,6 +66,21 @@ CAST_BW_EFF = 0.92
 #: input (read 2, write 1). Same source.
 CAST_BYTES_TRAIN = 6.0
 CAST_BYTES_SERVE = 3.0
+#: Achieved share of the BF16 peak in attention's scores and weighted sum: FlashAttention-2
+#: reaches 50-73 % of the A100's peak forward and 35-50 % of the H100's, FlashAttention-3
+#: 75 % of the H100's (Dao 2023, arXiv 2307.08691, sec. 4.1; Shah et al. 2024, arXiv 2407.08608).
+ATTN_EFF = 0.55
+#: HBM bytes the memory-bound elementwise kernels move per byte of activation a block saves for
+#: the backward pass (each saved tensor is written once by its producer and read by the next
+#: kernel; eager PyTorch, partly fused).
+EW_BYTES = 4.0
+#: Seconds a serving engine spends per forward pass (one prefill, one decode step) outside the
+#: GPU's work: scheduling, sampling, detokenising and kernel launches. vLLM v0.6 measured its
+#: CPU overhead at up to 62 % of a decode step of Llama-3-8B on one H100 before v0.6 cut it
+#: (vLLM blog, 2024-09-05, "vLLM v0.6.0: 2.7x throughput improvement and 5x latency reduction");
+#: a CUDA-graph decode step still launches about 10 kernels per layer at ~4 us each (NVIDIA,
+#: "Getting started with CUDA Graphs"). 1 ms.
+STEP_OVERHEAD_S = 1e-3
 
 
 def forward_flops_per_token(m: ModelArch, ctx: float) -> np.ndarray:
@@ -160,14 +175,20 @@ TENANT_TERMS = ("optimizer", "act_per_seq", "kv_per_token", "kv_heads", "tp_comm
 
 
 def seconds_per_token_table(st) -> np.ndarray:
-    """Forward seconds per token of each layer group at each precision, times the MFU (T, G, P):
-    the compiled round sums a map's entries and divides by the MFU (``tenant_cost.tenant_terms``).
+    """Forward seconds per token of each layer group at each precision, times the GEMM
+    efficiency ``st.mfu`` (T, G, P): the compiled round sums a map's entries and divides by it
+    (``tenant_cost.tenant_terms``), so MFU is an output of three kinds of work:
 
-    All the group's FLOPs at the BF16 peak and the cluster's MFU (the BF16 time, which holds the
-    non-GEMM work too), then, for its linear layers, the GEMMs moved from the BF16 peak to the
-    precision's (both at ``GEMM_EFF``), plus in FP8 the casts of ``linear_dims`` at
-    ``CAST_BW_EFF`` of the HBM bandwidth (training: input and output gradient, per forward
-    pass of the 3; serving: the input). Attention scores, norms and the rest stay at BF16.
+    * the linear layers' GEMMs (``2 x params``, the head's ``2 V h``) at the precision's peak
+      times the GEMM efficiency (the cluster's ``mfu``; torchao's 0.78), plus in FP8 the casts of
+      ``linear_dims`` at ``CAST_BW_EFF`` of the HBM bandwidth (training: input and output
+      gradient, per forward pass of the 3; serving: the input);
+    * attention's scores and weighted sum (the rest of the group's FLOPs) at ``ATTN_EFF`` of the
+      BF16 peak (FlashAttention);
+    * memory-bound elementwise work (norms, residual adds, rotary, activations, softmax of the
+      loss): ``EW_BYTES`` x the activation bytes per token (``act_layer`` per block and
+      ``act_final``) through HBM at ``CAST_BW_EFF``, in the norm group.
+
     inf where the GPU lacks the precision."""
     T, G, P = st.T, catalog.N_GROUPS, catalog.N_PRECISIONS
     bf16 = st.peak[:, BF16][:, None, None]  # (T, 1, 1)
@@ -178,12 +199,15 @@ def seconds_per_token_table(st) -> np.ndarray:
         st.is_train[:, None], CAST_BYTES_TRAIN * (st.linear_in + st.linear_out) / TRAIN_FLOPS_FACTOR, CAST_BYTES_SERVE * st.linear_in
     )
     is_fp8 = (np.arange(P) == FP8)[None, None, :]
-    cast = np.where(is_fp8, cast_el[:, :, None] / (st.bw[:, None, None] * CAST_BW_EFF), 0.0)
+    bw = st.bw[:, None, None] * CAST_BW_EFF
+    cast = np.where(is_fp8, cast_el[:, :, None] / bw, 0.0)
+    ew = np.zeros((T, G))
+    ew[:, NORM] = EW_BYTES * (st.layers * st.act_layer + st.act_final)
     flops = st.flops_fwd[:, :, None]
+    other = (flops - lin[:, :, None]) / (bf16 * ATTN_EFF) + ew[:, :, None] / bw
     with np.errstate(divide="ignore", invalid="ignore"):
-        gemm = lin[:, :, None] * (1.0 / peak - 1.0 / bf16) / GEMM_EFF
-        t = flops / bf16 + st.mfu * (gemm + cast)
-        return np.where(flops > 0, np.where(peak > 0, t, np.inf), 0.0)
+        t = lin[:, :, None] / peak + st.mfu * (other + cast)
+        return np.where((flops > 0) | (ew[:, :, None] > 0), np.where(peak > 0, t, np.inf), 0.0)
 
 
 def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
@@ -219,13 +243,16 @@ def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
 __all__ = [
     "ACT_ATTN",
     "ADAM_BYTES",
+    "ATTN_EFF",
     "CAST_BW_EFF",
     "CAST_BYTES_SERVE",
     "CAST_BYTES_TRAIN",
+    "EW_BYTES",
     "GEMM_EFF",
     "GROUP_TERMS",
     "KV_BYTES",
     "RECOMPUTE_FLOPS_FACTOR",
+    "STEP_OVERHEAD_S",
     "TENANT_TERMS",
     "TRAIN_BYTES",
     "TRAIN_FLOPS_FACTOR",

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from fleet_marl import catalog
-from fleet_marl.kernel.cost import BF16, KV_BYTES, RECOMPUTE_FLOPS_FACTOR, TRAIN_BYTES, TRAIN_FLOPS_FACTOR
+from fleet_marl.kernel.cost import BF16, KV_BYTES, RECOMPUTE_FLOPS_FACTOR, STEP_OVERHEAD_S, TRAIN_BYTES, TRAIN_FLOPS_FACTOR
 from fleet_marl.kernel.jit import jit, jit_inline
 from fleet_marl.kernel.layout import (
     F_ARR,
@@ -147,8 +147,9 @@ def roofline(
     """Throughput of one tenant on ``n`` GPUs over ``nodes`` nodes at ``batch``, before
     throttling: ``(work rate, tokens/s, efficiency, ttft s, tpot s)``. Training (FSDP data
     parallel) is compute-bound with the all-gather/reduce-scatter partly hidden; serving (one
-    tensor-parallel replica) prefills compute-bound and decodes at the slower of memory and
-    compute, plus two all-reduces per layer per token."""
+    tensor-parallel replica) prefills and decodes at the slower of memory and
+    compute, plus two all-reduces per layer per token (never hidden) and the serving engine's
+    fixed overhead per forward pass, ``STEP_OVERHEAD_S``."""
     nf = float(max(n, 1))
     bw_link = inter_bw if nodes > 1 else intra_bw
     bf = float(max(batch, 1))
@@ -163,12 +164,13 @@ def roofline(
         if math.isnan(eff):
             eff = 0.0
         return rate, rate, eff, 0.0, 0.0
-    tp_comm = 2.0 * t_comm  # the all-reduce moves twice the FSDP factor's bytes
-    prefill = prompt_tokens * (time_per_token / nf + (tp_comm if hide == 1.0 else hide * tp_comm))
-    t_mem = (weights / nf + bf * kv_read_per_seq / min(nf, kv_heads)) / (hbm_bw * mbu)
+    tp_comm = 2.0 * t_comm  # the all-reduce moves twice the FSDP factor's bytes, on the critical path
+    w_read = weights / nf / (hbm_bw * mbu)  # a forward pass reads every weight once
+    prefill = max(prompt_tokens * time_per_token / nf, w_read) + prompt_tokens * tp_comm + STEP_OVERHEAD_S
+    t_mem = w_read + bf * kv_read_per_seq / min(nf, kv_heads) / (hbm_bw * mbu)
     t_cmp = bf * time_per_token / nf
     t_core = max(t_mem, t_cmp)
-    t_dec = t_core + (bf * tp_comm if hide == 1.0 else hide * bf * tp_comm)
+    t_dec = t_core + bf * tp_comm + STEP_OVERHEAD_S
     rate = 1.0 / (prefill + output_tokens * t_dec / bf)
     eff = t_core / t_dec
     if math.isnan(eff):
