@@ -154,11 +154,12 @@ def linear_seconds(M: float, K: float, N: float, gpu, precision: str, train: boo
 def reference_rate(st) -> np.ndarray:
     """Each tenant's reference work rate, the denominator of its value (T,).
 
-    Training: tokens/s on ``max_gpus`` GPUs at the BF16 peak and the cluster MFU, ignoring
-    communication. Serving: its mean arrival rate (value = the share of demand served in SLO).
+    Training: tokens/s on ``max_gpus`` GPUs in BF16 at the model's time per token
+    (:func:`seconds_per_token_table`), ignoring communication and recomputation. Serving: its
+    mean arrival rate (value = the share of demand served in SLO).
     """
-    bf16_peak = st.peak[:, BF16]
-    train_rate = st.max_gpus * bf16_peak * st.mfu / (TRAIN_FLOPS_FACTOR * st.flops_fwd.sum(-1))
+    tpt_bf16 = seconds_per_token_table(st)[:, :, BF16].sum(-1) / st.mfu
+    train_rate = st.max_gpus / (TRAIN_FLOPS_FACTOR * tpt_bf16)
     return np.where(st.is_train, train_rate, st.arrival_rate)
 
 
