@@ -122,7 +122,7 @@ class RunEnv(FleetTorchEnv):
             return out
         out = super()._reset(tensordict, **kwargs)
         mine = out.select(*self.KEYS)
-        if partial and self.handed is not None:
+        if partial and tensordict is not None and self.handed is not None:
             which = tensordict.get("_reset").reshape(self.num_envs)
             merged = self.handed.clone()  # new tensors: the collector may still hold the old ones
             merged[which] = mine[which]
