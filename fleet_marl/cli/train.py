@@ -32,7 +32,7 @@ DESCRIPTION = (
 ENGINES = ("torchrl", "rllib")
 
 EXAMPLES = """examples:
-  fleet-marl train                                   # the default run (make train): IPPO with TorchRL on easy, about 5 min + grading
+  fleet-marl train                                   # the default run (make train): IPPO with TorchRL on easy, about 6 min + grading
   fleet-marl train --task tiny --iterations 3 --seed 3  # twice: the same metrics.csv and checkpoint, bit for bit (collector sync)
   fleet-marl train --collector async                 # faster on 2 cores, not reproducible
   fleet-marl train --collectors 4 --device cuda      # collect in 4 processes, learn on the GPU
