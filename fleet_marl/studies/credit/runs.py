@@ -3,7 +3,9 @@
 A study is a design (:data:`DESIGNS`: :class:`~fleet_marl.studies.credit.torchrl_design.Study`
 on TorchRL, the default; :class:`~fleet_marl.studies.credit.rllib_design.RLlibStudy`, the first
 study, on RLlib) whose runs its engine's module trains
-(:mod:`~fleet_marl.studies.credit.torchrl_runs`, :mod:`~fleet_marl.studies.credit.rllib_runs`).
+(:mod:`~fleet_marl.studies.credit.torchrl_runs`, :mod:`~fleet_marl.studies.credit.rllib_runs`),
+on this machine's processes or, with ``address``, as Ray tasks on a cluster (the TorchRL study's:
+:mod:`~fleet_marl.studies.credit.torchrl_ray`).
 Everything else is the same for both:
 
 :func:`make_study`  the design of an engine (``quick`` for the pipeline check), with changes
@@ -15,6 +17,7 @@ Everything else is the same for both:
                     finishes, so a stopped study resumes where it stopped
 
     out = run(make_study("torchrl", ns=(2, 4), seeds=3))   # the missing runs
+    out = run(make_study("torchrl"), address="auto")        # ... on the Ray cluster this machine joined
     report(out)                                            # fleet_marl.studies.credit.report
 
 Nothing here imports torch or Ray; a run does.
