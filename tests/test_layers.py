@@ -254,6 +254,8 @@ PRIVATE_ALLOWED = {
     ("fleet_marl/config/checks.py", "_getframe"): "sys._getframe: the deprecation warning's stack level, the standard library's way",
     ("fleet_marl/torchrl/policy.py", "_empty_net"): "TorchRL's MultiAgentMLP runs its shared module template so; the rows of one agent have no public call",
     ("fleet_marl/kernel/packing.py", "_groups"): "_Packed._groups: the class's own registry, read in the module that defines it",
+    ("fleet_marl/rllib/runner.py", "_forward_exploration"): "RLlib's RLModule API: the array env runner calls the module's forward pass without RLlib's per-call eval/train switch, as RLlib's own runner does inside forward_exploration",
+    ("fleet_marl/rllib/runner.py", "_forward_inference"): "RLlib's RLModule API: as _forward_exploration, for greedy actions",
 }
 
 

@@ -99,8 +99,9 @@ def rllib_train_rate(warmup: int, timed: int, vector: bool = True, checkout: str
 
 def measure(quick: bool = False, cpu: int | None = None, progress: bool = True, before: str | None = None) -> dict[str, Any]:
     """The whole ``--clients`` report (see the module docstring and docs/benchmarks.md)."""
+    # bench.py imports this module for --clients: its verdict and the client rates are read when measuring
     from fleet_marl.studies.bench import verdict
-    from fleet_marl.studies.clients_bench import measure_clients
+    from fleet_marl.studies.clients_bench import measure_clients  # imports the clients' extras when it runs
 
     pinned = pin_to_one_core(cpu)
     t0 = time.perf_counter()

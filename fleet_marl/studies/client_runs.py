@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -282,7 +283,6 @@ def rllib_vector(opts: dict, ends: int, limit: int, rng: np.random.Generator) ->
 def torchrl_native(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
     """``fleet_marl.torchrl.FleetTorchEnv`` in TorchRL's ``SerialEnv`` (two envs of two
     clusters), its own masks (``("agents", "action_mask")``); cluster 0's ends."""
-    from functools import partial
 
     import torch  # the [torchrl] extra's
     from torchrl.envs import SerialEnv  # the [torchrl] extra's

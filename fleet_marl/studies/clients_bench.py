@@ -43,6 +43,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -209,7 +210,6 @@ def _torch_env(task: str, clusters: int, seed: int):
 def torchrl_native(task: str, clusters: int, steps: int, repeats: int, rng: np.random.Generator, workers: int = 0) -> float:
     """FleetTorchEnv alone (``workers=0``), or ``workers`` of them of ``clusters / workers``
     each in TorchRL's ``SerialEnv`` (``workers > 0``) or ``ParallelEnv`` (``workers < 0``)."""
-    from functools import partial
 
     from torchrl.envs import ParallelEnv, SerialEnv  # the [torchrl] extra's
 
