@@ -275,3 +275,35 @@ def test_vector_env_refuses_the_sequential_protocol_and_bad_options():
     assert venv.single_observation_spaces == FleetRLlibEnv({"task": "tiny", "with_state": True}).observation_spaces
     with pytest.raises(LookupError):
         venv.summary(0)
+
+
+def test_the_learner_computes_rllibs_ppo_loss(ray_session, monkeypatch):
+    """FleetPPOTorchLearner's loss and logged figures equal RLlib's PPOTorchLearner's on every
+    minibatch of two iterations (the masked rows included: episode chunks end in each batch)."""
+    from ray.rllib.algorithms.ppo.torch.ppo_torch_learner import PPOTorchLearner
+
+    from fleet_marl.rllib.learner import FleetPPOTorchLearner
+
+    seen = []
+    fast = FleetPPOTorchLearner.compute_loss_for_module
+
+    def both(self, *, module_id, config, batch, fwd_out):
+        theirs = PPOTorchLearner.compute_loss_for_module(self, module_id=module_id, config=config, batch=batch, fwd_out=fwd_out)
+        logged = {k: self.metrics.peek((module_id, k)) for k in ("policy_loss", "vf_loss", "entropy", "mean_kl_loss", "vf_explained_var")}
+        ours = fast(self, module_id=module_id, config=config, batch=batch, fwd_out=fwd_out)
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+        for k, v in logged.items():
+            assert float(self.metrics.peek((module_id, k))) == pytest.approx(float(v), rel=1e-4, abs=1e-6), k
+        seen.append(Columns.LOSS_MASK in batch and not bool(batch[Columns.LOSS_MASK].all()))
+        return ours
+
+    monkeypatch.setattr(FleetPPOTorchLearner, "compute_loss_for_module", both)
+    for sharing in ("shared", "mappo"):
+        algo = build(TrainConfig(**{**SMALL, "task": "tiny", "sharing": sharing, "num_epochs": 2})).build_algo()
+        try:
+            assert isinstance(algo.learner_group._learner, FleetPPOTorchLearner)
+            algo.train()
+            algo.train()
+        finally:
+            algo.stop()
+    assert len(seen) >= 8 and any(seen)

@@ -261,6 +261,7 @@ def build(tc: TrainConfig):
     from fleet_marl.rllib.callbacks import FleetCallbacks  # Ray
     from fleet_marl.rllib.env import FleetRLlibEnv  # Ray
     from fleet_marl.rllib.evaluation import grade  # Ray
+    from fleet_marl.rllib.learner import FleetPPOTorchLearner  # Ray and torch
     from fleet_marl.rllib.modules import CentralCriticPPOTorchRLModule, MaskedPPOTorchRLModule  # Ray and torch
     from fleet_marl.rllib.runner import FleetEnvRunner  # Ray and torch
 
@@ -296,6 +297,7 @@ def build(tc: TrainConfig):
         .multi_agent(policies=set(sig["modules"]), policy_mapping_fn=mapping_for(tc.sharing, sig["possible_agents"], sig["kinds"]))
         .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
         .training(
+            learner_class=FleetPPOTorchLearner,  # PPO's loss in fewer CPU operations (learner.py)
             train_batch_size_per_learner=tc.train_batch_size,
             minibatch_size=tc.minibatch_size,
             num_epochs=tc.num_epochs,

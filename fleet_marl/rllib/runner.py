@@ -166,8 +166,8 @@ class FleetEnvRunner(MultiAgentEnvRunner):
                 o = {"observations": o, "action_mask": torch.from_numpy(mask)}
                 if state is not None:
                     o["state"] = torch.from_numpy(state)
-            if isinstance(one, torch.nn.Module) and one.training:  # RLlib's forward_* switch to eval and back on
-                one.eval()  # every call; an env runner's module never trains
+            if isinstance(one, torch.nn.Module) and one.training:  # RLlib's forward_* switch to eval and back on every
+                one.eval()  # call (skipped here: the _forward_* hooks they wrap); an env runner's module never trains
             with torch.no_grad():
                 b = {Columns.OBS: o}
                 din = (one._forward_exploration(b, t=t) if explore else one._forward_inference(b))[Columns.ACTION_DIST_INPUTS]
