@@ -41,15 +41,17 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 #: The core's requirements (pyproject.toml ``dependencies``), by normalized name.
 CORE = {"numpy", "numba", "gymnasium", "pettingzoo", "pyyaml", "tqdm"}
 #: The extras pyproject.toml declares.
-EXTRAS = {"rllib", "torchrl", "plot", "bench", "openenv", "all", "test", "fast"}
+EXTRAS = {"rllib", "torchrl", "plot", "bench", "openenv", "sb3", "pufferlib", "benchmarl", "all", "test", "fast"}
 #: Distributions that only extras install: none may be in the core venv.
 EXTRA_DISTS = {"ray", "torch", "torchrl", "tensordict", "matplotlib", "pillow", "supersuit", "tensorboardx", "mpe2",
-               "openenv", "fastapi", "uvicorn", "httpx", "pandas", "scipy", "pytest", "hypothesis"}
+               "openenv", "fastapi", "uvicorn", "httpx", "pandas", "scipy", "pytest", "hypothesis", "stable-baselines3",
+               "sb3-contrib", "pufferlib-core", "benchmarl", "hydra-core", "omegaconf"}
 #: Top-level modules of the extras: the only imports an installed module may fail on.
 EXTRA_MODULES = {"ray", "torch", "torchrl", "tensordict", "tensorboardX", "matplotlib", "PIL", "mpe2", "openenv", "fastapi", "uvicorn", "httpx",
-                 "pydantic", "starlette"}
+                 "pydantic", "starlette", "stable_baselines3", "sb3_contrib", "pufferlib", "benchmarl", "hydra", "omegaconf"}
 #: Packages whose modules must all import in the core (the adapters may need their extra).
-ADAPTERS = ("fleet_marl.rllib.", "fleet_marl.torchrl.", "fleet_marl.openenv.")
+ADAPTERS = ("fleet_marl.rllib.", "fleet_marl.torchrl.", "fleet_marl.openenv.", "fleet_marl.sb3.", "fleet_marl.pufferlib.",
+            "fleet_marl.benchmarl.")
 #: Known gaps, module -> the missing module it fails on: reported, not failed. Remove an entry
 #: once it is fixed.
 KNOWN_GAPS: dict[str, str] = {}

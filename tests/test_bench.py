@@ -122,7 +122,45 @@ def test_train_throughput_quick_run(tmp_path):
     r = json.loads(out.stdout)
     e2e, learn, wait = r["train_agent_steps_per_s_easy"], r["train_learn_agent_steps_per_s"], r["train_wait_share"]
     assert 0 < e2e <= learn * (1 + 1e-6) and 0 <= wait < 1  # the wall time holds the learning and the waits
-    assert r["train_collector"] == "async" and r["train_iterations_timed"] == 4
+    assert r["train_collector"] == "sync" and r["train_iterations_timed"] == 4
     t = r["targets"]["train_agent_steps_per_s_easy"]
     assert t["target"] == 50_000 and t["met"] == (e2e >= 50_000)
     assert not list(tmp_path.iterdir())  # the run folder was temporary
+
+
+@pytest.mark.timeout(1200)
+def test_clients_quick_run_measures_every_route_and_rllib_before_and_after(tmp_path):
+    """``bench --clients --quick``: every route's rate, RLlib's training before (``vector:
+    false``, as no checkout is named) and after (the vector env), both through ``fleet-marl
+    train --engine rllib``, and each target of issue 32 with its measurement and verdict; the
+    table shows them. No timing asserts."""
+    from fleet_marl.studies import bench_clients
+
+    out = subprocess.run([sys.executable, "-m", "fleet_marl.cli", "bench", "--clients", "--quick", "--json", "--no-progress"],
+                         capture_output=True, text=True, timeout=1100, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout)
+    rates = r["clients"]["agent_steps_per_s"]
+    assert {"sb3_vecenv", "sb3_supersuit", "pufferlib_native", "pufferlib_emulation", "torchrl_parallel", "rllib_vector"} <= set(rates)
+    assert all(math.isfinite(v) and v > 0 for v in rates.values())
+    before, after = r["rllib_train"]["before"], r["rllib_train"]["after"]
+    assert before["engine"] == "this package, vector: false" and after["engine"] == "this package"
+    for run in (before, after):
+        assert run["agent_steps"] > 0 and run["seconds_timed"] > 0
+        assert run["agent_steps_per_s"] == pytest.approx(run["agent_steps"] / run["seconds_timed"])
+        assert run["env_steps"] == 2000 * run["iterations_timed"]  # the default config's batch, every iteration
+    assert set(r["targets"]) == set(bench_clients.TARGETS)
+    speedup = r["targets"]["rllib_train_speedup"]
+    assert speedup["measured"] == pytest.approx(after["agent_steps_per_s"] / before["agent_steps_per_s"]) and isinstance(speedup["met"], bool)
+    assert r["targets"]["sb3_vecenv_over_supersuit"]["measured"] == pytest.approx(r["clients"]["ratios"]["sb3_vecenv_over_supersuit"])
+    table = bench_clients.format_table(r)
+    for label in ("rllib_vector", "torchrl_parallel", "before", "after", "rllib_train_speedup", "pufferlib_native_over_emulation"):
+        assert label in table, label
+    assert not list(tmp_path.iterdir())  # the runs' folders were temporary
+
+
+def test_clients_refuses_a_before_checkout_without_fleet_marl(tmp_path):
+    from fleet_marl.studies.bench_clients import rllib_train_rate
+
+    with pytest.raises(ValueError, match="no fleet_marl package there"):
+        rllib_train_rate(1, 1, checkout=str(tmp_path))

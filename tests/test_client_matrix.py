@@ -141,7 +141,10 @@ def test_clients_bench_measures_every_route_and_the_ratios():
 
     report = measure_clients(task="tiny", clusters=4, steps=3, repeats=1)
     rates = report["agent_steps_per_s"]
-    assert set(rates) == {"vector_env", "sb3_supersuit", "sb3_vecenv", "pufferlib_emulation", "pufferlib_native"}
+    assert set(rates) == {
+        "vector_env", "sb3_supersuit", "sb3_vecenv", "pufferlib_emulation", "pufferlib_native",
+        "torchrl_wrapper", "torchrl_native", "torchrl_serial", "torchrl_parallel", "rllib_env", "rllib_vector",
+    }
     assert all(np.isfinite(v) and v > 0 for v in rates.values())
     assert set(report["ratios"]) == set(TARGETS) == set(report["met"])
     assert report["ratios"]["sb3_vecenv_over_supersuit"] == pytest.approx(rates["sb3_vecenv"] / rates["sb3_supersuit"])

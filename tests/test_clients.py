@@ -177,5 +177,8 @@ def test_rllib_parallel_pettingzoo_env_where_it_falls_short():
     obs, rew, term, trunc, infos = ours.step({"tenant_0": act, "tenant_1": act})
     assert term["__all__"] is False and trunc["__all__"] is True  # every agent finished, however each ended
     assert "tenant_0" in ours.render()
+    # either mask_layout is taken (the RLlib env's mask is always its own flat one); another is named
+    flat = FleetRLlibEnv({"task": "tiny", "mask_layout": "flat"})
+    assert flat.reset(seed=0)[0].keys() == FleetRLlibEnv({"task": "tiny"}).reset(seed=0)[0].keys()
     with pytest.raises(ValueError, match="mask_layout"):
-        FleetRLlibEnv({"task": "tiny", "mask_layout": "flat"})
+        FleetRLlibEnv({"task": "tiny", "mask_layout": "ragged"})

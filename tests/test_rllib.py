@@ -41,16 +41,17 @@ def small(**kw) -> TrainConfig:
     return TrainConfig(**{**SMALL, **kw})
 
 
-@pytest.mark.parametrize("task, sharing, obs_mode, n_modules, envs", [
-    ("tiny", "shared", "dict", 1, 1),
-    ("tiny", "per_tenant", "dict", 2, 1),
-    ("easy", "per_kind", "dict", 2, 1),
-    ("tiny", "mappo", "dict", 1, 1),
-    ("tiny", "shared", "flat", 1, 1),
-    ("tiny", "shared", "dict", 1, 2),  # two sub-envs per runner: the callback reads the right one
+@pytest.mark.parametrize("task, sharing, obs_mode, n_modules, envs, vector", [
+    ("tiny", "shared", "dict", 1, 8, True),
+    ("tiny", "per_tenant", "dict", 2, 8, True),
+    ("easy", "per_kind", "dict", 2, 2, True),  # 100 rounds a cluster per iteration: episodes end
+    ("tiny", "mappo", "dict", 1, 8, True),
+    ("tiny", "shared", "flat", 1, 8, True),
+    ("tiny", "shared", "dict", 1, 1, False),  # the per-cluster env (RLlib's SyncVectorMultiAgentEnv)
+    ("tiny", "mappo", "dict", 1, 2, False),  # two sub-envs per runner: the callback reads the right one
 ])
-def test_each_builder_builds_and_trains_two_iterations(ray_session, task, sharing, obs_mode, n_modules, envs):
-    tc = small(task=task, sharing=sharing, obs_mode=obs_mode, reward_scheme="difference", num_envs_per_env_runner=envs)
+def test_each_builder_builds_and_trains_two_iterations(ray_session, task, sharing, obs_mode, n_modules, envs, vector):
+    tc = small(task=task, sharing=sharing, obs_mode=obs_mode, reward_scheme="difference", num_envs_per_env_runner=envs, vector=vector)
     algo = build(tc).build_algo()
     try:
         algo.train()
@@ -77,11 +78,16 @@ def test_each_builder_builds_and_trains_two_iterations(ray_session, task, sharin
             # the critic never travels to the env runners
             assert not any("central_vf" in k for k in mod.get_state(inference_only=True))
             assert any("central_vf" in k for k in mod.get_state())
-        # the reward seconds and steps of the envs the local runner steps (the study's cost figure)
-        envs = fleet_envs(algo.env_runner.env)
-        assert len(envs) == tc.num_envs_per_env_runner
+        # the reward seconds and steps of the envs the local runner steps (the study's cost figure):
+        # B clusters of the vector env (the default), or one FleetParallelEnv per sub-env
         seconds, steps = credit_timing(algo)
-        assert steps == sum(e.steps_taken for e in envs) > 0 and seconds > 0.0
+        if tc.vector:
+            assert algo.env_runner.env.num_envs == tc.num_envs_per_env_runner
+            assert steps == algo.env_runner.env.steps_taken == r2["num_env_steps_sampled_lifetime"] and seconds > 0.0
+        else:
+            envs = fleet_envs(algo.env_runner.env)
+            assert len(envs) == tc.num_envs_per_env_runner
+            assert steps == sum(e.steps_taken for e in envs) > 0 and seconds > 0.0
         assert not [k for k in vars(algo) if k.startswith("_fleet")]  # nothing of ours on RLlib's object
     finally:
         algo.stop()
@@ -256,7 +262,8 @@ def test_train_on_a_ray_start_cluster_through_address(tmp_path):
     )
     try:
         cfg = tmp_path / "cluster.yaml"  # graded in-training too, so the grader runs with a remote env runner
-        cfg.write_text("task: tiny\niterations: 2\ntrain_batch_size: 200\nminibatch_size: 100\nnum_epochs: 1\neval_interval: 1\neval_episodes: 1\n")
+        cfg.write_text("task: tiny\niterations: 2\ntrain_batch_size: 200\nminibatch_size: 100\nnum_epochs: 1\neval_interval: 1\neval_episodes: 1\n"
+                       "num_envs_per_env_runner: 4\n")  # 50 rounds a cluster per iteration: tiny's episodes (25) end in each
         cmd = [str(bindir / "fleet-marl"), "train", "--address", f"127.0.0.1:{port}", "--config", str(cfg),
                "--num-env-runners", "1", "--final-episodes", "1", "--out", str(tmp_path / "runs"), "--name", "cluster", "--no-progress", "--json"]
         deadline = time.time() + 120

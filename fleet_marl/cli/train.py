@@ -5,8 +5,8 @@ GAE and clipped PPO over the vector env, in this process. ``rllib``
 (:mod:`fleet_marl.rllib.command`): RLlib's PPO, the route to a Ray cluster. Both write the same
 run folder (checkpoint, ``metrics.csv``, TensorBoard, learning curve, the grader's table) and
 both runs grade with ``fleet-marl evaluate --policy RUN``. The options are the RLlib engine's
-(unchanged) plus ``--engine``, ``--num-envs`` and ``--max-minutes``; the Ray-only ones are refused
-with torchrl. Without ``--engine``, :func:`engine_of` picks it.
+(unchanged) plus ``--engine`` and the torchrl engine's own (``--num-envs``, ``--max-minutes``,
+``--collector``, ``--collectors``, ``--device``); the Ray-only ones are refused with torchrl. Without ``--engine``, :func:`engine_of` picks it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import yaml
 
 from fleet_marl.rllib import command as rllib_command
 from fleet_marl.rllib.loader import checkpoint_folder as rllib_run
+from fleet_marl.torchrl import command as torchrl_command  # imports no torch
 from fleet_marl.torchrl.loader import checkpoint_folder as torchrl_run
 from fleet_marl.training import config_path
 
@@ -31,11 +32,14 @@ DESCRIPTION = (
 ENGINES = ("torchrl", "rllib")
 
 EXAMPLES = """examples:
-  fleet-marl train                                   # the default run (make train): IPPO with TorchRL on easy, 5 min + grading
+  fleet-marl train                                   # the default run (make train): IPPO with TorchRL on easy, about 6 min + grading
+  fleet-marl train --task tiny --iterations 3 --seed 3  # twice: the same metrics.csv and checkpoint, bit for bit (collector sync)
+  fleet-marl train --collector async                 # faster on 2 cores, not reproducible
+  fleet-marl train --collectors 4 --device cuda      # collect in 4 processes, learn on the GPU
   fleet-marl train --iterations 10 --final-episodes 3   # a quick look
   fleet-marl train --task medium --sharing mappo --reward-scheme difference
   fleet-marl train --config my_run.yaml                 # a YAML of TorchRLTrainConfig keys with 'engine: torchrl'
-  fleet-marl train --resume runs/train/easy-shared-local-torchrl --iterations 2000 --max-minutes 10
+  fleet-marl train --resume runs/train/easy-shared-local-torchrl --iterations 2000   # on to 2000 in all, as if never stopped
   fleet-marl train --engine rllib                    # RLlib's PPO on easy (about 13 min on 2 cores)
   fleet-marl train --config medium_per_kind_difference   # an RLlib config (experiments/configs/): the rllib engine
   fleet-marl train --config experiments/torchrl_configs/medium_seq_15min.yaml  # env: {protocol: sequential}: one policy call per turn
@@ -58,12 +62,7 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
         "(an RLlib config or run: rllib), rllib with --address or --num-env-runners, else torchrl",
     )
     rllib_command.add_arguments(t)
-    t.add_argument(
-        "--num-envs", type=int, default=None, metavar="B", help="torchrl: clusters stepped together by the vector env (default 256)"
-    )
-    t.add_argument(
-        "--max-minutes", type=float, default=None, metavar="M", help="torchrl: stop after the iteration that passes M minutes of training"
-    )
+    torchrl_command.add_arguments(t)
 
 
 def engine_of(args) -> str:
@@ -89,14 +88,12 @@ def engine_of(args) -> str:
 def run(args) -> int:
     args.engine = engine_of(args)
     if args.engine == "torchrl":
-        from fleet_marl.torchrl import command  # imports no torch
-
-        return command.run(args)
-    for flag in ("num_envs", "max_minutes"):
+        return torchrl_command.run(args)
+    for flag in torchrl_command.TORCHRL_ONLY:
         if getattr(args, flag) is not None:
             print(
-                f"error: --{flag.replace('_', '-')} is an option of --engine torchrl; RLlib's batch and budget are set in its --config "
-                "(train_batch_size, iterations)",
+                f"error: --{flag.replace('_', '-')} is an option of --engine torchrl; RLlib's batch, budget and workers are set in its "
+                "--config (train_batch_size, iterations, num_env_runners) or with --num-env-runners and --address",
                 file=sys.stderr,
             )
             return 2

@@ -1,12 +1,20 @@
 """fleet_marl with RLlib (ray 2.60, new API stack, PPO).
 
 =====================================  ==========================================================
+``FleetVectorMultiAgentEnv``           B clusters of the vector env as one RLlib
+                                       ``VectorMultiAgentEnv`` (``vector.py``)
+``FleetEnvRunner``                     RLlib's env runner over it, sampling as arrays
+                                       (``runner.py``; what ``fleet-marl train`` samples with)
 ``FleetRLlibEnv``                      the env as an RLlib ``MultiAgentEnv`` (``env.py``);
                                        turn-based with ``protocol="sequential"``
 ``register()``                         registers ``"fleet_marl"`` (dict obs) and
                                        ``"fleet_marl_flat"`` with Ray Tune
 ``MaskedPPOTorchRLModule``             PPO module with action masking (``modules.py``)
 ``CentralCriticPPOTorchRLModule``      masked actor + critic on ``env.state()`` (MAPPO)
+``FusedMultiCategorical``              their action distribution, in one table
+                                       (``distribution.py``)
+``FleetPPOTorchLearner``               PPO's learner, the same loss in fewer operations
+                                       (``learner.py``)
 ``FleetCallbacks``                     welfare, fairness and event metrics (``callbacks.py``)
 ``TrainConfig``, ``build``             run configs and the ``PPOConfig`` builder (``config.py``)
 ``ModulePolicy``                       trained modules as a grader policy (``policy.py``)
@@ -28,6 +36,10 @@ import importlib
 
 _NAMES = {
     "FleetRLlibEnv": "env",
+    "FleetVectorMultiAgentEnv": "vector",
+    "FleetEnvRunner": "runner",
+    "FusedMultiCategorical": "distribution",
+    "FleetPPOTorchLearner": "learner",
     "register": "env",
     "ENV_NAMES": "env",
     "MaskedPPOTorchRLModule": "modules",
@@ -55,7 +67,11 @@ __all__ = [
     "SHARING",
     "CentralCriticPPOTorchRLModule",
     "FleetCallbacks",
+    "FleetEnvRunner",
+    "FleetPPOTorchLearner",
     "FleetRLlibEnv",
+    "FleetVectorMultiAgentEnv",
+    "FusedMultiCategorical",
     "MaskedPPOTorchRLModule",
     "ModulePolicy",
     "TrainConfig",

@@ -57,7 +57,7 @@ class FleetCallbacks(RLlibCallback):
         if metrics_logger is None or env is None:
             return
         # the vector env resets a finished sub-env on its next step, so it still holds this episode
-        summary = fleet_envs(env)[env_index].fairness
+        summary = env.summary(env_index) if hasattr(env, "summary") else fleet_envs(env)[env_index].fairness
         log = metrics_logger.log_value
         log("fleet/welfare", float(summary.welfare), reduce="mean")
         log("fleet/jain", float(summary.jain), reduce="mean")

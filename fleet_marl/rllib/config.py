@@ -32,6 +32,10 @@ from fleet_marl.rllib.sharing import SHARING, mapping_for, module_ids
 from fleet_marl.training import TrainConfigError, check_common, check_env
 
 OBS_MODES = ("dict", "flat")
+#: The most clusters per env runner when ``num_envs_per_env_runner`` is left out and the vector env
+#: samples: then B = train_batch_size // max_cycles, so that each cluster plays whole episodes in
+#: an iteration (the default config: 2000 // 100 = 20 clusters of 100 rounds), at most this many.
+MAX_AUTO_B = 256
 
 
 @dataclass
@@ -47,9 +51,12 @@ class TrainConfig:
     #: run length and seed (the env runners' seeds and the module initialization)
     iterations: int = 36
     seed: int = 0
-    #: sampling
+    #: sampling: ``vector`` steps B = num_envs_per_env_runner clusters per env runner as arrays (the
+    #: sequential protocol, turn-based, always steps one env per cluster); None: B =
+    #: train_batch_size // max_cycles with the vector env (:data:`MAX_AUTO_B` at most), 1 env otherwise
     num_env_runners: int = 0
-    num_envs_per_env_runner: int = 1
+    num_envs_per_env_runner: int | None = None
+    vector: bool = True
     #: PPO (env steps per iteration; agent steps are N times more)
     train_batch_size: int = 2000
     minibatch_size: int = 1000
@@ -125,7 +132,6 @@ class TrainConfig:
                 raise TrainConfigError(f"{source}: env.{k} is set by the top-level key; remove it from env")
         for name, lo in (
             ("iterations", 1),
-            ("num_envs_per_env_runner", 1),
             ("train_batch_size", 1),
             ("minibatch_size", 1),
             ("num_epochs", 1),
@@ -139,6 +145,14 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 bad(name, f"an integer >= {lo}")
+        n = self.num_envs_per_env_runner
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            bad(
+                "num_envs_per_env_runner",
+                "an integer >= 1, or null (train_batch_size // max_cycles clusters with the vector env, 1 env otherwise)",
+            )
+        if not isinstance(self.vector, bool):
+            bad("vector", "true (B clusters stepped as arrays) or false (one env per cluster)")
         if self.minibatch_size > self.train_batch_size:
             bad("minibatch_size", f"at most train_batch_size ({self.train_batch_size})")
         for name, low, hi in (
@@ -160,6 +174,22 @@ class TrainConfig:
     @property
     def run_name(self) -> str:
         return self.name or f"{self.task}-{self.sharing}-{self.reward_scheme}"
+
+    @property
+    def vectorized(self) -> bool:
+        """Whether the vector env samples: ``vector`` and the simultaneous protocol."""
+        return self.vector and self.env.get("protocol", "simultaneous") != "sequential"
+
+    @property
+    def envs_per_runner(self) -> int:
+        """``num_envs_per_env_runner``, or its default: with the vector env, as many clusters as
+        an iteration holds whole episodes of (``train_batch_size // max_cycles``, at least 1, at
+        most :data:`MAX_AUTO_B`); one env per runner otherwise."""
+        if self.num_envs_per_env_runner is not None:
+            return self.num_envs_per_env_runner
+        if not self.vectorized:
+            return 1
+        return max(1, min(MAX_AUTO_B, self.train_batch_size // int(self.probe().config.max_cycles)))
 
     @property
     def run_dir(self) -> Path:
@@ -231,7 +261,9 @@ def build(tc: TrainConfig):
     from fleet_marl.rllib.callbacks import FleetCallbacks  # Ray
     from fleet_marl.rllib.env import FleetRLlibEnv  # Ray
     from fleet_marl.rllib.evaluation import grade  # Ray
+    from fleet_marl.rllib.learner import FleetPPOTorchLearner  # Ray and torch
     from fleet_marl.rllib.modules import CentralCriticPPOTorchRLModule, MaskedPPOTorchRLModule  # Ray and torch
+    from fleet_marl.rllib.runner import FleetEnvRunner  # Ray and torch
 
     sig = tc.signature()
     if tc.sharing == "mappo":
@@ -256,14 +288,16 @@ def build(tc: TrainConfig):
         .environment(FleetRLlibEnv, env_config=tc.env_config(), disable_env_checking=True)
         .env_runners(
             num_env_runners=tc.num_env_runners,
-            num_envs_per_env_runner=tc.num_envs_per_env_runner,
+            num_envs_per_env_runner=tc.envs_per_runner,
             rollout_fragment_length="auto",
             sample_timeout_s=600.0,
+            env_runner_cls=FleetEnvRunner if tc.vectorized else None,  # else RLlib's runner over one FleetRLlibEnv per sub-env
         )
         .learners(num_learners=0)
         .multi_agent(policies=set(sig["modules"]), policy_mapping_fn=mapping_for(tc.sharing, sig["possible_agents"], sig["kinds"]))
         .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs=specs))
         .training(
+            learner_class=FleetPPOTorchLearner,  # PPO's loss in fewer CPU operations (learner.py)
             train_batch_size_per_learner=tc.train_batch_size,
             minibatch_size=tc.minibatch_size,
             num_epochs=tc.num_epochs,

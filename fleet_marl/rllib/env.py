@@ -23,6 +23,9 @@ any config override), ``protocol`` and ``turn_order`` (below), plus:
 ``compute_all``
     Defaults to ``False`` here (only the trained scheme's reward is computed; welfare and the
     fairness report do not depend on it).
+``mask_layout``
+    ``"dims"`` or ``"flat"``, accepted and ignored: the mask in the observation is always the flat
+    one above.
 
 ``protocol``
     ``"simultaneous"`` (default): every live tenant acts on every env step (the
@@ -42,6 +45,10 @@ any config override), ``protocol`` and ``turn_order`` (below), plus:
 Action spaces are padded to a common ``MultiDiscrete(nvec.max(0))`` so that agents with
 different ``max_gpus`` can share a module; the padded choices are masked (dict mode) or
 clipped to the agent's range (flat mode).
+
+B clusters at the vector env's speed: :class:`~fleet_marl.rllib.vector.FleetVectorMultiAgentEnv`
+(the same spaces, B clusters in one array step), what ``fleet-marl train --engine rllib`` samples
+by default; this per-cluster env stays for the sequential protocol and ``TrainConfig.vector = False``.
 
 Reading the envs inside RLlib: :func:`fleet_envs` gives the ``FleetParallelEnv`` of each sub-env
 of an RLlib vector env (what ``FleetCallbacks.on_episode_end`` receives), and
@@ -74,6 +81,43 @@ WRAPPER_KEYS = ("obs_mode", "with_state")
 PROTOCOL_KEYS = ("protocol", "turn_order")
 
 
+def check_env_config(cfg: dict) -> tuple[str, bool, dict]:
+    """``(obs_mode, with_state, the rest)`` of an ``env_config``, checked (a ValueError naming the
+    key); the rest has ``compute_all = False`` unless it says otherwise. ``mask_layout`` (``"dims"``
+    or ``"flat"``) is taken and dropped: the RLlib envs' mask is always their own flat one."""
+    cfg = dict(cfg)
+    obs_mode = cfg.pop("obs_mode", "dict")
+    if obs_mode not in OBS_MODES:
+        raise ValueError(f"env_config obs_mode = {obs_mode!r}: expected one of {', '.join(map(repr, OBS_MODES))}")
+    with_state = bool(cfg.pop("with_state", False))
+    if with_state and obs_mode != "dict":
+        raise ValueError("env_config with_state = True needs obs_mode = 'dict' (the state is one key of the Dict observation)")
+    cfg.setdefault("compute_all", False)
+    layout = cfg.pop("mask_layout", "dims")
+    if layout not in ("dims", "flat"):
+        raise ValueError(
+            f"env_config mask_layout = {layout!r}: the RLlib env puts its own flat mask, padded to nvec_max, in the observation "
+            "(obs_mode='dict') whatever the layout; leave mask_layout out, or give 'dims' or 'flat'"
+        )
+    return obs_mode, with_state, cfg
+
+
+def rllib_spaces(
+    features: int, mask_size: int, nvec_max: np.ndarray, state: gym.Space | None, obs_mode: str = "dict"
+) -> tuple[gym.Space, gym.spaces.MultiDiscrete]:
+    """Every agent's (observation space, action space): the Dict of ``observations`` (a Box of
+    ``features``), ``action_mask`` (a Box of ``mask_size``) and, given, ``state``; or the Box
+    alone (``obs_mode="flat"``). Actions: ``MultiDiscrete(nvec_max)``."""
+    box = gym.spaces.Box(0.0, 1.0, (features,), np.float32)
+    obs_space: gym.Space = box
+    if obs_mode == "dict":
+        spaces: dict[str, gym.Space] = {"observations": box, "action_mask": gym.spaces.Box(0.0, 1.0, (mask_size,), np.float32)}
+        if state is not None:
+            spaces["state"] = state
+        obs_space = gym.spaces.Dict(spaces)
+    return obs_space, gym.spaces.MultiDiscrete(nvec_max)
+
+
 def flat_mask(mask: tuple, offsets: np.ndarray) -> np.ndarray:
     """The per-dimension mask tuple of ``FleetParallelEnv`` as one float32 vector of length
     ``offsets[-1] = sum(nvec_max)``: dimension ``k`` at ``offsets[k]:offsets[k+1]``, padded
@@ -97,20 +141,9 @@ class FleetRLlibEnv(MultiAgentEnv):
         super().__init__()
         cfg = dict(config or {})
         self.worker_index = int(getattr(config, "worker_index", 0) or 0)  # RLlib's EnvContext
-        self.obs_mode = cfg.pop("obs_mode", "dict")
         if obs_mode is not None:
-            self.obs_mode = obs_mode
-        if self.obs_mode not in OBS_MODES:
-            raise ValueError(f"env_config obs_mode = {self.obs_mode!r}: expected one of {', '.join(map(repr, OBS_MODES))}")
-        self.with_state = bool(cfg.pop("with_state", False))
-        if self.with_state and self.obs_mode != "dict":
-            raise ValueError("env_config with_state = True needs obs_mode = 'dict' (the state is one key of the Dict observation)")
-        cfg.setdefault("compute_all", False)
-        if cfg.get("mask_layout", "dims") != "dims":
-            raise ValueError(
-                f"env_config mask_layout = {cfg['mask_layout']!r}: the RLlib env puts its own flat mask, padded to nvec_max, "
-                "in the observation (obs_mode='dict'); leave mask_layout out"
-            )
+            cfg["obs_mode"] = obs_mode
+        self.obs_mode, self.with_state, cfg = check_env_config(cfg)
         protocol, turn_order = check_protocol(cfg)  # a ConfigError naming protocol or turn_order
         cfg = {k: v for k, v in cfg.items() if k not in PROTOCOL_KEYS}
         self.protocol = protocol
@@ -132,14 +165,9 @@ class FleetRLlibEnv(MultiAgentEnv):
         self._hi = {a: pe.nvec[i] - 1 for i, a in enumerate(self.possible_agents)}
         self._offsets = mask_offsets(self.nvec_max)
         box = spaces_of.observation_spaces[pe.possible_agents[0]]  # 34 features, or 40 under the sequential protocol
-        if self.obs_mode == "dict":
-            spaces = {"observations": box, "action_mask": gym.spaces.Box(0.0, 1.0, (int(self.nvec_max.sum()),), np.float32)}
-            if self.with_state:
-                spaces["state"] = spaces_of.state_space
-            obs_space: gym.Space = gym.spaces.Dict(spaces)
-        else:
-            obs_space = box
-        act_space = gym.spaces.MultiDiscrete(self.nvec_max)
+        state = spaces_of.state_space if self.with_state else None
+        features = int(np.prod(box.shape or ()))
+        obs_space, act_space = rllib_spaces(features, int(self.nvec_max.sum()), self.nvec_max, state, self.obs_mode)
         self.observation_spaces = dict.fromkeys(self.possible_agents, obs_space)
         self.action_spaces = dict.fromkeys(self.possible_agents, act_space)
 
@@ -275,7 +303,10 @@ def make_flat_env(config: dict | None = None) -> FleetRLlibEnv:
 
 def fleet_envs(vector_env) -> list[FleetParallelEnv]:
     """The ``FleetParallelEnv`` of each sub-env of an RLlib vector env of :class:`FleetRLlibEnv`
-    (or of one ``FleetRLlibEnv``), in sub-env order."""
+    (or of one ``FleetRLlibEnv``), in sub-env order. The array-speed vector env
+    (:class:`~fleet_marl.rllib.vector.FleetVectorMultiAgentEnv`) has none: a ValueError."""
+    if hasattr(vector_env, "step_frame"):
+        raise ValueError("fleet_envs: a FleetVectorMultiAgentEnv steps its clusters as arrays, with no FleetParallelEnv per cluster")
     subs = getattr(vector_env, "envs", None) or [vector_env]
     return [sub.unwrapped.par_env for sub in subs]
 
@@ -283,9 +314,15 @@ def fleet_envs(vector_env) -> list[FleetParallelEnv]:
 def credit_timing(algorithm) -> tuple[float, int]:
     """(seconds spent computing rewards, env steps taken) over the lifetime of the envs the
     algorithm's local env runner steps: every training step when ``num_env_runners = 0``, none
-    otherwise (then ``(0.0, 0)``). See ``FleetParallelEnv.credit_seconds``."""
+    otherwise (then ``(0.0, 0)``). An env step is one round of one cluster, on either env
+    runner (``FleetParallelEnv.credit_seconds``, ``FleetVectorEnv.credit_seconds``)."""
     runner = algorithm.env_runner
-    envs = fleet_envs(runner.env) if runner is not None and runner.env is not None else []
+    env = runner.env if runner is not None else None
+    if env is None:
+        return 0.0, 0
+    if hasattr(env, "step_frame"):  # the array-speed vector env: its own totals
+        return float(env.credit_seconds), int(env.steps_taken)
+    envs = fleet_envs(env)
     return float(sum(e.credit_seconds for e in envs)), int(sum(e.steps_taken for e in envs))
 
 

@@ -21,13 +21,21 @@ from __future__ import annotations
 import torch
 from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPPOTorchRLModule
 from ray.rllib.core.columns import Columns
+from ray.rllib.core.models.base import ENCODER_OUT
 from ray.rllib.utils.torch_utils import FLOAT_MIN
 from torch import nn
 
+from fleet_marl.rllib.distribution import FusedMultiCategorical
+
 
 def mask_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``logits`` where ``mask`` is 1, ``FLOAT_MIN`` elsewhere (same shape)."""
-    return torch.where(mask > 0.5, logits, torch.full_like(logits, FLOAT_MIN))
+    """``logits`` where ``mask`` is 1, about ``FLOAT_MIN`` where it is 0 (same shape; ``mask`` 0/1).
+
+    Written as ``logits + (mask - 1) * |FLOAT_MIN|``: where the mask is 1 the logit is unchanged,
+    bit for bit; where it is 0 it is ``logit - 3.4e38``, so a masked choice still has probability
+    0 and never wins the argmax. On CPU that is a tenth of the time of ``torch.where`` (or
+    ``masked_fill``) writing ``FLOAT_MIN``, which takes a slow path for it."""
+    return logits + (mask - 1.0) * (-FLOAT_MIN)
 
 
 class MaskedPPOTorchRLModule(DefaultPPOTorchRLModule):
@@ -45,6 +53,18 @@ class MaskedPPOTorchRLModule(DefaultPPOTorchRLModule):
     def setup(self):
         super().setup()  # encoder and heads for the Box
         self.observation_space = self._dict_space  # checkpoints record the Dict space
+        nvec = [int(n) for n in self.action_space.nvec]  # the flat logits' segments
+        self._dist_cls = FusedMultiCategorical.get_partial_dist_cls(input_lens=nvec)
+
+    # one fused distribution for sampling, inference and the loss (RLlib's TorchMultiCategorical, in one table)
+    def get_train_action_dist_cls(self):
+        return self._dist_cls
+
+    def get_exploration_action_dist_cls(self):
+        return self._dist_cls
+
+    def get_inference_action_dist_cls(self):
+        return self._dist_cls
 
     @staticmethod
     def _split(batch):
@@ -53,9 +73,13 @@ class MaskedPPOTorchRLModule(DefaultPPOTorchRLModule):
         inner[Columns.OBS] = obs["observations"]
         return inner, obs["action_mask"]
 
-    def _forward(self, batch, **kwargs):  # inference and exploration
+    def _forward(self, batch, **kwargs):  # inference and exploration: the actor alone
         inner, mask = self._split(batch)
-        out = super()._forward(inner, **kwargs)
+        actor = getattr(self.encoder, "actor_encoder", None)
+        if actor is None or self.is_stateful():  # not PPO's actor-critic MLP encoder: RLlib's own forward
+            out = super()._forward(inner, **kwargs)
+        else:  # RLlib's _forward also runs the critic's encoder, whose output it drops
+            out = {Columns.ACTION_DIST_INPUTS: self.pi(actor(inner)[ENCODER_OUT])}
         out[Columns.ACTION_DIST_INPUTS] = mask_logits(out[Columns.ACTION_DIST_INPUTS], mask)
         return out
 

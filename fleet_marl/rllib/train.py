@@ -44,11 +44,14 @@ from fleet_marl.rllib.loader import ENGINE
 from fleet_marl.rllib.policy import ModulePolicy
 from fleet_marl.training import MetricsLog, TrainResult, finish, prepare_run, progress_bar, start_run
 
+#: RLlib's lifetime agent-steps, one leaf per agent (``.../tenant_0`` ...): ``agent_steps`` is their sum.
+AGENT_STEPS = "env_runners/num_agent_steps_sampled_lifetime"
 #: The columns of ``metrics.csv``, in order (empty where an iteration has no value, e.g. no
 #: episode ended or no evaluation ran).
 COLUMNS = (
     ("iteration", "training_iteration"),
     ("env_steps", "num_env_steps_sampled_lifetime"),
+    ("agent_steps", AGENT_STEPS),
     ("time_s", "time_total_s"),
     ("episodes", "env_runners/num_episodes"),
     ("episode_return_mean", "env_runners/episode_return_mean"),
@@ -96,11 +99,14 @@ def flatten(result: dict, prefix: str = "") -> dict[str, float]:
     return out
 
 
-INT_COLUMNS = ("iteration", "env_steps", "episodes")
+INT_COLUMNS = ("iteration", "env_steps", "agent_steps", "episodes")
 
 
 def row_of(flat: dict[str, float]) -> dict[str, Any]:
     row = {name: flat.get(key, "") for name, key in COLUMNS}
+    per_agent = [v for k, v in flat.items() if k.startswith(AGENT_STEPS + "/")]
+    if per_agent:
+        row["agent_steps"] = sum(per_agent)
     for name in INT_COLUMNS:
         if row[name] != "":
             row[name] = int(row[name])

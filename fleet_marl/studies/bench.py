@@ -293,6 +293,8 @@ EXAMPLES = """examples:
   fleet-marl bench --quick --json       # the CI smoke run (under 30 s), one JSON object
   fleet-marl bench --cpu 0 --json > bench.json
   fleet-marl bench --train              # end-to-end training throughput of make train's config (about 1 min)
+  fleet-marl bench --clients --json     # every outside client's route and RLlib's training before/after (issue 32; about 5 min)
+  fleet-marl bench --clients --before ../before   # RLlib's "before": a checkout of the engine before issue 32
 
 Every key of the JSON report is documented in docs/benchmarks.md.
 """
@@ -313,6 +315,18 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument(
         "--train", action="store_true", help="measure end-to-end training throughput instead (the torchrl engine on easy, every core)"
     )
+    b.add_argument(
+        "--clients",
+        action="store_true",
+        help="measure every outside client's route and fleet-marl train --engine rllib before and after instead (issue 32's targets; pinned)",
+    )
+    b.add_argument(
+        "--before",
+        default=None,
+        metavar="DIR",
+        help="with --clients: a checkout of the engine to compare RLlib's training with (a folder holding its fleet_marl package; "
+        "default: this package with vector: false)",
+    )
 
 
 def run(args) -> int:
@@ -320,6 +334,16 @@ def run(args) -> int:
     if args.train:
         r = train_throughput(quick=args.quick, progress=not args.no_progress)
         print(json.dumps(r, indent=2) if args.json else format_train_table(r))
+        return 0
+    if args.clients:
+        from fleet_marl.studies import bench_clients  # the clients' extras: only for --clients
+
+        try:
+            c = bench_clients.measure(quick=args.quick, cpu=args.cpu, progress=not args.no_progress, before=args.before)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(c, indent=2) if args.json else bench_clients.format_table(c))
         return 0
     try:
         r = measure(quick=args.quick, cpu=args.cpu, progress=not args.no_progress)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -234,6 +235,79 @@ def benchmarl_mappo(opts: dict, ends: int, limit: int, rng: np.random.Generator,
     return Rollout(seen["steps"], seen["ends"], seen["agent_steps"], seen["rewards_finite"])
 
 
+def _rllib_action(o: Any, sizes, rng: np.random.Generator) -> np.ndarray:
+    """An action allowed by an RLlib observation's flat mask (obs_mode="dict"), or the all-zero one."""
+    return sample(o["action_mask"] if isinstance(o, dict) else None, sizes, rng)
+
+
+def rllib_env(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
+    """``fleet_marl.rllib.FleetRLlibEnv`` (one cluster, RLlib's ``MultiAgentEnv`` API; what
+    ``fleet-marl train --engine rllib`` samples with ``vector: false`` and under the sequential
+    protocol), reset at each ``__all__``."""
+    from fleet_marl.rllib.env import FleetRLlibEnv  # the [rllib] extra's
+
+    env = FleetRLlibEnv(dict(opts))
+    obs, _ = env.reset(seed=0)
+    r = Rollout(0, 0, 0, True)
+    while r.ends < ends and r.steps < limit:
+        acts = {a: _rllib_action(obs[a], env.nvec_max, rng) for a in env.agents}
+        obs, rew, term, trunc, _ = env.step(acts)
+        r.steps, r.agent_steps = r.steps + 1, r.agent_steps + len(acts)
+        r.rewards_finite &= all(np.isfinite(v) for v in rew.values())
+        if term["__all__"] or trunc["__all__"]:
+            r.ends += 1
+            obs, _ = env.reset()
+    return r
+
+
+def rllib_vector(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
+    """``fleet_marl.rllib.vector.FleetVectorMultiAgentEnv`` (2 clusters, RLlib's
+    ``VectorMultiAgentEnv`` API, what ``fleet-marl train --engine rllib`` samples): no action for a
+    tenant that finished; cluster 0's ends."""
+    from fleet_marl.rllib.vector import FleetVectorMultiAgentEnv  # the [rllib] extra's
+
+    env = FleetVectorMultiAgentEnv(dict(opts), num_envs=2)
+    obs, _ = env.reset(seed=0)
+    done: list[set] = [set(), set()]
+    r = Rollout(0, 0, 0, True)
+    while r.ends < ends and r.steps < limit:
+        acts = [{a: _rllib_action(o, env.nvec_max, rng) for a, o in ob.items() if a not in d} for ob, d in zip(obs, done, strict=True)]
+        obs, rew, term, trunc, _ = env.step(acts)
+        r.steps, r.agent_steps = r.steps + 1, r.agent_steps + sum(len(x) for x in acts)
+        r.rewards_finite &= all(np.isfinite(v) for d in rew for v in d.values())
+        done = [{a for a in ob if t.get(a) or u.get(a)} for ob, t, u in zip(obs, term, trunc, strict=True)]
+        r.ends += int(term[0]["__all__"] or trunc[0]["__all__"])
+    return r
+
+
+def torchrl_native(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
+    """``fleet_marl.torchrl.FleetTorchEnv`` in TorchRL's ``SerialEnv`` (two envs of two
+    clusters), its own masks (``("agents", "action_mask")``); cluster 0's ends."""
+
+    import torch  # the [torchrl] extra's
+    from torchrl.envs import SerialEnv  # the [torchrl] extra's
+
+    from fleet_marl.torchrl import FleetTorchEnv  # the [torchrl] extra's
+
+    kw = {k: v for k, v in opts.items() if k not in ("obs_mode", "mask_layout")}  # it takes neither (flat, both in its TensorDict)
+    env = SerialEnv(2, [partial(FleetTorchEnv, num_envs=2, seed=2 * w, **kw) for w in range(2)])
+    sizes = _sizes(kw)
+
+    def policy(td):
+        masks = td["agents", "action_mask"]
+        td["agents", "action"] = torch.from_numpy(sample_rows(masks.reshape(-1, masks.shape[-1]).numpy(), sizes, rng)).reshape(
+            *masks.shape[:-1], -1
+        )
+        return td
+
+    td = env.rollout(limit, policy=policy, break_when_any_done=False)
+    env.close()
+    done = td["next", "done"][0, 0, :, 0]
+    cut = int(np.flatnonzero(done.numpy())[ends - 1]) + 1 if int(done.sum()) >= ends else td.shape[-1]
+    live = td["agents", "mask"][..., :cut, :]
+    return Rollout(cut, int(done[:cut].sum()), int(live.sum()), bool(torch.isfinite(td["next", "agents", "reward"]).all()))
+
+
 RUNS: dict[str, Any] = {
     "sb3_supersuit": sb3_supersuit,
     "sb3_vecenv": sb3_vecenv,
@@ -244,6 +318,9 @@ RUNS: dict[str, Any] = {
     "pufferlib_vector": pufferlib_vector,
     "pufferlib_native": pufferlib_native,
     "benchmarl": benchmarl_mappo,
+    "rllib_env": rllib_env,
+    "rllib_vector": rllib_vector,
+    "torchrl_native": torchrl_native,
 }
 
 __all__ = ["RUNS", "Rollout", "sample", "sample_rows"]

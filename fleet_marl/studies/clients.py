@@ -114,6 +114,21 @@ CLIENTS: dict[str, Client] = {
         Client(
             "benchmarl", "fleet_marl.benchmarl.FleetTask (BenchMARL MAPPO, its own configs)", "vector", _adapter("fleet_marl.benchmarl")
         ),
+        Client("rllib_env", "fleet_marl.rllib.FleetRLlibEnv (RLlib MultiAgentEnv, one cluster)", "parallel", _anything),
+        Client(
+            "rllib_vector",
+            "fleet_marl.rllib.vector.FleetVectorMultiAgentEnv (RLlib VectorMultiAgentEnv over the vector env; fleet-marl train --engine rllib)",
+            "vector",
+            _anything,
+        ),
+        Client(
+            "torchrl_native",
+            "fleet_marl.torchrl.FleetTorchEnv in TorchRL's SerialEnv (fleet-marl train's env)",
+            "vector",
+            _flat_only(
+                "fleet_marl.torchrl.FleetTorchEnv", "it takes neither option: its TensorDict always holds the observation and the flat mask"
+            ),
+        ),
     )
 }
 

@@ -12,7 +12,19 @@ PettingZoo routes they replace, measured in one process (pin it: ``taskset -c 1`
                            its reset when the episode ends)
 ``pufferlib_native``       :class:`fleet_marl.pufferlib.FleetPufferEnv` over B clusters, through
                            ``pufferlib.vector.make`` (native), writing into PufferLib's buffers
+``torchrl_wrapper``        TorchRL's ``PettingZooWrapper`` (``use_mask=True, done_on_any=False``)
+                           over the ParallelEnv (``mask_layout="flat"``): ``step_and_maybe_reset``
+``torchrl_native``         :class:`fleet_marl.torchrl.FleetTorchEnv` over B clusters, the same call
+``torchrl_serial``         TorchRL's ``SerialEnv`` of two ``FleetTorchEnv`` of B/2 clusters each
+``torchrl_parallel``       TorchRL's ``ParallelEnv`` of two ``FleetTorchEnv`` of B/2 clusters (two
+                           worker processes, on the same pinned core)
+``rllib_env``              RLlib: :class:`fleet_marl.rllib.FleetRLlibEnv` (one cluster, agent dicts)
+``rllib_vector``           RLlib: :class:`fleet_marl.rllib.vector.FleetVectorMultiAgentEnv` over B
+                           clusters, its ``VectorMultiAgentEnv`` step (one agent dict per cluster)
 =========================  ======================================================================
+
+RLlib's training end to end, before and after (``fleet-marl train --engine rllib``), is
+:mod:`fleet_marl.studies.bench_clients`'s; so is the command's report.
 
 Each rate is agent-steps per second (slots stepped: a tenant that left its episode still fills
 its slot, on both sides), the median over ``repeats`` runs of ``steps`` calls; only the step
@@ -27,9 +39,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 import warnings
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -155,6 +169,106 @@ def pufferlib_native(task: str, clusters: int, steps: int, repeats: int, rng: np
     return _rate(step, steps, repeats)
 
 
+def _torch_actions(pool: list[np.ndarray]) -> list:
+    import torch  # the [torchrl] extra's
+
+    return [torch.as_tensor(a) for a in pool]
+
+
+def _torchrl_rate(env: Any, key: tuple, pool: list, agents: int, steps: int, repeats: int) -> float:
+    """``step_and_maybe_reset`` of a TorchRL env with the actions of ``pool`` (tensors shaped like ``key``'s)."""
+    td = env.reset()
+
+    def step(k: int) -> int:
+        nonlocal td
+        td.set(key, pool[k % len(pool)])
+        _, td = env.step_and_maybe_reset(td)
+        return agents
+
+    try:
+        return _rate(step, steps, repeats)
+    finally:
+        env.close()
+
+
+def torchrl_wrapper(task: str, steps: int, repeats: int, rng: np.random.Generator) -> float:
+    from torchrl.envs.libs.pettingzoo import PettingZooWrapper  # the [torchrl] extra's
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "PettingZoo in TorchRL is tested")
+        env = PettingZooWrapper(fleet_marl.parallel_env(task=task, compute_all=False, mask_layout="flat"), use_mask=True, done_on_any=False)
+    pool = _torch_actions(_parallel_pool(task, rng))
+    return _torchrl_rate(env, ("tenant", "action"), pool, len(env.group_map["tenant"]), steps, repeats)
+
+
+def _torch_env(task: str, clusters: int, seed: int):
+    from fleet_marl.torchrl import FleetTorchEnv  # the [torchrl] extra's
+
+    return FleetTorchEnv(num_envs=clusters, task=task, seed=seed)
+
+
+def torchrl_native(task: str, clusters: int, steps: int, repeats: int, rng: np.random.Generator, workers: int = 0) -> float:
+    """FleetTorchEnv alone (``workers=0``), or ``workers`` of them of ``clusters / workers``
+    each in TorchRL's ``SerialEnv`` (``workers > 0``) or ``ParallelEnv`` (``workers < 0``)."""
+
+    from torchrl.envs import ParallelEnv, SerialEnv  # the [torchrl] extra's
+
+    n = abs(workers)
+    if n == 0:
+        env = _torch_env(task, clusters, 0)
+    else:
+        fns = [partial(_torch_env, task, clusters // n, w * (clusters // n)) for w in range(n)]
+        env = SerialEnv(n, fns) if workers > 0 else ParallelEnv(n, fns)
+    agents = int(np.prod(env.action_spec["agents", "action"].shape[:-1]))
+    probe = fleet_marl.vector_env(num_envs=1, task=task)
+    _, infos = probe.reset(seed=0)
+    shape = tuple(env.action_spec["agents", "action"].shape)
+    pool = _torch_actions(
+        [
+            a.reshape(shape)
+            for a in _pool(np.broadcast_to(infos["action_mask"], shape[:-1] + infos["action_mask"].shape[-1:]), probe.mask_offsets, rng)
+        ]
+    )
+    return _torchrl_rate(env, ("agents", "action"), pool, agents, steps, repeats)
+
+
+def rllib_env(task: str, steps: int, repeats: int, rng: np.random.Generator) -> float:
+    from fleet_marl.rllib.env import FleetRLlibEnv  # the [rllib] extra's
+
+    env = FleetRLlibEnv({"task": task})
+    env.reset(seed=0)
+    pool = [dict(zip(env.possible_agents, a, strict=True)) for a in _parallel_pool(task, rng)]
+
+    def step(k: int) -> int:
+        if not env.agents:
+            env.reset()
+            return -1
+        act = pool[k % len(pool)]
+        env.step({a: act[a] for a in env.agents})
+        return len(act)
+
+    return _rate(step, steps, repeats)
+
+
+def rllib_vector(task: str, clusters: int, steps: int, repeats: int, rng: np.random.Generator) -> float:
+    from fleet_marl.rllib.vector import FleetVectorMultiAgentEnv  # the [rllib] extra's
+
+    env = FleetVectorMultiAgentEnv({"task": task}, num_envs=clusters)
+    obs, _ = env.reset(seed=0)
+    joint = [dict(zip(env.possible_agents, a, strict=True)) for a in _parallel_pool(task, rng)]
+    done: list[set] = [set() for _ in range(clusters)]
+
+    def step(k: int) -> int:
+        nonlocal obs, done
+        act = joint[k % len(joint)]
+        actions = [{a: act[a] for a in o if a not in d} for o, d in zip(obs, done, strict=True)]
+        obs, _, term, trunc, _ = env.step(actions)
+        done = [{a for a in o if t.get(a) or u.get(a)} for o, t, u in zip(obs, term, trunc, strict=True)]
+        return sum(len(a) for a in actions)
+
+    return _rate(step, steps, repeats)
+
+
 def measure_clients(
     task: str = "easy", clusters: int = 256, steps: int = 200, repeats: int = 5, seed: int = 0, progress: bool = False
 ) -> dict[str, Any]:
@@ -163,6 +277,8 @@ def measure_clients(
     one cluster (each side runs for a comparable time)."""
     require("stable_baselines3", "sb3", WHAT)
     require("supersuit", "test", WHAT)  # the route SB3's VecEnv is measured against
+    require(("torch", "torchrl", "tensordict"), "torchrl", WHAT)
+    require("ray.rllib", "rllib", WHAT)
     import fleet_marl.pufferlib as adapter  # its names check the [pufferlib] extra and pufferlib-core
 
     _ = adapter.FleetPufferEnv
@@ -174,12 +290,18 @@ def measure_clients(
         "sb3_vecenv": lambda: sb3_vecenv(task, clusters, steps, repeats, rng),
         "pufferlib_emulation": lambda: pufferlib_emulation(task, slow_steps, repeats, rng),
         "pufferlib_native": lambda: pufferlib_native(task, clusters, steps, repeats, rng),
+        "torchrl_wrapper": lambda: torchrl_wrapper(task, slow_steps, repeats, rng),
+        "torchrl_native": lambda: torchrl_native(task, clusters, steps, repeats, rng),
+        "torchrl_serial": lambda: torchrl_native(task, clusters, steps, repeats, rng, workers=2),
+        "torchrl_parallel": lambda: torchrl_native(task, clusters, steps, repeats, rng, workers=-2),
+        "rllib_env": lambda: rllib_env(task, slow_steps, repeats, rng),
+        "rllib_vector": lambda: rllib_vector(task, clusters, steps, repeats, rng),
     }
     rates = {}
     for name, job in jobs.items():
         rates[name] = job()
         if progress:
-            print(f"{name}: {rates[name]:,.0f} agent-steps/s", flush=True)
+            print(f"{name}: {rates[name]:,.0f} agent-steps/s", file=sys.stderr, flush=True)
     ratios = {
         "sb3_vecenv_over_supersuit": rates["sb3_vecenv"] / rates["sb3_supersuit"],
         "pufferlib_native_over_emulation": rates["pufferlib_native"] / rates["pufferlib_emulation"],

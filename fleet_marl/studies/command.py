@@ -37,10 +37,11 @@ ONLY = {
     "schemes": ("rllib", "--arms"),
     "budget": ("rllib", "--iterations"),
     "mechanism": ("rllib", "--mechanisms"),
-    "address": ("rllib", "--jobs"),
     "arms": ("torchrl", "--schemes"),
     "mechanisms": ("torchrl", "--mechanism"),
     "iterations": ("torchrl", "--budget"),
+    "device": ("torchrl", "its config's settings"),
+    "gpus_per_run": ("torchrl", "its config's settings"),
 }
 
 EXAMPLES = """examples:
@@ -49,11 +50,15 @@ EXAMPLES = """examples:
   fleet-marl compare --n 2,4,8 --arms global,difference,mappo --seeds 5 --out runs/small
   fleet-marl compare --report                     # tables, verdicts and plots again from the CSVs
   fleet-marl compare --report --docs              # ... and into docs/credit_assignment.md
+  fleet-marl compare --address auto               # each run a Ray task on the cluster this machine joined (ray start)
+  fleet-marl compare --address ray://head:10001 --device cuda --gpus-per-run 0.25   # learners on the cluster's GPUs
   fleet-marl compare --engine rllib               # the first study (RLlib, N = 2..16, 72 runs)
   fleet-marl compare --engine rllib --report --docs
 
 A stopped study resumes: run the same command again and the runs already in
-<out>/results.csv are skipped (sessions.csv adds up the wall time). Outputs in <out>/:
+<out>/results.csv are skipped (sessions.csv adds up the wall time). Every run trains with the
+reproducible collector (sync): a run gives the same results on this machine's processes and on
+a Ray cluster (--address), bit for bit. Outputs in <out>/:
 results.csv (one row per run), curves.csv (the grader's score along each run), summary.md,
 and the plots. See docs/credit_assignment.md.
 """
@@ -75,10 +80,25 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
         help="rllib: env steps per run for each N (default " + ",".join(f"{n}={b}" for n, b in FULL_BUDGETS.items()) + ")",
     )
     c.add_argument("--mechanism", default=None, help=f"rllib: arbiter, one of {', '.join(MECHANISMS)} (default proportional)")
-    c.add_argument("--address", default=None, help="rllib: run on an existing Ray cluster ('auto' or host:port)")
+    c.add_argument(
+        "--address",
+        default=None,
+        help="run on an existing Ray cluster ('auto', host:port or ray://host:port): each run a Ray task of one CPU, the results "
+        "streamed into the same resumable store (the same results as this machine's processes, bit for bit, on nodes with the same software)",
+    )
+    c.add_argument("--device", default=None, help="torchrl: where each run's learner runs: cpu (default) or cuda; the env stays on CPU")
+    c.add_argument(
+        "--gpus-per-run",
+        type=float,
+        default=None,
+        metavar="G",
+        help="torchrl, with --address: the GPUs each run's Ray task asks for (default 1 with --device cuda, else 0; 0.25 packs 4 runs on a GPU)",
+    )
     c.add_argument("--seeds", type=int, default=None, help="seeds per arm and N: 0 .. K-1 (default 10; rllib 3; quick 2)")
     c.add_argument("--episodes", type=int, default=None, help="grader episodes per evaluation (default 4; rllib 5; quick fewer)")
-    c.add_argument("--jobs", type=int, default=2, help="runs at once, one CPU each (default 2)")
+    c.add_argument(
+        "--jobs", type=int, default=None, help="runs at once, one CPU each (default 2; with --address as many as the cluster fits)"
+    )
     c.add_argument("--out", default=None, help="study folder (default runs/credit_study; rllib runs/credit_assignment; quick: ..._quick)")
     c.add_argument("--overwrite", action="store_true", help="start the study folder over")
     c.add_argument("--report", action="store_true", help="no training: rebuild the tables and plots from the CSVs in --out")
@@ -121,7 +141,7 @@ def study_from_args(args: argparse.Namespace) -> Study | RLlibStudy:
             changes["arms"] = _names(args.arms)
         if args.mechanisms:
             changes["mechanisms"] = _names(args.mechanisms)
-        options: tuple[str, ...] = ("seeds", "episodes", "iterations", "out")
+        options: tuple[str, ...] = ("seeds", "episodes", "iterations", "device", "out")
     else:
         if args.schemes:
             changes["schemes"] = _names(args.schemes)
@@ -153,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
         require("matplotlib", "plot", "fleet-marl compare --report")
     elif args.engine == "torchrl":
         require(NEEDS, "torchrl", "fleet-marl compare")
+        if args.address is not None:
+            require("ray", "rllib", "fleet-marl compare --address (Ray)")
     else:
         require(RLLIB_NEEDS, "rllib", "fleet-marl compare --engine rllib")
     out = args.out
@@ -161,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         out = study.out
         progress = not args.no_progress
         if not args.report:
-            runs.run(study, jobs=args.jobs, address=args.address, overwrite=args.overwrite, progress=progress)
+            runs.run(study, jobs=args.jobs, address=args.address, gpus=args.gpus_per_run, overwrite=args.overwrite, progress=progress)
         report.report(study.out, engine=args.engine, echo=print if progress or args.report else (lambda *_: None))
         if args.docs:
             report.write_docs(study.out, engine=args.engine)

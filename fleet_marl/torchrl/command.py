@@ -21,6 +21,45 @@ NEEDS = ("torch", "torchrl", "tensordict", "tensorboardX", "matplotlib")
 
 #: The options that only the RLlib engine has.
 RLLIB_ONLY = ("num_env_runners", "address")
+#: The options that only this engine has (``fleet-marl train --engine rllib`` refuses them).
+TORCHRL_ONLY = ("num_envs", "max_minutes", "collector", "collectors", "device")
+
+
+def add_arguments(t: argparse.ArgumentParser) -> None:
+    """The options of ``fleet-marl train`` that only the torchrl engine has (:data:`TORCHRL_ONLY`)."""
+    t.add_argument(
+        "--num-envs", type=int, default=None, metavar="B", help="torchrl: clusters stepped together by the vector env (default 1024)"
+    )
+    t.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        metavar="M",
+        help="torchrl: a safety cap on wall time (default 15; 0: none): stop after the iteration that passes M minutes, "
+        "and say so (how far a capped run gets depends on the machine)",
+    )
+    t.add_argument(
+        "--collector",
+        default=None,
+        choices=("sync", "async"),
+        help="torchrl: sync (default): collect, then learn; the same config and seed give a bit-identical run, and --resume "
+        "continues it bit for bit. async: collect the next batch with the previous weights while learning; faster on 2 cores, "
+        "NOT reproducible (which weights a batch is sampled with depends on timing)",
+    )
+    t.add_argument(
+        "--collectors",
+        type=int,
+        default=None,
+        metavar="K",
+        help="torchrl: collect in K processes (TorchRL's multi-process collectors; default 1). With sync, each steps num_envs / K "
+        "clusters and a run is reproducible for the same K (not across K); a resumed run starts fresh episodes",
+    )
+    t.add_argument(
+        "--device",
+        default=None,
+        metavar="DEV",
+        help="torchrl: where the learner runs: cpu (default) or cuda[:i]; the env and collection stay on CPU",
+    )
 
 
 def resolve(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -61,6 +100,9 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Any]:
         "seed": args.seed,
         "num_envs": args.num_envs,
         "max_minutes": args.max_minutes,
+        "collector": getattr(args, "collector", None),
+        "collectors": getattr(args, "collectors", None),
+        "device": getattr(args, "device", None),
         "out": args.out,
         "name": args.name,
     }
@@ -90,4 +132,4 @@ def run(args: argparse.Namespace) -> int:
     )
 
 
-__all__ = ["NEEDS", "RLLIB_ONLY", "resolve", "run"]
+__all__ = ["NEEDS", "RLLIB_ONLY", "TORCHRL_ONLY", "add_arguments", "resolve", "run"]

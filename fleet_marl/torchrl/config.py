@@ -9,6 +9,7 @@ A config is checked when it is made (the fields every engine shares by
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,12 @@ from typing import Any
 from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
 from fleet_marl.torchrl.policy import ACTIVATIONS, SHARING
 from fleet_marl.training import TrainConfigError, check_common, check_env
+
+#: The default run's iterations (``make train``): about 6 minutes of training (5.8 measured) on the 2-core machine of docs/training.md.
+ITERATIONS = 700
+
+#: The devices a learner may name (``--device``); whether CUDA is there is checked when training starts (:func:`check_device`).
+DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 #: The columns of ``metrics.csv`` (empty where an iteration has no value).
 COLUMNS = (
@@ -49,15 +56,15 @@ class TorchRLTrainConfig:
     reward_scheme: str = "local"
     sharing: str = "shared"
     env: dict = field(default_factory=dict)
-    iterations: int = 1000
-    max_minutes: float = 5.0  # stop after the iteration that passes this much training time (0: no limit)
+    iterations: int = ITERATIONS
+    max_minutes: float = 15.0  # a safety cap: stop after the iteration that passes this much wall time (0: none); reported when it binds
     seed: int = 0
     num_envs: int = 1024
     rollout: int = 8
     epochs: int = 2
     minibatch: int = 2048
     lr: float = 1e-3
-    anneal_lr: bool = True  # the learning rate falls linearly to 2% of lr over the run (iterations or max_minutes, whichever ends it first)
+    anneal_lr: bool = True  # the learning rate falls linearly to 2% of lr over the run's iterations (never over wall time)
     gamma: float = 0.95
     lmbda: float = 0.95
     clip: float = 0.2
@@ -72,7 +79,9 @@ class TorchRLTrainConfig:
     eval_episodes: int = 3
     final_episodes: int = 10
     checkpoint_interval: int = 100
-    collector: str = "async"  # "sync": collect, then learn; "async": collect the next batch in a worker process while learning
+    collector: str = "sync"  # "sync": collect, then learn (reproducible); "async": collect the next batch while learning (not reproducible)
+    collectors: int = 1  # processes that collect (TorchRL's multi-process collectors above 1); each steps num_envs / collectors clusters
+    device: str = "cpu"  # where the learner (networks, GAE, loss, optimizer) runs: cpu or cuda[:i]; the env and collection stay on CPU
     threads: int = 1  # torch threads (0: torch's default, one per core)
     out: str = "runs/train"
     name: str = ""
@@ -120,6 +129,14 @@ class TorchRLTrainConfig:
                 bad(name, f"a number in {'(' if name in ('lr', 'clip') else '['}{lo}, {hi}]")
         if self.collector not in ("sync", "async"):
             bad("collector", "'sync' or 'async'")
+        if isinstance(self.collectors, bool) or not isinstance(self.collectors, int) or self.collectors < 1:
+            bad("collectors", "an integer >= 1")
+        if self.num_envs % self.collectors:
+            bad("collectors", f"a divisor of num_envs = {self.num_envs} (each collector process steps num_envs / collectors clusters)")
+        if self.collectors > 1 and self.sequential:
+            bad("collectors", "1 under the sequential protocol (its turn collector is one process; collector: async moves it to another)")
+        if not isinstance(self.device, str) or not DEVICE.fullmatch(self.device):
+            bad("device", "'cpu', 'cuda' or 'cuda:<index>'")
         for name in ("autoregressive", "agent_id", "anneal_lr"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "true or false")
@@ -172,9 +189,29 @@ class TorchRLTrainConfig:
         }
 
 
+def check_device(device: str, option: str = "--device") -> None:
+    """A :class:`TrainConfigError` naming ``option`` when ``device`` is a CUDA device this
+    machine's torch cannot reach (no CUDA build, no GPU, or no such index)."""
+    if not device.startswith("cuda"):
+        return
+    import torch  # torch: only where a run starts
+
+    if not torch.cuda.is_available():
+        build = "a build without CUDA" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, but no GPU is visible"
+        raise TrainConfigError(
+            f"{option} {device}: no CUDA device here (torch {torch.__version__}: {build}); use {option} cpu, "
+            "or install a CUDA build of torch on a machine with a GPU"
+        )
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise TrainConfigError(
+            f"{option} {device}: this machine has {torch.cuda.device_count()} CUDA device(s), cuda:0 .. cuda:{torch.cuda.device_count() - 1}"
+        )
+
+
 def kinds_of(env) -> list[str]:
     st = env.kernel_static
     return ["train" if st.is_train[i] else "serve" for i in range(st.T)]
 
 
-__all__ = ["COLUMNS", "TorchRLTrainConfig", "kinds_of"]
+__all__ = ["COLUMNS", "DEVICE", "ITERATIONS", "TorchRLTrainConfig", "check_device", "kinds_of"]

@@ -33,6 +33,15 @@ with ``s + b``; ``FleetTorchEnv(..., seed=s)`` seeds the first one. A collector 
 when it is built, before its ``set_seed`` can reach the env: build the env with its seed (the
 trainer does), or the first episodes draw fresh entropy.
 
+Inside TorchRL's batched envs and every collector: ``SerialEnv(k, ...)`` and ``ParallelEnv(k,
+...)`` of ``FleetTorchEnv`` stack k of them (batch ``[k, B]``), ``Collector``,
+``AsyncCollector``, ``MultiSyncCollector`` and ``MultiAsyncCollector`` run over either or over
+the env alone (``tests/test_torchrl_parallel.py``). The action spec is a
+:class:`FleetActionSpec`, TorchRL's ``MultiCategorical`` with the expand and reshape that keep
+its mask's layout (torchrl 0.14's own cannot stack a masked spec). A batched env's own action
+spec keeps the mask of the env it was built from (its ``rand_action`` is not updated per step;
+policies read ``("agents", "action_mask")``).
+
 >>> from fleet_marl.torchrl import FleetTorchEnv
 >>> env = FleetTorchEnv(num_envs=4, task="tiny")
 >>> env.rollout(3)["next", "agents", "reward"].shape
@@ -53,6 +62,34 @@ from fleet_marl.environment.vector import FleetVectorEnv
 
 #: The agent group's name.
 GROUP = "agents"
+
+
+class FleetActionSpec(MultiCategorical):
+    """TorchRL's ``MultiCategorical`` whose mask keeps its layout when the spec is expanded or
+    reshaped. torchrl 0.14's ``MultiCategorical.expand`` gives the mask the whole new shape plus
+    its own last dimension (``(*shape, M)`` for a spec of shape ``(..., 8)``, which cannot hold),
+    so a ``ParallelEnv`` or ``SerialEnv`` of a ``FleetTorchEnv`` whose spec carries a mask (every
+    env after a reset) failed while building its specs; its ``_reshape`` keeps ``nvec`` in the old
+    shape. Here the mask follows the batch dimensions, ``(*shape[:-1], M)``, and ``nvec`` the
+    spec's shape; nothing else changes."""
+
+    def expand(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
+            shape = tuple(shape[0])
+        mask = self.mask
+        self.mask = None  # TorchRL's expand, without the mask it gets wrong
+        try:
+            out = MultiCategorical.expand(self, *shape)
+        finally:
+            self.mask = mask
+        if mask is not None:
+            out.update_mask(mask.expand(*out.shape[:-1], mask.shape[-1]))
+        return out
+
+    def _reshape(self, shape):
+        shape = torch.Size(shape)
+        mask = None if self.mask is None else self.mask.reshape(*shape[:-1], self.mask.shape[-1])
+        return self.__class__(nvec=self.nvec.reshape(shape), shape=shape, device=self.device, dtype=self.dtype, mask=mask)
 
 
 class FleetTorchEnv(EnvBase):
@@ -106,7 +143,7 @@ class FleetTorchEnv(EnvBase):
         )
         nvec = torch.as_tensor(self.nvec, dtype=torch.int64)
         self.action_spec = Composite(
-            {GROUP: Composite({"action": MultiCategorical(nvec, shape=(B, N, len(nvec)), dtype=torch.int64, device=dev)}, shape=(B, N))},
+            {GROUP: Composite({"action": FleetActionSpec(nvec, shape=(B, N, len(nvec)), dtype=torch.int64, device=dev)}, shape=(B, N))},
             shape=(B,),
         )
         self.reward_spec = Composite(
@@ -208,4 +245,4 @@ class FleetTorchEnv(EnvBase):
         )
 
 
-__all__ = ["GROUP", "FleetTorchEnv"]
+__all__ = ["GROUP", "FleetActionSpec", "FleetTorchEnv"]

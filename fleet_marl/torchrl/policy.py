@@ -103,7 +103,7 @@ class MaskedMultiCategorical(D.Distribution):
 
     arg_constraints: ClassVar[dict] = {}
     has_rsample = False
-    _layouts: ClassVar[dict] = {}  # shared by every instance: one layout per nvec
+    _layouts: ClassVar[dict] = {}  # shared by every instance: one layout per nvec and device
 
     def __init__(
         self,
@@ -115,10 +115,11 @@ class MaskedMultiCategorical(D.Distribution):
         validate_args=None,
     ):
         key = tuple(int(n) for n in nvec)
-        if key not in self._layouts:
+        where = (key, logits.device)  # the layout's indices live where the logits do (a learner on a GPU)
+        if where not in self._layouts:
             idx, dim = _layout(key)
-            self._layouts[key] = (idx, dim, idx.T.reshape(-1).contiguous())
-        self.idx, _, self.flat_kd = self._layouts[key]
+            self._layouts[where] = (idx.to(logits.device), dim.to(logits.device), idx.T.reshape(-1).contiguous().to(logits.device))
+        self.idx, _, self.flat_kd = self._layouts[where]
         self.M = sum(key)
         self.mask = mask
         self.coupling = None if coupling is None else coupling.matrix()

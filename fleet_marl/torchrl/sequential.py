@@ -43,6 +43,7 @@ update in between, as with the asynchronous collector).
 
 from __future__ import annotations
 
+import pickle
 import queue
 import traceback
 from typing import Any
@@ -106,6 +107,16 @@ class TurnCollector:
 
     def shutdown(self) -> None:
         self.venv.close()
+
+    def state_dict(self) -> bytes:
+        """Where collection stands between two batches (the vector env, the observations it
+        handed out last and the round played ahead for the bootstrap), pickled: a checkpoint
+        holds it so that a resumed run plays on as the uninterrupted one would."""
+        return pickle.dumps({"venv": self.venv, "obs": self._obs, "infos": self._infos, "carry": self._carry})
+
+    def load_state_dict(self, state: bytes) -> None:
+        d = pickle.loads(state)
+        self.venv, self._obs, self._infos, self._carry = d["venv"], d["obs"], d["infos"], d["carry"]
 
     def __iter__(self):
         if self._obs is None:

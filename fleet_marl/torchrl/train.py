@@ -1,14 +1,18 @@
 """``fleet-marl train --engine torchrl``: IPPO and MAPPO on TorchRL's own parts, at vector speed.
 
-The loop: TorchRL's ``AsyncCollector`` (``collector: async``, the default: a worker process on
-the second core, collecting the next batch with the previous weights while this process learns)
-or ``Collector`` (``sync``) steps a :class:`~fleet_marl.torchrl.FleetTorchEnv` (``num_envs``
-clusters in one array step) with a masked multi-categorical actor for ``rollout`` steps;
+The loop (:mod:`fleet_marl.torchrl.loop`): a collector steps a
+:class:`~fleet_marl.torchrl.FleetTorchEnv` (``num_envs`` clusters in one array step) with a
+masked multi-categorical actor for ``rollout`` steps: TorchRL's ``Collector`` (``collector:
+sync``, the default: collect, then learn; bit for bit the same run for the same config and
+seed, and a resumed run continues it bit for bit), ``AsyncCollector`` (``async``: a worker
+process collects the next batch with the previous weights while this one learns; faster on
+two cores, not reproducible) or, with ``collectors: K``, their multi-process forms.
 ``GAE`` computes each tenant's advantages and value targets; ``ClipPPOLoss`` is minimized for
-``epochs`` passes over minibatches, with the learning rate annealed over the run
-(``anneal_lr``). A tenant's samples count only while it is
+``epochs`` passes over minibatches, with the learning rate annealed over the run's iterations
+(``anneal_lr``) on ``device`` (the env and the collection stay on CPU). A tenant's samples count only while it is
 in its episode (``("agents", "mask")``); one that finishes at step t is done there (no
 bootstrap). A cluster's truncation (``max_cycles``) bootstraps every tenant still in it.
+``max_minutes`` is a safety cap on wall time: a run it stops says so.
 
 Under the sequential protocol (``env: {protocol: sequential, turn_order: ...}``) the collector
 is :class:`~fleet_marl.torchrl.sequential.TurnCollector` (``AsyncTurnCollector`` for
@@ -24,9 +28,11 @@ A run writes, under ``<out>/<run name>/`` (default ``runs/train/<task>-<sharing>
 what the RLlib route writes:
 
 ===================  ==========================================================================
-``checkpoint/``      ``model.pt`` (the actor's and critic's weights, the optimizer) and
+``checkpoint/``      ``model.pt`` (the actor's and critic's weights, the optimizer),
                      ``fleet_marl_torchrl.json`` (the config and the env's signature), read by
-                     ``--resume`` and by ``fleet-marl evaluate --policy RUN``
+                     ``--resume`` and by ``fleet-marl evaluate --policy RUN``, and ``state.pt``
+                     (torch's generator and the episodes in progress: :meth:`Loop.state`, read
+                     by ``--resume`` only)
 ``metrics.csv``      one row per iteration: :data:`COLUMNS`
 ``tb/``              TensorBoard scalars, the same columns
 ``learning_curve.png``  training welfare and the grader's evaluations against the references
@@ -42,27 +48,24 @@ checks and the end of the run are every engine's (:mod:`fleet_marl.training`).
 from __future__ import annotations
 
 import copy
-import functools
 import math
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from tensordict.nn import TensorDictModule
-from torchrl.collectors import AsyncCollector, Collector
 from torchrl.envs.utils import ExplorationType
 from torchrl.modules import ProbabilisticActor
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
 from fleet_marl.evaluation import Evaluation, evaluate
-from fleet_marl.torchrl.config import COLUMNS, TorchRLTrainConfig
-from fleet_marl.torchrl.env import GROUP, FleetTorchEnv
+from fleet_marl.torchrl.config import COLUMNS, TorchRLTrainConfig, check_device
+from fleet_marl.torchrl.env import GROUP
 from fleet_marl.torchrl.loader import ENGINE
+from fleet_marl.torchrl.loop import RESUME_STRIDE, Loop
 from fleet_marl.torchrl.policy import MaskedMultiCategorical, TrainedPolicy, build_networks
-from fleet_marl.torchrl.sequential import AsyncTurnCollector, TurnCollector
 from fleet_marl.training import MetricsLog, TrainConfigError, TrainResult, finish, prepare_run, progress_bar, start_run
 
 
@@ -73,6 +76,7 @@ class Learner:
     def __init__(self, tc: TorchRLTrainConfig, sig: dict):
         self.tc, self.sig = tc, sig
         self.nvec = list(sig["nvec"])
+        self.device = torch.device(tc.device)
         torch.manual_seed(tc.seed)
         actor_net, critic_net, critic_in = build_networks(
             tc.sharing,
@@ -86,17 +90,8 @@ class Learner:
             tc.autoregressive,
             sig.get("agent_id", False),
         )
-        self.actor_net, self.critic_net = actor_net, critic_net
-        self.actor = ProbabilisticActor(
-            TensorDictModule(actor_net, in_keys=[(GROUP, "observation")], out_keys=[(GROUP, "logits")]),
-            in_keys={"logits": (GROUP, "logits"), "mask": (GROUP, "action_mask")},
-            out_keys=[(GROUP, "action")],
-            distribution_class=MaskedMultiCategorical,
-            distribution_kwargs={"nvec": self.nvec, "coupling": getattr(actor_net, "coupling", None)},
-            return_log_prob=True,
-            log_prob_key=(GROUP, "action_log_prob"),
-            default_interaction_type=ExplorationType.RANDOM,
-        )
+        self.actor_net, self.critic_net = actor_net.to(self.device), critic_net.to(self.device)
+        self.actor = self.make_actor(actor_net)
         self.critic = TensorDictModule(
             critic_net, in_keys=[(GROUP, "observation") if critic_in == "observation" else "state"], out_keys=[(GROUP, "state_value")]
         )
@@ -129,8 +124,23 @@ class Learner:
         self.gae.set_keys(**{k: v for k, v in keys.items() if k not in ("action", "sample_log_prob")})
         self.optim = torch.optim.Adam(list(actor_net.parameters()) + list(critic_net.parameters()), lr=tc.lr)
 
+    def make_actor(self, actor_net: torch.nn.Module) -> ProbabilisticActor:
+        """``actor_net`` (the learner's, or a copy of it) as TorchRL's sampling actor over the masked distribution."""
+        return ProbabilisticActor(
+            TensorDictModule(actor_net, in_keys=[(GROUP, "observation")], out_keys=[(GROUP, "logits")]),
+            in_keys={"logits": (GROUP, "logits"), "mask": (GROUP, "action_mask")},
+            out_keys=[(GROUP, "action")],
+            distribution_class=MaskedMultiCategorical,
+            distribution_kwargs={"nvec": self.nvec, "coupling": getattr(actor_net, "coupling", None)},
+            return_log_prob=True,
+            log_prob_key=(GROUP, "action_log_prob"),
+            default_interaction_type=ExplorationType.RANDOM,
+        )
+
     def state_dict(self) -> dict:
-        return {"actor": self.actor_net.state_dict(), "critic": self.critic_net.state_dict(), "optim": self.optim.state_dict()}
+        """The weights and the optimizer, on CPU (a checkpoint loads on a machine without the learner's GPU)."""
+        d = {"actor": self.actor_net.state_dict(), "critic": self.critic_net.state_dict(), "optim": self.optim.state_dict()}
+        return _to_cpu(d)
 
     def load_state_dict(self, d: dict) -> None:
         self.actor_net.load_state_dict(d["actor"])
@@ -150,6 +160,7 @@ class Learner:
         """GAE over the batch (B, T), then ``epochs`` passes of clipped PPO over minibatches;
         the mean statistics, over the tenants in their episodes."""
         tc = self.tc
+        data = data.to(self.device)  # collected on CPU
         mask = data.get((GROUP, "mask"))  # (B, T, N) tenant in its episode when acting
         nmask = data.get(("next", GROUP, "mask"))
         done = data.get(("next", "done"))  # (B, T, 1)
@@ -183,7 +194,7 @@ class Learner:
         count = 0
         mb = min(tc.minibatch, n)
         for _ in range(tc.epochs):
-            perm = torch.randperm(n)
+            perm = torch.randperm(n).to(self.device)  # drawn on CPU: the same minibatches on every device
             for start in range(0, n - mb + 1, mb):
                 batch = flat[perm[start : start + mb]]
                 out = self.loss(batch)
@@ -219,93 +230,7 @@ class Learner:
 
     def policy(self, env, explore: bool = False) -> TrainedPolicy:
         """The trained actor as a grader policy on ``env`` (a copy: training goes on unchanged)."""
-        return TrainedPolicy(env, copy.deepcopy(self.actor_net), self.nvec, explore=explore)
-
-
-class Loop:
-    """Collect and learn: iterating yields one :data:`COLUMNS` row per iteration (``welfare``
-    the mean of the episodes that ended in the batch; no grader columns), after the learner's
-    update and the collector's new weights. What the caller does between two rows (grading,
-    checkpoints) is not training time (``train_seconds``) but counts towards ``max_minutes``;
-    the loop ends after ``tc.iterations`` in all (``first`` done already) or when
-    ``max_minutes`` are spent. ``close()`` stops the collector (also when the caller stops early).
-    ``env`` is the sync collector's :class:`FleetTorchEnv` (None for ``async``: it lives in the
-    worker process; and under the sequential protocol, whose collector is
-    :class:`~fleet_marl.torchrl.sequential.TurnCollector`).
-
-    >>> loop = Loop(tc, Learner(tc, tc.signature()))
-    >>> for row in loop:
-    ...     print(row["iteration"], row["welfare"])
-    """
-
-    def __init__(self, tc: TorchRLTrainConfig, learner: Learner, *, first: int = 0, env_steps: int = 0, offset: float = 0.0):
-        self.tc, self.learner = tc, learner
-        self.first, self.env_steps0, self.offset = first, env_steps, offset
-        self.frames = tc.num_envs * tc.rollout
-        self.n_agents = len(learner.sig["possible_agents"])
-        self.train_seconds = 0.0
-        seed = tc.seed + 1_000_003 * first  # a resumed run continues with fresh episodes
-        # the env is seeded when it is built: TorchRL's collectors reset it in their constructor, so a
-        # set_seed after that seeded only a reset that never came, and the first episodes drew fresh entropy
-        make_env = functools.partial(FleetTorchEnv, tc.num_envs, tc.task, seed=seed, reward_scheme=tc.reward_scheme, **tc.env)
-        kwargs = dict(
-            frames_per_batch=self.frames, total_frames=self.frames * (tc.iterations - first), exploration_type=ExplorationType.RANDOM
-        )
-        if tc.sequential:
-            # the sequential protocol: the actor called once per turn, batches laid out per round (torchrl/sequential.py)
-            make = AsyncTurnCollector if tc.collector == "async" else TurnCollector
-            self.collector = make(tc, learner.actor_net, learner.nvec, tc.iterations - first)
-            self.collector.set_seed(seed)  # its first reset, which it makes when iterated
-            self.env = None  # no FleetTorchEnv: the per-turn vector env is the collector's (``collector.venv``, sync)
-        elif tc.collector == "async":
-            # the env and the sampling policy in a worker process (another core), collecting the next
-            # batch with the previous weights while this process learns on the last one
-            # (this process keeps ``threads`` torch threads; TorchRL's default would be the cores minus the worker)
-            self.collector = AsyncCollector(make_env, learner.actor, num_sub_threads=1, num_threads=tc.threads or None, **kwargs)
-            self.env = None
-        else:
-            self.env = make_env()
-            self.collector = Collector(self.env, learner.actor, auto_register_policy_transforms=False, **kwargs)
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        tc, learner, frames, N = self.tc, self.learner, self.frames, self.n_agents
-        it, env_steps = self.first, self.env_steps0
-        t0 = time.time()
-        tick = t0
-        for data in self.collector:
-            collected = time.time()
-            it += 1
-            env_steps += frames
-            done = data.get(("next", "done")).squeeze(-1)
-            welfare = data.get(("next", "episode_welfare")).squeeze(-1)[done]
-            spent = (self.offset + collected - t0) / (60 * tc.max_minutes) if tc.max_minutes else 0.0
-            lr = learner.set_progress(max((it - 1) / tc.iterations, spent))
-            stats = learner.update(data)
-            self.collector.update_policy_weights_()
-            now = time.time()
-            self.train_seconds += now - tick
-            row: dict[str, Any] = dict.fromkeys(COLUMNS, "")
-            row.update(
-                iteration=it,
-                env_steps=env_steps,
-                agent_steps=env_steps * N,
-                time_s=round(self.offset + now - t0, 2),
-                agent_steps_per_s=round(frames * N / max(now - tick, 1e-9), 1),
-                collect_s=round(collected - tick, 4),
-                learn_s=round(now - collected, 4),
-                episodes=int(done.sum()),
-                lr=lr,
-                **{k: round(v, 6) for k, v in stats.items()},
-            )
-            if len(welfare):
-                row["welfare"] = round(float(welfare.mean()), 4)
-            yield row
-            if tc.max_minutes and self.offset + time.time() - t0 >= 60 * tc.max_minutes:
-                return  # the time budget is spent
-            tick = time.time()
-
-    def close(self) -> None:
-        self.collector.shutdown()
+        return TrainedPolicy(env, copy.deepcopy(self.actor_net).to("cpu"), self.nvec, explore=explore)
 
 
 def prepare(
@@ -319,14 +244,21 @@ def prepare(
                 f"--resume {resume}: the checkpoint was trained on {meta.get('signature')}, this config has {tc.signature()}"
             )
 
+    check_device(tc.device)
     folder, meta = prepare_run(tc, ENGINE, resume, overwrite, check_signature)
     return tc, folder, meta
 
 
-def _save(learner: Learner, run_dir: Path, tc: TorchRLTrainConfig, sig: dict, iteration: int, env_steps: int, seconds: float) -> Path:
-    return ENGINE.save(
-        run_dir, lambda folder: torch.save(learner.state_dict(), folder / "model.pt"), tc, sig, iteration, env_steps, seconds
-    )
+#: The file of a checkpoint that continues the run where it stopped (:meth:`Loop.state`; a pickle, read only by ``--resume``).
+STATE = "state.pt"
+
+
+def _save(loop: Loop, run_dir: Path, tc: TorchRLTrainConfig, sig: dict, iteration: int, env_steps: int, seconds: float) -> Path:
+    def write(folder: Path) -> None:
+        torch.save(loop.learner.state_dict(), folder / "model.pt")
+        torch.save(loop.state(), folder / STATE)
+
+    return ENGINE.save(run_dir, write, tc, sig, iteration, env_steps, seconds)
 
 
 def grade(learner: Learner, tc: TorchRLTrainConfig, episodes: int) -> Evaluation:
@@ -351,10 +283,13 @@ def train(
         torch.set_num_threads(tc.threads)
     sig = tc.signature()
     learner = Learner(tc, sig)
-    first, offset, env_steps0 = 0, 0.0, 0
+    first, offset, env_steps0, state = 0, 0.0, 0, None
+    notes: list[str] = []
     if ckpt is not None and meta is not None:
         learner.load_state_dict(torch.load(ckpt / "model.pt", weights_only=True))
         first, offset, env_steps0 = int(meta["iteration"]), float(meta.get("seconds", 0.0)), int(meta.get("env_steps", 0))
+        if (ckpt / STATE).is_file():
+            state = torch.load(ckpt / STATE, weights_only=False)  # the run's own pickle (Loop.state), as the weights are its own
     from tensorboardX import SummaryWriter  # only when training
 
     writer = SummaryWriter(str(run_dir / "tb"))
@@ -363,7 +298,13 @@ def train(
     t0 = time.time()
     bar = progress_bar(tc, first, progress)
     it, env_steps, last = first, env_steps0, ckpt
-    loop = Loop(tc, learner, first=first, env_steps=env_steps0, offset=offset)
+    loop = Loop(tc, learner, first=first, env_steps=env_steps0, offset=offset, state=state)
+    if ckpt is not None and not loop.restored:
+        notes.append(
+            f"resumed at iteration {first} with fresh episodes (seed {tc.seed} + {RESUME_STRIDE} x {first}): the episodes in progress "
+            f"are restored only with collector: sync, collectors: 1 and the same env and num_envs; this run is not bit-identical to an "
+            "uninterrupted one"
+        )
     try:
         for row in loop:
             it, env_steps = row["iteration"], row["env_steps"]
@@ -375,7 +316,7 @@ def train(
                 if v != "" and k != "iteration" and not (isinstance(v, float) and math.isnan(v)):
                     writer.add_scalar(k, v, env_steps)
             if tc.checkpoint_interval and it % tc.checkpoint_interval == 0 and it < tc.iterations:
-                last = _save(learner, run_dir, tc, sig, it, env_steps, offset + time.time() - t0)
+                last = _save(loop, run_dir, tc, sig, it, env_steps, offset + time.time() - t0)
             if bar is not None:
                 post: dict[str, Any] = {"steps": env_steps}
                 if row["welfare"] != "":
@@ -384,13 +325,18 @@ def train(
                     post["graded"] = f"{row['eval_welfare']:.1f}"
                 bar.set_postfix(post)
                 bar.update(1)
-        last = _save(learner, run_dir, tc, sig, it, env_steps, offset + time.time() - t0)
+        last = _save(loop, run_dir, tc, sig, it, env_steps, offset + time.time() - t0)
     finally:
         loop.close()
         writer.close()
         if bar is not None:
             bar.close()
     seconds = offset + time.time() - t0
+    if loop.capped:
+        notes.append(
+            f"stopped by the max_minutes cap ({tc.max_minutes:g} min of wall time) after {it} of {tc.iterations} iterations: how far a "
+            f"capped run gets depends on the machine's speed; --resume {run_dir} trains on to {tc.iterations}"
+        )
     res = TrainResult(
         run_dir=run_dir,
         checkpoint=last,
@@ -400,6 +346,7 @@ def train(
         agent_steps=env_steps * N,
         train_seconds=loop.train_seconds,
         rows=log.rows,
+        notes=notes,
     )
     return finish(
         res,
@@ -410,9 +357,21 @@ def train(
         label=f"PPO torchrl ({tc.sharing}, {tc.reward_scheme})",
         episodes=tc.final_episodes if final_episodes is None else final_episodes,
         progress=progress,
-        trained=f"Trained with TorchRL for {it} iterations ({env_steps:,} env steps, {env_steps * N:,} agent steps, {seconds / 60:.1f} min)",
+        trained=f"Trained with TorchRL for {it} iterations ({env_steps:,} env steps, {env_steps * N:,} agent steps, {seconds / 60:.1f} min)"
+        + "".join(f"; {n}" for n in notes),
         title=f"{tc.run_name}: PPO (TorchRL) on {tc.task}",
     )
+
+
+def _to_cpu(x: Any) -> Any:
+    """``x`` (tensors in dicts and lists) with every tensor on CPU."""
+    if isinstance(x, torch.Tensor):
+        return x.cpu()
+    if isinstance(x, dict):
+        return type(x)((k, _to_cpu(v)) for k, v in x.items())
+    if isinstance(x, list):
+        return [_to_cpu(v) for v in x]
+    return x
 
 
 __all__ = ["COLUMNS", "Learner", "Loop", "TorchRLTrainConfig", "TrainResult", "grade", "prepare", "train"]

@@ -120,12 +120,15 @@ class TrainResult:
     rows: list[dict] = field(default_factory=list)
     final: list[dict] = field(default_factory=list)  # summaries of the final evaluation
     table: str = ""
+    notes: list[str] = field(default_factory=list)  # what the user must know about how the run went (a cap that bound, a resume)
 
     def summary(self) -> dict:
         """What ``fleet-marl train --json`` prints."""
         out: dict[str, Any] = {"run_dir": str(self.run_dir), "checkpoint": str(self.checkpoint), "env_steps": self.env_steps}
         if self.agent_steps is not None:
             out["agent_steps"] = self.agent_steps
+        if self.notes:
+            out["notes"] = self.notes
         return {**out, "seconds": self.seconds, "evaluations": self.final}
 
 

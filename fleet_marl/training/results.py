@@ -165,6 +165,8 @@ def print_summary(res: TrainResult, task: str, env: dict, headline: str) -> None
     """What ``fleet-marl train`` prints when a run ends: ``headline``, the final table, where
     the run's files are and how to grade it again."""
     print(headline)
+    for note in res.notes:
+        print(f"note: {note}")
     if res.table:
         print()
         print(res.table)

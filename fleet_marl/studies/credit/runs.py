@@ -3,7 +3,9 @@
 A study is a design (:data:`DESIGNS`: :class:`~fleet_marl.studies.credit.torchrl_design.Study`
 on TorchRL, the default; :class:`~fleet_marl.studies.credit.rllib_design.RLlibStudy`, the first
 study, on RLlib) whose runs its engine's module trains
-(:mod:`~fleet_marl.studies.credit.torchrl_runs`, :mod:`~fleet_marl.studies.credit.rllib_runs`).
+(:mod:`~fleet_marl.studies.credit.torchrl_runs`, :mod:`~fleet_marl.studies.credit.rllib_runs`),
+on this machine's processes or, with ``address``, as Ray tasks on a cluster (the TorchRL study's:
+:mod:`~fleet_marl.studies.credit.torchrl_ray`).
 Everything else is the same for both:
 
 :func:`make_study`  the design of an engine (``quick`` for the pipeline check), with changes
@@ -15,6 +17,7 @@ Everything else is the same for both:
                     finishes, so a stopped study resumes where it stopped
 
     out = run(make_study("torchrl", ns=(2, 4), seeds=3))   # the missing runs
+    out = run(make_study("torchrl"), address="auto")        # ... on the Ray cluster this machine joined
     report(out)                                            # fleet_marl.studies.credit.report
 
 Nothing here imports torch or Ray; a run does.
@@ -26,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_marl.studies import store
-from fleet_marl.studies.credit import rllib_runs, torchrl_runs
+from fleet_marl.studies.credit import rllib_runs, torchrl_ray, torchrl_runs
 from fleet_marl.studies.credit.rllib_design import RLlibStudy
 from fleet_marl.studies.credit.torchrl_design import Study
 from fleet_marl.studies.store import StudyError
@@ -66,27 +69,38 @@ def prepare(study: Study | RLlibStudy, overwrite: bool = False) -> tuple[Path, s
 def run(
     study: Study | RLlibStudy,
     *,
-    jobs: int = 2,
+    jobs: int | None = None,
     address: str | None = None,
+    gpus: float | None = None,
     overwrite: bool = False,
     progress: bool = True,
     echo: Any = print,
 ) -> Path:
-    """Run every missing run of ``study`` on its engine, ``jobs`` at a time (``address``: a Ray
-    cluster, the RLlib engine only); returns the study folder (for the report)."""
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+    """Run every missing run of ``study`` on its engine, ``jobs`` at a time (default 2 on this
+    machine; on a Ray cluster, ``address``, as many as fit), and return the study folder (for
+    the report). On a cluster each TorchRL run is a Ray task of one CPU and ``gpus`` GPUs
+    (default: 1 when the study's runs learn on ``cuda``, else 0)."""
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise StudyError(f"--jobs {jobs!r}: expected an integer >= 1")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, (int, float)) or gpus < 0):
+        raise StudyError(f"--gpus-per-run {gpus!r}: expected a number >= 0 (a fraction shares a GPU between runs)")
+    if gpus is not None and address is None:
+        raise StudyError(f"--gpus-per-run {gpus!r} is the Ray request of a run on a cluster: give --address too")
     if address is not None and not isinstance(study, RLlibStudy):
-        raise StudyError(f"--address {address!r} is an option of --engine rllib (Ray); the {study.ENGINE} study runs on this machine")
+        torchrl_ray.check_address(address)  # before the folder is touched
     out, done = prepare(study, overwrite)
     todo = [k for k in study.runs() if k not in done]
-    echo(f"credit-assignment study in {out}: {len(study.runs())} runs, {len(done)} done, {len(todo)} to go{study.budget_note()}")
+    where = f" on the Ray cluster at {address}" if address else ""
+    echo(f"credit-assignment study in {out}{where}: {len(study.runs())} runs, {len(done)} done, {len(todo)} to go{study.budget_note()}")
     if not todo:
         return out
     if isinstance(study, RLlibStudy):
-        rllib_runs.run_all(study, out, todo, jobs, progress, address)
+        rllib_runs.run_all(study, out, todo, jobs or 2, progress, address)
+    elif address is not None:
+        cuda = study.device.startswith("cuda")
+        torchrl_ray.run_all(study, out, todo, jobs, progress, address, gpus=(1.0 if cuda else 0.0) if gpus is None else float(gpus))
     else:
-        torchrl_runs.run_all(study, out, todo, jobs, progress)
+        torchrl_runs.run_all(study, out, todo, jobs or 2, progress)
     return out
 
 

@@ -29,6 +29,7 @@ is :mod:`fleet_marl.studies.credit.torchrl_runs`, the store and resuming
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -136,6 +137,7 @@ class Study:
     episodes: int = 4  # grader episodes (seeds 0 .. episodes - 1) at each graded point
     max_cycles: int = 100
     converge_tol: float = 0.02
+    device: str = "cpu"  # the runs' learner (the env and collection stay on CPU); recorded in study.json only when not cpu
     out: str = "runs/credit_study"
 
     @classmethod
@@ -213,6 +215,8 @@ class Study:
             )
         if not 0 < self.converge_tol < 1:
             bad("converge_tol", self.converge_tol, "a fraction in (0, 1)")
+        if not isinstance(self.device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
+            bad("device", self.device, "cpu, cuda or cuda:<index>")
 
     # --- the runs ---------------------------------------------------------------------------------
 
@@ -298,6 +302,7 @@ class Study:
             checkpoint_interval=0,
             final_episodes=0,
             collector="sync",
+            device=self.device,
             threads=1,
             out=str(Path(self.out) / "unused"),
             name="-".join(map(str, key)),
@@ -307,6 +312,8 @@ class Study:
         """What a resumed study must match (everything but ``out``)."""
         d = asdict(self)
         d.pop("out")
+        if d["device"] == "cpu":
+            d.pop("device")  # the studies before the option had it, and their study.json must still match
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
     @staticmethod

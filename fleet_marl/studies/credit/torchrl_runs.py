@@ -154,8 +154,9 @@ def _reference(args: tuple) -> None:
     reference_episodes(task, name, seeds, overrides, progress=None)
 
 
-def _run_caught(args: tuple) -> tuple[tuple, tuple | str]:
-    """``run_one`` in a worker: ``(key, (row, curve))``, or ``(key, message)`` when the run failed."""
+def run_caught(args: tuple) -> tuple[tuple, tuple | str]:
+    """``run_one`` in a worker (a process of the pool, or a Ray task): ``(key, (row, curve))``, or
+    ``(key, message)`` when the run failed."""
     study, key = args
     try:
         return key, run_one(study, key)
@@ -171,35 +172,60 @@ def _init_worker() -> None:
     torch.set_num_threads(1)
 
 
+class Session:
+    """One session of ``fleet-marl compare`` in the study folder ``out``, wherever its runs train
+    (this machine's worker processes, or a Ray cluster: :mod:`~fleet_marl.studies.credit.torchrl_ray`):
+    :meth:`add` appends a finished run to ``curves.csv`` and ``results.csv`` (or notes a failed
+    one), and this session's row of ``sessions.csv`` is rewritten after each, so a kill loses at
+    most the time since the last; :meth:`close` raises the failures."""
+
+    def __init__(self, out: Path, jobs: int):
+        self.out, self.jobs = out, jobs
+        self.started = time.time()
+        self.earlier = store.read_rows(out / "sessions.csv")
+        self.version = versions()
+        self.finished = 0
+        self.failed: list[str] = []
+
+    def record(self) -> None:
+        now = time.time()
+        row = {
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started)),
+            "stopped": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now)),
+            "wall_seconds": round(now - self.started, 1),
+            "runs_done": self.finished,
+            "jobs": self.jobs,
+            "version": self.version,
+        }
+        store.rewrite(self.out / "sessions.csv", SESSION_COLUMNS, [*self.earlier, row])
+
+    def add(self, key: tuple, result: tuple | str) -> str:
+        """Store one run's ``(row, curve)``, or note its failure (``result`` the message); returns
+        what the progress bar says of it."""
+        if isinstance(result, str):  # say which run failed, keep the others going
+            self.failed.append(f"{'/'.join(map(str, key))}: {result}")
+            return f"{'/'.join(map(str, key))} failed"
+        row, curve = result
+        store.append(self.out / "curves.csv", CURVE_COLUMNS, curve)  # the curve first: results.csv marks the run done
+        store.append(self.out / "results.csv", RESULT_COLUMNS, [row])
+        self.finished += 1
+        self.record()
+        return f"last {key[1]} N={key[2]} {key[3]} seed {key[4]}: score {row['score']:.2f}, {row['run_seconds']:.0f}s"
+
+    def close(self) -> None:
+        if self.finished:
+            self.record()
+        if self.failed:
+            raise StudyError(
+                f"{len(self.failed)} run(s) failed and were not recorded (running the same command again retries them):\n  "
+                + "\n  ".join(self.failed)
+            )
+
+
 def run_all(study: Study, out: Path, todo: list[tuple], jobs: int, progress: bool) -> None:
     """The runs ``todo`` of ``study`` in ``jobs`` worker processes, each appended to the CSVs of
     ``out`` as it finishes, and this session's row of ``sessions.csv``."""
-    started = time.time()
-    earlier = store.read_rows(out / "sessions.csv")
-    version = versions()
-    finished = 0
-
-    def record() -> None:
-        """This session's row of sessions.csv, rewritten after each finished run: a kill loses
-        at most the time since the last one."""
-        now = time.time()
-        store.rewrite(
-            out / "sessions.csv",
-            SESSION_COLUMNS,
-            [
-                *earlier,
-                {
-                    "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
-                    "stopped": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now)),
-                    "wall_seconds": round(now - started, 1),
-                    "runs_done": finished,
-                    "jobs": jobs,
-                    "version": version,
-                },
-            ],
-        )
-
-    failed: list[str] = []
+    session = Session(out, jobs)
     # the grader's references (random and planner episodes, cached on disk) once per setting, before the runs need them
     refs = sorted({k[:3] for k in todo})
     seeds = list(range(study.episodes))
@@ -218,27 +244,14 @@ def run_all(study: Study, out: Path, todo: list[tuple], jobs: int, progress: boo
         ):
             pass
         with tqdm(total=len(todo), desc="runs", unit="run", disable=not progress, smoothing=0.02) as bar:
-            for key, result in pool.imap_unordered(_run_caught, [(study, k) for k in todo]):
+            for key, result in pool.imap_unordered(run_caught, [(study, k) for k in todo]):
                 bar.update(1)
-                if isinstance(result, str):  # say which run failed, keep the others going
-                    failed.append(f"{'/'.join(map(str, key))}: {result}")
-                    continue
-                row, curve = result
-                store.append(out / "curves.csv", CURVE_COLUMNS, curve)  # the curve first: results.csv marks the run done
-                store.append(out / "results.csv", RESULT_COLUMNS, [row])
-                finished += 1
-                record()
-                bar.set_postfix_str(f"last {key[1]} N={key[2]} {key[3]} seed {key[4]}: score {row['score']:.2f}, {row['run_seconds']:.0f}s")
+                bar.set_postfix_str(session.add(key, result))
         pool.close()
     finally:
         pool.terminate()
         pool.join()
-        if finished:
-            record()
-    if failed:
-        raise StudyError(
-            f"{len(failed)} run(s) failed and were not recorded (running the same command again retries them):\n  " + "\n  ".join(failed)
-        )
+        session.close()
 
 
-__all__ = ["run_all", "run_one", "train_and_grade", "versions"]
+__all__ = ["Session", "run_all", "run_caught", "run_one", "train_and_grade", "versions"]
