@@ -19,7 +19,6 @@ import numpy as np
 from fleet_marl import catalog
 from fleet_marl.kernel import Actions, Draws, Outcome, RoundState, cost
 from fleet_marl.kernel.cost import RECOMPUTE_FLOPS_FACTOR, TRAIN_FLOPS_FACTOR
-from fleet_marl.kernel.safety import invalid_precision
 
 # --- stage 1 ---------------------------------------------------------------------------------
 
@@ -93,6 +92,28 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
     comm = np.where(train, fsdp, tp)
     kv_heads = np.broadcast_to(st.kv_heads, unsafe.shape)
     return TenantTerms(prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm, kv_heads)
+
+
+def invalid_precision(st, precision: np.ndarray) -> np.ndarray:
+    """(B, T) bool: a group runs a precision its GPU lacks, or a weight-only format in training."""
+    t = np.arange(st.T)[:, None]
+    lacks = ~st.supported[t, precision]  # (B, T, G)
+    weight_only = st.is_train[:, None] & catalog.WEIGHT_ONLY[precision]
+    return (lacks | weight_only).any(-1)
+
+
+def reference_rate(st) -> np.ndarray:
+    """Each tenant's reference work rate (T,), the denominator of its value, from this oracle's
+    own stage 1 (not ``st.ref_rate``, which the kernel derives): training, tokens/s on
+    ``max_gpus`` GPUs at the time per forward token of an all-BF16 map, 3 passes, no
+    communication or recomputation; serving, its mean arrival rate."""
+    got = st.__dict__.get("_ref_rate")
+    if got is None:
+        bf16 = np.full((1, st.T, catalog.N_GROUPS), cost.BF16, np.int64)
+        tpt = tenant_terms(st, bf16, False).time_per_token[0]
+        got = np.where(st.is_train, st.max_gpus / (TRAIN_FLOPS_FACTOR * tpt), st.arrival_rate)
+        st.__dict__["_ref_rate"] = got
+    return got
 
 
 # --- arbiter ---------------------------------------------------------------------------------
@@ -556,7 +577,7 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     good = np.where(on_time & ~train, fresh, 0.0)
     attain = np.where(arrivals > 0, good / np.where(arrivals > 0, arrivals, 1.0), 1.0)
     spend = alloc * st.list_price * mult * hours
-    ref = st.ref_rate * st.round_seconds
+    ref = reference_rate(st) * st.round_seconds
     value = np.where(ref > 0, np.where(train, progress, good) / np.where(ref > 0, ref, 1.0), 0.0)
     utility = np.where(pres, st.priority * value - st.cost_weight * spend / st.spend_norm, 0.0)
 
