@@ -342,6 +342,7 @@ REACHES = [
     (dict(cluster=dict(round_seconds=120.0)), "progress_tokens"),
     (dict(cluster=dict(usable_memory_fraction=0.5)), "mem_capacity"),
     (dict(cluster=dict(rack_power_cap_w=4_000.0)), "rack_power_w"),
+    (dict(cluster=dict(nodes_per_rack=1)), "rack_power_w"),  # one rack of two nodes -> two racks
     (dict(cluster=dict(ambient_c=35.0)), "temp_next"),
     (dict(cluster=dict(thermal_rise_at_tdp_c=70.0)), "temp_next"),
     (dict(cluster=dict(thermal_tau_s=5.0)), "temp_next"),
@@ -384,7 +385,7 @@ def test_each_config_field_reaches_the_round(change, field):
     should, and the oracle follows it: the field reaches both."""
     from fleet_marl.config import RewardSpec
 
-    top = {}
+    change, top = dict(change), {}
     if "reward" in change:
         top["reward"] = RewardSpec(**change.pop("reward"))
     if "max_cycles" in change:
