@@ -197,6 +197,30 @@ def test_gpu_arrays_from_the_datasheets():
     assert st.checkpointing.tolist() == [False, False, True] and st.flash.all()
 
 
+#: Dense tensor-core TFLOPS by precision (fp32 = TF32, bf16, fp8; the weight-only int8 and int4
+#: run at the BF16 peak; 0 = no such format), HBM TB/s and GPU-to-GPU GB/s a direction, from
+#: each datasheet (NVIDIA lists sparse figures, twice these, with an asterisk).
+DATASHEETS = {
+    "h100-sxm": ([494.7, 989.4, 1978.9, 989.4, 989.4], 3.35, 450),  # NVLink 900 GB/s both ways
+    "h200": ([494.7, 989.4, 1978.9, 989.4, 989.4], 4.8, 450),
+    "a100-80gb": ([156, 312, 0, 312, 312], 2.039, 300),  # NVLink 600 GB/s both ways; no FP8
+    "a100-40gb": ([156, 312, 0, 312, 312], 1.555, 300),
+    "l40s": ([183, 362.05, 733, 362.05, 362.05], 0.864, 32),  # PCIe Gen4 x16, 64 GB/s both ways
+    "l4": ([60, 121, 242.5, 121, 121], 0.300, 32),
+}
+
+
+@pytest.mark.parametrize("gpu", sorted(DATASHEETS))
+def test_peaks_and_links_of_every_gpu_type(gpu):
+    assert set(DATASHEETS) == set(catalog.gpus())
+    tflops, tbs, gbs = DATASHEETS[gpu]
+    st = _static(TenantSpec(kind="serve", model="qwen2.5-0.5b", gpu_type=gpu))
+    assert st.peak[0].tolist() == pytest.approx([x * 1e12 for x in tflops], rel=1e-15)
+    assert st.supported[0].tolist() == [x > 0 for x in tflops]
+    assert st.bw[0] == pytest.approx(tbs * 1e12, rel=1e-15) and st.intra_bw[0] == gbs * 1e9
+    assert st.inter_bw[0] == min(gbs, 50) * 1e9  # the default network: 50 GB/s per GPU (400 Gb/s NDR)
+
+
 def _tau_llama8b_h100(mfu: float, seq: int) -> float:
     """Seconds per forward token of Llama-3.1-8B in BF16 on an H100 (docs/model.md §5):
     GEMMs at the BF16 peak x ``mfu``, attention scores at 0.55 of it, elementwise traffic of
@@ -229,3 +253,17 @@ def test_reference_rate_by_hand():
     half = _static(TenantSpec(kind="train", model="llama-3.1-8b", max_gpus=8, workload=WorkloadSpec(seq_len=2048)), mfu=0.39)
     assert half.ref_rate[0] == pytest.approx(8 / (3 * _tau_llama8b_h100(0.39, 2048)), rel=1e-12)
     assert half.ref_rate[0] == pytest.approx(8 / (3 * 47.88e-6), rel=1e-3)
+
+
+def test_reference_rate_of_a_tied_model_on_an_a100_by_hand():
+    """Qwen2.5-0.5B (tied head, still a 2 V h matmul) trained at 2048 on 4 A100-80GB, MFU 0.78."""
+    gemm = 2 * (44_067_840 + 313_786_368) + 2 * 151936 * 896  # 715,708,416 + 272,269,312 = 987,977,728
+    scores = 2 * 24 * 2048 * 14 * 64  # 88,080,384
+    saved = 24 * 50_176 + (4 * 896 + 6 * 151936)  # 1,204,224 + 915,200 = 2,119,424 bytes per token
+    # 987,977,728 / 243.36e12 + 88,080,384 / 171.6e12 + 8,477,696 / 1.87588e12 = 4.060 + 0.513 + 4.519 us
+    tau = gemm / (312e12 * 0.78) + scores / (312e12 * 0.55) + 4 * saved / (2.039e12 * 0.92)
+    assert tau == pytest.approx(9.092e-6, rel=1e-3)
+    st = _static(TenantSpec(kind="train", model="qwen2.5-0.5b", gpu_type="a100-80gb", max_gpus=4, workload=WorkloadSpec(seq_len=2048)))
+    assert st.ref_rate[0] == pytest.approx(4 / (3 * tau), rel=1e-12)  # 146,650 tokens/s
+    assert st.ref_rate[0] == pytest.approx(146_650, rel=1e-3)
+    assert oracle.reference_rate(st)[0] == pytest.approx(4 / (3 * tau), rel=1e-12)
