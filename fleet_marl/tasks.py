@@ -14,7 +14,7 @@ easy       4         two H100 nodes, two trainers and two servers, Poisson arriv
                      generous budgets, max-min fair arbiter
 medium     8         H100 and A100 nodes (the A100 has no FP8), training and serving mixed,
                      bursty arrivals, proportional-share arbiter (bids matter)
-hard       16        four H100 nodes in one rack under a tight power cap, hot inlet air,
+hard       16        four H100 nodes in one rack under a tight power cap, 45 C inlet air (heat binds),
                      correlated (adversarial) bursts, tight budgets, uniform-price auction
 trace      6         arrivals replayed from real traces: Pollux/Philly jobs for the four
                      trainers, Azure LLM inference requests for the two servers
@@ -174,8 +174,11 @@ def _medium() -> dict:
 
 
 def _hard() -> dict:
-    # One rack of four H100 nodes: 32 x 700 W = 22.4 kW at TDP against a 15 kW cap; inlet air
-    # at 35 C leaves 52 C of rise to the 87 C throttle point. All servers burst together.
+    # One rack of four H100 nodes: 32 x 700 W = 22.4 kW at TDP against a 15 kW cap, in a hall
+    # whose cooling has degraded: inlet air at 45 C (the top of ASHRAE class A4's allowable
+    # range) leaves 42 C to the 87 C throttle point, less than the 47 C a node's hottest
+    # air-cooled GPU rises at TDP (docs/model.md section 6), so a node loaded past 89 % of its TDP
+    # throttles. All servers burst together.
     # A $60 budget buys 2.6x its 2-GPU fair share for the episode at list price (2 x 100
     # rounds x $6.88/h / 60 = $22.9); 8 GPUs at twice list price spend it in 33 rounds.
     # hoard_share 0.2 of the 32-GPU pool: holding 7 or 8 GPUs while another starves.
@@ -197,7 +200,7 @@ def _hard() -> dict:
                 _tenant("serve", m, h, 60.0, rate=3.0, prompt_tokens=1024, output_tokens=256, priority=1.0 + (i % 4 == 1), **storm)
             )
     return {
-        "cluster": {"gpu_types": [h] * 4, "nodes_per_rack": 4, "rack_power_cap_w": 15_000.0, "ambient_c": 35.0},
+        "cluster": {"gpu_types": [h] * 4, "nodes_per_rack": 4, "rack_power_cap_w": 15_000.0, "ambient_c": 45.0},
         "tenants": tenants,
         "arbiter": {"mechanism": "auction", "reserve_price": 0.75},
         "fairness": {"hoard_share": 0.2},
@@ -312,7 +315,7 @@ def register_task(name: str, builder: Callable[[], dict], description: str) -> T
 register_task("tiny", _tiny, "2 trainers on one 8-GPU H100 node; the one-round optimum is known")
 register_task("easy", _easy, "2 trainers and 2 servers on two H100 nodes, Poisson arrivals, max-min fair arbiter")
 register_task("medium", _medium, "8 tenants on H100 and A100 nodes, bursty arrivals, proportional-share arbiter")
-register_task("hard", _hard, "16 tenants, four H100 nodes under a tight power cap, correlated bursts, uniform-price auction")
+register_task("hard", _hard, "16 tenants, four H100 nodes under a tight power cap in a 45 C hall (heat binds), correlated bursts, uniform-price auction")
 register_task("trace", _trace, "6 tenants replaying Pollux jobs and Azure LLM inference requests")
 register_task(
     "trace_code",

@@ -147,10 +147,10 @@ def test_thermal_model_heats_throttles_and_trips():
     t_ss = st.ambient_c + st.thermal_rise_at_tdp_c
     expect = t_ss + (st.ambient_c - t_ss) * np.exp(-st.round_seconds / st.thermal_tau_s)
     assert cool.temp_next[0] == pytest.approx(expect)
-    hot_inlet = KernelStatic.from_config(make_config(n_tenants=2, rack_power_cap_w=1e6, ambient_c=38.0))
-    warm = _one(hot_inlet, [P["bf16"]] * 5, gpus=8, temp_c=np.array([88.0, 38.0]))
+    hot_inlet = KernelStatic.from_config(make_config(n_tenants=2, rack_power_cap_w=1e6, ambient_c=42.0))  # 42 + 47 > 87
+    warm = _one(hot_inlet, [P["bf16"]] * 5, gpus=8, temp_c=np.array([88.0, 42.0]))
     assert warm.thermal_throttled[0] and 0 < warm.throttle[0] < 1
-    trip = _one(hot_inlet, [P["bf16"]] * 5, gpus=8, temp_c=np.array([150.0, 38.0]))
+    trip = _one(hot_inlet, [P["bf16"]] * 5, gpus=8, temp_c=np.array([150.0, 42.0]))
     assert trip.tripped[0] and trip.progress_tokens[0] == 0
 
 

@@ -45,8 +45,8 @@ class ClusterSpec:
     nodes_per_rack: int = 4
     rack_power_cap_w: float = 16_000.0  # GPU power budget per rack (scenario choice)
     network_gbs_per_gpu: float = 50.0  # inter-node bandwidth per GPU, GB/s (400 Gb/s NDR)
-    ambient_c: float = 25.0  # inlet air temperature
-    thermal_rise_at_tdp_c: float = 52.0  # steady-state rise over inlet of a GPU at its TDP
+    ambient_c: float = 25.0  # inlet air temperature (coolant supply temperature for liquid-cooled nodes)
+    thermal_rise_at_tdp_c: float = 47.0  # steady-state rise over inlet of a node's hottest GPU at TDP (air-cooled HGX H100, measured)
     thermal_tau_s: float = 20.0  # first-order time constant
     throttle_temp_c: float = 87.0  # max operating temperature: clocks slow down above it
     critical_temp_c: float = 92.0  # shutdown temperature: the node trips and runs nothing
