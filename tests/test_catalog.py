@@ -49,6 +49,42 @@ def test_every_gpu_number_has_a_source(name):
     assert g.tflops["fp32"] < g.tflops["bf16"]
 
 
+def _at_least(a, b) -> bool:
+    """GPU ``a`` is at least GPU ``b`` in everything a tenant buys: memory, HBM bandwidth, dense
+    BF16 peak, GPU-to-GPU link and the precisions it runs."""
+    return (
+        a.memory_gb >= b.memory_gb  # nominal: CUDA reports 0.06 % less on the H100 than on the A100 80GB
+        and a.bandwidth_tbs >= b.bandwidth_tbs
+        and a.tflops["bf16"] >= b.tflops["bf16"]
+        and a.interconnect_gbs >= b.interconnect_gbs
+        and set(b.precisions) <= set(a.precisions)
+    )
+
+
+def test_a_stronger_part_never_costs_less_per_gpu_hour():
+    """docs/model.md section 1: every price comes from one provider on one date, so a part at least as
+    strong as another in every figure costs at least as much per GPU-hour (0.3 priced the H200
+    at another provider, 0.65x the H100). The pairs this orders include H200 >= H100 >= A100
+    80GB >= A100 40GB and L40S >= L4."""
+    gpus = catalog.gpus()
+    pairs = [(a, b) for a in gpus for b in gpus if a != b and _at_least(gpus[a], gpus[b])]
+    assert {("h200", "h100-sxm"), ("h100-sxm", "a100-80gb"), ("a100-80gb", "a100-40gb"), ("l40s", "l4")} <= set(pairs)
+    for a, b in pairs:
+        assert gpus[a].price_per_hour >= gpus[b].price_per_hour, (a, gpus[a].price_per_hour, b, gpus[b].price_per_hour)
+
+
+def test_every_price_comes_from_one_provider_on_one_date():
+    """The rule behind the ordering: one price list (Modal's per-GPU-second rates, 2026-05),
+    each price its per-second rate x 3600."""
+    import re
+
+    for name, g in catalog.gpus().items():
+        assert g.price_source.startswith("Modal on-demand GPU price, "), name
+        assert "https://modal.com/pricing as of 2026-05" in g.price_source, name
+        per_s = float(re.search(r"([0-9.]+) USD per GPU-second", g.price_source).group(1))
+        assert g.price_per_hour == pytest.approx(per_s * 3600, abs=5e-5), name
+
+
 def test_fp8_only_on_hopper_and_ada():
     fp8 = {n for n, g in catalog.gpus().items() if g.supports("fp8")}
     assert fp8 == {"h100-sxm", "h200", "l40s", "l4"}
