@@ -429,6 +429,18 @@ def power_thermal(st, gpus_on_node: np.ndarray, activity: np.ndarray, temp0: np.
 # --- the round --------------------------------------------------------------------------------
 
 
+def restart_seconds(st, terms: TenantTerms, n: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """(B, T) seconds a restart costs on ``n`` GPUs over ``nodes`` nodes: the fixed part plus
+    the checkpoint read at ``min(n x per-GPU rate, nodes x per-node rate)``. A trainer reads an
+    fp32 master copy and Adam's m and v (4 + 4 + 4 bytes a parameter); a server its weights as
+    stored (stage 1's weight bytes at its precision map)."""
+    n_params = st.params.sum(-1)  # (T,)
+    ckpt = np.where(st.is_train, (4.0 + 4.0 + 4.0) * n_params, terms.weights)
+    rate = np.minimum(n * st.load_gpu_bps, np.maximum(nodes, 1) * st.load_node_bps)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(n > 0, st.restart_seconds + ckpt / rate, 0.0)
+
+
 def evaluate(st, actions: Actions, state: RoundState, draws: Draws, present=None) -> Outcome:
     """The round for every batch row (inputs already checked), in numpy."""
     prec = np.asarray(actions.precision)
@@ -534,7 +546,7 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
 
     # --- cost: throughput ------------------------------------------------------------------
     thr = throughput(st, terms, alloc, batch, nodes, prompt, output)
-    avail = st.round_seconds - st.restart_seconds * restarted
+    avail = np.where(restarted, np.maximum(st.round_seconds - restart_seconds(st, terms, alloc, nodes), 0.0), st.round_seconds)
     demand = queue + arrivals
     capacity = thr.work_rate * avail
     with np.errstate(divide="ignore", invalid="ignore"):

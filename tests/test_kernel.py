@@ -166,8 +166,50 @@ def test_restart_costs_time():
     kept = _one(st, [P["bf16"]] * 5, gpus=8, prev_alloc=np.array([8, 0]))
     moved = _one(st, [P["bf16"]] * 5, gpus=8, prev_alloc=np.array([4, 0]))
     assert moved.restarted[0] and not kept.restarted[0]
-    lost = st.restart_seconds / st.round_seconds
+    # the fixed part plus the checkpoint (fp32 master + Adam: 12 B a parameter) read by 8 GPU
+    # loaders on one node, capped by the node's rate (docs/model.md section 7)
+    restart = st.restart_seconds + 12.0 * st.params[0].sum() / min(8 * st.load_gpu_bps, st.load_node_bps)
+    lost = min(restart / st.round_seconds, 1.0)
+    assert 0 < lost < 1
     assert moved.progress_tokens[0] == pytest.approx(kept.progress_tokens[0] * (1 - lost))
+
+
+def _restart_lost(model, kind="train", gpus=8, prec="bf16", nodes=("h100-sxm",), **cluster_kw):
+    """Seconds of a 60 s round a restarted tenant of ``model`` loses on ``gpus`` GPUs (a second,
+    idle tenant keeps the config valid)."""
+    from fleet_marl.config import ClusterSpec, FleetConfig, TenantSpec, WorkloadSpec
+
+    wl = WorkloadSpec(seq_len=1024, prompt_tokens=512, output_tokens=128, rate=2.0)
+    ts = (TenantSpec(kind=kind, model=model, max_gpus=gpus, workload=wl), TenantSpec(model="gpt2", workload=wl))
+    st = KernelStatic.from_config(FleetConfig(cluster=ClusterSpec(gpu_types=nodes, **cluster_kw), tenants=ts))
+    pm = [P["bf16"], P[prec], P[prec], P["bf16"], P["bf16"]]
+    kept = _one(st, pm, gpus=gpus, prev_alloc=np.array([gpus, 0]))
+    moved = _one(st, pm, gpus=gpus, prev_alloc=np.array([0, 0]))
+    assert moved.restarted[0] and not kept.restarted[0]
+    rate = kept.progress_tokens[0] if kind == "train" else kept.served[0]
+    after = moved.progress_tokens[0] if kind == "train" else moved.served[0]
+    return st.round_seconds * (1 - after / rate), st
+
+
+def test_restart_grows_with_the_checkpoint_and_its_loaders():
+    """A restart costs the fixed init plus the checkpoint over the load rate: a 7B trainer loses
+    more of its round than a 0.5B one; spread over two nodes it reads twice as fast; a server
+    reads its weights at their precision, so FP8 weights restart faster than BF16."""
+    small, st = _restart_lost("qwen2.5-0.5b")
+    big, _ = _restart_lost("qwen2.5-7b")
+    ckpt = 12.0 * catalog.model("qwen2.5-7b").total_params
+    assert big == pytest.approx(st.restart_seconds + ckpt / st.load_node_bps, rel=1e-6)
+    assert st.restart_seconds < small < big < st.round_seconds
+    two, _ = _restart_lost("qwen2.5-7b", gpus=16, nodes=("h100-sxm", "h100-sxm"))
+    assert two == pytest.approx(st.restart_seconds + ckpt / (2 * st.load_node_bps), rel=1e-6)
+    one_gpu, _ = _restart_lost("qwen2.5-0.5b", gpus=1)  # one loader: the per-GPU rate binds
+    assert one_gpu == pytest.approx(st.restart_seconds + 12.0 * catalog.model("qwen2.5-0.5b").total_params / st.load_gpu_bps, rel=1e-6)
+    bf16, _ = _restart_lost("llama-3.1-8b", kind="serve", gpus=1)
+    fp8, _ = _restart_lost("llama-3.1-8b", kind="serve", gpus=1, prec="fp8")
+    assert fp8 < bf16
+    # a restart longer than the round leaves none of it
+    slow, _ = _restart_lost("qwen2.5-7b", checkpoint_load_gbs_per_node=0.5)
+    assert slow == pytest.approx(st.round_seconds)
 
 
 # --- bad input ---------------------------------------------------------------------------------

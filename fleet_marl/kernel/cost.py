@@ -51,6 +51,11 @@ FP8 = catalog.PRECISION_CODE["fp8"]
 #: float8), so an FP8 group trains with BF16 bytes; other formats use their own width.
 TRAIN_BYTES = np.where(np.arange(catalog.N_PRECISIONS) == FP8, 2.0, catalog.PRECISION_BYTES)
 ADAM_BYTES = 8.0  # two fp32 moments
+#: Bytes per parameter of a training checkpoint, what a restarted trainer reads back: the fp32
+#: master weights and Adam's two fp32 moments (ZeRO's K = 12, Rajbhandari et al. 2020); the
+#: 16-bit weights and the gradients are rebuilt from them. A server reads its weights at their
+#: precision (stage 1's weight bytes).
+CKPT_TRAIN_BYTES = 12.0
 ACT_ATTN = 5.0  # Korthikanti et al. 2022: the stored scores, softmax and dropout, 5 a s bytes per token, without FlashAttention
 TRAIN_FLOPS_FACTOR = 3.0  # forward + backward (2x forward) = 6N per token (Kaplan et al. 2020)
 RECOMPUTE_FLOPS_FACTOR = 4.0  # full recomputation runs the forward pass once more
@@ -248,6 +253,7 @@ __all__ = [
     "CAST_BW_EFF",
     "CAST_BYTES_SERVE",
     "CAST_BYTES_TRAIN",
+    "CKPT_TRAIN_BYTES",
     "EW_BYTES",
     "GEMM_EFF",
     "GROUP_TERMS",

@@ -100,7 +100,9 @@ class KernelStatic:
     throttle_temp_c: float
     critical_temp_c: float
     round_seconds: float
-    restart_seconds: float
+    restart_seconds: float  # fixed part of a restart; the checkpoint load adds to it (tenant_cost.restart_time)
+    load_gpu_bps: float  # checkpoint bytes/s one GPU's loader reads
+    load_node_bps: float  # checkpoint bytes/s one node reads
     mfu: float
     mbu: float
     comm_overlap: float
@@ -190,6 +192,8 @@ class KernelStatic:
             critical_temp_c=cl.critical_temp_c,
             round_seconds=cl.round_seconds,
             restart_seconds=cl.restart_seconds,
+            load_gpu_bps=cl.checkpoint_load_gbs_per_gpu * 1e9,
+            load_node_bps=cl.checkpoint_load_gbs_per_node * 1e9,
             mfu=cl.mfu,
             mbu=cl.mbu,
             comm_overlap=cl.comm_overlap,
