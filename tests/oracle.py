@@ -69,8 +69,14 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
     blocks = np.where(st.checkpointing, 2.0 * h * L + st.act_layer + scores, L * (st.act_layer + scores))
     act = np.where(train, s * (blocks + st.act_final) * act_scale, 0.0)
     kv_tok = 2.0 * L * st.kv_dim * cost.KV_BYTES[prec[..., cost.ATT]]
-    kv_seq = np.where(train, 0.0, (prompt + output) * kv_tok)
-    kv_read = np.where(train, 0.0, (prompt + 0.5 * output) * kv_tok)
+    # a sliding window W keeps the last W tokens: the cache holds min(P + O, W) at the end, and a
+    # decode step reads the mean of min(P + x, W) over x in [0, O]: the integral is
+    # a P + a^2 / 2 + (O - a) W with a = clip(W - P, 0, O) the steps before the cache is full
+    W = st.kv_window
+    a = np.clip(W - prompt, 0.0, output)
+    mean_ctx = np.where(np.isinf(W), prompt + 0.5 * output, (a * prompt + 0.5 * a * a + (output - a) * np.where(np.isinf(W), 0.0, W)) / output)
+    kv_seq = np.where(train, 0.0, np.minimum(prompt + output, W) * kv_tok)
+    kv_read = np.where(train, 0.0, mean_ctx * kv_tok)
     # time per forward token: the linear GEMMs at their precision's peak x the GEMM efficiency
     # (st.mfu), attention's other FLOPs at 0.55 of the BF16 peak, elementwise traffic of 4 x the
     # saved activation bytes (norm group) and FP8 casts at 0.92 of HBM bandwidth

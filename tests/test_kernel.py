@@ -410,3 +410,67 @@ def test_request_lengths_price_serving():
     assert long_prompts.mem_total[0] == default.mem_total[0] and long_prompts.tokens_per_s[0] == default.tokens_per_s[0]
     with pytest.raises(KernelInputError, match=r"draws\.output_tokens\[1\] = 0\.0: expected a mean token count in \[1, 1e9\]"):
         evaluate(st, a, RoundState.initial(st), dataclasses.replace(base, output_tokens=np.array([5.0, 0.0])))
+
+
+@pytest.mark.parametrize("prompt, output", [(1000, 200), (3000, 2000), (5000, 300)])
+def test_sliding_window_caps_the_kv_cache_and_its_read(prompt, output):
+    """Mistral-7B-v0.1's 4096-token window (docs/model.md section 4): a sequence keeps the K and V of
+    at most 4096 tokens, and a decode step reads the mean of min(P + x, 4096) over its output;
+    Llama-3.1-8B has the same KV geometry (32 layers, 8 KV heads of 128) and no window. The
+    kernel agrees with the oracle on each case (before, within and past the window)."""
+    from fleet_marl.config import ClusterSpec, FleetConfig, TenantSpec, WorkloadSpec
+    from tests import oracle
+
+    wl = WorkloadSpec(prompt_tokens=prompt, output_tokens=output, rate=1.0)
+    cfg = FleetConfig(
+        cluster=ClusterSpec(gpu_types=("h100-sxm",)),
+        tenants=(TenantSpec(kind="serve", model="mistral-7b", workload=wl), TenantSpec(kind="serve", model="llama-3.1-8b", workload=wl)),
+    )
+    st = KernelStatic.from_config(cfg)
+    a = Actions(gpus=[1, 1], bid=[1.0, 1.0], precision=np.full((2, 5), P["bf16"]), batch=[1, 1])
+    out = evaluate(st, a, RoundState.initial(st), Draws.expected(st))
+    kv_tok = 2 * 32 * 8 * 128 * 2  # 131,072 B per token for both
+    assert out.mem_kv_cache[0] == pytest.approx(min(prompt + output, 4096) * kv_tok)
+    assert out.mem_kv_cache[1] == pytest.approx((prompt + output) * kv_tok)
+    assert (out.mem_kv_cache[0] < out.mem_kv_cache[1]) == (prompt + output > 4096)
+    xs = np.linspace(0.0, output, 200_001)  # the mean context a decode step reads, numerically
+    mean_ctx = np.minimum(prompt + xs, 4096).mean()
+    terms = oracle.tenant_terms(st, np.full((2, 5), P["bf16"]), True)
+    assert terms.kv_read_per_seq[0] == pytest.approx(mean_ctx * kv_tok, rel=1e-4)
+    oracle_out = oracle.evaluate(st, a, RoundState.initial(st), Draws.expected(st))
+    np.testing.assert_allclose(out.mem_kv_cache, oracle_out.mem_kv_cache, rtol=1e-12)
+    np.testing.assert_allclose(out.tokens_per_s, oracle_out.tokens_per_s, rtol=1e-9)
+
+
+def test_sliding_window_caps_the_attention_flops():
+    """Each query attends to at most the window: Mistral's attention FLOPs per token stop growing
+    at 4096 tokens of context; Llama-3.1-8B's keep growing (Kaplan et al.'s 2 L ctx d_attn)."""
+    from fleet_marl.kernel import cost
+
+    m, ll = catalog.model("mistral-7b"), catalog.model("llama-3.1-8b")
+    att = cost.ATT
+    assert cost.forward_flops_per_token(m, 16384)[att] == cost.forward_flops_per_token(m, 4096)[att]
+    assert cost.forward_flops_per_token(m, 2048)[att] < cost.forward_flops_per_token(m, 4096)[att]
+    grow = cost.forward_flops_per_token(ll, 16384)[att] - cost.forward_flops_per_token(ll, 4096)[att]
+    assert grow == pytest.approx(2.0 * 32 * (16384 - 4096) * 32 * 128)
+
+
+def test_explicit_head_dim_runs_through_the_kernel_as_in_the_oracle():
+    """Qwen3-0.6B's head_dim 128 (not hidden / heads = 64) sizes its KV cache, its attention FLOPs
+    and its q projection; kernel and oracle agree for a trainer and a server."""
+    from fleet_marl.config import ClusterSpec, FleetConfig, TenantSpec, WorkloadSpec
+    from tests import oracle
+
+    wl = WorkloadSpec(seq_len=2048, prompt_tokens=1024, output_tokens=256, rate=1.0)
+    cfg = FleetConfig(
+        cluster=ClusterSpec(gpu_types=("h100-sxm",)),
+        tenants=(TenantSpec(kind="train", model="qwen3-0.6b", workload=wl), TenantSpec(kind="serve", model="qwen3-0.6b", workload=wl)),
+    )
+    st = KernelStatic.from_config(cfg)
+    assert st.kv_dim.tolist() == [8 * 128, 8 * 128]
+    a = Actions(gpus=[4, 4], bid=[1.0, 1.0], precision=np.full((2, 5), P["bf16"]), batch=[2, 8])
+    out = evaluate(st, a, RoundState.initial(st), Draws.expected(st))
+    assert out.mem_kv_cache[1] == pytest.approx(8 * (1024 + 256) * (2 * 28 * 8 * 128 * 2) / 4)
+    want = oracle.evaluate(st, a, RoundState.initial(st), Draws.expected(st))
+    for f in ("mem_total", "mem_activations", "mem_kv_cache", "tokens_per_s", "progress_tokens", "served"):
+        np.testing.assert_allclose(getattr(out, f), getattr(want, f), rtol=1e-9, err_msg=f)

@@ -58,6 +58,7 @@ from fleet_marl.kernel.layout import (
     T_SEQ,
     T_TP,
     T_TRAIN,
+    T_WIN,
     G,
 )
 
@@ -69,6 +70,21 @@ _UNSAFE = catalog.UNSAFE.copy()  # (G, P) bool: module-level arrays are compile-
 _ACT_BYTES = TRAIN_BYTES.copy()  # activations are saved in BF16 under FP8 training
 _KV_BYTES = KV_BYTES.copy()
 _ATT, _MLP = catalog.GROUPS.index("attention"), catalog.GROUPS.index("mlp")
+
+
+@jit_inline
+def window_tokens(prompt, output, window):
+    """``(held, read)``: the tokens of a sequence of ``prompt`` + ``output`` whose K and V its
+    cache holds at the end, and the mean a decode step reads over the ``output`` steps; a
+    sliding ``window`` caps both (docs/model.md section 4)."""
+    held = min(prompt + output, window)
+    if prompt + output <= window:
+        read = prompt + 0.5 * output
+    elif prompt >= window:
+        read = window
+    else:  # the cache fills up part of the way through the output
+        read = ((window - prompt) * 0.5 * (prompt + window) + (prompt + output - window) * window) / output
+    return held, read
 
 
 @jit_inline
@@ -102,8 +118,9 @@ def tenant_terms(tf, ti, tg, t, prec, project, mfu, prec_run, prompt, output):
     train = ti[t, T_TRAIN] != 0
     act = tf[t, T_ACT] * (0.25 * (_ACT_BYTES[prec_run[_ATT]] + _ACT_BYTES[prec_run[_MLP]])) if train else 0.0
     kv_tok = tf[t, T_KV] * _KV_BYTES[prec_run[_ATT]]
-    kv_seq = 0.0 if train else (prompt + output) * kv_tok
-    kv_read = 0.0 if train else (prompt + 0.5 * output) * kv_tok
+    held, read = window_tokens(prompt, output, tf[t, T_WIN])
+    kv_seq = 0.0 if train else held * kv_tok
+    kv_read = 0.0 if train else read * kv_tok
     comm = 2.0 * weights + grads if train else tf[t, T_TP]
     return unsafe, invalid, weights, grads, master, tf[t, T_OPT], act, kv_seq, spt / mfu, kv_read, comm, tf[t, T_KVH]
 
