@@ -394,7 +394,7 @@ def power_thermal(st, gpus_on_node: np.ndarray, activity: np.ndarray, temp0: np.
     gpus_on_node: (B, T, K); activity: (B, T) in [0, 1] (share of the round at full power);
     temp0: (B, K) or (K,).
     """
-    dyn_w, node_idle, headroom, full, decay, span = _thermal_constants(st)
+    dyn_w, node_idle, headroom, full, decay, _span = _thermal_constants(st)
     dyn = dyn_w * activity  # (B, T) dynamic W per GPU
     node_dyn = np.einsum("btk,bt->bk", gpus_on_node, dyn)
     rack_of = st.rack_of
@@ -407,11 +407,17 @@ def power_thermal(st, gpus_on_node: np.ndarray, activity: np.ndarray, temp0: np.
         t_ss = st.ambient_c + st.thermal_rise_at_tdp_c * power / full
         return t_ss + (temp0 - t_ss) * decay
 
-    t_pred = settle(node_idle + node_dyn * f_cap)
-    crit = st.critical_temp_c
-    f_heat = np.minimum(np.maximum((crit - t_pred) / span, 0.0), 1.0)
+    crit, limit = st.critical_temp_c, st.throttle_temp_c
+    # thermal slowdown: the largest clock factor f in [0, 1] whose round ends at or below the
+    # max operating temperature; T_next is affine in f, T_next(f) = T_next(0) + f (T_next(1) - T_next(0))
+    hot = settle(node_idle + node_dyn * f_cap)  # f = 1
+    cool = settle(node_idle + 0.0 * node_dyn)  # f = 0: idle
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f_heat = np.where(hot <= limit, 1.0, np.clip((limit - cool) / (hot - cool), 0.0, 1.0))
+    f_heat = np.where((hot > limit) & (hot == cool), 0.0, f_heat)  # no dynamic power to shed
     dead = temp0 >= crit
     f_heat = np.where(dead, 0.0, f_heat)  # a node already past shutdown stays off
+    t_pred = cool  # trips if even idle the round ends at or past shutdown
     f_node = f_cap * f_heat
     node_power = node_idle + node_dyn * f_node
     temp_next = settle(node_power)

@@ -474,3 +474,20 @@ def test_explicit_head_dim_runs_through_the_kernel_as_in_the_oracle():
     want = oracle.evaluate(st, a, RoundState.initial(st), Draws.expected(st))
     for f in ("mem_total", "mem_activations", "mem_kv_cache", "tokens_per_s", "progress_tokens", "served"):
         np.testing.assert_allclose(getattr(out, f), getattr(want, f), rtol=1e-9, err_msg=f)
+
+
+def test_thermal_slowdown_holds_the_max_operating_temperature():
+    """docs/model.md section 6: in a 45 C hall (hard's) a node at TDP would reach 45 + 47 = 92 C;
+    its GPUs slow just enough to end the round at 87 C instead of tripping, and the clock that
+    does it follows from the linear power model."""
+    st = KernelStatic.from_config(make_config(n_tenants=2, rack_power_cap_w=1e6, ambient_c=45.0))
+    out = _one(st, [P["bf16"]] * 5, gpus=8, temp_c=np.array([87.0, 45.0]))
+    assert out.thermal_throttled[0] and not out.tripped[0]
+    assert out.temp_next[0] == pytest.approx(st.throttle_temp_c)
+    decay = np.exp(-st.round_seconds / st.thermal_tau_s)
+    hold = (st.throttle_temp_c - 87.0 * decay) / (1 - decay)  # the steady state that ends at 87 C
+    g = st.gpus_per_node
+    f = ((hold - st.ambient_c) / st.thermal_rise_at_tdp_c * g * st.tdp_w[0] - g * st.idle_w[0]) / (g * (st.tdp_w[0] - st.idle_w[0]))
+    assert out.throttle[0] == pytest.approx(f) and 0.85 < f < 1
+    cool = _one(st, [P["bf16"]] * 5, gpus=4, temp_c=np.array([45.0, 45.0]))  # half a node: 45 + 47 x 0.56 < 87
+    assert not cool.thermal_throttled[0] and cool.throttle[0] == 1.0
