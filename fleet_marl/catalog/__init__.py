@@ -109,8 +109,9 @@ class ModelArch:
     published_params: float
     source: str = field(repr=False)
     #: config.json's ``head_dim`` where the model sets it (Qwen3: 128 with ``hidden / heads`` = 64);
-    #: None derives it as ``hidden // heads``. After construction it is always the int in use.
-    head_dim: int | None = None
+    #: 0 (``null`` in the YAML) derives it as ``hidden // heads``. After construction it is the
+    #: head dimension in use.
+    head_dim: int = 0
     #: config.json's ``sliding_window`` where the model attends to at most that many past tokens
     #: (Mistral-7B-v0.1: 4096); None for full attention.
     sliding_window: int | None = None
@@ -118,7 +119,7 @@ class ModelArch:
     qk_norm: bool = False
 
     def __post_init__(self):
-        if self.head_dim is None:
+        if not self.head_dim:
             object.__setattr__(self, "head_dim", self.hidden // self.heads)
 
     def kv_tokens(self, context: float) -> float:
@@ -194,6 +195,8 @@ def _build(cls, fields: set[str], name: str, raw: dict, file: str):
                 raise ValueError(f"{file}: {name}.{key} = {v!r}: expected a positive integer, or null (config.json does not set it)")
         if not isinstance(kw["qk_norm"], bool):
             raise ValueError(f"{file}: {name}.qk_norm = {kw['qk_norm']!r}: expected true or false")
+        if kw["head_dim"] is None:
+            kw["head_dim"] = 0  # derived from hidden / heads
     obj = cls(name=name, **kw)
     return obj
 
