@@ -491,3 +491,7 @@ def test_thermal_slowdown_holds_the_max_operating_temperature():
     assert out.throttle[0] == pytest.approx(f) and 0.85 < f < 1
     cool = _one(st, [P["bf16"]] * 5, gpus=4, temp_c=np.array([45.0, 45.0]))  # half a node: 45 + 47 x 0.56 < 87
     assert not cool.thermal_throttled[0] and cool.throttle[0] == 1.0
+    # a cooling failure: even idle the node would end past shutdown (60 + 300 x 680 / 5600 = 96 C), so it trips
+    failed = KernelStatic.from_config(make_config(n_tenants=2, rack_power_cap_w=1e6, ambient_c=60.0, thermal_rise_at_tdp_c=300.0))
+    out = _one(failed, [P["bf16"]] * 5, gpus=8, temp_c=np.array([60.0, 60.0]))
+    assert out.tripped[0] and out.progress_tokens[0] == 0
