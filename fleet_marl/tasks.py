@@ -14,7 +14,7 @@ easy       4         two H100 nodes, two trainers and two servers, Poisson arriv
                      generous budgets, max-min fair arbiter
 medium     8         H100 and A100 nodes (the A100 has no FP8), training and serving mixed,
                      bursty arrivals, proportional-share arbiter (bids matter)
-hard       16        four H100 nodes in one rack under a tight power cap, hot inlet air,
+hard       16        four H100 nodes in one rack under a tight power cap, 45 C inlet air (heat binds),
                      correlated (adversarial) bursts, tight budgets, uniform-price auction
 trace      6         arrivals replayed from real traces: Pollux/Philly jobs for the four
                      trainers, Azure LLM inference requests for the two servers
@@ -119,14 +119,14 @@ def _tenant(kind, model, gpu, budget, max_gpus=8, priority=1.0, **wl) -> dict:
 def _tiny() -> dict:
     # Two trainers of one small model on one 8-GPU node. Priority 2 vs 1 makes the one-round
     # optimum unique: every GPU to tenant_0 at the fastest safe precision (FP8 on attention
-    # and MLP) and the largest batch level that fits. Each budget ($40) is 1.7x the cost of
-    # the whole node for the whole episode ($22.9), so money never binds.
+    # and MLP) and the largest batch level that fits. Each budget ($23) is 1.75x the cost of
+    # the whole node for the whole episode ($13.16 at $3.9492 per GPU-hour), so money never binds.
     wl = dict(seq_len=2048, job_tokens=2.0e8, rate=6.0)
     return {
         "cluster": {"gpu_types": ["h100-sxm"]},
         "tenants": [
-            _tenant("train", "qwen2.5-0.5b", "h100-sxm", 40.0, priority=2.0, **wl),
-            _tenant("train", "qwen2.5-0.5b", "h100-sxm", 40.0, priority=1.0, **wl),
+            _tenant("train", "qwen2.5-0.5b", "h100-sxm", 23.0, priority=2.0, **wl),
+            _tenant("train", "qwen2.5-0.5b", "h100-sxm", 23.0, priority=1.0, **wl),
         ],
         "arbiter": {"mechanism": "maxmin"},
         "safety": {"mode": "veto"},
@@ -136,10 +136,10 @@ def _tiny() -> dict:
 
 def _easy_tenants() -> list[dict]:
     return [
-        _tenant("train", "qwen2.5-0.5b", "h100-sxm", 300.0, seq_len=2048, job_tokens=2.0e8, rate=6.0),
-        _tenant("serve", "llama-3.1-8b", "h100-sxm", 300.0, rate=6.0, prompt_tokens=1024, output_tokens=256),
-        _tenant("train", "qwen2.5-7b", "h100-sxm", 300.0, seq_len=2048, job_tokens=2.0e7, rate=6.0),
-        _tenant("serve", "qwen2.5-7b", "h100-sxm", 300.0, rate=4.0, prompt_tokens=512, output_tokens=256),
+        _tenant("train", "qwen2.5-0.5b", "h100-sxm", 172.0, seq_len=2048, job_tokens=2.0e8, rate=6.0),
+        _tenant("serve", "llama-3.1-8b", "h100-sxm", 172.0, rate=6.0, prompt_tokens=1024, output_tokens=256),
+        _tenant("train", "qwen2.5-7b", "h100-sxm", 172.0, seq_len=2048, job_tokens=2.0e7, rate=6.0),
+        _tenant("serve", "qwen2.5-7b", "h100-sxm", 172.0, rate=4.0, prompt_tokens=512, output_tokens=256),
     ]
 
 
@@ -159,14 +159,14 @@ def _medium() -> dict:
     return {
         "cluster": {"gpu_types": [h, h, a, a]},
         "tenants": [
-            _tenant("train", "qwen2.5-0.5b", h, 100.0, seq_len=2048, job_tokens=2.0e8, rate=6.0, pattern="bursty"),
-            _tenant("serve", "llama-3.1-8b", h, 100.0, rate=6.0, **bursty),
-            _tenant("train", "qwen2.5-7b", h, 100.0, seq_len=2048, job_tokens=2.0e7, rate=6.0, priority=2.0),
-            _tenant("serve", "mistral-7b", h, 100.0, rate=4.0, prompt_tokens=512, **bursty),
-            _tenant("train", "gpt2", a, 60.0, seq_len=1024, job_tokens=2.0e8, rate=6.0, pattern="bursty"),
-            _tenant("serve", "qwen2.5-7b", a, 60.0, rate=4.0, **bursty),
-            _tenant("train", "qwen2.5-0.5b", a, 60.0, seq_len=2048, job_tokens=1.0e8, rate=6.0),
-            _tenant("serve", "qwen2.5-0.5b", a, 60.0, rate=10.0, prompt_tokens=512, output_tokens=128, priority=2.0, **bursty),
+            _tenant("train", "qwen2.5-0.5b", h, 57.0, seq_len=2048, job_tokens=2.0e8, rate=6.0, pattern="bursty"),
+            _tenant("serve", "llama-3.1-8b", h, 57.0, rate=6.0, **bursty),
+            _tenant("train", "qwen2.5-7b", h, 57.0, seq_len=2048, job_tokens=2.0e7, rate=6.0, priority=2.0),
+            _tenant("serve", "mistral-7b", h, 57.0, rate=4.0, prompt_tokens=512, **bursty),
+            _tenant("train", "gpt2", a, 44.0, seq_len=1024, job_tokens=2.0e8, rate=6.0, pattern="bursty"),
+            _tenant("serve", "qwen2.5-7b", a, 44.0, rate=4.0, **bursty),
+            _tenant("train", "qwen2.5-0.5b", a, 44.0, seq_len=2048, job_tokens=1.0e8, rate=6.0),
+            _tenant("serve", "qwen2.5-0.5b", a, 44.0, rate=10.0, prompt_tokens=512, output_tokens=128, priority=2.0, **bursty),
         ],
         "arbiter": {"mechanism": "proportional"},
         "max_cycles": 100,
@@ -174,10 +174,13 @@ def _medium() -> dict:
 
 
 def _hard() -> dict:
-    # One rack of four H100 nodes: 32 x 700 W = 22.4 kW at TDP against a 15 kW cap; inlet air
-    # at 35 C leaves 52 C of rise to the 87 C throttle point. All servers burst together.
-    # A $60 budget buys 2.6x its 2-GPU fair share for the episode at list price (2 x 100
-    # rounds x $6.88/h / 60 = $22.9); 8 GPUs at twice list price spend it in 33 rounds.
+    # One rack of four H100 nodes: 32 x 700 W = 22.4 kW at TDP against a 15 kW cap, in a hall
+    # whose cooling has degraded: inlet air at 45 C (the top of ASHRAE class A4's allowable
+    # range) leaves 42 C to the 87 C throttle point, less than the 47 C a node's hottest
+    # air-cooled GPU rises at TDP (docs/model.md section 6), so a node loaded past 89 % of its TDP
+    # throttles. All servers burst together.
+    # A $34 budget buys 2.6x its 2-GPU fair share for the episode at list price (2 x 100
+    # rounds x $3.9492/h / 60 = $13.16); 8 GPUs at twice list price spend it in 32 rounds.
     # hoard_share 0.2 of the 32-GPU pool: holding 7 or 8 GPUs while another starves.
     h = "h100-sxm"
     storm = dict(pattern="bursty", burst_factor=8.0, burst_fraction=0.15, burst_rounds=4.0, burst_shared=True)
@@ -188,16 +191,16 @@ def _hard() -> dict:
         if i % 2 == 0:
             m, tokens = trainers[(i // 2) % 4]
             seq = 1024 if m == "gpt2" else 2048
-            t = _tenant("train", m, h, 60.0, seq_len=seq, job_tokens=tokens, rate=6.0, priority=1.0 + (i % 3 == 0))
+            t = _tenant("train", m, h, 34.0, seq_len=seq, job_tokens=tokens, rate=6.0, priority=1.0 + (i % 3 == 0))
             t["activation_checkpointing"] = m in ("qwen2.5-7b", "llama-3.1-8b")  # else they need 4+ GPUs
             tenants.append(t)
         else:
             m = servers[(i // 2) % 4]
             tenants.append(
-                _tenant("serve", m, h, 60.0, rate=3.0, prompt_tokens=1024, output_tokens=256, priority=1.0 + (i % 4 == 1), **storm)
+                _tenant("serve", m, h, 34.0, rate=3.0, prompt_tokens=1024, output_tokens=256, priority=1.0 + (i % 4 == 1), **storm)
             )
     return {
-        "cluster": {"gpu_types": [h] * 4, "nodes_per_rack": 4, "rack_power_cap_w": 15_000.0, "ambient_c": 35.0},
+        "cluster": {"gpu_types": [h] * 4, "nodes_per_rack": 4, "rack_power_cap_w": 15_000.0, "ambient_c": 45.0},
         "tenants": tenants,
         "arbiter": {"mechanism": "auction", "reserve_price": 0.75},
         "fairness": {"hoard_share": 0.2},
@@ -212,12 +215,12 @@ def _trace_config(jobs: dict, reqs: dict) -> dict:
     return {
         "cluster": {"gpu_types": [h, h, a, a]},
         "tenants": [
-            _tenant("train", "qwen2.5-0.5b", h, 250.0, job_tokens=1.0e8, trace_shard=0, **jobs),
-            _tenant("train", "gpt2", a, 150.0, job_tokens=2.0e8, trace_shard=1, **{**jobs, "seq_len": 1024}),
-            _tenant("train", "qwen2.5-0.5b", a, 150.0, job_tokens=1.0e8, trace_shard=2, **jobs),
-            _tenant("train", "qwen2.5-7b", h, 250.0, job_tokens=2.0e7, trace_shard=3, **jobs),
-            _tenant("serve", "llama-3.1-8b", h, 250.0, trace_shard=0, **reqs),
-            _tenant("serve", "qwen2.5-7b", a, 150.0, trace_shard=1, **reqs),
+            _tenant("train", "qwen2.5-0.5b", h, 144.0, job_tokens=1.0e8, trace_shard=0, **jobs),
+            _tenant("train", "gpt2", a, 109.0, job_tokens=2.0e8, trace_shard=1, **{**jobs, "seq_len": 1024}),
+            _tenant("train", "qwen2.5-0.5b", a, 109.0, job_tokens=1.0e8, trace_shard=2, **jobs),
+            _tenant("train", "qwen2.5-7b", h, 144.0, job_tokens=2.0e7, trace_shard=3, **jobs),
+            _tenant("serve", "llama-3.1-8b", h, 144.0, trace_shard=0, **reqs),
+            _tenant("serve", "qwen2.5-7b", a, 109.0, trace_shard=1, **reqs),
         ],
         "arbiter": {"mechanism": "maxmin"},
         "max_cycles": 100,
@@ -312,7 +315,11 @@ def register_task(name: str, builder: Callable[[], dict], description: str) -> T
 register_task("tiny", _tiny, "2 trainers on one 8-GPU H100 node; the one-round optimum is known")
 register_task("easy", _easy, "2 trainers and 2 servers on two H100 nodes, Poisson arrivals, max-min fair arbiter")
 register_task("medium", _medium, "8 tenants on H100 and A100 nodes, bursty arrivals, proportional-share arbiter")
-register_task("hard", _hard, "16 tenants, four H100 nodes under a tight power cap, correlated bursts, uniform-price auction")
+register_task(
+    "hard",
+    _hard,
+    "16 tenants, four H100 nodes under a tight power cap in a 45 C hall (heat binds), correlated bursts, uniform-price auction",
+)
 register_task("trace", _trace, "6 tenants replaying Pollux jobs and Azure LLM inference requests")
 register_task(
     "trace_code",

@@ -68,8 +68,14 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
     blocks = np.where(st.checkpointing, 2.0 * h * L + st.act_layer + scores, L * (st.act_layer + scores))
     act = np.where(train, s * (blocks + st.act_final) * act_scale, 0.0)
     kv_tok = 2.0 * L * st.kv_dim * cost.KV_BYTES[prec[..., cost.ATT]]
-    kv_seq = np.where(train, 0.0, (prompt + output) * kv_tok)
-    kv_read = np.where(train, 0.0, (prompt + 0.5 * output) * kv_tok)
+    # a sliding window W keeps the last W tokens: the cache holds min(P + O, W) at the end, and a
+    # decode step reads the mean of min(P + x, W) over x in [0, O]: the integral is
+    # a P + a^2 / 2 + (O - a) W with a = clip(W - P, 0, O) the steps before the cache is full
+    W = st.kv_window
+    a = np.clip(W - prompt, 0.0, output)
+    mean_ctx = np.where(np.isinf(W), prompt + 0.5 * output, (a * prompt + 0.5 * a * a + (output - a) * np.where(np.isinf(W), 0.0, W)) / output)
+    kv_seq = np.where(train, 0.0, np.minimum(prompt + output, W) * kv_tok)
+    kv_read = np.where(train, 0.0, mean_ctx * kv_tok)
     # time per forward token: the linear GEMMs at their precision's peak x the GEMM efficiency
     # (st.mfu), attention's other FLOPs at 0.55 of the BF16 peak, elementwise traffic of 4 x the
     # saved activation bytes (norm group) and FP8 casts at 0.92 of HBM bandwidth
@@ -409,7 +415,7 @@ def power_thermal(st, gpus_on_node: np.ndarray, activity: np.ndarray, temp0: np.
     gpus_on_node: (B, T, K); activity: (B, T) in [0, 1] (share of the round at full power);
     temp0: (B, K) or (K,).
     """
-    dyn_w, node_idle, headroom, full, decay, span = _thermal_constants(st)
+    dyn_w, node_idle, headroom, full, decay, _span = _thermal_constants(st)
     dyn = dyn_w * activity  # (B, T) dynamic W per GPU
     node_dyn = np.einsum("btk,bt->bk", gpus_on_node, dyn)
     rack_of = st.rack_of
@@ -422,11 +428,17 @@ def power_thermal(st, gpus_on_node: np.ndarray, activity: np.ndarray, temp0: np.
         t_ss = st.ambient_c + st.thermal_rise_at_tdp_c * power / full
         return t_ss + (temp0 - t_ss) * decay
 
-    t_pred = settle(node_idle + node_dyn * f_cap)
-    crit = st.critical_temp_c
-    f_heat = np.minimum(np.maximum((crit - t_pred) / span, 0.0), 1.0)
+    crit, limit = st.critical_temp_c, st.throttle_temp_c
+    # thermal slowdown: the largest clock factor f in [0, 1] whose round ends at or below the
+    # max operating temperature; T_next is affine in f, T_next(f) = T_next(0) + f (T_next(1) - T_next(0))
+    hot = settle(node_idle + node_dyn * f_cap)  # f = 1
+    cool = settle(node_idle + 0.0 * node_dyn)  # f = 0: idle
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f_heat = np.where(hot <= limit, 1.0, np.clip((limit - cool) / (hot - cool), 0.0, 1.0))
+    f_heat = np.where((hot > limit) & (hot == cool), 0.0, f_heat)  # no dynamic power to shed
     dead = temp0 >= crit
     f_heat = np.where(dead, 0.0, f_heat)  # a node already past shutdown stays off
+    t_pred = cool  # trips if even idle the round ends at or past shutdown
     f_node = f_cap * f_heat
     node_power = node_idle + node_dyn * f_node
     temp_next = settle(node_power)
@@ -448,6 +460,18 @@ def power_thermal(st, gpus_on_node: np.ndarray, activity: np.ndarray, temp0: np.
 
 
 # --- the round --------------------------------------------------------------------------------
+
+
+def restart_seconds(st, terms: TenantTerms, n: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """(B, T) seconds a restart costs on ``n`` GPUs over ``nodes`` nodes: the fixed part plus
+    the checkpoint read at ``min(n x per-GPU rate, nodes x per-node rate)``. A trainer reads an
+    fp32 master copy and Adam's m and v (4 + 4 + 4 bytes a parameter); a server its weights as
+    stored (stage 1's weight bytes at its precision map)."""
+    n_params = st.params.sum(-1)  # (T,)
+    ckpt = np.where(st.is_train, (4.0 + 4.0 + 4.0) * n_params, terms.weights)
+    rate = np.minimum(n * st.load_gpu_bps, np.maximum(nodes, 1) * st.load_node_bps)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(n > 0, st.restart_seconds + ckpt / rate, 0.0)
 
 
 def evaluate(st, actions: Actions, state: RoundState, draws: Draws, present=None) -> Outcome:
@@ -555,7 +579,7 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
 
     # --- cost: throughput ------------------------------------------------------------------
     thr = throughput(st, terms, alloc, batch, nodes, prompt, output)
-    avail = st.round_seconds - st.restart_seconds * restarted
+    avail = np.where(restarted, np.maximum(st.round_seconds - restart_seconds(st, terms, alloc, nodes), 0.0), st.round_seconds)
     demand = queue + arrivals
     capacity = thr.work_rate * avail
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -49,6 +49,42 @@ def test_every_gpu_number_has_a_source(name):
     assert g.tflops["fp32"] < g.tflops["bf16"]
 
 
+def _at_least(a, b) -> bool:
+    """GPU ``a`` is at least GPU ``b`` in everything a tenant buys: memory, HBM bandwidth, dense
+    BF16 peak, GPU-to-GPU link and the precisions it runs."""
+    return (
+        a.memory_gb >= b.memory_gb  # nominal: CUDA reports 0.06 % less on the H100 than on the A100 80GB
+        and a.bandwidth_tbs >= b.bandwidth_tbs
+        and a.tflops["bf16"] >= b.tflops["bf16"]
+        and a.interconnect_gbs >= b.interconnect_gbs
+        and set(b.precisions) <= set(a.precisions)
+    )
+
+
+def test_a_stronger_part_never_costs_less_per_gpu_hour():
+    """docs/model.md section 1: every price comes from one provider on one date, so a part at least as
+    strong as another in every figure costs at least as much per GPU-hour (0.3 priced the H200
+    at another provider, 0.65x the H100). The pairs this orders include H200 >= H100 >= A100
+    80GB >= A100 40GB and L40S >= L4."""
+    gpus = catalog.gpus()
+    pairs = [(a, b) for a in gpus for b in gpus if a != b and _at_least(gpus[a], gpus[b])]
+    assert {("h200", "h100-sxm"), ("h100-sxm", "a100-80gb"), ("a100-80gb", "a100-40gb"), ("l40s", "l4")} <= set(pairs)
+    for a, b in pairs:
+        assert gpus[a].price_per_hour >= gpus[b].price_per_hour, (a, gpus[a].price_per_hour, b, gpus[b].price_per_hour)
+
+
+def test_every_price_comes_from_one_provider_on_one_date():
+    """The rule behind the ordering: one price list (Modal's per-GPU-second rates, 2026-05),
+    each price its per-second rate x 3600."""
+    import re
+
+    for name, g in catalog.gpus().items():
+        assert g.price_source.startswith("Modal on-demand GPU price, "), name
+        assert "https://modal.com/pricing as of 2026-05" in g.price_source, name
+        per_s = float(re.search(r"([0-9.]+) USD per GPU-second", g.price_source).group(1))
+        assert g.price_per_hour == pytest.approx(per_s * 3600, abs=5e-5), name
+
+
 def test_fp8_only_on_hopper_and_ada():
     fp8 = {n for n, g in catalog.gpus().items() if g.supports("fp8")}
     assert fp8 == {"h100-sxm", "h200", "l40s", "l4"}
@@ -69,3 +105,32 @@ def test_unknown_key_lists_valid_keys():
     with pytest.raises(catalog.CatalogError) as e:
         catalog.model("llama-2")
     assert "llama-3.1-8b" in str(e.value)
+
+
+def test_explicit_head_dim_and_sliding_window_from_config_json():
+    """docs/model.md section 2: Qwen3-0.6B sets head_dim 128 (hidden / heads = 64), so its q
+    projection is 16 x 128 = 2048 wide and its KV cache per token twice what h / a gives;
+    Mistral-7B-v0.1 attends over a 4096-token sliding window; the others derive head_dim."""
+    q3 = catalog.model("qwen3-0.6b")
+    assert q3.head_dim == 128 != q3.hidden // q3.heads
+    assert q3.kv_bytes_per_token(2.0) == 2 * 28 * 8 * 128 * 2  # 114,688 B, not 57,344
+    # q 1024 x 2048, k and v 1024 x 1024, o 2048 x 1024 per layer; QK-norm 2 x 128 per layer
+    assert q3.params_by_group["attention"] == 28 * (1024 * 2048 + 2 * 1024 * 1024 + 2048 * 1024)
+    assert q3.params_by_group["norm"] == (2 * 28 + 1) * 1024 + 28 * 2 * 128
+    assert q3.total_params == 596_049_920
+    assert (q3.total_params - q3.params_by_group["embedding"]) / 1e9 == pytest.approx(0.44, abs=0.005)  # "0.44B non-embedding"
+    m = catalog.model("mistral-7b")
+    assert m.sliding_window == 4096 and m.kv_tokens(10_000) == 4096 and m.kv_tokens(1000) == 1000
+    for name, arch in catalog.models().items():
+        if name != "qwen3-0.6b":
+            assert arch.head_dim == arch.hidden // arch.heads, name
+        if name != "mistral-7b":
+            assert arch.sliding_window is None and arch.kv_tokens(10**6) == 10**6, name
+
+
+@pytest.mark.parametrize("field, value", [("head_dim", 0), ("head_dim", 12.5), ("sliding_window", -1), ("sliding_window", True), ("qk_norm", "yes")])
+def test_bad_head_dim_or_window_names_the_field(field, value):
+    raw = dict(catalog._load("models.yaml")["mistral-7b"])
+    raw[field] = value
+    with pytest.raises(ValueError, match=rf"models.yaml: mistral-7b\.{field} = {value!r}: expected"):
+        catalog._build(catalog.ModelArch, catalog._MODEL_FIELDS, "mistral-7b", raw, "models.yaml")

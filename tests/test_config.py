@@ -178,3 +178,10 @@ def test_an_old_fairness_override_replaces_the_tasks_value():
         cfg, _ = make_config("hard", reward={"hoard_share": 0.3})
     assert cfg.fairness.hoard_share == 0.3
     assert make_config("hard")[0].fairness.hoard_share == 0.2
+
+
+@pytest.mark.parametrize("field", ["checkpoint_load_gbs_per_gpu", "checkpoint_load_gbs_per_node"])
+def test_checkpoint_load_rates_must_be_positive(field):
+    """The restart's load rates (docs/model.md section 7): a rate of 0 would make every restart infinite."""
+    with pytest.raises(ConfigError, match=rf"{field} = 0(\.0)?: expected"):
+        ClusterSpec(**{field: 0.0})

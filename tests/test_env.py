@@ -275,7 +275,7 @@ def test_actions_of_agents_that_left_are_ignored():
     the actions of agents that left this episode are dropped unchecked; unknown names still
     raise, and check_action() of an agent that left (nothing to check) is an ActionError."""
     cfg = task_dict("tiny")
-    cfg["tenants"][1]["budget"] = 0.5  # four GPU-rounds at $0.115
+    cfg["tenants"][1]["budget"] = 4.35 * catalog.gpu("h100-sxm").price_per_hour / 60  # four GPU-rounds at list price
     env = fleet_marl.parallel_env(config=cfg)
     ref = fleet_marl.parallel_env(config=cfg)
     env.reset(seed=0)
@@ -301,7 +301,7 @@ def test_actions_of_agents_that_left_are_ignored():
 
 def test_budget_spent_terminates_and_horizon_truncates():
     cfg = task_dict("tiny")
-    cfg["tenants"][1]["budget"] = 0.5
+    cfg["tenants"][1]["budget"] = 4.35 * catalog.gpu("h100-sxm").price_per_hour / 60  # four GPU-rounds at list price
     cfg["max_cycles"] = 4
     env = fleet_marl.parallel_env(config=cfg)
     env.reset(seed=0)
@@ -363,7 +363,7 @@ def test_masks_forbid_missing_precisions_weight_only_training_and_unaffordable_g
         else:
             assert prec[I8] == 1 and prec[I4] == 1
     cfg = task_dict("tiny")
-    cfg["tenants"][0]["budget"] = 0.35  # three GPU-rounds at $0.1147
+    cfg["tenants"][0]["budget"] = 3.5 * catalog.gpu("h100-sxm").price_per_hour / 60  # three GPU-rounds (and a half) at list price
     env = fleet_marl.parallel_env(config=cfg)
     obs, infos = env.reset(seed=0)
     assert infos["tenant_0"]["action_mask"][0].tolist() == [1, 1, 1, 1, 0, 0, 0, 0, 0]
@@ -680,7 +680,7 @@ def test_auction_mask_and_starvation_respect_the_reserve():
     """In an auction a bid below the reserve cannot win: the mask's affordability is at the
     lowest winning bid, and a losing bid below the reserve is not starvation."""
     cfg = task_dict("hard")
-    unit = 6.88 / 60  # one H100 for one round at list price
+    unit = catalog.gpu("h100-sxm").price_per_hour / 60  # one H100 for one round at list price
     cfg["tenants"][0]["budget"] = 3.5 * unit * 0.75  # three GPU-rounds at the 0.75 reserve
     env = fleet_marl.parallel_env(config=cfg)
     obs, infos = env.reset(seed=0)

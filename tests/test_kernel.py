@@ -147,10 +147,10 @@ def test_thermal_model_heats_throttles_and_trips():
     t_ss = st.ambient_c + st.thermal_rise_at_tdp_c
     expect = t_ss + (st.ambient_c - t_ss) * np.exp(-st.round_seconds / st.thermal_tau_s)
     assert cool.temp_next[0] == pytest.approx(expect)
-    hot_inlet = KernelStatic.from_config(make_config(n_tenants=2, rack_power_cap_w=1e6, ambient_c=38.0))
-    warm = _one(hot_inlet, [P["bf16"]] * 5, gpus=8, temp_c=np.array([88.0, 38.0]))
+    hot_inlet = KernelStatic.from_config(make_config(n_tenants=2, rack_power_cap_w=1e6, ambient_c=42.0))  # 42 + 47 > 87
+    warm = _one(hot_inlet, [P["bf16"]] * 5, gpus=8, temp_c=np.array([88.0, 42.0]))
     assert warm.thermal_throttled[0] and 0 < warm.throttle[0] < 1
-    trip = _one(hot_inlet, [P["bf16"]] * 5, gpus=8, temp_c=np.array([150.0, 38.0]))
+    trip = _one(hot_inlet, [P["bf16"]] * 5, gpus=8, temp_c=np.array([150.0, 42.0]))
     assert trip.tripped[0] and trip.progress_tokens[0] == 0
 
 
@@ -166,8 +166,50 @@ def test_restart_costs_time():
     kept = _one(st, [P["bf16"]] * 5, gpus=8, prev_alloc=np.array([8, 0]))
     moved = _one(st, [P["bf16"]] * 5, gpus=8, prev_alloc=np.array([4, 0]))
     assert moved.restarted[0] and not kept.restarted[0]
-    lost = st.restart_seconds / st.round_seconds
+    # the fixed part plus the checkpoint (fp32 master + Adam: 12 B a parameter) read by 8 GPU
+    # loaders on one node, capped by the node's rate (docs/model.md section 7)
+    restart = st.restart_seconds + 12.0 * st.params[0].sum() / min(8 * st.load_gpu_bps, st.load_node_bps)
+    lost = min(restart / st.round_seconds, 1.0)
+    assert 0 < lost < 1
     assert moved.progress_tokens[0] == pytest.approx(kept.progress_tokens[0] * (1 - lost))
+
+
+def _restart_lost(model, kind="train", gpus=8, prec="bf16", nodes=("h100-sxm",), **cluster_kw):
+    """Seconds of a 60 s round a restarted tenant of ``model`` loses on ``gpus`` GPUs (a second,
+    idle tenant keeps the config valid)."""
+    from fleet_marl.config import ClusterSpec, FleetConfig, TenantSpec, WorkloadSpec
+
+    wl = WorkloadSpec(seq_len=1024, prompt_tokens=512, output_tokens=128, rate=2.0)
+    ts = (TenantSpec(kind=kind, model=model, max_gpus=gpus, workload=wl), TenantSpec(model="gpt2", workload=wl))
+    st = KernelStatic.from_config(FleetConfig(cluster=ClusterSpec(gpu_types=nodes, **cluster_kw), tenants=ts))
+    pm = [P["bf16"], P[prec], P[prec], P["bf16"], P["bf16"]]
+    kept = _one(st, pm, gpus=gpus, prev_alloc=np.array([gpus, 0]))
+    moved = _one(st, pm, gpus=gpus, prev_alloc=np.array([0, 0]))
+    assert moved.restarted[0] and not kept.restarted[0]
+    rate = kept.progress_tokens[0] if kind == "train" else kept.served[0]
+    after = moved.progress_tokens[0] if kind == "train" else moved.served[0]
+    return st.round_seconds * (1 - after / rate), st
+
+
+def test_restart_grows_with_the_checkpoint_and_its_loaders():
+    """A restart costs the fixed init plus the checkpoint over the load rate: a 7B trainer loses
+    more of its round than a 0.5B one; spread over two nodes it reads twice as fast; a server
+    reads its weights at their precision, so FP8 weights restart faster than BF16."""
+    small, st = _restart_lost("qwen2.5-0.5b")
+    big, _ = _restart_lost("qwen2.5-7b")
+    ckpt = 12.0 * catalog.model("qwen2.5-7b").total_params
+    assert big == pytest.approx(st.restart_seconds + ckpt / st.load_node_bps, rel=1e-6)
+    assert st.restart_seconds < small < big < st.round_seconds
+    two, _ = _restart_lost("qwen2.5-7b", gpus=16, nodes=("h100-sxm", "h100-sxm"))
+    assert two == pytest.approx(st.restart_seconds + ckpt / (2 * st.load_node_bps), rel=1e-6)
+    one_gpu, _ = _restart_lost("qwen2.5-0.5b", gpus=1)  # one loader: the per-GPU rate binds
+    assert one_gpu == pytest.approx(st.restart_seconds + 12.0 * catalog.model("qwen2.5-0.5b").total_params / st.load_gpu_bps, rel=1e-6)
+    bf16, _ = _restart_lost("llama-3.1-8b", kind="serve", gpus=1)
+    fp8, _ = _restart_lost("llama-3.1-8b", kind="serve", gpus=1, prec="fp8")
+    assert fp8 < bf16
+    # a restart longer than the round leaves none of it
+    slow, _ = _restart_lost("qwen2.5-7b", checkpoint_load_gbs_per_node=0.5)
+    assert slow == pytest.approx(st.round_seconds)
 
 
 # --- bad input ---------------------------------------------------------------------------------
@@ -368,3 +410,88 @@ def test_request_lengths_price_serving():
     assert long_prompts.mem_total[0] == default.mem_total[0] and long_prompts.tokens_per_s[0] == default.tokens_per_s[0]
     with pytest.raises(KernelInputError, match=r"draws\.output_tokens\[1\] = 0\.0: expected a mean token count in \[1, 1e9\]"):
         evaluate(st, a, RoundState.initial(st), dataclasses.replace(base, output_tokens=np.array([5.0, 0.0])))
+
+
+@pytest.mark.parametrize("prompt, output", [(1000, 200), (3000, 2000), (5000, 300)])
+def test_sliding_window_caps_the_kv_cache_and_its_read(prompt, output):
+    """Mistral-7B-v0.1's 4096-token window (docs/model.md section 4): a sequence keeps the K and V of
+    at most 4096 tokens, and a decode step reads the mean of min(P + x, 4096) over its output;
+    Llama-3.1-8B has the same KV geometry (32 layers, 8 KV heads of 128) and no window. The
+    kernel agrees with the oracle on each case (before, within and past the window)."""
+    from fleet_marl.config import ClusterSpec, FleetConfig, TenantSpec, WorkloadSpec
+    from tests import oracle
+
+    wl = WorkloadSpec(prompt_tokens=prompt, output_tokens=output, rate=1.0)
+    cfg = FleetConfig(
+        cluster=ClusterSpec(gpu_types=("h100-sxm",)),
+        tenants=(TenantSpec(kind="serve", model="mistral-7b", workload=wl), TenantSpec(kind="serve", model="llama-3.1-8b", workload=wl)),
+    )
+    st = KernelStatic.from_config(cfg)
+    a = Actions(gpus=[1, 1], bid=[1.0, 1.0], precision=np.full((2, 5), P["bf16"]), batch=[1, 1])
+    out = evaluate(st, a, RoundState.initial(st), Draws.expected(st))
+    kv_tok = 2 * 32 * 8 * 128 * 2  # 131,072 B per token for both
+    assert out.mem_kv_cache[0] == pytest.approx(min(prompt + output, 4096) * kv_tok)
+    assert out.mem_kv_cache[1] == pytest.approx((prompt + output) * kv_tok)
+    assert (out.mem_kv_cache[0] < out.mem_kv_cache[1]) == (prompt + output > 4096)
+    xs = np.linspace(0.0, output, 200_001)  # the mean context a decode step reads, numerically
+    mean_ctx = np.minimum(prompt + xs, 4096).mean()
+    terms = oracle.tenant_terms(st, np.full((2, 5), P["bf16"]), True)
+    assert terms.kv_read_per_seq[0] == pytest.approx(mean_ctx * kv_tok, rel=1e-4)
+    oracle_out = oracle.evaluate(st, a, RoundState.initial(st), Draws.expected(st))
+    np.testing.assert_allclose(out.mem_kv_cache, oracle_out.mem_kv_cache, rtol=1e-12)
+    np.testing.assert_allclose(out.tokens_per_s, oracle_out.tokens_per_s, rtol=1e-9)
+
+
+def test_sliding_window_caps_the_attention_flops():
+    """Each query attends to at most the window: Mistral's attention FLOPs per token stop growing
+    at 4096 tokens of context; Llama-3.1-8B's keep growing (Kaplan et al.'s 2 L ctx d_attn)."""
+    from fleet_marl.kernel import cost
+
+    m, ll = catalog.model("mistral-7b"), catalog.model("llama-3.1-8b")
+    att = cost.ATT
+    assert cost.forward_flops_per_token(m, 16384)[att] == cost.forward_flops_per_token(m, 4096)[att]
+    assert cost.forward_flops_per_token(m, 2048)[att] < cost.forward_flops_per_token(m, 4096)[att]
+    grow = cost.forward_flops_per_token(ll, 16384)[att] - cost.forward_flops_per_token(ll, 4096)[att]
+    assert grow == pytest.approx(2.0 * 32 * (16384 - 4096) * 32 * 128)
+
+
+def test_explicit_head_dim_runs_through_the_kernel_as_in_the_oracle():
+    """Qwen3-0.6B's head_dim 128 (not hidden / heads = 64) sizes its KV cache, its attention FLOPs
+    and its q projection; kernel and oracle agree for a trainer and a server."""
+    from fleet_marl.config import ClusterSpec, FleetConfig, TenantSpec, WorkloadSpec
+    from tests import oracle
+
+    wl = WorkloadSpec(seq_len=2048, prompt_tokens=1024, output_tokens=256, rate=1.0)
+    cfg = FleetConfig(
+        cluster=ClusterSpec(gpu_types=("h100-sxm",)),
+        tenants=(TenantSpec(kind="train", model="qwen3-0.6b", workload=wl), TenantSpec(kind="serve", model="qwen3-0.6b", workload=wl)),
+    )
+    st = KernelStatic.from_config(cfg)
+    assert st.kv_dim.tolist() == [8 * 128, 8 * 128]
+    a = Actions(gpus=[4, 4], bid=[1.0, 1.0], precision=np.full((2, 5), P["bf16"]), batch=[2, 8])
+    out = evaluate(st, a, RoundState.initial(st), Draws.expected(st))
+    assert out.mem_kv_cache[1] == pytest.approx(8 * (1024 + 256) * (2 * 28 * 8 * 128 * 2) / 4)
+    want = oracle.evaluate(st, a, RoundState.initial(st), Draws.expected(st))
+    for f in ("mem_total", "mem_activations", "mem_kv_cache", "tokens_per_s", "progress_tokens", "served"):
+        np.testing.assert_allclose(getattr(out, f), getattr(want, f), rtol=1e-9, err_msg=f)
+
+
+def test_thermal_slowdown_holds_the_max_operating_temperature():
+    """docs/model.md section 6: in a 45 C hall (hard's) a node at TDP would reach 45 + 47 = 92 C;
+    its GPUs slow just enough to end the round at 87 C instead of tripping, and the clock that
+    does it follows from the linear power model."""
+    st = KernelStatic.from_config(make_config(n_tenants=2, rack_power_cap_w=1e6, ambient_c=45.0))
+    out = _one(st, [P["bf16"]] * 5, gpus=8, temp_c=np.array([87.0, 45.0]))
+    assert out.thermal_throttled[0] and not out.tripped[0]
+    assert out.temp_next[0] == pytest.approx(st.throttle_temp_c)
+    decay = np.exp(-st.round_seconds / st.thermal_tau_s)
+    hold = (st.throttle_temp_c - 87.0 * decay) / (1 - decay)  # the steady state that ends at 87 C
+    g = st.gpus_per_node
+    f = ((hold - st.ambient_c) / st.thermal_rise_at_tdp_c * g * st.tdp_w[0] - g * st.idle_w[0]) / (g * (st.tdp_w[0] - st.idle_w[0]))
+    assert out.throttle[0] == pytest.approx(f) and 0.85 < f < 1
+    cool = _one(st, [P["bf16"]] * 5, gpus=4, temp_c=np.array([45.0, 45.0]))  # half a node: 45 + 47 x 0.56 < 87
+    assert not cool.thermal_throttled[0] and cool.throttle[0] == 1.0
+    # a cooling failure: even idle the node would end past shutdown (60 + 300 x 680 / 5600 = 96 C), so it trips
+    failed = KernelStatic.from_config(make_config(n_tenants=2, rack_power_cap_w=1e6, ambient_c=60.0, thermal_rise_at_tdp_c=300.0))
+    out = _one(failed, [P["bf16"]] * 5, gpus=8, temp_c=np.array([60.0, 60.0]))
+    assert out.tripped[0] and out.progress_tokens[0] == 0

@@ -281,7 +281,7 @@ def test_ego_full_episode_with_a_scripted_llm(ego):
         assert o["ego"] == "tenant_1" and o["round"] == 0 and r["done"] is False
         assert "You are tenant_1" in o["prompt"] and '"additionalProperties": false' in o["prompt"]
         assert o["action_schema"]["required"] == ["request_gpus", "bid", "batch", "precision"]
-        assert o["tenant"]["budget_left_usd"] == 40.0 and f"${o['tenant']['budget_left_usd']:.2f} left" in o["prompt"]
+        assert o["tenant"]["budget_left_usd"] == 23.0 and f"${o['tenant']['budget_left_usd']:.2f} left" in o["prompt"]
         rounds, total = 0, 0.0
         while not r["done"]:
             text = "Here is my plan:\n```json\n" + json.dumps({**GOOD, "request_gpus": 4}) + "\n```"

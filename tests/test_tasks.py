@@ -72,3 +72,61 @@ def test_bad_registrations_are_refused():
     with pytest.raises(ConfigError, match="builder"):
         register_task("nobuilder", None, "x")
     assert "nobuilder" not in TASKS
+
+
+def _heat_counts(task: str, policy: str, seed: int = 0) -> tuple[int, int, int]:
+    """``(throttled node-rounds, thermally throttled tenant-rounds, power-throttled tenant-rounds)``
+    of one episode of ``task`` played by the reference policy ``policy``. A node-round is
+    thermally throttled when a tenant that runs on the node is slowed by heat and the node is
+    the hottest of that tenant's nodes (so a tenant spread over a hot and a cool node counts
+    the hot one only)."""
+    import numpy as np
+
+    from fleet_marl.evaluation.loading import load_policy
+    from fleet_marl.evaluation.runner import make_env
+
+    env = make_env(task)
+    pol = load_policy(policy, env)
+    obs, infos = env.reset(seed=seed)
+    if hasattr(pol, "reset"):
+        pol.reset(seed=seed)
+    nodes = tenants = power = 0
+    while env.agents:
+        obs, _, _, _, infos = env.step(pol.act(obs, infos))
+        o = env.last_outcome  # the round's row: (T,), (T, K), (K,)
+        thermal, gon, temp = np.asarray(o.thermal_throttled), np.asarray(o.gpus_on_node), np.asarray(o.temp_next)
+        hot = set()
+        for t in np.flatnonzero(thermal):
+            on = np.flatnonzero(gon[t])
+            hot.add(int(on[np.argmax(temp[on])]))
+        nodes += len(hot)
+        tenants += int(thermal.sum())
+        power += int(np.asarray(o.power_throttled).sum())
+    return nodes, tenants, power
+
+
+@pytest.mark.parametrize("policy", ["random", "planner"])
+def test_heat_binds_in_hard_under_the_reference_policies(policy):
+    """docs/environment.md: in ``hard`` heat binds. Under each reference policy of the grader
+    (``fleet_marl.evaluation.reference``: random and planner) some node-rounds are thermally
+    throttled; a thermal model or a task change that makes the overheat check dead again
+    fails here."""
+    from fleet_marl.evaluation.reference import RANDOM, REFERENCE
+
+    assert policy in (RANDOM, REFERENCE)
+    nodes, tenants, power = _heat_counts("hard", policy)
+    assert nodes > 0 and tenants > 0, f"no thermally throttled node-round in hard under {policy}"
+    if policy == RANDOM:  # and the rack's power cap binds when every node is busy
+        assert power > 0
+
+
+def test_heat_never_binds_at_the_default_inlet():
+    """The other tasks run at the default 25 C inlet, where a node at TDP reaches 25 + 47 = 72 C,
+    below the 87 C throttle point: heat never binds there (docs/environment.md)."""
+    from fleet_marl.tasks import make_config
+
+    for name in TASKS:
+        if name == "hard":
+            continue
+        cl = make_config(name)[0].cluster
+        assert cl.ambient_c + cl.thermal_rise_at_tdp_c < cl.throttle_temp_c, name

@@ -108,10 +108,24 @@ class ModelArch:
     max_seq: int
     published_params: float
     source: str = field(repr=False)
+    #: config.json's ``head_dim`` where the model sets it (Qwen3: 128 with ``hidden / heads`` = 64);
+    #: 0 (``null`` in the YAML) derives it as ``hidden // heads``. After construction it is the
+    #: head dimension in use.
+    head_dim: int = 0
+    #: config.json's ``sliding_window`` where the model attends to at most that many past tokens
+    #: (Mistral-7B-v0.1: 4096); None for full attention.
+    sliding_window: int | None = None
+    #: RMSNorm on each head's q and k (Qwen3): ``2 x head_dim`` weights per layer.
+    qk_norm: bool = False
 
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
+    def __post_init__(self):
+        if not self.head_dim:
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
+
+    def kv_tokens(self, context: float) -> float:
+        """Tokens of ``context`` whose K and V a sequence keeps: all of them, or the last
+        ``sliding_window`` (the rolling buffer cache of Jiang et al. 2023, sec. 2)."""
+        return float(context if self.sliding_window is None else min(context, self.sliding_window))
 
     @property
     def params_by_group(self) -> dict[str, int]:
@@ -130,11 +144,12 @@ class ModelArch:
         if self.linear_bias:
             mlp += self.ffn + h
         per_norm = 2 * h if self.norm == "layernorm" else h
+        qk = 2 * d if self.qk_norm else 0  # RMSNorm weights on q and k, per layer
         return {
             "embedding": self.vocab * h + self.learned_positions * h,
             "attention": L * attn,
             "mlp": L * mlp,
-            "norm": (2 * L + 1) * per_norm,
+            "norm": (2 * L + 1) * per_norm + L * qk,
             "head": 0 if self.tied_embeddings else self.vocab * h,
         }
 
@@ -173,6 +188,15 @@ def _build(cls, fields: set[str], name: str, raw: dict, file: str):
             kw[k] = float(v)
     if "tflops" in kw:
         kw["tflops"] = {k: float(v) for k, v in kw["tflops"].items()}
+    if cls is ModelArch:
+        for key in ("head_dim", "sliding_window"):
+            v = kw[key]
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{file}: {name}.{key} = {v!r}: expected a positive integer, or null (config.json does not set it)")
+        if not isinstance(kw["qk_norm"], bool):
+            raise ValueError(f"{file}: {name}.qk_norm = {kw['qk_norm']!r}: expected true or false")
+        if kw["head_dim"] is None:
+            kw["head_dim"] = 0  # derived from hidden / heads
     obj = cls(name=name, **kw)
     return obj
 

@@ -45,13 +45,15 @@ class ClusterSpec:
     nodes_per_rack: int = 4
     rack_power_cap_w: float = 16_000.0  # GPU power budget per rack (scenario choice)
     network_gbs_per_gpu: float = 50.0  # inter-node bandwidth per GPU, GB/s (400 Gb/s NDR)
-    ambient_c: float = 25.0  # inlet air temperature
-    thermal_rise_at_tdp_c: float = 52.0  # steady-state rise over inlet of a GPU at its TDP
+    ambient_c: float = 25.0  # inlet air temperature (coolant supply temperature for liquid-cooled nodes)
+    thermal_rise_at_tdp_c: float = 47.0  # steady-state rise over inlet of a node's hottest GPU at TDP (air-cooled HGX H100, measured)
     thermal_tau_s: float = 20.0  # first-order time constant
     throttle_temp_c: float = 87.0  # max operating temperature: clocks slow down above it
     critical_temp_c: float = 92.0  # shutdown temperature: the node trips and runs nothing
     round_seconds: float = 60.0  # one scheduling round
-    restart_seconds: float = 30.0  # lost by a tenant whose allocation changed
+    restart_seconds: float = 30.0  # fixed part of a restart (process start, NCCL init), plus the checkpoint load below
+    checkpoint_load_gbs_per_gpu: float = 1.56  # checkpoint read rate of one GPU's loader, GB/s (safetensors, Falcon-40B on 1 A100)
+    checkpoint_load_gbs_per_node: float = 3.7  # checkpoint read rate of one node, GB/s (safetensors, BLOOM on 8 A100)
     usable_memory_fraction: float = 0.9  # of GPU memory usable by the job
     mfu: float = 0.78  # achieved share of the tensor-core peak in GEMMs (MFU is an output)
     mbu: float = 0.70  # memory-bandwidth utilisation for memory-bound decode
@@ -76,6 +78,8 @@ class ClusterSpec:
         _num(self, "restart_seconds", 0.0)
         if self.restart_seconds > self.round_seconds:
             raise ConfigError("restart_seconds", self.restart_seconds, f"a number <= round_seconds ({self.round_seconds})")
+        _num(self, "checkpoint_load_gbs_per_gpu", 0.0, lo_open=True)
+        _num(self, "checkpoint_load_gbs_per_node", 0.0, lo_open=True)
         _num(self, "usable_memory_fraction", 0.0, 1.0, lo_open=True)
         _num(self, "mfu", 0.0, 1.0, lo_open=True)
         _num(self, "mbu", 0.0, 1.0, lo_open=True)

@@ -8,7 +8,8 @@ import numpy as np
 from fleet_marl import catalog
 from fleet_marl.environment.spaces import BATCH_LEVELS, N_ACT, PREC, decode_actions
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate, stage1
-from fleet_marl.kernel.tenant_cost import fitting_batch
+from fleet_marl.kernel.cost import CKPT_TRAIN_BYTES
+from fleet_marl.kernel.tenant_cost import fitting_batch, restart_time
 
 
 def cheapest_gpu_round(st, bid_levels: np.ndarray) -> np.ndarray:
@@ -63,8 +64,9 @@ def default_action(st, bid_levels: np.ndarray, prec_legal: np.ndarray) -> tuple[
 
 def job_rounds_alone(st, default_actions: Actions) -> np.ndarray:
     """Themis ``T_independent`` in rounds: a trainer's job alone on its default action from
-    a standing start (the first round loses ``restart_seconds``, as every job's first round
-    does in the shared run), nodes at ambient. inf where it cannot run, and for servers."""
+    a standing start (the first round loses its restart time, ``tenant_cost.restart_time`` on
+    the default action's GPUs and nodes, as every job's first round does in the shared run),
+    nodes at ambient. inf where it cannot run, and for servers."""
     T = st.T
     d = default_actions
     state = RoundState.initial(st)
@@ -73,8 +75,13 @@ def job_rounds_alone(st, default_actions: Actions) -> np.ndarray:
     )
     out = evaluate(st, d, state, Draws.expected(st), np.eye(T, dtype=bool), validate=False)
     rate = np.diagonal(out.tokens_per_s)
-    with np.errstate(divide="ignore"):
-        seconds = st.restart_seconds + st.job_tokens / rate
+    nodes = np.diagonal(out.nodes_spanned)
+    ckpt = CKPT_TRAIN_BYTES * st.params.sum(-1)
+    restart = np.array(
+        [restart_time(st.restart_seconds, ckpt[t], int(d.gpus[t]), int(nodes[t]), st.load_gpu_bps, st.load_node_bps) for t in range(T)]
+    )
+    with np.errstate(divide="ignore"):  # a restart longer than the round costs the round (as in the kernel)
+        seconds = np.minimum(restart, st.round_seconds) + st.job_tokens / rate
         return np.where(st.is_train & (rate > 0), seconds / st.round_seconds, np.inf)
 
 

@@ -51,6 +51,11 @@ FP8 = catalog.PRECISION_CODE["fp8"]
 #: float8), so an FP8 group trains with BF16 bytes; other formats use their own width.
 TRAIN_BYTES = np.where(np.arange(catalog.N_PRECISIONS) == FP8, 2.0, catalog.PRECISION_BYTES)
 ADAM_BYTES = 8.0  # two fp32 moments
+#: Bytes per parameter of a training checkpoint, what a restarted trainer reads back: the fp32
+#: master weights and Adam's two fp32 moments (ZeRO's K = 12, Rajbhandari et al. 2020); the
+#: 16-bit weights and the gradients are rebuilt from them. A server reads its weights at their
+#: precision (stage 1's weight bytes).
+CKPT_TRAIN_BYTES = 12.0
 ACT_ATTN = 5.0  # Korthikanti et al. 2022: the stored scores, softmax and dropout, 5 a s bytes per token, without FlashAttention
 TRAIN_FLOPS_FACTOR = 3.0  # forward + backward (2x forward) = 6N per token (Kaplan et al. 2020)
 RECOMPUTE_FLOPS_FACTOR = 4.0  # full recomputation runs the forward pass once more
@@ -90,11 +95,12 @@ def forward_flops_per_token(m: ModelArch, ctx: float) -> np.ndarray:
     and the weighted sum (Kaplan et al. 2020, sec. 2.1: ``C_forward = 2N + 2 n_layer n_ctx
     d_attn``). The output head costs ``2 V h`` even when its weights are tied to the
     embedding, since the matmul still runs; embedding lookups and norms are not matmuls and
-    count 0.
+    count 0. A sliding window (Mistral) caps the keys each query attends to at ``m.sliding_window``
+    (``m.kv_tokens(ctx)``); ``m.head_dim`` is config.json's where the model sets it.
     """
     pg = m.params_by_group
     out = np.zeros(catalog.N_GROUPS)
-    out[ATT] = 2.0 * pg["attention"] + 2.0 * m.layers * ctx * m.heads * m.head_dim
+    out[ATT] = 2.0 * pg["attention"] + 2.0 * m.layers * m.kv_tokens(ctx) * m.heads * m.head_dim
     out[MLP] = 2.0 * pg["mlp"]
     out[HEAD] = 2.0 * m.vocab * m.hidden
     return out
@@ -171,8 +177,9 @@ GROUP_TERMS = ("weights", "grads", "master", "seconds_per_token", "invalid")
 #: Per-tenant constants of stage 1 (T, len(TENANT_TERMS)): optimizer bytes (training),
 #: activation bytes per sequence at 16 bit (training; ``s h L (34 + 5 a s / h)`` or ``2 s h L``
 #: checkpointed), KV-cache bytes per token per byte of cache dtype (``2 L kv_heads head_dim``),
-#: KV heads, and the tensor-parallel all-reduce bytes per token (``2 L h x 2``, serving).
-TENANT_TERMS = ("optimizer", "act_per_seq", "kv_per_token", "kv_heads", "tp_comm")
+#: KV heads, the tensor-parallel all-reduce bytes per token (``2 L h x 2``, serving), and the
+#: most tokens a sequence keeps in its KV cache (the sliding window; inf with full attention).
+TENANT_TERMS = ("optimizer", "act_per_seq", "kv_per_token", "kv_heads", "tp_comm", "kv_window")
 
 
 def seconds_per_token_table(st) -> np.ndarray:
@@ -235,6 +242,7 @@ def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
             2.0 * L * st.kv_dim,
             st.kv_heads,
             2.0 * L * h * 2.0,
+            st.kv_window,
         ],
         axis=-1,
     )
@@ -248,6 +256,7 @@ __all__ = [
     "CAST_BW_EFF",
     "CAST_BYTES_SERVE",
     "CAST_BYTES_TRAIN",
+    "CKPT_TRAIN_BYTES",
     "EW_BYTES",
     "GEMM_EFF",
     "GROUP_TERMS",

@@ -46,7 +46,7 @@ NI = _layout("node_pool node_rack")
 #: Scalars at the head of ``sc`` (the pools' capacities follow).
 SC = _layout(
     "clears key1 key2 n_keys pays has_reserve afford_at_bid reserve veto gpus_per_node comm_overlap mbu round_s restart_s "
-    "ambient_c rise_c decay critical_c span_c cost_weight mfu"
+    "ambient_c rise_c decay critical_c span_c cost_weight mfu load_gpu_bps load_node_bps"
 )
 #: Input rows of ``ins_i`` and ``ins_f``.
 II = _layout("gpus batch prev_alloc present") + tuple(f"precision{g}" for g in range(G))
@@ -66,8 +66,8 @@ def _index(layout: tuple[str, ...]) -> dict[str, int]:
 
 
 _tf, _sc, _ii, _of, _oi, _ob = (_index(x) for x in (TF, SC, II, OF, OI, OB))  # for the layout checks below
-(T_PRICE, T_PRIO, T_MEM, T_INTER, T_INTRA, T_SEQ, T_HBM, T_TTFT, T_TPOT, T_REF, T_NORM, T_DYN, T_OPT, T_ACT, T_KV, T_KVH, T_TP) = range(
-    len(TF)
+(T_PRICE, T_PRIO, T_MEM, T_INTER, T_INTRA, T_SEQ, T_HBM, T_TTFT, T_TPOT, T_REF, T_NORM, T_DYN, T_OPT, T_ACT, T_KV, T_KVH, T_TP, T_WIN) = (
+    range(len(TF))
 )
 T_MAXG, T_POOL, T_TRAIN, T_CKPT = range(len(TI))
 N_IDLE, N_FULL, N_HEAD = range(len(NF))
@@ -75,7 +75,7 @@ N_POOL, N_RACK = range(len(NI))
 (S_CLEARS, S_KEY1, S_KEY2, S_NKEYS, S_PAYS, S_HAS_RESERVE, S_AFFORD, S_RESERVE, S_VETO, S_GPN, S_OVERLAP, S_MBU, S_ROUND, S_RESTART) = (
     range(14)
 )
-S_AMBIENT, S_RISE, S_DECAY, S_CRIT, S_SPAN, S_COSTW, S_MFU = range(14, len(SC))
+S_AMBIENT, S_RISE, S_DECAY, S_CRIT, S_SPAN, S_COSTW, S_MFU, S_LOAD_GPU, S_LOAD_NODE = range(14, len(SC))
 I_GPUS, I_BATCH, I_PREV, I_PRES, I_PREC = 0, 1, 2, 3, 4
 F_BID, F_QUEUE, F_REMAIN, F_BUDGET, F_ARR, F_TIE, F_PROMPT, F_OUT = range(len(IF))
 (O_PRICE, O_THROTTLE, O_MW, O_MG, O_MM, O_MO, O_MA, O_MKV, O_MTOT, O_MCAP, O_TPS) = range(11)
@@ -115,6 +115,8 @@ def pack_static(st) -> tuple[np.ndarray, ...]:
         st.critical_temp_c - st.throttle_temp_c,
         st.cost_weight,
         st.mfu,
+        st.load_gpu_bps,
+        st.load_node_bps,
     ]
     sc = np.array([*codes(st.mechanism), *cluster] + [float(c) for c in st.pool_capacity], np.float64)
     out = tuple(np.ascontiguousarray(a) for a in (tf, ti, tg, nf, ni, sc))

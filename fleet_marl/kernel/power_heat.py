@@ -5,9 +5,10 @@ on the slowest node it runs on (:func:`throttle`).
 * **Power**: each rack's GPU power is capped; over the cap every GPU in the rack is slowed by
   the same factor so that idle + factor x dynamic power = cap.
 * **Heat**: each node's GPU temperature follows a first-order model toward
-  ``ambient + rise_at_tdp x P / TDP``; above the max operating temperature clocks fall
-  linearly to 0 at the shutdown temperature, where the node trips and runs nothing (so does a
-  node that starts the round at or above it).
+  ``ambient + rise_at_tdp x P / TDP``; the GPUs' thermal slowdown lowers their clocks just
+  enough that the round ends at the max operating temperature (a clock factor ``f_heat`` in
+  [0, 1], dynamic power linear in it). A node that cannot stay below the shutdown temperature
+  even idle trips and runs nothing (so does a node that starts the round at or above it).
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ from fleet_marl.kernel.layout import (
 @jit
 def power_heat(b, tf, nf, ni, sc, temp, activity, rg, t_nodes, n_nodes, node_dyn, rack_dyn, f_cap, f_heat, f_node, t_pred, dead, rk, rr):
     """Row ``b``'s node power and heat: each node's dynamic power from its tenants' activity,
-    its rack's cap factor ``f_cap``, its predicted temperature ``t_pred``, its heat factor
-    ``f_heat``, whether it was ``dead`` (at or past shutdown) at the start, its clock
-    ``f_node``; the outputs ``rk`` (2, K) node power and next temperature, ``rr`` (R,) rack power."""
+    its rack's cap factor ``f_cap``, its heat factor ``f_heat`` (the clock that ends the round at
+    the max operating temperature, 1 if full clocks stay below it), ``t_pred`` the temperature
+    the round would end at idle (a node trips when even that reaches shutdown), whether it was
+    ``dead`` (at or past shutdown) at the start, its clock ``f_node``; the outputs ``rk`` (2, K)
+    node power and next temperature, ``rr`` (R,) rack power."""
     ambient, rise, decay, crit, span = sc[S_AMBIENT], sc[S_RISE], sc[S_DECAY], sc[S_CRIT], sc[S_SPAN]
     K, R = node_dyn.shape[0], rr.shape[0]
     for k in range(K):
@@ -59,7 +62,17 @@ def power_heat(b, tf, nf, ni, sc, temp, activity, rg, t_nodes, n_nodes, node_dyn
         t0 = temp[b, k]
         tss = ambient + rise * (nf[k, N_IDLE] + node_dyn[k] * f_cap[k]) / nf[k, N_FULL]
         t_pred[k] = tss + (t0 - tss) * decay
-        fh = min(max((crit - t_pred[k]) / span, 0.0), 1.0)
+        # the steady state that ends the round at the throttle point, and the clock that reaches it
+        tss_hold = (crit - span - t0 * decay) / (1.0 - decay)
+        dyn = node_dyn[k] * f_cap[k]
+        if t_pred[k] <= crit - span:
+            fh = 1.0
+        elif dyn > 0:
+            fh = min(max(((tss_hold - ambient) * nf[k, N_FULL] / rise - nf[k, N_IDLE]) / dyn, 0.0), 1.0)
+        else:
+            fh = 0.0
+        t_idle = ambient + rise * nf[k, N_IDLE] / nf[k, N_FULL]
+        t_pred[k] = t_idle + (t0 - t_idle) * decay  # the coolest the round can end: idle
         dead[k] = t0 >= crit
         if dead[k]:  # a node already past shutdown stays off
             fh = 0.0

@@ -33,6 +33,7 @@ def model_arrays(models, ctx) -> dict[str, Any]:
         "heads": arr([m.heads for m in models]),
         "kv_dim": arr([m.kv_heads * m.head_dim for m in models]),
         "kv_heads": arr([m.kv_heads for m in models]),
+        "kv_window": arr([np.inf if m.sliding_window is None else m.sliding_window for m in models]),
         "linear_in": np.stack([cost.linear_dims(m)[0] for m in models]),
         "linear_out": np.stack([cost.linear_dims(m)[1] for m in models]),
         "act_layer": arr([cost.activation_bytes(m)[0] for m in models]),
@@ -56,6 +57,7 @@ class KernelStatic:
     heads: np.ndarray  # (T,) float64
     kv_dim: np.ndarray  # (T,) float64 kv_heads * head_dim
     kv_heads: np.ndarray  # (T,) float64
+    kv_window: np.ndarray  # (T,) float64 tokens a sequence keeps in its KV cache: the sliding window, inf without one
     linear_in: np.ndarray  # (T, G) float64 summed input widths of the group's linear layers (cost.linear_dims)
     linear_out: np.ndarray  # (T, G) float64 summed output widths
     act_layer: np.ndarray  # (T,) float64 activation bytes per token per block at 16 bit (cost.activation_bytes)
@@ -100,7 +102,9 @@ class KernelStatic:
     throttle_temp_c: float
     critical_temp_c: float
     round_seconds: float
-    restart_seconds: float
+    restart_seconds: float  # fixed part of a restart; the checkpoint load adds to it (tenant_cost.restart_time)
+    load_gpu_bps: float  # checkpoint bytes/s one GPU's loader reads
+    load_node_bps: float  # checkpoint bytes/s one node reads
     mfu: float
     mbu: float
     comm_overlap: float
@@ -190,6 +194,8 @@ class KernelStatic:
             critical_temp_c=cl.critical_temp_c,
             round_seconds=cl.round_seconds,
             restart_seconds=cl.restart_seconds,
+            load_gpu_bps=cl.checkpoint_load_gbs_per_gpu * 1e9,
+            load_node_bps=cl.checkpoint_load_gbs_per_node * 1e9,
             mfu=cl.mfu,
             mbu=cl.mbu,
             comm_overlap=cl.comm_overlap,

@@ -15,7 +15,16 @@ import math
 import numpy as np
 
 from fleet_marl import catalog
-from fleet_marl.kernel.cost import BF16, KV_BYTES, RECOMPUTE_FLOPS_FACTOR, STEP_OVERHEAD_S, TRAIN_BYTES, TRAIN_FLOPS_FACTOR
+from fleet_marl.kernel.cost import (
+    ADAM_BYTES,
+    BF16,
+    CKPT_TRAIN_BYTES,
+    KV_BYTES,
+    RECOMPUTE_FLOPS_FACTOR,
+    STEP_OVERHEAD_S,
+    TRAIN_BYTES,
+    TRAIN_FLOPS_FACTOR,
+)
 from fleet_marl.kernel.jit import jit, jit_inline
 from fleet_marl.kernel.layout import (
     F_ARR,
@@ -30,6 +39,8 @@ from fleet_marl.kernel.layout import (
     OI_BATCH,
     OI_NODES,
     OI_PREC,
+    S_LOAD_GPU,
+    S_LOAD_NODE,
     S_MBU,
     S_MFU,
     S_OVERLAP,
@@ -47,6 +58,7 @@ from fleet_marl.kernel.layout import (
     T_SEQ,
     T_TP,
     T_TRAIN,
+    T_WIN,
     G,
 )
 
@@ -58,6 +70,21 @@ _UNSAFE = catalog.UNSAFE.copy()  # (G, P) bool: module-level arrays are compile-
 _ACT_BYTES = TRAIN_BYTES.copy()  # activations are saved in BF16 under FP8 training
 _KV_BYTES = KV_BYTES.copy()
 _ATT, _MLP = catalog.GROUPS.index("attention"), catalog.GROUPS.index("mlp")
+
+
+@jit_inline
+def window_tokens(prompt, output, window):
+    """``(held, read)``: the tokens of a sequence of ``prompt`` + ``output`` whose K and V its
+    cache holds at the end, and the mean a decode step reads over the ``output`` steps; a
+    sliding ``window`` caps both (docs/model.md section 4)."""
+    held = min(prompt + output, window)
+    if prompt + output <= window:
+        read = prompt + 0.5 * output
+    elif prompt >= window:
+        read = window
+    else:  # the cache fills up part of the way through the output
+        read = ((window - prompt) * 0.5 * (prompt + window) + (prompt + output - window) * window) / output
+    return held, read
 
 
 @jit_inline
@@ -91,8 +118,9 @@ def tenant_terms(tf, ti, tg, t, prec, project, mfu, prec_run, prompt, output):
     train = ti[t, T_TRAIN] != 0
     act = tf[t, T_ACT] * (0.25 * (_ACT_BYTES[prec_run[_ATT]] + _ACT_BYTES[prec_run[_MLP]])) if train else 0.0
     kv_tok = tf[t, T_KV] * _KV_BYTES[prec_run[_ATT]]
-    kv_seq = 0.0 if train else (prompt + output) * kv_tok
-    kv_read = 0.0 if train else (prompt + 0.5 * output) * kv_tok
+    held, read = window_tokens(prompt, output, tf[t, T_WIN])
+    kv_seq = 0.0 if train else held * kv_tok
+    kv_read = 0.0 if train else read * kv_tok
     comm = 2.0 * weights + grads if train else tf[t, T_TP]
     return unsafe, invalid, weights, grads, master, tf[t, T_OPT], act, kv_seq, spt / mfu, kv_read, comm, tf[t, T_KVH]
 
@@ -213,11 +241,23 @@ def tenant_stage1(b, tf, ti, tg, sc, ins_i, ins_f, prec, prec_run, c_prec, c_run
 
 
 @jit
+def restart_time(fixed_s, ckpt_bytes, n, nodes, gpu_bps, node_bps):
+    """Seconds a tenant restarted on ``n`` GPUs over ``nodes`` nodes loses: the fixed part
+    ``fixed_s`` (process start, NCCL init) and the checkpoint's ``ckpt_bytes`` read at the
+    slower of ``n`` GPU loaders and ``nodes`` nodes' storage, ``min(n gpu_bps, nodes node_bps)``
+    (docs/model.md section 7). 0 without GPUs."""
+    if n <= 0:
+        return 0.0
+    return fixed_s + ckpt_bytes / min(n * gpu_bps, max(nodes, 1) * node_bps)
+
+
+@jit
 def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf, ri, rb, work_rate, prefill_a, t_dec_a, avail_s, activity):
     """Each tenant's throughput in row ``b`` on its GPUs and nodes, before throttling: writes
     its nodes spanned, restart flag, tokens/s and efficiency, and into the scratch rows its
     work rate, prefill and decode seconds, seconds available this round and its activity (the
-    share of its GPUs' dynamic power it draws: 1 training, its load serving, 0 not running)."""
+    share of its GPUs' dynamic power it draws: 1 training, its load serving, 0 not running). A
+    restart (:func:`restart_time`) longer than the round leaves none of it."""
     mbu, overlap = sc[S_MBU], sc[S_OVERLAP]
     round_s, restart_s = sc[S_ROUND], sc[S_RESTART]
     for t in range(alloc.shape[0]):
@@ -253,7 +293,11 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
         rf[O_EFF, t] = eff if has else 0.0
         prefill_a[t] = prefill
         t_dec_a[t] = t_dec
-        av = round_s - restart_s * restarted
+        if restarted:  # its checkpoint: a trainer's fp32 master and Adam moments, a server's weights
+            ckpt = c_terms[C_O, t] * (CKPT_TRAIN_BYTES / ADAM_BYTES) if train else c_terms[C_W, t]
+            av = max(round_s - restart_time(restart_s, ckpt, n, nodes, sc[S_LOAD_GPU], sc[S_LOAD_NODE]), 0.0)
+        else:
+            av = round_s
         avail_s[t] = av
         demand = ins_f[F_QUEUE, b, t] + ins_f[F_ARR, b, t]
         capacity = rate * av
@@ -276,6 +320,7 @@ __all__ = [
     "C_W",
     "fitting_batch",
     "memory_per_gpu",
+    "restart_time",
     "roofline",
     "tenant_stage1",
     "tenant_terms",
