@@ -8,7 +8,8 @@ What each draw varies (``tests/test_oracle.py`` holds the compiled round to the 
   ``gpus_per_node`` (1, 2, 4, 8 or any of 1-16), ``nodes_per_rack``, ``rack_power_cap_w`` from
   just above the racks' idle power to twice their TDP, ``network_gbs_per_gpu``, the thermal
   constants (``ambient_c``, ``thermal_rise_at_tdp_c``, ``thermal_tau_s``, ``throttle_temp_c``,
-  ``critical_temp_c``), ``round_seconds`` and ``restart_seconds`` (0 to the whole round),
+  ``critical_temp_c``), ``round_seconds``, ``restart_seconds`` (0 to the whole round) and the checkpoint load rates
+  (``checkpoint_load_gbs_per_gpu``, ``checkpoint_load_gbs_per_node``),
   ``usable_memory_fraction``, ``mfu``, ``mbu`` and ``comm_overlap`` (0, 1 or in between);
 * each tenant (:class:`TenantSpec`, :class:`WorkloadSpec`): kind, any catalog model, a GPU type
   of the cluster, ``budget``, ``priority``, ``max_gpus``, ``flash_attention``,
@@ -64,6 +65,8 @@ def cluster_specs(draw, max_nodes: int = 5, max_pools: int = 3) -> ClusterSpec:
         critical_temp_c=throttle + draw(_num(0.5, 20.0, 5.0)),
         round_seconds=round_s,
         restart_seconds=round_s * draw(_num(0.0, 1.0, 0.0, 0.5, 1.0)),
+        checkpoint_load_gbs_per_gpu=draw(_num(0.1, 100.0, 1.56, 10.0)),
+        checkpoint_load_gbs_per_node=draw(_num(0.1, 400.0, 3.7, 50.0)),
         usable_memory_fraction=draw(_num(0.3, 1.0, 0.9, 1.0)),
         mfu=draw(_num(0.05, 1.0, 0.78, 1.0)),
         mbu=draw(_num(0.05, 1.0, 0.7, 1.0)),

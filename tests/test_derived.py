@@ -88,6 +88,16 @@ BY_HAND = {
         head=152064 * 5120,
         published=29_540_067_328 // 2,  # 14,770,033,664
     ),
+    # h 1024, L 28, a 16 with an explicit head_dim d 128 (q and o 2048 wide, twice h), 8 KV heads
+    # (1024 wide), f 3072, V 151936, no bias, tied head; QK-norm: an RMSNorm of width d on q and on k
+    "qwen3-0.6b": dict(
+        embedding=151936 * 1024,  # 155,582,464
+        attention=28 * (2 * 1024 * 2048 + 2 * 1024 * 1024),  # q, o + k, v: 6,291,456 a layer
+        mlp=28 * 3 * 1024 * 3072,  # 9,437,184 a layer
+        norm=(2 * 28 + 1) * 1024 + 28 * 2 * 128,  # 58,368 + the q and k norms 7,168 = 65,536
+        head=0,
+        published=596_049_920,  # Qwen3ForCausalLM's parameters (model card: 0.6B, 0.44B non-embedding)
+    ),
 }
 
 
@@ -182,7 +192,8 @@ def test_gpu_arrays_from_the_datasheets():
     assert st.intra_bw.tolist() == [450e9, 300e9, 32e9]
     assert st.inter_bw.tolist() == [50e9, 50e9, 32e9]
     assert st.tdp_w.tolist() == [700, 400, 72] and st.idle_w.tolist() == [85, 59, 16]
-    assert st.list_price.tolist() == [6.88, 3.431, 0.805]
+    # Modal's per-GPU-second list prices (2026-05) x 3600: H100 0.001097, A100 80GB 0.000694, L4 0.000222 $/s
+    assert st.list_price.tolist() == pytest.approx([0.001097 * 3600, 0.000694 * 3600, 0.000222 * 3600], rel=1e-12)
     # pools in first-seen order; 2 H100 nodes and 2 A100 nodes of 4 GPUs, 1 L4 node
     assert st.pools == ("h100-sxm", "a100-80gb", "l4") and st.pool.tolist() == [0, 1, 2]
     assert st.pool_capacity.tolist() == [8, 8, 4] and st.node_pool.tolist() == [0, 1, 2, 0, 1]

@@ -339,6 +339,8 @@ REACHES = [
     (dict(cluster=dict(network_gbs_per_gpu=5.0)), "tokens_per_s"),
     (dict(cluster=dict(gpus_per_node=8)), "nodes_spanned"),
     (dict(cluster=dict(restart_seconds=5.0)), "progress_tokens"),
+    (dict(cluster=dict(checkpoint_load_gbs_per_gpu=0.2)), "progress_tokens"),
+    (dict(cluster=dict(checkpoint_load_gbs_per_node=0.2)), "progress_tokens"),
     (dict(cluster=dict(round_seconds=120.0)), "progress_tokens"),
     (dict(cluster=dict(usable_memory_fraction=0.5)), "mem_capacity"),
     (dict(cluster=dict(rack_power_cap_w=4_000.0)), "rack_power_w"),
