@@ -80,8 +80,9 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
     per_el = np.where(train[:, None], 6.0 * (st.linear_in + st.linear_out) / 3.0, 3.0 * st.linear_in)
     bw = st.bw[:, None] * 0.92
     cast = np.where(is_fp8, per_el / bw, 0.0)
+    # serving keeps no activations: its elementwise bytes are the inference kernels' (ew_serve)
     ew = np.zeros((st.T, 5))
-    ew[:, 3] = 4.0 * (st.layers * st.act_layer + st.act_final)
+    ew[:, 3] = np.where(train, 4.0 * (st.layers * st.act_layer + st.act_final), st.ew_serve)
     with np.errstate(divide="ignore", invalid="ignore"):
         # (in the compiled round's order of operations: the tests compare to the last bit)
         other = (st.flops_fwd - lin) / (bf16 * 0.55) + ew / bw
@@ -324,20 +325,25 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     t_comm = terms.comm_bytes * (nf - 1.0) / nf / bw_link
     step = t_comp + (t_comm if hide == 1.0 else hide * t_comm)
     train_rate = nf * b * st.seq_len / step
-    # serving: one tensor-parallel replica, prefill compute-bound, decode memory-bound. The
-    # all-reduce moves twice the FSDP factor's bytes: 2 x t_comm exactly (a power-of-2 scaling).
-    # The all-reduce is on the critical path (never hidden); each forward pass adds the serving
-    # engine's fixed 1 ms.
+    # serving: one tensor-parallel replica with in-flight batching; its kernels run one after
+    # another. The GEMMs stream every weight once and do their FLOPs, one after the other (no
+    # overlap); the decode attention reads each sequence's KV cache; attention FLOPs and
+    # elementwise traffic take the rest of the time per token. A step carries the b decode tokens
+    # plus their prompts spread over their output tokens, b (1 + P / O). The all-reduce moves
+    # twice the FSDP factor's bytes: 2 x t_comm exactly (a power-of-2 scaling), never hidden,
+    # plus 6 us of latency for each of the 2 L all-reduces of a pass on > 1 GPU; each forward
+    # pass adds the serving engine's fixed 1 ms. TTFT: one prompt's prefill alone.
     tp_comm_tok = 2.0 * t_comm
-    w_read = terms.weights / nf / (st.bw * st.mbu)  # a forward pass reads every weight once
-    prefill = np.maximum(prompt * tpt / nf, w_read) + prompt * tp_comm_tok + 1e-3
+    lat = np.where(nf > 1.0, np.where(st.is_train, 0.0, 2.0 * st.layers * 6e-6), 0.0)
+    w_read = terms.weights / nf / (st.bw * st.mbu)
+    prefill = w_read + prompt * (tpt / nf + tp_comm_tok) + lat + 1e-3
+    out = np.maximum(output, 1.0)
+    m = b * (1.0 + prompt / out)
     kv_split = np.minimum(nf, terms.kv_heads)
-    t_mem = w_read + b * terms.kv_read_per_seq / kv_split / (st.bw * st.mbu)
-    t_cmp = b * tpt / nf
-    t_dec_core = np.maximum(t_mem, t_cmp)
-    t_dec = t_dec_core + b * tp_comm_tok + 1e-3
-    per_request = prefill + output * t_dec / b
-    serve_rate = 1.0 / per_request
+    t_kv = b * terms.kv_read_per_seq / kv_split / (st.bw * st.mbu)
+    t_dec_core = w_read + t_kv + m * (tpt / nf)
+    t_dec = t_dec_core + m * tp_comm_tok + lat + 1e-3
+    serve_rate = b / (out * t_dec)
     train = st.is_train
     with np.errstate(invalid="ignore"):  # inf / inf where a precision is unsupported (vetoed)
         eff = np.where(train, t_comp / step, t_dec_core / t_dec)

@@ -73,6 +73,7 @@ def throughput(st, t, n, b, nodes) -> Thr:
             t.kv_read_per_seq[0],
             t.comm_bytes[0],
             t.kv_heads[0],
+            cost.tp_latency_seconds(st)[0],
             n,
             b,
             nodes,
@@ -202,9 +203,12 @@ def test_fp8_faster_than_bf16_on_hopper_and_decode_is_memory_bound():
     assert throughput(st, tf, n, b, k).work_rate > throughput(st, tb, n, b, k).work_rate
     st, ts = terms_for("llama-3.1-8b", "serve", "bf16", seq=512, out_tokens=128)
     thr = throughput(st, ts, 1, 1, k)
-    # at batch 1 a decode step reads every weight once: TPOT ~ bytes / (bandwidth * MBU) plus
-    # the serving engine's fixed overhead per step
-    expect = (ts.weights + ts.kv_read_per_seq) / (st.bw[0] * st.mbu) + cost.STEP_OVERHEAD_S
+    # at batch 1 a decode step reads every weight once: TPOT ~ bytes / (bandwidth * MBU) plus the
+    # step's work on its 1 + 512 / 128 tokens (one decode token and its prompt's share) and the
+    # serving engine's fixed overhead per step
+    m = 1.0 + 512.0 / 128.0
+    flops = m * ts.time_per_token[0]  # the step's FLOPs and elementwise traffic, after the weights' stream
+    expect = (ts.weights[0] + ts.kv_read_per_seq[0]) / (st.bw[0] * st.mbu) + flops + cost.STEP_OVERHEAD_S
     assert thr.tpot_s == pytest.approx(expect, rel=1e-12)
 
 

@@ -37,6 +37,7 @@ def model_arrays(models, ctx) -> dict[str, Any]:
         "linear_out": np.stack([cost.linear_dims(m)[1] for m in models]),
         "act_layer": arr([cost.activation_bytes(m)[0] for m in models]),
         "act_final": arr([cost.activation_bytes(m)[1] for m in models]),
+        "ew_serve": arr([cost.serve_elementwise_bytes(m) for m in models]),
     }
 
 
@@ -60,6 +61,7 @@ class KernelStatic:
     linear_out: np.ndarray  # (T, G) float64 summed output widths
     act_layer: np.ndarray  # (T,) float64 activation bytes per token per block at 16 bit (cost.activation_bytes)
     act_final: np.ndarray  # (T,) float64 activation bytes per token after the blocks (norm, head input, logits, loss)
+    ew_serve: np.ndarray  # (T,) float64 serving: elementwise HBM bytes per token (cost.serve_elementwise_bytes)
     seq_len: np.ndarray  # (T,) float64 train: sequence length
     prompt_tokens: np.ndarray  # (T,) float64
     output_tokens: np.ndarray  # (T,) float64

@@ -46,6 +46,7 @@ from fleet_marl.kernel.layout import (
     T_OPT,
     T_SEQ,
     T_TP,
+    T_TPL,
     T_TRAIN,
     G,
 )
@@ -140,16 +141,21 @@ def roofline(
     kv_read_per_seq,
     comm_bytes,
     kv_heads,
+    tp_latency,
     n,
     batch,
     nodes,
 ):
     """Throughput of one tenant on ``n`` GPUs over ``nodes`` nodes at ``batch``, before
     throttling: ``(work rate, tokens/s, efficiency, ttft s, tpot s)``. Training (FSDP data
-    parallel) is compute-bound with the all-gather/reduce-scatter partly hidden; serving (one
-    tensor-parallel replica) prefills and decodes at the slower of memory and
-    compute, plus two all-reduces per layer per token (never hidden) and the serving engine's
-    fixed overhead per forward pass, ``STEP_OVERHEAD_S``."""
+    parallel) is compute-bound with the all-gather/reduce-scatter partly hidden. Serving (one
+    tensor-parallel replica, in-flight batching): a forward pass streams every weight once, then
+    does its tokens' work at the time per token (GEMMs, attention FLOPs, elementwise traffic), and
+    a decode step also reads each sequence's KV cache, one after the other (no overlap); each step
+    carries ``batch`` decode tokens and their prompts' tokens spread over their output tokens,
+    plus two all-reduces per layer per token (bytes and ``tp_latency``, never hidden) and the
+    serving engine's fixed overhead per forward pass, ``STEP_OVERHEAD_S``. The TTFT is one
+    prompt's prefill on its own (``docs/model.md`` section 5)."""
     nf = float(max(n, 1))
     bw_link = inter_bw if nodes > 1 else intra_bw
     bf = float(max(batch, 1))
@@ -165,13 +171,16 @@ def roofline(
             eff = 0.0
         return rate, rate, eff, 0.0, 0.0
     tp_comm = 2.0 * t_comm  # the all-reduce moves twice the FSDP factor's bytes, on the critical path
+    lat = tp_latency if nf > 1.0 else 0.0
     w_read = weights / nf / (hbm_bw * mbu)  # a forward pass reads every weight once
-    prefill = max(prompt_tokens * time_per_token / nf, w_read) + prompt_tokens * tp_comm + STEP_OVERHEAD_S
-    t_mem = w_read + bf * kv_read_per_seq / min(nf, kv_heads) / (hbm_bw * mbu)
-    t_cmp = bf * time_per_token / nf
-    t_core = max(t_mem, t_cmp)
-    t_dec = t_core + bf * tp_comm + STEP_OVERHEAD_S
-    rate = 1.0 / (prefill + output_tokens * t_dec / bf)
+    t_tok = time_per_token / nf
+    prefill = w_read + prompt_tokens * (t_tok + tp_comm) + lat + STEP_OVERHEAD_S
+    out = max(output_tokens, 1.0)
+    m = bf * (1.0 + prompt_tokens / out)  # tokens per step: the decode tokens and their prompts' share
+    t_kv = bf * kv_read_per_seq / min(nf, kv_heads) / (hbm_bw * mbu)
+    t_core = w_read + t_kv + m * t_tok
+    t_dec = t_core + m * tp_comm + lat + STEP_OVERHEAD_S
+    rate = bf / (out * t_dec)
     eff = t_core / t_dec
     if math.isnan(eff):
         eff = 0.0
@@ -244,6 +253,7 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
             c_terms[C_KVR, t],
             c_terms[C_COMM, t],
             c_terms[C_KVH, t],
+            tf[t, T_TPL],
             n,
             ri[OI_BATCH, t],
             nodes,

@@ -125,6 +125,7 @@ def estimate(args) -> dict:
         tt.kv_read_per_seq[0],
         tt.comm_bytes[0],
         terms[6],
+        cost.tp_latency_seconds(st)[0],
         n,
         b,
         nodes,

@@ -81,6 +81,7 @@ def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float):
         tt.kv_read_per_seq[0],
         tt.comm_bytes[0],
         mem[6],
+        cost.tp_latency_seconds(st)[0],
         n,
         batch,
         nodes,
