@@ -304,7 +304,7 @@ class Throughput(NamedTuple):
     work_rate: np.ndarray  # train: tokens/s; serve: requests/s
     tokens_per_s: np.ndarray  # train: tokens/s; serve: generated tokens/s
     efficiency: np.ndarray  # compute (or memory) time / time with communication
-    ttft_s: np.ndarray  # serve: prefill time of one request (no queueing)
+    ttft_s: np.ndarray  # serve: one request's prefill plus the wait for the running step
     tpot_s: np.ndarray  # serve: time per output token at this batch
 
 
@@ -332,7 +332,8 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     # plus their prompts spread over their output tokens, b (1 + P / O). The all-reduce moves
     # twice the FSDP factor's bytes: 2 x t_comm exactly (a power-of-2 scaling), never hidden,
     # plus 6 us of latency for each of the 2 L all-reduces of a pass on > 1 GPU; each forward
-    # pass adds the serving engine's fixed 1 ms. TTFT: one prompt's prefill alone.
+    # pass adds the serving engine's fixed 1 ms. TTFT: the prompt's prefill, after waiting half a
+    # step whenever another of the b requests runs (probability 1 - exp(-(b - 1))).
     tp_comm_tok = 2.0 * t_comm
     lat = np.where(nf > 1.0, np.where(st.is_train, 0.0, 2.0 * st.layers * 6e-6), 0.0)
     w_read = terms.weights / nf / (st.bw * st.mbu)
@@ -352,7 +353,7 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
         work_rate=np.where(train, train_rate, serve_rate),
         tokens_per_s=np.where(train, train_rate, serve_rate * output),
         efficiency=eff,
-        ttft_s=np.where(train, 0.0, prefill),
+        ttft_s=np.where(train, 0.0, prefill + (1.0 - np.exp(1.0 - b)) * 0.5 * t_dec),
         tpot_s=np.where(train, 0.0, t_dec),
     )
 

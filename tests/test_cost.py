@@ -218,3 +218,83 @@ def test_kv_cache_splits_over_at_most_kv_heads_gpus():
     two = memory_per_gpu(t, 2, 4).kv_cache
     eight = memory_per_gpu(t, 8, 4).kv_cache
     assert two == eight == pytest.approx(4 * t.per_seq_sharded / 2)
+
+
+def roofline_at(st, t, n, b, tp_latency) -> Thr:
+    """The serving roofline on one node with a given all-reduce latency per forward pass."""
+    args = (st.seq_len[0], st.prompt_tokens[0], st.output_tokens[0], st.bw[0], st.intra_bw[0], st.inter_bw[0], st.mbu, st.comm_overlap)
+    terms = (t.weights[0], t.time_per_token[0], t.kv_read_per_seq[0], t.comm_bytes[0], t.kv_heads[0])
+    return Thr(*engine.roofline(False, False, *args, *terms, tp_latency, n, b, 1))
+
+
+def test_serve_elementwise_bytes_by_hand():
+    # Llama-3.1-8B: h 4096, ffn 14336, q 32 x 128, k 8 x 128, 32 layers, BF16. Per block two fused
+    # add + RMSNorms (4h values each), rotary on q and k in place (2(q + k)), SiluAndMul (3 ffn);
+    # after the blocks the final norm (4h)
+    per_block = 2 * 4 * 4096 + 2 * (4096 + 1024) + 3 * 14336
+    assert cost.serve_elementwise_bytes(catalog.model("llama-3.1-8b")) == 2 * (32 * per_block + 4 * 4096) == 5_537_792
+    # a GeLU MLP reads and writes ffn (GPT-2: h 768, ffn 3072, 12 heads of 64, 12 layers)
+    gpt2 = 2 * (12 * (8 * 768 + 2 * (768 + 768) + 2 * 3072) + 4 * 768)
+    assert cost.serve_elementwise_bytes(catalog.model("gpt2")) == gpt2
+    # serving prices them (in the norm group) instead of training's saved-activation traffic
+    st, _ = terms_for("llama-3.1-8b", "serve", "bf16", seq=512, out_tokens=128)
+    norm = cost.seconds_per_token_table(st)[0, cost.NORM, P["bf16"]] / st.mfu
+    assert norm == pytest.approx(5_537_792 / (st.bw[0] * cost.CAST_BW_EFF), rel=1e-12)
+
+
+def test_int4_weights_carry_group_scales_and_zeros():
+    # 0.5 B of packed weight + one 2-byte scale and one 4-bit zero per 128 weights (vLLM AWQ)
+    assert catalog.PRECISION_BYTES[P["int4"]] == 0.5 + 2.5 / 128
+    m = catalog.model("llama-3.1-8b")
+    _, t = terms_for("llama-3.1-8b", "serve", ["bf16", "int4", "int4", "bf16", "bf16"])
+    pg = m.params_by_group
+    linear = pg["attention"] + pg["mlp"]
+    assert t.weights[0] == pytest.approx(2.0 * (m.total_params - linear) + 0.51953125 * linear, rel=1e-12)
+
+
+def test_tensor_parallel_decode_pays_allreduce_latency():
+    # two all-reduces per layer, 6 us each, on the critical path of every forward pass on > 1 GPU
+    st, t = terms_for("llama-3.1-70b", "serve", "bf16", seq=512, out_tokens=128)
+    lat = cost.tp_latency_seconds(st)[0]
+    assert lat == pytest.approx(2 * 80 * 6e-6, rel=1e-12) == pytest.approx(2 * 80 * cost.TP_ALLREDUCE_LATENCY_S)
+    for b in (1, 64):
+        slow, fast = roofline_at(st, t, 4, b, lat), roofline_at(st, t, 4, b, 0.0)
+        assert slow.tpot_s - fast.tpot_s == pytest.approx(lat, rel=1e-9)  # slower per token
+        assert slow.work_rate < fast.work_rate
+    # one GPU has no all-reduce, so no latency
+    assert roofline_at(st, t, 1, 8, lat) == roofline_at(st, t, 1, 8, 0.0)
+    # training tenants carry none
+    st_train, _ = terms_for("llama-3.1-70b", "train", "bf16")
+    assert cost.tp_latency_seconds(st_train)[0] == 0.0
+
+
+def test_in_flight_step_carries_the_prompts_share():
+    # a step carries b decode tokens and b P / O prompt tokens after streaming the weights once:
+    # requests/s = b / (O t_dec), and a longer prompt makes every step (the TPOT) longer
+    st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=2048, out_tokens=128)
+    b = 32
+    thr = roofline_at(st, t, 1, b, 0.0)
+    w_read = t.weights[0] / (st.bw[0] * st.mbu)
+    kv = b * t.kv_read_per_seq[0] / (st.bw[0] * st.mbu)
+    m = b * (1 + 2048 / 128)
+    assert thr.tpot_s == pytest.approx(w_read + kv + m * t.time_per_token[0] + cost.STEP_OVERHEAD_S, rel=1e-12)
+    assert thr.work_rate == pytest.approx(b / (128 * thr.tpot_s), rel=1e-12)
+    st_short, t_short = terms_for("llama-3.1-8b", "serve", "bf16", seq=128, out_tokens=128)
+    assert roofline_at(st_short, t_short, 1, b, 0.0).tpot_s < thr.tpot_s
+    # batching amortises the weights' stream over the step's tokens, not the prompts' FLOPs: 32
+    # requests at once serve more than 10x, less than 32x, one at a time
+    one = roofline_at(st, t, 1, 1, 0.0).work_rate
+    assert 10 * one < thr.work_rate < 32 * one
+
+
+def test_ttft_waits_for_the_running_step():
+    st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=467, out_tokens=256)
+    w_read = t.weights[0] / (st.bw[0] * st.mbu)
+    prefill = w_read + 467 * t.time_per_token[0] + cost.STEP_OVERHEAD_S
+    alone = roofline_at(st, t, 1, 1, 0.0)
+    assert alone.ttft_s == pytest.approx(prefill, rel=1e-12)  # nothing else runs: no wait
+    busy = roofline_at(st, t, 1, 64, 0.0)
+    # 63 others: the engine is busy (1 - e^-63 = 1), a new request waits half a step on average
+    assert busy.ttft_s == pytest.approx(prefill + 0.5 * busy.tpot_s, rel=1e-12)
+    two = roofline_at(st, t, 1, 2, 0.0)
+    assert two.ttft_s == pytest.approx(prefill + (1 - np.exp(-1.0)) * 0.5 * two.tpot_s, rel=1e-12)

@@ -107,7 +107,8 @@ def forward_flops_per_token(m: ModelArch, ctx: float) -> np.ndarray:
 
 def serve_elementwise_bytes(m: ModelArch) -> float:
     """HBM bytes per token of a serving forward pass's memory-bound elementwise kernels, BF16
-    (2 B a value), derived from vLLM's Llama decoder layer (``vllm/model_executor/models/llama.py``):
+    (2 B a value), derived from vLLM's Llama decoder layer (vllm-project/vllm@0035bdf2,
+    ``vllm/model_executor/models/llama.py``, ``LlamaDecoderLayer.forward``, ``LlamaMLP``):
     two fused residual-add + RMSNorms per block, each reading the input and the residual and
     writing both (``4 h`` values); rotary embedding applied in place to q and k (``2 (q + k)``);
     SwiGLU's ``SiluAndMul`` reading gate and up and writing their product (``3 ffn``), or a GeLU

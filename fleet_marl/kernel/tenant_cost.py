@@ -155,7 +155,7 @@ def roofline(
     carries ``batch`` decode tokens and their prompts' tokens spread over their output tokens,
     plus two all-reduces per layer per token (bytes and ``tp_latency``, never hidden) and the
     serving engine's fixed overhead per forward pass, ``STEP_OVERHEAD_S``. The TTFT is one
-    prompt's prefill on its own (``docs/model.md`` section 5)."""
+    prompt's prefill after the running step, if any (``docs/model.md`` section 5)."""
     nf = float(max(n, 1))
     bw_link = inter_bw if nodes > 1 else intra_bw
     bf = float(max(batch, 1))
@@ -184,7 +184,10 @@ def roofline(
     eff = t_core / t_dec
     if math.isnan(eff):
         eff = 0.0
-    return rate, rate * output_tokens, eff, prefill, t_dec
+    # a new request waits for the running step to end (mean residual t_dec / 2) when any of the
+    # other b - 1 requests is running (Poisson: probability 1 - exp(-(b - 1)))
+    ttft = prefill + (1.0 - math.exp(1.0 - bf)) * 0.5 * t_dec
+    return rate, rate * output_tokens, eff, ttft, t_dec
 
 
 @jit
