@@ -104,6 +104,7 @@ class Case:
     representable: bool = True
     reason: str = ""
     max_batch: int = 0  # requests in the run (caps a throughput run's batch); 0 = no cap
+    kv_free_fraction: float = 0.0  # stated share of the memory left after the weights that the KV cache may take; 0 = the kernel's rule
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -131,6 +132,15 @@ def _precision(text: str) -> tuple[dict[str, str], str]:
     if t.startswith("int8") or "w8a8" in t:
         return base, "W8A8 INT8 GEMMs are not modelled (catalog int8 is weight-only)"
     return base, ""
+
+
+def _fraction(x, case_id: str) -> float:
+    """A stated KV-cache memory fraction (TensorRT-LLM's ``--kv_cache_free_gpu_mem_fraction``), 0 if none."""
+    if x is None:
+        return 0.0
+    if isinstance(x, bool) or not isinstance(x, int | float) or not 0.0 < float(x) <= 1.0:
+        raise ValueError(f"{case_id}: kv_cache_free_gpu_mem_fraction must be a number in (0, 1], got {x!r}")
+    return float(x)
 
 
 def _source(src: dict) -> str:
@@ -204,6 +214,7 @@ def _case(e: dict) -> Case:
         representable=not reason,
         reason=reason,
         max_batch=cap,
+        kv_free_fraction=_fraction(sv.get("kv_cache_free_gpu_mem_fraction"), e["id"]),
         extra={"notes": e.get("notes", ""), "parallelism": par},
     )
 

@@ -88,12 +88,24 @@ def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float):
     )
 
 
+def serving_capacity(st: KernelStatic, c: Case, mem) -> float:
+    """Bytes per GPU a serving run may fill: the kernel's usable memory (``st.mem_bytes``), or,
+    where the run states TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction`` ``f``, the weights
+    plus ``f`` of the memory CUDA reports that they leave free (the runtime's own buffers are
+    not counted)."""
+    if not c.kv_free_fraction:
+        return float(st.mem_bytes[0])
+    w = mem[0] / max(c.tp, 1)
+    return w + c.kv_free_fraction * (float(catalog.gpu(c.gpu).memory_bytes) - w)
+
+
 def serving_batch(st: KernelStatic, c: Case, tt, mem) -> int:
     """The batch a serving measurement runs at: the stated one; at a request rate, the
     concurrency of Little's law ``b = rate x (TTFT + O x TPOT(b))`` (a fixed point); else the
-    largest that fits, capped by the requests in the run and :data:`MAX_BATCH`."""
+    largest that fits (:func:`serving_capacity`), capped by the requests in the run and
+    :data:`MAX_BATCH`."""
     n = max(c.tp, 1)
-    fit = int(max(engine.fitting_batch(*mem, n, float(st.mem_bytes[0])), 1))
+    fit = int(max(engine.fitting_batch(*mem, n, serving_capacity(st, c, mem)), 1))
     if isinstance(c.batch, int):
         return c.batch
     if str(c.batch).startswith("qps:"):
@@ -145,4 +157,4 @@ def predict(c: Case) -> tuple[float, dict]:
     return tps, setting
 
 
-__all__ = ["GIB", "MAX_BATCH", "predict", "serving_batch"]
+__all__ = ["GIB", "MAX_BATCH", "predict", "serving_batch", "serving_capacity"]
