@@ -547,6 +547,10 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     with np.errstate(divide="ignore", invalid="ignore"):
         busy = np.where(train, 1.0, np.where(capacity > 0, np.minimum(demand / capacity, 1.0), 0.0))
     activity = np.where(running, busy, 0.0)
+    # a server's latencies are those at the load it carries: busy x batch requests in flight
+    carried = throughput(st, terms, alloc, np.maximum(busy * batch, 1.0), nodes, prompt, output)
+    light = ~train & (busy < 1.0)
+    thr = thr._replace(ttft_s=np.where(light, carried.ttft_s, thr.ttft_s), tpot_s=np.where(light, carried.tpot_s, thr.tpot_s))
 
     # --- safety: power and heat -------------------------------------------------------------
     pt = power_thermal(st, gon, activity, temp0)

@@ -368,3 +368,30 @@ def test_request_lengths_price_serving():
     assert long_prompts.mem_total[0] == default.mem_total[0] and long_prompts.tokens_per_s[0] == default.tokens_per_s[0]
     with pytest.raises(KernelInputError, match=r"draws\.output_tokens\[1\] = 0\.0: expected a mean token count in \[1, 1e9\]"):
         evaluate(st, a, RoundState.initial(st), dataclasses.replace(base, output_tokens=np.array([5.0, 0.0])))
+
+
+def test_server_latency_is_that_of_the_load_it_carries():
+    """A server's capacity is its roofline at its whole batch; its TTFT and TPOT are those of the
+    requests it really has in flight (load x batch, at least 1): a light load meets a TPOT target
+    that its full batch would miss, a load past its capacity does not."""
+    from fleet_marl.kernel import cost, engine, stage1
+
+    cfg = make_config(n_tenants=2)
+    st = KernelStatic.from_config(cfg)
+    t, batch = 1, 256
+    tt = stage1(st, np.full((st.T, 5), P["bf16"]))
+    args = (st.seq_len[t], st.prompt_tokens[t], st.output_tokens[t], st.bw[t], st.intra_bw[t], st.inter_bw[t], st.mbu, st.comm_overlap)
+    terms = (tt.weights[t], tt.time_per_token[t], tt.kv_read_per_seq[t], tt.comm_bytes[t], tt.kv_heads[t], cost.tp_latency_seconds(st)[t])
+    rate, _, _, _, full = engine.roofline(False, False, *args, *terms, 8, batch, 1)
+    one = engine.roofline(False, False, *args, *terms, 8, 1, 1)[4]
+    assert one < full
+    serve = dataclasses.replace(cfg.tenants[t], workload=dataclasses.replace(cfg.tenants[t].workload, slo_tpot_s=0.5 * (one + full)))
+    st = KernelStatic.from_config(dataclasses.replace(cfg, tenants=(cfg.tenants[0], serve)))
+    acts = Actions(gpus=[0, 8], bid=[1.0, 1.0], precision=np.full((2, 5), P["bf16"]), batch=[1, batch])
+    light, heavy = Draws.expected(st), Draws.expected(st)
+    assert light.arrivals[t] < 0.01 * rate * st.round_seconds  # a light load: about one request in flight
+    heavy = dataclasses.replace(heavy, arrivals=np.array([0.0, 2.0 * rate * st.round_seconds]))
+    out_light = evaluate(st, acts, RoundState.initial(st), light)
+    out_heavy = evaluate(st, acts, RoundState.initial(st), heavy)
+    assert out_light.slo_attainment[t] == 1.0 and out_light.slo_good[t] == light.arrivals[t]
+    assert out_heavy.served[t] > 0 and out_heavy.slo_good[t] == 0.0

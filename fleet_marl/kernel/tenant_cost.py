@@ -229,7 +229,9 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
     """Each tenant's throughput in row ``b`` on its GPUs and nodes, before throttling: writes
     its nodes spanned, restart flag, tokens/s and efficiency, and into the scratch rows its
     work rate, prefill and decode seconds, seconds available this round and its activity (the
-    share of its GPUs' dynamic power it draws: 1 training, its load serving, 0 not running)."""
+    share of its GPUs' dynamic power it draws: 1 training, its load serving, 0 not running).
+    A server's capacity is its roofline at its batch; its TTFT and TPOT are the roofline's at
+    the load it carries, ``load x batch`` requests in flight (at least 1)."""
     mbu, overlap = sc[S_MBU], sc[S_OVERLAP]
     round_s, restart_s = sc[S_ROUND], sc[S_RESTART]
     for t in range(alloc.shape[0]):
@@ -274,6 +276,31 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
             busy = 1.0
         else:
             busy = min(demand / capacity, 1.0) if capacity > 0 else 0.0
+            if busy < 1.0:
+                # the latencies at the load carried: busy x batch requests in flight (Little's law)
+                _, _, _, prefill, t_dec = roofline(
+                    False,
+                    False,
+                    tf[t, T_SEQ],
+                    ins_f[F_PROMPT, b, t],
+                    ins_f[F_OUT, b, t],
+                    tf[t, T_HBM],
+                    tf[t, T_INTRA],
+                    tf[t, T_INTER],
+                    mbu,
+                    overlap,
+                    c_terms[C_W, t],
+                    c_terms[C_TPT, t],
+                    c_terms[C_KVR, t],
+                    c_terms[C_COMM, t],
+                    c_terms[C_KVH, t],
+                    tf[t, T_TPL],
+                    n,
+                    max(busy * ri[OI_BATCH, t], 1.0),
+                    nodes,
+                )
+                prefill_a[t] = prefill
+                t_dec_a[t] = t_dec
         activity[t] = busy if running[t] else 0.0
 
 
