@@ -39,6 +39,7 @@ class TenantTerms(NamedTuple):
     kv_read_per_seq: np.ndarray  # serve: KV bytes read per sequence per decode step
     comm_bytes: np.ndarray  # train: bytes per step before (n-1)/n; serve: per token before 2(n-1)/n
     kv_heads: np.ndarray  # (T,) the KV cache splits over at most this many GPUs (heads are replicated beyond)
+    head_time_per_token: np.ndarray  # the LM head's part of time_per_token (a prompt runs it once)
 
 
 def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=None) -> TenantTerms:
@@ -89,11 +90,12 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
         t = lin / peak + st.mfu * (other + cast)
         per_group = np.where((st.flops_fwd > 0) | (ew > 0), np.where(peak > 0, t, np.inf), 0.0)
     tpt = per_group.sum(-1) / st.mfu
+    head = per_group[..., 4] / st.mfu
     fsdp = 2.0 * weights + grads
     tp = 2.0 * L * h * 2.0  # two all-reduces of a BF16 hidden vector per layer
     comm = np.where(train, fsdp, tp)
     kv_heads = np.broadcast_to(st.kv_heads, unsafe.shape)
-    return TenantTerms(prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm, kv_heads)
+    return TenantTerms(prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm, kv_heads, head)
 
 
 # --- arbiter ---------------------------------------------------------------------------------
@@ -329,7 +331,8 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     # another. The GEMMs stream every weight once and do their FLOPs, one after the other (no
     # overlap); the decode attention reads each sequence's KV cache; attention FLOPs and
     # elementwise traffic take the rest of the time per token. A step carries the b decode tokens
-    # plus their prompts spread over their output tokens, b (1 + P / O). The all-reduce moves
+    # plus their prompts spread over their output tokens, b (1 + P / O), of which only each
+    # prompt's last token runs the LM head. The all-reduce moves
     # twice the FSDP factor's bytes: 2 x t_comm exactly (a power-of-2 scaling), never hidden,
     # plus 6 us of latency for each of the 2 L all-reduces of a pass on > 1 GPU; each forward
     # pass adds the serving engine's fixed 1 ms. TTFT: the prompt's prefill, after waiting half a
@@ -337,12 +340,16 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     tp_comm_tok = 2.0 * t_comm
     lat = np.where(nf > 1.0, np.where(st.is_train, 0.0, 2.0 * st.layers * 6e-6), 0.0)
     w_read = terms.weights / nf / (st.bw * st.mbu)
-    prefill = w_read + prompt * (tpt / nf + tp_comm_tok) + lat + 1e-3
+    # only a prompt's last token goes through the LM head (the sampled position)
+    with np.errstate(invalid="ignore"):
+        t_prompt = np.where(np.isinf(tpt), np.inf, (tpt - terms.head_time_per_token) / nf)
+    t_head = terms.head_time_per_token / nf
+    prefill = w_read + prompt * (t_prompt + tp_comm_tok) + t_head + lat + 1e-3
     out = np.maximum(output, 1.0)
-    m = b * (1.0 + prompt / out)
+    m = b + b / out * prompt
     kv_split = np.minimum(nf, terms.kv_heads)
     t_kv = b * terms.kv_read_per_seq / kv_split / (st.bw * st.mbu)
-    t_dec_core = w_read + t_kv + m * (tpt / nf)
+    t_dec_core = w_read + t_kv + b * (tpt / nf) + b / out * (prompt * t_prompt + t_head)
     t_dec = t_dec_core + m * tp_comm_tok + lat + 1e-3
     serve_rate = b / (out * t_dec)
     train = st.is_train

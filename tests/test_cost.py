@@ -70,6 +70,7 @@ def throughput(st, t, n, b, nodes) -> Thr:
             st.comm_overlap,
             t.weights[0],
             t.time_per_token[0],
+            t.head_time_per_token[0],
             t.kv_read_per_seq[0],
             t.comm_bytes[0],
             t.kv_heads[0],
@@ -206,8 +207,10 @@ def test_fp8_faster_than_bf16_on_hopper_and_decode_is_memory_bound():
     # at batch 1 a decode step reads every weight once: TPOT ~ bytes / (bandwidth * MBU) plus the
     # step's work on its 1 + 512 / 128 tokens (one decode token and its prompt's share) and the
     # serving engine's fixed overhead per step
-    m = 1.0 + 512.0 / 128.0
-    flops = m * ts.time_per_token[0]  # the step's FLOPs and elementwise traffic, after the weights' stream
+    tau, head = ts.time_per_token[0], ts.head_time_per_token[0]
+    # the step's FLOPs and elementwise traffic after the weights' stream: the decode token, and
+    # 512 / 128 prompt tokens of which one in 512 runs the LM head
+    flops = tau + (512.0 * (tau - head) + head) / 128.0
     expect = (ts.weights[0] + ts.kv_read_per_seq[0]) / (st.bw[0] * st.mbu) + flops + cost.STEP_OVERHEAD_S
     assert thr.tpot_s == pytest.approx(expect, rel=1e-12)
 
@@ -223,7 +226,7 @@ def test_kv_cache_splits_over_at_most_kv_heads_gpus():
 def roofline_at(st, t, n, b, tp_latency) -> Thr:
     """The serving roofline on one node with a given all-reduce latency per forward pass."""
     args = (st.seq_len[0], st.prompt_tokens[0], st.output_tokens[0], st.bw[0], st.intra_bw[0], st.inter_bw[0], st.mbu, st.comm_overlap)
-    terms = (t.weights[0], t.time_per_token[0], t.kv_read_per_seq[0], t.comm_bytes[0], t.kv_heads[0])
+    terms = (t.weights[0], t.time_per_token[0], t.head_time_per_token[0], t.kv_read_per_seq[0], t.comm_bytes[0], t.kv_heads[0])
     return Thr(*engine.roofline(False, False, *args, *terms, tp_latency, n, b, 1))
 
 
@@ -276,8 +279,9 @@ def test_in_flight_step_carries_the_prompts_share():
     thr = roofline_at(st, t, 1, b, 0.0)
     w_read = t.weights[0] / (st.bw[0] * st.mbu)
     kv = b * t.kv_read_per_seq[0] / (st.bw[0] * st.mbu)
-    m = b * (1 + 2048 / 128)
-    assert thr.tpot_s == pytest.approx(w_read + kv + m * t.time_per_token[0] + cost.STEP_OVERHEAD_S, rel=1e-12)
+    tau, head = t.time_per_token[0], t.head_time_per_token[0]
+    work = b * tau + b / 128 * (2048 * (tau - head) + head)  # a prompt's last token alone runs the LM head
+    assert thr.tpot_s == pytest.approx(w_read + kv + work + cost.STEP_OVERHEAD_S, rel=1e-12)
     assert thr.work_rate == pytest.approx(b / (128 * thr.tpot_s), rel=1e-12)
     st_short, t_short = terms_for("llama-3.1-8b", "serve", "bf16", seq=128, out_tokens=128)
     assert roofline_at(st_short, t_short, 1, b, 0.0).tpot_s < thr.tpot_s
@@ -290,7 +294,7 @@ def test_in_flight_step_carries_the_prompts_share():
 def test_ttft_waits_for_the_running_step():
     st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=467, out_tokens=256)
     w_read = t.weights[0] / (st.bw[0] * st.mbu)
-    prefill = w_read + 467 * t.time_per_token[0] + cost.STEP_OVERHEAD_S
+    prefill = w_read + 467 * (t.time_per_token[0] - t.head_time_per_token[0]) + t.head_time_per_token[0] + cost.STEP_OVERHEAD_S
     alone = roofline_at(st, t, 1, 1, 0.0)
     assert alone.ttft_s == pytest.approx(prefill, rel=1e-12)  # nothing else runs: no wait
     busy = roofline_at(st, t, 1, 64, 0.0)
@@ -298,3 +302,17 @@ def test_ttft_waits_for_the_running_step():
     assert busy.ttft_s == pytest.approx(prefill + 0.5 * busy.tpot_s, rel=1e-12)
     two = roofline_at(st, t, 1, 2, 0.0)
     assert two.ttft_s == pytest.approx(prefill + (1 - np.exp(-1.0)) * 0.5 * two.tpot_s, rel=1e-12)
+
+
+def test_a_prompt_runs_the_lm_head_once():
+    # engines compute logits for a prompt's last position only (vLLM's LogitsProcessor prunes the
+    # hidden states to the sampled tokens), so a prefill pays the head once, a decode token once
+    st, t = terms_for("qwen2.5-0.5b", "serve", "bf16", seq=1000, out_tokens=100)
+    m = catalog.model("qwen2.5-0.5b")
+    head = t.head_time_per_token[0]
+    # the head: 2 V h FLOPs at the BF16 peak x the GEMM efficiency
+    assert head == pytest.approx(2 * m.vocab * m.hidden / (st.peak[0, P["bf16"]] * st.mfu), rel=1e-12)
+    assert 0.2 < head / t.time_per_token[0] < 0.35  # a quarter of a 0.5B model's work per token
+    thr = roofline_at(st, t, 1, 1, 0.0)
+    w_read = t.weights[0] / (st.bw[0] * st.mbu)
+    assert thr.ttft_s == pytest.approx(w_read + 1000 * (t.time_per_token[0] - head) + head + cost.STEP_OVERHEAD_S, rel=1e-12)

@@ -5,7 +5,7 @@
 
 Stage 1 is the sum of per-group table entries built once per scenario
 (``cost.stage1_tables``); every equation is in ``docs/model.md`` sections 2-3 with its source.
-A tenant's memoised terms are the rows ``C_*`` of ``c_terms`` (10, T).
+A tenant's memoised terms are the rows ``C_*`` of ``c_terms`` (11, T).
 """
 
 from __future__ import annotations
@@ -51,14 +51,16 @@ from fleet_marl.kernel.layout import (
     G,
 )
 
-#: Rows of the memoised stage 1 ``c_terms`` (10, T): bytes of weights, gradients, fp32 master
+#: Rows of the memoised stage 1 ``c_terms`` (11, T): bytes of weights, gradients, fp32 master
 #: copy and optimizer, bytes per sequence kept on each GPU and split over the GPUs, seconds per
-#: token, KV bytes read per sequence, communication bytes, KV heads.
-C_W, C_G, C_M, C_O, C_PSL, C_PSS, C_TPT, C_KVR, C_COMM, C_KVH = range(10)
+#: token, KV bytes read per sequence, communication bytes, KV heads, and the LM head's share of
+#: the seconds per token.
+C_W, C_G, C_M, C_O, C_PSL, C_PSS, C_TPT, C_KVR, C_COMM, C_KVH, C_HD = range(11)
 _UNSAFE = catalog.UNSAFE.copy()  # (G, P) bool: module-level arrays are compile-time constants
 _ACT_BYTES = TRAIN_BYTES.copy()  # activations are saved in BF16 under FP8 training
 _KV_BYTES = KV_BYTES.copy()
 _ATT, _MLP = catalog.GROUPS.index("attention"), catalog.GROUPS.index("mlp")
+_HEAD = catalog.GROUPS.index("head")
 
 
 @jit_inline
@@ -67,7 +69,8 @@ def tenant_terms(tf, ti, tg, t, prec, project, mfu, prec_run, prompt, output):
     serving requests of ``prompt`` and ``output`` tokens on average: writes the map that runs
     into ``prec_run`` (G,) -- unsafe groups in BF16 when ``project`` -- and returns ``(unsafe,
     invalid, weights, grads, master, optimizer, per_seq_local, per_seq_sharded,
-    time_per_token, kv_read_per_seq, comm_bytes, kv_heads)`` (``docs/model.md`` sections 2-3).
+    time_per_token, kv_read_per_seq, comm_bytes, kv_heads, head_time_per_token)`` (``docs/model.md``
+    sections 2-3).
     Sums over groups run in group order, as numpy's ``sum(-1)`` does."""
     unsafe = False
     invalid = False
@@ -95,7 +98,8 @@ def tenant_terms(tf, ti, tg, t, prec, project, mfu, prec_run, prompt, output):
     kv_seq = 0.0 if train else (prompt + output) * kv_tok
     kv_read = 0.0 if train else (prompt + 0.5 * output) * kv_tok
     comm = 2.0 * weights + grads if train else tf[t, T_TP]
-    return unsafe, invalid, weights, grads, master, tf[t, T_OPT], act, kv_seq, spt / mfu, kv_read, comm, tf[t, T_KVH]
+    head = tg[t, _HEAD, prec_run[_HEAD], 3] / mfu  # the LM head's part: a prompt runs it for its last token only
+    return unsafe, invalid, weights, grads, master, tf[t, T_OPT], act, kv_seq, spt / mfu, kv_read, comm, tf[t, T_KVH], head
 
 
 @jit
@@ -138,6 +142,7 @@ def roofline(
     comm_overlap,
     weights,
     time_per_token,
+    head_time_per_token,
     kv_read_per_seq,
     comm_bytes,
     kv_heads,
@@ -174,11 +179,15 @@ def roofline(
     lat = tp_latency if nf > 1.0 else 0.0
     w_read = weights / nf / (hbm_bw * mbu)  # a forward pass reads every weight once
     t_tok = time_per_token / nf
-    prefill = w_read + prompt_tokens * (t_tok + tp_comm) + lat + STEP_OVERHEAD_S
+    # a prompt's tokens skip the LM head but its last one (only the last position is sampled)
+    t_head = head_time_per_token / nf
+    t_prompt = (time_per_token - head_time_per_token) / nf if time_per_token < math.inf else math.inf
+    prefill = w_read + prompt_tokens * (t_prompt + tp_comm) + t_head + lat + STEP_OVERHEAD_S
     out = max(output_tokens, 1.0)
-    m = bf * (1.0 + prompt_tokens / out)  # tokens per step: the decode tokens and their prompts' share
+    share = bf / out  # prompts per step: each step carries b decode tokens and b / O prompts
+    m = bf + share * prompt_tokens
     t_kv = bf * kv_read_per_seq / min(nf, kv_heads) / (hbm_bw * mbu)
-    t_core = w_read + t_kv + m * t_tok
+    t_core = w_read + t_kv + bf * t_tok + share * (prompt_tokens * t_prompt + t_head)
     t_dec = t_core + m * tp_comm + lat + STEP_OVERHEAD_S
     rate = bf / (out * t_dec)
     eff = t_core / t_dec
@@ -192,7 +201,7 @@ def roofline(
 
 @jit
 def tenant_stage1(b, tf, ti, tg, sc, ins_i, ins_f, prec, prec_run, c_prec, c_run, c_len, c_terms, cached, unsafe_c, invalid_c, ri):
-    """Stage 1 of every tenant of row ``b`` into ``c_terms`` (10, T), ``unsafe_c`` and
+    """Stage 1 of every tenant of row ``b`` into ``c_terms`` (11, T), ``unsafe_c`` and
     ``invalid_c`` (T,), and the precision map that runs into ``ri``'s precision rows. Stage 1
     depends on the tenant, its precision map and its requests' lengths only, so it is reused
     when they are the ones this tenant had in the last row (a cluster's counterfactual rows
@@ -208,13 +217,13 @@ def tenant_stage1(b, tf, ti, tg, sc, ins_i, ins_f, prec, prec_run, c_prec, c_run
                 same = False
             prec[g] = p
         if not same:
-            unsafe, invalid, weights, grads, master, optimizer, psl, pss, tpt, kvr, comm, kvh = tenant_terms(
+            unsafe, invalid, weights, grads, master, optimizer, psl, pss, tpt, kvr, comm, kvh, hd = tenant_terms(
                 tf, ti, tg, t, prec, project, mfu, prec_run, prompt, output
             )
             c_len[0, t], c_len[1, t] = prompt, output
             c_terms[C_W, t], c_terms[C_G, t], c_terms[C_M, t], c_terms[C_O, t] = weights, grads, master, optimizer
             c_terms[C_PSL, t], c_terms[C_PSS, t], c_terms[C_TPT, t], c_terms[C_KVR, t] = psl, pss, tpt, kvr
-            c_terms[C_COMM, t], c_terms[C_KVH, t] = comm, kvh
+            c_terms[C_COMM, t], c_terms[C_KVH, t], c_terms[C_HD, t] = comm, kvh, hd
             unsafe_c[t], invalid_c[t] = unsafe, invalid
             for g in range(G):
                 c_prec[t, g] = prec[g]
@@ -255,6 +264,7 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
             overlap,
             c_terms[C_W, t],
             c_terms[C_TPT, t],
+            c_terms[C_HD, t],
             c_terms[C_KVR, t],
             c_terms[C_COMM, t],
             c_terms[C_KVH, t],
@@ -291,6 +301,7 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
                     overlap,
                     c_terms[C_W, t],
                     c_terms[C_TPT, t],
+                    c_terms[C_HD, t],
                     c_terms[C_KVR, t],
                     c_terms[C_COMM, t],
                     c_terms[C_KVH, t],
@@ -306,6 +317,7 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
 
 __all__ = [
     "C_COMM",
+    "C_HD",
     "C_KVH",
     "C_KVR",
     "C_M",

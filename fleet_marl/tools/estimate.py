@@ -122,6 +122,7 @@ def estimate(args) -> dict:
         st.comm_overlap,
         terms[0],
         tt.time_per_token[0],
+        tt.head_time_per_token[0],
         tt.kv_read_per_seq[0],
         tt.comm_bytes[0],
         terms[6],

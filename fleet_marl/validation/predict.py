@@ -78,6 +78,7 @@ def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float):
         st.comm_overlap,
         mem[0],
         tt.time_per_token[0],
+        tt.head_time_per_token[0],
         tt.kv_read_per_seq[0],
         tt.comm_bytes[0],
         mem[6],
