@@ -69,7 +69,8 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
     scores = np.where(st.flash, 0.0, 5.0 * st.heads * s)
     blocks = np.where(st.checkpointing, 2.0 * h * L + st.act_layer + scores, L * (st.act_layer + scores))
     act = np.where(train, s * (blocks + st.act_final) * act_scale, 0.0)
-    kv_tok = 2.0 * L * st.kv_dim * cost.KV_BYTES[prec[..., cost.ATT]]
+    # the KV cache's format: fixed by the workload, else the attention group's (weight-only: BF16)
+    kv_tok = 2.0 * L * st.kv_dim * np.where(st.kv_cache_bytes > 0, st.kv_cache_bytes, cost.KV_BYTES[prec[..., cost.ATT]])
     kv_seq = np.where(train, 0.0, (prompt + output) * kv_tok)
     kv_read = np.where(train, 0.0, (prompt + 0.5 * output) * kv_tok)
     # time per forward token: the linear GEMMs at their precision's peak x the GEMM efficiency

@@ -316,3 +316,27 @@ def test_a_prompt_runs_the_lm_head_once():
     thr = roofline_at(st, t, 1, 1, 0.0)
     w_read = t.weights[0] / (st.bw[0] * st.mbu)
     assert thr.ttft_s == pytest.approx(w_read + 1000 * (t.time_per_token[0] - head) + head + cost.STEP_OVERHEAD_S, rel=1e-12)
+
+
+def test_kv_cache_format_follows_attention_unless_the_workload_fixes_it():
+    from fleet_marl.config import ConfigError, WorkloadSpec
+    from fleet_marl.kernel import KernelStatic
+
+    # "auto": FP8 attention keeps an FP8 cache (TensorRT-LLM), weight-only a BF16 one
+    fp8 = ["bf16", "fp8", "fp8", "bf16", "bf16"]
+    st, t = terms_for("llama-3.1-8b", "serve", fp8, seq=1000, out_tokens=24)
+    m = catalog.model("llama-3.1-8b")
+    per_tok = 2 * m.layers * m.kv_heads * m.head_dim
+    assert st.kv_cache_bytes[0] == 0.0 and t.per_seq_sharded[0] == 1024 * per_tok * 1.0
+    # "bf16": vLLM's default keeps the checkpoint's BF16 cache under FP8 weights
+    from fleet_marl.config import ClusterSpec, FleetConfig, TenantSpec
+
+    wl = WorkloadSpec(prompt_tokens=1000, output_tokens=24, rate=1.0, kv_cache_dtype="bf16")
+    tenant = TenantSpec(kind="serve", model="llama-3.1-8b", gpu_type="h100-sxm", max_gpus=8, workload=wl)
+    st16 = KernelStatic.from_config(FleetConfig(cluster=ClusterSpec(gpu_types=("h100-sxm",)), tenants=(tenant,)))
+    t16 = stage1(st16, np.array([[P[x] for x in fp8]]), project=False)
+    assert st16.kv_cache_bytes[0] == 2.0
+    assert t16.per_seq_sharded[0] == 2 * t.per_seq_sharded[0] and t16.kv_read_per_seq[0] == 2 * t.kv_read_per_seq[0]
+    assert t16.weights[0] == t.weights[0]  # the weights stay FP8
+    with pytest.raises(ConfigError, match="kv_cache_dtype"):
+        WorkloadSpec(kv_cache_dtype="int4")

@@ -90,3 +90,20 @@ def test_stated_kv_cache_fraction_sets_the_batch_that_fits(tmp_path):
     bad.write_text(text, encoding="utf-8")
     with pytest.raises(ValueError, match="kv_cache_free_gpu_mem_fraction"):
         cases.load(str(bad))
+
+
+def test_stated_kv_cache_format_reaches_the_kernel(tmp_path):
+    from fleet_marl.validation import predict
+
+    # vLLM runs torchao's FP8 weights with its default BF16 KV cache: twice the FP8 cache's bytes
+    c = next(c for c in cases.load() if c.id == "torchao_vllm_h100_l31_8b_fp8_rowwise_decode_tput")
+    assert c.kv_cache_dtype == "bf16" and c.prec_map["attention"] == "fp8"
+    st = predict._static(c)
+    tt, _ = predict._terms(st, c)
+    auto = dataclasses.replace(c, kv_cache_dtype="auto")
+    tt_auto, _ = predict._terms(predict._static(auto), auto)
+    assert tt.kv_read_per_seq[0] == 2 * tt_auto.kv_read_per_seq[0]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(cases.PATH.read_text(encoding="utf-8").replace("kv_cache_dtype: bf16", "kv_cache_dtype: int4", 1), encoding="utf-8")
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        cases.load(str(bad))

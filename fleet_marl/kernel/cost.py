@@ -192,8 +192,9 @@ GROUP_TERMS = ("weights", "grads", "master", "seconds_per_token", "invalid")
 #: activation bytes per sequence at 16 bit (training; ``s h L (34 + 5 a s / h)`` or ``2 s h L``
 #: checkpointed), KV-cache bytes per token per byte of cache dtype (``2 L kv_heads head_dim``),
 #: KV heads, the tensor-parallel all-reduce bytes per token (``2 L h x 2``, serving) and the
-#: all-reduces' latency per forward pass (``2 L x TP_ALLREDUCE_LATENCY_S``, serving on > 1 GPU).
-TENANT_TERMS = ("optimizer", "act_per_seq", "kv_per_token", "kv_heads", "tp_comm", "tp_latency")
+#: all-reduces' latency per forward pass (``2 L x TP_ALLREDUCE_LATENCY_S``, serving on > 1 GPU),
+#: and the KV cache's bytes per value when the workload fixes its format (0: the attention's).
+TENANT_TERMS = ("optimizer", "act_per_seq", "kv_per_token", "kv_heads", "tp_comm", "tp_latency", "kv_bytes")
 
 
 def seconds_per_token_table(st) -> np.ndarray:
@@ -240,7 +241,7 @@ def tp_latency_seconds(st) -> np.ndarray:
 
 
 def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
-    """``(group_terms (T, G, P, 5), tenant_terms (T, 6))``, float64: stage 1 factored by layer
+    """``(group_terms (T, G, P, 5), tenant_terms (T, 7))``, float64: stage 1 factored by layer
     group, so that a tenant's terms under any precision map are sums of G table entries
     (``engine.tenant_terms``). About 1 KB per tenant, read from cache every round."""
     T, G, P = st.T, catalog.N_GROUPS, catalog.N_PRECISIONS
@@ -264,6 +265,7 @@ def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
             st.kv_heads,
             2.0 * L * h * 2.0,
             tp_latency_seconds(st),
+            st.kv_cache_bytes,
         ],
         axis=-1,
     )

@@ -41,6 +41,15 @@ def model_arrays(models, ctx) -> dict[str, Any]:
     }
 
 
+def _kv_cache_bytes(t) -> float:
+    """Bytes per KV-cache value of serving tenant ``t`` when its workload fixes the format; 0
+    (the attention group's precision) for ``"auto"`` and for training tenants."""
+    fmt = t.workload.kv_cache_dtype
+    if t.kind == "train" or fmt == "auto":
+        return 0.0
+    return float(catalog.PRECISION_BYTES[catalog.PRECISION_CODE[fmt]])
+
+
 @dataclass(frozen=True)
 class KernelStatic:
     """Per-scenario constants, flattened to arrays once (``KernelStatic.from_config``)."""
@@ -65,6 +74,7 @@ class KernelStatic:
     seq_len: np.ndarray  # (T,) float64 train: sequence length
     prompt_tokens: np.ndarray  # (T,) float64
     output_tokens: np.ndarray  # (T,) float64
+    kv_cache_bytes: np.ndarray  # (T,) float64 serve: fixed bytes per KV-cache value (kv_cache_dtype), 0 = the attention's
     slo_ttft_s: np.ndarray  # (T,) float64
     slo_tpot_s: np.ndarray  # (T,) float64
     arrival_rate: np.ndarray  # (T,) float64 requests/s (0 for training tenants)
@@ -156,6 +166,7 @@ class KernelStatic:
             seq_len=seq,
             prompt_tokens=prompt,
             output_tokens=arr([t.workload.output_tokens for t in ts]),
+            kv_cache_bytes=arr([_kv_cache_bytes(t) for t in ts]),
             slo_ttft_s=arr([t.workload.slo_ttft_s for t in ts]),
             slo_tpot_s=arr([t.workload.slo_tpot_s for t in ts]),
             arrival_rate=np.where(is_train, 0.0, arr([t.workload.rate for t in ts])),

@@ -42,6 +42,7 @@ from fleet_marl.kernel.layout import (
     T_INTER,
     T_INTRA,
     T_KV,
+    T_KVB,
     T_KVH,
     T_OPT,
     T_SEQ,
@@ -94,7 +95,7 @@ def tenant_terms(tf, ti, tg, t, prec, project, mfu, prec_run, prompt, output):
         spt += tg[t, g, p, 3]
     train = ti[t, T_TRAIN] != 0
     act = tf[t, T_ACT] * (0.25 * (_ACT_BYTES[prec_run[_ATT]] + _ACT_BYTES[prec_run[_MLP]])) if train else 0.0
-    kv_tok = tf[t, T_KV] * _KV_BYTES[prec_run[_ATT]]
+    kv_tok = tf[t, T_KV] * (tf[t, T_KVB] if tf[t, T_KVB] > 0.0 else _KV_BYTES[prec_run[_ATT]])
     kv_seq = 0.0 if train else (prompt + output) * kv_tok
     kv_read = 0.0 if train else (prompt + 0.5 * output) * kv_tok
     comm = 2.0 * weights + grads if train else tf[t, T_TP]

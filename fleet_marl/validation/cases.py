@@ -105,6 +105,7 @@ class Case:
     reason: str = ""
     max_batch: int = 0  # requests in the run (caps a throughput run's batch); 0 = no cap
     kv_free_fraction: float = 0.0  # stated share of the memory left after the weights that the KV cache may take; 0 = the kernel's rule
+    kv_cache_dtype: str = "auto"  # the engine's KV-cache format where it is not the attention's (WorkloadSpec.kv_cache_dtype)
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -141,6 +142,13 @@ def _fraction(x, case_id: str) -> float:
     if isinstance(x, bool) or not isinstance(x, int | float) or not 0.0 < float(x) <= 1.0:
         raise ValueError(f"{case_id}: kv_cache_free_gpu_mem_fraction must be a number in (0, 1], got {x!r}")
     return float(x)
+
+
+def _kv_dtype(x, case_id: str) -> str:
+    """A stated KV-cache format: ``auto`` (the attention group's precision), ``bf16`` or ``fp8``."""
+    if x not in ("auto", "bf16", "fp8"):
+        raise ValueError(f"{case_id}: kv_cache_dtype must be one of 'auto', 'bf16', 'fp8', got {x!r}")
+    return str(x)
 
 
 def _source(src: dict) -> str:
@@ -215,6 +223,7 @@ def _case(e: dict) -> Case:
         reason=reason,
         max_batch=cap,
         kv_free_fraction=_fraction(sv.get("kv_cache_free_gpu_mem_fraction"), e["id"]),
+        kv_cache_dtype=_kv_dtype(sv.get("kv_cache_dtype", "auto"), e["id"]),
         extra={"notes": e.get("notes", ""), "parallelism": par},
     )
 

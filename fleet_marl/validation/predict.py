@@ -34,7 +34,13 @@ def _static(c: Case) -> KernelStatic:
     if train:
         wl = WorkloadSpec(seq_len=max(c.seq_len, 1))
     else:
-        wl = WorkloadSpec(prompt_tokens=int(max(c.prompt, 1)), output_tokens=int(max(c.output, 1)), rate=1.0, seq_len=1 << 20)
+        wl = WorkloadSpec(
+            prompt_tokens=int(max(c.prompt, 1)),
+            output_tokens=int(max(c.output, 1)),
+            rate=1.0,
+            seq_len=1 << 20,
+            kv_cache_dtype=c.kv_cache_dtype,
+        )
     cfg = FleetConfig(
         cluster=ClusterSpec(gpu_types=(c.gpu,) * nodes, gpus_per_node=GPUS_PER_NODE, rack_power_cap_w=1e12),
         tenants=(
