@@ -40,6 +40,7 @@ class TenantTerms(NamedTuple):
     comm_bytes: np.ndarray  # train: bytes per step before (n-1)/n; serve: per token before 2(n-1)/n
     kv_heads: np.ndarray  # (T,) the KV cache splits over at most this many GPUs (heads are replicated beyond)
     head_time_per_token: np.ndarray  # the LM head's part of time_per_token (a prompt runs it once)
+    dequant_bytes: np.ndarray  # serve: bytes of converting weight-only weights to BF16 (2 B written + 2 B read each)
 
 
 def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=None) -> TenantTerms:
@@ -92,11 +93,13 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
         per_group = np.where((st.flops_fwd > 0) | (ew > 0), np.where(peak > 0, t, np.inf), 0.0)
     tpt = per_group.sum(-1) / st.mfu
     head = per_group[..., 4] / st.mfu
+    wo = catalog.WEIGHT_ONLY[prec]  # (B, T, G)
+    dequant = np.where(train, 0.0, (params * np.where(wo, 4.0, 0.0)).sum(-1))
     fsdp = 2.0 * weights + grads
     tp = 2.0 * L * h * 2.0  # two all-reduces of a BF16 hidden vector per layer
     comm = np.where(train, fsdp, tp)
     kv_heads = np.broadcast_to(st.kv_heads, unsafe.shape)
-    return TenantTerms(prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm, kv_heads, head)
+    return TenantTerms(prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm, kv_heads, head, dequant)
 
 
 # --- arbiter ---------------------------------------------------------------------------------
@@ -346,11 +349,15 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
         t_prompt = np.where(np.isinf(tpt), np.inf, (tpt - terms.head_time_per_token) / nf)
     t_head = terms.head_time_per_token / nf
     prefill = w_read + prompt * (t_prompt + tp_comm_tok) + t_head + lat + 1e-3
+    # a pass of at least dequant_tokens tokens converts the weight-only weights to BF16 first
+    w_dq = np.where(st.dequant_tokens > 0, terms.dequant_bytes / nf / (st.bw * st.mbu), 0.0)
+    prefill = np.where(prompt >= st.dequant_tokens, prefill + w_dq, prefill)
     out = np.maximum(output, 1.0)
     m = b + b / out * prompt
     kv_split = np.minimum(nf, terms.kv_heads)
     t_kv = b * terms.kv_read_per_seq / kv_split / (st.bw * st.mbu)
     t_dec_core = w_read + t_kv + b * (tpt / nf) + b / out * (prompt * t_prompt + t_head)
+    t_dec_core = np.where(m >= st.dequant_tokens, t_dec_core + w_dq, t_dec_core)
     t_dec = t_dec_core + m * tp_comm_tok + lat + 1e-3
     serve_rate = b / (out * t_dec)
     train = st.is_train

@@ -75,6 +75,8 @@ def throughput(st, t, n, b, nodes) -> Thr:
             t.comm_bytes[0],
             t.kv_heads[0],
             cost.tp_latency_seconds(st)[0],
+            t.dequant_bytes[0],
+            float(st.dequant_tokens[0]),
             n,
             b,
             nodes,
@@ -227,7 +229,7 @@ def roofline_at(st, t, n, b, tp_latency) -> Thr:
     """The serving roofline on one node with a given all-reduce latency per forward pass."""
     args = (st.seq_len[0], st.prompt_tokens[0], st.output_tokens[0], st.bw[0], st.intra_bw[0], st.inter_bw[0], st.mbu, st.comm_overlap)
     terms = (t.weights[0], t.time_per_token[0], t.head_time_per_token[0], t.kv_read_per_seq[0], t.comm_bytes[0], t.kv_heads[0])
-    return Thr(*engine.roofline(False, False, *args, *terms, tp_latency, n, b, 1))
+    return Thr(*engine.roofline(False, False, *args, *terms, tp_latency, t.dequant_bytes[0], float(st.dequant_tokens[0]), n, b, 1))
 
 
 def test_serve_elementwise_bytes_by_hand():
@@ -340,3 +342,33 @@ def test_kv_cache_format_follows_attention_unless_the_workload_fixes_it():
     assert t16.weights[0] == t.weights[0]  # the weights stay FP8
     with pytest.raises(ConfigError, match="kv_cache_dtype"):
         WorkloadSpec(kv_cache_dtype="int4")
+
+
+def test_weight_only_weights_converted_to_bf16_from_a_pass_size():
+    from fleet_marl.config import ClusterSpec, ConfigError, FleetConfig, TenantSpec, WorkloadSpec
+    from fleet_marl.kernel import KernelStatic
+
+    # a weight-only group moves 4 more bytes per weight (BF16 written, read back by the GEMM) in a
+    # pass of at least weight_only_dequant_tokens tokens (vLLM's AWQ layer: 256); 0 = never
+    int8 = ["bf16", "int8", "int8", "bf16", "bf16"]
+    m = catalog.model("llama-3.1-8b")
+    linear = m.params_by_group["attention"] + m.params_by_group["mlp"]
+
+    def static(dequant):
+        wl = WorkloadSpec(prompt_tokens=32, output_tokens=2048, rate=1.0, weight_only_dequant_tokens=dequant)
+        tenant = TenantSpec(kind="serve", model="llama-3.1-8b", gpu_type="h100-sxm", max_gpus=8, workload=wl)
+        st = KernelStatic.from_config(FleetConfig(cluster=ClusterSpec(gpu_types=("h100-sxm",)), tenants=(tenant,)))
+        return st, stage1(st, np.array([[P[x] for x in int8]]), project=False)
+
+    st0, t0 = static(0)
+    assert t0.dequant_bytes[0] == 4.0 * linear == cost.DEQUANT_BYTES * linear
+    st, t = static(256)
+    dq = t.dequant_bytes[0] / (st.bw[0] * st.mbu)
+    for b, converts in ((1, False), (256, True)):  # a step carries b (1 + 32 / 2048) tokens
+        fused, conv = roofline_at(st0, t0, 1, b, 0.0), roofline_at(st, t, 1, b, 0.0)
+        assert conv.tpot_s - fused.tpot_s == pytest.approx(dq if converts else 0.0, abs=1e-12)
+    # BF16 weights carry none
+    _, tb = terms_for("llama-3.1-8b", "serve", "bf16")
+    assert tb.dequant_bytes[0] == 0.0
+    with pytest.raises(ConfigError, match="weight_only_dequant_tokens"):
+        WorkloadSpec(weight_only_dequant_tokens=-1)

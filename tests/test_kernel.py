@@ -298,7 +298,7 @@ def test_stage1_by_group_equals_the_whole_map_computation(safety):
     tf, ti, tg = st.packed[:3]
     run = np.empty(G, np.int64)
     names = ("unsafe", "invalid", "weights", "grads", "master", "optimizer", "per_seq_local", "per_seq_sharded", "time_per_token",
-             "kv_read_per_seq", "comm_bytes", "kv_heads", "head_time_per_token")
+             "kv_read_per_seq", "comm_bytes", "kv_heads", "head_time_per_token", "dequant_bytes")
     for m in range(0, maps.shape[0], 7):  # every 7th map: all codes of every group appear
         for t in range(st.T):
             got = dict(zip(names, engine.tenant_terms(tf, ti, tg, t, maps[m], safety == "project", st.mfu, run, st.prompt_tokens[t], st.output_tokens[t])))
@@ -382,7 +382,7 @@ def test_server_latency_is_that_of_the_load_it_carries():
     tt = stage1(st, np.full((st.T, 5), P["bf16"]))
     args = (st.seq_len[t], st.prompt_tokens[t], st.output_tokens[t], st.bw[t], st.intra_bw[t], st.inter_bw[t], st.mbu, st.comm_overlap)
     terms = (tt.weights[t], tt.time_per_token[t], tt.head_time_per_token[t], tt.kv_read_per_seq[t], tt.comm_bytes[t], tt.kv_heads[t])
-    terms = (*terms, cost.tp_latency_seconds(st)[t])
+    terms = (*terms, cost.tp_latency_seconds(st)[t], tt.dequant_bytes[t], float(st.dequant_tokens[t]))
     rate, _, _, _, full = engine.roofline(False, False, *args, *terms, 8, batch, 1)
     one = engine.roofline(False, False, *args, *terms, 8, 1, 1)[4]
     assert one < full

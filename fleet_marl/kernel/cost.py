@@ -86,6 +86,13 @@ STEP_OVERHEAD_S = 1e-3
 #: I run with 2 GPUs the latency is approximately 6us" (NVIDIA/nccl issue #1259, 2024-04-22). Two
 #: per layer per forward pass (Megatron tensor parallelism), on the critical path.
 TP_ALLREDUCE_LATENCY_S = 6e-6
+#: HBM bytes per weight of converting a weight-only weight to BF16 before a BF16 GEMM: the
+#: conversion writes 2 B and the GEMM reads them back (on top of reading the stored weight), as
+#: vLLM's AWQ layer does at 256 tokens or more (``ops.awq_dequantize`` then ``torch.matmul``:
+#: vllm-project/vllm@000796ac, vllm/model_executor/layers/quantization/awq.py) and torchao's
+#: INT8 weight-only linear always (``torch.mm(x, w_int8.t().to(x.dtype))``:
+#: pytorch/ao, torchao/dtypes/affine_quantized_tensor.py, ``_linear_fp_act_int8_weight_impl``).
+DEQUANT_BYTES = 4.0
 
 
 def forward_flops_per_token(m: ModelArch, ctx: float) -> np.ndarray:
@@ -186,15 +193,18 @@ def reference_rate(st) -> np.ndarray:
 #: Columns of the per-group table ``group_terms`` (T, G, P, len(GROUP_TERMS)): what a layer
 #: group contributes at a precision -- weight bytes, gradient bytes (training), fp32 master
 #: bytes (training), forward seconds per token at peak (``flops / peak``; inf where the GPU
-#: lacks the precision), and 1 where the precision is invalid for the tenant.
-GROUP_TERMS = ("weights", "grads", "master", "seconds_per_token", "invalid")
+#: lacks the precision), 1 where the precision is invalid for the tenant, and the HBM bytes a
+#: weight-only group moves when its weights are converted to BF16 for a BF16 GEMM (write 2 B,
+#: read 2 B per weight; 0 for other formats).
+GROUP_TERMS = ("weights", "grads", "master", "seconds_per_token", "invalid", "dequant_bytes")
 #: Per-tenant constants of stage 1 (T, len(TENANT_TERMS)): optimizer bytes (training),
 #: activation bytes per sequence at 16 bit (training; ``s h L (34 + 5 a s / h)`` or ``2 s h L``
 #: checkpointed), KV-cache bytes per token per byte of cache dtype (``2 L kv_heads head_dim``),
 #: KV heads, the tensor-parallel all-reduce bytes per token (``2 L h x 2``, serving) and the
 #: all-reduces' latency per forward pass (``2 L x TP_ALLREDUCE_LATENCY_S``, serving on > 1 GPU),
-#: and the KV cache's bytes per value when the workload fixes its format (0: the attention's).
-TENANT_TERMS = ("optimizer", "act_per_seq", "kv_per_token", "kv_heads", "tp_comm", "tp_latency", "kv_bytes")
+#: the KV cache's bytes per value when the workload fixes its format (0: the attention's), and
+#: the pass size from which weight-only weights are converted to BF16 (0: never).
+TENANT_TERMS = ("optimizer", "act_per_seq", "kv_per_token", "kv_heads", "tp_comm", "tp_latency", "kv_bytes", "dequant_tokens")
 
 
 def seconds_per_token_table(st) -> np.ndarray:
@@ -241,7 +251,7 @@ def tp_latency_seconds(st) -> np.ndarray:
 
 
 def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
-    """``(group_terms (T, G, P, 5), tenant_terms (T, 7))``, float64: stage 1 factored by layer
+    """``(group_terms (T, G, P, 6), tenant_terms (T, 8))``, float64: stage 1 factored by layer
     group, so that a tenant's terms under any precision map are sums of G table entries
     (``engine.tenant_terms``). About 1 KB per tenant, read from cache every round."""
     T, G, P = st.T, catalog.N_GROUPS, catalog.N_PRECISIONS
@@ -254,6 +264,7 @@ def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
     out[..., 3] = seconds_per_token_table(st)
     invalid = ~st.supported | (st.is_train[:, None] & catalog.WEIGHT_ONLY[None, :])  # (T, P)
     out[..., 4] = np.broadcast_to(invalid[:, None, :], (T, G, P))
+    out[..., 5] = np.where(train, 0.0, params * np.where(catalog.WEIGHT_ONLY, DEQUANT_BYTES, 0.0)[None, None, :])
     s, h, L = st.seq_len, st.hidden, st.layers
     scores = np.where(st.flash, 0.0, ACT_ATTN * st.heads * s)  # per token per block, without FlashAttention
     kept = np.where(st.checkpointing, L * 2.0 * h + st.act_layer + scores, L * (st.act_layer + scores))
@@ -266,6 +277,7 @@ def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
             2.0 * L * h * 2.0,
             tp_latency_seconds(st),
             st.kv_cache_bytes,
+            st.dequant_tokens,
         ],
         axis=-1,
     )
@@ -279,6 +291,7 @@ __all__ = [
     "CAST_BW_EFF",
     "CAST_BYTES_SERVE",
     "CAST_BYTES_TRAIN",
+    "DEQUANT_BYTES",
     "EW_BYTES",
     "GEMM_EFF",
     "GROUP_TERMS",

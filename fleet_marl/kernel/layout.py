@@ -86,6 +86,7 @@ _tf, _sc, _ii, _of, _oi, _ob = (_index(x) for x in (TF, SC, II, OF, OI, OB))  # 
     T_TP,
     T_TPL,
     T_KVB,
+    T_DQT,
 ) = range(len(TF))
 T_MAXG, T_POOL, T_TRAIN, T_CKPT = range(len(TI))
 N_IDLE, N_FULL, N_HEAD = range(len(NF))
@@ -101,7 +102,8 @@ F_BID, F_QUEUE, F_REMAIN, F_BUDGET, F_ARR, F_TIE, F_PROMPT, F_OUT = range(len(IF
 OI_REQ, OI_ALLOC, OI_NODES, OI_BATCH, OI_PREC = 0, 1, 2, 3, 4
 OB_RESTART, OB_UNSAFE, OB_PROJ, OB_VETO, OB_OOM, OB_TRIP, OB_PTHR, OB_TTHR = range(len(OB))
 assert (
-    [_tf[n] for n in ("list_price", "dyn_w", "tp_comm", "tp_latency", "kv_bytes")] == [T_PRICE, T_DYN, T_TP, T_TPL, T_KVB]
+    [_tf[n] for n in ("list_price", "dyn_w", "tp_comm", "tp_latency", "kv_bytes", "dequant_tokens")]
+    == [T_PRICE, T_DYN, T_TP, T_TPL, T_KVB, T_DQT]
     and _sc["restart_s"] == S_RESTART
     and _sc["mfu"] == S_MFU
 )

@@ -75,6 +75,7 @@ class KernelStatic:
     prompt_tokens: np.ndarray  # (T,) float64
     output_tokens: np.ndarray  # (T,) float64
     kv_cache_bytes: np.ndarray  # (T,) float64 serve: fixed bytes per KV-cache value (kv_cache_dtype), 0 = the attention's
+    dequant_tokens: np.ndarray  # (T,) float64 serve: pass size from which weight-only weights are converted to BF16, 0 = never
     slo_ttft_s: np.ndarray  # (T,) float64
     slo_tpot_s: np.ndarray  # (T,) float64
     arrival_rate: np.ndarray  # (T,) float64 requests/s (0 for training tenants)
@@ -167,6 +168,7 @@ class KernelStatic:
             prompt_tokens=prompt,
             output_tokens=arr([t.workload.output_tokens for t in ts]),
             kv_cache_bytes=arr([_kv_cache_bytes(t) for t in ts]),
+            dequant_tokens=np.where(is_train, 0.0, arr([t.workload.weight_only_dequant_tokens for t in ts])),
             slo_ttft_s=arr([t.workload.slo_ttft_s for t in ts]),
             slo_tpot_s=arr([t.workload.slo_tpot_s for t in ts]),
             arrival_rate=np.where(is_train, 0.0, arr([t.workload.rate for t in ts])),

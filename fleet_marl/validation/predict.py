@@ -40,6 +40,7 @@ def _static(c: Case) -> KernelStatic:
             rate=1.0,
             seq_len=1 << 20,
             kv_cache_dtype=c.kv_cache_dtype,
+            weight_only_dequant_tokens=c.dequant_tokens,
         )
     cfg = FleetConfig(
         cluster=ClusterSpec(gpu_types=(c.gpu,) * nodes, gpus_per_node=GPUS_PER_NODE, rack_power_cap_w=1e12),
@@ -89,6 +90,8 @@ def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float):
         tt.comm_bytes[0],
         mem[6],
         cost.tp_latency_seconds(st)[0],
+        tt.dequant_bytes[0],
+        float(st.dequant_tokens[0]),
         n,
         batch,
         nodes,
