@@ -91,7 +91,7 @@ TP_ALLREDUCE_LATENCY_S = 6e-6
 #: vLLM's AWQ layer does at 256 tokens or more (``ops.awq_dequantize`` then ``torch.matmul``:
 #: vllm-project/vllm@000796ac, vllm/model_executor/layers/quantization/awq.py) and torchao's
 #: INT8 weight-only linear always (``torch.mm(x, w_int8.t().to(x.dtype))``:
-#: pytorch/ao, torchao/dtypes/affine_quantized_tensor.py, ``_linear_fp_act_int8_weight_impl``).
+#: pytorch/ao@694dab34, torchao/dtypes/affine_quantized_tensor.py, ``_linear_fp_act_int8_weight_impl``).
 DEQUANT_BYTES = 4.0
 
 
