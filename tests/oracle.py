@@ -38,6 +38,8 @@ class TenantTerms(NamedTuple):
     kv_read_per_seq: np.ndarray  # serve: KV bytes read per sequence per decode step
     comm_bytes: np.ndarray  # train: bytes per step before (n-1)/n; serve: per token before 2(n-1)/n
     kv_heads: np.ndarray  # (T,) the KV cache splits over at most this many GPUs (heads are replicated beyond)
+    head_time_per_token: np.ndarray  # the LM head's part of time_per_token (a prompt runs it once)
+    dequant_bytes: np.ndarray  # serve: bytes of converting weight-only weights to BF16 (2 B written + 2 B read each)
 
 
 def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=None) -> TenantTerms:
@@ -67,7 +69,8 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
     scores = np.where(st.flash, 0.0, 5.0 * st.heads * s)
     blocks = np.where(st.checkpointing, 2.0 * h * L + st.act_layer + scores, L * (st.act_layer + scores))
     act = np.where(train, s * (blocks + st.act_final) * act_scale, 0.0)
-    kv_tok = 2.0 * L * st.kv_dim * cost.KV_BYTES[prec[..., cost.ATT]]
+    # the KV cache's format: fixed by the workload, else the attention group's (weight-only: BF16)
+    kv_tok = 2.0 * L * st.kv_dim * np.where(st.kv_cache_bytes > 0, st.kv_cache_bytes, cost.KV_BYTES[prec[..., cost.ATT]])
     # a sliding window W keeps the last W tokens: the cache holds min(P + O, W) at the end, and a
     # decode step reads the mean of min(P + x, W) over x in [0, O]: the integral is
     # a P + a^2 / 2 + (O - a) W with a = clip(W - P, 0, O) the steps before the cache is full
@@ -85,19 +88,23 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
     per_el = np.where(train[:, None], 6.0 * (st.linear_in + st.linear_out) / 3.0, 3.0 * st.linear_in)
     bw = st.bw[:, None] * 0.92
     cast = np.where(is_fp8, per_el / bw, 0.0)
+    # serving keeps no activations: its elementwise bytes are the inference kernels' (ew_serve)
     ew = np.zeros((st.T, 5))
-    ew[:, 3] = 4.0 * (st.layers * st.act_layer + st.act_final)
+    ew[:, 3] = np.where(train, 4.0 * (st.layers * st.act_layer + st.act_final), st.ew_serve)
     with np.errstate(divide="ignore", invalid="ignore"):
         # (in the compiled round's order of operations: the tests compare to the last bit)
         other = (st.flops_fwd - lin) / (bf16 * 0.55) + ew / bw
         t = lin / peak + st.mfu * (other + cast)
         per_group = np.where((st.flops_fwd > 0) | (ew > 0), np.where(peak > 0, t, np.inf), 0.0)
     tpt = per_group.sum(-1) / st.mfu
+    head = per_group[..., 4] / st.mfu
+    wo = catalog.WEIGHT_ONLY[prec]  # (B, T, G)
+    dequant = np.where(train, 0.0, (params * np.where(wo, 4.0, 0.0)).sum(-1))
     fsdp = 2.0 * weights + grads
     tp = 2.0 * L * h * 2.0  # two all-reduces of a BF16 hidden vector per layer
     comm = np.where(train, fsdp, tp)
     kv_heads = np.broadcast_to(st.kv_heads, unsafe.shape)
-    return TenantTerms(prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm, kv_heads)
+    return TenantTerms(prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm, kv_heads, head, dequant)
 
 
 def invalid_precision(st, precision: np.ndarray) -> np.ndarray:
@@ -330,7 +337,7 @@ class Throughput(NamedTuple):
     work_rate: np.ndarray  # train: tokens/s; serve: requests/s
     tokens_per_s: np.ndarray  # train: tokens/s; serve: generated tokens/s
     efficiency: np.ndarray  # compute (or memory) time / time with communication
-    ttft_s: np.ndarray  # serve: prefill time of one request (no queueing)
+    ttft_s: np.ndarray  # serve: one request's prefill plus the wait for the running step
     tpot_s: np.ndarray  # serve: time per output token at this batch
 
 
@@ -351,20 +358,35 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     t_comm = terms.comm_bytes * (nf - 1.0) / nf / bw_link
     step = t_comp + (t_comm if hide == 1.0 else hide * t_comm)
     train_rate = nf * b * st.seq_len / step
-    # serving: one tensor-parallel replica, prefill compute-bound, decode memory-bound. The
-    # all-reduce moves twice the FSDP factor's bytes: 2 x t_comm exactly (a power-of-2 scaling).
-    # The all-reduce is on the critical path (never hidden); each forward pass adds the serving
-    # engine's fixed 1 ms.
+    # serving: one tensor-parallel replica with in-flight batching; its kernels run one after
+    # another. The GEMMs stream every weight once and do their FLOPs, one after the other (no
+    # overlap); the decode attention reads each sequence's KV cache; attention FLOPs and
+    # elementwise traffic take the rest of the time per token. A step carries the b decode tokens
+    # plus their prompts spread over their output tokens, b (1 + P / O), of which only each
+    # prompt's last token runs the LM head. The all-reduce moves
+    # twice the FSDP factor's bytes: 2 x t_comm exactly (a power-of-2 scaling), never hidden,
+    # plus 6 us of latency for each of the 2 L all-reduces of a pass on > 1 GPU; each forward
+    # pass adds the serving engine's fixed 1 ms. TTFT: the prompt's prefill, after waiting half a
+    # step whenever another of the b requests runs (probability 1 - exp(-(b - 1))).
     tp_comm_tok = 2.0 * t_comm
-    w_read = terms.weights / nf / (st.bw * st.mbu)  # a forward pass reads every weight once
-    prefill = np.maximum(prompt * tpt / nf, w_read) + prompt * tp_comm_tok + 1e-3
+    lat = np.where(nf > 1.0, np.where(st.is_train, 0.0, 2.0 * st.layers * 6e-6), 0.0)
+    w_read = terms.weights / nf / (st.bw * st.mbu)
+    # only a prompt's last token goes through the LM head (the sampled position)
+    with np.errstate(invalid="ignore"):
+        t_prompt = np.where(np.isinf(tpt), np.inf, (tpt - terms.head_time_per_token) / nf)
+    t_head = terms.head_time_per_token / nf
+    prefill = w_read + prompt * (t_prompt + tp_comm_tok) + t_head + lat + 1e-3
+    # a pass of at least dequant_tokens tokens converts the weight-only weights to BF16 first
+    w_dq = np.where(st.dequant_tokens > 0, terms.dequant_bytes / nf / (st.bw * st.mbu), 0.0)
+    prefill = np.where(prompt >= st.dequant_tokens, prefill + w_dq, prefill)
+    out = np.maximum(output, 1.0)
+    m = b + b / out * prompt
     kv_split = np.minimum(nf, terms.kv_heads)
-    t_mem = w_read + b * terms.kv_read_per_seq / kv_split / (st.bw * st.mbu)
-    t_cmp = b * tpt / nf
-    t_dec_core = np.maximum(t_mem, t_cmp)
-    t_dec = t_dec_core + b * tp_comm_tok + 1e-3
-    per_request = prefill + output * t_dec / b
-    serve_rate = 1.0 / per_request
+    t_kv = b * terms.kv_read_per_seq / kv_split / (st.bw * st.mbu)
+    t_dec_core = w_read + t_kv + b * (tpt / nf) + b / out * (prompt * t_prompt + t_head)
+    t_dec_core = np.where(m >= st.dequant_tokens, t_dec_core + w_dq, t_dec_core)
+    t_dec = t_dec_core + m * tp_comm_tok + lat + 1e-3
+    serve_rate = b / (out * t_dec)
     train = st.is_train
     with np.errstate(invalid="ignore"):  # inf / inf where a precision is unsupported (vetoed)
         eff = np.where(train, t_comp / step, t_dec_core / t_dec)
@@ -373,7 +395,7 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
         work_rate=np.where(train, train_rate, serve_rate),
         tokens_per_s=np.where(train, train_rate, serve_rate * output),
         efficiency=eff,
-        ttft_s=np.where(train, 0.0, prefill),
+        ttft_s=np.where(train, 0.0, prefill + (1.0 - np.exp(1.0 - b)) * 0.5 * t_dec),
         tpot_s=np.where(train, 0.0, t_dec),
     )
 
@@ -585,6 +607,10 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     with np.errstate(divide="ignore", invalid="ignore"):
         busy = np.where(train, 1.0, np.where(capacity > 0, np.minimum(demand / capacity, 1.0), 0.0))
     activity = np.where(running, busy, 0.0)
+    # a server's latencies are those at the load it carries: busy x batch requests in flight
+    carried = throughput(st, terms, alloc, np.maximum(busy * batch, 1.0), nodes, prompt, output)
+    light = ~train & (busy < 1.0)
+    thr = thr._replace(ttft_s=np.where(light, carried.ttft_s, thr.ttft_s), tpot_s=np.where(light, carried.tpot_s, thr.tpot_s))
 
     # --- safety: power and heat -------------------------------------------------------------
     pt = power_thermal(st, gon, activity, temp0)

@@ -14,7 +14,8 @@ What each draw varies (``tests/test_oracle.py`` holds the compiled round to the 
 * each tenant (:class:`TenantSpec`, :class:`WorkloadSpec`): kind, any catalog model, a GPU type
   of the cluster, ``budget``, ``priority``, ``max_gpus``, ``flash_attention``,
   ``activation_checkpointing``, ``seq_len``, ``prompt_tokens``, ``output_tokens`` (within the
-  model's context), ``slo_ttft_s``, ``slo_tpot_s``, ``rate`` and ``job_tokens``;
+  model's context), ``slo_ttft_s``, ``slo_tpot_s``, ``rate``, ``job_tokens``, ``kv_cache_dtype``
+  and ``weight_only_dequant_tokens``;
 * the rules: every registered mechanism, ``reserve_price``, the safety mode, the reward's
   ``cost_weight`` and ``max_cycles`` (the budget per round that prices spending).
 """
@@ -90,6 +91,8 @@ def tenant_specs(draw, pools: tuple[str, ...]) -> TenantSpec:
         output_tokens=output,
         slo_ttft_s=draw(_num(0.01, 10.0, 0.5, 2.0)),
         slo_tpot_s=draw(_num(0.001, 1.0, 0.02, 0.1)),
+        kv_cache_dtype=draw(hst.sampled_from(["auto", "bf16", "fp8"])),
+        weight_only_dequant_tokens=draw(hst.sampled_from([0, 1, 2, 256]) | hst.integers(0, 4096)),
     )
     return TenantSpec(
         kind=kind,

@@ -70,9 +70,13 @@ def throughput(st, t, n, b, nodes) -> Thr:
             st.comm_overlap,
             t.weights[0],
             t.time_per_token[0],
+            t.head_time_per_token[0],
             t.kv_read_per_seq[0],
             t.comm_bytes[0],
             t.kv_heads[0],
+            cost.tp_latency_seconds(st)[0],
+            t.dequant_bytes[0],
+            float(st.dequant_tokens[0]),
             n,
             b,
             nodes,
@@ -202,9 +206,14 @@ def test_fp8_faster_than_bf16_on_hopper_and_decode_is_memory_bound():
     assert throughput(st, tf, n, b, k).work_rate > throughput(st, tb, n, b, k).work_rate
     st, ts = terms_for("llama-3.1-8b", "serve", "bf16", seq=512, out_tokens=128)
     thr = throughput(st, ts, 1, 1, k)
-    # at batch 1 a decode step reads every weight once: TPOT ~ bytes / (bandwidth * MBU) plus
-    # the serving engine's fixed overhead per step
-    expect = (ts.weights + ts.kv_read_per_seq) / (st.bw[0] * st.mbu) + cost.STEP_OVERHEAD_S
+    # at batch 1 a decode step reads every weight once: TPOT ~ bytes / (bandwidth * MBU) plus the
+    # step's work on its 1 + 512 / 128 tokens (one decode token and its prompt's share) and the
+    # serving engine's fixed overhead per step
+    tau, head = ts.time_per_token[0], ts.head_time_per_token[0]
+    # the step's FLOPs and elementwise traffic after the weights' stream: the decode token, and
+    # 512 / 128 prompt tokens of which one in 512 runs the LM head
+    flops = tau + (512.0 * (tau - head) + head) / 128.0
+    expect = (ts.weights[0] + ts.kv_read_per_seq[0]) / (st.bw[0] * st.mbu) + flops + cost.STEP_OVERHEAD_S
     assert thr.tpot_s == pytest.approx(expect, rel=1e-12)
 
 
@@ -214,3 +223,152 @@ def test_kv_cache_splits_over_at_most_kv_heads_gpus():
     two = memory_per_gpu(t, 2, 4).kv_cache
     eight = memory_per_gpu(t, 8, 4).kv_cache
     assert two == eight == pytest.approx(4 * t.per_seq_sharded / 2)
+
+
+def roofline_at(st, t, n, b, tp_latency) -> Thr:
+    """The serving roofline on one node with a given all-reduce latency per forward pass."""
+    args = (st.seq_len[0], st.prompt_tokens[0], st.output_tokens[0], st.bw[0], st.intra_bw[0], st.inter_bw[0], st.mbu, st.comm_overlap)
+    terms = (t.weights[0], t.time_per_token[0], t.head_time_per_token[0], t.kv_read_per_seq[0], t.comm_bytes[0], t.kv_heads[0])
+    return Thr(*engine.roofline(False, False, *args, *terms, tp_latency, t.dequant_bytes[0], float(st.dequant_tokens[0]), n, b, 1))
+
+
+def test_serve_elementwise_bytes_by_hand():
+    # Llama-3.1-8B: h 4096, ffn 14336, q 32 x 128, k 8 x 128, 32 layers, BF16. Per block two fused
+    # add + RMSNorms (4h values each), rotary on q and k in place (2(q + k)), SiluAndMul (3 ffn);
+    # after the blocks the final norm (4h)
+    per_block = 2 * 4 * 4096 + 2 * (4096 + 1024) + 3 * 14336
+    assert cost.serve_elementwise_bytes(catalog.model("llama-3.1-8b")) == 2 * (32 * per_block + 4 * 4096) == 5_537_792
+    # a GeLU MLP reads and writes ffn (GPT-2: h 768, ffn 3072, 12 heads of 64, 12 layers)
+    gpt2 = 2 * (12 * (8 * 768 + 2 * (768 + 768) + 2 * 3072) + 4 * 768)
+    assert cost.serve_elementwise_bytes(catalog.model("gpt2")) == gpt2
+    # serving prices them (in the norm group) instead of training's saved-activation traffic
+    st, _ = terms_for("llama-3.1-8b", "serve", "bf16", seq=512, out_tokens=128)
+    norm = cost.seconds_per_token_table(st)[0, cost.NORM, P["bf16"]] / st.mfu
+    assert norm == pytest.approx(5_537_792 / (st.bw[0] * cost.CAST_BW_EFF), rel=1e-12)
+
+
+def test_int4_weights_carry_group_scales_and_zeros():
+    # 0.5 B of packed weight + one 2-byte scale and one 4-bit zero per 128 weights (vLLM AWQ)
+    assert catalog.PRECISION_BYTES[P["int4"]] == 0.5 + 2.5 / 128
+    m = catalog.model("llama-3.1-8b")
+    _, t = terms_for("llama-3.1-8b", "serve", ["bf16", "int4", "int4", "bf16", "bf16"])
+    pg = m.params_by_group
+    linear = pg["attention"] + pg["mlp"]
+    assert t.weights[0] == pytest.approx(2.0 * (m.total_params - linear) + 0.51953125 * linear, rel=1e-12)
+
+
+def test_tensor_parallel_decode_pays_allreduce_latency():
+    # two all-reduces per layer, 6 us each, on the critical path of every forward pass on > 1 GPU
+    st, t = terms_for("llama-3.1-70b", "serve", "bf16", seq=512, out_tokens=128)
+    lat = cost.tp_latency_seconds(st)[0]
+    assert lat == pytest.approx(2 * 80 * 6e-6, rel=1e-12) == pytest.approx(2 * 80 * cost.TP_ALLREDUCE_LATENCY_S)
+    for b in (1, 64):
+        slow, fast = roofline_at(st, t, 4, b, lat), roofline_at(st, t, 4, b, 0.0)
+        assert slow.tpot_s - fast.tpot_s == pytest.approx(lat, rel=1e-9)  # slower per token
+        assert slow.work_rate < fast.work_rate
+    # one GPU has no all-reduce, so no latency
+    assert roofline_at(st, t, 1, 8, lat) == roofline_at(st, t, 1, 8, 0.0)
+    # training tenants carry none
+    st_train, _ = terms_for("llama-3.1-70b", "train", "bf16")
+    assert cost.tp_latency_seconds(st_train)[0] == 0.0
+
+
+def test_in_flight_step_carries_the_prompts_share():
+    # a step carries b decode tokens and b P / O prompt tokens after streaming the weights once:
+    # requests/s = b / (O t_dec), and a longer prompt makes every step (the TPOT) longer
+    st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=2048, out_tokens=128)
+    b = 32
+    thr = roofline_at(st, t, 1, b, 0.0)
+    w_read = t.weights[0] / (st.bw[0] * st.mbu)
+    kv = b * t.kv_read_per_seq[0] / (st.bw[0] * st.mbu)
+    tau, head = t.time_per_token[0], t.head_time_per_token[0]
+    work = b * tau + b / 128 * (2048 * (tau - head) + head)  # a prompt's last token alone runs the LM head
+    assert thr.tpot_s == pytest.approx(w_read + kv + work + cost.STEP_OVERHEAD_S, rel=1e-12)
+    assert thr.work_rate == pytest.approx(b / (128 * thr.tpot_s), rel=1e-12)
+    st_short, t_short = terms_for("llama-3.1-8b", "serve", "bf16", seq=128, out_tokens=128)
+    assert roofline_at(st_short, t_short, 1, b, 0.0).tpot_s < thr.tpot_s
+    # batching amortises the weights' stream over the step's tokens, not the prompts' FLOPs: 32
+    # requests at once serve more than 10x, less than 32x, one at a time
+    one = roofline_at(st, t, 1, 1, 0.0).work_rate
+    assert 10 * one < thr.work_rate < 32 * one
+
+
+def test_ttft_waits_for_the_running_step():
+    st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=467, out_tokens=256)
+    w_read = t.weights[0] / (st.bw[0] * st.mbu)
+    prefill = w_read + 467 * (t.time_per_token[0] - t.head_time_per_token[0]) + t.head_time_per_token[0] + cost.STEP_OVERHEAD_S
+    alone = roofline_at(st, t, 1, 1, 0.0)
+    assert alone.ttft_s == pytest.approx(prefill, rel=1e-12)  # nothing else runs: no wait
+    busy = roofline_at(st, t, 1, 64, 0.0)
+    # 63 others: the engine is busy (1 - e^-63 = 1), a new request waits half a step on average
+    assert busy.ttft_s == pytest.approx(prefill + 0.5 * busy.tpot_s, rel=1e-12)
+    two = roofline_at(st, t, 1, 2, 0.0)
+    assert two.ttft_s == pytest.approx(prefill + (1 - np.exp(-1.0)) * 0.5 * two.tpot_s, rel=1e-12)
+
+
+def test_a_prompt_runs_the_lm_head_once():
+    # engines compute logits for a prompt's last position only (vLLM's LogitsProcessor prunes the
+    # hidden states to the sampled tokens), so a prefill pays the head once, a decode token once
+    st, t = terms_for("qwen2.5-0.5b", "serve", "bf16", seq=1000, out_tokens=100)
+    m = catalog.model("qwen2.5-0.5b")
+    head = t.head_time_per_token[0]
+    # the head: 2 V h FLOPs at the BF16 peak x the GEMM efficiency
+    assert head == pytest.approx(2 * m.vocab * m.hidden / (st.peak[0, P["bf16"]] * st.mfu), rel=1e-12)
+    assert 0.2 < head / t.time_per_token[0] < 0.35  # a quarter of a 0.5B model's work per token
+    thr = roofline_at(st, t, 1, 1, 0.0)
+    w_read = t.weights[0] / (st.bw[0] * st.mbu)
+    assert thr.ttft_s == pytest.approx(w_read + 1000 * (t.time_per_token[0] - head) + head + cost.STEP_OVERHEAD_S, rel=1e-12)
+
+
+def test_kv_cache_format_follows_attention_unless_the_workload_fixes_it():
+    from fleet_marl.config import ConfigError, WorkloadSpec
+    from fleet_marl.kernel import KernelStatic
+
+    # "auto": FP8 attention keeps an FP8 cache (TensorRT-LLM), weight-only a BF16 one
+    fp8 = ["bf16", "fp8", "fp8", "bf16", "bf16"]
+    st, t = terms_for("llama-3.1-8b", "serve", fp8, seq=1000, out_tokens=24)
+    m = catalog.model("llama-3.1-8b")
+    per_tok = 2 * m.layers * m.kv_heads * m.head_dim
+    assert st.kv_cache_bytes[0] == 0.0 and t.per_seq_sharded[0] == 1024 * per_tok * 1.0
+    # "bf16": vLLM's default keeps the checkpoint's BF16 cache under FP8 weights
+    from fleet_marl.config import ClusterSpec, FleetConfig, TenantSpec
+
+    wl = WorkloadSpec(prompt_tokens=1000, output_tokens=24, rate=1.0, kv_cache_dtype="bf16")
+    tenant = TenantSpec(kind="serve", model="llama-3.1-8b", gpu_type="h100-sxm", max_gpus=8, workload=wl)
+    st16 = KernelStatic.from_config(FleetConfig(cluster=ClusterSpec(gpu_types=("h100-sxm",)), tenants=(tenant,)))
+    t16 = stage1(st16, np.array([[P[x] for x in fp8]]), project=False)
+    assert st16.kv_cache_bytes[0] == 2.0
+    assert t16.per_seq_sharded[0] == 2 * t.per_seq_sharded[0] and t16.kv_read_per_seq[0] == 2 * t.kv_read_per_seq[0]
+    assert t16.weights[0] == t.weights[0]  # the weights stay FP8
+    with pytest.raises(ConfigError, match="kv_cache_dtype"):
+        WorkloadSpec(kv_cache_dtype="int4")
+
+
+def test_weight_only_weights_converted_to_bf16_from_a_pass_size():
+    from fleet_marl.config import ClusterSpec, ConfigError, FleetConfig, TenantSpec, WorkloadSpec
+    from fleet_marl.kernel import KernelStatic
+
+    # a weight-only group moves 4 more bytes per weight (BF16 written, read back by the GEMM) in a
+    # pass of at least weight_only_dequant_tokens tokens (vLLM's AWQ layer: 256); 0 = never
+    int8 = ["bf16", "int8", "int8", "bf16", "bf16"]
+    m = catalog.model("llama-3.1-8b")
+    linear = m.params_by_group["attention"] + m.params_by_group["mlp"]
+
+    def static(dequant):
+        wl = WorkloadSpec(prompt_tokens=32, output_tokens=2048, rate=1.0, weight_only_dequant_tokens=dequant)
+        tenant = TenantSpec(kind="serve", model="llama-3.1-8b", gpu_type="h100-sxm", max_gpus=8, workload=wl)
+        st = KernelStatic.from_config(FleetConfig(cluster=ClusterSpec(gpu_types=("h100-sxm",)), tenants=(tenant,)))
+        return st, stage1(st, np.array([[P[x] for x in int8]]), project=False)
+
+    st0, t0 = static(0)
+    assert t0.dequant_bytes[0] == 4.0 * linear == cost.DEQUANT_BYTES * linear
+    st, t = static(256)
+    dq = t.dequant_bytes[0] / (st.bw[0] * st.mbu)
+    for b, converts in ((1, False), (256, True)):  # a step carries b (1 + 32 / 2048) tokens
+        fused, conv = roofline_at(st0, t0, 1, b, 0.0), roofline_at(st, t, 1, b, 0.0)
+        assert conv.tpot_s - fused.tpot_s == pytest.approx(dq if converts else 0.0, abs=1e-12)
+    # BF16 weights carry none
+    _, tb = terms_for("llama-3.1-8b", "serve", "bf16")
+    assert tb.dequant_bytes[0] == 0.0
+    with pytest.raises(ConfigError, match="weight_only_dequant_tokens"):
+        WorkloadSpec(weight_only_dequant_tokens=-1)

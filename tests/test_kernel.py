@@ -340,7 +340,7 @@ def test_stage1_by_group_equals_the_whole_map_computation(safety):
     tf, ti, tg = st.packed[:3]
     run = np.empty(G, np.int64)
     names = ("unsafe", "invalid", "weights", "grads", "master", "optimizer", "per_seq_local", "per_seq_sharded", "time_per_token",
-             "kv_read_per_seq", "comm_bytes", "kv_heads")
+             "kv_read_per_seq", "comm_bytes", "kv_heads", "head_time_per_token", "dequant_bytes")
     for m in range(0, maps.shape[0], 7):  # every 7th map: all codes of every group appear
         for t in range(st.T):
             got = dict(zip(names, engine.tenant_terms(tf, ti, tg, t, maps[m], safety == "project", st.mfu, run, st.prompt_tokens[t], st.output_tokens[t])))
@@ -495,3 +495,31 @@ def test_thermal_slowdown_holds_the_max_operating_temperature():
     failed = KernelStatic.from_config(make_config(n_tenants=2, rack_power_cap_w=1e6, ambient_c=60.0, thermal_rise_at_tdp_c=300.0))
     out = _one(failed, [P["bf16"]] * 5, gpus=8, temp_c=np.array([60.0, 60.0]))
     assert out.tripped[0] and out.progress_tokens[0] == 0
+
+
+def test_server_latency_is_that_of_the_load_it_carries():
+    """A server's capacity is its roofline at its whole batch; its TTFT and TPOT are those of the
+    requests it really has in flight (load x batch, at least 1): a light load meets a TPOT target
+    that its full batch would miss, a load past its capacity does not."""
+    from fleet_marl.kernel import cost, engine, stage1
+
+    cfg = make_config(n_tenants=2)
+    st = KernelStatic.from_config(cfg)
+    t, batch = 1, 256
+    tt = stage1(st, np.full((st.T, 5), P["bf16"]))
+    args = (st.seq_len[t], st.prompt_tokens[t], st.output_tokens[t], st.bw[t], st.intra_bw[t], st.inter_bw[t], st.mbu, st.comm_overlap)
+    terms = (tt.weights[t], tt.time_per_token[t], tt.head_time_per_token[t], tt.kv_read_per_seq[t], tt.comm_bytes[t], tt.kv_heads[t])
+    terms = (*terms, cost.tp_latency_seconds(st)[t], tt.dequant_bytes[t], float(st.dequant_tokens[t]))
+    rate, _, _, _, full = engine.roofline(False, False, *args, *terms, 8, batch, 1)
+    one = engine.roofline(False, False, *args, *terms, 8, 1, 1)[4]
+    assert one < full
+    serve = dataclasses.replace(cfg.tenants[t], workload=dataclasses.replace(cfg.tenants[t].workload, slo_tpot_s=0.5 * (one + full)))
+    st = KernelStatic.from_config(dataclasses.replace(cfg, tenants=(cfg.tenants[0], serve)))
+    acts = Actions(gpus=[0, 8], bid=[1.0, 1.0], precision=np.full((2, 5), P["bf16"]), batch=[1, batch])
+    light, heavy = Draws.expected(st), Draws.expected(st)
+    assert light.arrivals[t] < 0.01 * rate * st.round_seconds  # a light load: about one request in flight
+    heavy = dataclasses.replace(heavy, arrivals=np.array([0.0, 2.0 * rate * st.round_seconds]))
+    out_light = evaluate(st, acts, RoundState.initial(st), light)
+    out_heavy = evaluate(st, acts, RoundState.initial(st), heavy)
+    assert out_light.slo_attainment[t] == 1.0 and out_light.slo_good[t] == light.arrivals[t]
+    assert out_heavy.served[t] > 0 and out_heavy.slo_good[t] == 0.0

@@ -364,6 +364,7 @@ REACHES = [
     (dict(b_wl=dict(slo_tpot_s=1e-3)), "slo_good"),
     (dict(b_wl=dict(slo_ttft_s=1e-3)), "slo_good"),
     (dict(b_wl=dict(rate=5.0)), "value"),
+    (dict(b_wl=dict(kv_cache_dtype="fp8")), "mem_kv_cache"),
     (dict(reward=dict(cost_weight=3.0)), "utility"),
     (dict(max_cycles=10), "utility"),
 ]

@@ -7,6 +7,7 @@ that regresses fails, and so does a group whose error grows past its recorded ce
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -68,3 +69,41 @@ def test_cli_table_json_and_bad_input(capsys):
     assert "--quantity 'nope'" in capsys.readouterr().err
     assert main(["validate", "--measurements", "/no/such/file.yaml"]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_stated_kv_cache_fraction_sets_the_batch_that_fits(tmp_path):
+    from fleet_marl.validation import predict
+
+    # TensorRT-LLM 0.17's throughput runs state --kv_cache_free_gpu_mem_fraction 0.95: the KV
+    # cache may take 0.95 of what the weights leave free (Llama-3.1-70B FP16 on 2 A100s: about
+    # twice the kernel's 0.9 of the whole memory)
+    c = next(c for c in cases.load() if c.id == "trtllm017_70b_a10080gb_fp16_tp2_1000_1000_tput")
+    assert c.kv_free_fraction == 0.95
+    st = predict._static(c)
+    tt, mem = predict._terms(st, c)
+    w = mem[0] / 2
+    m = float(catalog.gpu("a100-80gb").memory_bytes)
+    assert predict.serving_capacity(st, c, mem) == pytest.approx(w + 0.95 * (m - w), rel=1e-12)
+    assert predict.serving_batch(st, c, tt, mem) > 2 * predict.serving_batch(st, dataclasses.replace(c, kv_free_fraction=0.0), tt, mem)
+    bad = tmp_path / "bad.yaml"
+    text = cases.PATH.read_text(encoding="utf-8").replace("kv_cache_free_gpu_mem_fraction: 0.95", "kv_cache_free_gpu_mem_fraction: 1.5", 1)
+    bad.write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match="kv_cache_free_gpu_mem_fraction"):
+        cases.load(str(bad))
+
+
+def test_stated_kv_cache_format_reaches_the_kernel(tmp_path):
+    from fleet_marl.validation import predict
+
+    # vLLM runs torchao's FP8 weights with its default BF16 KV cache: twice the FP8 cache's bytes
+    c = next(c for c in cases.load() if c.id == "torchao_vllm_h100_l31_8b_fp8_rowwise_decode_tput")
+    assert c.kv_cache_dtype == "bf16" and c.prec_map["attention"] == "fp8"
+    st = predict._static(c)
+    tt, _ = predict._terms(st, c)
+    auto = dataclasses.replace(c, kv_cache_dtype="auto")
+    tt_auto, _ = predict._terms(predict._static(auto), auto)
+    assert tt.kv_read_per_seq[0] == 2 * tt_auto.kv_read_per_seq[0]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(cases.PATH.read_text(encoding="utf-8").replace("kv_cache_dtype: bf16", "kv_cache_dtype: int4", 1), encoding="utf-8")
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        cases.load(str(bad))

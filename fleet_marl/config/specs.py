@@ -115,6 +115,14 @@ class WorkloadSpec:
     output_tokens: int = 256  # serve: mean generated tokens (likewise)
     slo_ttft_s: float = 2.0  # serve: time-to-first-token target
     slo_tpot_s: float = 0.1  # serve: time-per-output-token target
+    # serve: the KV cache's format: "auto" follows the attention group's precision (FP8 attention
+    # keeps an FP8 cache, as TensorRT-LLM's FP8 engines do; weight-only formats a BF16 one), or a
+    # fixed "bf16" / "fp8" (vLLM's --kv-cache-dtype, whose "auto" is the checkpoint's BF16)
+    kv_cache_dtype: str = "auto"
+    # serve: the forward-pass size (tokens) at or above which the engine's weight-only (INT8/INT4)
+    # kernel converts the whole weight to BF16 and runs a BF16 GEMM (vLLM's AWQ layer at 256);
+    # 0 = never (fused mixed-input GEMMs, as TensorRT-LLM's)
+    weight_only_dequant_tokens: int = 0
     trace: str | None = None  # trace file (a path, or a name in the traces folder) when pattern == "trace"
     burst_factor: float = 4.0  # bursty: arrival rate in a burst over the calm rate
     burst_fraction: float = 0.2  # bursty: long-run fraction of rounds spent in a burst
@@ -136,6 +144,8 @@ class WorkloadSpec:
         _int(self, "output_tokens", 1, 1 << 20)
         _num(self, "slo_ttft_s", 0.0, lo_open=True)
         _num(self, "slo_tpot_s", 0.0, lo_open=True)
+        _choice(self, "kv_cache_dtype", ("auto", "bf16", "fp8"))
+        _int(self, "weight_only_dequant_tokens", 0, 1 << 20)
         _num(self, "burst_factor", 1.0)
         _num(self, "burst_fraction", 0.0, 1.0, lo_open=True)
         if self.burst_fraction >= 1.0:

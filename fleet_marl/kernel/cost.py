@@ -86,6 +86,18 @@ EW_BYTES = 4.0
 #: a CUDA-graph decode step still launches about 10 kernels per layer at ~4 us each (NVIDIA,
 #: "Getting started with CUDA Graphs"). 1 ms.
 STEP_OVERHEAD_S = 1e-3
+#: Seconds one tensor-parallel all-reduce takes at decode sizes (10s-100s of kB), whatever its
+#: bytes: an 8x H100 HGX node, NCCL 2.20.5, nccl-tests ``all_reduce_perf`` under CUDA graphs, "When
+#: I run with 2 GPUs the latency is approximately 6us" (NVIDIA/nccl issue #1259, 2024-04-22). Two
+#: per layer per forward pass (Megatron tensor parallelism), on the critical path.
+TP_ALLREDUCE_LATENCY_S = 6e-6
+#: HBM bytes per weight of converting a weight-only weight to BF16 before a BF16 GEMM: the
+#: conversion writes 2 B and the GEMM reads them back (on top of reading the stored weight), as
+#: vLLM's AWQ layer does at 256 tokens or more (``ops.awq_dequantize`` then ``torch.matmul``:
+#: vllm-project/vllm@000796ac, vllm/model_executor/layers/quantization/awq.py) and torchao's
+#: INT8 weight-only linear always (``torch.mm(x, w_int8.t().to(x.dtype))``:
+#: pytorch/ao@694dab34, torchao/dtypes/affine_quantized_tensor.py, ``_linear_fp_act_int8_weight_impl``).
+DEQUANT_BYTES = 4.0
 
 
 def forward_flops_per_token(m: ModelArch, ctx: float) -> np.ndarray:
@@ -104,6 +116,21 @@ def forward_flops_per_token(m: ModelArch, ctx: float) -> np.ndarray:
     out[MLP] = 2.0 * pg["mlp"]
     out[HEAD] = 2.0 * m.vocab * m.hidden
     return out
+
+
+def serve_elementwise_bytes(m: ModelArch) -> float:
+    """HBM bytes per token of a serving forward pass's memory-bound elementwise kernels, BF16
+    (2 B a value), derived from vLLM's Llama decoder layer (vllm-project/vllm@0035bdf2,
+    ``vllm/model_executor/models/llama.py``, ``LlamaDecoderLayer.forward``, ``LlamaMLP``):
+    two fused residual-add + RMSNorms per block, each reading the input and the residual and
+    writing both (``4 h`` values); rotary embedding applied in place to q and k (``2 (q + k)``);
+    SwiGLU's ``SiluAndMul`` reading gate and up and writing their product (``3 ffn``), or a GeLU
+    reading and writing ``ffn`` (``2 ffn``); once after the blocks, the final norm (``4 h``).
+    Nothing is kept for a backward pass, so this is a fraction of the training term
+    (``EW_BYTES`` x :func:`activation_bytes`): 5.5 MB against 25 MB per token for Llama-3.1-8B."""
+    h, f, q, k = m.hidden, m.ffn, m.heads * m.head_dim, m.kv_heads * m.head_dim
+    act = 3 * f if m.mlp == "gated" else 2 * f
+    return float(2 * (m.layers * (2 * 4 * h + 2 * (q + k) + act) + 4 * h))
 
 
 def linear_dims(m: ModelArch) -> tuple[np.ndarray, np.ndarray]:
@@ -172,14 +199,19 @@ def reference_rate(st) -> np.ndarray:
 #: Columns of the per-group table ``group_terms`` (T, G, P, len(GROUP_TERMS)): what a layer
 #: group contributes at a precision -- weight bytes, gradient bytes (training), fp32 master
 #: bytes (training), forward seconds per token at peak (``flops / peak``; inf where the GPU
-#: lacks the precision), and 1 where the precision is invalid for the tenant.
-GROUP_TERMS = ("weights", "grads", "master", "seconds_per_token", "invalid")
+#: lacks the precision), 1 where the precision is invalid for the tenant, and the HBM bytes a
+#: weight-only group moves when its weights are converted to BF16 for a BF16 GEMM (write 2 B,
+#: read 2 B per weight; 0 for other formats).
+GROUP_TERMS = ("weights", "grads", "master", "seconds_per_token", "invalid", "dequant_bytes")
 #: Per-tenant constants of stage 1 (T, len(TENANT_TERMS)): optimizer bytes (training),
 #: activation bytes per sequence at 16 bit (training; ``s h L (34 + 5 a s / h)`` or ``2 s h L``
 #: checkpointed), KV-cache bytes per token per byte of cache dtype (``2 L kv_heads head_dim``),
-#: KV heads, the tensor-parallel all-reduce bytes per token (``2 L h x 2``, serving), and the
-#: most tokens a sequence keeps in its KV cache (the sliding window; inf with full attention).
-TENANT_TERMS = ("optimizer", "act_per_seq", "kv_per_token", "kv_heads", "tp_comm", "kv_window")
+#: KV heads, the tensor-parallel all-reduce bytes per token (``2 L h x 2``, serving) and the
+#: all-reduces' latency per forward pass (``2 L x TP_ALLREDUCE_LATENCY_S``, serving on > 1 GPU),
+#: the KV cache's bytes per value when the workload fixes its format (0: the attention's), the
+#: pass size from which weight-only weights are converted to BF16 (0: never), and the most
+#: tokens a sequence keeps in its KV cache (the sliding window; inf with full attention).
+TENANT_TERMS = ("optimizer", "act_per_seq", "kv_per_token", "kv_heads", "tp_comm", "tp_latency", "kv_bytes", "dequant_tokens", "kv_window")
 
 
 def seconds_per_token_table(st) -> np.ndarray:
@@ -194,8 +226,9 @@ def seconds_per_token_table(st) -> np.ndarray:
     * attention's scores and weighted sum (the rest of the group's FLOPs) at ``ATTN_EFF`` of the
       BF16 peak (FlashAttention);
     * memory-bound elementwise work (norms, residual adds, rotary, activations, softmax of the
-      loss): ``EW_BYTES`` x the activation bytes per token (``act_layer`` per block and
-      ``act_final``) through HBM at ``CAST_BW_EFF``, in the norm group.
+      loss): training, ``EW_BYTES`` x the activation bytes per token (``act_layer`` per block and
+      ``act_final``); serving, :func:`serve_elementwise_bytes` (``ew_serve``); through HBM at
+      ``CAST_BW_EFF``, in the norm group.
 
     inf where the GPU lacks the precision."""
     T, G, P = st.T, catalog.N_GROUPS, catalog.N_PRECISIONS
@@ -210,7 +243,7 @@ def seconds_per_token_table(st) -> np.ndarray:
     bw = st.bw[:, None, None] * CAST_BW_EFF
     cast = np.where(is_fp8, cast_el[:, :, None] / bw, 0.0)
     ew = np.zeros((T, G))
-    ew[:, NORM] = EW_BYTES * (st.layers * st.act_layer + st.act_final)
+    ew[:, NORM] = np.where(st.is_train, EW_BYTES * (st.layers * st.act_layer + st.act_final), st.ew_serve)
     flops = st.flops_fwd[:, :, None]
     other = (flops - lin[:, :, None]) / (bf16 * ATTN_EFF) + ew[:, :, None] / bw
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -218,8 +251,14 @@ def seconds_per_token_table(st) -> np.ndarray:
         return np.where((flops > 0) | (ew[:, :, None] > 0), np.where(peak > 0, t, np.inf), 0.0)
 
 
+def tp_latency_seconds(st) -> np.ndarray:
+    """Seconds of all-reduce latency per forward pass of each serving tenant on more than one
+    GPU (T,): two all-reduces per layer, ``2 L x TP_ALLREDUCE_LATENCY_S``; 0 for training."""
+    return np.where(st.is_train, 0.0, 2.0 * st.layers * TP_ALLREDUCE_LATENCY_S)
+
+
 def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
-    """``(group_terms (T, G, P, 5), tenant_terms (T, 5))``, float64: stage 1 factored by layer
+    """``(group_terms (T, G, P, 6), tenant_terms (T, 8))``, float64: stage 1 factored by layer
     group, so that a tenant's terms under any precision map are sums of G table entries
     (``engine.tenant_terms``). About 1 KB per tenant, read from cache every round."""
     T, G, P = st.T, catalog.N_GROUPS, catalog.N_PRECISIONS
@@ -232,6 +271,7 @@ def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
     out[..., 3] = seconds_per_token_table(st)
     invalid = ~st.supported | (st.is_train[:, None] & catalog.WEIGHT_ONLY[None, :])  # (T, P)
     out[..., 4] = np.broadcast_to(invalid[:, None, :], (T, G, P))
+    out[..., 5] = np.where(train, 0.0, params * np.where(catalog.WEIGHT_ONLY, DEQUANT_BYTES, 0.0)[None, None, :])
     s, h, L = st.seq_len, st.hidden, st.layers
     scores = np.where(st.flash, 0.0, ACT_ATTN * st.heads * s)  # per token per block, without FlashAttention
     kept = np.where(st.checkpointing, L * 2.0 * h + st.act_layer + scores, L * (st.act_layer + scores))
@@ -242,6 +282,9 @@ def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
             2.0 * L * st.kv_dim,
             st.kv_heads,
             2.0 * L * h * 2.0,
+            tp_latency_seconds(st),
+            st.kv_cache_bytes,
+            st.dequant_tokens,
             st.kv_window,
         ],
         axis=-1,
@@ -257,6 +300,7 @@ __all__ = [
     "CAST_BYTES_SERVE",
     "CAST_BYTES_TRAIN",
     "CKPT_TRAIN_BYTES",
+    "DEQUANT_BYTES",
     "EW_BYTES",
     "GEMM_EFF",
     "GROUP_TERMS",
@@ -264,6 +308,7 @@ __all__ = [
     "RECOMPUTE_FLOPS_FACTOR",
     "STEP_OVERHEAD_S",
     "TENANT_TERMS",
+    "TP_ALLREDUCE_LATENCY_S",
     "TRAIN_BYTES",
     "TRAIN_FLOPS_FACTOR",
     "activation_bytes",
@@ -272,5 +317,7 @@ __all__ = [
     "linear_seconds",
     "reference_rate",
     "seconds_per_token_table",
+    "serve_elementwise_bytes",
     "stage1_tables",
+    "tp_latency_seconds",
 ]

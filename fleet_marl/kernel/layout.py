@@ -66,9 +66,29 @@ def _index(layout: tuple[str, ...]) -> dict[str, int]:
 
 
 _tf, _sc, _ii, _of, _oi, _ob = (_index(x) for x in (TF, SC, II, OF, OI, OB))  # for the layout checks below
-(T_PRICE, T_PRIO, T_MEM, T_INTER, T_INTRA, T_SEQ, T_HBM, T_TTFT, T_TPOT, T_REF, T_NORM, T_DYN, T_OPT, T_ACT, T_KV, T_KVH, T_TP, T_WIN) = (
-    range(len(TF))
-)
+(
+    T_PRICE,
+    T_PRIO,
+    T_MEM,
+    T_INTER,
+    T_INTRA,
+    T_SEQ,
+    T_HBM,
+    T_TTFT,
+    T_TPOT,
+    T_REF,
+    T_NORM,
+    T_DYN,
+    T_OPT,
+    T_ACT,
+    T_KV,
+    T_KVH,
+    T_TP,
+    T_TPL,
+    T_KVB,
+    T_DQT,
+    T_WIN,
+) = range(len(TF))
 T_MAXG, T_POOL, T_TRAIN, T_CKPT = range(len(TI))
 N_IDLE, N_FULL, N_HEAD = range(len(NF))
 N_POOL, N_RACK = range(len(NI))
@@ -83,7 +103,10 @@ F_BID, F_QUEUE, F_REMAIN, F_BUDGET, F_ARR, F_TIE, F_PROMPT, F_OUT = range(len(IF
 OI_REQ, OI_ALLOC, OI_NODES, OI_BATCH, OI_PREC = 0, 1, 2, 3, 4
 OB_RESTART, OB_UNSAFE, OB_PROJ, OB_VETO, OB_OOM, OB_TRIP, OB_PTHR, OB_TTHR = range(len(OB))
 assert (
-    [_tf[n] for n in ("list_price", "dyn_w", "tp_comm")] == [T_PRICE, T_DYN, T_TP] and _sc["restart_s"] == S_RESTART and _sc["mfu"] == S_MFU
+    [_tf[n] for n in ("list_price", "dyn_w", "tp_comm", "tp_latency", "kv_bytes", "dequant_tokens")]
+    == [T_PRICE, T_DYN, T_TP, T_TPL, T_KVB, T_DQT]
+    and _sc["restart_s"] == S_RESTART
+    and _sc["mfu"] == S_MFU
 )
 assert _oi["precision0"] == OI_PREC and _ii["precision0"] == I_PREC and _of["tokens_per_s"] == O_TPS and _of["utility"] == O_UTIL
 assert _ob["thermal_throttled"] == OB_TTHR

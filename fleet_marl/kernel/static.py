@@ -38,7 +38,17 @@ def model_arrays(models, ctx) -> dict[str, Any]:
         "linear_out": np.stack([cost.linear_dims(m)[1] for m in models]),
         "act_layer": arr([cost.activation_bytes(m)[0] for m in models]),
         "act_final": arr([cost.activation_bytes(m)[1] for m in models]),
+        "ew_serve": arr([cost.serve_elementwise_bytes(m) for m in models]),
     }
+
+
+def _kv_cache_bytes(t) -> float:
+    """Bytes per KV-cache value of serving tenant ``t`` when its workload fixes the format; 0
+    (the attention group's precision) for ``"auto"`` and for training tenants."""
+    fmt = t.workload.kv_cache_dtype
+    if t.kind == "train" or fmt == "auto":
+        return 0.0
+    return float(catalog.PRECISION_BYTES[catalog.PRECISION_CODE[fmt]])
 
 
 @dataclass(frozen=True)
@@ -62,9 +72,12 @@ class KernelStatic:
     linear_out: np.ndarray  # (T, G) float64 summed output widths
     act_layer: np.ndarray  # (T,) float64 activation bytes per token per block at 16 bit (cost.activation_bytes)
     act_final: np.ndarray  # (T,) float64 activation bytes per token after the blocks (norm, head input, logits, loss)
+    ew_serve: np.ndarray  # (T,) float64 serving: elementwise HBM bytes per token (cost.serve_elementwise_bytes)
     seq_len: np.ndarray  # (T,) float64 train: sequence length
     prompt_tokens: np.ndarray  # (T,) float64
     output_tokens: np.ndarray  # (T,) float64
+    kv_cache_bytes: np.ndarray  # (T,) float64 serve: fixed bytes per KV-cache value (kv_cache_dtype), 0 = the attention's
+    dequant_tokens: np.ndarray  # (T,) float64 serve: pass size from which weight-only weights are converted to BF16, 0 = never
     slo_ttft_s: np.ndarray  # (T,) float64
     slo_tpot_s: np.ndarray  # (T,) float64
     arrival_rate: np.ndarray  # (T,) float64 requests/s (0 for training tenants)
@@ -158,6 +171,8 @@ class KernelStatic:
             seq_len=seq,
             prompt_tokens=prompt,
             output_tokens=arr([t.workload.output_tokens for t in ts]),
+            kv_cache_bytes=arr([_kv_cache_bytes(t) for t in ts]),
+            dequant_tokens=np.where(is_train, 0.0, arr([t.workload.weight_only_dequant_tokens for t in ts])),
             slo_ttft_s=arr([t.workload.slo_ttft_s for t in ts]),
             slo_tpot_s=arr([t.workload.slo_tpot_s for t in ts]),
             arrival_rate=np.where(is_train, 0.0, arr([t.workload.rate for t in ts])),

@@ -5,7 +5,7 @@
 
 Stage 1 is the sum of per-group table entries built once per scenario
 (``cost.stage1_tables``); every equation is in ``docs/model.md`` sections 2-3 with its source.
-A tenant's memoised terms are the rows ``C_*`` of ``c_terms`` (10, T).
+A tenant's memoised terms are the rows ``C_*`` of ``c_terms`` (12, T).
 """
 
 from __future__ import annotations
@@ -49,27 +49,32 @@ from fleet_marl.kernel.layout import (
     S_VETO,
     T_ACT,
     T_CKPT,
+    T_DQT,
     T_HBM,
     T_INTER,
     T_INTRA,
     T_KV,
+    T_KVB,
     T_KVH,
     T_OPT,
     T_SEQ,
     T_TP,
+    T_TPL,
     T_TRAIN,
     T_WIN,
     G,
 )
 
-#: Rows of the memoised stage 1 ``c_terms`` (10, T): bytes of weights, gradients, fp32 master
+#: Rows of the memoised stage 1 ``c_terms`` (12, T): bytes of weights, gradients, fp32 master
 #: copy and optimizer, bytes per sequence kept on each GPU and split over the GPUs, seconds per
-#: token, KV bytes read per sequence, communication bytes, KV heads.
-C_W, C_G, C_M, C_O, C_PSL, C_PSS, C_TPT, C_KVR, C_COMM, C_KVH = range(10)
+#: token, KV bytes read per sequence, communication bytes, KV heads, the LM head's share of the
+#: seconds per token, and the bytes of converting weight-only weights to BF16.
+C_W, C_G, C_M, C_O, C_PSL, C_PSS, C_TPT, C_KVR, C_COMM, C_KVH, C_HD, C_DQ = range(12)
 _UNSAFE = catalog.UNSAFE.copy()  # (G, P) bool: module-level arrays are compile-time constants
 _ACT_BYTES = TRAIN_BYTES.copy()  # activations are saved in BF16 under FP8 training
 _KV_BYTES = KV_BYTES.copy()
 _ATT, _MLP = catalog.GROUPS.index("attention"), catalog.GROUPS.index("mlp")
+_HEAD = catalog.GROUPS.index("head")
 
 
 @jit_inline
@@ -93,7 +98,8 @@ def tenant_terms(tf, ti, tg, t, prec, project, mfu, prec_run, prompt, output):
     serving requests of ``prompt`` and ``output`` tokens on average: writes the map that runs
     into ``prec_run`` (G,) -- unsafe groups in BF16 when ``project`` -- and returns ``(unsafe,
     invalid, weights, grads, master, optimizer, per_seq_local, per_seq_sharded,
-    time_per_token, kv_read_per_seq, comm_bytes, kv_heads)`` (``docs/model.md`` sections 2-3).
+    time_per_token, kv_read_per_seq, comm_bytes, kv_heads, head_time_per_token, dequant_bytes)``
+    (``docs/model.md`` sections 2-3).
     Sums over groups run in group order, as numpy's ``sum(-1)`` does."""
     unsafe = False
     invalid = False
@@ -109,20 +115,23 @@ def tenant_terms(tf, ti, tg, t, prec, project, mfu, prec_run, prompt, output):
     grads = tg[t, 0, prec_run[0], 1]
     master = tg[t, 0, prec_run[0], 2]
     spt = tg[t, 0, prec_run[0], 3]
+    dq = tg[t, 0, prec_run[0], 5]
     for g in range(1, G):
         p = prec_run[g]
         weights += tg[t, g, p, 0]
         grads += tg[t, g, p, 1]
         master += tg[t, g, p, 2]
         spt += tg[t, g, p, 3]
+        dq += tg[t, g, p, 5]
     train = ti[t, T_TRAIN] != 0
     act = tf[t, T_ACT] * (0.25 * (_ACT_BYTES[prec_run[_ATT]] + _ACT_BYTES[prec_run[_MLP]])) if train else 0.0
-    kv_tok = tf[t, T_KV] * _KV_BYTES[prec_run[_ATT]]
+    kv_tok = tf[t, T_KV] * (tf[t, T_KVB] if tf[t, T_KVB] > 0.0 else _KV_BYTES[prec_run[_ATT]])
     held, read = window_tokens(prompt, output, tf[t, T_WIN])
     kv_seq = 0.0 if train else held * kv_tok
     kv_read = 0.0 if train else read * kv_tok
     comm = 2.0 * weights + grads if train else tf[t, T_TP]
-    return unsafe, invalid, weights, grads, master, tf[t, T_OPT], act, kv_seq, spt / mfu, kv_read, comm, tf[t, T_KVH]
+    head = tg[t, _HEAD, prec_run[_HEAD], 3] / mfu  # the LM head's part: a prompt runs it for its last token only
+    return unsafe, invalid, weights, grads, master, tf[t, T_OPT], act, kv_seq, spt / mfu, kv_read, comm, tf[t, T_KVH], head, dq
 
 
 @jit
@@ -165,19 +174,29 @@ def roofline(
     comm_overlap,
     weights,
     time_per_token,
+    head_time_per_token,
     kv_read_per_seq,
     comm_bytes,
     kv_heads,
+    tp_latency,
+    dequant_bytes,
+    dequant_tokens,
     n,
     batch,
     nodes,
 ):
     """Throughput of one tenant on ``n`` GPUs over ``nodes`` nodes at ``batch``, before
     throttling: ``(work rate, tokens/s, efficiency, ttft s, tpot s)``. Training (FSDP data
-    parallel) is compute-bound with the all-gather/reduce-scatter partly hidden; serving (one
-    tensor-parallel replica) prefills and decodes at the slower of memory and
-    compute, plus two all-reduces per layer per token (never hidden) and the serving engine's
-    fixed overhead per forward pass, ``STEP_OVERHEAD_S``."""
+    parallel) is compute-bound with the all-gather/reduce-scatter partly hidden. Serving (one
+    tensor-parallel replica, in-flight batching): a forward pass streams every weight once, then
+    does its tokens' work at the time per token (GEMMs, attention FLOPs, elementwise traffic), and
+    a decode step also reads each sequence's KV cache, one after the other (no overlap); each step
+    carries ``batch`` decode tokens and their prompts' tokens spread over their output tokens,
+    plus two all-reduces per layer per token (bytes and ``tp_latency``, never hidden) and the
+    serving engine's fixed overhead per forward pass, ``STEP_OVERHEAD_S``; a pass of at least
+    ``dequant_tokens`` tokens (if > 0) also converts the weight-only weights to BF16
+    (``dequant_bytes``). The TTFT is one
+    prompt's prefill after the running step, if any (``docs/model.md`` section 5)."""
     nf = float(max(n, 1))
     bw_link = inter_bw if nodes > 1 else intra_bw
     bf = float(max(batch, 1))
@@ -193,22 +212,38 @@ def roofline(
             eff = 0.0
         return rate, rate, eff, 0.0, 0.0
     tp_comm = 2.0 * t_comm  # the all-reduce moves twice the FSDP factor's bytes, on the critical path
+    lat = tp_latency if nf > 1.0 else 0.0
     w_read = weights / nf / (hbm_bw * mbu)  # a forward pass reads every weight once
-    prefill = max(prompt_tokens * time_per_token / nf, w_read) + prompt_tokens * tp_comm + STEP_OVERHEAD_S
-    t_mem = w_read + bf * kv_read_per_seq / min(nf, kv_heads) / (hbm_bw * mbu)
-    t_cmp = bf * time_per_token / nf
-    t_core = max(t_mem, t_cmp)
-    t_dec = t_core + bf * tp_comm + STEP_OVERHEAD_S
-    rate = 1.0 / (prefill + output_tokens * t_dec / bf)
+    # a pass of at least dequant_tokens tokens first converts the weight-only weights to BF16
+    w_dq = dequant_bytes / nf / (hbm_bw * mbu) if dequant_tokens > 0.0 else 0.0
+    t_tok = time_per_token / nf
+    # a prompt's tokens skip the LM head but its last one (only the last position is sampled)
+    t_head = head_time_per_token / nf
+    t_prompt = (time_per_token - head_time_per_token) / nf if time_per_token < math.inf else math.inf
+    prefill = w_read + prompt_tokens * (t_prompt + tp_comm) + t_head + lat + STEP_OVERHEAD_S
+    if prompt_tokens >= dequant_tokens:
+        prefill += w_dq
+    out = max(output_tokens, 1.0)
+    share = bf / out  # prompts per step: each step carries b decode tokens and b / O prompts
+    m = bf + share * prompt_tokens
+    t_kv = bf * kv_read_per_seq / min(nf, kv_heads) / (hbm_bw * mbu)
+    t_core = w_read + t_kv + bf * t_tok + share * (prompt_tokens * t_prompt + t_head)
+    if m >= dequant_tokens:
+        t_core += w_dq
+    t_dec = t_core + m * tp_comm + lat + STEP_OVERHEAD_S
+    rate = bf / (out * t_dec)
     eff = t_core / t_dec
     if math.isnan(eff):
         eff = 0.0
-    return rate, rate * output_tokens, eff, prefill, t_dec
+    # a new request waits for the running step to end (mean residual t_dec / 2) when any of the
+    # other b - 1 requests is running (Poisson: probability 1 - exp(-(b - 1)))
+    ttft = prefill + (1.0 - math.exp(1.0 - bf)) * 0.5 * t_dec
+    return rate, rate * output_tokens, eff, ttft, t_dec
 
 
 @jit
 def tenant_stage1(b, tf, ti, tg, sc, ins_i, ins_f, prec, prec_run, c_prec, c_run, c_len, c_terms, cached, unsafe_c, invalid_c, ri):
-    """Stage 1 of every tenant of row ``b`` into ``c_terms`` (10, T), ``unsafe_c`` and
+    """Stage 1 of every tenant of row ``b`` into ``c_terms`` (12, T), ``unsafe_c`` and
     ``invalid_c`` (T,), and the precision map that runs into ``ri``'s precision rows. Stage 1
     depends on the tenant, its precision map and its requests' lengths only, so it is reused
     when they are the ones this tenant had in the last row (a cluster's counterfactual rows
@@ -224,13 +259,13 @@ def tenant_stage1(b, tf, ti, tg, sc, ins_i, ins_f, prec, prec_run, c_prec, c_run
                 same = False
             prec[g] = p
         if not same:
-            unsafe, invalid, weights, grads, master, optimizer, psl, pss, tpt, kvr, comm, kvh = tenant_terms(
+            unsafe, invalid, weights, grads, master, optimizer, psl, pss, tpt, kvr, comm, kvh, hd, dq = tenant_terms(
                 tf, ti, tg, t, prec, project, mfu, prec_run, prompt, output
             )
             c_len[0, t], c_len[1, t] = prompt, output
             c_terms[C_W, t], c_terms[C_G, t], c_terms[C_M, t], c_terms[C_O, t] = weights, grads, master, optimizer
             c_terms[C_PSL, t], c_terms[C_PSS, t], c_terms[C_TPT, t], c_terms[C_KVR, t] = psl, pss, tpt, kvr
-            c_terms[C_COMM, t], c_terms[C_KVH, t] = comm, kvh
+            c_terms[C_COMM, t], c_terms[C_KVH, t], c_terms[C_HD, t], c_terms[C_DQ, t] = comm, kvh, hd, dq
             unsafe_c[t], invalid_c[t] = unsafe, invalid
             for g in range(G):
                 c_prec[t, g] = prec[g]
@@ -257,7 +292,9 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
     its nodes spanned, restart flag, tokens/s and efficiency, and into the scratch rows its
     work rate, prefill and decode seconds, seconds available this round and its activity (the
     share of its GPUs' dynamic power it draws: 1 training, its load serving, 0 not running). A
-    restart (:func:`restart_time`) longer than the round leaves none of it."""
+    restart (:func:`restart_time`) longer than the round leaves none of it. A server's capacity
+    is its roofline at its batch; its TTFT and TPOT are the roofline's at the load it carries,
+    ``load x batch`` requests in flight (at least 1)."""
     mbu, overlap = sc[S_MBU], sc[S_OVERLAP]
     round_s, restart_s = sc[S_ROUND], sc[S_RESTART]
     for t in range(alloc.shape[0]):
@@ -281,9 +318,13 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
             overlap,
             c_terms[C_W, t],
             c_terms[C_TPT, t],
+            c_terms[C_HD, t],
             c_terms[C_KVR, t],
             c_terms[C_COMM, t],
             c_terms[C_KVH, t],
+            tf[t, T_TPL],
+            c_terms[C_DQ, t],
+            tf[t, T_DQT],
             n,
             ri[OI_BATCH, t],
             nodes,
@@ -305,11 +346,41 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
             busy = 1.0
         else:
             busy = min(demand / capacity, 1.0) if capacity > 0 else 0.0
+            if busy < 1.0:
+                # the latencies at the load carried: busy x batch requests in flight (Little's law)
+                _, _, _, prefill, t_dec = roofline(
+                    False,
+                    False,
+                    tf[t, T_SEQ],
+                    ins_f[F_PROMPT, b, t],
+                    ins_f[F_OUT, b, t],
+                    tf[t, T_HBM],
+                    tf[t, T_INTRA],
+                    tf[t, T_INTER],
+                    mbu,
+                    overlap,
+                    c_terms[C_W, t],
+                    c_terms[C_TPT, t],
+                    c_terms[C_HD, t],
+                    c_terms[C_KVR, t],
+                    c_terms[C_COMM, t],
+                    c_terms[C_KVH, t],
+                    tf[t, T_TPL],
+                    c_terms[C_DQ, t],
+                    tf[t, T_DQT],
+                    n,
+                    max(busy * ri[OI_BATCH, t], 1.0),
+                    nodes,
+                )
+                prefill_a[t] = prefill
+                t_dec_a[t] = t_dec
         activity[t] = busy if running[t] else 0.0
 
 
 __all__ = [
     "C_COMM",
+    "C_DQ",
+    "C_HD",
     "C_KVH",
     "C_KVR",
     "C_M",

@@ -180,6 +180,8 @@ class Stage1(NamedTuple):
     kv_read_per_seq: np.ndarray  # serve: KV bytes read per sequence per decode step
     comm_bytes: np.ndarray  # train: bytes per step before (n-1)/n; serve: per token before 2(n-1)/n
     kv_heads: np.ndarray  # the KV cache splits over at most this many GPUs
+    head_time_per_token: np.ndarray  # s per forward token in the LM head (part of time_per_token)
+    dequant_bytes: np.ndarray  # serve: HBM bytes of converting the weight-only weights to BF16 (a pass of >= dequant_tokens)
 
 
 _OUTCOME_FIELDS = tuple(f.name for f in fields(Outcome))

@@ -104,6 +104,11 @@ class Case:
     representable: bool = True
     reason: str = ""
     max_batch: int = 0  # requests in the run (caps a throughput run's batch); 0 = no cap
+    kv_free_fraction: float = 0.0  # stated share of the memory left after the weights that the KV cache may take; 0 = the kernel's rule
+    kv_cache_dtype: str = "auto"  # the engine's KV-cache format where it is not the attention's (WorkloadSpec.kv_cache_dtype)
+    dequant_tokens: int = (
+        0  # pass size from which the engine converts weight-only weights to BF16 (WorkloadSpec.weight_only_dequant_tokens)
+    )
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -131,6 +136,29 @@ def _precision(text: str) -> tuple[dict[str, str], str]:
     if t.startswith("int8") or "w8a8" in t:
         return base, "W8A8 INT8 GEMMs are not modelled (catalog int8 is weight-only)"
     return base, ""
+
+
+def _fraction(x, case_id: str) -> float:
+    """A stated KV-cache memory fraction (TensorRT-LLM's ``--kv_cache_free_gpu_mem_fraction``), 0 if none."""
+    if x is None:
+        return 0.0
+    if isinstance(x, bool) or not isinstance(x, int | float) or not 0.0 < float(x) <= 1.0:
+        raise ValueError(f"{case_id}: kv_cache_free_gpu_mem_fraction must be a number in (0, 1], got {x!r}")
+    return float(x)
+
+
+def _kv_dtype(x, case_id: str) -> str:
+    """A stated KV-cache format: ``auto`` (the attention group's precision), ``bf16`` or ``fp8``."""
+    if x not in ("auto", "bf16", "fp8"):
+        raise ValueError(f"{case_id}: kv_cache_dtype must be one of 'auto', 'bf16', 'fp8', got {x!r}")
+    return str(x)
+
+
+def _dequant_tokens(x, case_id: str) -> int:
+    """A stated pass size from which the engine converts weight-only weights to BF16 (0: never)."""
+    if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+        raise ValueError(f"{case_id}: weight_only_dequant_tokens must be an integer >= 0, got {x!r}")
+    return x
 
 
 def _source(src: dict) -> str:
@@ -204,6 +232,9 @@ def _case(e: dict) -> Case:
         representable=not reason,
         reason=reason,
         max_batch=cap,
+        kv_free_fraction=_fraction(sv.get("kv_cache_free_gpu_mem_fraction"), e["id"]),
+        kv_cache_dtype=_kv_dtype(sv.get("kv_cache_dtype", "auto"), e["id"]),
+        dequant_tokens=_dequant_tokens(sv.get("weight_only_dequant_tokens", 0), e["id"]),
         extra={"notes": e.get("notes", ""), "parallelism": par},
     )
 

@@ -34,7 +34,14 @@ def _static(c: Case) -> KernelStatic:
     if train:
         wl = WorkloadSpec(seq_len=max(c.seq_len, 1))
     else:
-        wl = WorkloadSpec(prompt_tokens=int(max(c.prompt, 1)), output_tokens=int(max(c.output, 1)), rate=1.0, seq_len=1 << 20)
+        wl = WorkloadSpec(
+            prompt_tokens=int(max(c.prompt, 1)),
+            output_tokens=int(max(c.output, 1)),
+            rate=1.0,
+            seq_len=1 << 20,
+            kv_cache_dtype=c.kv_cache_dtype,
+            weight_only_dequant_tokens=c.dequant_tokens,
+        )
     cfg = FleetConfig(
         cluster=ClusterSpec(gpu_types=(c.gpu,) * nodes, gpus_per_node=GPUS_PER_NODE, rack_power_cap_w=1e12),
         tenants=(
@@ -78,21 +85,37 @@ def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float):
         st.comm_overlap,
         mem[0],
         tt.time_per_token[0],
+        tt.head_time_per_token[0],
         tt.kv_read_per_seq[0],
         tt.comm_bytes[0],
         mem[6],
+        cost.tp_latency_seconds(st)[0],
+        tt.dequant_bytes[0],
+        float(st.dequant_tokens[0]),
         n,
         batch,
         nodes,
     )
 
 
+def serving_capacity(st: KernelStatic, c: Case, mem) -> float:
+    """Bytes per GPU a serving run may fill: the kernel's usable memory (``st.mem_bytes``), or,
+    where the run states TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction`` ``f``, the weights
+    plus ``f`` of the memory CUDA reports that they leave free (the runtime's own buffers are
+    not counted)."""
+    if not c.kv_free_fraction:
+        return float(st.mem_bytes[0])
+    w = mem[0] / max(c.tp, 1)
+    return w + c.kv_free_fraction * (float(catalog.gpu(c.gpu).memory_bytes) - w)
+
+
 def serving_batch(st: KernelStatic, c: Case, tt, mem) -> int:
     """The batch a serving measurement runs at: the stated one; at a request rate, the
     concurrency of Little's law ``b = rate x (TTFT + O x TPOT(b))`` (a fixed point); else the
-    largest that fits, capped by the requests in the run and :data:`MAX_BATCH`."""
+    largest that fits (:func:`serving_capacity`), capped by the requests in the run and
+    :data:`MAX_BATCH`."""
     n = max(c.tp, 1)
-    fit = int(max(engine.fitting_batch(*mem, n, float(st.mem_bytes[0])), 1))
+    fit = int(max(engine.fitting_batch(*mem, n, serving_capacity(st, c, mem)), 1))
     if isinstance(c.batch, int):
         return c.batch
     if str(c.batch).startswith("qps:"):
@@ -144,4 +167,4 @@ def predict(c: Case) -> tuple[float, dict]:
     return tps, setting
 
 
-__all__ = ["GIB", "MAX_BATCH", "predict", "serving_batch"]
+__all__ = ["GIB", "MAX_BATCH", "predict", "serving_batch", "serving_capacity"]
