@@ -18,7 +18,6 @@ import numpy as np
 
 from fleet_marl import catalog
 from fleet_marl.kernel import Actions, Draws, Outcome, RoundState, cost
-from fleet_marl.kernel.cost import RECOMPUTE_FLOPS_FACTOR, TRAIN_FLOPS_FACTOR
 from fleet_marl.kernel.safety import invalid_precision
 
 # --- stage 1 ---------------------------------------------------------------------------------
@@ -59,14 +58,17 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
     grads = np.where(train, (params * np.where(prec == cost.FP32, 4.0, 2.0)).sum(-1), 0.0)
     master = np.where(train, (params * np.where(prec == cost.FP32, 0.0, 4.0)).sum(-1), 0.0)
     optimizer = np.where(train, 8.0 * params.sum(-1), 0.0)
-    # activations per token at 16 bit: each block's saved tensors, the last block's
-    # recomputed ones under full checkpointing, plus the logits and loss; scaled by the
-    # attention and MLP activation bytes over 2
+    # activations per token at 16 bit: each block's saved tensors (all of them; its input under
+    # full checkpointing; what the per-op policy saves under selective), the block being
+    # recomputed under either, plus the logits and loss; scaled by the attention and MLP
+    # activation bytes over 2
     abytes = np.where(is_fp8, 2.0, nbytes)
     act_scale = 0.25 * (abytes[..., cost.ATT] + abytes[..., cost.MLP])
     s, h, L = st.seq_len, st.hidden, st.layers
     scores = np.where(st.flash, 0.0, 5.0 * st.heads * s)
-    blocks = np.where(st.checkpointing, 2.0 * h * L + st.act_layer + scores, L * (st.act_layer + scores))
+    full, selective = st.checkpointing == 1, st.checkpointing == 2
+    blocks = np.where(full, 2.0 * h * L + st.act_layer + scores, L * (st.act_layer + scores))
+    blocks = np.where(selective, L * st.act_sac + st.act_layer + scores, blocks)
     act = np.where(train, s * (blocks + st.act_final) * act_scale, 0.0)
     kv_tok = 2.0 * L * st.kv_dim * cost.KV_BYTES[prec[..., cost.ATT]]
     kv_seq = np.where(train, 0.0, (prompt + output) * kv_tok)
@@ -87,7 +89,17 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
         other = (st.flops_fwd - lin) / (bf16 * 0.55) + ew / bw
         t = lin / peak + st.mfu * (other + cast)
         per_group = np.where((st.flops_fwd > 0) | (ew > 0), np.where(peak > 0, t, np.inf), 0.0)
-    tpt = per_group.sum(-1) / st.mfu
+    # training: a step is 3 forward passes plus the recomputation of the blocks (full: every
+    # block group again, selective: the share of the GEMMs and casts the policy recomputes);
+    # both redo the blocks' elementwise work (4 x act_layer per block), never the head or loss
+    ew_blocks = np.zeros((st.T, 5))
+    ew_blocks[:, 3] = np.where(st.checkpointing > 0, 4.0 * st.layers * st.act_layer, 0.0)
+    redo = np.where(full[:, None], np.array([0.0, 1.0, 1.0, 0.0, 0.0]), 0.0)
+    share = np.where(selective[:, None], st.sac_share, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rec = redo * t + share * (lin / peak + st.mfu * cast) + st.mfu * ew_blocks / bw
+        rec = np.where((redo + share > 0) | (ew_blocks > 0), np.where(peak > 0, rec, np.inf), 0.0)
+    tpt = np.where(train, (3.0 * per_group + rec).sum(-1), per_group.sum(-1)) / st.mfu
     fsdp = 2.0 * weights + grads
     tp = 2.0 * L * h * 2.0  # two all-reduces of a BF16 hidden vector per layer
     comm = np.where(train, fsdp, tp)
@@ -317,10 +329,8 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     b = np.maximum(batch, 1).astype(np.float64)
     hide = 1.0 - st.comm_overlap
     tpt = terms.time_per_token
-    # training: data parallel FSDP, compute-bound. The passes x batch x sequence product is an
-    # exact integer in float64, so it is formed in whichever order is cheapest.
-    passes_seq = np.where(st.checkpointing, RECOMPUTE_FLOPS_FACTOR, TRAIN_FLOPS_FACTOR) * st.seq_len  # (T,)
-    t_comp = passes_seq * b * tpt
+    # training: data parallel FSDP, compute-bound; tpt is a step's seconds per token
+    t_comp = st.seq_len * b * tpt
     t_comm = terms.comm_bytes * (nf - 1.0) / nf / bw_link
     step = t_comp + (t_comm if hide == 1.0 else hide * t_comm)
     train_rate = nf * b * st.seq_len / step

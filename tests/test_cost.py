@@ -59,7 +59,6 @@ def throughput(st, t, n, b, nodes) -> Thr:
     return Thr(
         *engine.roofline(
             bool(st.is_train[0]),
-            bool(st.checkpointing[0]),
             st.seq_len[0],
             st.prompt_tokens[0],
             st.output_tokens[0],
@@ -156,6 +155,47 @@ def test_activations_per_block_by_hand():
     l8 = catalog.model("llama-3.1-8b")
     q, k = 4096, 1024
     assert cost.activation_bytes(l8) == (4 * 4096 + 2 * 4096 + 2 * (q + 2 * k) + 2 * q + 2 * 4096 + 8 * 14336, 4 * 4096 + 6 * 128256)
+
+
+def test_selective_checkpointing_by_hand():
+    # torchtitan's per-op policy on a Llama-3.1-8B block: the matmuls run q, k, v, o, w1 (gate),
+    # w3 (up), w2 (down); it saves the 1st, 3rd, 5th and 7th (q, v, gate, down), the attention
+    # output and its FP32 log-sum-exp, and the block's input; it recomputes k, o and up
+    m = catalog.model("llama-3.1-8b")
+    h, q, k, f, a = 4096, 4096, 1024, 14336, 32
+    kept, share = cost.selective_checkpointing(m)
+    assert kept == 2 * h + 2 * q + 2 * k + 2 * f + 2 * h + 2 * q + 4 * a
+    assert share[cost.ATT] == pytest.approx((h * k + q * h) / (h * q + 2 * h * k + q * h), rel=1e-12)
+    assert share[cost.MLP] == pytest.approx(1 / 3, rel=1e-12)
+    assert share[cost.HEAD] == share[cost.EMB] == share[cost.NORM] == 0
+    # GPT-2 (GeLU MLP: fc, proj): proj, the 6th matmul, is recomputed; fc's output is kept
+    g = catalog.model("gpt2")
+    kept_g, share_g = cost.selective_checkpointing(g)
+    assert kept_g == 2 * 768 + 2 * 768 + 2 * 768 + 2 * 3072 + 2 * 768 + 4 * 12
+    assert share_g[cost.MLP] == 0.5 and share_g[cost.ATT] == 0.5
+
+
+def test_checkpointing_modes_order_memory_and_time():
+    # selective keeps more than full and less than none, and recomputes less than full
+    def run(mode):
+        st, t = terms_for("llama-3.1-8b", "train", "bf16", seq=8192, ckpt=mode)
+        return t.per_seq_local[0], throughput(st, t, 8, 1, 1).tokens_per_s
+
+    (m0, r0), (m1, r1), (m2, r2) = run(False), run("full"), run("selective")
+    assert m1 < m2 < m0 and r1 < r2 < r0
+    assert run(True) == (m1, r1) and run("none") == (m0, r0)
+    # selective by hand: 32 blocks keep act_sac, one block is recomputed in full, then the logits
+    m = catalog.model("llama-3.1-8b")
+    per_layer, final = cost.activation_bytes(m)
+    assert m2 == pytest.approx(8192 * (32 * cost.selective_checkpointing(m)[0] + per_layer + final), rel=1e-12)
+
+
+def test_activation_checkpointing_rejects_unknown_modes():
+    from fleet_marl.config import ConfigError, TenantSpec
+
+    for bad in ("partial", 1, None, "Full"):
+        with pytest.raises(ConfigError, match="activation_checkpointing"):
+            TenantSpec(activation_checkpointing=bad)
 
 
 def test_kv_cache_bytes_gqa_and_dtype():

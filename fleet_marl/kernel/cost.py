@@ -9,8 +9,10 @@ turns them into bytes per GPU, throughput and power on the GPUs it was granted. 
 * training bytes per GPU (FSDP / ZeRO-3 over ``n`` GPUs): weights, gradients, an fp32 master
   copy and two fp32 Adam moments, all sharded ``/ n`` (Rajbhandari et al. 2020); activations
   per sequence ``s h L (34 + 5 a s / h)`` bytes at 16 bit (Korthikanti et al. 2022), without the
-  ``5 a s / h`` term under FlashAttention (Dao et al. 2022); with full activation
-  checkpointing only ``2 s h L`` bytes are kept and the forward pass runs twice;
+  ``5 a s / h`` term under FlashAttention (Dao et al. 2022), recounted per block type
+  (:func:`activation_bytes`); with full activation checkpointing each block keeps its input and
+  runs its forward again, with selective (per-op) checkpointing it keeps what torchtitan's
+  policy saves and recomputes the rest (:func:`selective_checkpointing`);
 * serving bytes per GPU (tensor parallel over ``n``): weights ``/ n`` and the KV cache,
   ``2 L kv_heads head_dim`` bytes-of-dtype per token, ``/ min(n, kv_heads)`` (tensor
   parallelism splits KV heads and replicates them when GPUs outnumber them);
@@ -53,7 +55,10 @@ TRAIN_BYTES = np.where(np.arange(catalog.N_PRECISIONS) == FP8, 2.0, catalog.PREC
 ADAM_BYTES = 8.0  # two fp32 moments
 ACT_ATTN = 5.0  # Korthikanti et al. 2022: the stored scores, softmax and dropout, 5 a s bytes per token, without FlashAttention
 TRAIN_FLOPS_FACTOR = 3.0  # forward + backward (2x forward) = 6N per token (Kaplan et al. 2020)
-RECOMPUTE_FLOPS_FACTOR = 4.0  # full recomputation runs the forward pass once more
+#: Activation checkpointing of a training tenant, by code (``TenantSpec.activation_checkpointing``:
+#: false or "none", true or "full", "selective").
+CKPT_NONE, CKPT_FULL, CKPT_SELECTIVE = 0, 1, 2
+CHECKPOINTING_CODE = {False: CKPT_NONE, "none": CKPT_NONE, True: CKPT_FULL, "full": CKPT_FULL, "selective": CKPT_SELECTIVE}
 #: Achieved share of the tensor-core peak of a large dense GEMM, BF16 and FP8 alike, and of the
 #: HBM bandwidth of a pointwise (cast) kernel: torchao's float8 roofline
 #: (pytorch/ao, torchao/testing/training/roofline_utils.py: pct_achievable_gemm_tops 0.78,
@@ -134,6 +139,34 @@ def activation_bytes(m: ModelArch) -> tuple[float, float]:
     return float(per_layer), float(4 * h + 6 * m.vocab)
 
 
+def selective_checkpointing(m: ModelArch) -> tuple[float, np.ndarray]:
+    """``(per_layer, recomputed)`` under per-op selective activation checkpointing (torchtitan's
+    ``selective_ac_option = "op"``): the bytes per token a block keeps for the backward pass at
+    16 bit, and the share of each layer group's linear FLOPs (G,) run again in the backward.
+
+    torchtitan's policy (``parallelize_llama.py``, ``_save_list`` and ``_custom_policy``) saves
+    the output of every matmul except every second one in the block's call order, of the
+    FlashAttention kernel and of the amax reductions; it recomputes everything else from the
+    block's input. The catalog block calls q, k, v, o, then gate, up, down (SwiGLU) or fc, proj
+    (GeLU), so it keeps the block's input (``2 h``), the outputs of q, v, gate and down (or fc)
+    (``2 (q + k + f + h)``; ``2 (q + k + f)`` for GeLU), the attention output (``2 q``) and its
+    FP32 log-sum-exp (``4 a``), and recomputes k and o and up (or proj)."""
+    h, f, q, k, a = m.hidden, m.ffn, m.heads * m.head_dim, m.kv_heads * m.head_dim, m.heads
+    att = [(h, q), (h, k), (h, k), (q, h)]  # (in, out) of q, k, v, o
+    mlp = [(h, f), (h, f), (f, h)] if m.mlp == "gated" else [(h, f), (f, h)]
+    calls = [(ATT, i, o) for i, o in att] + [(MLP, i, o) for i, o in mlp]
+    kept = 2.0 * h + 2.0 * q + 4.0 * a
+    redo, total = np.zeros(catalog.N_GROUPS), np.zeros(catalog.N_GROUPS)
+    for n, (g, i, o) in enumerate(calls, start=1):
+        total[g] += i * o
+        if n % 2:
+            kept += 2.0 * o
+        else:
+            redo[g] += i * o
+    with np.errstate(invalid="ignore"):
+        return float(kept), np.where(total > 0, redo / total, 0.0)
+
+
 def linear_seconds(M: float, K: float, N: float, gpu, precision: str, train: bool = True) -> float:
     """Seconds of one linear layer ``(M x K) @ (K x N)`` on ``gpu`` (a ``catalog.GPUType``) in
     ``precision``, forward and, when ``train``, backward (3 GEMMs): the GEMMs at ``GEMM_EFF`` of
@@ -165,14 +198,42 @@ def reference_rate(st) -> np.ndarray:
 
 #: Columns of the per-group table ``group_terms`` (T, G, P, len(GROUP_TERMS)): what a layer
 #: group contributes at a precision -- weight bytes, gradient bytes (training), fp32 master
-#: bytes (training), forward seconds per token at peak (``flops / peak``; inf where the GPU
-#: lacks the precision), and 1 where the precision is invalid for the tenant.
+#: bytes (training), seconds per token times the GEMM efficiency (serving: one forward pass,
+#: :func:`seconds_per_token_table`; training: a step's forward, backward and recomputation,
+#: ``3 x forward +`` :func:`recompute_seconds_table`; inf where the GPU lacks the precision), and
+#: 1 where the precision is invalid for the tenant.
 GROUP_TERMS = ("weights", "grads", "master", "seconds_per_token", "invalid")
 #: Per-tenant constants of stage 1 (T, len(TENANT_TERMS)): optimizer bytes (training),
-#: activation bytes per sequence at 16 bit (training; ``s h L (34 + 5 a s / h)`` or ``2 s h L``
-#: checkpointed), KV-cache bytes per token per byte of cache dtype (``2 L kv_heads head_dim``),
+#: activation bytes per sequence at 16 bit (training; ``s (L x kept per block + recomputed block
+#: + after the blocks)`` by checkpointing mode), KV-cache bytes per token per byte of cache dtype (``2 L kv_heads head_dim``),
 #: KV heads, and the tensor-parallel all-reduce bytes per token (``2 L h x 2``, serving).
 TENANT_TERMS = ("optimizer", "act_per_seq", "kv_per_token", "kv_heads", "tp_comm")
+
+
+def _time_parts(st):
+    """The parts of the forward seconds per token of :func:`seconds_per_token_table`, (T, G, P)
+    or broadcastable: ``(gemm, other, cast, ew_blocks, ew_final)`` -- the linear layers' GEMMs
+    at the precision's peak, attention's scores at ``ATTN_EFF`` of the BF16 peak, the FP8
+    casts, and the elementwise HBM traffic of the blocks and after them (the norm group), each
+    not yet times ``st.mfu``, and the HBM bandwidth they run at."""
+    T, G, P = st.T, catalog.N_GROUPS, catalog.N_PRECISIONS
+    bf16 = st.peak[:, BF16][:, None, None]  # (T, 1, 1)
+    peak = st.peak[:, None, :]  # (T, 1, P)
+    lin = np.zeros((T, G))
+    lin[:, ATT], lin[:, MLP], lin[:, HEAD] = 2.0 * st.params[:, ATT], 2.0 * st.params[:, MLP], st.flops_fwd[:, HEAD]
+    cast_el = np.where(
+        st.is_train[:, None], CAST_BYTES_TRAIN * (st.linear_in + st.linear_out) / TRAIN_FLOPS_FACTOR, CAST_BYTES_SERVE * st.linear_in
+    )
+    is_fp8 = (np.arange(P) == FP8)[None, None, :]
+    bw = st.bw[:, None, None] * CAST_BW_EFF
+    cast = np.where(is_fp8, cast_el[:, :, None] / bw, 0.0)
+    ew_blocks, ew_final = np.zeros((T, G, 1)), np.zeros((T, G, 1))
+    ew_blocks[:, NORM, 0] = EW_BYTES * st.layers * st.act_layer
+    ew_final[:, NORM, 0] = EW_BYTES * st.act_final
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gemm = lin[:, :, None] / peak
+    other = (st.flops_fwd - lin)[:, :, None] / (bf16 * ATTN_EFF)
+    return gemm, other, cast, ew_blocks, ew_final, bw
 
 
 def seconds_per_token_table(st) -> np.ndarray:
@@ -191,24 +252,35 @@ def seconds_per_token_table(st) -> np.ndarray:
       ``act_final``) through HBM at ``CAST_BW_EFF``, in the norm group.
 
     inf where the GPU lacks the precision."""
-    T, G, P = st.T, catalog.N_GROUPS, catalog.N_PRECISIONS
-    bf16 = st.peak[:, BF16][:, None, None]  # (T, 1, 1)
-    peak = st.peak[:, None, :]  # (T, 1, P)
-    lin = np.zeros((T, G))
-    lin[:, ATT], lin[:, MLP], lin[:, HEAD] = 2.0 * st.params[:, ATT], 2.0 * st.params[:, MLP], st.flops_fwd[:, HEAD]
-    cast_el = np.where(
-        st.is_train[:, None], CAST_BYTES_TRAIN * (st.linear_in + st.linear_out) / TRAIN_FLOPS_FACTOR, CAST_BYTES_SERVE * st.linear_in
-    )
-    is_fp8 = (np.arange(P) == FP8)[None, None, :]
-    bw = st.bw[:, None, None] * CAST_BW_EFF
-    cast = np.where(is_fp8, cast_el[:, :, None] / bw, 0.0)
-    ew = np.zeros((T, G))
-    ew[:, NORM] = EW_BYTES * (st.layers * st.act_layer + st.act_final)
-    flops = st.flops_fwd[:, :, None]
-    other = (flops - lin[:, :, None]) / (bf16 * ATTN_EFF) + ew[:, :, None] / bw
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = lin[:, :, None] / peak + st.mfu * (other + cast)
-        return np.where((flops > 0) | (ew[:, :, None] > 0), np.where(peak > 0, t, np.inf), 0.0)
+    gemm, other, cast, ew_blocks, ew_final, bw = _time_parts(st)
+    ew = ew_blocks + ew_final
+    with np.errstate(invalid="ignore"):
+        t = gemm + st.mfu * (other + ew / bw + cast)
+    busy = (st.flops_fwd[:, :, None] > 0) | (ew > 0)
+    return np.where(busy, np.where(st.peak[:, None, :] > 0, t, np.inf), 0.0)
+
+
+def recompute_seconds_table(st) -> np.ndarray:
+    """Seconds per token the backward pass spends recomputing the forward, by layer group and
+    precision, times ``st.mfu`` like :func:`seconds_per_token_table` (T, G, P). Checkpointing
+    wraps each transformer block (torchtitan ``apply_ac``, torchtune and llm-foundry alike), so
+    the head and the loss are never recomputed. Full recomputation runs each block's forward
+    again: its GEMMs, attention and casts and its elementwise work. Selective (per-op)
+    recomputation runs again the linear layers it did not save (``st.sac_share`` of each group's
+    GEMMs and casts, :func:`selective_checkpointing`) and the blocks' elementwise work, not
+    attention, whose output it keeps. 0 without checkpointing; inf where the GPU lacks the
+    precision."""
+    gemm, other, cast, ew_blocks, _, bw = _time_parts(st)
+    G = catalog.N_GROUPS
+    block = np.zeros((1, G, 1))
+    block[0, [ATT, MLP], 0] = 1.0
+    full = np.where(st.checkpointing[:, None, None] == CKPT_FULL, block, 0.0)
+    sel = np.where(st.checkpointing[:, None, None] == CKPT_SELECTIVE, st.sac_share[:, :, None], 0.0)
+    ew = np.where(st.checkpointing[:, None, None] != CKPT_NONE, ew_blocks, 0.0)
+    with np.errstate(invalid="ignore"):
+        t = full * (gemm + st.mfu * (other + cast)) + sel * (gemm + st.mfu * cast) + st.mfu * ew / bw
+    busy = (full + sel > 0) | (ew > 0)
+    return np.where(busy, np.where(st.peak[:, None, :] > 0, t, np.inf), 0.0)
 
 
 def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
@@ -222,12 +294,16 @@ def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
     out[..., 0] = params * np.where(train, TRAIN_BYTES[None, None, :], catalog.PRECISION_BYTES[None, None, :])
     out[..., 1] = np.where(train, params * GRAD_BYTES[None, None, :], 0.0)
     out[..., 2] = np.where(train, params * MASTER_BYTES[None, None, :], 0.0)
-    out[..., 3] = seconds_per_token_table(st)
+    out[..., 3] = np.where(
+        train, TRAIN_FLOPS_FACTOR * seconds_per_token_table(st) + recompute_seconds_table(st), seconds_per_token_table(st)
+    )
     invalid = ~st.supported | (st.is_train[:, None] & catalog.WEIGHT_ONLY[None, :])  # (T, P)
     out[..., 4] = np.broadcast_to(invalid[:, None, :], (T, G, P))
     s, h, L = st.seq_len, st.hidden, st.layers
     scores = np.where(st.flash, 0.0, ACT_ATTN * st.heads * s)  # per token per block, without FlashAttention
-    kept = np.where(st.checkpointing, L * 2.0 * h + st.act_layer + scores, L * (st.act_layer + scores))
+    per_block = np.select([st.checkpointing == CKPT_FULL, st.checkpointing == CKPT_SELECTIVE], [2.0 * h, st.act_sac], st.act_layer + scores)
+    recomputed = np.where(st.checkpointing != CKPT_NONE, st.act_layer + scores, 0.0)  # the block being recomputed
+    kept = L * per_block + recomputed
     tenant = np.stack(
         [
             np.where(st.is_train, ADAM_BYTES * st.params.sum(-1), 0.0),
@@ -248,11 +324,14 @@ __all__ = [
     "CAST_BW_EFF",
     "CAST_BYTES_SERVE",
     "CAST_BYTES_TRAIN",
+    "CHECKPOINTING_CODE",
+    "CKPT_FULL",
+    "CKPT_NONE",
+    "CKPT_SELECTIVE",
     "EW_BYTES",
     "GEMM_EFF",
     "GROUP_TERMS",
     "KV_BYTES",
-    "RECOMPUTE_FLOPS_FACTOR",
     "STEP_OVERHEAD_S",
     "TENANT_TERMS",
     "TRAIN_BYTES",
@@ -261,7 +340,9 @@ __all__ = [
     "forward_flops_per_token",
     "linear_dims",
     "linear_seconds",
+    "recompute_seconds_table",
     "reference_rate",
     "seconds_per_token_table",
+    "selective_checkpointing",
     "stage1_tables",
 ]

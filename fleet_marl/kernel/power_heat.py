@@ -35,6 +35,14 @@ from fleet_marl.kernel.layout import (
 
 
 @jit
+def cap_clock(headroom_w, dynamic_w):
+    """The clock factor ``f`` under a power cap that leaves ``headroom_w`` above idle for
+    ``dynamic_w`` of dynamic power at full clock: ``idle + f x dynamic = cap``, clipped to [0, 1]
+    (1 without dynamic power)."""
+    return min(max(headroom_w / dynamic_w, 0.0), 1.0) if dynamic_w > 0 else 1.0
+
+
+@jit
 def power_heat(b, tf, nf, ni, sc, temp, activity, rg, t_nodes, n_nodes, node_dyn, rack_dyn, f_cap, f_heat, f_node, t_pred, dead, rk, rr):
     """Row ``b``'s node power and heat: each node's dynamic power from its tenants' activity,
     its rack's cap factor ``f_cap``, its predicted temperature ``t_pred``, its heat factor
@@ -55,7 +63,7 @@ def power_heat(b, tf, nf, ni, sc, temp, activity, rg, t_nodes, n_nodes, node_dyn
         rack_dyn[ni[k, N_RACK]] += node_dyn[k]
     for k in range(K):
         rd = rack_dyn[ni[k, N_RACK]]
-        f_cap[k] = min(max(nf[k, N_HEAD] / rd, 0.0), 1.0) if rd > 0 else 1.0
+        f_cap[k] = cap_clock(nf[k, N_HEAD], rd)
         t0 = temp[b, k]
         tss = ambient + rise * (nf[k, N_IDLE] + node_dyn[k] * f_cap[k]) / nf[k, N_FULL]
         t_pred[k] = tss + (t0 - tss) * decay
@@ -104,4 +112,4 @@ def throttle(sc, t_nodes, n_nodes, f_node, f_cap, f_heat, t_pred, dead, running,
         rf[O_TPS, t] = rf[O_TPS, t] * f
 
 
-__all__ = ["power_heat", "throttle"]
+__all__ = ["cap_clock", "power_heat", "throttle"]

@@ -37,6 +37,8 @@ def model_arrays(models, ctx) -> dict[str, Any]:
         "linear_out": np.stack([cost.linear_dims(m)[1] for m in models]),
         "act_layer": arr([cost.activation_bytes(m)[0] for m in models]),
         "act_final": arr([cost.activation_bytes(m)[1] for m in models]),
+        "act_sac": arr([cost.selective_checkpointing(m)[0] for m in models]),
+        "sac_share": np.stack([cost.selective_checkpointing(m)[1] for m in models]),
     }
 
 
@@ -60,6 +62,8 @@ class KernelStatic:
     linear_out: np.ndarray  # (T, G) float64 summed output widths
     act_layer: np.ndarray  # (T,) float64 activation bytes per token per block at 16 bit (cost.activation_bytes)
     act_final: np.ndarray  # (T,) float64 activation bytes per token after the blocks (norm, head input, logits, loss)
+    act_sac: np.ndarray  # (T,) float64 bytes per token per block kept under selective checkpointing (cost.selective_checkpointing)
+    sac_share: np.ndarray  # (T, G) float64 share of each group's linear FLOPs recomputed under selective checkpointing
     seq_len: np.ndarray  # (T,) float64 train: sequence length
     prompt_tokens: np.ndarray  # (T,) float64
     output_tokens: np.ndarray  # (T,) float64
@@ -68,7 +72,7 @@ class KernelStatic:
     arrival_rate: np.ndarray  # (T,) float64 requests/s (0 for training tenants)
     job_tokens: np.ndarray  # (T,) float64 (0 for serving tenants)
     flash: np.ndarray  # (T,) bool
-    checkpointing: np.ndarray  # (T,) bool full activation recomputation (train)
+    checkpointing: np.ndarray  # (T,) int64 activation checkpointing (train): cost.CKPT_NONE, CKPT_FULL or CKPT_SELECTIVE
     priority: np.ndarray  # (T,) float64
     max_gpus: np.ndarray  # (T,) int64
     budget: np.ndarray  # (T,) float64 episode budget
@@ -159,7 +163,7 @@ class KernelStatic:
             arrival_rate=np.where(is_train, 0.0, arr([t.workload.rate for t in ts])),
             job_tokens=np.where(is_train, arr([t.workload.job_tokens for t in ts]), 0.0),
             flash=np.array([t.flash_attention for t in ts]),
-            checkpointing=np.array([t.activation_checkpointing for t in ts]) & is_train,
+            checkpointing=np.where(is_train, arr([cost.CHECKPOINTING_CODE[t.activation_checkpointing] for t in ts], np.int64), 0),
             priority=arr([t.priority for t in ts]),
             max_gpus=arr([min(t.max_gpus, cl.capacity(t.gpu_type)) for t in ts], np.int64),
             budget=arr([t.budget for t in ts]),

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from fleet_marl import catalog
-from fleet_marl.kernel.cost import BF16, KV_BYTES, RECOMPUTE_FLOPS_FACTOR, STEP_OVERHEAD_S, TRAIN_BYTES, TRAIN_FLOPS_FACTOR
+from fleet_marl.kernel.cost import BF16, KV_BYTES, STEP_OVERHEAD_S, TRAIN_BYTES
 from fleet_marl.kernel.jit import jit, jit_inline
 from fleet_marl.kernel.layout import (
     F_ARR,
@@ -37,7 +37,6 @@ from fleet_marl.kernel.layout import (
     S_ROUND,
     S_VETO,
     T_ACT,
-    T_CKPT,
     T_HBM,
     T_INTER,
     T_INTRA,
@@ -126,7 +125,6 @@ def memory_per_gpu(weights, grads, master, optimizer, per_seq_local, per_seq_sha
 @jit
 def roofline(
     is_train,
-    checkpointing,
     seq_len,
     prompt_tokens,
     output_tokens,
@@ -154,8 +152,7 @@ def roofline(
     bw_link = inter_bw if nodes > 1 else intra_bw
     bf = float(max(batch, 1))
     hide = 1.0 - comm_overlap
-    passes = RECOMPUTE_FLOPS_FACTOR if checkpointing else TRAIN_FLOPS_FACTOR
-    t_comp = passes * seq_len * bf * time_per_token
+    t_comp = seq_len * bf * time_per_token  # training: time_per_token is a step's (forward, backward, recomputation)
     t_comm = comm_bytes * (nf - 1.0) / nf / bw_link
     step = t_comp + (t_comm if hide == 1.0 else hide * t_comm)
     if is_train:
@@ -230,7 +227,6 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
         train = ti[t, T_TRAIN] != 0
         rate, tps, eff, prefill, t_dec = roofline(
             train,
-            ti[t, T_CKPT] != 0,
             tf[t, T_SEQ],
             ins_f[F_PROMPT, b, t],
             ins_f[F_OUT, b, t],

@@ -52,7 +52,7 @@ def parse_precision(text: str) -> dict[str, str]:
 
 
 def single_tenant_static(
-    model: str, gpu_type: str, mode: str, gpus: int, gpus_per_node: int, seq_len: int, output_tokens: int, checkpointing: bool = False
+    model: str, gpu_type: str, mode: str, gpus: int, gpus_per_node: int, seq_len: int, output_tokens: int, checkpointing: bool | str = False
 ):
     m = catalog.model(model)
     catalog.gpu(gpu_type)
@@ -70,7 +70,7 @@ def single_tenant_static(
                 gpu_type=gpu_type,
                 max_gpus=nodes * gpus_per_node,
                 budget=1e12,
-                activation_checkpointing=checkpointing and mode == "train",
+                activation_checkpointing=checkpointing if mode == "train" else False,
                 workload=wl,
             ),
         ),
@@ -111,7 +111,6 @@ def estimate(args) -> dict:
     mem = engine.memory_per_gpu(*terms, n, b)
     rate, tokens_per_s, efficiency, ttft_s, tpot_s = engine.roofline(
         args.mode == "train",
-        bool(st.checkpointing[0]),
         st.seq_len[0],
         st.prompt_tokens[0],
         st.output_tokens[0],

@@ -104,6 +104,8 @@ class Case:
     representable: bool = True
     reason: str = ""
     max_batch: int = 0  # requests in the run (caps a throughput run's batch); 0 = no cap
+    power_limit_w: float = 0.0  # the GPUs' power limit as published; 0 = the catalog GPU's TDP
+    hbm_tbs: float = 0.0  # HBM bandwidth as published (TB/s); 0 = the catalog GPU's
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -204,6 +206,8 @@ def _case(e: dict) -> Case:
         representable=not reason,
         reason=reason,
         max_batch=cap,
+        power_limit_w=float(hw.get("power_limit_w") or 0.0),
+        hbm_tbs=float(hw.get("memory_bandwidth_tbs") or 0.0),
         extra={"notes": e.get("notes", ""), "parallelism": par},
     )
 
