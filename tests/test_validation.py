@@ -68,3 +68,24 @@ def test_cli_table_json_and_bad_input(capsys):
     assert "--quantity 'nope'" in capsys.readouterr().err
     assert main(["validate", "--measurements", "/no/such/file.yaml"]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_published_power_limit_and_loss_reach_the_prediction(tmp_path, capsys):
+    # torchtitan's Grand Teton H100 runs at its published 500 W limit: the kernel's power-to-clock
+    # relation (power_heat.cap_clock) slows it by (500 - idle) / (TDP - idle)
+    from fleet_marl.validation.predict import clock, predict
+
+    c = next(x for x in cases.load() if x.id == "tt_l31_8b_fsdp_bf16_tps")
+    g = catalog.gpu(c.gpu)
+    assert c.power_limit_w == 500 and c.hbm_tbs == 2.4
+    assert clock(c) == pytest.approx((500 - g.idle_w) / (g.tdp_w - g.idle_w), rel=1e-12)
+    import dataclasses
+
+    uncapped = predict(dataclasses.replace(c, power_limit_w=0.0))[0]
+    assert predict(c)[0] < uncapped * clock(c) * 1.0001  # and the slower HBM2e costs a little more
+    # a loss implementation the kernel does not know is bad input (exit 2), not a silent default
+    bad = tmp_path / "bad.yaml"
+    text = cases.PATH.read_text(encoding="utf-8").replace("loss_implementation: chunked", "loss_implementation: magic", 1)
+    bad.write_text(text, encoding="utf-8")
+    assert main(["validate", "--measurements", str(bad)]) == 2
+    assert "loss_implementation 'magic'" in capsys.readouterr().err

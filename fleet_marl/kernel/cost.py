@@ -120,9 +120,28 @@ def linear_dims(m: ModelArch) -> tuple[np.ndarray, np.ndarray]:
     return ins, outs
 
 
-def activation_bytes(m: ModelArch) -> tuple[float, float]:
+#: Bytes per token per vocabulary entry that the loss holds at its peak, by implementation:
+#:
+#: * ``"eager"`` (the default): ``F.cross_entropy(logits.float(), labels)`` in eager PyTorch,
+#:   torchtitan's loss until it was compiled (``train.py`` at 9dec370, 2024-12: the
+#:   ``torch.compile(loss_fn)`` line commented out) and Hugging Face's ``logits.float()``: the BF16
+#:   logits (2), their FP32 copy (4) and the FP32 log-probabilities log-softmax saves (4) are
+#:   alive together, 10;
+#: * ``"fused"``: one fused kernel reads the BF16 logits and never writes their FP32 copy or
+#:   log-probabilities; the BF16 logits (2) are kept for the backward, which writes a BF16
+#:   gradient (2), 4: the loss under ``torch.compile`` (torchtitan compiles it with
+#:   ``training.compile`` since bbb1b616e, 2025-04-02, ``components/loss.py``) and llm-foundry's
+#:   default ``loss_fn = "fused_crossentropy"`` (flash-attn's fused cross-entropy,
+#:   ``llmfoundry/models/mpt/modeling_mpt.py``);
+#: * ``"chunked"``: torchtune's ``CEWithChunkedOutputLoss`` (8 chunks): the BF16 logits (2) and one
+#:   chunk's FP32 copy and log-probabilities (8 / 8), 3.
+LOSS_BYTES = {"eager": 10.0, "fused": 4.0, "chunked": 3.0}
+
+
+def activation_bytes(m: ModelArch, loss: str = "eager") -> tuple[float, float]:
     """``(per_layer, final)``: activation bytes per token kept for the backward pass at 16 bit,
-    with FlashAttention and no dropout, per transformer block and once after the last one.
+    with FlashAttention and no dropout, per transformer block and once after the last one, with
+    the loss implemented as ``loss`` (a key of :data:`LOSS_BYTES`).
 
     Per block, the tensors autograd saves: the input of each of the two norms (``2 h`` each);
     attention: the norm's output that feeds q, k and v (``2 h``), q, k and v for the attention
@@ -130,13 +149,15 @@ def activation_bytes(m: ModelArch) -> tuple[float, float]:
     projection (``2 q``); a SwiGLU MLP: its input (``2 h``), the gate and up projections, the
     SiLU of the gate and their product (``4 x 2 f``); a GeLU MLP: its input, the GeLU's input and
     output (``2 h + 2 x 2 f``). After the blocks: the final norm's and the head's inputs
-    (``2 x 2 h``), the BF16 logits (``2 V``) and the FP32 log-probabilities of the loss (``4 V``).
+    (``2 x 2 h``) and the loss's ``LOSS_BYTES[loss] x V`` (logits and log-probabilities).
     This is Korthikanti et al. 2022's count (``34 h`` for a GPT block with dropout) redone for
     each block type."""
     h, f, q, k = m.hidden, m.ffn, m.heads * m.head_dim, m.kv_heads * m.head_dim
     mlp = 2 * h + (8 * f if m.mlp == "gated" else 4 * f)
     per_layer = 4 * h + 2 * h + 2 * (q + 2 * k) + 2 * q + mlp
-    return float(per_layer), float(4 * h + 6 * m.vocab)
+    if loss not in LOSS_BYTES:
+        raise ValueError(f"loss: {loss!r}; expected one of {', '.join(map(repr, LOSS_BYTES))}")
+    return float(per_layer), float(4 * h + LOSS_BYTES[loss] * m.vocab)
 
 
 def selective_checkpointing(m: ModelArch) -> tuple[float, np.ndarray]:
@@ -332,6 +353,7 @@ __all__ = [
     "GEMM_EFF",
     "GROUP_TERMS",
     "KV_BYTES",
+    "LOSS_BYTES",
     "STEP_OVERHEAD_S",
     "TENANT_TERMS",
     "TRAIN_BYTES",

@@ -19,11 +19,13 @@ from fleet_marl.kernel import cost, mechanisms
 from fleet_marl.kernel.layout import pack_static
 
 
-def model_arrays(models, ctx) -> dict[str, Any]:
+def model_arrays(models, ctx, loss=None) -> dict[str, Any]:
     """The fields of :class:`KernelStatic` that come from each tenant's architecture
     (``catalog.ModelArch``) at its context ``ctx`` (T,): ``dataclasses.replace(st,
     **model_arrays(...))`` swaps the models of a scenario (the validation suite runs published
-    architectures that are not in the catalog this way)."""
+    architectures that are not in the catalog this way), each with its loss implementation
+    ``loss`` (T,) (a key of ``cost.LOSS_BYTES``; default eager)."""
+    loss = ["eager"] * len(models) if loss is None else loss
     arr = lambda xs: np.array(xs, dtype=np.float64)  # noqa: E731
     return {
         "params": np.stack([m.params_vector for m in models]),
@@ -36,7 +38,7 @@ def model_arrays(models, ctx) -> dict[str, Any]:
         "linear_in": np.stack([cost.linear_dims(m)[0] for m in models]),
         "linear_out": np.stack([cost.linear_dims(m)[1] for m in models]),
         "act_layer": arr([cost.activation_bytes(m)[0] for m in models]),
-        "act_final": arr([cost.activation_bytes(m)[1] for m in models]),
+        "act_final": arr([cost.activation_bytes(m, lo)[1] for m, lo in zip(models, loss, strict=True)]),
         "act_sac": arr([cost.selective_checkpointing(m)[0] for m in models]),
         "sac_share": np.stack([cost.selective_checkpointing(m)[1] for m in models]),
     }

@@ -21,6 +21,7 @@ import yaml
 
 from fleet_marl import catalog
 from fleet_marl.catalog import ModelArch
+from fleet_marl.kernel.cost import LOSS_BYTES
 
 PATH = Path(__file__).resolve().parent / "measurements.yaml"
 
@@ -106,6 +107,7 @@ class Case:
     max_batch: int = 0  # requests in the run (caps a throughput run's batch); 0 = no cap
     power_limit_w: float = 0.0  # the GPUs' power limit as published; 0 = the catalog GPU's TDP
     hbm_tbs: float = 0.0  # HBM bandwidth as published (TB/s); 0 = the catalog GPU's
+    loss: str = "eager"  # the loss's implementation (a key of cost.LOSS_BYTES), as the source runs it
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -183,6 +185,9 @@ def _case(e: dict) -> Case:
     elif sv:
         batch, cap = _serving_batch(sv, e["quantity"])
     ckpt = str(tr.get("activation_checkpointing", "none")).lower()
+    loss = str(tr.get("loss_implementation") or "eager")
+    if loss not in LOSS_BYTES:
+        raise ValueError(f"{e['id']}: training.loss_implementation {loss!r}; expected one of {', '.join(map(repr, LOSS_BYTES))}")
     return Case(
         id=e["id"],
         quantity=e["quantity"],
@@ -208,6 +213,7 @@ def _case(e: dict) -> Case:
         max_batch=cap,
         power_limit_w=float(hw.get("power_limit_w") or 0.0),
         hbm_tbs=float(hw.get("memory_bandwidth_tbs") or 0.0),
+        loss=loss,
         extra={"notes": e.get("notes", ""), "parallelism": par},
     )
 
