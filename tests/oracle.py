@@ -298,15 +298,20 @@ def memory_per_gpu(terms: TenantTerms, n: np.ndarray, batch: np.ndarray) -> Memo
     if a.shape != w.shape:  # activations do not depend on n: give them the rows' shape too
         a = np.broadcast_to(a, np.broadcast_shapes(a.shape, w.shape)).copy()
     kv = batch * terms.per_seq_sharded / np.minimum(np.maximum(n, 1), terms.kv_heads)
-    return Memory(w, g, m, o, a, kv, w + g + m + o + a + kv)
+    # the backward frees activations as it writes gradients: they never peak together
+    return Memory(w, g, m, o, a, kv, w + m + o + np.maximum(g, a) + kv)
 
 
 def largest_fitting_batch(terms: TenantTerms, n: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """The largest batch whose bytes per GPU fit ``capacity`` (memory is affine in batch); may be < 1."""
+    """The largest batch whose peak bytes per GPU (weights, master, optimizer, the larger of
+    gradients and activations, KV cache) fit ``capacity``; may be < 1, 0 when the gradients alone
+    do not fit."""
     inv = 1.0 / np.maximum(n, 1)
-    fixed = (terms.weights + terms.grads + terms.master + terms.optimizer) * inv
+    fixed = (terms.weights + terms.master + terms.optimizer) * inv
     per_seq = terms.per_seq_local + terms.per_seq_sharded / np.minimum(np.maximum(n, 1), terms.kv_heads)
-    return np.floor((capacity - fixed) / per_seq)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fit = np.floor((capacity - fixed) / per_seq)
+    return np.where(terms.grads * inv > capacity - fixed, 0.0, fit)
 
 
 class Throughput(NamedTuple):

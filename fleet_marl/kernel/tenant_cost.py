@@ -98,11 +98,15 @@ def tenant_terms(tf, ti, tg, t, prec, project, mfu, prec_run, prompt, output):
 
 @jit
 def fitting_batch(weights, grads, master, optimizer, per_seq_local, per_seq_sharded, kv_heads, n, capacity):
-    """The largest batch whose bytes per GPU on ``n`` GPUs fit ``capacity`` (memory is affine
-    in the batch); may be < 1. Training shards the weights, gradients, master copy and optimizer
-    ``/ n`` (FSDP); serving splits the KV cache over at most ``kv_heads`` GPUs."""
+    """The largest batch whose peak bytes per GPU on ``n`` GPUs (:func:`peak_bytes`) fit
+    ``capacity`` (the peak is affine in the batch once the gradients fit); may be < 1, and is 0
+    when the gradients alone do not fit. Training shards the weights, gradients, master copy and
+    optimizer ``/ n`` (FSDP); serving splits the KV cache over at most ``kv_heads`` GPUs."""
     n1 = max(n, 1)
-    fixed = (weights + grads + master + optimizer) * (1.0 / n1)
+    inv = 1.0 / n1
+    fixed = (weights + master + optimizer) * inv
+    if grads * inv > capacity - fixed:
+        return 0.0
     per_seq = per_seq_local + per_seq_sharded / min(float(n1), kv_heads)
     return np.floor((capacity - fixed) / per_seq)
 
@@ -110,7 +114,7 @@ def fitting_batch(weights, grads, master, optimizer, per_seq_local, per_seq_shar
 @jit
 def memory_per_gpu(weights, grads, master, optimizer, per_seq_local, per_seq_sharded, kv_heads, n, batch):
     """Bytes per GPU on ``n`` GPUs (0 counts as 1) at ``batch`` sequences: ``(weights,
-    gradients, fp32 master, optimizer, activations, KV cache)``."""
+    gradients, fp32 master, optimizer, activations, KV cache)``; :func:`peak_bytes` is their peak."""
     inv = 1.0 / max(n, 1)
     return (
         weights * inv,
@@ -120,6 +124,16 @@ def memory_per_gpu(weights, grads, master, optimizer, per_seq_local, per_seq_sha
         batch * per_seq_local,
         batch * per_seq_sharded / min(float(max(n, 1)), kv_heads),
     )
+
+
+@jit
+def peak_bytes(weights, grads, master, optimizer, activations, kv_cache):
+    """The peak of a step's bytes per GPU from the parts :func:`memory_per_gpu` returns. The
+    backward pass frees each block's activations as it writes that block's gradients, and the
+    gradients are freed after the optimizer step (``zero_grad(set_to_none=True)``, PyTorch's
+    default since 2.0; torchtitan, torchtune, llm-foundry), so the two never peak together:
+    ``W + M + O + max(G, A) + KV``."""
+    return weights + master + optimizer + max(grads, activations) + kv_cache
 
 
 @jit
@@ -272,6 +286,7 @@ __all__ = [
     "C_W",
     "fitting_batch",
     "memory_per_gpu",
+    "peak_bytes",
     "roofline",
     "tenant_stage1",
     "tenant_terms",

@@ -134,7 +134,7 @@ def predict(c: Case) -> tuple[float, dict]:
         if c.pure_bf16:  # torchtune: BF16 weights and AdamW moments, no FP32 master copy
             mem = (mem[0], mem[1], 0.0, 0.5 * mem[3], *mem[4:])
         if c.quantity == "train_memory_gib_per_gpu":
-            return float(sum(engine.memory_per_gpu(*mem, n, b))) / GIB, {"batch": b, "gpus": n}
+            return float(engine.peak_bytes(*engine.memory_per_gpu(*mem, n, b))) / GIB, {"batch": b, "gpus": n}
         _, tps, _, _, _ = _roofline(st, c, tt, mem, n, b)
         per_gpu = tps / n * clock(c)  # throttled as the round's power stage does (power_heat.throttle)
         if c.quantity == "train_mfu":
