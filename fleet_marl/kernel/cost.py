@@ -138,12 +138,17 @@ def linear_dims(m: ModelArch) -> tuple[np.ndarray, np.ndarray]:
 #: * ``"chunked"``: torchtune's ``CEWithChunkedOutputLoss`` (8 chunks): the BF16 logits (2) and one
 #:   chunk's FP32 copy and log-probabilities (8 / 8), 3.
 LOSS_BYTES = {"eager": 12.0, "fused": 4.0, "chunked": 3.0}
+#: A serving tenant computes no loss; the elementwise term of its forward pass
+#: (:func:`seconds_per_token_table`) keeps the ``6 V`` bytes per token after the blocks that it had
+#: before the loss was counted by implementation (the serving model's, not revisited here).
+SERVE_VOCAB_BYTES = 6.0
 
 
-def activation_bytes(m: ModelArch, loss: str = "eager") -> tuple[float, float]:
+def activation_bytes(m: ModelArch, loss: str | None = "eager") -> tuple[float, float]:
     """``(per_layer, final)``: activation bytes per token kept for the backward pass at 16 bit,
     with FlashAttention and no dropout, per transformer block and once after the last one, with
-    the loss implemented as ``loss`` (a key of :data:`LOSS_BYTES`).
+    the loss implemented as ``loss`` (a key of :data:`LOSS_BYTES`; None for a serving tenant,
+    :data:`SERVE_VOCAB_BYTES`).
 
     Per block, the tensors autograd saves: the input of each of the two norms (``2 h`` each);
     attention: the norm's output that feeds q, k and v (``2 h``), q, k and v for the attention
@@ -157,9 +162,9 @@ def activation_bytes(m: ModelArch, loss: str = "eager") -> tuple[float, float]:
     h, f, q, k = m.hidden, m.ffn, m.heads * m.head_dim, m.kv_heads * m.head_dim
     mlp = 2 * h + (8 * f if m.mlp == "gated" else 4 * f)
     per_layer = 4 * h + 2 * h + 2 * (q + 2 * k) + 2 * q + mlp
-    if loss not in LOSS_BYTES:
+    if loss is not None and loss not in LOSS_BYTES:
         raise ValueError(f"loss: {loss!r}; expected one of {', '.join(map(repr, LOSS_BYTES))}")
-    return float(per_layer), float(4 * h + LOSS_BYTES[loss] * m.vocab)
+    return float(per_layer), float(4 * h + (SERVE_VOCAB_BYTES if loss is None else LOSS_BYTES[loss]) * m.vocab)
 
 
 def selective_checkpointing(m: ModelArch) -> tuple[float, np.ndarray]:
@@ -356,6 +361,7 @@ __all__ = [
     "GROUP_TERMS",
     "KV_BYTES",
     "LOSS_BYTES",
+    "SERVE_VOCAB_BYTES",
     "STEP_OVERHEAD_S",
     "TENANT_TERMS",
     "TRAIN_BYTES",

@@ -24,7 +24,7 @@ def model_arrays(models, ctx, loss=None) -> dict[str, Any]:
     (``catalog.ModelArch``) at its context ``ctx`` (T,): ``dataclasses.replace(st,
     **model_arrays(...))`` swaps the models of a scenario (the validation suite runs published
     architectures that are not in the catalog this way), each with its loss implementation
-    ``loss`` (T,) (a key of ``cost.LOSS_BYTES``; default eager)."""
+    ``loss`` (T,) (a key of ``cost.LOSS_BYTES``, None for a serving tenant; default eager)."""
     loss = ["eager"] * len(models) if loss is None else loss
     arr = lambda xs: np.array(xs, dtype=np.float64)  # noqa: E731
     return {
@@ -156,7 +156,7 @@ class KernelStatic:
             K=K,
             n_racks=-(-K // cl.nodes_per_rack),
             is_train=is_train,
-            **model_arrays(models, ctx),
+            **model_arrays(models, ctx, ["eager" if t.kind == "train" else None for t in ts]),
             seq_len=seq,
             prompt_tokens=prompt,
             output_tokens=arr([t.workload.output_tokens for t in ts]),

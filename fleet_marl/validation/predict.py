@@ -55,7 +55,7 @@ def _static(c: Case) -> KernelStatic:
     st = KernelStatic.from_config(cfg)
     ctx = np.array([float(c.seq_len if train else max(c.prompt, 1))])
     bw = {"bw": np.array([c.hbm_tbs * 1e12])} if c.hbm_tbs else {}
-    return dataclasses.replace(st, **model_arrays([m], ctx, [c.loss]), **bw)
+    return dataclasses.replace(st, **model_arrays([m], ctx, [c.loss if train else None]), **bw)
 
 
 def clock(c: Case) -> float:
