@@ -233,8 +233,9 @@ def reference_rate(st) -> np.ndarray:
 GROUP_TERMS = ("weights", "grads", "master", "seconds_per_token", "invalid")
 #: Per-tenant constants of stage 1 (T, len(TENANT_TERMS)): optimizer bytes (training),
 #: activation bytes per sequence at 16 bit (training; ``s (L x kept per block + recomputed block
-#: + after the blocks)`` by checkpointing mode), KV-cache bytes per token per byte of cache dtype (``2 L kv_heads head_dim``),
-#: KV heads, and the tensor-parallel all-reduce bytes per token (``2 L h x 2``, serving).
+#: + after the blocks)`` by checkpointing mode), KV-cache bytes per token per byte of cache dtype
+#: (``2 L kv_heads head_dim``), KV heads, and the tensor-parallel all-reduce bytes per token
+#: (``2 L h x 2``, serving).
 TENANT_TERMS = ("optimizer", "act_per_seq", "kv_per_token", "kv_heads", "tp_comm")
 
 
