@@ -409,20 +409,22 @@ def power_thermal(st, gpus_on_node: np.ndarray, activity: np.ndarray, temp0: np.
     rack_of = st.rack_of
     rack_dyn = node_dyn @ rack_of
     with np.errstate(divide="ignore", invalid="ignore"):
-        f_rack = np.where(rack_dyn > 0, np.minimum(np.maximum(headroom / rack_dyn, 0.0), 1.0), 1.0)
+        f_rack = np.where(
+            rack_dyn > 0, np.cbrt(np.clip(headroom / np.where(rack_dyn > 0, rack_dyn, 1.0), 0.0, 1.0)), 1.0
+        )  # idle + f^3 dyn = cap
     f_cap = f_rack[:, st.node_rack]  # (B, K)
 
     def settle(power):
         t_ss = st.ambient_c + st.thermal_rise_at_tdp_c * power / full
         return t_ss + (temp0 - t_ss) * decay
 
-    t_pred = settle(node_idle + node_dyn * f_cap)
+    t_pred = settle(node_idle + node_dyn * f_cap**3)
     crit = st.critical_temp_c
     f_heat = np.minimum(np.maximum((crit - t_pred) / span, 0.0), 1.0)
     dead = temp0 >= crit
     f_heat = np.where(dead, 0.0, f_heat)  # a node already past shutdown stays off
     f_node = f_cap * f_heat
-    node_power = node_idle + node_dyn * f_node
+    node_power = node_idle + node_dyn * f_node**3  # dynamic power ~ C V^2 f, V ~ f
     temp_next = settle(node_power)
     on = gpus_on_node > 0  # (B, T, K)
     fac = np.where(on, f_node[:, None, :], np.inf).min(-1)

@@ -60,7 +60,7 @@ def _static(c: Case) -> KernelStatic:
 
 def clock(c: Case) -> float:
     """The clock factor of the case's GPUs at their published power limit, by the kernel's
-    power-to-clock relation (``power_heat.cap_clock``: idle + f x (TDP - idle) = limit); 1 at
+    power-to-clock relation (``power_heat.cap_clock``: idle + f^3 x (TDP - idle) = limit); 1 at
     the catalog TDP."""
     if not c.power_limit_w:
         return 1.0
