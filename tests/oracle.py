@@ -330,7 +330,10 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     prompt = st.prompt_tokens if prompt is None else prompt
     output = st.output_tokens if output is None else output
     nf = np.maximum(n, 1).astype(np.float64)
-    bw_link = np.where(nodes > 1, st.inter_bw, st.intra_bw)
+    # a ring over several nodes crosses them on all the tenant's NICs of a node at once: per GPU,
+    # (GPUs per node) x its NIC rate, at most NVLink's
+    per_node = np.maximum(n, 1) / np.maximum(nodes, 1)
+    bw_link = np.where(nodes > 1, np.minimum(st.intra_bw, per_node * st.inter_bw), st.intra_bw)
     b = np.maximum(batch, 1).astype(np.float64)
     hide = 1.0 - st.comm_overlap
     tpt = terms.time_per_token

@@ -241,6 +241,22 @@ def test_cross_node_is_slower_than_inside_a_node():
     assert two.efficiency < one.efficiency <= 1.0
 
 
+def test_a_ring_across_nodes_runs_on_every_nic_of_a_node():
+    # 16 GPUs on 2 nodes: each node's 8 GPUs drive their 8 NICs at once, so the collective runs
+    # at min(NVLink, 8 x 50 GB/s) per GPU, not at one NIC's 50 GB/s (stas00/ml-engineering,
+    # network/README.md: the single-NIC model is "3.9x more than measured"); 4 GPUs per node
+    # drive 4 NICs
+    st, t = terms_for("llama-3.1-8b", "train", "bf16", gpus=16)
+    b = 1
+    comp = st.seq_len[0] * b * t.time_per_token[0]
+    hide = 1.0 - st.comm_overlap
+    for n, nodes in ((16, 2), (8, 2), (16, 4)):
+        link = min(st.intra_bw[0], n / nodes * st.inter_bw[0])
+        comm = t.comm_bytes[0] * (n - 1) / n / link
+        assert throughput(st, t, n, b, nodes).work_rate == pytest.approx(n * b * st.seq_len[0] / (comp + hide * comm), rel=1e-12)
+    assert st.inter_bw[0] == 50e9 and st.intra_bw[0] == 450e9  # H100: 8 NICs (400 GB/s) bind, not NVLink
+
+
 def test_fp8_faster_than_bf16_on_hopper_and_decode_is_memory_bound():
     st, tb = terms_for("llama-3.1-8b", "train", "bf16")
     _, tf = terms_for("llama-3.1-8b", "train", ["bf16", "fp8", "fp8", "bf16", "bf16"])

@@ -163,7 +163,9 @@ def roofline(
     compute, plus two all-reduces per layer per token (never hidden) and the serving engine's
     fixed overhead per forward pass, ``STEP_OVERHEAD_S``."""
     nf = float(max(n, 1))
-    bw_link = inter_bw if nodes > 1 else intra_bw
+    # across nodes a ring collective's links that leave a node run on the NICs of every GPU the
+    # tenant has there at once (NCCL's channels cross at different GPUs), never faster than NVLink
+    bw_link = min(intra_bw, nf / nodes * inter_bw) if nodes > 1 else intra_bw
     bf = float(max(batch, 1))
     hide = 1.0 - comm_overlap
     t_comp = seq_len * bf * time_per_token  # training: time_per_token is a step's (forward, backward, recomputation)
