@@ -74,10 +74,14 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
     kv_seq = np.where(train, 0.0, (prompt + output) * kv_tok)
     kv_read = np.where(train, 0.0, (prompt + 0.5 * output) * kv_tok)
     # time per forward token: the linear GEMMs at their precision's peak x the GEMM efficiency
-    # (st.mfu), attention's other FLOPs at 0.55 of the BF16 peak, elementwise traffic of 4 x the
-    # saved activation bytes (norm group) and FP8 casts at 0.92 of HBM bandwidth
+    # (st.mfu), attention's other FLOPs at 0.55 of the BF16 peak (a training tenant on an H100 or
+    # H200: FlashAttention-2's 329.483 of 989.4 TFLOPS), elementwise traffic of 4 x the saved
+    # activation bytes (norm group) and FP8 casts at 0.92 of HBM bandwidth
     peak = st.peak[np.arange(st.T)[:, None], prec]  # (B, T, G)
     bf16 = st.peak[:, cost.BF16][:, None]  # (T, 1)
+    gpu_type = np.array([st.pools[q] for q in st.pool])
+    hopper = np.isin(gpu_type, ["h100-sxm", "h200"]) & st.is_train
+    attn_eff = np.where(hopper, 329.483 / 989.4, 0.55)[:, None]  # (T, 1)
     lin = np.stack([np.zeros(st.T), 2 * params[:, 1], 2 * params[:, 2], np.zeros(st.T), st.flops_fwd[:, 4]], -1)
     per_el = np.where(train[:, None], 6.0 * (st.linear_in + st.linear_out) / 3.0, 3.0 * st.linear_in)
     bw = st.bw[:, None] * 0.92
@@ -86,19 +90,23 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
     ew[:, 3] = 4.0 * (st.layers * st.act_layer + st.act_final)
     with np.errstate(divide="ignore", invalid="ignore"):
         # (in the compiled round's order of operations: the tests compare to the last bit)
-        other = (st.flops_fwd - lin) / (bf16 * 0.55) + ew / bw
+        attn = (st.flops_fwd - lin) / (bf16 * attn_eff)
+        other = attn + ew / bw
         t = lin / peak + st.mfu * (other + cast)
         per_group = np.where((st.flops_fwd > 0) | (ew > 0), np.where(peak > 0, t, np.inf), 0.0)
     # training: a step is 3 forward passes plus the recomputation of the blocks (full: every
     # block group again, selective: the share of the GEMMs and casts the policy recomputes);
-    # both redo the blocks' elementwise work (4 x act_layer per block), never the head or loss
+    # both redo the blocks' elementwise work (4 x act_layer per block), never the head or loss;
+    # FlashAttention's backward (5 matmuls to the forward's 2) recomputes the scores: 0.5 x the
+    # forward attention more, with or without checkpointing
     ew_blocks = np.zeros((st.T, 5))
     ew_blocks[:, 3] = np.where(st.checkpointing > 0, 4.0 * st.layers * st.act_layer, 0.0)
     redo = np.where(full[:, None], np.array([0.0, 1.0, 1.0, 0.0, 0.0]), 0.0)
     share = np.where(selective[:, None], st.sac_share, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        rec = redo * t + share * (lin / peak + st.mfu * cast) + st.mfu * ew_blocks / bw
-        rec = np.where((redo + share > 0) | (ew_blocks > 0), np.where(peak > 0, rec, np.inf), 0.0)
+        fa = np.where(st.flash & train, 0.5, 0.0)[:, None]
+        rec = redo * t + share * (lin / peak + st.mfu * cast) + st.mfu * ew_blocks / bw + fa * (st.mfu * attn)
+        rec = np.where((redo + share > 0) | (ew_blocks > 0) | ((fa > 0) & (attn > 0)), np.where(peak > 0, rec, np.inf), 0.0)
     tpt = np.where(train, (3.0 * per_group + rec).sum(-1), per_group.sum(-1)) / st.mfu
     fsdp = 2.0 * weights + grads
     tp = 2.0 * L * h * 2.0  # two all-reduces of a BF16 hidden vector per layer

@@ -288,3 +288,31 @@ def test_gradients_and_activations_never_peak_together():
     cap = mem.weights + mem.master + mem.optimizer + 5.5 * t.per_seq_local[0]
     assert fitting_batch(t, 1, cap) == 5
     assert fitting_batch(t, 1, mem.weights + mem.master + mem.optimizer + 0.5 * mem.grads) == 0
+
+
+def test_training_attention_on_hopper_runs_at_flashattention2s_share():
+    # PyTorch's SDPA runs FlashAttention-2 on Hopper: 329.483 of 989.4 TFLOPS (pytorch/pytorch
+    # #142132); elsewhere, and in serving engines, attention runs at ATTN_EFF
+    assert cost.attention_efficiency("h100-sxm", True) == pytest.approx(329.483 / 989.4, rel=1e-12) == cost.ATTN_EFF_FA2_HOPPER
+    assert cost.attention_efficiency("h200", True) == cost.ATTN_EFF_FA2_HOPPER
+    assert cost.attention_efficiency("h100-sxm", False) == cost.attention_efficiency("a100-80gb", True) == cost.ATTN_EFF
+    st, _ = terms_for("llama-3.1-8b", "train", "bf16", seq=8192)
+    att = cost.seconds_per_token_table(st)[0, cost.ATT, cost.BF16]
+    lin = 2.0 * st.params[0, cost.ATT] / st.peak[0, cost.BF16]
+    scores = st.flops_fwd[0, cost.ATT] - 2.0 * st.params[0, cost.ATT]
+    assert att == pytest.approx(lin + st.mfu * scores / (st.peak[0, cost.BF16] * cost.ATTN_EFF_FA2_HOPPER), rel=1e-12)
+
+
+def test_flashattentions_backward_recomputes_the_scores():
+    # without checkpointing a training step still runs FA's backward: 2.5 x the forward's
+    # attention, 0.5 more than the step's 3 x forward counts; nothing else is recomputed
+    st, _ = terms_for("llama-3.1-8b", "train", "bf16", seq=8192)
+    rec = cost.recompute_seconds_table(st)[0, :, cost.BF16]
+    scores = st.flops_fwd[0, cost.ATT] - 2.0 * st.params[0, cost.ATT]
+    expect = (cost.FA_BWD_FACTOR - 2.0) * st.mfu * scores / (st.peak[0, cost.BF16] * st.attn_eff[0])
+    assert rec[cost.ATT] == pytest.approx(expect, rel=1e-12) and expect > 0
+    assert rec[[cost.EMB, cost.MLP, cost.NORM, cost.HEAD]].sum() == 0.0
+    import dataclasses
+
+    no_fa = dataclasses.replace(st, flash=np.array([False]))
+    assert cost.recompute_seconds_table(no_fa)[0, :, cost.BF16].sum() == 0.0

@@ -75,6 +75,26 @@ CAST_BYTES_SERVE = 3.0
 #: reaches 50-73 % of the A100's peak forward and 35-50 % of the H100's, FlashAttention-3
 #: 75 % of the H100's (Dao 2023, arXiv 2307.08691, sec. 4.1; Shah et al. 2024, arXiv 2407.08608).
 ATTN_EFF = 0.55
+#: Achieved share of the BF16 peak of FlashAttention-2 on Hopper (H100, H200): PyTorch's
+#: ``scaled_dot_product_attention`` dispatches FlashAttention-2 first ("picks its backend by a fixed
+#: priority that puts FlashAttention first", huggingface/transformers PR #48163, 2026), which
+#: runs Ampere's MMA instructions on Hopper: pytorch/pytorch issue #142132 (nightly
+#: 2.6.0.dev20241204, H100, batch 1, 24 heads, 4608 tokens, head dim 128) measured SDPA at
+#: 329.483 TFLOPS against cuDNN's 631.338 and FlashAttention-3's 631.827; Shah et al. 2024
+#: (FlashAttention-3, arXiv 2407.08608, abstract): FlashAttention-2 reaches "only 35%
+#: utilization on the H100". 329.483 / 989.4 = 0.333. A training tenant on a Hopper GPU runs its
+#: attention at this share (the PyTorch training stacks -- torchtitan, torchao, torchtune,
+#: llm-foundry -- call SDPA or flash-attn 2); serving engines run their own kernels (unchanged).
+ATTN_EFF_FA2_HOPPER = 329.483 / 989.4
+#: Catalog GPU types of the Hopper architecture (sm_90), where :data:`ATTN_EFF_FA2_HOPPER` applies.
+HOPPER = ("h100-sxm", "h200")
+#: FLOPs of FlashAttention's backward pass over its forward's: the backward recomputes the scores
+#: (``Q K^T``) from the saved log-sum-exp and runs 5 matmuls against the forward's 2
+#: (Dao 2023, FlashAttention-2, arXiv 2307.08691, Algorithm 2; flash-attn's benchmark counts
+#: ``bwd = 2.5 x fwd``, ``benchmarks/benchmark_flash_attention.py``). A training step's ``3 x``
+#: forward counts 2; the extra 0.5 is priced with the recomputation
+#: (:func:`recompute_seconds_table`) whenever the tenant runs FlashAttention.
+FA_BWD_FACTOR = 2.5
 #: HBM bytes the memory-bound elementwise kernels move per byte of activation a block saves for
 #: the backward pass (each saved tensor is written once by its producer and read by the next
 #: kernel; eager PyTorch, partly fused).
@@ -103,6 +123,13 @@ def forward_flops_per_token(m: ModelArch, ctx: float) -> np.ndarray:
     out[MLP] = 2.0 * pg["mlp"]
     out[HEAD] = 2.0 * m.vocab * m.hidden
     return out
+
+
+def attention_efficiency(gpu_type: str, train: bool) -> float:
+    """The achieved share of the BF16 peak of a tenant's attention scores and weighted sum on a
+    ``gpu_type`` GPU: FlashAttention-2 on Hopper for a training tenant
+    (:data:`ATTN_EFF_FA2_HOPPER`), else :data:`ATTN_EFF`."""
+    return ATTN_EFF_FA2_HOPPER if train and gpu_type in HOPPER else ATTN_EFF
 
 
 def linear_dims(m: ModelArch) -> tuple[np.ndarray, np.ndarray]:
@@ -261,7 +288,7 @@ def _time_parts(st):
     ew_final[:, NORM, 0] = EW_BYTES * st.act_final
     with np.errstate(divide="ignore", invalid="ignore"):
         gemm = lin[:, :, None] / peak
-    other = (st.flops_fwd - lin)[:, :, None] / (bf16 * ATTN_EFF)
+    other = (st.flops_fwd - lin)[:, :, None] / (bf16 * st.attn_eff[:, None, None])
     return gemm, other, cast, ew_blocks, ew_final, bw
 
 
@@ -297,8 +324,9 @@ def recompute_seconds_table(st) -> np.ndarray:
     again: its GEMMs, attention and casts and its elementwise work. Selective (per-op)
     recomputation runs again the linear layers it did not save (``st.sac_share`` of each group's
     GEMMs and casts, :func:`selective_checkpointing`) and the blocks' elementwise work, not
-    attention, whose output it keeps. 0 without checkpointing; inf where the GPU lacks the
-    precision."""
+    attention, whose output it keeps. Whatever the checkpointing, FlashAttention's backward recomputes
+    the scores: ``FA_BWD_FACTOR - 2`` of the attention's forward (the step's ``3 x`` forward counts
+    2). 0 without checkpointing or FlashAttention; inf where the GPU lacks the precision."""
     gemm, other, cast, ew_blocks, _, bw = _time_parts(st)
     G = catalog.N_GROUPS
     block = np.zeros((1, G, 1))
@@ -306,9 +334,10 @@ def recompute_seconds_table(st) -> np.ndarray:
     full = np.where(st.checkpointing[:, None, None] == CKPT_FULL, block, 0.0)
     sel = np.where(st.checkpointing[:, None, None] == CKPT_SELECTIVE, st.sac_share[:, :, None], 0.0)
     ew = np.where(st.checkpointing[:, None, None] != CKPT_NONE, ew_blocks, 0.0)
+    fa = np.where((st.flash & st.is_train)[:, None, None], FA_BWD_FACTOR - 2.0, 0.0)
     with np.errstate(invalid="ignore"):
-        t = full * (gemm + st.mfu * (other + cast)) + sel * (gemm + st.mfu * cast) + st.mfu * ew / bw
-    busy = (full + sel > 0) | (ew > 0)
+        t = full * (gemm + st.mfu * (other + cast)) + sel * (gemm + st.mfu * cast) + st.mfu * ew / bw + fa * (st.mfu * other)
+    busy = (full + sel > 0) | (ew > 0) | ((fa > 0) & (other > 0))
     return np.where(busy, np.where(st.peak[:, None, :] > 0, t, np.inf), 0.0)
 
 
@@ -350,6 +379,7 @@ __all__ = [
     "ACT_ATTN",
     "ADAM_BYTES",
     "ATTN_EFF",
+    "ATTN_EFF_FA2_HOPPER",
     "CAST_BW_EFF",
     "CAST_BYTES_SERVE",
     "CAST_BYTES_TRAIN",
@@ -358,8 +388,10 @@ __all__ = [
     "CKPT_NONE",
     "CKPT_SELECTIVE",
     "EW_BYTES",
+    "FA_BWD_FACTOR",
     "GEMM_EFF",
     "GROUP_TERMS",
+    "HOPPER",
     "KV_BYTES",
     "LOSS_BYTES",
     "SERVE_VOCAB_BYTES",
@@ -368,6 +400,7 @@ __all__ = [
     "TRAIN_BYTES",
     "TRAIN_FLOPS_FACTOR",
     "activation_bytes",
+    "attention_efficiency",
     "forward_flops_per_token",
     "linear_dims",
     "linear_seconds",

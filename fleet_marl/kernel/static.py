@@ -74,6 +74,7 @@ class KernelStatic:
     arrival_rate: np.ndarray  # (T,) float64 requests/s (0 for training tenants)
     job_tokens: np.ndarray  # (T,) float64 (0 for serving tenants)
     flash: np.ndarray  # (T,) bool
+    attn_eff: np.ndarray  # (T,) float64 achieved share of the BF16 peak in attention (cost.attention_efficiency)
     checkpointing: np.ndarray  # (T,) int64 activation checkpointing (train): cost.CKPT_NONE, CKPT_FULL or CKPT_SELECTIVE
     priority: np.ndarray  # (T,) float64
     max_gpus: np.ndarray  # (T,) int64
@@ -165,6 +166,7 @@ class KernelStatic:
             arrival_rate=np.where(is_train, 0.0, arr([t.workload.rate for t in ts])),
             job_tokens=np.where(is_train, arr([t.workload.job_tokens for t in ts]), 0.0),
             flash=np.array([t.flash_attention for t in ts]),
+            attn_eff=arr([cost.attention_efficiency(t.gpu_type, t.kind == "train") for t in ts]),
             checkpointing=np.where(is_train, arr([cost.CHECKPOINTING_CODE[t.activation_checkpointing] for t in ts], np.int64), 0),
             priority=arr([t.priority for t in ts]),
             max_gpus=arr([min(t.max_gpus, cl.capacity(t.gpu_type)) for t in ts], np.int64),
