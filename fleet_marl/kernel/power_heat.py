@@ -38,8 +38,9 @@ from fleet_marl.kernel.layout import (
 #: Exponent of the clock in a GPU's dynamic power: ``P_dyn = C V^2 f`` and DVFS scales the voltage
 #: with the clock, so ``P_dyn(f) = P_dyn(1) f^3`` (``docs/model.md`` section 6). Zeus's published
 #: power-limit sweeps (You et al., NSDI 2023; ml-energy/zeus, ``summary_power_{a40,v100,rtx6000}.csv``)
-#: agree: over 204 training runs capped between 60 % of TDP and their uncapped draw, the throughput
-#: this law predicts errs by a median of +0.3 % (mean |error| 2.0 %); a linear law errs by -13 %.
+#: agree: over 204 training runs capped between 60 % of the maximum limit and their uncapped draw,
+#: the throughput this law predicts errs by a median of -1.0 to +1.6 % (mean |error| 2.1-2.6 %) for
+#: any idle power from 0 to 60 W; the linear law ``idle + f x dynamic = cap`` errs by -10 to -16 %.
 CLOCK_POWER_EXP = 3.0
 
 
