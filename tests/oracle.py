@@ -18,7 +18,7 @@ import numpy as np
 
 from fleet_marl import catalog
 from fleet_marl.kernel import Actions, Draws, Outcome, RoundState, cost
-from fleet_marl.kernel.cost import RECOMPUTE_FLOPS_FACTOR, TRAIN_FLOPS_FACTOR
+from fleet_marl.kernel.cost import TRAIN_FLOPS_FACTOR
 
 # --- stage 1 ---------------------------------------------------------------------------------
 
@@ -40,6 +40,7 @@ class TenantTerms(NamedTuple):
     kv_heads: np.ndarray  # (T,) the KV cache splits over at most this many GPUs (heads are replicated beyond)
     head_time_per_token: np.ndarray  # the LM head's part of time_per_token (a prompt runs it once)
     dequant_bytes: np.ndarray  # serve: bytes of converting weight-only weights to BF16 (2 B written + 2 B read each)
+    forward_time_per_token: np.ndarray  # seconds per token of one forward pass (a trainer's step takes more)
 
 
 def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=None) -> TenantTerms:
@@ -60,14 +61,17 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
     grads = np.where(train, (params * np.where(prec == cost.FP32, 4.0, 2.0)).sum(-1), 0.0)
     master = np.where(train, (params * np.where(prec == cost.FP32, 0.0, 4.0)).sum(-1), 0.0)
     optimizer = np.where(train, 8.0 * params.sum(-1), 0.0)
-    # activations per token at 16 bit: each block's saved tensors, the last block's
-    # recomputed ones under full checkpointing, plus the logits and loss; scaled by the
-    # attention and MLP activation bytes over 2
+    # activations per token at 16 bit: each block's saved tensors (all of them; its input under
+    # full checkpointing; what the per-op policy saves under selective), the block being
+    # recomputed under either, plus the logits and loss; scaled by the attention and MLP
+    # activation bytes over 2
     abytes = np.where(is_fp8, 2.0, nbytes)
     act_scale = 0.25 * (abytes[..., cost.ATT] + abytes[..., cost.MLP])
     s, h, L = st.seq_len, st.hidden, st.layers
     scores = np.where(st.flash, 0.0, 5.0 * st.heads * s)
-    blocks = np.where(st.checkpointing, 2.0 * h * L + st.act_layer + scores, L * (st.act_layer + scores))
+    full, selective = st.checkpointing == 1, st.checkpointing == 2
+    blocks = np.where(full, 2.0 * h * L + st.act_layer + scores, L * (st.act_layer + scores))
+    blocks = np.where(selective, L * st.act_sac + st.act_layer + scores, blocks)
     act = np.where(train, s * (blocks + st.act_final) * act_scale, 0.0)
     # the KV cache's format: fixed by the workload, else the attention group's (weight-only: BF16)
     kv_tok = 2.0 * L * st.kv_dim * np.where(st.kv_cache_bytes > 0, st.kv_cache_bytes, cost.KV_BYTES[prec[..., cost.ATT]])
@@ -80,10 +84,14 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
     kv_seq = np.where(train, 0.0, np.minimum(prompt + output, W) * kv_tok)
     kv_read = np.where(train, 0.0, mean_ctx * kv_tok)
     # time per forward token: the linear GEMMs at their precision's peak x the GEMM efficiency
-    # (st.mfu), attention's other FLOPs at 0.55 of the BF16 peak, elementwise traffic of 4 x the
-    # saved activation bytes (norm group) and FP8 casts at 0.92 of HBM bandwidth
+    # (st.mfu), attention's other FLOPs at 0.55 of the BF16 peak (a training tenant on an H100 or
+    # H200: FlashAttention-2's 329.483 of 989.4 TFLOPS), elementwise traffic of 4 x the saved
+    # activation bytes (norm group) and FP8 casts at 0.92 of HBM bandwidth
     peak = st.peak[np.arange(st.T)[:, None], prec]  # (B, T, G)
     bf16 = st.peak[:, cost.BF16][:, None]  # (T, 1)
+    gpu_type = np.array([st.pools[q] for q in st.pool])
+    hopper = np.isin(gpu_type, ["h100-sxm", "h200"]) & st.is_train
+    attn_eff = np.where(hopper, 329.483 / 989.4, 0.55)[:, None]  # (T, 1)
     lin = np.stack([np.zeros(st.T), 2 * params[:, 1], 2 * params[:, 2], np.zeros(st.T), st.flops_fwd[:, 4]], -1)
     per_el = np.where(train[:, None], 6.0 * (st.linear_in + st.linear_out) / 3.0, 3.0 * st.linear_in)
     bw = st.bw[:, None] * 0.92
@@ -93,18 +101,33 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
     ew[:, 3] = np.where(train, 4.0 * (st.layers * st.act_layer + st.act_final), st.ew_serve)
     with np.errstate(divide="ignore", invalid="ignore"):
         # (in the compiled round's order of operations: the tests compare to the last bit)
-        other = (st.flops_fwd - lin) / (bf16 * 0.55) + ew / bw
+        attn = (st.flops_fwd - lin) / (bf16 * attn_eff)
+        other = attn + ew / bw
         t = lin / peak + st.mfu * (other + cast)
         per_group = np.where((st.flops_fwd > 0) | (ew > 0), np.where(peak > 0, t, np.inf), 0.0)
-    tpt = per_group.sum(-1) / st.mfu
-    head = per_group[..., 4] / st.mfu
+    # training: a step is 3 forward passes plus the recomputation of the blocks (full: every
+    # block group again, selective: the share of the GEMMs and casts the policy recomputes);
+    # both redo the blocks' elementwise work (4 x act_layer per block), never the head or loss;
+    # FlashAttention's backward (5 matmuls to the forward's 2) recomputes the scores: 0.5 x the
+    # forward attention more, with or without checkpointing
+    ew_blocks = np.zeros((st.T, 5))
+    ew_blocks[:, 3] = np.where(st.checkpointing > 0, 4.0 * st.layers * st.act_layer, 0.0)
+    redo = np.where(full[:, None], np.array([0.0, 1.0, 1.0, 0.0, 0.0]), 0.0)
+    share = np.where(selective[:, None], st.sac_share, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fa = np.where(st.flash & train, 0.5, 0.0)[:, None]
+        rec = redo * t + share * (lin / peak + st.mfu * cast) + st.mfu * ew_blocks / bw + fa * (st.mfu * attn)
+        rec = np.where((redo + share > 0) | (ew_blocks > 0) | ((fa > 0) & (attn > 0)), np.where(peak > 0, rec, np.inf), 0.0)
+    tpt = np.where(train, (3.0 * per_group + rec).sum(-1), per_group.sum(-1)) / st.mfu
+    head = np.where(train, 3.0 * per_group[..., 4] + rec[..., 4], per_group[..., 4]) / st.mfu  # the head's part of tpt
     wo = catalog.WEIGHT_ONLY[prec]  # (B, T, G)
     dequant = np.where(train, 0.0, (params * np.where(wo, 4.0, 0.0)).sum(-1))
     fsdp = 2.0 * weights + grads
     tp = 2.0 * L * h * 2.0  # two all-reduces of a BF16 hidden vector per layer
     comm = np.where(train, fsdp, tp)
     kv_heads = np.broadcast_to(st.kv_heads, unsafe.shape)
-    return TenantTerms(prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm, kv_heads, head, dequant)
+    fwd = per_group.sum(-1) / st.mfu
+    return TenantTerms(prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm, kv_heads, head, dequant, fwd)
 
 
 def invalid_precision(st, precision: np.ndarray) -> np.ndarray:
@@ -123,7 +146,7 @@ def reference_rate(st) -> np.ndarray:
     got = st.__dict__.get("_ref_rate")
     if got is None:
         bf16 = np.full((1, st.T, catalog.N_GROUPS), cost.BF16, np.int64)
-        tpt = tenant_terms(st, bf16, False).time_per_token[0]
+        tpt = tenant_terms(st, bf16, False).forward_time_per_token[0]
         got = np.where(st.is_train, st.max_gpus / (TRAIN_FLOPS_FACTOR * tpt), st.arrival_rate)
         st.__dict__["_ref_rate"] = got
     return got
@@ -320,15 +343,20 @@ def memory_per_gpu(terms: TenantTerms, n: np.ndarray, batch: np.ndarray) -> Memo
     if a.shape != w.shape:  # activations do not depend on n: give them the rows' shape too
         a = np.broadcast_to(a, np.broadcast_shapes(a.shape, w.shape)).copy()
     kv = batch * terms.per_seq_sharded / np.minimum(np.maximum(n, 1), terms.kv_heads)
-    return Memory(w, g, m, o, a, kv, w + g + m + o + a + kv)
+    # the backward frees activations as it writes gradients: they never peak together
+    return Memory(w, g, m, o, a, kv, w + m + o + np.maximum(g, a) + kv)
 
 
 def largest_fitting_batch(terms: TenantTerms, n: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """The largest batch whose bytes per GPU fit ``capacity`` (memory is affine in batch); may be < 1."""
+    """The largest batch whose peak bytes per GPU (weights, master, optimizer, the larger of
+    gradients and activations, KV cache) fit ``capacity``; may be < 1, 0 when the gradients alone
+    do not fit."""
     inv = 1.0 / np.maximum(n, 1)
-    fixed = (terms.weights + terms.grads + terms.master + terms.optimizer) * inv
+    fixed = (terms.weights + terms.master + terms.optimizer) * inv
     per_seq = terms.per_seq_local + terms.per_seq_sharded / np.minimum(np.maximum(n, 1), terms.kv_heads)
-    return np.floor((capacity - fixed) / per_seq)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fit = np.floor((capacity - fixed) / per_seq)
+    return np.where(terms.grads * inv > capacity - fixed, 0.0, fit)
 
 
 class Throughput(NamedTuple):
@@ -347,14 +375,15 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     prompt = st.prompt_tokens if prompt is None else prompt
     output = st.output_tokens if output is None else output
     nf = np.maximum(n, 1).astype(np.float64)
-    bw_link = np.where(nodes > 1, st.inter_bw, st.intra_bw)
+    # a ring over several nodes crosses them on all the tenant's NICs of a node at once: per GPU,
+    # (GPUs per node) x its NIC rate, at most NVLink's
+    per_node = np.maximum(n, 1) / np.maximum(nodes, 1)
+    bw_link = np.where(nodes > 1, np.minimum(st.intra_bw, per_node * st.inter_bw), st.intra_bw)
     b = np.maximum(batch, 1).astype(np.float64)
     hide = 1.0 - st.comm_overlap
     tpt = terms.time_per_token
-    # training: data parallel FSDP, compute-bound. The passes x batch x sequence product is an
-    # exact integer in float64, so it is formed in whichever order is cheapest.
-    passes_seq = np.where(st.checkpointing, RECOMPUTE_FLOPS_FACTOR, TRAIN_FLOPS_FACTOR) * st.seq_len  # (T,)
-    t_comp = passes_seq * b * tpt
+    # training: data parallel FSDP, compute-bound; tpt is a step's seconds per token
+    t_comp = st.seq_len * b * tpt
     t_comm = terms.comm_bytes * (nf - 1.0) / nf / bw_link
     step = t_comp + (t_comm if hide == 1.0 else hide * t_comm)
     train_rate = nf * b * st.seq_len / step
@@ -443,7 +472,9 @@ def power_thermal(st, gpus_on_node: np.ndarray, activity: np.ndarray, temp0: np.
     rack_of = st.rack_of
     rack_dyn = node_dyn @ rack_of
     with np.errstate(divide="ignore", invalid="ignore"):
-        f_rack = np.where(rack_dyn > 0, np.minimum(np.maximum(headroom / rack_dyn, 0.0), 1.0), 1.0)
+        f_rack = np.where(
+            rack_dyn > 0, np.cbrt(np.clip(headroom / np.where(rack_dyn > 0, rack_dyn, 1.0), 0.0, 1.0)), 1.0
+        )  # idle + f^3 dyn = cap
     f_cap = f_rack[:, st.node_rack]  # (B, K)
 
     def settle(power):
@@ -452,17 +483,18 @@ def power_thermal(st, gpus_on_node: np.ndarray, activity: np.ndarray, temp0: np.
 
     crit, limit = st.critical_temp_c, st.throttle_temp_c
     # thermal slowdown: the largest clock factor f in [0, 1] whose round ends at or below the
-    # max operating temperature; T_next is affine in f, T_next(f) = T_next(0) + f (T_next(1) - T_next(0))
-    hot = settle(node_idle + node_dyn * f_cap)  # f = 1
+    # max operating temperature; node power is idle + dyn (f_cap f)^3, so T_next is affine in
+    # u = f^3: T_next(u) = T_next(0) + u (T_next(1) - T_next(0))
+    hot = settle(node_idle + node_dyn * f_cap**3)  # f = 1
     cool = settle(node_idle + 0.0 * node_dyn)  # f = 0: idle
     with np.errstate(divide="ignore", invalid="ignore"):
-        f_heat = np.where(hot <= limit, 1.0, np.clip((limit - cool) / (hot - cool), 0.0, 1.0))
+        f_heat = np.where(hot <= limit, 1.0, np.cbrt(np.clip((limit - cool) / (hot - cool), 0.0, 1.0)))
     f_heat = np.where((hot > limit) & (hot == cool), 0.0, f_heat)  # no dynamic power to shed
     dead = temp0 >= crit
     f_heat = np.where(dead, 0.0, f_heat)  # a node already past shutdown stays off
     t_pred = cool  # trips if even idle the round ends at or past shutdown
     f_node = f_cap * f_heat
-    node_power = node_idle + node_dyn * f_node
+    node_power = node_idle + node_dyn * f_node**3  # dynamic power ~ C V^2 f, V ~ f
     temp_next = settle(node_power)
     on = gpus_on_node > 0  # (B, T, K)
     fac = np.where(on, f_node[:, None, :], np.inf).min(-1)

@@ -59,7 +59,6 @@ def throughput(st, t, n, b, nodes) -> Thr:
     return Thr(
         *engine.roofline(
             bool(st.is_train[0]),
-            bool(st.checkpointing[0]),
             st.seq_len[0],
             st.prompt_tokens[0],
             st.output_tokens[0],
@@ -137,7 +136,8 @@ def test_fp8_gemm_speedup_by_hand():
 def test_activations_per_block_by_hand():
     # GPT-2 block (LayerNorm, MHA, GeLU MLP of 4h, no dropout), bytes per token at 16 bit: norms
     # 4h, attention 2h + 2(3h) + 2h = 10h, MLP 2h + 4(4h) = 18h -> 32h (Korthikanti's 34h less the
-    # two dropout masks); after the blocks 4h + 6V; 5as more per block without FlashAttention;
+    # two dropout masks); after the blocks 4h + 12V (the eager loss's backward: the saved FP32
+    # log-probabilities and two FP32 gradients); 5as more per block without FlashAttention;
     # checkpointed: 2h per block plus one block and the logits
     m = catalog.model("gpt2")
     s, h, L, a = 1024, m.hidden, m.layers, m.heads
@@ -152,14 +152,60 @@ def test_activations_per_block_by_hand():
         t = stage1(st, np.full((1, 5), P["bf16"]), project=False)
         return memory_per_gpu(t, 1, 3).activations
 
-    final = 4 * h + 6 * m.vocab
+    final = 4 * h + 12 * m.vocab
     assert acts(flash_attention=False) == pytest.approx(3 * s * (L * (32 * h + 5 * a * s) + final), rel=1e-12)
     assert acts() == pytest.approx(3 * s * (32 * h * L + final), rel=1e-12)
     assert acts(activation_checkpointing=True) == pytest.approx(3 * s * (2 * h * L + 32 * h + final), rel=1e-12)
     # Llama-3.1-8B (SwiGLU, GQA): norms 4h, attention 2h + 2(q + 2k) + 2q, MLP 2h + 8 ffn
     l8 = catalog.model("llama-3.1-8b")
     q, k = 4096, 1024
-    assert cost.activation_bytes(l8) == (4 * 4096 + 2 * 4096 + 2 * (q + 2 * k) + 2 * q + 2 * 4096 + 8 * 14336, 4 * 4096 + 6 * 128256)
+    assert cost.activation_bytes(l8) == (4 * 4096 + 2 * 4096 + 2 * (q + 2 * k) + 2 * q + 2 * 4096 + 8 * 14336, 4 * 4096 + 12 * 128256)
+    # the loss by implementation: fused (2V logits + 2V gradient), torchtune's chunked (2V + 1V)
+    assert cost.activation_bytes(l8, "fused")[1] == 4 * 4096 + 4 * 128256
+    assert cost.activation_bytes(l8, "chunked")[1] == 4 * 4096 + 3 * 128256
+    with pytest.raises(ValueError, match="loss"):
+        cost.activation_bytes(l8, "fp32")
+
+
+def test_selective_checkpointing_by_hand():
+    # torchtitan's per-op policy on a Llama-3.1-8B block: the matmuls run q, k, v, o, w1 (gate),
+    # w3 (up), w2 (down); it saves the 1st, 3rd, 5th and 7th (q, v, gate, down), the attention
+    # output and its FP32 log-sum-exp, and the block's input; it recomputes k, o and up
+    m = catalog.model("llama-3.1-8b")
+    h, q, k, f, a = 4096, 4096, 1024, 14336, 32
+    kept, share = cost.selective_checkpointing(m)
+    assert kept == 2 * h + 2 * q + 2 * k + 2 * f + 2 * h + 2 * q + 4 * a
+    assert share[cost.ATT] == pytest.approx((h * k + q * h) / (h * q + 2 * h * k + q * h), rel=1e-12)
+    assert share[cost.MLP] == pytest.approx(1 / 3, rel=1e-12)
+    assert share[cost.HEAD] == share[cost.EMB] == share[cost.NORM] == 0
+    # GPT-2 (GeLU MLP: fc, proj): proj, the 6th matmul, is recomputed; fc's output is kept
+    g = catalog.model("gpt2")
+    kept_g, share_g = cost.selective_checkpointing(g)
+    assert kept_g == 2 * 768 + 2 * 768 + 2 * 768 + 2 * 3072 + 2 * 768 + 4 * 12
+    assert share_g[cost.MLP] == 0.5 and share_g[cost.ATT] == 0.5
+
+
+def test_checkpointing_modes_order_memory_and_time():
+    # selective keeps more than full and less than none, and recomputes less than full
+    def run(mode):
+        st, t = terms_for("llama-3.1-8b", "train", "bf16", seq=8192, ckpt=mode)
+        return t.per_seq_local[0], throughput(st, t, 8, 1, 1).tokens_per_s
+
+    (m0, r0), (m1, r1), (m2, r2) = run(False), run("full"), run("selective")
+    assert m1 < m2 < m0 and r1 < r2 < r0
+    assert run(True) == (m1, r1) and run("none") == (m0, r0)
+    # selective by hand: 32 blocks keep act_sac, one block is recomputed in full, then the logits
+    m = catalog.model("llama-3.1-8b")
+    per_layer, final = cost.activation_bytes(m)
+    assert m2 == pytest.approx(8192 * (32 * cost.selective_checkpointing(m)[0] + per_layer + final), rel=1e-12)
+
+
+def test_activation_checkpointing_rejects_unknown_modes():
+    from fleet_marl.config import ConfigError, TenantSpec
+
+    for bad in ("partial", 1, None, "Full"):
+        with pytest.raises(ConfigError, match="activation_checkpointing"):
+            TenantSpec(activation_checkpointing=bad)
 
 
 def test_kv_cache_bytes_gqa_and_dtype():
@@ -199,6 +245,22 @@ def test_cross_node_is_slower_than_inside_a_node():
     assert two.efficiency < one.efficiency <= 1.0
 
 
+def test_a_ring_across_nodes_runs_on_every_nic_of_a_node():
+    # 16 GPUs on 2 nodes: each node's 8 GPUs drive their 8 NICs at once, so the collective runs
+    # at min(NVLink, 8 x 50 GB/s) per GPU, not at one NIC's 50 GB/s (stas00/ml-engineering,
+    # network/README.md: the single-NIC model is "3.9x more than measured"); 4 GPUs per node
+    # drive 4 NICs
+    st, t = terms_for("llama-3.1-8b", "train", "bf16", gpus=16)
+    b = 1
+    comp = st.seq_len[0] * b * t.time_per_token[0]
+    hide = 1.0 - st.comm_overlap
+    for n, nodes in ((16, 2), (8, 2), (16, 4)):
+        link = min(st.intra_bw[0], n / nodes * st.inter_bw[0])
+        comm = t.comm_bytes[0] * (n - 1) / n / link
+        assert throughput(st, t, n, b, nodes).work_rate == pytest.approx(n * b * st.seq_len[0] / (comp + hide * comm), rel=1e-12)
+    assert st.inter_bw[0] == 50e9 and st.intra_bw[0] == 450e9  # H100: 8 NICs (400 GB/s) bind, not NVLink
+
+
 def test_fp8_faster_than_bf16_on_hopper_and_decode_is_memory_bound():
     st, tb = terms_for("llama-3.1-8b", "train", "bf16")
     _, tf = terms_for("llama-3.1-8b", "train", ["bf16", "fp8", "fp8", "bf16", "bf16"])
@@ -229,7 +291,7 @@ def roofline_at(st, t, n, b, tp_latency) -> Thr:
     """The serving roofline on one node with a given all-reduce latency per forward pass."""
     args = (st.seq_len[0], st.prompt_tokens[0], st.output_tokens[0], st.bw[0], st.intra_bw[0], st.inter_bw[0], st.mbu, st.comm_overlap)
     terms = (t.weights[0], t.time_per_token[0], t.head_time_per_token[0], t.kv_read_per_seq[0], t.comm_bytes[0], t.kv_heads[0])
-    return Thr(*engine.roofline(False, False, *args, *terms, tp_latency, t.dequant_bytes[0], float(st.dequant_tokens[0]), n, b, 1))
+    return Thr(*engine.roofline(False, *args, *terms, tp_latency, t.dequant_bytes[0], float(st.dequant_tokens[0]), n, b, 1))
 
 
 def test_serve_elementwise_bytes_by_hand():
@@ -372,3 +434,43 @@ def test_weight_only_weights_converted_to_bf16_from_a_pass_size():
     assert tb.dequant_bytes[0] == 0.0
     with pytest.raises(ConfigError, match="weight_only_dequant_tokens"):
         WorkloadSpec(weight_only_dequant_tokens=-1)
+
+
+def test_gradients_and_activations_never_peak_together():
+    # the backward frees activations as it writes gradients: the peak holds the larger of the two
+    _, t = terms_for("qwen2.5-0.5b", "train", "bf16", gpus=1, seq=2048)
+    mem = memory_per_gpu(t, 1, 2)
+    assert engine.peak_bytes(*mem) == pytest.approx(mem.weights + mem.master + mem.optimizer + max(mem.grads, mem.activations), rel=1e-12)
+    assert engine.peak_bytes(*mem) < mem.total
+    # the largest batch that fits is set by the activations once the gradients fit; none when they do not
+    cap = mem.weights + mem.master + mem.optimizer + 5.5 * t.per_seq_local[0]
+    assert fitting_batch(t, 1, cap) == 5
+    assert fitting_batch(t, 1, mem.weights + mem.master + mem.optimizer + 0.5 * mem.grads) == 0
+
+
+def test_training_attention_on_hopper_runs_at_flashattention2s_share():
+    # PyTorch's SDPA runs FlashAttention-2 on Hopper: 329.483 of 989.4 TFLOPS (pytorch/pytorch
+    # #142132); elsewhere, and in serving engines, attention runs at ATTN_EFF
+    assert cost.attention_efficiency("h100-sxm", True) == pytest.approx(329.483 / 989.4, rel=1e-12) == cost.ATTN_EFF_FA2_HOPPER
+    assert cost.attention_efficiency("h200", True) == cost.ATTN_EFF_FA2_HOPPER
+    assert cost.attention_efficiency("h100-sxm", False) == cost.attention_efficiency("a100-80gb", True) == cost.ATTN_EFF
+    st, _ = terms_for("llama-3.1-8b", "train", "bf16", seq=8192)
+    att = cost.seconds_per_token_table(st)[0, cost.ATT, cost.BF16]
+    lin = 2.0 * st.params[0, cost.ATT] / st.peak[0, cost.BF16]
+    scores = st.flops_fwd[0, cost.ATT] - 2.0 * st.params[0, cost.ATT]
+    assert att == pytest.approx(lin + st.mfu * scores / (st.peak[0, cost.BF16] * cost.ATTN_EFF_FA2_HOPPER), rel=1e-12)
+
+
+def test_flashattentions_backward_recomputes_the_scores():
+    # without checkpointing a training step still runs FA's backward: 2.5 x the forward's
+    # attention, 0.5 more than the step's 3 x forward counts; nothing else is recomputed
+    st, _ = terms_for("llama-3.1-8b", "train", "bf16", seq=8192)
+    rec = cost.recompute_seconds_table(st)[0, :, cost.BF16]
+    scores = st.flops_fwd[0, cost.ATT] - 2.0 * st.params[0, cost.ATT]
+    expect = (cost.FA_BWD_FACTOR - 2.0) * st.mfu * scores / (st.peak[0, cost.BF16] * st.attn_eff[0])
+    assert rec[cost.ATT] == pytest.approx(expect, rel=1e-12) and expect > 0
+    assert rec[[cost.EMB, cost.MLP, cost.NORM, cost.HEAD]].sum() == 0.0
+    import dataclasses
+
+    no_fa = dataclasses.replace(st, flash=np.array([False]))
+    assert cost.recompute_seconds_table(no_fa)[0, :, cost.BF16].sum() == 0.0

@@ -451,3 +451,22 @@ def test_whole_episodes_agree_with_the_oracle(task, scheme, monkeypatch):
                 if k.startswith("reward_"):
                     assert i1[a][k] == pytest.approx(v, rel=1e-9, abs=1e-9), (a, k)
             np.testing.assert_allclose(o1[a], o0[a], atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", [False, "full", "selective"])
+def test_checkpointing_modes_agree_with_the_oracle(mode):
+    # every training tenant under one activation-checkpointing mode, the engine against the oracle
+    base = make_config(n_tenants=6, nodes=("h100-sxm", "a100-80gb", "h100-sxm"))
+    tenants = tuple(dataclasses.replace(t, activation_checkpointing=mode) if t.kind == "train" else t for t in base.tenants)
+    st = KernelStatic.from_config(dataclasses.replace(base, tenants=tenants))
+    rng = np.random.default_rng(7)
+    acts = random_actions(st, rng, 16)
+    state = RoundState(
+        prev_alloc=rng.integers(0, 9, (16, st.T)),
+        temp_c=rng.uniform(20, 60, (16, st.K)),
+        queue=np.zeros((16, st.T)),
+        remaining_tokens=np.full((16, st.T), 1e12),
+        budget_left=np.full((16, st.T), 1e6),
+    )
+    draws = Draws(arrivals=rng.poisson(100, (16, st.T)).astype(float), tiebreak=rng.random(st.T))
+    assert_agree(evaluate(st, acts, state, draws), oracle.evaluate(st, acts, state, draws), f"checkpointing={mode}")

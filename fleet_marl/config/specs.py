@@ -175,7 +175,9 @@ class TenantSpec:
     priority: float = 1.0  # weight in welfare and in the strict-priority arbiter
     max_gpus: int = 8  # the most GPUs the tenant can use (its demand)
     flash_attention: bool = True  # attention scores are not stored (Dao et al. 2022)
-    activation_checkpointing: bool = False  # train: keep only layer inputs, recompute the rest
+    #: train: false (none), true or "full" (keep each block's input, recompute the block) or
+    #: "selective" (torchtitan's per-op policy: keep every other matmul's and attention's output)
+    activation_checkpointing: bool | str = False
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
 
     def __post_init__(self):
@@ -186,7 +188,9 @@ class TenantSpec:
         _num(self, "priority", 0.0, lo_open=True)
         _int(self, "max_gpus", 1, 4096)
         _bool(self, "flash_attention")
-        _bool(self, "activation_checkpointing")
+        v = self.activation_checkpointing
+        if not isinstance(v, bool) and v not in ("none", "full", "selective"):
+            raise ConfigError("activation_checkpointing", v, "true, false, 'none', 'full' or 'selective'")
         if not isinstance(self.workload, WorkloadSpec):
             raise ConfigError("workload", self.workload, "a WorkloadSpec")
         m = catalog.model(self.model)

@@ -9,8 +9,10 @@ turns them into bytes per GPU, throughput and power on the GPUs it was granted. 
 * training bytes per GPU (FSDP / ZeRO-3 over ``n`` GPUs): weights, gradients, an fp32 master
   copy and two fp32 Adam moments, all sharded ``/ n`` (Rajbhandari et al. 2020); activations
   per sequence ``s h L (34 + 5 a s / h)`` bytes at 16 bit (Korthikanti et al. 2022), without the
-  ``5 a s / h`` term under FlashAttention (Dao et al. 2022); with full activation
-  checkpointing only ``2 s h L`` bytes are kept and the forward pass runs twice;
+  ``5 a s / h`` term under FlashAttention (Dao et al. 2022), recounted per block type
+  (:func:`activation_bytes`); with full activation checkpointing each block keeps its input and
+  runs its forward again, with selective (per-op) checkpointing it keeps what torchtitan's
+  policy saves and recomputes the rest (:func:`selective_checkpointing`);
 * serving bytes per GPU (tensor parallel over ``n``): weights ``/ n`` and the KV cache,
   ``2 L kv_heads head_dim`` bytes-of-dtype per token, ``/ min(n, kv_heads)`` (tensor
   parallelism splits KV heads and replicates them when GPUs outnumber them);
@@ -58,7 +60,10 @@ ADAM_BYTES = 8.0  # two fp32 moments
 CKPT_TRAIN_BYTES = 12.0
 ACT_ATTN = 5.0  # Korthikanti et al. 2022: the stored scores, softmax and dropout, 5 a s bytes per token, without FlashAttention
 TRAIN_FLOPS_FACTOR = 3.0  # forward + backward (2x forward) = 6N per token (Kaplan et al. 2020)
-RECOMPUTE_FLOPS_FACTOR = 4.0  # full recomputation runs the forward pass once more
+#: Activation checkpointing of a training tenant, by code (``TenantSpec.activation_checkpointing``:
+#: false or "none", true or "full", "selective").
+CKPT_NONE, CKPT_FULL, CKPT_SELECTIVE = 0, 1, 2
+CHECKPOINTING_CODE = {False: CKPT_NONE, "none": CKPT_NONE, True: CKPT_FULL, "full": CKPT_FULL, "selective": CKPT_SELECTIVE}
 #: Achieved share of the tensor-core peak of a large dense GEMM, BF16 and FP8 alike, and of the
 #: HBM bandwidth of a pointwise (cast) kernel: torchao's float8 roofline
 #: (pytorch/ao, torchao/testing/training/roofline_utils.py: pct_achievable_gemm_tops 0.78,
@@ -75,6 +80,26 @@ CAST_BYTES_SERVE = 3.0
 #: reaches 50-73 % of the A100's peak forward and 35-50 % of the H100's, FlashAttention-3
 #: 75 % of the H100's (Dao 2023, arXiv 2307.08691, sec. 4.1; Shah et al. 2024, arXiv 2407.08608).
 ATTN_EFF = 0.55
+#: Achieved share of the BF16 peak of FlashAttention-2 on Hopper (H100, H200): PyTorch's
+#: ``scaled_dot_product_attention`` dispatches FlashAttention-2 first ("picks its backend by a fixed
+#: priority that puts FlashAttention first", huggingface/transformers PR #48163, 2026), which
+#: runs Ampere's MMA instructions on Hopper: pytorch/pytorch issue #142132 (nightly
+#: 2.6.0.dev20241204, H100, batch 1, 24 heads, 4608 tokens, head dim 128) measured SDPA at
+#: 329.483 TFLOPS against cuDNN's 631.338 and FlashAttention-3's 631.827; Shah et al. 2024
+#: (FlashAttention-3, arXiv 2407.08608, abstract): FlashAttention-2 reaches "only 35%
+#: utilization on the H100". 329.483 / 989.4 = 0.333. A training tenant on a Hopper GPU runs its
+#: attention at this share (the PyTorch training stacks -- torchtitan, torchao, torchtune,
+#: llm-foundry -- call SDPA or flash-attn 2); serving engines run their own kernels (unchanged).
+ATTN_EFF_FA2_HOPPER = 329.483 / 989.4
+#: Catalog GPU types of the Hopper architecture (sm_90), where :data:`ATTN_EFF_FA2_HOPPER` applies.
+HOPPER = ("h100-sxm", "h200")
+#: FLOPs of FlashAttention's backward pass over its forward's: the backward recomputes the scores
+#: (``Q K^T``) from the saved log-sum-exp and runs 5 matmuls against the forward's 2
+#: (Dao 2023, FlashAttention-2, arXiv 2307.08691, Algorithm 2; flash-attn's benchmark counts
+#: ``bwd = 2.5 x fwd``, ``benchmarks/benchmark_flash_attention.py``). A training step's ``3 x``
+#: forward counts 2; the extra 0.5 is priced with the recomputation
+#: (:func:`recompute_seconds_table`) whenever the tenant runs FlashAttention.
+FA_BWD_FACTOR = 2.5
 #: HBM bytes the memory-bound elementwise kernels move per byte of activation a block saves for
 #: the backward pass (each saved tensor is written once by its producer and read by the next
 #: kernel; eager PyTorch, partly fused).
@@ -133,6 +158,13 @@ def serve_elementwise_bytes(m: ModelArch) -> float:
     return float(2 * (m.layers * (2 * 4 * h + 2 * (q + k) + act) + 4 * h))
 
 
+def attention_efficiency(gpu_type: str, train: bool) -> float:
+    """The achieved share of the BF16 peak of a tenant's attention scores and weighted sum on a
+    ``gpu_type`` GPU: FlashAttention-2 on Hopper for a training tenant
+    (:data:`ATTN_EFF_FA2_HOPPER`), else :data:`ATTN_EFF`."""
+    return ATTN_EFF_FA2_HOPPER if train and gpu_type in HOPPER else ATTN_EFF
+
+
 def linear_dims(m: ModelArch) -> tuple[np.ndarray, np.ndarray]:
     """``(inputs, outputs)`` by layer group (G,), each a sum over the group's linear layers (one
     ``nn.Linear`` each: q, k, v, o; gate, up, down or fc, proj; the LM head) of its input and
@@ -148,9 +180,35 @@ def linear_dims(m: ModelArch) -> tuple[np.ndarray, np.ndarray]:
     return ins, outs
 
 
-def activation_bytes(m: ModelArch) -> tuple[float, float]:
+#: Bytes per token per vocabulary entry that the loss holds at its peak, by implementation:
+#:
+#: * ``"eager"`` (the default): ``F.cross_entropy(logits.float(), labels)`` in eager PyTorch,
+#:   torchtitan's loss until it was compiled (``train.py`` at 9dec370, 2024-12: the
+#:   ``torch.compile(loss_fn)`` line commented out) and Hugging Face's ``logits.float()``. The
+#:   forward holds the BF16 logits (2), their FP32 copy (4) and the FP32 log-probabilities
+#:   log-softmax saves (4); the backward, which starts with every block's activations still held,
+#:   holds the saved log-probabilities (4), nll_loss's FP32 gradient (4) and log-softmax's FP32
+#:   input gradient (4): 12;
+#: * ``"fused"``: one fused kernel reads the BF16 logits and never writes their FP32 copy or
+#:   log-probabilities; the BF16 logits (2) are kept for the backward, which writes a BF16
+#:   gradient (2), 4: the loss under ``torch.compile`` (torchtitan compiles it with
+#:   ``training.compile`` since bbb1b616e, 2025-04-02, ``components/loss.py``) and llm-foundry's
+#:   default ``loss_fn = "fused_crossentropy"`` (flash-attn's fused cross-entropy,
+#:   ``llmfoundry/models/mpt/modeling_mpt.py``);
+#: * ``"chunked"``: torchtune's ``CEWithChunkedOutputLoss`` (8 chunks): the BF16 logits (2) and one
+#:   chunk's FP32 copy and log-probabilities (8 / 8), 3.
+LOSS_BYTES = {"eager": 12.0, "fused": 4.0, "chunked": 3.0}
+#: A serving tenant computes no loss; the elementwise term of its forward pass
+#: (:func:`seconds_per_token_table`) keeps the ``6 V`` bytes per token after the blocks that it had
+#: before the loss was counted by implementation (the serving model's, not revisited here).
+SERVE_VOCAB_BYTES = 6.0
+
+
+def activation_bytes(m: ModelArch, loss: str | None = "eager") -> tuple[float, float]:
     """``(per_layer, final)``: activation bytes per token kept for the backward pass at 16 bit,
-    with FlashAttention and no dropout, per transformer block and once after the last one.
+    with FlashAttention and no dropout, per transformer block and once after the last one, with
+    the loss implemented as ``loss`` (a key of :data:`LOSS_BYTES`; None for a serving tenant,
+    :data:`SERVE_VOCAB_BYTES`).
 
     Per block, the tensors autograd saves: the input of each of the two norms (``2 h`` each);
     attention: the norm's output that feeds q, k and v (``2 h``), q, k and v for the attention
@@ -158,13 +216,43 @@ def activation_bytes(m: ModelArch) -> tuple[float, float]:
     projection (``2 q``); a SwiGLU MLP: its input (``2 h``), the gate and up projections, the
     SiLU of the gate and their product (``4 x 2 f``); a GeLU MLP: its input, the GeLU's input and
     output (``2 h + 2 x 2 f``). After the blocks: the final norm's and the head's inputs
-    (``2 x 2 h``), the BF16 logits (``2 V``) and the FP32 log-probabilities of the loss (``4 V``).
+    (``2 x 2 h``) and the loss's ``LOSS_BYTES[loss] x V`` (logits and log-probabilities).
     This is Korthikanti et al. 2022's count (``34 h`` for a GPT block with dropout) redone for
     each block type."""
     h, f, q, k = m.hidden, m.ffn, m.heads * m.head_dim, m.kv_heads * m.head_dim
     mlp = 2 * h + (8 * f if m.mlp == "gated" else 4 * f)
     per_layer = 4 * h + 2 * h + 2 * (q + 2 * k) + 2 * q + mlp
-    return float(per_layer), float(4 * h + 6 * m.vocab)
+    if loss is not None and loss not in LOSS_BYTES:
+        raise ValueError(f"loss: {loss!r}; expected one of {', '.join(map(repr, LOSS_BYTES))}")
+    return float(per_layer), float(4 * h + (SERVE_VOCAB_BYTES if loss is None else LOSS_BYTES[loss]) * m.vocab)
+
+
+def selective_checkpointing(m: ModelArch) -> tuple[float, np.ndarray]:
+    """``(per_layer, recomputed)`` under per-op selective activation checkpointing (torchtitan's
+    ``selective_ac_option = "op"``): the bytes per token a block keeps for the backward pass at
+    16 bit, and the share of each layer group's linear FLOPs (G,) run again in the backward.
+
+    torchtitan's policy (``parallelize_llama.py``, ``_save_list`` and ``_custom_policy``) saves
+    the output of every matmul except every second one in the block's call order, of the
+    FlashAttention kernel and of the amax reductions; it recomputes everything else from the
+    block's input. The catalog block calls q, k, v, o, then gate, up, down (SwiGLU) or fc, proj
+    (GeLU), so it keeps the block's input (``2 h``), the outputs of q, v, gate and down (or fc)
+    (``2 (q + k + f + h)``; ``2 (q + k + f)`` for GeLU), the attention output (``2 q``) and its
+    FP32 log-sum-exp (``4 a``), and recomputes k and o and up (or proj)."""
+    h, f, q, k, a = m.hidden, m.ffn, m.heads * m.head_dim, m.kv_heads * m.head_dim, m.heads
+    att = [(h, q), (h, k), (h, k), (q, h)]  # (in, out) of q, k, v, o
+    mlp = [(h, f), (h, f), (f, h)] if m.mlp == "gated" else [(h, f), (f, h)]
+    calls = [(ATT, i, o) for i, o in att] + [(MLP, i, o) for i, o in mlp]
+    kept = 2.0 * h + 2.0 * q + 4.0 * a
+    redo, total = np.zeros(catalog.N_GROUPS), np.zeros(catalog.N_GROUPS)
+    for n, (g, i, o) in enumerate(calls, start=1):
+        total[g] += i * o
+        if n % 2:
+            kept += 2.0 * o
+        else:
+            redo[g] += i * o
+    with np.errstate(invalid="ignore"):
+        return float(kept), np.where(total > 0, redo / total, 0.0)
 
 
 def linear_seconds(M: float, K: float, N: float, gpu, precision: str, train: bool = True) -> float:
@@ -198,20 +286,51 @@ def reference_rate(st) -> np.ndarray:
 
 #: Columns of the per-group table ``group_terms`` (T, G, P, len(GROUP_TERMS)): what a layer
 #: group contributes at a precision -- weight bytes, gradient bytes (training), fp32 master
-#: bytes (training), forward seconds per token at peak (``flops / peak``; inf where the GPU
-#: lacks the precision), 1 where the precision is invalid for the tenant, and the HBM bytes a
-#: weight-only group moves when its weights are converted to BF16 for a BF16 GEMM (write 2 B,
-#: read 2 B per weight; 0 for other formats).
+#: bytes (training), seconds per token times the GEMM efficiency (serving: one forward pass,
+#: :func:`seconds_per_token_table`; training: a step's forward, backward and recomputation,
+#: ``3 x forward +`` :func:`recompute_seconds_table`; inf where the GPU lacks the precision),
+#: 1 where the precision is invalid for the tenant, and the HBM bytes a weight-only group moves
+#: when its weights are converted to BF16 for a BF16 GEMM (write 2 B, read 2 B per weight; 0 for
+#: other formats).
 GROUP_TERMS = ("weights", "grads", "master", "seconds_per_token", "invalid", "dequant_bytes")
 #: Per-tenant constants of stage 1 (T, len(TENANT_TERMS)): optimizer bytes (training),
-#: activation bytes per sequence at 16 bit (training; ``s h L (34 + 5 a s / h)`` or ``2 s h L``
-#: checkpointed), KV-cache bytes per token per byte of cache dtype (``2 L kv_heads head_dim``),
-#: KV heads, the tensor-parallel all-reduce bytes per token (``2 L h x 2``, serving) and the
-#: all-reduces' latency per forward pass (``2 L x TP_ALLREDUCE_LATENCY_S``, serving on > 1 GPU),
-#: the KV cache's bytes per value when the workload fixes its format (0: the attention's), the
-#: pass size from which weight-only weights are converted to BF16 (0: never), and the most
-#: tokens a sequence keeps in its KV cache (the sliding window; inf with full attention).
+#: activation bytes per sequence at 16 bit (training; ``s (L x kept per block + recomputed block
+#: + after the blocks)`` by checkpointing mode), KV-cache bytes per token per byte of cache dtype
+#: (``2 L kv_heads head_dim``), KV heads, the tensor-parallel all-reduce bytes per token
+#: (``2 L h x 2``, serving) and the all-reduces' latency per forward pass
+#: (``2 L x TP_ALLREDUCE_LATENCY_S``, serving on > 1 GPU), the KV cache's bytes per value when the
+#: workload fixes its format (0: the attention's), the pass size from which weight-only weights
+#: are converted to BF16 (0: never), and the most tokens a sequence keeps in its KV cache (the
+#: sliding window; inf with full attention).
 TENANT_TERMS = ("optimizer", "act_per_seq", "kv_per_token", "kv_heads", "tp_comm", "tp_latency", "kv_bytes", "dequant_tokens", "kv_window")
+
+
+def _time_parts(st):
+    """The parts of the forward seconds per token of :func:`seconds_per_token_table`, (T, G, P)
+    or broadcastable: ``(gemm, other, cast, ew_blocks, ew_final)`` -- the linear layers' GEMMs
+    at the precision's peak, attention's scores at ``ATTN_EFF`` of the BF16 peak, the FP8
+    casts, and the elementwise HBM traffic of the blocks and after them (the norm group), each
+    not yet times ``st.mfu``, and the HBM bandwidth they run at."""
+    T, G, P = st.T, catalog.N_GROUPS, catalog.N_PRECISIONS
+    bf16 = st.peak[:, BF16][:, None, None]  # (T, 1, 1)
+    peak = st.peak[:, None, :]  # (T, 1, P)
+    lin = np.zeros((T, G))
+    lin[:, ATT], lin[:, MLP], lin[:, HEAD] = 2.0 * st.params[:, ATT], 2.0 * st.params[:, MLP], st.flops_fwd[:, HEAD]
+    cast_el = np.where(
+        st.is_train[:, None], CAST_BYTES_TRAIN * (st.linear_in + st.linear_out) / TRAIN_FLOPS_FACTOR, CAST_BYTES_SERVE * st.linear_in
+    )
+    is_fp8 = (np.arange(P) == FP8)[None, None, :]
+    bw = st.bw[:, None, None] * CAST_BW_EFF
+    cast = np.where(is_fp8, cast_el[:, :, None] / bw, 0.0)
+    ew_blocks, ew_final = np.zeros((T, G, 1)), np.zeros((T, G, 1))
+    # training: EW_BYTES x the activations a block (and the loss) saves; serving: the inference
+    # block's own traffic, final norm included (serve_elementwise_bytes)
+    ew_blocks[:, NORM, 0] = np.where(st.is_train, EW_BYTES * st.layers * st.act_layer, st.ew_serve)
+    ew_final[:, NORM, 0] = np.where(st.is_train, EW_BYTES * st.act_final, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gemm = lin[:, :, None] / peak
+    other = (st.flops_fwd - lin)[:, :, None] / (bf16 * st.attn_eff[:, None, None])
+    return gemm, other, cast, ew_blocks, ew_final, bw
 
 
 def seconds_per_token_table(st) -> np.ndarray:
@@ -231,24 +350,37 @@ def seconds_per_token_table(st) -> np.ndarray:
       ``CAST_BW_EFF``, in the norm group.
 
     inf where the GPU lacks the precision."""
-    T, G, P = st.T, catalog.N_GROUPS, catalog.N_PRECISIONS
-    bf16 = st.peak[:, BF16][:, None, None]  # (T, 1, 1)
-    peak = st.peak[:, None, :]  # (T, 1, P)
-    lin = np.zeros((T, G))
-    lin[:, ATT], lin[:, MLP], lin[:, HEAD] = 2.0 * st.params[:, ATT], 2.0 * st.params[:, MLP], st.flops_fwd[:, HEAD]
-    cast_el = np.where(
-        st.is_train[:, None], CAST_BYTES_TRAIN * (st.linear_in + st.linear_out) / TRAIN_FLOPS_FACTOR, CAST_BYTES_SERVE * st.linear_in
-    )
-    is_fp8 = (np.arange(P) == FP8)[None, None, :]
-    bw = st.bw[:, None, None] * CAST_BW_EFF
-    cast = np.where(is_fp8, cast_el[:, :, None] / bw, 0.0)
-    ew = np.zeros((T, G))
-    ew[:, NORM] = np.where(st.is_train, EW_BYTES * (st.layers * st.act_layer + st.act_final), st.ew_serve)
-    flops = st.flops_fwd[:, :, None]
-    other = (flops - lin[:, :, None]) / (bf16 * ATTN_EFF) + ew[:, :, None] / bw
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = lin[:, :, None] / peak + st.mfu * (other + cast)
-        return np.where((flops > 0) | (ew[:, :, None] > 0), np.where(peak > 0, t, np.inf), 0.0)
+    gemm, other, cast, ew_blocks, ew_final, bw = _time_parts(st)
+    ew = ew_blocks + ew_final
+    with np.errstate(invalid="ignore"):
+        t = gemm + st.mfu * (other + ew / bw + cast)
+    busy = (st.flops_fwd[:, :, None] > 0) | (ew > 0)
+    return np.where(busy, np.where(st.peak[:, None, :] > 0, t, np.inf), 0.0)
+
+
+def recompute_seconds_table(st) -> np.ndarray:
+    """Seconds per token the backward pass spends recomputing the forward, by layer group and
+    precision, times ``st.mfu`` like :func:`seconds_per_token_table` (T, G, P). Checkpointing
+    wraps each transformer block (torchtitan ``apply_ac``, torchtune and llm-foundry alike), so
+    the head and the loss are never recomputed. Full recomputation runs each block's forward
+    again: its GEMMs, attention and casts and its elementwise work. Selective (per-op)
+    recomputation runs again the linear layers it did not save (``st.sac_share`` of each group's
+    GEMMs and casts, :func:`selective_checkpointing`) and the blocks' elementwise work, not
+    attention, whose output it keeps. Whatever the checkpointing, FlashAttention's backward recomputes
+    the scores: ``FA_BWD_FACTOR - 2`` of the attention's forward (the step's ``3 x`` forward counts
+    2). 0 without checkpointing or FlashAttention; inf where the GPU lacks the precision."""
+    gemm, other, cast, ew_blocks, _, bw = _time_parts(st)
+    G = catalog.N_GROUPS
+    block = np.zeros((1, G, 1))
+    block[0, [ATT, MLP], 0] = 1.0
+    full = np.where(st.checkpointing[:, None, None] == CKPT_FULL, block, 0.0)
+    sel = np.where(st.checkpointing[:, None, None] == CKPT_SELECTIVE, st.sac_share[:, :, None], 0.0)
+    ew = np.where(st.checkpointing[:, None, None] != CKPT_NONE, ew_blocks, 0.0)
+    fa = np.where((st.flash & st.is_train)[:, None, None], FA_BWD_FACTOR - 2.0, 0.0)
+    with np.errstate(invalid="ignore"):
+        t = full * (gemm + st.mfu * (other + cast)) + sel * (gemm + st.mfu * cast) + st.mfu * ew / bw + fa * (st.mfu * other)
+    busy = (full + sel > 0) | (ew > 0) | ((fa > 0) & (other > 0))
+    return np.where(busy, np.where(st.peak[:, None, :] > 0, t, np.inf), 0.0)
 
 
 def tp_latency_seconds(st) -> np.ndarray:
@@ -268,13 +400,17 @@ def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
     out[..., 0] = params * np.where(train, TRAIN_BYTES[None, None, :], catalog.PRECISION_BYTES[None, None, :])
     out[..., 1] = np.where(train, params * GRAD_BYTES[None, None, :], 0.0)
     out[..., 2] = np.where(train, params * MASTER_BYTES[None, None, :], 0.0)
-    out[..., 3] = seconds_per_token_table(st)
+    out[..., 3] = np.where(
+        train, TRAIN_FLOPS_FACTOR * seconds_per_token_table(st) + recompute_seconds_table(st), seconds_per_token_table(st)
+    )
     invalid = ~st.supported | (st.is_train[:, None] & catalog.WEIGHT_ONLY[None, :])  # (T, P)
     out[..., 4] = np.broadcast_to(invalid[:, None, :], (T, G, P))
     out[..., 5] = np.where(train, 0.0, params * np.where(catalog.WEIGHT_ONLY, DEQUANT_BYTES, 0.0)[None, None, :])
     s, h, L = st.seq_len, st.hidden, st.layers
     scores = np.where(st.flash, 0.0, ACT_ATTN * st.heads * s)  # per token per block, without FlashAttention
-    kept = np.where(st.checkpointing, L * 2.0 * h + st.act_layer + scores, L * (st.act_layer + scores))
+    per_block = np.select([st.checkpointing == CKPT_FULL, st.checkpointing == CKPT_SELECTIVE], [2.0 * h, st.act_sac], st.act_layer + scores)
+    recomputed = np.where(st.checkpointing != CKPT_NONE, st.act_layer + scores, 0.0)  # the block being recomputed
+    kept = L * per_block + recomputed
     tenant = np.stack(
         [
             np.where(st.is_train, ADAM_BYTES * st.params.sum(-1), 0.0),
@@ -296,27 +432,38 @@ __all__ = [
     "ACT_ATTN",
     "ADAM_BYTES",
     "ATTN_EFF",
+    "ATTN_EFF_FA2_HOPPER",
     "CAST_BW_EFF",
     "CAST_BYTES_SERVE",
     "CAST_BYTES_TRAIN",
+    "CHECKPOINTING_CODE",
+    "CKPT_FULL",
+    "CKPT_NONE",
+    "CKPT_SELECTIVE",
     "CKPT_TRAIN_BYTES",
     "DEQUANT_BYTES",
     "EW_BYTES",
+    "FA_BWD_FACTOR",
     "GEMM_EFF",
     "GROUP_TERMS",
+    "HOPPER",
     "KV_BYTES",
-    "RECOMPUTE_FLOPS_FACTOR",
+    "LOSS_BYTES",
+    "SERVE_VOCAB_BYTES",
     "STEP_OVERHEAD_S",
     "TENANT_TERMS",
     "TP_ALLREDUCE_LATENCY_S",
     "TRAIN_BYTES",
     "TRAIN_FLOPS_FACTOR",
     "activation_bytes",
+    "attention_efficiency",
     "forward_flops_per_token",
     "linear_dims",
     "linear_seconds",
+    "recompute_seconds_table",
     "reference_rate",
     "seconds_per_token_table",
+    "selective_checkpointing",
     "serve_elementwise_bytes",
     "stage1_tables",
     "tp_latency_seconds",

@@ -62,7 +62,7 @@ from fleet_marl.kernel.outcome import outcome
 from fleet_marl.kernel.placement import place
 from fleet_marl.kernel.power_heat import power_heat, throttle
 from fleet_marl.kernel.safety import check
-from fleet_marl.kernel.tenant_cost import fitting_batch, memory_per_gpu, roofline, tenant_stage1, tenant_terms, throughput
+from fleet_marl.kernel.tenant_cost import fitting_batch, memory_per_gpu, peak_bytes, roofline, tenant_stage1, tenant_terms, throughput
 
 _NOF, _NOI, _NOB = len(OF), len(OI), len(OB)
 _NF_ROWS, _NI_ROWS, _NB_ROWS = _NOF + 26, _NOI + 4, _NOB + 4  # each block: the row's outputs, then scratch rows
@@ -212,4 +212,4 @@ def round_one(
 
 #: the compiled cost functions, here too for the callers that read them from the engine
 #: (``tools.estimate``): they live in :mod:`fleet_marl.kernel.tenant_cost`
-__all__ = ["fitting_batch", "memory_per_gpu", "pack_static", "roofline", "round_one", "round_rows", "tenant_terms"]
+__all__ = ["fitting_batch", "memory_per_gpu", "pack_static", "peak_bytes", "roofline", "round_one", "round_rows", "tenant_terms"]

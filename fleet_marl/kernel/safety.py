@@ -37,7 +37,7 @@ from fleet_marl.kernel.layout import (
     S_VETO,
     T_MEM,
 )
-from fleet_marl.kernel.tenant_cost import C_G, C_KVH, C_M, C_O, C_PSL, C_PSS, C_W, fitting_batch, memory_per_gpu
+from fleet_marl.kernel.tenant_cost import C_G, C_KVH, C_M, C_O, C_PSL, C_PSS, C_W, fitting_batch, memory_per_gpu, peak_bytes
 
 
 def _check_groups(st, precision: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -92,7 +92,7 @@ def check(b, tf, sc, ins_i, c_terms, unsafe_c, invalid_c, alloc, rf, ri, rb, run
             vetoed = invalid and has
             projected = (unsafe or bt < batch_req) and has and not oom and not vetoed
         mw, mg, mm, mo, ma, mkv = memory_per_gpu(weights, grads, master, optimizer, psl, pss, kvh, n, bt)
-        mtot = mw + mg + mm + mo + ma + mkv
+        mtot = peak_bytes(mw, mg, mm, mo, ma, mkv)
         if veto:
             oom = mtot > tf[t, T_MEM] and has
         rf[O_MW, t], rf[O_MG, t], rf[O_MM, t], rf[O_MO, t], rf[O_MA, t], rf[O_MKV, t] = mw, mg, mm, mo, ma, mkv

@@ -19,11 +19,13 @@ from fleet_marl.kernel import cost, mechanisms
 from fleet_marl.kernel.layout import pack_static
 
 
-def model_arrays(models, ctx) -> dict[str, Any]:
+def model_arrays(models, ctx, loss=None) -> dict[str, Any]:
     """The fields of :class:`KernelStatic` that come from each tenant's architecture
     (``catalog.ModelArch``) at its context ``ctx`` (T,): ``dataclasses.replace(st,
     **model_arrays(...))`` swaps the models of a scenario (the validation suite runs published
-    architectures that are not in the catalog this way)."""
+    architectures that are not in the catalog this way), each with its loss implementation
+    ``loss`` (T,) (a key of ``cost.LOSS_BYTES``, None for a serving tenant; default eager)."""
+    loss = ["eager"] * len(models) if loss is None else loss
     arr = lambda xs: np.array(xs, dtype=np.float64)  # noqa: E731
     return {
         "params": np.stack([m.params_vector for m in models]),
@@ -37,7 +39,9 @@ def model_arrays(models, ctx) -> dict[str, Any]:
         "linear_in": np.stack([cost.linear_dims(m)[0] for m in models]),
         "linear_out": np.stack([cost.linear_dims(m)[1] for m in models]),
         "act_layer": arr([cost.activation_bytes(m)[0] for m in models]),
-        "act_final": arr([cost.activation_bytes(m)[1] for m in models]),
+        "act_final": arr([cost.activation_bytes(m, lo)[1] for m, lo in zip(models, loss, strict=True)]),
+        "act_sac": arr([cost.selective_checkpointing(m)[0] for m in models]),
+        "sac_share": np.stack([cost.selective_checkpointing(m)[1] for m in models]),
         "ew_serve": arr([cost.serve_elementwise_bytes(m) for m in models]),
     }
 
@@ -73,6 +77,8 @@ class KernelStatic:
     act_layer: np.ndarray  # (T,) float64 activation bytes per token per block at 16 bit (cost.activation_bytes)
     act_final: np.ndarray  # (T,) float64 activation bytes per token after the blocks (norm, head input, logits, loss)
     ew_serve: np.ndarray  # (T,) float64 serving: elementwise HBM bytes per token (cost.serve_elementwise_bytes)
+    act_sac: np.ndarray  # (T,) float64 bytes per token per block kept under selective checkpointing (cost.selective_checkpointing)
+    sac_share: np.ndarray  # (T, G) float64 share of each group's linear FLOPs recomputed under selective checkpointing
     seq_len: np.ndarray  # (T,) float64 train: sequence length
     prompt_tokens: np.ndarray  # (T,) float64
     output_tokens: np.ndarray  # (T,) float64
@@ -83,7 +89,8 @@ class KernelStatic:
     arrival_rate: np.ndarray  # (T,) float64 requests/s (0 for training tenants)
     job_tokens: np.ndarray  # (T,) float64 (0 for serving tenants)
     flash: np.ndarray  # (T,) bool
-    checkpointing: np.ndarray  # (T,) bool full activation recomputation (train)
+    attn_eff: np.ndarray  # (T,) float64 achieved share of the BF16 peak in attention (cost.attention_efficiency)
+    checkpointing: np.ndarray  # (T,) int64 activation checkpointing (train): cost.CKPT_NONE, CKPT_FULL or CKPT_SELECTIVE
     priority: np.ndarray  # (T,) float64
     max_gpus: np.ndarray  # (T,) int64
     budget: np.ndarray  # (T,) float64 episode budget
@@ -167,7 +174,7 @@ class KernelStatic:
             K=K,
             n_racks=-(-K // cl.nodes_per_rack),
             is_train=is_train,
-            **model_arrays(models, ctx),
+            **model_arrays(models, ctx, ["eager" if t.kind == "train" else None for t in ts]),
             seq_len=seq,
             prompt_tokens=prompt,
             output_tokens=arr([t.workload.output_tokens for t in ts]),
@@ -178,7 +185,8 @@ class KernelStatic:
             arrival_rate=np.where(is_train, 0.0, arr([t.workload.rate for t in ts])),
             job_tokens=np.where(is_train, arr([t.workload.job_tokens for t in ts]), 0.0),
             flash=np.array([t.flash_attention for t in ts]),
-            checkpointing=np.array([t.activation_checkpointing for t in ts]) & is_train,
+            attn_eff=arr([cost.attention_efficiency(t.gpu_type, t.kind == "train") for t in ts]),
+            checkpointing=np.where(is_train, arr([cost.CHECKPOINTING_CODE[t.activation_checkpointing] for t in ts], np.int64), 0),
             priority=arr([t.priority for t in ts]),
             max_gpus=arr([min(t.max_gpus, cl.capacity(t.gpu_type)) for t in ts], np.int64),
             budget=arr([t.budget for t in ts]),

@@ -15,16 +15,7 @@ import math
 import numpy as np
 
 from fleet_marl import catalog
-from fleet_marl.kernel.cost import (
-    ADAM_BYTES,
-    BF16,
-    CKPT_TRAIN_BYTES,
-    KV_BYTES,
-    RECOMPUTE_FLOPS_FACTOR,
-    STEP_OVERHEAD_S,
-    TRAIN_BYTES,
-    TRAIN_FLOPS_FACTOR,
-)
+from fleet_marl.kernel.cost import ADAM_BYTES, BF16, CKPT_TRAIN_BYTES, KV_BYTES, STEP_OVERHEAD_S, TRAIN_BYTES
 from fleet_marl.kernel.jit import jit, jit_inline
 from fleet_marl.kernel.layout import (
     F_ARR,
@@ -48,7 +39,6 @@ from fleet_marl.kernel.layout import (
     S_ROUND,
     S_VETO,
     T_ACT,
-    T_CKPT,
     T_DQT,
     T_HBM,
     T_INTER,
@@ -136,11 +126,15 @@ def tenant_terms(tf, ti, tg, t, prec, project, mfu, prec_run, prompt, output):
 
 @jit
 def fitting_batch(weights, grads, master, optimizer, per_seq_local, per_seq_sharded, kv_heads, n, capacity):
-    """The largest batch whose bytes per GPU on ``n`` GPUs fit ``capacity`` (memory is affine
-    in the batch); may be < 1. Training shards the weights, gradients, master copy and optimizer
-    ``/ n`` (FSDP); serving splits the KV cache over at most ``kv_heads`` GPUs."""
+    """The largest batch whose peak bytes per GPU on ``n`` GPUs (:func:`peak_bytes`) fit
+    ``capacity`` (the peak is affine in the batch once the gradients fit); may be < 1, and is 0
+    when the gradients alone do not fit. Training shards the weights, gradients, master copy and
+    optimizer ``/ n`` (FSDP); serving splits the KV cache over at most ``kv_heads`` GPUs."""
     n1 = max(n, 1)
-    fixed = (weights + grads + master + optimizer) * (1.0 / n1)
+    inv = 1.0 / n1
+    fixed = (weights + master + optimizer) * inv
+    if grads * inv > capacity - fixed:
+        return 0.0
     per_seq = per_seq_local + per_seq_sharded / min(float(n1), kv_heads)
     return np.floor((capacity - fixed) / per_seq)
 
@@ -148,7 +142,7 @@ def fitting_batch(weights, grads, master, optimizer, per_seq_local, per_seq_shar
 @jit
 def memory_per_gpu(weights, grads, master, optimizer, per_seq_local, per_seq_sharded, kv_heads, n, batch):
     """Bytes per GPU on ``n`` GPUs (0 counts as 1) at ``batch`` sequences: ``(weights,
-    gradients, fp32 master, optimizer, activations, KV cache)``."""
+    gradients, fp32 master, optimizer, activations, KV cache)``; :func:`peak_bytes` is their peak."""
     inv = 1.0 / max(n, 1)
     return (
         weights * inv,
@@ -161,9 +155,18 @@ def memory_per_gpu(weights, grads, master, optimizer, per_seq_local, per_seq_sha
 
 
 @jit
+def peak_bytes(weights, grads, master, optimizer, activations, kv_cache):
+    """The peak of a step's bytes per GPU from the parts :func:`memory_per_gpu` returns. The
+    backward pass frees each block's activations as it writes that block's gradients, and the
+    gradients are freed after the optimizer step (``zero_grad(set_to_none=True)``, PyTorch's
+    default since 2.0; torchtitan, torchtune, llm-foundry), so the two never peak together:
+    ``W + M + O + max(G, A) + KV``."""
+    return weights + master + optimizer + max(grads, activations) + kv_cache
+
+
+@jit
 def roofline(
     is_train,
-    checkpointing,
     seq_len,
     prompt_tokens,
     output_tokens,
@@ -198,11 +201,12 @@ def roofline(
     (``dequant_bytes``). The TTFT is one
     prompt's prefill after the running step, if any (``docs/model.md`` section 5)."""
     nf = float(max(n, 1))
-    bw_link = inter_bw if nodes > 1 else intra_bw
+    # across nodes a ring collective's links that leave a node run on the NICs of every GPU the
+    # tenant has there at once (NCCL's channels cross at different GPUs), never faster than NVLink
+    bw_link = min(intra_bw, nf / nodes * inter_bw) if nodes > 1 else intra_bw
     bf = float(max(batch, 1))
     hide = 1.0 - comm_overlap
-    passes = RECOMPUTE_FLOPS_FACTOR if checkpointing else TRAIN_FLOPS_FACTOR
-    t_comp = passes * seq_len * bf * time_per_token
+    t_comp = seq_len * bf * time_per_token  # training: time_per_token is a step's (forward, backward, recomputation)
     t_comm = comm_bytes * (nf - 1.0) / nf / bw_link
     step = t_comp + (t_comm if hide == 1.0 else hide * t_comm)
     if is_train:
@@ -307,7 +311,6 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
         train = ti[t, T_TRAIN] != 0
         rate, tps, eff, prefill, t_dec = roofline(
             train,
-            ti[t, T_CKPT] != 0,
             tf[t, T_SEQ],
             ins_f[F_PROMPT, b, t],
             ins_f[F_OUT, b, t],
@@ -350,7 +353,6 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
                 # the latencies at the load carried: busy x batch requests in flight (Little's law)
                 _, _, _, prefill, t_dec = roofline(
                     False,
-                    False,
                     tf[t, T_SEQ],
                     ins_f[F_PROMPT, b, t],
                     ins_f[F_OUT, b, t],
@@ -391,6 +393,7 @@ __all__ = [
     "C_W",
     "fitting_batch",
     "memory_per_gpu",
+    "peak_bytes",
     "restart_time",
     "roofline",
     "tenant_stage1",

@@ -176,7 +176,7 @@ class Stage1(NamedTuple):
     optimizer: np.ndarray  # optimizer bytes (train)
     per_seq_local: np.ndarray  # bytes per sequence on each GPU, not sharded (train activations)
     per_seq_sharded: np.ndarray  # bytes per sequence split over the GPUs (serve KV cache)
-    time_per_token: np.ndarray  # s per forward token on one GPU at peak x MFU
+    time_per_token: np.ndarray  # s per token on one GPU: serve a forward pass, train a step (forward, backward, recomputation)
     kv_read_per_seq: np.ndarray  # serve: KV bytes read per sequence per decode step
     comm_bytes: np.ndarray  # train: bytes per step before (n-1)/n; serve: per token before 2(n-1)/n
     kv_heads: np.ndarray  # the KV cache splits over at most this many GPUs

@@ -52,7 +52,7 @@ def parse_precision(text: str) -> dict[str, str]:
 
 
 def single_tenant_static(
-    model: str, gpu_type: str, mode: str, gpus: int, gpus_per_node: int, seq_len: int, output_tokens: int, checkpointing: bool = False
+    model: str, gpu_type: str, mode: str, gpus: int, gpus_per_node: int, seq_len: int, output_tokens: int, checkpointing: bool | str = False
 ):
     m = catalog.model(model)
     catalog.gpu(gpu_type)
@@ -70,7 +70,7 @@ def single_tenant_static(
                 gpu_type=gpu_type,
                 max_gpus=nodes * gpus_per_node,
                 budget=1e12,
-                activation_checkpointing=checkpointing and mode == "train",
+                activation_checkpointing=checkpointing if mode == "train" else False,
                 workload=wl,
             ),
         ),
@@ -90,6 +90,9 @@ def estimate(args) -> dict:
         raise UsageError(f"--seq-len {args.seq_len}: expected an integer >= 1")
     m = catalog.model(args.model)
     g = catalog.gpu(args.gpu_type)
+    ckpt = getattr(args, "activation_checkpointing", None) or False
+    if ckpt is True:  # a caller's namespace from before the modes
+        ckpt = "full"
     if args.mode == "train" and args.seq_len > m.max_seq:
         raise UsageError(f"--seq-len {args.seq_len}: {args.model} has a context of {m.max_seq} tokens")
     if args.mode == "serve" and args.seq_len + args.output_tokens > m.max_seq:
@@ -97,9 +100,7 @@ def estimate(args) -> dict:
             f"--seq-len + --output-tokens = {args.seq_len + args.output_tokens}: {args.model} has a context of {m.max_seq} tokens"
         )
     prec_map = parse_precision(args.precision)
-    st = single_tenant_static(
-        args.model, args.gpu_type, args.mode, args.gpus, args.gpus_per_node, args.seq_len, args.output_tokens, args.activation_checkpointing
-    )
+    st = single_tenant_static(args.model, args.gpu_type, args.mode, args.gpus, args.gpus_per_node, args.seq_len, args.output_tokens, ckpt)
     prec = np.array([[[catalog.PRECISION_CODE[prec_map[gr]] for gr in catalog.GROUPS]]], np.int64)
     if invalid_precision(st, prec).any():
         msg = explain_invalid(st, prec)
@@ -111,7 +112,6 @@ def estimate(args) -> dict:
     mem = engine.memory_per_gpu(*terms, n, b)
     rate, tokens_per_s, efficiency, ttft_s, tpot_s = engine.roofline(
         args.mode == "train",
-        bool(st.checkpointing[0]),
         st.seq_len[0],
         st.prompt_tokens[0],
         st.output_tokens[0],
@@ -138,7 +138,7 @@ def estimate(args) -> dict:
     fit_b = int(max(engine.fitting_batch(*terms, n, usable), 0))
     comp = dict(zip(("weights", "gradients", "master_fp32", "optimizer", "activations", "kv_cache"), map(float, mem), strict=True))
     comp = {k: v for k, v in comp.items() if args.mode == "train" or k in ("weights", "kv_cache")}
-    comp["total"] = float(sum(mem))
+    comp["total"] = float(engine.peak_bytes(*mem))  # gradients and activations never peak together
     unsafe = [gr for gr, code in zip(catalog.GROUPS, prec[0, 0], strict=True) if catalog.UNSAFE[catalog.GROUPS.index(gr), code]]
     out = {
         "model": args.model,
@@ -151,11 +151,11 @@ def estimate(args) -> dict:
         "precision": prec_map,
         "batch_size": args.batch_size,
         "seq_len": args.seq_len,
-        "activation_checkpointing": bool(args.activation_checkpointing and args.mode == "train"),
+        "activation_checkpointing": ckpt if args.mode == "train" else False,
         "bytes_per_gpu": comp,
         "gpu_memory_bytes": cap,
         "usable_bytes_per_gpu": usable,
-        "fits": bool(sum(mem) <= usable),
+        "fits": bool(comp["total"] <= usable),
         "max_batch_that_fits": fit_b,
         "tokens_per_s": tokens_per_s,
         "multi_gpu_efficiency": efficiency,
@@ -217,8 +217,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--output-tokens", type=int, default=256, help="serve: generated tokens per request (default 256)")
     parser.add_argument(
         "--activation-checkpointing",
-        action="store_true",
-        help="train: full activation recomputation (keeps 2*s*h bytes per layer, one extra forward pass)",
+        nargs="?",
+        const="full",
+        choices=("full", "selective"),
+        help="train: full (keeps each block's input, runs its forward again; the default when given alone) or selective "
+        "(torchtitan's per-op policy: keeps every other matmul's and attention's output)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 

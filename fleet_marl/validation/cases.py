@@ -21,6 +21,7 @@ import yaml
 
 from fleet_marl import catalog
 from fleet_marl.catalog import ModelArch
+from fleet_marl.kernel.cost import LOSS_BYTES
 
 PATH = Path(__file__).resolve().parent / "measurements.yaml"
 
@@ -109,6 +110,9 @@ class Case:
     dequant_tokens: int = (
         0  # pass size from which the engine converts weight-only weights to BF16 (WorkloadSpec.weight_only_dequant_tokens)
     )
+    power_limit_w: float = 0.0  # the GPUs' power limit as published; 0 = the catalog GPU's TDP
+    hbm_tbs: float = 0.0  # HBM bandwidth as published (TB/s); 0 = the catalog GPU's
+    loss: str = "eager"  # the loss's implementation (a key of cost.LOSS_BYTES), as the source runs it
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -209,6 +213,9 @@ def _case(e: dict) -> Case:
     elif sv:
         batch, cap = _serving_batch(sv, e["quantity"])
     ckpt = str(tr.get("activation_checkpointing", "none")).lower()
+    loss = str(tr.get("loss_implementation") or "eager")
+    if loss not in LOSS_BYTES:
+        raise ValueError(f"{e['id']}: training.loss_implementation {loss!r}; expected one of {', '.join(map(repr, LOSS_BYTES))}")
     return Case(
         id=e["id"],
         quantity=e["quantity"],
@@ -235,6 +242,9 @@ def _case(e: dict) -> Case:
         kv_free_fraction=_fraction(sv.get("kv_cache_free_gpu_mem_fraction"), e["id"]),
         kv_cache_dtype=_kv_dtype(sv.get("kv_cache_dtype", "auto"), e["id"]),
         dequant_tokens=_dequant_tokens(sv.get("weight_only_dequant_tokens", 0), e["id"]),
+        power_limit_w=float(hw.get("power_limit_w") or 0.0),
+        hbm_tbs=float(hw.get("memory_bandwidth_tbs") or 0.0),
+        loss=loss,
         extra={"notes": e.get("notes", ""), "parallelism": par},
     )
 

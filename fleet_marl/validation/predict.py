@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 
 from fleet_marl import catalog
 from fleet_marl.config import ArbiterSpec, ClusterSpec, FleetConfig, SafetySpec, TenantSpec, WorkloadSpec
 from fleet_marl.kernel import KernelStatic, cost, engine, stage1
+from fleet_marl.kernel.power_heat import cap_clock
 from fleet_marl.kernel.static import model_arrays
 from fleet_marl.validation.cases import Case, arch
 
@@ -51,7 +53,7 @@ def _static(c: Case) -> KernelStatic:
                 gpu_type=c.gpu,
                 max_gpus=nodes * GPUS_PER_NODE,
                 budget=1e12,
-                activation_checkpointing=train and c.checkpointing == "full",
+                activation_checkpointing=c.checkpointing if train else False,
                 workload=wl,
             ),
         ),
@@ -60,7 +62,18 @@ def _static(c: Case) -> KernelStatic:
     )
     st = KernelStatic.from_config(cfg)
     ctx = np.array([float(c.seq_len if train else max(c.prompt, 1))])
-    return dataclasses.replace(st, **model_arrays([m], ctx))
+    bw: dict[str, Any] = {"bw": np.array([c.hbm_tbs * 1e12])} if c.hbm_tbs else {}
+    return dataclasses.replace(st, **model_arrays([m], ctx, [c.loss if train else None]), **bw)
+
+
+def clock(c: Case) -> float:
+    """The clock factor of the case's GPUs at their published power limit, by the kernel's
+    power-to-clock relation (``power_heat.cap_clock``: idle + f^3 x (TDP - idle) = limit); 1 at
+    the catalog TDP."""
+    if not c.power_limit_w:
+        return 1.0
+    g = catalog.gpu(c.gpu)
+    return float(cap_clock(c.power_limit_w - g.idle_w, g.tdp_w - g.idle_w))
 
 
 def _terms(st: KernelStatic, c: Case):
@@ -74,7 +87,6 @@ def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float):
     nodes = max(1, math.ceil(n / GPUS_PER_NODE))
     return engine.roofline(
         bool(st.is_train[0]),
-        bool(st.checkpointing[0]),
         st.seq_len[0],
         st.prompt_tokens[0],
         st.output_tokens[0],
@@ -146,9 +158,9 @@ def predict(c: Case) -> tuple[float, dict]:
         if c.pure_bf16:  # torchtune: BF16 weights and AdamW moments, no FP32 master copy
             mem = (mem[0], mem[1], 0.0, 0.5 * mem[3], *mem[4:])
         if c.quantity == "train_memory_gib_per_gpu":
-            return float(sum(engine.memory_per_gpu(*mem, n, b))) / GIB, {"batch": b, "gpus": n}
+            return float(engine.peak_bytes(*engine.memory_per_gpu(*mem, n, b))) / GIB, {"batch": b, "gpus": n}
         _, tps, _, _, _ = _roofline(st, c, tt, mem, n, b)
-        per_gpu = tps / n
+        per_gpu = tps / n * clock(c)  # throttled as the round's power stage does (power_heat.throttle)
         if c.quantity == "train_mfu":
             m = arch(c.model)
             peak = catalog.gpu(c.gpu).peak_flops()[catalog.PRECISION_CODE[c.prec_map["mlp"]]]
