@@ -107,3 +107,26 @@ def test_stated_kv_cache_format_reaches_the_kernel(tmp_path):
     bad.write_text(cases.PATH.read_text(encoding="utf-8").replace("kv_cache_dtype: bf16", "kv_cache_dtype: int4", 1), encoding="utf-8")
     with pytest.raises(ValueError, match="kv_cache_dtype"):
         cases.load(str(bad))
+
+
+def test_a_burst_prefills_each_prompt_once_between_decode_steps():
+    from fleet_marl.validation import predict
+
+    # TensorRT-LLM's "QPS INF" row: 500 requests sent at once, all running together
+    c = next(c for c in cases.load() if c.id == "trtllm014_l31_8b_h100sxm_tp1_467_256_qpsinf_itl")
+    assert c.burst and not next(c for c in cases.load() if c.id == "trtllm014_l31_8b_h100sxm_tp1_467_256_qps2_itl").burst
+    st = predict._static(c)
+    tt, mem = predict._terms(st, c)
+    b = predict.serving_batch(st, c, tt, mem)
+    assert b == 500
+    t_dec = predict._roofline(st, c, tt, mem, 1, b)[4]  # the steady state: b / O prompts' work in every step
+    t0 = predict._roofline(st, c, tt, mem, 1, b, prompt=0.0)[4]
+    work = (t_dec - t0) * c.output / b  # one prompt's work
+    assert 0.0 < t0 < t_dec and work > 0.0
+    ttft, tpot = predict.burst_latencies(st, c, tt, mem, 1, b)
+    # request i shares its O - 1 steps with the b - i prefills after it; the mean over i
+    assert tpot == pytest.approx(t0 + sum(b - i for i in range(1, b + 1)) / b * work / (c.output - 1))
+    assert ttft == pytest.approx(sum(i * work for i in range(1, b + 1)) / b)
+    # the whole run takes b W + O t0 either way: throughput is the steady state's
+    assert b * c.output / (b * work + c.output * t0) == pytest.approx(b / t_dec)
+    assert predict.predict(c)[0] == pytest.approx(1e3 * tpot)

@@ -109,6 +109,7 @@ class Case:
     dequant_tokens: int = (
         0  # pass size from which the engine converts weight-only weights to BF16 (WorkloadSpec.weight_only_dequant_tokens)
     )
+    burst: bool = False  # every request sent at once (a rate of "INF", offline): see predict.burst_latencies
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -235,6 +236,7 @@ def _case(e: dict) -> Case:
         kv_free_fraction=_fraction(sv.get("kv_cache_free_gpu_mem_fraction"), e["id"]),
         kv_cache_dtype=_kv_dtype(sv.get("kv_cache_dtype", "auto"), e["id"]),
         dequant_tokens=_dequant_tokens(sv.get("weight_only_dequant_tokens", 0), e["id"]),
+        burst=bool(re.match(r"\s*inf|.*all at once", str(sv.get("request_rate") or ""), re.IGNORECASE)),
         extra={"notes": e.get("notes", ""), "parallelism": par},
     )
 

@@ -70,13 +70,13 @@ def _terms(st: KernelStatic, c: Case):
     return tt, mem
 
 
-def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float):
+def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float, prompt: float | None = None):
     nodes = max(1, math.ceil(n / GPUS_PER_NODE))
     return engine.roofline(
         bool(st.is_train[0]),
         bool(st.checkpointing[0]),
         st.seq_len[0],
-        st.prompt_tokens[0],
+        st.prompt_tokens[0] if prompt is None else prompt,
         st.output_tokens[0],
         st.bw[0],
         st.intra_bw[0],
@@ -129,6 +129,22 @@ def serving_batch(st: KernelStatic, c: Case, tt, mem) -> int:
     return int(min(cap, c.max_batch) if c.max_batch else cap)
 
 
+def burst_latencies(st: KernelStatic, c: Case, tt, mem, n: int, b: int) -> tuple[float, float]:
+    """``(mean TTFT s, mean TPOT s)`` of a burst: ``b`` requests sent at once, all running
+    together. The kernel's step at ``b`` carries ``b / O`` prompts' work (its steady state); in a
+    burst the prompts are prefilled once, first come first served, interleaved with the decode
+    steps of the requests already running. With ``t_0`` the decode step without prompt work
+    (the roofline at 0 prompt tokens) and ``W`` one prompt's work (``(t_dec - t_0) O / b``),
+    request ``i`` (1..b) gets its first token after ``i W`` and shares its ``O - 1`` decode steps
+    with the ``b - i`` prefills after it: mean TTFT ``(b + 1) W / 2``, mean TPOT ``t_0 + (b - 1) W
+    / (2 (O - 1))``. Throughput is the steady state's (``b O / (b W + O t_0)`` either way)."""
+    t_dec = _roofline(st, c, tt, mem, n, b)[4]
+    t0 = _roofline(st, c, tt, mem, n, b, prompt=0.0)[4]
+    out = max(c.output, 1.0)
+    work = (t_dec - t0) * out / b
+    return 0.5 * (b + 1) * work, t0 + 0.5 * (b - 1) * work / max(out - 1.0, 1.0)
+
+
 def predict(c: Case) -> tuple[float, dict]:
     """The kernel's value of ``c.quantity`` at the case's setting, in the case's unit, and the
     setting it used (batch, GPUs)."""
@@ -158,6 +174,8 @@ def predict(c: Case) -> tuple[float, dict]:
     b = serving_batch(st, c, tt, mem)
     rate, tps, _, ttft, tpot = _roofline(st, c, tt, mem, max(c.tp, 1), b)
     setting = {"batch": b, "gpus": max(c.tp, 1)}
+    if c.burst and c.quantity in ("ttft_ms", "tpot_ms"):
+        ttft, tpot = burst_latencies(st, c, tt, mem, max(c.tp, 1), b)
     if c.quantity == "ttft_ms":
         return ttft * 1e3, setting
     if c.quantity == "tpot_ms":
@@ -167,4 +185,4 @@ def predict(c: Case) -> tuple[float, dict]:
     return tps, setting
 
 
-__all__ = ["GIB", "MAX_BATCH", "predict", "serving_batch", "serving_capacity"]
+__all__ = ["GIB", "MAX_BATCH", "burst_latencies", "predict", "serving_batch", "serving_capacity"]
