@@ -109,9 +109,26 @@ def serving_capacity(st: KernelStatic, c: Case, mem) -> float:
     return w + c.kv_free_fraction * (float(catalog.gpu(c.gpu).memory_bytes) - w)
 
 
+def finite_run_inflight(rate: float, n: int, life: float, k: int = 400) -> float:
+    """The mean number of requests in flight over a request's life when ``n`` requests (0: an
+    endless run) arrive at ``rate`` per second and each stays ``life`` seconds. An endless run
+    holds ``rate x life`` (Little's law); a run of ``n`` lasts ``T = n / rate``, and the requests
+    sent in its first and last ``life`` seconds share the server with fewer: at time ``s`` there
+    are ``rate (min(s, T) - max(0, s - life))`` in flight. Averaged over arrivals spread evenly
+    over ``T`` and over each life (midpoint rule, ``k`` points each): ``rate life (1 - life /
+    (3 T))`` when ``life <= T``."""
+    if n <= 0:
+        return rate * life
+    T = n / rate
+    a = (np.arange(k) + 0.5) / k * T
+    s = a[:, None] + (np.arange(k) + 0.5)[None, :] / k * life
+    return float(np.mean(rate * (np.minimum(s, T) - np.maximum(0.0, s - life))))
+
+
 def serving_batch(st: KernelStatic, c: Case, tt, mem) -> int:
     """The batch a serving measurement runs at: the stated one; at a request rate, the
-    concurrency of Little's law ``b = rate x (TTFT + O x TPOT(b))`` (a fixed point); else the
+    concurrency of Little's law ``b = rate x (TTFT + O x TPOT(b))`` (a fixed point), over a run
+    of the requests it states (:func:`finite_run_inflight`); else the
     largest that fits (:func:`serving_capacity`), capped by the requests in the run and
     :data:`MAX_BATCH`."""
     n = max(c.tp, 1)
@@ -123,7 +140,7 @@ def serving_batch(st: KernelStatic, c: Case, tt, mem) -> int:
         b = 1.0
         for _ in range(50):
             _, _, _, ttft, tpot = _roofline(st, c, tt, mem, n, max(round(b), 1))
-            b = rate * (ttft + c.output * tpot)
+            b = finite_run_inflight(rate, c.max_batch, ttft + c.output * tpot)
         return int(min(max(round(b), 1), fit))
     cap = min(fit, MAX_BATCH)
     return int(min(cap, c.max_batch) if c.max_batch else cap)
@@ -185,4 +202,4 @@ def predict(c: Case) -> tuple[float, dict]:
     return tps, setting
 
 
-__all__ = ["GIB", "MAX_BATCH", "burst_latencies", "predict", "serving_batch", "serving_capacity"]
+__all__ = ["GIB", "MAX_BATCH", "burst_latencies", "finite_run_inflight", "predict", "serving_batch", "serving_capacity"]
