@@ -396,7 +396,8 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     # twice the FSDP factor's bytes: 2 x t_comm exactly (a power-of-2 scaling), never hidden,
     # plus 6 us of latency for each of the 2 L all-reduces of a pass on > 1 GPU; each forward
     # pass adds the serving engine's fixed 1 ms. TTFT: the prompt's prefill, after waiting half a
-    # step whenever another of the b requests runs (probability 1 - exp(-(b - 1))).
+    # step whenever another of the b requests runs (probability 1 - exp(-(b - 1))), plus the
+    # others' work in the step that carries it.
     tp_comm_tok = 2.0 * t_comm
     lat = np.where(nf > 1.0, np.where(st.is_train, 0.0, 2.0 * st.layers * 6e-6), 0.0)
     w_read = terms.weights / nf / (st.bw * st.mbu)
@@ -416,6 +417,12 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     t_dec_core = np.where(m >= st.dequant_tokens, t_dec_core + w_dq, t_dec_core)
     t_dec = t_dec_core + m * tp_comm_tok + lat + 1e-3
     serve_rate = b / (out * t_dec)
+    # TTFT: the pass that runs a new prompt is one in-flight step, so it also does the b - 1
+    # other requests' part of the step's per-request work (decode tokens, KV, prompts' share,
+    # all-reduce bytes): the step less its fixed part (weights, latency, 1 ms, conversion)
+    per_req = (t_dec - w_read - lat - 1e-3 - np.where(m >= st.dequant_tokens, w_dq, 0.0)) / b
+    with np.errstate(invalid="ignore"):
+        others = np.where(b > 1.0, (b - 1.0) * per_req, 0.0)
     train = st.is_train
     with np.errstate(invalid="ignore"):  # inf / inf where a precision is unsupported (vetoed)
         eff = np.where(train, t_comp / step, t_dec_core / t_dec)
@@ -424,7 +431,7 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
         work_rate=np.where(train, train_rate, serve_rate),
         tokens_per_s=np.where(train, train_rate, serve_rate * output),
         efficiency=eff,
-        ttft_s=np.where(train, 0.0, prefill + (1.0 - np.exp(1.0 - b)) * 0.5 * t_dec),
+        ttft_s=np.where(train, 0.0, prefill + others + (1.0 - np.exp(1.0 - b)) * 0.5 * t_dec),
         tpot_s=np.where(train, 0.0, t_dec),
     )
 

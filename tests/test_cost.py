@@ -361,11 +361,30 @@ def test_ttft_waits_for_the_running_step():
     prefill = w_read + 467 * (t.time_per_token[0] - t.head_time_per_token[0]) + t.head_time_per_token[0] + cost.STEP_OVERHEAD_S
     alone = roofline_at(st, t, 1, 1, 0.0)
     assert alone.ttft_s == pytest.approx(prefill, rel=1e-12)  # nothing else runs: no wait
+
+    def others(thr, b):  # the other b - 1 requests' work in the step that carries the prompt
+        return (thr.tpot_s - w_read - cost.STEP_OVERHEAD_S) * (b - 1) / b
+
     busy = roofline_at(st, t, 1, 64, 0.0)
     # 63 others: the engine is busy (1 - e^-63 = 1), a new request waits half a step on average
-    assert busy.ttft_s == pytest.approx(prefill + 0.5 * busy.tpot_s, rel=1e-12)
+    assert busy.ttft_s == pytest.approx(prefill + others(busy, 64) + 0.5 * busy.tpot_s, rel=1e-12)
     two = roofline_at(st, t, 1, 2, 0.0)
-    assert two.ttft_s == pytest.approx(prefill + (1 - np.exp(-1.0)) * 0.5 * two.tpot_s, rel=1e-12)
+    assert two.ttft_s == pytest.approx(prefill + others(two, 2) + (1 - np.exp(-1.0)) * 0.5 * two.tpot_s, rel=1e-12)
+
+
+def test_a_prompt_shares_its_step_with_the_running_requests():
+    # in-flight batching runs a new prompt inside the next step, so its first token comes when
+    # that step ends, after the running requests' decode tokens and KV reads: at a load the TTFT
+    # grows by nearly a whole step's per-request work, not just the wait for the running step
+    st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=467, out_tokens=256)
+    b = 256
+    thr = roofline_at(st, t, 1, b, 0.0)
+    kv = b * t.kv_read_per_seq[0] / (st.bw[0] * st.mbu)
+    tau, head = t.time_per_token[0], t.head_time_per_token[0]
+    run = kv + b * tau + b / 256 * (467 * (tau - head) + head)  # the step less weights and 1 ms
+    prefill = roofline_at(st, t, 1, 1, 0.0).ttft_s
+    assert thr.ttft_s == pytest.approx(prefill + run * (b - 1) / b + 0.5 * thr.tpot_s, rel=1e-12)
+    assert thr.ttft_s > prefill + thr.tpot_s  # more than the old prefill + a whole step's wait
 
 
 def test_a_prompt_runs_the_lm_head_once():

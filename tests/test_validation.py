@@ -163,3 +163,49 @@ def test_power_to_clock_relation_against_zeus_sweeps(run):
             cubic += abs(f - t_full / t)
             linear += abs((cap - idle) / (p_full - idle) - t_full / t)
         assert cubic < linear
+
+
+def test_a_burst_prefills_each_prompt_once_between_decode_steps():
+    from fleet_marl.validation import predict
+
+    # TensorRT-LLM's "QPS INF" row: 500 requests sent at once, all running together
+    c = next(c for c in cases.load() if c.id == "trtllm014_l31_8b_h100sxm_tp1_467_256_qpsinf_itl")
+    assert c.burst and not next(c for c in cases.load() if c.id == "trtllm014_l31_8b_h100sxm_tp1_467_256_qps2_itl").burst
+    st = predict._static(c)
+    tt, mem = predict._terms(st, c)
+    b = predict.serving_batch(st, c, tt, mem)
+    assert b == 500
+    t_dec = predict._roofline(st, c, tt, mem, 1, b)[4]  # the steady state: b / O prompts' work in every step
+    t0 = predict._roofline(st, c, tt, mem, 1, b, prompt=0.0)[4]
+    work = (t_dec - t0) * c.output / b  # one prompt's work
+    assert 0.0 < t0 < t_dec and work > 0.0
+    ttft, tpot = predict.burst_latencies(st, c, tt, mem, 1, b)
+    # request i shares its O - 1 steps with the b - i prefills after it; the mean over i
+    assert tpot == pytest.approx(t0 + sum(b - i for i in range(1, b + 1)) / b * work / (c.output - 1))
+    assert ttft == pytest.approx(sum(i * work for i in range(1, b + 1)) / b)
+    # the whole run takes b W + O t0 either way: throughput is the steady state's
+    assert b * c.output / (b * work + c.output * t0) == pytest.approx(b / t_dec)
+    assert predict.predict(c)[0] == pytest.approx(1e3 * tpot)
+
+
+def test_a_finite_run_at_a_rate_holds_fewer_in_flight():
+    from fleet_marl.validation import predict
+
+    # an endless run holds rate x life (Little's law); a run of n requests lasts n / rate, and
+    # those sent in its first and last life seconds see fewer: rate life (1 - life / (3 T))
+    assert predict.finite_run_inflight(32.0, 0, 5.0) == 160.0
+    T = 500 / 32.0
+    assert predict.finite_run_inflight(32.0, 500, 5.0) == pytest.approx(160.0 * (1 - 5.0 / (3 * T)), rel=1e-4)
+    assert predict.finite_run_inflight(2.0, 500, 2.0) == pytest.approx(4.0, rel=1e-2)  # a long run: Little's law
+    # a life longer than the run: never more than the n requests, at most rate x T at once
+    assert predict.finite_run_inflight(32.0, 100, 20.0) < 100
+    # TensorRT-LLM 0.14's 500 requests at 32 QPS: the fixed point over the run, below the endless one
+    c = next(c for c in cases.load() if c.id == "trtllm014_l31_8b_h100sxm_tp1_467_256_qps32_itl")
+    assert c.max_batch == 500
+    st = predict._static(c)
+    tt, mem = predict._terms(st, c)
+    b = predict.serving_batch(st, c, tt, mem)
+    _, _, _, ttft, tpot = predict._roofline(st, c, tt, mem, 1, b)
+    assert abs(b - predict.finite_run_inflight(32.0, 500, ttft + c.output * tpot)) <= 2
+    endless = predict.serving_batch(st, dataclasses.replace(c, max_batch=0), tt, mem)
+    assert endless > 1.3 * b

@@ -199,7 +199,8 @@ def roofline(
     serving engine's fixed overhead per forward pass, ``STEP_OVERHEAD_S``; a pass of at least
     ``dequant_tokens`` tokens (if > 0) also converts the weight-only weights to BF16
     (``dequant_bytes``). The TTFT is one
-    prompt's prefill after the running step, if any (``docs/model.md`` section 5)."""
+    prompt's prefill after the running step, if any, in a step that also carries the other
+    requests' work (``docs/model.md`` section 5)."""
     nf = float(max(n, 1))
     # across nodes a ring collective's links that leave a node run on the NICs of every GPU the
     # tenant has there at once (NCCL's channels cross at different GPUs), never faster than NVLink
@@ -240,8 +241,12 @@ def roofline(
     if math.isnan(eff):
         eff = 0.0
     # a new request waits for the running step to end (mean residual t_dec / 2) when any of the
-    # other b - 1 requests is running (Poisson: probability 1 - exp(-(b - 1)))
-    ttft = prefill + (1.0 - math.exp(1.0 - bf)) * 0.5 * t_dec
+    # other b - 1 requests is running (Poisson: probability 1 - exp(-(b - 1))); the step that
+    # carries its prompt also carries the others' work (their decode tokens, KV reads, prompts'
+    # share and all-reduces: (b - 1) / b of the step's), so its first token comes at that end
+    t_run = t_kv + bf * t_tok + share * (prompt_tokens * t_prompt + t_head) + m * tp_comm
+    others = t_run * (bf - 1.0) / bf if bf > 1.0 else 0.0
+    ttft = prefill + others + (1.0 - math.exp(1.0 - bf)) * 0.5 * t_dec
     return rate, rate * output_tokens, eff, ttft, t_dec
 
 

@@ -83,12 +83,12 @@ def _terms(st: KernelStatic, c: Case):
     return tt, mem
 
 
-def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float):
+def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float, prompt: float | None = None):
     nodes = max(1, math.ceil(n / GPUS_PER_NODE))
     return engine.roofline(
         bool(st.is_train[0]),
         st.seq_len[0],
-        st.prompt_tokens[0],
+        st.prompt_tokens[0] if prompt is None else prompt,
         st.output_tokens[0],
         st.bw[0],
         st.intra_bw[0],
@@ -121,9 +121,26 @@ def serving_capacity(st: KernelStatic, c: Case, mem) -> float:
     return w + c.kv_free_fraction * (float(catalog.gpu(c.gpu).memory_bytes) - w)
 
 
+def finite_run_inflight(rate: float, n: int, life: float, k: int = 400) -> float:
+    """The mean number of requests in flight over a request's life when ``n`` requests (0: an
+    endless run) arrive at ``rate`` per second and each stays ``life`` seconds. An endless run
+    holds ``rate x life`` (Little's law); a run of ``n`` lasts ``T = n / rate``, and the requests
+    sent in its first and last ``life`` seconds share the server with fewer: at time ``s`` there
+    are ``rate (min(s, T) - max(0, s - life))`` in flight. Averaged over arrivals spread evenly
+    over ``T`` and over each life (midpoint rule, ``k`` points each): ``rate life (1 - life /
+    (3 T))`` when ``life <= T``."""
+    if n <= 0:
+        return rate * life
+    T = n / rate
+    a = (np.arange(k) + 0.5) / k * T
+    s = a[:, None] + (np.arange(k) + 0.5)[None, :] / k * life
+    return float(np.mean(rate * (np.minimum(s, T) - np.maximum(0.0, s - life))))
+
+
 def serving_batch(st: KernelStatic, c: Case, tt, mem) -> int:
     """The batch a serving measurement runs at: the stated one; at a request rate, the
-    concurrency of Little's law ``b = rate x (TTFT + O x TPOT(b))`` (a fixed point); else the
+    concurrency of Little's law ``b = rate x (TTFT + O x TPOT(b))`` (a fixed point), over a run
+    of the requests it states (:func:`finite_run_inflight`); else the
     largest that fits (:func:`serving_capacity`), capped by the requests in the run and
     :data:`MAX_BATCH`."""
     n = max(c.tp, 1)
@@ -135,10 +152,26 @@ def serving_batch(st: KernelStatic, c: Case, tt, mem) -> int:
         b = 1.0
         for _ in range(50):
             _, _, _, ttft, tpot = _roofline(st, c, tt, mem, n, max(round(b), 1))
-            b = rate * (ttft + c.output * tpot)
+            b = finite_run_inflight(rate, c.max_batch, ttft + c.output * tpot)
         return int(min(max(round(b), 1), fit))
     cap = min(fit, MAX_BATCH)
     return int(min(cap, c.max_batch) if c.max_batch else cap)
+
+
+def burst_latencies(st: KernelStatic, c: Case, tt, mem, n: int, b: int) -> tuple[float, float]:
+    """``(mean TTFT s, mean TPOT s)`` of a burst: ``b`` requests sent at once, all running
+    together. The kernel's step at ``b`` carries ``b / O`` prompts' work (its steady state); in a
+    burst the prompts are prefilled once, first come first served, interleaved with the decode
+    steps of the requests already running. With ``t_0`` the decode step without prompt work
+    (the roofline at 0 prompt tokens) and ``W`` one prompt's work (``(t_dec - t_0) O / b``),
+    request ``i`` (1..b) gets its first token after ``i W`` and shares its ``O - 1`` decode steps
+    with the ``b - i`` prefills after it: mean TTFT ``(b + 1) W / 2``, mean TPOT ``t_0 + (b - 1) W
+    / (2 (O - 1))``. Throughput is the steady state's (``b O / (b W + O t_0)`` either way)."""
+    t_dec = _roofline(st, c, tt, mem, n, b)[4]
+    t0 = _roofline(st, c, tt, mem, n, b, prompt=0.0)[4]
+    out = max(c.output, 1.0)
+    work = (t_dec - t0) * out / b
+    return 0.5 * (b + 1) * work, t0 + 0.5 * (b - 1) * work / max(out - 1.0, 1.0)
 
 
 def predict(c: Case) -> tuple[float, dict]:
@@ -170,6 +203,8 @@ def predict(c: Case) -> tuple[float, dict]:
     b = serving_batch(st, c, tt, mem)
     rate, tps, _, ttft, tpot = _roofline(st, c, tt, mem, max(c.tp, 1), b)
     setting = {"batch": b, "gpus": max(c.tp, 1)}
+    if c.burst and c.quantity in ("ttft_ms", "tpot_ms"):
+        ttft, tpot = burst_latencies(st, c, tt, mem, max(c.tp, 1), b)
     if c.quantity == "ttft_ms":
         return ttft * 1e3, setting
     if c.quantity == "tpot_ms":
@@ -179,4 +214,4 @@ def predict(c: Case) -> tuple[float, dict]:
     return tps, setting
 
 
-__all__ = ["GIB", "MAX_BATCH", "predict", "serving_batch", "serving_capacity"]
+__all__ = ["GIB", "MAX_BATCH", "burst_latencies", "finite_run_inflight", "predict", "serving_batch", "serving_capacity"]
