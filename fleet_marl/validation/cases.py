@@ -113,6 +113,7 @@ class Case:
     power_limit_w: float = 0.0  # the GPUs' power limit as published; 0 = the catalog GPU's TDP
     hbm_tbs: float = 0.0  # HBM bandwidth as published (TB/s); 0 = the catalog GPU's
     loss: str = "eager"  # the loss's implementation (a key of cost.LOSS_BYTES), as the source runs it
+    grad_accum: int = 1  # batches a training step accumulates gradients over before its optimizer step, as published
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -245,6 +246,7 @@ def _case(e: dict) -> Case:
         power_limit_w=float(hw.get("power_limit_w") or 0.0),
         hbm_tbs=float(hw.get("memory_bandwidth_tbs") or 0.0),
         loss=loss,
+        grad_accum=max(_int(tr.get("grad_accum"), 1), 1),
         extra={"notes": e.get("notes", ""), "parallelism": par},
     )
 

@@ -104,6 +104,7 @@ def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float):
         cost.tp_latency_seconds(st)[0],
         tt.dequant_bytes[0],
         float(st.dequant_tokens[0]),
+        mem[3] / max(c.grad_accum, 1),  # one optimizer step per grad_accum batches
         n,
         batch,
         nodes,
