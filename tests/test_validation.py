@@ -163,3 +163,24 @@ def test_power_to_clock_relation_against_zeus_sweeps(run):
             cubic += abs(f - t_full / t)
             linear += abs((cap - idle) / (p_full - idle) - t_full / t)
         assert cubic < linear
+
+
+def test_composer_default_reduces_in_fp32_and_accumulation_shares_the_optimizer_step():
+    # llm-foundry's MPT-13B on 8 H100 ("MP Mode" DEFAULT, Composer >= 0.16.4: reduce_dtype FP32):
+    # the gradient reduce-scatter moves 4 B per parameter instead of BF16's 2, i.e.
+    # 12,841,625,600 x 2 B x 7/8 more over NVLink's 450 GB/s, half of it hidden (comm_overlap 0.5),
+    # on each step of micro-batch 2 x 2,048 tokens per GPU
+    from fleet_marl.validation.predict import predict
+
+    c = next(x for x in cases.load() if x.id == "foundry_h100_bf16_mpt13b_s2048_g8_tps")
+    assert (c.reduce_bytes, c.grad_accum, c.batch, c.seq_len, c.gpus) == (4.0, 1, 2, 2048, 8)
+    pure = next(x for x in cases.load() if x.id == "foundry_a10040_mpt13b_s2048_g8_tps")
+    assert (pure.reduce_bytes, pure.grad_accum) == (0.0, 16)  # PURE: the BF16 gradients' own bytes
+    tokens = 2 * 2048
+    fp32, bf16 = predict(c)[0], predict(dataclasses.replace(c, reduce_bytes=0.0))[0]
+    assert tokens / fp32 - tokens / bf16 == pytest.approx(0.5 * 2 * 12_841_625_600 * 7 / 8 / 450e9, rel=1e-9)
+    # accumulating over 4 micro-batches pays the optimizer step (92 B per parameter on each GPU's
+    # eighth at 0.92 of 3.35 TB/s) once for the four: 3/4 of it leaves each micro-batch
+    four = predict(dataclasses.replace(c, grad_accum=4))[0]
+    opt = 92 * 12_841_625_600 / 8 / (0.92 * 3.35e12)
+    assert tokens / fp32 - tokens / four == pytest.approx(0.75 * opt, rel=1e-9)

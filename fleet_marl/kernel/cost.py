@@ -54,7 +54,7 @@ FP8 = catalog.PRECISION_CODE["fp8"]
 TRAIN_BYTES = np.where(np.arange(catalog.N_PRECISIONS) == FP8, 2.0, catalog.PRECISION_BYTES)
 ADAM_BYTES = 8.0  # two fp32 moments
 #: HBM bytes per parameter one optimizer step moves, with FP32 master weights, gradients and
-#: moments (4 B an element): PyTorch's AdamW without ``fused`` (``torch/optim/adamw.py``,
+#: moments (4 B an element): PyTorch's AdamW without ``fused`` (pytorch/pytorch@002d2f0b, ``torch/optim/adamw.py``,
 #: ``_multi_tensor_adamw``, one kernel per op over all tensors: ``_foreach_lerp_`` of the first
 #: moment towards the gradient (read m, g, write m: 12), ``_foreach_mul_`` and ``_foreach_addcmul_``
 #: of the second moment (8 + 12), the decoupled weight decay ``_foreach_mul_`` of the weights (8),

@@ -36,6 +36,15 @@ QUANTITY_GROUP = {
     "fp8_gemm_speedup": "FP8 GEMM speedup",
 }
 GROUP_ORDER = tuple(dict.fromkeys(QUANTITY_GROUP.values()))
+#: Bytes per gradient element that an FSDP reduce-scatter moves under Composer's
+#: ``fsdp_config.mixed_precision`` presets (``training.fsdp_mixed_precision``, llm-foundry's "MP Mode"
+#: column): ``DEFAULT`` reduces in FP32 (mosaicml/composer v0.16.4,
+#: ``composer/trainer/mosaic_fsdp_utils.py``, ``get_mixed_precision``: ``param_dtype =
+#: _get_torch_dtype(precision)``, ``reduce_dtype = torch.float32``; v0.16.3 and earlier left it to
+#: the BF16 ``param_dtype``), ``PURE`` in the gradients' own BF16 (0: the kernel's bytes).
+#: llm-foundry's ``setup.py`` pins ``mosaicml>=0.16.4,<0.17`` at b2a43a1477 (#543, 2023-10-19), the
+#: commit that published its H100 rows and its DEFAULT A100 rows.
+FSDP_REDUCE_BYTES = {"DEFAULT": 4.0, "PURE": 0.0}
 
 
 def _mpt(h: int, heads: int, layers: int) -> dict[str, Any]:
@@ -114,6 +123,7 @@ class Case:
     hbm_tbs: float = 0.0  # HBM bandwidth as published (TB/s); 0 = the catalog GPU's
     loss: str = "eager"  # the loss's implementation (a key of cost.LOSS_BYTES), as the source runs it
     grad_accum: int = 1  # batches a training step accumulates gradients over before its optimizer step, as published
+    reduce_bytes: float = 0.0  # bytes per gradient element of the FSDP reduce-scatter (FSDP_REDUCE_BYTES); 0 = the gradients' own
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -247,6 +257,7 @@ def _case(e: dict) -> Case:
         hbm_tbs=float(hw.get("memory_bandwidth_tbs") or 0.0),
         loss=loss,
         grad_accum=max(_int(tr.get("grad_accum"), 1), 1),
+        reduce_bytes=FSDP_REDUCE_BYTES[str(tr.get("fsdp_mixed_precision", "PURE")).upper()],
         extra={"notes": e.get("notes", ""), "parallelism": par},
     )
 

@@ -99,7 +99,8 @@ def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float):
         tt.time_per_token[0],
         tt.head_time_per_token[0],
         tt.kv_read_per_seq[0],
-        tt.comm_bytes[0],
+        # an FP32 reduce-scatter (Composer's DEFAULT) moves the BF16 gradients at 4 B an element
+        tt.comm_bytes[0] + (tt.grads[0] * (c.reduce_bytes / 2.0 - 1.0) if c.reduce_bytes else 0.0),
         mem[6],
         cost.tp_latency_seconds(st)[0],
         tt.dequant_bytes[0],
