@@ -184,3 +184,24 @@ def test_composer_default_reduces_in_fp32_and_accumulation_shares_the_optimizer_
     four = predict(dataclasses.replace(c, grad_accum=4))[0]
     opt = 92 * 12_841_625_600 / 8 / (0.92 * 3.35e12)
     assert tokens / fp32 - tokens / four == pytest.approx(0.75 * opt, rel=1e-9)
+
+
+def test_llm_foundry_triton_attention_runs_at_half_flashattention_2s_share(tmp_path, capsys):
+    # llm-foundry's benchmarks ran attn_impl 'triton' (submit_benchmarks.py's default at the
+    # commit that published them), a FlashAttention-1-class kernel: FlashAttention-2 is "around 2x"
+    # faster (Dao 2023). MPT-13B at 2,048 tokens: the scores and weighted sum are
+    # 2 x 40 x 2,048 x 5,120 = 838,860,800 FLOPs per token forward, 3.5 x that a step (forward,
+    # backward, FlashAttention's recomputation), at 329.483 TFLOPS (FlashAttention-2 on H100) or
+    # half: the half costs 4,096 x 3.5 x 838,860,800 / 329.483e12 s more per step of 2 x 2,048 tokens
+    from fleet_marl.validation.predict import _static, predict
+
+    c = next(x for x in cases.load() if x.id == "foundry_h100_bf16_mpt13b_s2048_g8_tps")
+    assert c.attn_impl == "triton"
+    assert _static(c).attn_eff[0] == pytest.approx(329.483 / 989.4 / 2, rel=1e-12)
+    tokens = 2 * 2048
+    tri, fa2 = predict(c)[0], predict(dataclasses.replace(c, attn_impl="flash"))[0]
+    assert tokens / tri - tokens / fa2 == pytest.approx(tokens * 3.5 * 838_860_800 / 329.483e12, rel=1e-9)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(cases.PATH.read_text(encoding="utf-8").replace("attn_impl: triton", "attn_impl: magic", 1), encoding="utf-8")
+    assert main(["validate", "--measurements", str(bad)]) == 2
+    assert "attn_impl 'magic'" in capsys.readouterr().err

@@ -106,6 +106,16 @@ ATTN_EFF = 0.55
 #: attention at this share (the PyTorch training stacks -- torchtitan, torchao, torchtune,
 #: llm-foundry -- call SDPA or flash-attn 2); serving engines run their own kernels (unchanged).
 ATTN_EFF_FA2_HOPPER = 329.483 / 989.4
+#: Speed of FlashAttention-2 over FlashAttention(-1) at the same work: "around 2x speedup compared to
+#: FlashAttention, reaching 50-73% of the theoretical maximum FLOPs/s on A100", where FlashAttention
+#: reaches "only 25-40%" (Dao 2023, FlashAttention-2, arXiv 2307.08691, abstract). A tenant whose
+#: attention runs a FlashAttention-1-class kernel runs it at ``1 / FA2_OVER_FA1`` of the share its GPU
+#: gets with FlashAttention-2 (:func:`attention_efficiency`): llm-foundry's Triton FlashAttention
+#: (``attn_impl: triton``, ``llmfoundry/models/layers/flash_attn_triton.py``: "Overall Triton forward +
+#: backward is slightly slower than CUDA forward + backward", the CUDA FlashAttention-1 of
+#: HazyResearch/flash-attention@eff9fe6b). Validation cases only; the environment's tenants run
+#: FlashAttention-2.
+FA2_OVER_FA1 = 2.0
 #: Catalog GPU types of the Hopper architecture (sm_90), where :data:`ATTN_EFF_FA2_HOPPER` applies.
 HOPPER = ("h100-sxm", "h200")
 #: FLOPs of FlashAttention's backward pass over its forward's: the backward recomputes the scores
@@ -458,6 +468,7 @@ __all__ = [
     "CKPT_TRAIN_BYTES",
     "DEQUANT_BYTES",
     "EW_BYTES",
+    "FA2_OVER_FA1",
     "FA_BWD_FACTOR",
     "GEMM_EFF",
     "GROUP_TERMS",

@@ -123,12 +123,20 @@ class Case:
     hbm_tbs: float = 0.0  # HBM bandwidth as published (TB/s); 0 = the catalog GPU's
     loss: str = "eager"  # the loss's implementation (a key of cost.LOSS_BYTES), as the source runs it
     grad_accum: int = 1  # batches a training step accumulates gradients over before its optimizer step, as published
+    attn_impl: str = "flash"  # the attention kernel as the source runs it: "triton" (llm-foundry's FlashAttention-1-class Triton kernel, cost.FA2_OVER_FA1) or "flash"
     reduce_bytes: float = 0.0  # bytes per gradient element of the FSDP reduce-scatter (FSDP_REDUCE_BYTES); 0 = the gradients' own
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def group(self) -> str:
         return QUANTITY_GROUP[self.quantity]
+
+
+def _attn_impl(x: object, case_id: str) -> str:
+    impl = str(x).lower()
+    if impl not in ("flash", "triton"):
+        raise ValueError(f"{case_id}: training.attn_impl {x!r}; expected 'flash' or 'triton'")
+    return impl
 
 
 def _int(x, default: int = 0) -> int:
@@ -257,6 +265,7 @@ def _case(e: dict) -> Case:
         hbm_tbs=float(hw.get("memory_bandwidth_tbs") or 0.0),
         loss=loss,
         grad_accum=max(_int(tr.get("grad_accum"), 1), 1),
+        attn_impl=_attn_impl(tr.get("attn_impl", "flash"), e["id"]),
         reduce_bytes=FSDP_REDUCE_BYTES[str(tr.get("fsdp_mixed_precision", "PURE")).upper()],
         extra={"notes": e.get("notes", ""), "parallelism": par},
     )
