@@ -205,3 +205,14 @@ def test_llm_foundry_triton_attention_runs_at_half_flashattention_2s_share(tmp_p
     bad.write_text(cases.PATH.read_text(encoding="utf-8").replace("attn_impl: triton", "attn_impl: magic", 1), encoding="utf-8")
     assert main(["validate", "--measurements", str(bad)]) == 2
     assert "attn_impl 'magic'" in capsys.readouterr().err
+
+
+def test_micro_batches_per_optimizer_step_as_stated_or_from_the_batch_sizes():
+    # Megatron-Bridge's row states GA 16; NeMo's row states GBS 128, MBS 1 on 8 GPUs with TP = PP =
+    # CP = 1 (DP 8): num_microbatches = 128 / (1 x 8) = 16; torchtitan's local batch 2 x 8 GPUs is
+    # its global batch 16: 1
+    by_id = {c.id: c for c in cases.load()}
+    assert by_id["mbridge2511_h100_llama3_8b_fp8cs_tps"].grad_accum == 16
+    assert by_id["nemo2407_h100_llama2_7b_fp8_tps"].grad_accum == 16
+    assert by_id["tt_l31_8b_fsdp_bf16_tps"].grad_accum == 1
+    assert by_id["foundry_a10040_mpt13b_s2048_g8_tps"].grad_accum == 16  # the GradAccum column

@@ -132,6 +132,19 @@ class Case:
         return QUANTITY_GROUP[self.quantity]
 
 
+def _grad_accum(tr: dict, par: dict, batch: object) -> int:
+    """Micro-batches per optimizer step: as stated (``training.grad_accum``, or the row's GA column
+    in ``parallelism.grad_accum``), else Megatron's ``num_microbatches = global_batch_size /
+    (micro_batch_size x dp)`` from the stated batch sizes and data-parallel degree, else 1."""
+    stated = _int(tr.get("grad_accum") or par.get("grad_accum"))
+    if stated > 0:
+        return stated
+    gbs, dp = _int(tr.get("global_batch_size")), _int(par.get("dp"))
+    if gbs > 0 and dp > 0 and isinstance(batch, int) and batch > 0:
+        return max(gbs // (batch * dp), 1)
+    return 1
+
+
 def _attn_impl(x: object, case_id: str) -> str:
     impl = str(x).lower()
     if impl not in ("flash", "triton"):
@@ -264,7 +277,7 @@ def _case(e: dict) -> Case:
         power_limit_w=float(hw.get("power_limit_w") or 0.0),
         hbm_tbs=float(hw.get("memory_bandwidth_tbs") or 0.0),
         loss=loss,
-        grad_accum=max(_int(tr.get("grad_accum"), 1), 1),
+        grad_accum=_grad_accum(tr, par, batch),
         attn_impl=_attn_impl(tr.get("attn_impl", "flash"), e["id"]),
         reduce_bytes=FSDP_REDUCE_BYTES[str(tr.get("fsdp_mixed_precision", "PURE")).upper()],
         extra={"notes": e.get("notes", ""), "parallelism": par},
