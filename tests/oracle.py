@@ -386,6 +386,11 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     t_comp = st.seq_len * b * tpt
     t_comm = terms.comm_bytes * (nf - 1.0) / nf / bw_link
     step = t_comp + (t_comm if hide == 1.0 else hide * t_comm)
+    # then the optimizer step, once per step, on this GPU's 1 / n shard: unfused AdamW touches 20
+    # elements per parameter (lerp 3, mul 2, addcmul 3, weight decay 2, sqrt 2, div 2, add 2,
+    # addcdiv 4) and clipping by the norm 3 more; terms.optimizer holds 2 (the moments), so the
+    # step moves 23 / 2 of it, at 0.92 of the HBM bandwidth
+    step = step + 11.5 * terms.optimizer / nf / (st.bw * 0.92)
     train_rate = nf * b * st.seq_len / step
     # serving: one tensor-parallel replica with in-flight batching; its kernels run one after
     # another. The GEMMs stream every weight once and do their FLOPs, one after the other (no

@@ -76,6 +76,7 @@ def throughput(st, t, n, b, nodes) -> Thr:
             cost.tp_latency_seconds(st)[0],
             t.dequant_bytes[0],
             float(st.dequant_tokens[0]),
+            t.optimizer[0],
             n,
             b,
             nodes,
@@ -245,6 +246,73 @@ def test_cross_node_is_slower_than_inside_a_node():
     assert two.efficiency < one.efficiency <= 1.0
 
 
+def test_a_training_step_ends_with_the_optimizer_step():
+    # Llama-3.1-8B (8,030,261,248 parameters) in BF16 with FP32 master, gradients and moments on 8
+    # H100s: unfused AdamW with norm clipping moves 92 B per parameter (lerp 12, mul 8, addcmul 12,
+    # weight decay 8, sqrt / div / add 24, addcdiv 16; clipping 12), on each GPU's eighth, at 0.92 of
+    # 3.35 TB/s: 92 x 8,030,261,248 / 8 / 3.082e12 = 29.96 ms per step, whatever the batch
+    st, t = terms_for("llama-3.1-8b", "train", "bf16")
+    assert t.optimizer[0] == 8.0 * 8_030_261_248
+    n, b = 8, 2
+    with_opt = throughput(st, t, n, b, 1)
+    without = Thr(
+        *engine.roofline(
+            True,
+            st.seq_len[0],
+            st.prompt_tokens[0],
+            st.output_tokens[0],
+            st.bw[0],
+            st.intra_bw[0],
+            st.inter_bw[0],
+            st.mbu,
+            st.comm_overlap,
+            t.weights[0],
+            t.time_per_token[0],
+            t.head_time_per_token[0],
+            t.kv_read_per_seq[0],
+            t.comm_bytes[0],
+            t.kv_heads[0],
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            n,
+            b,
+            1,
+        )
+    )
+    tokens = n * b * st.seq_len[0]
+    assert tokens / with_opt.work_rate - tokens / without.work_rate == pytest.approx(92 * 8_030_261_248 / 8 / (3.35e12 * 0.92), rel=1e-9)
+    # a step that accumulates over 4 batches pays a quarter per batch (the validation's grad_accum)
+    quarter = Thr(
+        *engine.roofline(
+            True,
+            st.seq_len[0],
+            st.prompt_tokens[0],
+            st.output_tokens[0],
+            st.bw[0],
+            st.intra_bw[0],
+            st.inter_bw[0],
+            st.mbu,
+            st.comm_overlap,
+            t.weights[0],
+            t.time_per_token[0],
+            t.head_time_per_token[0],
+            t.kv_read_per_seq[0],
+            t.comm_bytes[0],
+            t.kv_heads[0],
+            0.0,
+            0.0,
+            0.0,
+            t.optimizer[0] / 4,
+            n,
+            b,
+            1,
+        )
+    )
+    assert tokens / quarter.work_rate - tokens / without.work_rate == pytest.approx(0.0299636614 / 4, rel=1e-8)
+
+
 def test_a_ring_across_nodes_runs_on_every_nic_of_a_node():
     # 16 GPUs on 2 nodes: each node's 8 GPUs drive their 8 NICs at once, so the collective runs
     # at min(NVLink, 8 x 50 GB/s) per GPU, not at one NIC's 50 GB/s (stas00/ml-engineering,
@@ -257,7 +325,8 @@ def test_a_ring_across_nodes_runs_on_every_nic_of_a_node():
     for n, nodes in ((16, 2), (8, 2), (16, 4)):
         link = min(st.intra_bw[0], n / nodes * st.inter_bw[0])
         comm = t.comm_bytes[0] * (n - 1) / n / link
-        assert throughput(st, t, n, b, nodes).work_rate == pytest.approx(n * b * st.seq_len[0] / (comp + hide * comm), rel=1e-12)
+        opt = 92.0 * 8_030_261_248 / n / (3.35e12 * 0.92)  # the optimizer step (below)
+        assert throughput(st, t, n, b, nodes).work_rate == pytest.approx(n * b * st.seq_len[0] / (comp + hide * comm + opt), rel=1e-12)
     assert st.inter_bw[0] == 50e9 and st.intra_bw[0] == 450e9  # H100: 8 NICs (400 GB/s) bind, not NVLink
 
 
@@ -291,7 +360,7 @@ def roofline_at(st, t, n, b, tp_latency) -> Thr:
     """The serving roofline on one node with a given all-reduce latency per forward pass."""
     args = (st.seq_len[0], st.prompt_tokens[0], st.output_tokens[0], st.bw[0], st.intra_bw[0], st.inter_bw[0], st.mbu, st.comm_overlap)
     terms = (t.weights[0], t.time_per_token[0], t.head_time_per_token[0], t.kv_read_per_seq[0], t.comm_bytes[0], t.kv_heads[0])
-    return Thr(*engine.roofline(False, *args, *terms, tp_latency, t.dequant_bytes[0], float(st.dequant_tokens[0]), n, b, 1))
+    return Thr(*engine.roofline(False, *args, *terms, tp_latency, t.dequant_bytes[0], float(st.dequant_tokens[0]), 0.0, n, b, 1))
 
 
 def test_serve_elementwise_bytes_by_hand():

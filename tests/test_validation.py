@@ -209,3 +209,56 @@ def test_a_finite_run_at_a_rate_holds_fewer_in_flight():
     assert abs(b - predict.finite_run_inflight(32.0, 500, ttft + c.output * tpot)) <= 2
     endless = predict.serving_batch(st, dataclasses.replace(c, max_batch=0), tt, mem)
     assert endless > 1.3 * b
+
+
+def test_composer_default_reduces_in_fp32_and_accumulation_shares_the_optimizer_step():
+    # llm-foundry's MPT-13B on 8 H100 ("MP Mode" DEFAULT, Composer >= 0.16.4: reduce_dtype FP32):
+    # the gradient reduce-scatter moves 4 B per parameter instead of BF16's 2, i.e.
+    # 12,841,625,600 x 2 B x 7/8 more over NVLink's 450 GB/s, half of it hidden (comm_overlap 0.5),
+    # on each step of micro-batch 2 x 2,048 tokens per GPU
+    from fleet_marl.validation.predict import predict
+
+    c = next(x for x in cases.load() if x.id == "foundry_h100_bf16_mpt13b_s2048_g8_tps")
+    assert (c.reduce_bytes, c.grad_accum, c.batch, c.seq_len, c.gpus) == (4.0, 1, 2, 2048, 8)
+    pure = next(x for x in cases.load() if x.id == "foundry_a10040_mpt13b_s2048_g8_tps")
+    assert (pure.reduce_bytes, pure.grad_accum) == (0.0, 16)  # PURE: the BF16 gradients' own bytes
+    tokens = 2 * 2048
+    fp32, bf16 = predict(c)[0], predict(dataclasses.replace(c, reduce_bytes=0.0))[0]
+    assert tokens / fp32 - tokens / bf16 == pytest.approx(0.5 * 2 * 12_841_625_600 * 7 / 8 / 450e9, rel=1e-9)
+    # accumulating over 4 micro-batches pays the optimizer step (92 B per parameter on each GPU's
+    # eighth at 0.92 of 3.35 TB/s) once for the four: 3/4 of it leaves each micro-batch
+    four = predict(dataclasses.replace(c, grad_accum=4))[0]
+    opt = 92 * 12_841_625_600 / 8 / (0.92 * 3.35e12)
+    assert tokens / fp32 - tokens / four == pytest.approx(0.75 * opt, rel=1e-9)
+
+
+def test_llm_foundry_triton_attention_runs_at_half_flashattention_2s_share(tmp_path, capsys):
+    # llm-foundry's benchmarks ran attn_impl 'triton' (submit_benchmarks.py's default at the
+    # commit that published them), a FlashAttention-1-class kernel: FlashAttention-2 is "around 2x"
+    # faster (Dao 2023). MPT-13B at 2,048 tokens: the scores and weighted sum are
+    # 2 x 40 x 2,048 x 5,120 = 838,860,800 FLOPs per token forward, 3.5 x that a step (forward,
+    # backward, FlashAttention's recomputation), at 329.483 TFLOPS (FlashAttention-2 on H100) or
+    # half: the half costs 4,096 x 3.5 x 838,860,800 / 329.483e12 s more per step of 2 x 2,048 tokens
+    from fleet_marl.validation.predict import _static, predict
+
+    c = next(x for x in cases.load() if x.id == "foundry_h100_bf16_mpt13b_s2048_g8_tps")
+    assert c.attn_impl == "triton"
+    assert _static(c).attn_eff[0] == pytest.approx(329.483 / 989.4 / 2, rel=1e-12)
+    tokens = 2 * 2048
+    tri, fa2 = predict(c)[0], predict(dataclasses.replace(c, attn_impl="flash"))[0]
+    assert tokens / tri - tokens / fa2 == pytest.approx(tokens * 3.5 * 838_860_800 / 329.483e12, rel=1e-9)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(cases.PATH.read_text(encoding="utf-8").replace("attn_impl: triton", "attn_impl: magic", 1), encoding="utf-8")
+    assert main(["validate", "--measurements", str(bad)]) == 2
+    assert "attn_impl 'magic'" in capsys.readouterr().err
+
+
+def test_micro_batches_per_optimizer_step_as_stated_or_from_the_batch_sizes():
+    # Megatron-Bridge's row states GA 16; NeMo's row states GBS 128, MBS 1 on 8 GPUs with TP = PP =
+    # CP = 1 (DP 8): num_microbatches = 128 / (1 x 8) = 16; torchtitan's local batch 2 x 8 GPUs is
+    # its global batch 16: 1
+    by_id = {c.id: c for c in cases.load()}
+    assert by_id["mbridge2511_h100_llama3_8b_fp8cs_tps"].grad_accum == 16
+    assert by_id["nemo2407_h100_llama2_7b_fp8_tps"].grad_accum == 16
+    assert by_id["tt_l31_8b_fsdp_bf16_tps"].grad_accum == 1
+    assert by_id["foundry_a10040_mpt13b_s2048_g8_tps"].grad_accum == 16  # the GradAccum column

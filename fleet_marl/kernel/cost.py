@@ -53,6 +53,21 @@ FP8 = catalog.PRECISION_CODE["fp8"]
 #: float8), so an FP8 group trains with BF16 bytes; other formats use their own width.
 TRAIN_BYTES = np.where(np.arange(catalog.N_PRECISIONS) == FP8, 2.0, catalog.PRECISION_BYTES)
 ADAM_BYTES = 8.0  # two fp32 moments
+#: HBM bytes per parameter one optimizer step moves, with FP32 master weights, gradients and
+#: moments (4 B an element): PyTorch's AdamW without ``fused`` (pytorch/pytorch@002d2f0b, ``torch/optim/adamw.py``,
+#: ``_multi_tensor_adamw``, one kernel per op over all tensors: ``_foreach_lerp_`` of the first
+#: moment towards the gradient (read m, g, write m: 12), ``_foreach_mul_`` and ``_foreach_addcmul_``
+#: of the second moment (8 + 12), the decoupled weight decay ``_foreach_mul_`` of the weights (8),
+#: ``_foreach_sqrt``, ``_foreach_div_`` and ``_foreach_add_`` building the denominator (3 x 8) and
+#: ``_foreach_addcdiv_`` of the weights (read w, m, denominator, write w: 16): 80 B; Composer's
+#: ``DecoupledAdamW`` (llm-foundry) runs the same ops one tensor at a time, 80 B with its weight
+#: decay of 0 (``mul_`` then ``add_`` of the first moment, 20, for the lerp's 12 and no decay) --
+#: plus clipping the gradients by their norm (torchtitan ``max_norm`` 1.0, llm-foundry
+#: ``gradient_clipping`` 1.0: read each gradient for the norm, read and write it to scale, 12): 92.
+#: Memory-bound: at ``CAST_BW_EFF`` of the HBM bandwidth, on each GPU's ``1 / n`` shard (FSDP), once
+#: per step, after the backward (``tenant_cost.roofline``). BF16 states move half (the kernel
+#: scales it with the optimizer's bytes, ``OPT_STEP_BYTES / ADAM_BYTES`` x the moments' bytes).
+OPT_STEP_BYTES = 92.0
 #: Bytes per parameter of a training checkpoint, what a restarted trainer reads back: the fp32
 #: master weights and Adam's two fp32 moments (ZeRO's K = 12, Rajbhandari et al. 2020); the
 #: 16-bit weights and the gradients are rebuilt from them. A server reads its weights at their
@@ -91,6 +106,16 @@ ATTN_EFF = 0.55
 #: attention at this share (the PyTorch training stacks -- torchtitan, torchao, torchtune,
 #: llm-foundry -- call SDPA or flash-attn 2); serving engines run their own kernels (unchanged).
 ATTN_EFF_FA2_HOPPER = 329.483 / 989.4
+#: Speed of FlashAttention-2 over FlashAttention(-1) at the same work: "around 2x speedup compared to
+#: FlashAttention, reaching 50-73% of the theoretical maximum FLOPs/s on A100", where FlashAttention
+#: reaches "only 25-40%" (Dao 2023, FlashAttention-2, arXiv 2307.08691, abstract). A tenant whose
+#: attention runs a FlashAttention-1-class kernel runs it at ``1 / FA2_OVER_FA1`` of the share its GPU
+#: gets with FlashAttention-2 (:func:`attention_efficiency`): llm-foundry's Triton FlashAttention
+#: (``attn_impl: triton``, ``llmfoundry/models/layers/flash_attn_triton.py``: "Overall Triton forward +
+#: backward is slightly slower than CUDA forward + backward", the CUDA FlashAttention-1 of
+#: HazyResearch/flash-attention@eff9fe6b). Validation cases only; the environment's tenants run
+#: FlashAttention-2.
+FA2_OVER_FA1 = 2.0
 #: Catalog GPU types of the Hopper architecture (sm_90), where :data:`ATTN_EFF_FA2_HOPPER` applies.
 HOPPER = ("h100-sxm", "h200")
 #: FLOPs of FlashAttention's backward pass over its forward's: the backward recomputes the scores
@@ -443,12 +468,14 @@ __all__ = [
     "CKPT_TRAIN_BYTES",
     "DEQUANT_BYTES",
     "EW_BYTES",
+    "FA2_OVER_FA1",
     "FA_BWD_FACTOR",
     "GEMM_EFF",
     "GROUP_TERMS",
     "HOPPER",
     "KV_BYTES",
     "LOSS_BYTES",
+    "OPT_STEP_BYTES",
     "SERVE_VOCAB_BYTES",
     "STEP_OVERHEAD_S",
     "TENANT_TERMS",

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from fleet_marl import catalog
-from fleet_marl.kernel.cost import ADAM_BYTES, BF16, CKPT_TRAIN_BYTES, KV_BYTES, STEP_OVERHEAD_S, TRAIN_BYTES
+from fleet_marl.kernel.cost import ADAM_BYTES, BF16, CAST_BW_EFF, CKPT_TRAIN_BYTES, KV_BYTES, OPT_STEP_BYTES, STEP_OVERHEAD_S, TRAIN_BYTES
 from fleet_marl.kernel.jit import jit, jit_inline
 from fleet_marl.kernel.layout import (
     F_ARR,
@@ -184,6 +184,7 @@ def roofline(
     tp_latency,
     dequant_bytes,
     dequant_tokens,
+    optimizer,
     n,
     batch,
     nodes,
@@ -200,7 +201,10 @@ def roofline(
     ``dequant_tokens`` tokens (if > 0) also converts the weight-only weights to BF16
     (``dequant_bytes``). The TTFT is one
     prompt's prefill after the running step, if any, in a step that also carries the other
-    requests' work (``docs/model.md`` section 5)."""
+    requests' work (``docs/model.md`` section 5). A training step ends with the optimizer's step,
+    memory-bound, on each GPU's shard of the ``optimizer`` bytes (the moments'; ``OPT_STEP_BYTES /
+    ADAM_BYTES`` of them move), never hidden; a caller whose step accumulates gradients over several
+    batches passes its share per batch."""
     nf = float(max(n, 1))
     # across nodes a ring collective's links that leave a node run on the NICs of every GPU the
     # tenant has there at once (NCCL's channels cross at different GPUs), never faster than NVLink
@@ -211,6 +215,8 @@ def roofline(
     t_comm = comm_bytes * (nf - 1.0) / nf / bw_link
     step = t_comp + (t_comm if hide == 1.0 else hide * t_comm)
     if is_train:
+        # the optimizer step streams its state once per step on each GPU's 1 / n shard
+        step += optimizer * (OPT_STEP_BYTES / ADAM_BYTES) / nf / (hbm_bw * CAST_BW_EFF)
         rate = nf * bf * seq_len / step
         eff = t_comp / step
         if math.isnan(eff):
@@ -333,6 +339,7 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
             tf[t, T_TPL],
             c_terms[C_DQ, t],
             tf[t, T_DQT],
+            c_terms[C_O, t],
             n,
             ri[OI_BATCH, t],
             nodes,
@@ -375,6 +382,7 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
                     tf[t, T_TPL],
                     c_terms[C_DQ, t],
                     tf[t, T_DQT],
+                    c_terms[C_O, t],
                     n,
                     max(busy * ri[OI_BATCH, t], 1.0),
                     nodes,

@@ -129,6 +129,7 @@ def estimate(args) -> dict:
         cost.tp_latency_seconds(st)[0],
         tt.dequant_bytes[0],
         float(st.dequant_tokens[0]),
+        terms[3],
         n,
         b,
         nodes,

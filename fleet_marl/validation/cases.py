@@ -36,6 +36,15 @@ QUANTITY_GROUP = {
     "fp8_gemm_speedup": "FP8 GEMM speedup",
 }
 GROUP_ORDER = tuple(dict.fromkeys(QUANTITY_GROUP.values()))
+#: Bytes per gradient element that an FSDP reduce-scatter moves under Composer's
+#: ``fsdp_config.mixed_precision`` presets (``training.fsdp_mixed_precision``, llm-foundry's "MP Mode"
+#: column): ``DEFAULT`` reduces in FP32 (mosaicml/composer v0.16.4,
+#: ``composer/trainer/mosaic_fsdp_utils.py``, ``get_mixed_precision``: ``param_dtype =
+#: _get_torch_dtype(precision)``, ``reduce_dtype = torch.float32``; v0.16.3 and earlier left it to
+#: the BF16 ``param_dtype``), ``PURE`` in the gradients' own BF16 (0: the kernel's bytes).
+#: llm-foundry's ``setup.py`` pins ``mosaicml>=0.16.4,<0.17`` at b2a43a1477 (#543, 2023-10-19), the
+#: commit that published its H100 rows and its DEFAULT A100 rows.
+FSDP_REDUCE_BYTES = {"DEFAULT": 4.0, "PURE": 0.0}
 
 
 def _mpt(h: int, heads: int, layers: int) -> dict[str, Any]:
@@ -114,11 +123,34 @@ class Case:
     hbm_tbs: float = 0.0  # HBM bandwidth as published (TB/s); 0 = the catalog GPU's
     loss: str = "eager"  # the loss's implementation (a key of cost.LOSS_BYTES), as the source runs it
     burst: bool = False  # every request sent at once (a rate of "INF", offline): see predict.burst_latencies
+    grad_accum: int = 1  # batches a training step accumulates gradients over before its optimizer step, as published
+    attn_impl: str = "flash"  # the attention kernel as the source runs it: "triton" (llm-foundry's FlashAttention-1-class Triton kernel, cost.FA2_OVER_FA1) or "flash"
+    reduce_bytes: float = 0.0  # bytes per gradient element of the FSDP reduce-scatter (FSDP_REDUCE_BYTES); 0 = the gradients' own
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def group(self) -> str:
         return QUANTITY_GROUP[self.quantity]
+
+
+def _grad_accum(tr: dict, par: dict, batch: object) -> int:
+    """Micro-batches per optimizer step: as stated (``training.grad_accum``, or the row's GA column
+    in ``parallelism.grad_accum``), else Megatron's ``num_microbatches = global_batch_size /
+    (micro_batch_size x dp)`` from the stated batch sizes and data-parallel degree, else 1."""
+    stated = _int(tr.get("grad_accum") or par.get("grad_accum"))
+    if stated > 0:
+        return stated
+    gbs, dp = _int(tr.get("global_batch_size")), _int(par.get("dp"))
+    if gbs > 0 and dp > 0 and isinstance(batch, int) and batch > 0:
+        return max(gbs // (batch * dp), 1)
+    return 1
+
+
+def _attn_impl(x: object, case_id: str) -> str:
+    impl = str(x).lower()
+    if impl not in ("flash", "triton"):
+        raise ValueError(f"{case_id}: training.attn_impl {x!r}; expected 'flash' or 'triton'")
+    return impl
 
 
 def _int(x, default: int = 0) -> int:
@@ -247,6 +279,9 @@ def _case(e: dict) -> Case:
         hbm_tbs=float(hw.get("memory_bandwidth_tbs") or 0.0),
         loss=loss,
         burst=bool(re.match(r"\s*inf|.*all at once", str(sv.get("request_rate") or ""), re.IGNORECASE)),
+        grad_accum=_grad_accum(tr, par, batch),
+        attn_impl=_attn_impl(tr.get("attn_impl", "flash"), e["id"]),
+        reduce_bytes=FSDP_REDUCE_BYTES[str(tr.get("fsdp_mixed_precision", "PURE")).upper()],
         extra={"notes": e.get("notes", ""), "parallelism": par},
     )
 

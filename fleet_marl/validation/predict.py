@@ -63,6 +63,8 @@ def _static(c: Case) -> KernelStatic:
     st = KernelStatic.from_config(cfg)
     ctx = np.array([float(c.seq_len if train else max(c.prompt, 1))])
     bw: dict[str, Any] = {"bw": np.array([c.hbm_tbs * 1e12])} if c.hbm_tbs else {}
+    if c.attn_impl == "triton":  # a FlashAttention-1-class kernel: half FlashAttention-2's share
+        bw["attn_eff"] = st.attn_eff / cost.FA2_OVER_FA1
     return dataclasses.replace(st, **model_arrays([m], ctx, [c.loss if train else None]), **bw)
 
 
@@ -99,11 +101,13 @@ def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float, prompt: 
         tt.time_per_token[0],
         tt.head_time_per_token[0],
         tt.kv_read_per_seq[0],
-        tt.comm_bytes[0],
+        # an FP32 reduce-scatter (Composer's DEFAULT) moves the BF16 gradients at 4 B an element
+        tt.comm_bytes[0] + (tt.grads[0] * (c.reduce_bytes / 2.0 - 1.0) if c.reduce_bytes else 0.0),
         mem[6],
         cost.tp_latency_seconds(st)[0],
         tt.dequant_bytes[0],
         float(st.dequant_tokens[0]),
+        mem[3] / max(c.grad_accum, 1),  # one optimizer step per grad_accum batches
         n,
         batch,
         nodes,
