@@ -395,12 +395,16 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     # prompt's last token runs the LM head. The all-reduce moves
     # twice the FSDP factor's bytes: 2 x t_comm exactly (a power-of-2 scaling), never hidden,
     # plus 6 us of latency for each of the 2 L all-reduces of a pass on > 1 GPU; each forward
-    # pass adds the serving engine's fixed 1 ms. TTFT: the prompt's prefill, after waiting half a
+    # pass adds its kernels' stalls and the serving engine's fixed 1 ms. TTFT: the prompt's prefill, after waiting half a
     # step whenever another of the b requests runs (probability 1 - exp(-(b - 1))), plus the
     # others' work in the step that carries it.
     tp_comm_tok = 2.0 * t_comm
     lat = np.where(nf > 1.0, np.where(st.is_train, 0.0, 2.0 * st.layers * 6e-6), 0.0)
-    w_read = terms.weights / nf / (st.bw * st.mbu)
+    # every GPU of the replica runs each of its layers' 10 kernels (vLLM's Llama decoder layer),
+    # the memory pipeline stalling about 5 us at each boundary (Hazy Research, "No Bubbles")
+    lat = lat + np.where(st.is_train, 0.0, st.layers * 10.0 * 5e-6)
+    # the weights stream at torchao's achievable share of HBM bandwidth, 0.92; the KV cache at mbu
+    w_read = terms.weights / nf / (st.bw * 0.92)
     # only a prompt's last token goes through the LM head (the sampled position)
     with np.errstate(invalid="ignore"):
         t_prompt = np.where(np.isinf(tpt), np.inf, (tpt - terms.head_time_per_token) / nf)

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from fleet_marl import catalog
-from fleet_marl.kernel.cost import ADAM_BYTES, BF16, CKPT_TRAIN_BYTES, KV_BYTES, STEP_OVERHEAD_S, TRAIN_BYTES
+from fleet_marl.kernel.cost import ADAM_BYTES, BF16, CAST_BW_EFF, CKPT_TRAIN_BYTES, KV_BYTES, STEP_OVERHEAD_S, TRAIN_BYTES
 from fleet_marl.kernel.jit import jit, jit_inline
 from fleet_marl.kernel.layout import (
     F_ARR,
@@ -43,6 +43,7 @@ from fleet_marl.kernel.layout import (
     T_HBM,
     T_INTER,
     T_INTRA,
+    T_KST,
     T_KV,
     T_KVB,
     T_KVH,
@@ -182,6 +183,7 @@ def roofline(
     comm_bytes,
     kv_heads,
     tp_latency,
+    kernel_s,
     dequant_bytes,
     dequant_tokens,
     n,
@@ -195,8 +197,10 @@ def roofline(
     does its tokens' work at the time per token (GEMMs, attention FLOPs, elementwise traffic), and
     a decode step also reads each sequence's KV cache, one after the other (no overlap); each step
     carries ``batch`` decode tokens and their prompts' tokens spread over their output tokens,
-    plus two all-reduces per layer per token (bytes and ``tp_latency``, never hidden) and the
-    serving engine's fixed overhead per forward pass, ``STEP_OVERHEAD_S``; a pass of at least
+    plus two all-reduces per layer per token (bytes and ``tp_latency``, never hidden), the
+    stalls at its kernels' boundaries (``kernel_s``) and the serving engine's fixed overhead per
+    forward pass, ``STEP_OVERHEAD_S``. The weights stream at ``CAST_BW_EFF`` of the HBM
+    bandwidth, the KV cache at ``mbu``; a pass of at least
     ``dequant_tokens`` tokens (if > 0) also converts the weight-only weights to BF16
     (``dequant_bytes``). The TTFT is one
     prompt's prefill after the running step, if any, in a step that also carries the other
@@ -217,8 +221,9 @@ def roofline(
             eff = 0.0
         return rate, rate, eff, 0.0, 0.0
     tp_comm = 2.0 * t_comm  # the all-reduce moves twice the FSDP factor's bytes, on the critical path
-    lat = tp_latency if nf > 1.0 else 0.0
-    w_read = weights / nf / (hbm_bw * mbu)  # a forward pass reads every weight once
+    # all-reduce latency on > 1 GPU, and every pass's stalls at its kernels' boundaries
+    lat = (tp_latency if nf > 1.0 else 0.0) + kernel_s
+    w_read = weights / nf / (hbm_bw * CAST_BW_EFF)  # a forward pass streams every weight once
     # a pass of at least dequant_tokens tokens first converts the weight-only weights to BF16
     w_dq = dequant_bytes / nf / (hbm_bw * mbu) if dequant_tokens > 0.0 else 0.0
     t_tok = time_per_token / nf
@@ -331,6 +336,7 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
             c_terms[C_COMM, t],
             c_terms[C_KVH, t],
             tf[t, T_TPL],
+            tf[t, T_KST],
             c_terms[C_DQ, t],
             tf[t, T_DQT],
             n,
@@ -373,6 +379,7 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
                     c_terms[C_COMM, t],
                     c_terms[C_KVH, t],
                     tf[t, T_TPL],
+                    tf[t, T_KST],
                     c_terms[C_DQ, t],
                     tf[t, T_DQT],
                     n,

@@ -127,6 +127,7 @@ def estimate(args) -> dict:
         tt.comm_bytes[0],
         terms[6],
         cost.tp_latency_seconds(st)[0],
+        cost.kernel_stall_seconds(st)[0],
         tt.dequant_bytes[0],
         float(st.dequant_tokens[0]),
         n,

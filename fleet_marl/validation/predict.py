@@ -102,6 +102,7 @@ def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float, prompt: 
         tt.comm_bytes[0],
         mem[6],
         cost.tp_latency_seconds(st)[0],
+        cost.kernel_stall_seconds(st)[0],
         tt.dequant_bytes[0],
         float(st.dequant_tokens[0]),
         n,
