@@ -67,7 +67,7 @@ def throughput(st, t, n, b, nodes) -> Thr:
             st.inter_bw[0],
             st.mbu,
             st.comm_overlap,
-            t.weights[0],
+            t.stream_bytes[0],
             t.time_per_token[0],
             t.head_time_per_token[0],
             t.kv_read_per_seq[0],
@@ -277,7 +277,7 @@ def test_fp8_faster_than_bf16_on_hopper_and_decode_is_memory_bound():
     # 512 / 128 prompt tokens of which one in 512 runs the LM head
     flops = tau + (512.0 * (tau - head) + head) / 128.0
     fixed = cost.STEP_OVERHEAD_S + cost.kernel_stall_seconds(st)[0]
-    expect = ts.weights[0] / (st.bw[0] * cost.CAST_BW_EFF) + ts.kv_read_per_seq[0] / (st.bw[0] * st.mbu) + flops + fixed
+    expect = ts.stream_bytes[0] / (st.bw[0] * cost.CAST_BW_EFF) + ts.kv_read_per_seq[0] / (st.bw[0] * st.mbu) + flops + fixed
     assert thr.tpot_s == pytest.approx(expect, rel=1e-12)
 
 
@@ -292,7 +292,7 @@ def test_kv_cache_splits_over_at_most_kv_heads_gpus():
 def roofline_at(st, t, n, b, tp_latency) -> Thr:
     """The serving roofline on one node with a given all-reduce latency per forward pass."""
     args = (st.seq_len[0], st.prompt_tokens[0], st.output_tokens[0], st.bw[0], st.intra_bw[0], st.inter_bw[0], st.mbu, st.comm_overlap)
-    terms = (t.weights[0], t.time_per_token[0], t.head_time_per_token[0], t.kv_read_per_seq[0], t.comm_bytes[0], t.kv_heads[0])
+    terms = (t.stream_bytes[0], t.time_per_token[0], t.head_time_per_token[0], t.kv_read_per_seq[0], t.comm_bytes[0], t.kv_heads[0])
     fixed = (tp_latency, cost.kernel_stall_seconds(st)[0], t.dequant_bytes[0], float(st.dequant_tokens[0]))
     return Thr(*engine.roofline(False, *args, *terms, *fixed, n, b, 1))
 
@@ -355,9 +355,22 @@ def test_every_forward_pass_stalls_at_its_kernels_boundaries():
     assert cost.kernel_stall_seconds(st_train)[0] == 0.0
 
 
+def test_a_pass_looks_up_its_embedding_rows_and_streams_the_rest():
+    # an embedding lookup reads its tokens' rows; an untied table (Llama-3.1-8B: V = 128,256,
+    # h = 4,096, BF16: 1.05 GB, 6.5 % of the weights) is not streamed, a tied one is (the LM head)
+    m = catalog.model("llama-3.1-8b")
+    st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=512, out_tokens=128)
+    assert not m.tied_embeddings
+    assert t.stream_bytes[0] == pytest.approx(t.weights[0] - 2.0 * 128_256 * 4096, rel=1e-12)
+    _, tied = terms_for("qwen2.5-0.5b", "serve", "bf16", seq=512, out_tokens=128)
+    assert catalog.model("qwen2.5-0.5b").tied_embeddings and tied.stream_bytes[0] == tied.weights[0]
+    # the memory still holds the whole table
+    assert engine.memory_per_gpu(t.weights[0], 0.0, 0.0, 0.0, 0.0, 0.0, 8.0, 1, 1)[0] == t.weights[0]
+
+
 def _serve_args(st, t):
     args = (st.seq_len[0], st.prompt_tokens[0], st.output_tokens[0], st.bw[0], st.intra_bw[0], st.inter_bw[0], st.mbu, st.comm_overlap)
-    return (*args, t.weights[0], t.time_per_token[0], t.head_time_per_token[0], t.kv_read_per_seq[0], t.comm_bytes[0], t.kv_heads[0])
+    return (*args, t.stream_bytes[0], t.time_per_token[0], t.head_time_per_token[0], t.kv_read_per_seq[0], t.comm_bytes[0], t.kv_heads[0])
 
 
 def test_in_flight_step_carries_the_prompts_share():
@@ -366,7 +379,7 @@ def test_in_flight_step_carries_the_prompts_share():
     st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=2048, out_tokens=128)
     b = 32
     thr = roofline_at(st, t, 1, b, 0.0)
-    w_read = t.weights[0] / (st.bw[0] * cost.CAST_BW_EFF)
+    w_read = t.stream_bytes[0] / (st.bw[0] * cost.CAST_BW_EFF)
     kv = b * t.kv_read_per_seq[0] / (st.bw[0] * st.mbu)
     tau, head = t.time_per_token[0], t.head_time_per_token[0]
     work = b * tau + b / 128 * (2048 * (tau - head) + head)  # a prompt's last token alone runs the LM head
@@ -383,7 +396,7 @@ def test_in_flight_step_carries_the_prompts_share():
 
 def test_ttft_waits_for_the_running_step():
     st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=467, out_tokens=256)
-    w_read = t.weights[0] / (st.bw[0] * cost.CAST_BW_EFF)
+    w_read = t.stream_bytes[0] / (st.bw[0] * cost.CAST_BW_EFF)
     fixed = cost.STEP_OVERHEAD_S + cost.kernel_stall_seconds(st)[0]
     prefill = w_read + 467 * (t.time_per_token[0] - t.head_time_per_token[0]) + t.head_time_per_token[0] + fixed
     alone = roofline_at(st, t, 1, 1, 0.0)
@@ -424,7 +437,7 @@ def test_a_prompt_runs_the_lm_head_once():
     assert head == pytest.approx(2 * m.vocab * m.hidden / (st.peak[0, P["bf16"]] * st.mfu), rel=1e-12)
     assert 0.2 < head / t.time_per_token[0] < 0.35  # a quarter of a 0.5B model's work per token
     thr = roofline_at(st, t, 1, 1, 0.0)
-    w_read = t.weights[0] / (st.bw[0] * cost.CAST_BW_EFF)
+    w_read = t.stream_bytes[0] / (st.bw[0] * cost.CAST_BW_EFF)
     fixed = cost.STEP_OVERHEAD_S + cost.kernel_stall_seconds(st)[0]
     assert thr.ttft_s == pytest.approx(w_read + 1000 * (t.time_per_token[0] - head) + head + fixed, rel=1e-12)
 

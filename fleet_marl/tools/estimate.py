@@ -120,7 +120,7 @@ def estimate(args) -> dict:
         st.inter_bw[0],
         st.mbu,
         st.comm_overlap,
-        terms[0],
+        tt.stream_bytes[0],
         tt.time_per_token[0],
         tt.head_time_per_token[0],
         tt.kv_read_per_seq[0],

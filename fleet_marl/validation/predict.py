@@ -95,7 +95,7 @@ def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float, prompt: 
         st.inter_bw[0],
         st.mbu,
         st.comm_overlap,
-        mem[0],
+        tt.stream_bytes[0],
         tt.time_per_token[0],
         tt.head_time_per_token[0],
         tt.kv_read_per_seq[0],
