@@ -40,6 +40,7 @@ class TenantTerms(NamedTuple):
     kv_heads: np.ndarray  # (T,) the KV cache splits over at most this many GPUs (heads are replicated beyond)
     head_time_per_token: np.ndarray  # the LM head's part of time_per_token (a prompt runs it once)
     dequant_bytes: np.ndarray  # serve: bytes of converting weight-only weights to BF16 (2 B written + 2 B read each)
+    stream_bytes: np.ndarray  # serve: weight bytes a forward pass reads: an untied embedding is only looked up
     forward_time_per_token: np.ndarray  # seconds per token of one forward pass (a trainer's step takes more)
 
 
@@ -127,7 +128,11 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
     comm = np.where(train, fsdp, tp)
     kv_heads = np.broadcast_to(st.kv_heads, unsafe.shape)
     fwd = per_group.sum(-1) / st.mfu
-    return TenantTerms(prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm, kv_heads, head, dequant, fwd)
+    # a serving pass looks up its tokens' rows of an embedding table; when the head has weights of
+    # its own (untied) the table is not streamed; tied, the head's matmul reads all of it
+    emb = params[:, 0] * wbytes[..., 0]
+    stream = np.where(params[:, 4] > 0, weights - emb, weights)
+    return TenantTerms(prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm, kv_heads, head, dequant, stream, fwd)
 
 
 def invalid_precision(st, precision: np.ndarray) -> np.ndarray:
@@ -400,12 +405,16 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     # prompt's last token runs the LM head. The all-reduce moves
     # twice the FSDP factor's bytes: 2 x t_comm exactly (a power-of-2 scaling), never hidden,
     # plus 6 us of latency for each of the 2 L all-reduces of a pass on > 1 GPU; each forward
-    # pass adds the serving engine's fixed 1 ms. TTFT: the prompt's prefill, after waiting half a
+    # pass adds its kernels' stalls and the serving engine's fixed 1 ms. TTFT: the prompt's prefill, after waiting half a
     # step whenever another of the b requests runs (probability 1 - exp(-(b - 1))), plus the
     # others' work in the step that carries it.
     tp_comm_tok = 2.0 * t_comm
     lat = np.where(nf > 1.0, np.where(st.is_train, 0.0, 2.0 * st.layers * 6e-6), 0.0)
-    w_read = terms.weights / nf / (st.bw * st.mbu)
+    # every GPU of the replica runs each of its layers' 10 kernels (vLLM's Llama decoder layer),
+    # the memory pipeline stalling about 5 us at each boundary (Hazy Research, "No Bubbles")
+    lat = lat + np.where(st.is_train, 0.0, st.layers * 10.0 * 5e-6)
+    # the weights stream at torchao's achievable share of HBM bandwidth, 0.92; the KV cache at mbu
+    w_read = terms.stream_bytes / nf / (st.bw * 0.92)
     # only a prompt's last token goes through the LM head (the sampled position)
     with np.errstate(invalid="ignore"):
         t_prompt = np.where(np.isinf(tpt), np.inf, (tpt - terms.head_time_per_token) / nf)

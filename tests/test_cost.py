@@ -67,13 +67,14 @@ def throughput(st, t, n, b, nodes) -> Thr:
             st.inter_bw[0],
             st.mbu,
             st.comm_overlap,
-            t.weights[0],
+            t.stream_bytes[0],
             t.time_per_token[0],
             t.head_time_per_token[0],
             t.kv_read_per_seq[0],
             t.comm_bytes[0],
             t.kv_heads[0],
             cost.tp_latency_seconds(st)[0],
+            cost.kernel_stall_seconds(st)[0],
             t.dequant_bytes[0],
             float(st.dequant_tokens[0]),
             t.optimizer[0],
@@ -276,6 +277,7 @@ def test_a_training_step_ends_with_the_optimizer_step():
             0.0,
             0.0,
             0.0,
+            0.0,
             n,
             b,
             1,
@@ -301,6 +303,7 @@ def test_a_training_step_ends_with_the_optimizer_step():
             t.kv_read_per_seq[0],
             t.comm_bytes[0],
             t.kv_heads[0],
+            0.0,
             0.0,
             0.0,
             0.0,
@@ -337,14 +340,15 @@ def test_fp8_faster_than_bf16_on_hopper_and_decode_is_memory_bound():
     assert throughput(st, tf, n, b, k).work_rate > throughput(st, tb, n, b, k).work_rate
     st, ts = terms_for("llama-3.1-8b", "serve", "bf16", seq=512, out_tokens=128)
     thr = throughput(st, ts, 1, 1, k)
-    # at batch 1 a decode step reads every weight once: TPOT ~ bytes / (bandwidth * MBU) plus the
-    # step's work on its 1 + 512 / 128 tokens (one decode token and its prompt's share) and the
-    # serving engine's fixed overhead per step
+    # at batch 1 a decode step reads every weight once: TPOT ~ bytes / (bandwidth * 0.92) and the
+    # KV cache at MBU, plus the step's work on its 1 + 512 / 128 tokens (one decode token and its
+    # prompt's share), its kernels' stalls and the serving engine's fixed overhead per step
     tau, head = ts.time_per_token[0], ts.head_time_per_token[0]
     # the step's FLOPs and elementwise traffic after the weights' stream: the decode token, and
     # 512 / 128 prompt tokens of which one in 512 runs the LM head
     flops = tau + (512.0 * (tau - head) + head) / 128.0
-    expect = (ts.weights[0] + ts.kv_read_per_seq[0]) / (st.bw[0] * st.mbu) + flops + cost.STEP_OVERHEAD_S
+    fixed = cost.STEP_OVERHEAD_S + cost.kernel_stall_seconds(st)[0]
+    expect = ts.stream_bytes[0] / (st.bw[0] * cost.CAST_BW_EFF) + ts.kv_read_per_seq[0] / (st.bw[0] * st.mbu) + flops + fixed
     assert thr.tpot_s == pytest.approx(expect, rel=1e-12)
 
 
@@ -359,8 +363,9 @@ def test_kv_cache_splits_over_at_most_kv_heads_gpus():
 def roofline_at(st, t, n, b, tp_latency) -> Thr:
     """The serving roofline on one node with a given all-reduce latency per forward pass."""
     args = (st.seq_len[0], st.prompt_tokens[0], st.output_tokens[0], st.bw[0], st.intra_bw[0], st.inter_bw[0], st.mbu, st.comm_overlap)
-    terms = (t.weights[0], t.time_per_token[0], t.head_time_per_token[0], t.kv_read_per_seq[0], t.comm_bytes[0], t.kv_heads[0])
-    return Thr(*engine.roofline(False, *args, *terms, tp_latency, t.dequant_bytes[0], float(st.dequant_tokens[0]), 0.0, n, b, 1))
+    terms = (t.stream_bytes[0], t.time_per_token[0], t.head_time_per_token[0], t.kv_read_per_seq[0], t.comm_bytes[0], t.kv_heads[0])
+    fixed = (tp_latency, cost.kernel_stall_seconds(st)[0], t.dequant_bytes[0], float(st.dequant_tokens[0]), 0.0)
+    return Thr(*engine.roofline(False, *args, *terms, *fixed, n, b, 1))
 
 
 def test_serve_elementwise_bytes_by_hand():
@@ -404,17 +409,53 @@ def test_tensor_parallel_decode_pays_allreduce_latency():
     assert cost.tp_latency_seconds(st_train)[0] == 0.0
 
 
+def test_every_forward_pass_stalls_at_its_kernels_boundaries():
+    # Hazy Research's "No Bubbles": about 5 us of stalling per kernel; vLLM's Llama decoder layer
+    # runs 10 kernels (2 fused add + norms, qkv, rotary, cache write, attention, o, gate_up,
+    # SiluAndMul, down). Llama-3.1-8B: 32 x 10 x 5 us = 1.6 ms per forward pass
+    st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=512, out_tokens=128)
+    stall = cost.kernel_stall_seconds(st)[0]
+    assert stall == pytest.approx(32 * 10 * 5e-6, rel=1e-12) == pytest.approx(1.6e-3, rel=1e-12)
+    lat = cost.tp_latency_seconds(st)[0]
+    for n, b in ((1, 1), (1, 64), (4, 16)):  # every GPU of the replica runs every kernel
+        base = roofline_at(st, t, n, b, lat)
+        none = Thr(*engine.roofline(False, *_serve_args(st, t), lat, 0.0, t.dequant_bytes[0], 0.0, 0.0, n, b, 1))
+        assert base.tpot_s - none.tpot_s == pytest.approx(stall, rel=1e-9)
+        assert base.ttft_s - none.ttft_s == pytest.approx(stall * (1.0 + (1.0 - np.exp(1.0 - b)) * 0.5), rel=1e-9)
+    st_train, _ = terms_for("llama-3.1-8b", "train", "bf16")
+    assert cost.kernel_stall_seconds(st_train)[0] == 0.0
+
+
+def test_a_pass_looks_up_its_embedding_rows_and_streams_the_rest():
+    # an embedding lookup reads its tokens' rows; an untied table (Llama-3.1-8B: V = 128,256,
+    # h = 4,096, BF16: 1.05 GB, 6.5 % of the weights) is not streamed, a tied one is (the LM head)
+    m = catalog.model("llama-3.1-8b")
+    st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=512, out_tokens=128)
+    assert not m.tied_embeddings
+    assert t.stream_bytes[0] == pytest.approx(t.weights[0] - 2.0 * 128_256 * 4096, rel=1e-12)
+    _, tied = terms_for("qwen2.5-0.5b", "serve", "bf16", seq=512, out_tokens=128)
+    assert catalog.model("qwen2.5-0.5b").tied_embeddings and tied.stream_bytes[0] == tied.weights[0]
+    # the memory still holds the whole table
+    assert engine.memory_per_gpu(t.weights[0], 0.0, 0.0, 0.0, 0.0, 0.0, 8.0, 1, 1)[0] == t.weights[0]
+
+
+def _serve_args(st, t):
+    args = (st.seq_len[0], st.prompt_tokens[0], st.output_tokens[0], st.bw[0], st.intra_bw[0], st.inter_bw[0], st.mbu, st.comm_overlap)
+    return (*args, t.stream_bytes[0], t.time_per_token[0], t.head_time_per_token[0], t.kv_read_per_seq[0], t.comm_bytes[0], t.kv_heads[0])
+
+
 def test_in_flight_step_carries_the_prompts_share():
     # a step carries b decode tokens and b P / O prompt tokens after streaming the weights once:
     # requests/s = b / (O t_dec), and a longer prompt makes every step (the TPOT) longer
     st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=2048, out_tokens=128)
     b = 32
     thr = roofline_at(st, t, 1, b, 0.0)
-    w_read = t.weights[0] / (st.bw[0] * st.mbu)
+    w_read = t.stream_bytes[0] / (st.bw[0] * cost.CAST_BW_EFF)
     kv = b * t.kv_read_per_seq[0] / (st.bw[0] * st.mbu)
     tau, head = t.time_per_token[0], t.head_time_per_token[0]
     work = b * tau + b / 128 * (2048 * (tau - head) + head)  # a prompt's last token alone runs the LM head
-    assert thr.tpot_s == pytest.approx(w_read + kv + work + cost.STEP_OVERHEAD_S, rel=1e-12)
+    fixed = cost.STEP_OVERHEAD_S + cost.kernel_stall_seconds(st)[0]
+    assert thr.tpot_s == pytest.approx(w_read + kv + work + fixed, rel=1e-12)
     assert thr.work_rate == pytest.approx(b / (128 * thr.tpot_s), rel=1e-12)
     st_short, t_short = terms_for("llama-3.1-8b", "serve", "bf16", seq=128, out_tokens=128)
     assert roofline_at(st_short, t_short, 1, b, 0.0).tpot_s < thr.tpot_s
@@ -426,13 +467,14 @@ def test_in_flight_step_carries_the_prompts_share():
 
 def test_ttft_waits_for_the_running_step():
     st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=467, out_tokens=256)
-    w_read = t.weights[0] / (st.bw[0] * st.mbu)
-    prefill = w_read + 467 * (t.time_per_token[0] - t.head_time_per_token[0]) + t.head_time_per_token[0] + cost.STEP_OVERHEAD_S
+    w_read = t.stream_bytes[0] / (st.bw[0] * cost.CAST_BW_EFF)
+    fixed = cost.STEP_OVERHEAD_S + cost.kernel_stall_seconds(st)[0]
+    prefill = w_read + 467 * (t.time_per_token[0] - t.head_time_per_token[0]) + t.head_time_per_token[0] + fixed
     alone = roofline_at(st, t, 1, 1, 0.0)
     assert alone.ttft_s == pytest.approx(prefill, rel=1e-12)  # nothing else runs: no wait
 
     def others(thr, b):  # the other b - 1 requests' work in the step that carries the prompt
-        return (thr.tpot_s - w_read - cost.STEP_OVERHEAD_S) * (b - 1) / b
+        return (thr.tpot_s - w_read - fixed) * (b - 1) / b
 
     busy = roofline_at(st, t, 1, 64, 0.0)
     # 63 others: the engine is busy (1 - e^-63 = 1), a new request waits half a step on average
@@ -450,7 +492,7 @@ def test_a_prompt_shares_its_step_with_the_running_requests():
     thr = roofline_at(st, t, 1, b, 0.0)
     kv = b * t.kv_read_per_seq[0] / (st.bw[0] * st.mbu)
     tau, head = t.time_per_token[0], t.head_time_per_token[0]
-    run = kv + b * tau + b / 256 * (467 * (tau - head) + head)  # the step less weights and 1 ms
+    run = kv + b * tau + b / 256 * (467 * (tau - head) + head)  # the step less weights, stalls and 1 ms
     prefill = roofline_at(st, t, 1, 1, 0.0).ttft_s
     assert thr.ttft_s == pytest.approx(prefill + run * (b - 1) / b + 0.5 * thr.tpot_s, rel=1e-12)
     assert thr.ttft_s > prefill + thr.tpot_s  # more than the old prefill + a whole step's wait
@@ -466,8 +508,9 @@ def test_a_prompt_runs_the_lm_head_once():
     assert head == pytest.approx(2 * m.vocab * m.hidden / (st.peak[0, P["bf16"]] * st.mfu), rel=1e-12)
     assert 0.2 < head / t.time_per_token[0] < 0.35  # a quarter of a 0.5B model's work per token
     thr = roofline_at(st, t, 1, 1, 0.0)
-    w_read = t.weights[0] / (st.bw[0] * st.mbu)
-    assert thr.ttft_s == pytest.approx(w_read + 1000 * (t.time_per_token[0] - head) + head + cost.STEP_OVERHEAD_S, rel=1e-12)
+    w_read = t.stream_bytes[0] / (st.bw[0] * cost.CAST_BW_EFF)
+    fixed = cost.STEP_OVERHEAD_S + cost.kernel_stall_seconds(st)[0]
+    assert thr.ttft_s == pytest.approx(w_read + 1000 * (t.time_per_token[0] - head) + head + fixed, rel=1e-12)
 
 
 def test_kv_cache_format_follows_attention_unless_the_workload_fixes_it():

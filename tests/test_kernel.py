@@ -509,8 +509,8 @@ def test_server_latency_is_that_of_the_load_it_carries():
     t, batch = 1, 256
     tt = stage1(st, np.full((st.T, 5), P["bf16"]))
     args = (st.seq_len[t], st.prompt_tokens[t], st.output_tokens[t], st.bw[t], st.intra_bw[t], st.inter_bw[t], st.mbu, st.comm_overlap)
-    terms = (tt.weights[t], tt.time_per_token[t], tt.head_time_per_token[t], tt.kv_read_per_seq[t], tt.comm_bytes[t], tt.kv_heads[t])
-    terms = (*terms, cost.tp_latency_seconds(st)[t], tt.dequant_bytes[t], float(st.dequant_tokens[t]), tt.optimizer[t])
+    terms = (tt.stream_bytes[t], tt.time_per_token[t], tt.head_time_per_token[t], tt.kv_read_per_seq[t], tt.comm_bytes[t], tt.kv_heads[t])
+    terms = (*terms, cost.tp_latency_seconds(st)[t], cost.kernel_stall_seconds(st)[t], tt.dequant_bytes[t], float(st.dequant_tokens[t]), tt.optimizer[t])
     rate, _, _, _, full = engine.roofline(False, *args, *terms, 8, batch, 1)
     one = engine.roofline(False, *args, *terms, 8, 1, 1)[4]
     assert one < full

@@ -130,12 +130,22 @@ FA_BWD_FACTOR = 2.5
 #: kernel; eager PyTorch, partly fused).
 EW_BYTES = 4.0
 #: Seconds a serving engine spends per forward pass (one prefill, one decode step) outside the
-#: GPU's work: scheduling, sampling, detokenising and kernel launches. vLLM v0.6 measured its
-#: CPU overhead at up to 62 % of a decode step of Llama-3-8B on one H100 before v0.6 cut it
-#: (vLLM blog, 2024-09-05, "vLLM v0.6.0: 2.7x throughput improvement and 5x latency reduction");
-#: a CUDA-graph decode step still launches about 10 kernels per layer at ~4 us each (NVIDIA,
-#: "Getting started with CUDA Graphs"). 1 ms.
+#: GPU's work: scheduling, sampling and detokenising. vLLM v0.6 measured its CPU overhead at up
+#: to 62 % of a decode step of Llama-3-8B on one H100 before v0.6 cut it (vLLM blog, 2024-09-05,
+#: "vLLM v0.6.0: 2.7x throughput improvement and 5x latency reduction"). 1 ms, an assumption.
+#: The kernels' own launches and stalls are :data:`KERNEL_STALL_S` (since issue 30).
 STEP_OVERHEAD_S = 1e-3
+#: Seconds of a serving forward pass's memory pipeline stalled at each kernel boundary, when no
+#: weight is being loaded: "even with an optimistic 5 us of stalling per kernel (counting
+#: stragglers, kernel launch, and memory latencies)" (Spector, Juravsky et al., "Look Ma, No
+#: Bubbles! Designing a Low-Latency Megakernel for Llama-1B", Hazy Research blog, 2025-05-27;
+#: the same post measures a kernel's launch cost under CUDA graphs at about 1.3 us on an H100).
+KERNEL_STALL_S = 5e-6
+#: Kernels a serving engine launches per decoder layer of a forward pass, counted from vLLM's
+#: Llama decoder layer (vllm-project/vllm@0035bdf2, vllm/model_executor/models/llama.py): the
+#: fused residual-add + RMSNorm, the qkv GEMM, rotary, the KV-cache write and the attention, the
+#: o GEMM, the second fused add + RMSNorm, the gate_up GEMM, SiluAndMul and the down GEMM.
+KERNELS_PER_LAYER = 10
 #: Seconds one tensor-parallel all-reduce takes at decode sizes (10s-100s of kB), whatever its
 #: bytes: an 8x H100 HGX node, NCCL 2.20.5, nccl-tests ``all_reduce_perf`` under CUDA graphs, "When
 #: I run with 2 GPUs the latency is approximately 6us" (NVIDIA/nccl issue #1259, 2024-04-22). Two
@@ -326,8 +336,20 @@ GROUP_TERMS = ("weights", "grads", "master", "seconds_per_token", "invalid", "de
 #: (``2 L x TP_ALLREDUCE_LATENCY_S``, serving on > 1 GPU), the KV cache's bytes per value when the
 #: workload fixes its format (0: the attention's), the pass size from which weight-only weights
 #: are converted to BF16 (0: never), and the most tokens a sequence keeps in its KV cache (the
-#: sliding window; inf with full attention).
-TENANT_TERMS = ("optimizer", "act_per_seq", "kv_per_token", "kv_heads", "tp_comm", "tp_latency", "kv_bytes", "dequant_tokens", "kv_window")
+#: sliding window; inf with full attention), and the seconds a serving forward pass stalls at
+#: its kernels' boundaries (:func:`kernel_stall_seconds`).
+TENANT_TERMS = (
+    "optimizer",
+    "act_per_seq",
+    "kv_per_token",
+    "kv_heads",
+    "tp_comm",
+    "tp_latency",
+    "kv_bytes",
+    "dequant_tokens",
+    "kv_window",
+    "kernel_stall",
+)
 
 
 def _time_parts(st):
@@ -414,6 +436,13 @@ def tp_latency_seconds(st) -> np.ndarray:
     return np.where(st.is_train, 0.0, 2.0 * st.layers * TP_ALLREDUCE_LATENCY_S)
 
 
+def kernel_stall_seconds(st) -> np.ndarray:
+    """Seconds per forward pass of each serving tenant spent at its kernels' boundaries (T,):
+    ``L x KERNELS_PER_LAYER x KERNEL_STALL_S``, on every GPU of a tensor-parallel replica (each
+    runs every kernel on its shard); 0 for training."""
+    return np.where(st.is_train, 0.0, st.layers * KERNELS_PER_LAYER * KERNEL_STALL_S)
+
+
 def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
     """``(group_terms (T, G, P, 6), tenant_terms (T, 8))``, float64: stage 1 factored by layer
     group, so that a tenant's terms under any precision map are sums of G table entries
@@ -447,6 +476,7 @@ def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
             st.kv_cache_bytes,
             st.dequant_tokens,
             st.kv_window,
+            kernel_stall_seconds(st),
         ],
         axis=-1,
     )
@@ -473,6 +503,8 @@ __all__ = [
     "GEMM_EFF",
     "GROUP_TERMS",
     "HOPPER",
+    "KERNELS_PER_LAYER",
+    "KERNEL_STALL_S",
     "KV_BYTES",
     "LOSS_BYTES",
     "OPT_STEP_BYTES",
@@ -485,6 +517,7 @@ __all__ = [
     "activation_bytes",
     "attention_efficiency",
     "forward_flops_per_token",
+    "kernel_stall_seconds",
     "linear_dims",
     "linear_seconds",
     "recompute_seconds_table",

@@ -65,7 +65,7 @@ from fleet_marl.kernel.safety import check
 from fleet_marl.kernel.tenant_cost import fitting_batch, memory_per_gpu, peak_bytes, roofline, tenant_stage1, tenant_terms, throughput
 
 _NOF, _NOI, _NOB = len(OF), len(OI), len(OB)
-_NF_ROWS, _NI_ROWS, _NB_ROWS = _NOF + 26, _NOI + 4, _NOB + 4  # each block: the row's outputs, then scratch rows
+_NF_ROWS, _NI_ROWS, _NB_ROWS = _NOF + 27, _NOI + 4, _NOB + 4  # each block: the row's outputs, then scratch rows
 
 
 @jit
@@ -98,8 +98,8 @@ def round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, out
     rf, ri, rb, rk, rr, rg, t_nodes = sf[:_NOF], si[:_NOI], sb[:_NOB], skf[:2], sr[0], sg[0], sg[1]
     w, level, frac, mult, zeros = sf[_NOF], sf[_NOF + 1], sf[_NOF + 2], sf[_NOF + 3], sf[_NOF + 4]
     activity, work_rate, avail_s, t_dec_a, prefill_a = sf[_NOF + 5], sf[_NOF + 6], sf[_NOF + 7], sf[_NOF + 8], sf[_NOF + 9]
-    c_terms, c_len = sf[_NOF + 10 : _NOF + 22], sf[_NOF + 22 : _NOF + 24]  # the stage-1 memo: (12, T) terms, (2, T) lengths
-    k1, k2 = sf[_NOF + 24], sf[_NOF + 25]
+    c_terms, c_len = sf[_NOF + 10 : _NOF + 23], sf[_NOF + 23 : _NOF + 25]  # the stage-1 memo: (13, T) terms, (2, T) lengths
+    k1, k2 = sf[_NOF + 25], sf[_NOF + 26]
     caps, got, order, n_nodes = si[_NOI], si[_NOI + 1], si[_NOI + 2], si[_NOI + 3]
     running, cached, unsafe_c, invalid_c = sb[_NOB], sb[_NOB + 1], sb[_NOB + 2], sb[_NOB + 3]
     neg_avail, node_dyn, f_cap, f_heat, f_node, t_pred = skf[2], skf[3], skf[4], skf[5], skf[6], skf[7]

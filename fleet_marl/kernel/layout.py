@@ -88,6 +88,7 @@ _tf, _sc, _ii, _of, _oi, _ob = (_index(x) for x in (TF, SC, II, OF, OI, OB))  # 
     T_KVB,
     T_DQT,
     T_WIN,
+    T_KST,
 ) = range(len(TF))
 T_MAXG, T_POOL, T_TRAIN, T_CKPT = range(len(TI))
 N_IDLE, N_FULL, N_HEAD = range(len(NF))

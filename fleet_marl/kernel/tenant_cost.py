@@ -5,7 +5,7 @@
 
 Stage 1 is the sum of per-group table entries built once per scenario
 (``cost.stage1_tables``); every equation is in ``docs/model.md`` sections 2-3 with its source.
-A tenant's memoised terms are the rows ``C_*`` of ``c_terms`` (12, T).
+A tenant's memoised terms are the rows ``C_*`` of ``c_terms`` (13, T).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from fleet_marl.kernel.layout import (
     T_HBM,
     T_INTER,
     T_INTRA,
+    T_KST,
     T_KV,
     T_KVB,
     T_KVH,
@@ -58,13 +59,16 @@ from fleet_marl.kernel.layout import (
 #: Rows of the memoised stage 1 ``c_terms`` (12, T): bytes of weights, gradients, fp32 master
 #: copy and optimizer, bytes per sequence kept on each GPU and split over the GPUs, seconds per
 #: token, KV bytes read per sequence, communication bytes, KV heads, the LM head's share of the
-#: seconds per token, and the bytes of converting weight-only weights to BF16.
-C_W, C_G, C_M, C_O, C_PSL, C_PSS, C_TPT, C_KVR, C_COMM, C_KVH, C_HD, C_DQ = range(12)
+#: seconds per token, the bytes of converting weight-only weights to BF16, and the weight bytes a
+#: serving forward pass streams (all but an untied embedding table, of which it reads its tokens'
+#: rows only).
+C_W, C_G, C_M, C_O, C_PSL, C_PSS, C_TPT, C_KVR, C_COMM, C_KVH, C_HD, C_DQ, C_WS = range(13)
 _UNSAFE = catalog.UNSAFE.copy()  # (G, P) bool: module-level arrays are compile-time constants
 _ACT_BYTES = TRAIN_BYTES.copy()  # activations are saved in BF16 under FP8 training
 _KV_BYTES = KV_BYTES.copy()
 _ATT, _MLP = catalog.GROUPS.index("attention"), catalog.GROUPS.index("mlp")
 _HEAD = catalog.GROUPS.index("head")
+_EMB = catalog.GROUPS.index("embedding")
 
 
 @jit_inline
@@ -88,8 +92,10 @@ def tenant_terms(tf, ti, tg, t, prec, project, mfu, prec_run, prompt, output):
     serving requests of ``prompt`` and ``output`` tokens on average: writes the map that runs
     into ``prec_run`` (G,) -- unsafe groups in BF16 when ``project`` -- and returns ``(unsafe,
     invalid, weights, grads, master, optimizer, per_seq_local, per_seq_sharded,
-    time_per_token, kv_read_per_seq, comm_bytes, kv_heads, head_time_per_token, dequant_bytes)``
-    (``docs/model.md`` sections 2-3).
+    time_per_token, kv_read_per_seq, comm_bytes, kv_heads, head_time_per_token, dequant_bytes,
+    stream_bytes)`` (``docs/model.md`` sections 2-3). ``stream_bytes`` is what a serving forward
+    pass reads of the weights: all of them but an untied embedding table (a lookup reads its
+    tokens' rows only); a tied table is read whole by the LM head.
     Sums over groups run in group order, as numpy's ``sum(-1)`` does."""
     unsafe = False
     invalid = False
@@ -121,7 +127,10 @@ def tenant_terms(tf, ti, tg, t, prec, project, mfu, prec_run, prompt, output):
     kv_read = 0.0 if train else read * kv_tok
     comm = 2.0 * weights + grads if train else tf[t, T_TP]
     head = tg[t, _HEAD, prec_run[_HEAD], 3] / mfu  # the LM head's part: a prompt runs it for its last token only
-    return unsafe, invalid, weights, grads, master, tf[t, T_OPT], act, kv_seq, spt / mfu, kv_read, comm, tf[t, T_KVH], head, dq
+    # an untied head has weights of its own; then the embedding table is only looked up
+    untied = tg[t, _HEAD, prec_run[_HEAD], 0] > 0.0
+    stream = weights - tg[t, _EMB, prec_run[_EMB], 0] if untied else weights
+    return unsafe, invalid, weights, grads, master, tf[t, T_OPT], act, kv_seq, spt / mfu, kv_read, comm, tf[t, T_KVH], head, dq, stream
 
 
 @jit
@@ -182,6 +191,7 @@ def roofline(
     comm_bytes,
     kv_heads,
     tp_latency,
+    kernel_s,
     dequant_bytes,
     dequant_tokens,
     optimizer,
@@ -192,12 +202,15 @@ def roofline(
     """Throughput of one tenant on ``n`` GPUs over ``nodes`` nodes at ``batch``, before
     throttling: ``(work rate, tokens/s, efficiency, ttft s, tpot s)``. Training (FSDP data
     parallel) is compute-bound with the all-gather/reduce-scatter partly hidden. Serving (one
-    tensor-parallel replica, in-flight batching): a forward pass streams every weight once, then
+    tensor-parallel replica, in-flight batching): a forward pass streams ``weights`` once (stage
+    1's ``stream_bytes``: an untied embedding table is only looked up), then
     does its tokens' work at the time per token (GEMMs, attention FLOPs, elementwise traffic), and
     a decode step also reads each sequence's KV cache, one after the other (no overlap); each step
     carries ``batch`` decode tokens and their prompts' tokens spread over their output tokens,
-    plus two all-reduces per layer per token (bytes and ``tp_latency``, never hidden) and the
-    serving engine's fixed overhead per forward pass, ``STEP_OVERHEAD_S``; a pass of at least
+    plus two all-reduces per layer per token (bytes and ``tp_latency``, never hidden), the
+    stalls at its kernels' boundaries (``kernel_s``) and the serving engine's fixed overhead per
+    forward pass, ``STEP_OVERHEAD_S``. The weights stream at ``CAST_BW_EFF`` of the HBM
+    bandwidth, the KV cache at ``mbu``; a pass of at least
     ``dequant_tokens`` tokens (if > 0) also converts the weight-only weights to BF16
     (``dequant_bytes``). The TTFT is one
     prompt's prefill after the running step, if any, in a step that also carries the other
@@ -223,8 +236,9 @@ def roofline(
             eff = 0.0
         return rate, rate, eff, 0.0, 0.0
     tp_comm = 2.0 * t_comm  # the all-reduce moves twice the FSDP factor's bytes, on the critical path
-    lat = tp_latency if nf > 1.0 else 0.0
-    w_read = weights / nf / (hbm_bw * mbu)  # a forward pass reads every weight once
+    # all-reduce latency on > 1 GPU, and every pass's stalls at its kernels' boundaries
+    lat = (tp_latency if nf > 1.0 else 0.0) + kernel_s
+    w_read = weights / nf / (hbm_bw * CAST_BW_EFF)  # a forward pass streams every weight once
     # a pass of at least dequant_tokens tokens first converts the weight-only weights to BF16
     w_dq = dequant_bytes / nf / (hbm_bw * mbu) if dequant_tokens > 0.0 else 0.0
     t_tok = time_per_token / nf
@@ -258,7 +272,7 @@ def roofline(
 
 @jit
 def tenant_stage1(b, tf, ti, tg, sc, ins_i, ins_f, prec, prec_run, c_prec, c_run, c_len, c_terms, cached, unsafe_c, invalid_c, ri):
-    """Stage 1 of every tenant of row ``b`` into ``c_terms`` (12, T), ``unsafe_c`` and
+    """Stage 1 of every tenant of row ``b`` into ``c_terms`` (13, T), ``unsafe_c`` and
     ``invalid_c`` (T,), and the precision map that runs into ``ri``'s precision rows. Stage 1
     depends on the tenant, its precision map and its requests' lengths only, so it is reused
     when they are the ones this tenant had in the last row (a cluster's counterfactual rows
@@ -274,13 +288,14 @@ def tenant_stage1(b, tf, ti, tg, sc, ins_i, ins_f, prec, prec_run, c_prec, c_run
                 same = False
             prec[g] = p
         if not same:
-            unsafe, invalid, weights, grads, master, optimizer, psl, pss, tpt, kvr, comm, kvh, hd, dq = tenant_terms(
+            unsafe, invalid, weights, grads, master, optimizer, psl, pss, tpt, kvr, comm, kvh, hd, dq, ws = tenant_terms(
                 tf, ti, tg, t, prec, project, mfu, prec_run, prompt, output
             )
             c_len[0, t], c_len[1, t] = prompt, output
             c_terms[C_W, t], c_terms[C_G, t], c_terms[C_M, t], c_terms[C_O, t] = weights, grads, master, optimizer
             c_terms[C_PSL, t], c_terms[C_PSS, t], c_terms[C_TPT, t], c_terms[C_KVR, t] = psl, pss, tpt, kvr
             c_terms[C_COMM, t], c_terms[C_KVH, t], c_terms[C_HD, t], c_terms[C_DQ, t] = comm, kvh, hd, dq
+            c_terms[C_WS, t] = ws
             unsafe_c[t], invalid_c[t] = unsafe, invalid
             for g in range(G):
                 c_prec[t, g] = prec[g]
@@ -330,13 +345,14 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
             tf[t, T_INTER],
             mbu,
             overlap,
-            c_terms[C_W, t],
+            c_terms[C_WS, t],
             c_terms[C_TPT, t],
             c_terms[C_HD, t],
             c_terms[C_KVR, t],
             c_terms[C_COMM, t],
             c_terms[C_KVH, t],
             tf[t, T_TPL],
+            tf[t, T_KST],
             c_terms[C_DQ, t],
             tf[t, T_DQT],
             c_terms[C_O, t],
@@ -373,13 +389,14 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
                     tf[t, T_INTER],
                     mbu,
                     overlap,
-                    c_terms[C_W, t],
+                    c_terms[C_WS, t],
                     c_terms[C_TPT, t],
                     c_terms[C_HD, t],
                     c_terms[C_KVR, t],
                     c_terms[C_COMM, t],
                     c_terms[C_KVH, t],
                     tf[t, T_TPL],
+                    tf[t, T_KST],
                     c_terms[C_DQ, t],
                     tf[t, T_DQT],
                     c_terms[C_O, t],
@@ -404,6 +421,7 @@ __all__ = [
     "C_PSS",
     "C_TPT",
     "C_W",
+    "C_WS",
     "fitting_batch",
     "memory_per_gpu",
     "peak_bytes",

@@ -182,6 +182,7 @@ class Stage1(NamedTuple):
     kv_heads: np.ndarray  # the KV cache splits over at most this many GPUs
     head_time_per_token: np.ndarray  # s per forward token in the LM head (part of time_per_token)
     dequant_bytes: np.ndarray  # serve: HBM bytes of converting the weight-only weights to BF16 (a pass of >= dequant_tokens)
+    stream_bytes: np.ndarray  # serve: weight bytes a forward pass reads (all but an untied embedding table)
 
 
 _OUTCOME_FIELDS = tuple(f.name for f in fields(Outcome))

@@ -97,7 +97,7 @@ def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float, prompt: 
         st.inter_bw[0],
         st.mbu,
         st.comm_overlap,
-        mem[0],
+        tt.stream_bytes[0],
         tt.time_per_token[0],
         tt.head_time_per_token[0],
         tt.kv_read_per_seq[0],
@@ -105,6 +105,7 @@ def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float, prompt: 
         tt.comm_bytes[0] + (tt.grads[0] * (c.reduce_bytes / 2.0 - 1.0) if c.reduce_bytes else 0.0),
         mem[6],
         cost.tp_latency_seconds(st)[0],
+        cost.kernel_stall_seconds(st)[0],
         tt.dequant_bytes[0],
         float(st.dequant_tokens[0]),
         mem[3] / max(c.grad_accum, 1),  # one optimizer step per grad_accum batches
