@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from fleet_marl import catalog
@@ -163,6 +164,30 @@ def test_power_to_clock_relation_against_zeus_sweeps(run):
             cubic += abs(f - t_full / t)
             linear += abs((cap - idle) / (p_full - idle) - t_full / t)
         assert cubic < linear
+
+
+def test_serving_at_a_published_power_limit_slows_its_math_not_its_streams():
+    # torchao's vLLM table ran on the device that names itself "NVIDIA H100" (pytorch/ao PR #3473),
+    # Meta's 96 GB HBM2e part at 500 W and 2.4 TB/s: a serving pass's FLOPs run at the capped clock
+    # (the peaks x clock), its weight and KV streams at the part's bandwidth, whatever the SM clock
+    from fleet_marl.validation.predict import _static, clock, predict
+
+    by_id = {x.id: x for x in cases.load()}
+    pre, dec = by_id["torchao_vllm_h100_l31_8b_bf16_prefill_tput"], by_id["torchao_vllm_h100_l31_8b_bf16_decode_tput"]
+    g = catalog.gpu(pre.gpu)
+    f = clock(pre)
+    assert pre.power_limit_w == dec.power_limit_w == 500 and pre.hbm_tbs == dec.hbm_tbs == 2.4
+    assert f == pytest.approx(((500 - g.idle_w) / (g.tdp_w - g.idle_w)) ** (1 / 3), rel=1e-12)
+    assert np.allclose(_static(pre).peak[0], np.asarray(g.peak_flops()) * f, rtol=1e-12)
+    assert np.allclose(_static(dataclasses.replace(pre, power_limit_w=0.0)).peak[0], g.peak_flops(), rtol=1e-12)
+    # training keeps its whole step throttled (predict: tokens/s x clock), its peaks at the catalog's
+    tr = by_id["tt_l31_8b_fsdp_bf16_tps"]
+    assert np.allclose(_static(tr).peak[0], catalog.gpu(tr.gpu).peak_flops(), rtol=1e-12)
+    for c, lo, hi in ((pre, f, 0.95), (dec, 0.95, 1.0)):
+        capped, free = predict(c)[0], predict(dataclasses.replace(c, power_limit_w=0.0))[0]
+        # a 4,096-token prefill is mostly math (slowed nearly by the clock, never more); a batch-128
+        # decode step mostly streams weights and KV (barely slowed)
+        assert free * lo < capped < free * hi
 
 
 def test_a_burst_prefills_each_prompt_once_between_decode_steps():

@@ -63,6 +63,8 @@ def _static(c: Case) -> KernelStatic:
     st = KernelStatic.from_config(cfg)
     ctx = np.array([float(c.seq_len if train else max(c.prompt, 1))])
     bw: dict[str, Any] = {"bw": np.array([c.hbm_tbs * 1e12])} if c.hbm_tbs else {}
+    if not train and c.power_limit_w:  # a serving pass's math runs at the capped clock, its streams do not
+        bw["peak"] = st.peak * clock(c)
     if c.attn_impl == "triton":  # a FlashAttention-1-class kernel: half FlashAttention-2's share
         bw["attn_eff"] = st.attn_eff / cost.FA2_OVER_FA1
     return dataclasses.replace(st, **model_arrays([m], ctx, [c.loss if train else None]), **bw)
