@@ -287,3 +287,21 @@ def test_micro_batches_per_optimizer_step_as_stated_or_from_the_batch_sizes():
     assert by_id["nemo2407_h100_llama2_7b_fp8_tps"].grad_accum == 16
     assert by_id["tt_l31_8b_fsdp_bf16_tps"].grad_accum == 1
     assert by_id["foundry_a10040_mpt13b_s2048_g8_tps"].grad_accum == 16  # the GradAccum column
+
+
+def test_a_row_counting_total_tokens_is_predicted_in_total_tokens(tmp_path):
+    # torchao's vLLM table prints vllm bench's "total tokens/s" (benchmarks/quantization/parse_log.py:
+    # prefill_total_tokens_per_sec, decode_total_tokens_per_sec): prompt and output tokens per second
+    from fleet_marl.validation.predict import predict
+
+    rows = [x for x in cases.load() if x.id.startswith("torchao_vllm_h100_")]
+    assert len(rows) == 6 and all(x.total_tokens for x in rows)
+    assert not any(x.total_tokens for x in cases.load() if not x.id.startswith("torchao_vllm_h100_"))
+    for c in rows:
+        total, alone = predict(c)[0], predict(dataclasses.replace(c, total_tokens=False))[0]
+        counted = c.prompt if "prefill" in c.unit else c.output  # prompt tokens/s or output tokens/s
+        assert total == pytest.approx(alone * (c.prompt + c.output) / counted, rel=1e-12)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(cases.PATH.read_text(encoding="utf-8").replace("tokens_counted: total", "tokens_counted: some", 1), encoding="utf-8")
+    with pytest.raises(ValueError, match="tokens_counted"):
+        cases.load(str(bad))

@@ -126,6 +126,7 @@ class Case:
     grad_accum: int = 1  # batches a training step accumulates gradients over before its optimizer step, as published
     attn_impl: str = "flash"  # the attention kernel as the source runs it: "triton" (llm-foundry's FlashAttention-1-class Triton kernel, cost.FA2_OVER_FA1) or "flash"
     reduce_bytes: float = 0.0  # bytes per gradient element of the FSDP reduce-scatter (FSDP_REDUCE_BYTES); 0 = the gradients' own
+    total_tokens: bool = False  # the throughput counts prompt and output tokens (serving.tokens_counted: total), not output tokens only
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -282,8 +283,17 @@ def _case(e: dict) -> Case:
         grad_accum=_grad_accum(tr, par, batch),
         attn_impl=_attn_impl(tr.get("attn_impl", "flash"), e["id"]),
         reduce_bytes=FSDP_REDUCE_BYTES[str(tr.get("fsdp_mixed_precision", "PURE")).upper()],
+        total_tokens=_tokens_counted(sv.get("tokens_counted", "output"), e["id"]),
         extra={"notes": e.get("notes", ""), "parallelism": par},
     )
+
+
+def _tokens_counted(v, cid: str) -> bool:
+    """Whether a serving row counts prompt and output tokens (``total``, as vLLM's ``bench
+    throughput`` prints its "total tokens/s") or output tokens only (``output``, the default)."""
+    if str(v) not in ("output", "total"):
+        raise ValueError(f"{cid}: serving.tokens_counted {v!r}; expected 'output' or 'total'")
+    return str(v) == "total"
 
 
 @cache

@@ -216,6 +216,8 @@ def predict(c: Case) -> tuple[float, dict]:
         return ttft * 1e3, setting
     if c.quantity == "tpot_ms":
         return tpot * 1e3, setting
+    if c.total_tokens:  # the run's prompt and output tokens per second (vLLM's "total tokens/s")
+        return rate * (c.prompt + c.output), setting
     if "prefill" in c.unit:  # vLLM's offline benchmark reports prompt tokens/s for a prefill-heavy run
         return rate * c.prompt, setting
     return tps, setting
