@@ -14,6 +14,8 @@ import pytest
 import torch
 
 import fleet_marl
+from fleet_marl import catalog
+from fleet_marl.config import FleetConfig
 from fleet_marl.environment import ACTION_FIELDS, FleetParallelEnv
 from fleet_marl.tasks import task_dict
 
@@ -29,11 +31,19 @@ def one_torch_thread():
     torch.set_num_threads(n)
 
 
+def h100_rounds(cfg: dict, n: float) -> float:
+    """USD of ``n`` H100 GPU-rounds at list price in scenario ``cfg``: from the catalog's price and
+    the round length, so a budget meant to run out stays meant to when the prices change (a
+    hard-coded $0.50 bought one round of 4 GPUs at $6.88 per GPU-hour, two at Modal's $3.9492;
+    issue 30)."""
+    return n * catalog.gpu("h100-sxm").price_per_hour * FleetConfig.from_dict(cfg).cluster.round_seconds / 3600.0
+
+
 def uneven_tiny(**opts) -> FleetParallelEnv:
-    """tiny where tenant_1 goes broke within a few rounds (a budget of about four GPU-rounds)
-    while tenant_0 plays on to the horizon: agents leave at different times."""
+    """tiny where tenant_1 goes broke within a few rounds (a budget of 4.35 GPU-rounds at list
+    price) while tenant_0 plays on to the horizon: agents leave at different times."""
     cfg = task_dict("tiny")
-    cfg["tenants"][1]["budget"] = 0.5
+    cfg["tenants"][1]["budget"] = h100_rounds(cfg, 4.35)
     return fleet_marl.parallel_env(config=cfg, **opts)
 
 
@@ -158,7 +168,7 @@ def test_rllib_parallel_pettingzoo_env_where_it_falls_short():
     from fleet_marl.rllib.env import FleetRLlibEnv
 
     cfg = task_dict("tiny")
-    cfg["tenants"][1]["budget"] = 0.5  # broke after one round of 4 GPUs at list price
+    cfg["tenants"][1]["budget"] = h100_rounds(cfg, 4.35)  # broke after one round of 4 GPUs at list price (0.35 of a GPU-round left)
     cfg["max_cycles"] = 1  # ... which is the last: tenant_1 terminated, tenant_0 truncated
     act = np.array([4, 2, 1, 1, 1, 1, 1, 3])
     theirs = ParallelPettingZooEnv(fleet_marl.parallel_env(config=cfg, render_mode="ansi"))

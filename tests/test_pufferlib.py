@@ -14,6 +14,8 @@ import pufferlib.vector
 import pytest
 
 import fleet_marl
+from fleet_marl import catalog
+from fleet_marl.config import FleetConfig
 from fleet_marl.environment.vector import FleetVectorEnv, sample_masked
 from fleet_marl.errors import MissingExtra
 from fleet_marl.pufferlib import FleetPufferEnv
@@ -22,9 +24,17 @@ from fleet_marl.tasks import task_dict
 BROKE = np.array([4, 3, 1, 1, 1, 1, 1, 3])  # tenant_1 of uneven() goes broke after one round of it
 
 
+def h100_rounds(cfg: dict, n: float) -> float:
+    """USD of ``n`` H100 GPU-rounds at list price in scenario ``cfg``: from the catalog's price and
+    the round length, so a budget meant to run out stays meant to when the prices change (a
+    hard-coded $0.50 bought one round of 4 GPUs at $6.88 per GPU-hour, two at Modal's $3.9492;
+    issue 30)."""
+    return n * catalog.gpu("h100-sxm").price_per_hour * FleetConfig.from_dict(cfg).cluster.round_seconds / 3600.0
+
+
 def uneven(max_cycles: int = 4) -> dict:
     cfg = task_dict("tiny")
-    cfg["tenants"][1]["budget"] = 0.5
+    cfg["tenants"][1]["budget"] = h100_rounds(cfg, 4.35)  # a round of 4 GPUs leaves 0.35 of a GPU-round: broke
     cfg["max_cycles"] = max_cycles
     return cfg
 

@@ -13,6 +13,8 @@ import pytest
 import torch
 
 import fleet_marl
+from fleet_marl import catalog
+from fleet_marl.config import FleetConfig
 from fleet_marl.environment.vector import FleetVectorEnv, sample_masked
 from fleet_marl.errors import MissingExtra
 from fleet_marl.sb3 import FleetSB3VecEnv
@@ -30,9 +32,17 @@ def one_torch_thread():
     torch.set_num_threads(n)
 
 
+def h100_rounds(cfg: dict, n: float) -> float:
+    """USD of ``n`` H100 GPU-rounds at list price in scenario ``cfg``: from the catalog's price and
+    the round length, so a budget meant to run out stays meant to when the prices change (a
+    hard-coded $0.50 bought one round of 4 GPUs at $6.88 per GPU-hour, two at Modal's $3.9492;
+    issue 30)."""
+    return n * catalog.gpu("h100-sxm").price_per_hour * FleetConfig.from_dict(cfg).cluster.round_seconds / 3600.0
+
+
 def uneven(max_cycles: int = 4) -> dict:
     cfg = task_dict("tiny")
-    cfg["tenants"][1]["budget"] = 0.5
+    cfg["tenants"][1]["budget"] = h100_rounds(cfg, 4.35)  # a round of 4 GPUs leaves 0.35 of a GPU-round: broke
     cfg["max_cycles"] = max_cycles
     return cfg
 
