@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fleet_marl import catalog
-from fleet_marl.kernel import cost, engine, stage1
+from fleet_marl.kernel import activations, cost, engine, stage1
 from fleet_marl.tools.estimate import single_tenant_static
 
 P = catalog.PRECISION_CODE
@@ -161,12 +161,12 @@ def test_activations_per_block_by_hand():
     # Llama-3.1-8B (SwiGLU, GQA): norms 4h, attention 2h + 2(q + 2k) + 2q, MLP 2h + 8 ffn
     l8 = catalog.model("llama-3.1-8b")
     q, k = 4096, 1024
-    assert cost.activation_bytes(l8) == (4 * 4096 + 2 * 4096 + 2 * (q + 2 * k) + 2 * q + 2 * 4096 + 8 * 14336, 4 * 4096 + 12 * 128256)
+    assert activations.activation_bytes(l8) == (4 * 4096 + 2 * 4096 + 2 * (q + 2 * k) + 2 * q + 2 * 4096 + 8 * 14336, 4 * 4096 + 12 * 128256)
     # the loss by implementation: fused (2V logits + 2V gradient), torchtune's chunked (2V + 1V)
-    assert cost.activation_bytes(l8, "fused")[1] == 4 * 4096 + 4 * 128256
-    assert cost.activation_bytes(l8, "chunked")[1] == 4 * 4096 + 3 * 128256
+    assert activations.activation_bytes(l8, "fused")[1] == 4 * 4096 + 4 * 128256
+    assert activations.activation_bytes(l8, "chunked")[1] == 4 * 4096 + 3 * 128256
     with pytest.raises(ValueError, match="loss"):
-        cost.activation_bytes(l8, "fp32")
+        activations.activation_bytes(l8, "fp32")
 
 
 def test_selective_checkpointing_by_hand():
@@ -175,14 +175,14 @@ def test_selective_checkpointing_by_hand():
     # output and its FP32 log-sum-exp, and the block's input; it recomputes k, o and up
     m = catalog.model("llama-3.1-8b")
     h, q, k, f, a = 4096, 4096, 1024, 14336, 32
-    kept, share = cost.selective_checkpointing(m)
+    kept, share = activations.selective_checkpointing(m)
     assert kept == 2 * h + 2 * q + 2 * k + 2 * f + 2 * h + 2 * q + 4 * a
     assert share[cost.ATT] == pytest.approx((h * k + q * h) / (h * q + 2 * h * k + q * h), rel=1e-12)
     assert share[cost.MLP] == pytest.approx(1 / 3, rel=1e-12)
     assert share[cost.HEAD] == share[cost.EMB] == share[cost.NORM] == 0
     # GPT-2 (GeLU MLP: fc, proj): proj, the 6th matmul, is recomputed; fc's output is kept
     g = catalog.model("gpt2")
-    kept_g, share_g = cost.selective_checkpointing(g)
+    kept_g, share_g = activations.selective_checkpointing(g)
     assert kept_g == 2 * 768 + 2 * 768 + 2 * 768 + 2 * 3072 + 2 * 768 + 4 * 12
     assert share_g[cost.MLP] == 0.5 and share_g[cost.ATT] == 0.5
 
@@ -198,8 +198,8 @@ def test_checkpointing_modes_order_memory_and_time():
     assert run(True) == (m1, r1) and run("none") == (m0, r0)
     # selective by hand: 32 blocks keep act_sac, one block is recomputed in full, then the logits
     m = catalog.model("llama-3.1-8b")
-    per_layer, final = cost.activation_bytes(m)
-    assert m2 == pytest.approx(8192 * (32 * cost.selective_checkpointing(m)[0] + per_layer + final), rel=1e-12)
+    per_layer, final = activations.activation_bytes(m)
+    assert m2 == pytest.approx(8192 * (32 * activations.selective_checkpointing(m)[0] + per_layer + final), rel=1e-12)
 
 
 def test_activation_checkpointing_rejects_unknown_modes():

@@ -164,7 +164,7 @@ def test_linear_widths_and_activation_bytes():
     assert st.act_layer.tolist() == [167_936, 50_176, 24_576]
     # after the blocks: final norm and head inputs 2 x 2h, BF16 logits 2V, FP32 log-probabilities 4V
     # after the blocks: final norm and head inputs 2 x 2h, and the eager loss's 12 V (BF16 logits, FP32
-    # log-probabilities and the backward's two FP32 gradients: cost.LOSS_BYTES['eager'])
+    # log-probabilities and the backward's two FP32 gradients: activations.LOSS_BYTES['eager'])
     assert st.act_final.tolist() == [4 * 4096 + 12 * 128256, 4 * 896 + 12 * 151936, 4 * 768 + 12 * 50257]
 
 

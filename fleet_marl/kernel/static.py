@@ -15,7 +15,7 @@ import numpy as np
 
 from fleet_marl import catalog
 from fleet_marl.config import FleetConfig
-from fleet_marl.kernel import cost, mechanisms
+from fleet_marl.kernel import activations, cost, mechanisms
 from fleet_marl.kernel.layout import pack_static
 
 
@@ -24,7 +24,7 @@ def model_arrays(models, ctx, loss=None) -> dict[str, Any]:
     (``catalog.ModelArch``) at its context ``ctx`` (T,): ``dataclasses.replace(st,
     **model_arrays(...))`` swaps the models of a scenario (the validation suite runs published
     architectures that are not in the catalog this way), each with its loss implementation
-    ``loss`` (T,) (a key of ``cost.LOSS_BYTES``, None for a serving tenant; default eager)."""
+    ``loss`` (T,) (a key of ``activations.LOSS_BYTES``, None for a serving tenant; default eager)."""
     loss = ["eager"] * len(models) if loss is None else loss
     arr = lambda xs: np.array(xs, dtype=np.float64)  # noqa: E731
     return {
@@ -38,10 +38,10 @@ def model_arrays(models, ctx, loss=None) -> dict[str, Any]:
         "kv_window": arr([np.inf if m.sliding_window is None else m.sliding_window for m in models]),
         "linear_in": np.stack([cost.linear_dims(m)[0] for m in models]),
         "linear_out": np.stack([cost.linear_dims(m)[1] for m in models]),
-        "act_layer": arr([cost.activation_bytes(m)[0] for m in models]),
-        "act_final": arr([cost.activation_bytes(m, lo)[1] for m, lo in zip(models, loss, strict=True)]),
-        "act_sac": arr([cost.selective_checkpointing(m)[0] for m in models]),
-        "sac_share": np.stack([cost.selective_checkpointing(m)[1] for m in models]),
+        "act_layer": arr([activations.activation_bytes(m)[0] for m in models]),
+        "act_final": arr([activations.activation_bytes(m, lo)[1] for m, lo in zip(models, loss, strict=True)]),
+        "act_sac": arr([activations.selective_checkpointing(m)[0] for m in models]),
+        "sac_share": np.stack([activations.selective_checkpointing(m)[1] for m in models]),
         "ew_serve": arr([cost.serve_elementwise_bytes(m) for m in models]),
     }
 
@@ -74,10 +74,10 @@ class KernelStatic:
     kv_window: np.ndarray  # (T,) float64 tokens a sequence keeps in its KV cache: the sliding window, inf without one
     linear_in: np.ndarray  # (T, G) float64 summed input widths of the group's linear layers (cost.linear_dims)
     linear_out: np.ndarray  # (T, G) float64 summed output widths
-    act_layer: np.ndarray  # (T,) float64 activation bytes per token per block at 16 bit (cost.activation_bytes)
+    act_layer: np.ndarray  # (T,) float64 activation bytes per token per block at 16 bit (activations.activation_bytes)
     act_final: np.ndarray  # (T,) float64 activation bytes per token after the blocks (norm, head input, logits, loss)
     ew_serve: np.ndarray  # (T,) float64 serving: elementwise HBM bytes per token (cost.serve_elementwise_bytes)
-    act_sac: np.ndarray  # (T,) float64 bytes per token per block kept under selective checkpointing (cost.selective_checkpointing)
+    act_sac: np.ndarray  # (T,) float64 bytes per token per block kept under selective checkpointing (activations.selective_checkpointing)
     sac_share: np.ndarray  # (T, G) float64 share of each group's linear FLOPs recomputed under selective checkpointing
     seq_len: np.ndarray  # (T,) float64 train: sequence length
     prompt_tokens: np.ndarray  # (T,) float64
@@ -90,7 +90,7 @@ class KernelStatic:
     job_tokens: np.ndarray  # (T,) float64 (0 for serving tenants)
     flash: np.ndarray  # (T,) bool
     attn_eff: np.ndarray  # (T,) float64 achieved share of the BF16 peak in attention (cost.attention_efficiency)
-    checkpointing: np.ndarray  # (T,) int64 activation checkpointing (train): cost.CKPT_NONE, CKPT_FULL or CKPT_SELECTIVE
+    checkpointing: np.ndarray  # (T,) int64 activation checkpointing (train): activations.CKPT_NONE, CKPT_FULL or CKPT_SELECTIVE
     priority: np.ndarray  # (T,) float64
     max_gpus: np.ndarray  # (T,) int64
     budget: np.ndarray  # (T,) float64 episode budget
@@ -186,7 +186,7 @@ class KernelStatic:
             job_tokens=np.where(is_train, arr([t.workload.job_tokens for t in ts]), 0.0),
             flash=np.array([t.flash_attention for t in ts]),
             attn_eff=arr([cost.attention_efficiency(t.gpu_type, t.kind == "train") for t in ts]),
-            checkpointing=np.where(is_train, arr([cost.CHECKPOINTING_CODE[t.activation_checkpointing] for t in ts], np.int64), 0),
+            checkpointing=np.where(is_train, arr([activations.CHECKPOINTING_CODE[t.activation_checkpointing] for t in ts], np.int64), 0),
             priority=arr([t.priority for t in ts]),
             max_gpus=arr([min(t.max_gpus, cl.capacity(t.gpu_type)) for t in ts], np.int64),
             budget=arr([t.budget for t in ts]),

@@ -21,7 +21,7 @@ import yaml
 
 from fleet_marl import catalog
 from fleet_marl.catalog import ModelArch
-from fleet_marl.kernel.cost import LOSS_BYTES
+from fleet_marl.kernel.activations import LOSS_BYTES
 
 PATH = Path(__file__).resolve().parent / "measurements.yaml"
 
@@ -121,7 +121,7 @@ class Case:
     )
     power_limit_w: float = 0.0  # the GPUs' power limit as published; 0 = the catalog GPU's TDP
     hbm_tbs: float = 0.0  # HBM bandwidth as published (TB/s); 0 = the catalog GPU's
-    loss: str = "eager"  # the loss's implementation (a key of cost.LOSS_BYTES), as the source runs it
+    loss: str = "eager"  # the loss's implementation (a key of activations.LOSS_BYTES), as the source runs it
     burst: bool = False  # every request sent at once (a rate of "INF", offline): see predict.burst_latencies
     grad_accum: int = 1  # batches a training step accumulates gradients over before its optimizer step, as published
     attn_impl: str = "flash"  # the attention kernel as the source runs it: "triton" (llm-foundry's FlashAttention-1-class Triton kernel, cost.FA2_OVER_FA1) or "flash"
