@@ -113,18 +113,25 @@ def rllib_parallel(opts: dict, ends: int, limit: int, rng: np.random.Generator) 
 
     sizes = _sizes(opts)
     env = ParallelPettingZooEnv(_parallel(opts))
-    obs, infos = env.reset(seed=0)
-    r = Rollout(0, 0, 0, True)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "step\\(\\) called with no live agent")  # mixed endings: RLlib's wrapper steps once more
-        while r.ends < ends and r.steps < limit:
-            acts = {a: sample(infos[a]["action_mask"], sizes, rng) for a in obs}
-            obs, rew, term, trunc, infos = env.step(acts)
-            r.steps, r.agent_steps = r.steps + 1, r.agent_steps + len(acts)
-            r.rewards_finite &= all(np.isfinite(v) for v in rew.values())
-            if term["__all__"] or trunc["__all__"]:
-                r.ends += 1
-                obs, infos = env.reset()
+        return _multi_agent_rollout(env, lambda obs, infos: {a: sample(infos[a]["action_mask"], sizes, rng) for a in obs}, ends, limit)
+
+
+def _multi_agent_rollout(env: Any, act, ends: int, limit: int) -> Rollout:
+    """Step an RLlib-style multi-agent env (agent dicts, ``__all__`` in the terminations and
+    truncations) with ``act(obs, infos)`` until ``ends`` episode ends or ``limit`` steps, resetting
+    at each end (the first reset seeded 0)."""
+    obs, infos = env.reset(seed=0)
+    r = Rollout(0, 0, 0, True)
+    while r.ends < ends and r.steps < limit:
+        acts = act(obs, infos)
+        obs, rew, term, trunc, infos = env.step(acts)
+        r.steps, r.agent_steps = r.steps + 1, r.agent_steps + len(acts)
+        r.rewards_finite &= all(np.isfinite(v) for v in rew.values())
+        if term["__all__"] or trunc["__all__"]:
+            r.ends += 1
+            obs, infos = env.reset()
     return r
 
 
@@ -247,17 +254,7 @@ def rllib_env(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Ro
     from fleet_marl.rllib.env import FleetRLlibEnv  # the [rllib] extra's
 
     env = FleetRLlibEnv(dict(opts))
-    obs, _ = env.reset(seed=0)
-    r = Rollout(0, 0, 0, True)
-    while r.ends < ends and r.steps < limit:
-        acts = {a: _rllib_action(obs[a], env.nvec_max, rng) for a in env.agents}
-        obs, rew, term, trunc, _ = env.step(acts)
-        r.steps, r.agent_steps = r.steps + 1, r.agent_steps + len(acts)
-        r.rewards_finite &= all(np.isfinite(v) for v in rew.values())
-        if term["__all__"] or trunc["__all__"]:
-            r.ends += 1
-            obs, _ = env.reset()
-    return r
+    return _multi_agent_rollout(env, lambda obs, _: {a: _rllib_action(obs[a], env.nvec_max, rng) for a in env.agents}, ends, limit)
 
 
 def rllib_vector(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
