@@ -70,7 +70,7 @@ def cluster_specs(draw, max_nodes: int = 5, max_pools: int = 3) -> ClusterSpec:
         checkpoint_load_gbs_per_node=draw(_num(0.1, 400.0, 3.7, 50.0)),
         usable_memory_fraction=draw(_num(0.3, 1.0, 0.9, 1.0)),
         mfu=draw(_num(0.05, 1.0, 0.78, 1.0)),
-        mbu=draw(_num(0.05, 1.0, 0.7, 1.0)),
+        mbu=draw(_num(0.05, 1.0, 0.92, 0.7, 1.0)),
         comm_overlap=draw(_num(0.0, 1.0, 0.0, 0.5, 1.0)),
     )
 
