@@ -258,17 +258,33 @@ def test_cli_train_with_the_torchrl_engine(tmp_path, capsys):
     assert code == 2 and "already holds a run" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("collector", ["sync", "async"])
-def test_learning_on_tiny_beats_random(tmp_path, collector):
-    """A short IPPO run on ``tiny`` learns: its greedy policy's graded welfare is far above the
-    random policy's (random: about -9.6, the planner: about 23). With async collection too,
-    which learns only if the worker's policy receives the new weights."""
-    tc = TorchRLTrainConfig(task="tiny", iterations=25, num_envs=64, rollout=25, epochs=2, minibatch=800, eval_interval=0, final_episodes=3,
-                            out=str(tmp_path), threads=1, collector=collector, max_minutes=0,
-                            anneal_lr=False)  # annealed over 25 iterations, the greedy policy is still at 0 (asks for nothing)
+def test_learning_on_tiny_beats_greedy(tmp_path):
+    """A short IPPO run on ``tiny`` (the README's batch shape: 1,024 clusters x 8 rounds a batch)
+    learns: its greedy policy's graded welfare beats the ``greedy`` reference (13.65) and is far
+    above asking for nothing (0) and the random policy (-9.6); the planner makes 23.95. On the 0.4
+    model a vetoed request is still paid for, so PPO first learns to ask for nothing (training
+    welfare -9.7 -> 0 over 40 iterations) and only then to run: 20.1 after 60 iterations from
+    seed 0 (seeds 1 and 3: 19.9 and 21.2; seed 2 stays at 10.9, one tenant running, after 100)."""
+    tc = TorchRLTrainConfig(task="tiny", iterations=60, num_envs=1024, rollout=8, minibatch=2048, eval_interval=0, final_episodes=3,
+                            out=str(tmp_path), threads=1, collector="sync", max_minutes=0)
     res = train(tc, progress=False)
-    ppo, rnd = res.final[0], next(s for s in res.final if s["policy"] == "random")
-    assert ppo["welfare_mean"] > rnd["welfare_mean"] + 10, (ppo["welfare_mean"], rnd["welfare_mean"])
+    ppo = res.final[0]
+    ref = {s["policy"]: s["welfare_mean"] for s in res.final[1:]}
+    assert ppo["welfare_mean"] > ref["greedy"], (ppo["welfare_mean"], ref)
+    assert ppo["welfare_mean"] > max(ref["random"], 0.0) + 10.0, (ppo["welfare_mean"], ref)
+
+
+def test_async_collection_sends_the_new_weights_to_its_worker(tmp_path):
+    """collector="async" learns only if the worker that collects receives the learner's weights
+    after each update: then the welfare of the episodes it collects on ``tiny`` climbs from the
+    random policy's (-9.7) towards 0 within 40 iterations; with stale weights it would stay
+    where it started."""
+    tc = TorchRLTrainConfig(task="tiny", iterations=40, num_envs=1024, rollout=8, minibatch=2048, eval_interval=0, final_episodes=1,
+                            out=str(tmp_path), threads=1, collector="async", max_minutes=0)
+    res = train(tc, progress=False)
+    welfare = [float(r["welfare"]) for r in res.rows if r["welfare"] not in ("", None)]
+    assert len(welfare) >= 8, welfare
+    assert welfare[-1] - welfare[0] > 5.0, welfare
 
 
 def test_async_collection_trains_in_a_worker_process(tmp_path):
