@@ -56,7 +56,7 @@ class ClusterSpec:
     checkpoint_load_gbs_per_node: float = 3.7  # checkpoint read rate of one node, GB/s (safetensors, BLOOM on 8 A100)
     usable_memory_fraction: float = 0.9  # of GPU memory usable by the job
     mfu: float = 0.78  # achieved share of the tensor-core peak in GEMMs (MFU is an output)
-    mbu: float = 0.92  # share of HBM bandwidth of the KV-cache reads and weight-only conversion (torchao pct_achievable_mem_bw, as the weights)
+    mbu: float = 0.92  # share of HBM bandwidth of KV-cache reads and weight-only conversion (torchao, as the weights)
     comm_overlap: float = 0.5  # fraction of FSDP communication hidden behind compute (prefetch)
 
     def __post_init__(self):
