@@ -71,10 +71,12 @@ def norm(name: str) -> str:
 
 
 def expected_package_files() -> set[str]:
-    """fleet_marl/... files the wheel must hold: every module, the catalog, the trace data."""
+    """fleet_marl/... files the wheel must hold: every module, the catalog, the published
+    measurements ``fleet-marl validate`` reads, the trace data."""
     pkg = CHECKOUT / "fleet_marl"
     files = {p for p in pkg.rglob("*.py") if "__pycache__" not in p.parts}
     files |= set((pkg / "catalog").glob("*.yaml"))
+    files |= set((pkg / "validation").glob("*.yaml"))
     files |= {p for p in (pkg / "traces" / "data").iterdir() if p.is_file()}
     return {p.relative_to(CHECKOUT).as_posix() for p in files}
 
@@ -250,6 +252,11 @@ def installed() -> None:
     r = run("fleet-marl", "evaluate", "--task", "tiny", "--policy", "fair_share", "--episodes", "1")
     assert "policy fair_share" in r.stdout and re.search(r"^score +[0-9.]+$", r.stdout, re.M), r.stdout
     ok("fleet-marl evaluate --task tiny --policy fair_share --episodes 1: " + " ".join(re.search(r"^score.*$", r.stdout, re.M).group().split()), t)
+
+    t = time.perf_counter()
+    r = run("fleet-marl", "validate", "--summary")  # the shipped measurements, read from the installed package
+    assert "training throughput" in r.stdout and "targets:" in r.stdout, r.stdout
+    ok("fleet-marl validate --summary", t)
 
     t = time.perf_counter()
     r = run("fleet-marl", "traces", "list")
