@@ -83,6 +83,29 @@ def test_cli_table_json_and_bad_input(capsys):
     assert "no such file" in capsys.readouterr().err
 
 
+def test_breakdown_groups_the_rows_by_the_fields_asked(capsys):
+    rows = [
+        {"group": "TPOT", "model": "a", "tp": 1, "error": 0.1},
+        {"group": "TPOT", "model": "a", "tp": 1, "error": -0.3},
+        {"group": "TPOT", "model": "a", "tp": 1, "error": 0.5},
+        {"group": "TPOT", "model": "a", "tp": 2, "error": 0.2},
+        {"group": "TTFT", "model": "a", "tp": 1, "error": 0.4},
+        {"group": "TTFT", "model": "b", "tp": 1},  # not representable: no error, not counted
+    ]
+    parts = report.breakdown(rows, ("tp",))
+    assert [(p["group"], p["tp"], p["cases"]) for p in parts] == [("TTFT", 1, 1), ("TPOT", 1, 3), ("TPOT", 2, 1)]
+    tpot1 = parts[1]
+    assert tpot1["median_error"] == pytest.approx(0.1) and tpot1["median_abs_error"] == pytest.approx(0.3)
+    assert tpot1["over_30pct"] == 1
+    # the CLI: one line per (group, model, tp), serving's TP rows among them
+    assert main(["validate", "--quantity", "serving throughput", "--by", "model,tp"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:3] == ["quantity", "model", "tp"]
+    assert any(line.split()[2:4] == ["llama-3.1-70b", "8"] for line in out.splitlines()[1:])
+    assert main(["validate", "--by", "model,nope"]) == 2
+    assert "--by 'model,nope'" in capsys.readouterr().err
+
+
 def test_stated_kv_cache_fraction_sets_the_batch_that_fits(tmp_path):
     from fleet_marl.validation import predict
 

@@ -16,7 +16,7 @@ import yaml
 
 from fleet_marl.errors import UsageError
 from fleet_marl.validation.cases import GROUP_ORDER, QUANTITY_GROUP
-from fleet_marl.validation.report import table, validate
+from fleet_marl.validation.report import BY_FIELDS, breakdown, breakdown_table, table, validate
 
 #: User errors this command reports as ``error: ...`` (exit code 2).
 ERRORS = (UsageError,)
@@ -26,6 +26,7 @@ EXAMPLES = """examples:
   fleet-marl validate --quantity "training memory"
   fleet-marl validate --quantity ttft_ms --json
   fleet-marl validate --summary --check
+  fleet-marl validate --quantity "serving throughput" --by model,tp   # median error per model and TP degree
 """
 
 
@@ -37,6 +38,21 @@ def add_arguments(parser) -> None:
     parser.add_argument("--representable", action="store_true", help="leave out the measurements the kernel cannot represent")
     parser.add_argument("--json", action="store_true", help="print one JSON object (rows, summary, targets)")
     parser.add_argument("--check", action="store_true", help="exit 1 if a quantity misses the targets")
+    parser.add_argument(
+        "--by",
+        default=None,
+        help=f"instead of the rows, the median error per quantity and these fields, comma-separated: {', '.join(BY_FIELDS)}",
+    )
+
+
+def _by(args) -> tuple[str, ...]:
+    if args.by is None:
+        return ()
+    keys = tuple(k.strip() for k in args.by.split(","))
+    bad = [k for k in keys if k not in BY_FIELDS]
+    if bad or not keys:
+        raise UsageError(f"--by {args.by!r}: expected comma-separated fields among {', '.join(BY_FIELDS)}")
+    return keys
 
 
 def _checked(args) -> None:
@@ -57,14 +73,19 @@ def _checked(args) -> None:
 
 def run(args) -> int:
     _checked(args)
+    keys = _by(args)
     try:
         result = validate(args.measurements, args.quantity)
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"--measurements: an entry is malformed ({exc.__class__.__name__}: {exc})") from exc
     if args.representable:
         result["rows"] = [r for r in result["rows"] if r["representable"]]
+    if keys:
+        result["breakdown"] = breakdown(result["rows"], keys)
     if args.json:
         print(json.dumps(result, indent=2, default=str))
+    elif keys:
+        print(breakdown_table(result["breakdown"], keys))
     elif args.summary:
         print(table({**result, "rows": []}))
     else:

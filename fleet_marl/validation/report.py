@@ -85,6 +85,47 @@ def validate(path: str | None = None, quantity: str | None = None) -> dict:
     return {"rows": rows, "summary": summarise(rows), "targets": {"median": MEDIAN_TARGET, "case": CASE_TARGET}}
 
 
+#: Row fields ``breakdown`` may group by.
+BY_FIELDS = ("model", "gpu", "tp", "gpus", "precision")
+
+
+def breakdown(rows: list[dict], keys: tuple[str, ...]) -> list[dict]:
+    """The predicted cases grouped by quantity group and the row fields ``keys`` (of
+    :data:`BY_FIELDS`): per group, the cases, the median signed and absolute relative error and
+    the cases over :data:`CASE_TARGET`, in group order then by key."""
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        if "error" in r:
+            groups.setdefault((r["group"], *(r[k] for k in keys)), []).append(r["error"])
+    order = {g: i for i, g in enumerate(GROUP_ORDER)}
+    out = []
+    for key in sorted(groups, key=lambda k: (order[k[0]], *map(str, k[1:]))):
+        errs = groups[key]
+        out.append(
+            {
+                "group": key[0],
+                **dict(zip(keys, key[1:], strict=True)),
+                "cases": len(errs),
+                "median_error": median(errs),
+                "median_abs_error": median(abs(e) for e in errs),
+                "over_30pct": sum(abs(e) > CASE_TARGET for e in errs),
+            }
+        )
+    return out
+
+
+def breakdown_table(parts: list[dict], keys: tuple[str, ...]) -> str:
+    """:func:`breakdown` as text, a line per group."""
+    head = f"{'quantity':<22} " + " ".join(f"{k:<16}" for k in keys) + f" {'cases':>5} {'median err':>10} {'median |err|':>12} {'>30%':>5}"
+    lines = [head]
+    for p in parts:
+        cells = " ".join(f"{str(p[k])[:16]:<16}" for k in keys)
+        lines.append(
+            f"{p['group']:<22} {cells} {p['cases']:>5} {p['median_error']:>+10.1%} {p['median_abs_error']:>12.1%} {p['over_30pct']:>5}"
+        )
+    return "\n".join(lines)
+
+
 def _fmt(x: float) -> str:
     return f"{x:,.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
 
@@ -119,4 +160,4 @@ def table(result: dict, show_all: bool = True) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CASE_TARGET", "MEDIAN_TARGET", "row", "summarise", "table", "validate"]
+__all__ = ["BY_FIELDS", "CASE_TARGET", "MEDIAN_TARGET", "breakdown", "breakdown_table", "row", "summarise", "table", "validate"]
