@@ -81,7 +81,9 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
     # a P + a^2 / 2 + (O - a) W with a = clip(W - P, 0, O) the steps before the cache is full
     W = st.kv_window
     a = np.clip(W - prompt, 0.0, output)
-    mean_ctx = np.where(np.isinf(W), prompt + 0.5 * output, (a * prompt + 0.5 * a * a + (output - a) * np.where(np.isinf(W), 0.0, W)) / output)
+    mean_ctx = np.where(
+        np.isinf(W), prompt + 0.5 * output, (a * prompt + 0.5 * a * a + (output - a) * np.where(np.isinf(W), 0.0, W)) / output
+    )
     kv_seq = np.where(train, 0.0, np.minimum(prompt + output, W) * kv_tok)
     kv_read = np.where(train, 0.0, mean_ctx * kv_tok)
     # time per forward token: the linear GEMMs at their precision's peak x the GEMM efficiency
@@ -132,7 +134,9 @@ def tenant_terms(st, precision: np.ndarray, project: bool, prompt=None, output=N
     # its own (untied) the table is not streamed; tied, the head's matmul reads all of it
     emb = params[:, 0] * wbytes[..., 0]
     stream = np.where(params[:, 4] > 0, weights - emb, weights)
-    return TenantTerms(prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm, kv_heads, head, dequant, stream, fwd)
+    return TenantTerms(
+        prec, unsafe, weights, grads, master, optimizer, act, kv_seq, tpt, kv_read, comm, kv_heads, head, dequant, stream, fwd
+    )
 
 
 def invalid_precision(st, precision: np.ndarray) -> np.ndarray:
@@ -402,24 +406,37 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     # overlap); the decode attention reads each sequence's KV cache; attention FLOPs and
     # elementwise traffic take the rest of the time per token. A step carries the b decode tokens
     # plus their prompts spread over their output tokens, b (1 + P / O), of which only each
-    # prompt's last token runs the LM head. The all-reduce moves
-    # twice the FSDP factor's bytes: 2 x t_comm exactly (a power-of-2 scaling), never hidden,
-    # plus 6 us of latency for each of the 2 L all-reduces of a pass on > 1 GPU; each forward
+    # prompt's last token runs the LM head. Each GPU does 1 / n of a token's work but the norms
+    # and residual adds on the full hidden state (2 fused add + RMSNorms of 4 h values a block,
+    # the final norm's 4 h, BF16), which every GPU of the replica runs whole. A pass on > 1 GPU
+    # all-reduces its tokens' hidden states twice per layer (2 h bytes a token each), never
+    # hidden, on the faster of NCCL's ring -- the line through the GPU type's published sweep,
+    # latency + 2 (n - 1) / n x bytes / bus bandwidth, across nodes at most the node's NICs -- and,
+    # on NVLink in one node, the custom one-shot kernel: 6 us + (n - 1) x bytes / link; each forward
     # pass adds its kernels' stalls and the serving engine's fixed 1 ms. TTFT: the prompt's prefill, after waiting half a
     # step whenever another of the b requests runs (probability 1 - exp(-(b - 1))), plus the
     # others' work in the step that carries it.
-    tp_comm_tok = 2.0 * t_comm
-    lat = np.where(nf > 1.0, np.where(st.is_train, 0.0, 2.0 * st.layers * 6e-6), 0.0)
+    calls = np.where(st.is_train, 0.0, 2.0 * st.layers)
+    bus = np.where(nodes > 1, np.minimum(st.ar_bus, per_node * st.inter_bw), st.ar_bus)
+    one_shot = (st.nvlink > 0) & (nodes <= 1)
+
+    def allreduce(tokens):
+        size = tokens * 2.0 * st.layers * 2.0 * st.hidden
+        ring = calls * st.ar_lat + 2.0 * (nf - 1.0) / nf * size / bus
+        t = np.where(one_shot, np.minimum(ring, calls * 6e-6 + (nf - 1.0) * size / st.intra_bw), ring)
+        return np.where(nf > 1.0, t, 0.0)
+
+    rep = np.where(st.is_train, 0.0, 2.0 * (st.layers * 8.0 * st.hidden + 4.0 * st.hidden) / (st.bw * 0.92)) * (1.0 - 1.0 / nf)
     # every GPU of the replica runs each of its layers' 10 kernels (vLLM's Llama decoder layer),
     # the memory pipeline stalling about 5 us at each boundary (Hazy Research, "No Bubbles")
-    lat = lat + np.where(st.is_train, 0.0, st.layers * 10.0 * 5e-6)
+    lat = np.where(st.is_train, 0.0, st.layers * 10.0 * 5e-6)
     # the weights stream at torchao's achievable share of HBM bandwidth, 0.92; the KV cache at mbu
     w_read = terms.stream_bytes / nf / (st.bw * 0.92)
     # only a prompt's last token goes through the LM head (the sampled position)
     with np.errstate(invalid="ignore"):
-        t_prompt = np.where(np.isinf(tpt), np.inf, (tpt - terms.head_time_per_token) / nf)
+        t_prompt = np.where(np.isinf(tpt), np.inf, (tpt - terms.head_time_per_token) / nf + rep)
     t_head = terms.head_time_per_token / nf
-    prefill = w_read + prompt * (t_prompt + tp_comm_tok) + t_head + lat + 1e-3
+    prefill = w_read + prompt * t_prompt + allreduce(prompt) + t_head + lat + 1e-3
     # a pass of at least dequant_tokens tokens converts the weight-only weights to BF16 first
     w_dq = np.where(st.dequant_tokens > 0, terms.dequant_bytes / nf / (st.bw * st.mbu), 0.0)
     prefill = np.where(prompt >= st.dequant_tokens, prefill + w_dq, prefill)
@@ -427,14 +444,15 @@ def throughput(st, terms: TenantTerms, n: np.ndarray, batch: np.ndarray, nodes: 
     m = b + b / out * prompt
     kv_split = np.minimum(nf, terms.kv_heads)
     t_kv = b * terms.kv_read_per_seq / kv_split / (st.bw * st.mbu)
-    t_dec_core = w_read + t_kv + b * (tpt / nf) + b / out * (prompt * t_prompt + t_head)
+    t_dec_core = w_read + t_kv + b * (tpt / nf + rep) + b / out * (prompt * t_prompt + t_head)
     t_dec_core = np.where(m >= st.dequant_tokens, t_dec_core + w_dq, t_dec_core)
-    t_dec = t_dec_core + m * tp_comm_tok + lat + 1e-3
+    t_dec = t_dec_core + allreduce(m) + lat + 1e-3
     serve_rate = b / (out * t_dec)
     # TTFT: the pass that runs a new prompt is one in-flight step, so it also does the b - 1
     # other requests' part of the step's per-request work (decode tokens, KV, prompts' share,
-    # all-reduce bytes): the step less its fixed part (weights, latency, 1 ms, conversion)
-    per_req = (t_dec - w_read - lat - 1e-3 - np.where(m >= st.dequant_tokens, w_dq, 0.0)) / b
+    # all-reduce bytes): the step less its fixed part (weights, stalls, the all-reduces' latency,
+    # 1 ms, conversion)
+    per_req = (t_dec - w_read - lat - allreduce(0.0) - 1e-3 - np.where(m >= st.dequant_tokens, w_dq, 0.0)) / b
     with np.errstate(invalid="ignore"):
         others = np.where(b > 1.0, (b - 1.0) * per_req, 0.0)
     train = st.is_train

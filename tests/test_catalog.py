@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 from fleet_marl import catalog
@@ -47,6 +49,42 @@ def test_every_gpu_number_has_a_source(name):
     assert 0 < g.idle_w < g.tdp_w
     assert g.price_per_hour > 0
     assert g.tflops["fp32"] < g.tflops["bf16"]
+    assert "all_reduce" in g.allreduce_source and len(g.allreduce_sweep) >= 6
+
+
+def test_allreduce_fit_recovers_a_latency_bandwidth_line():
+    # a sweep that is exactly t = 20 us + S / (100 GB/s) on 4 GPUs: the fit returns 20 us and
+    # the bus bandwidth 100 x 2 (4 - 1) / 4 = 150 GB/s; rows outside 4 MiB .. 1 GiB do not count
+    rows = [(s, s / (20e-6 + s / 100e9) / 1e9) for s in (2.0**k for k in range(22, 31))]
+    rows += [(1024.0, 1e-3), (2.0**34, 1e-3)]  # nonsense outside the window
+    g = dataclasses.replace(catalog.gpu("h100-sxm"), allreduce_sweep=tuple(rows), allreduce_gpus=4.0)
+    lat, bus = g.allreduce_fit()
+    assert lat == pytest.approx(20e-6, rel=1e-9) and bus == pytest.approx(150e9, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(catalog.gpus()))
+def test_allreduce_line_follows_its_published_sweep(name):
+    # the fitted line stays within 25 % of every published row it was drawn through, and its bus
+    # bandwidth is what the sweep's largest message reached, within 15 % (NVLS on the H100 and
+    # H200 beats the ring's wire rate; PCIe Gen4's is far below its 32 GB/s)
+    g = catalog.gpu(name)
+    lat, bus = g.allreduce_fit()
+    n = g.allreduce_gpus
+    lo, hi = catalog.ALLREDUCE_FIT_BYTES
+    for size, algbw in g.allreduce_sweep:
+        if lo <= size <= hi:
+            assert (lat + 2 * (n - 1) / n * size / bus) / (size / (algbw * 1e9)) == pytest.approx(1.0, abs=0.25)
+    peak = max(a for _, a in g.allreduce_sweep) * 1e9 * 2 * (n - 1) / n
+    assert bus == pytest.approx(peak, rel=0.15)
+    assert 10e-6 < lat < 100e-6
+    assert g.nvlink == (g.interconnect_gbs > 64)
+
+
+def test_bad_allreduce_sweep_names_the_field():
+    with pytest.raises(ValueError, match=r"h100-sxm.allreduce_sweep"):
+        raw = {k: v for k, v in catalog._load("gpus.yaml")["h100-sxm"].items()}
+        raw["allreduce_sweep"] = [[1024, -1.0]]
+        catalog._build(catalog.GPUType, catalog._GPU_FIELDS, "h100-sxm", raw, "gpus.yaml")
 
 
 def _at_least(a, b) -> bool:
@@ -128,7 +166,9 @@ def test_explicit_head_dim_and_sliding_window_from_config_json():
             assert arch.sliding_window is None and arch.kv_tokens(10**6) == 10**6, name
 
 
-@pytest.mark.parametrize("field, value", [("head_dim", 0), ("head_dim", 12.5), ("sliding_window", -1), ("sliding_window", True), ("qk_norm", "yes")])
+@pytest.mark.parametrize(
+    "field, value", [("head_dim", 0), ("head_dim", 12.5), ("sliding_window", -1), ("sliding_window", True), ("qk_norm", "yes")]
+)
 def test_bad_head_dim_or_window_names_the_field(field, value):
     raw = dict(catalog._load("models.yaml")["mistral-7b"])
     raw[field] = value

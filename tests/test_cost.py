@@ -35,8 +35,8 @@ class Thr(NamedTuple):
     tpot_s: float
 
 
-def terms_for(model, mode, prec, gpus=8, seq=2048, out_tokens=256, ckpt=False):
-    st = single_tenant_static(model, "h100-sxm", mode, gpus, 8, seq, out_tokens, ckpt)
+def terms_for(model, mode, prec, gpus=8, seq=2048, out_tokens=256, ckpt=False, gpu="h100-sxm"):
+    st = single_tenant_static(model, gpu, mode, gpus, 8, seq, out_tokens, ckpt)
     p = np.array([[P[x] for x in prec]]) if isinstance(prec, list) else np.full((1, 5), P[prec])
     return st, stage1(st, p, project=False)
 
@@ -65,15 +65,19 @@ def throughput(st, t, n, b, nodes) -> Thr:
             st.bw[0],
             st.intra_bw[0],
             st.inter_bw[0],
+            st.ar_lat[0],
+            st.ar_bus[0],
+            st.nvlink[0],
             st.mbu,
             st.comm_overlap,
             t.stream_bytes[0],
             t.time_per_token[0],
             t.head_time_per_token[0],
+            cost.replicated_seconds(st)[0],
             t.kv_read_per_seq[0],
             t.comm_bytes[0],
             t.kv_heads[0],
-            cost.tp_latency_seconds(st)[0],
+            cost.tp_allreduces(st)[0],
             cost.kernel_stall_seconds(st)[0],
             t.dequant_bytes[0],
             float(st.dequant_tokens[0]),
@@ -161,7 +165,10 @@ def test_activations_per_block_by_hand():
     # Llama-3.1-8B (SwiGLU, GQA): norms 4h, attention 2h + 2(q + 2k) + 2q, MLP 2h + 8 ffn
     l8 = catalog.model("llama-3.1-8b")
     q, k = 4096, 1024
-    assert activations.activation_bytes(l8) == (4 * 4096 + 2 * 4096 + 2 * (q + 2 * k) + 2 * q + 2 * 4096 + 8 * 14336, 4 * 4096 + 12 * 128256)
+    assert activations.activation_bytes(l8) == (
+        4 * 4096 + 2 * 4096 + 2 * (q + 2 * k) + 2 * q + 2 * 4096 + 8 * 14336,
+        4 * 4096 + 12 * 128256,
+    )
     # the loss by implementation: fused (2V logits + 2V gradient), torchtune's chunked (2V + 1V)
     assert activations.activation_bytes(l8, "fused")[1] == 4 * 4096 + 4 * 128256
     assert activations.activation_bytes(l8, "chunked")[1] == 4 * 4096 + 3 * 128256
@@ -265,11 +272,15 @@ def test_a_training_step_ends_with_the_optimizer_step():
             st.bw[0],
             st.intra_bw[0],
             st.inter_bw[0],
+            st.ar_lat[0],
+            st.ar_bus[0],
+            st.nvlink[0],
             st.mbu,
             st.comm_overlap,
             t.weights[0],
             t.time_per_token[0],
             t.head_time_per_token[0],
+            cost.replicated_seconds(st)[0],
             t.kv_read_per_seq[0],
             t.comm_bytes[0],
             t.kv_heads[0],
@@ -295,11 +306,15 @@ def test_a_training_step_ends_with_the_optimizer_step():
             st.bw[0],
             st.intra_bw[0],
             st.inter_bw[0],
+            st.ar_lat[0],
+            st.ar_bus[0],
+            st.nvlink[0],
             st.mbu,
             st.comm_overlap,
             t.weights[0],
             t.time_per_token[0],
             t.head_time_per_token[0],
+            cost.replicated_seconds(st)[0],
             t.kv_read_per_seq[0],
             t.comm_bytes[0],
             t.kv_heads[0],
@@ -360,11 +375,31 @@ def test_kv_cache_splits_over_at_most_kv_heads_gpus():
     assert two == eight == pytest.approx(4 * t.per_seq_sharded / 2)
 
 
-def roofline_at(st, t, n, b, tp_latency) -> Thr:
-    """The serving roofline on one node with a given all-reduce latency per forward pass."""
-    args = (st.seq_len[0], st.prompt_tokens[0], st.output_tokens[0], st.bw[0], st.intra_bw[0], st.inter_bw[0], st.mbu, st.comm_overlap)
-    terms = (t.stream_bytes[0], t.time_per_token[0], t.head_time_per_token[0], t.kv_read_per_seq[0], t.comm_bytes[0], t.kv_heads[0])
-    fixed = (tp_latency, cost.kernel_stall_seconds(st)[0], t.dequant_bytes[0], float(st.dequant_tokens[0]), 0.0)
+def roofline_at(st, t, n, b, tp_calls) -> Thr:
+    """The serving roofline on one node with a given number of all-reduces per forward pass."""
+    args = (
+        st.seq_len[0],
+        st.prompt_tokens[0],
+        st.output_tokens[0],
+        st.bw[0],
+        st.intra_bw[0],
+        st.inter_bw[0],
+        st.ar_lat[0],
+        st.ar_bus[0],
+        st.nvlink[0],
+        st.mbu,
+        st.comm_overlap,
+    )
+    terms = (
+        t.stream_bytes[0],
+        t.time_per_token[0],
+        t.head_time_per_token[0],
+        cost.replicated_seconds(st)[0],
+        t.kv_read_per_seq[0],
+        t.comm_bytes[0],
+        t.kv_heads[0],
+    )
+    fixed = (tp_calls, cost.kernel_stall_seconds(st)[0], t.dequant_bytes[0], float(st.dequant_tokens[0]), 0.0)
     return Thr(*engine.roofline(False, *args, *terms, *fixed, n, b, 1))
 
 
@@ -383,6 +418,32 @@ def test_serve_elementwise_bytes_by_hand():
     assert norm == pytest.approx(5_537_792 / (st.bw[0] * cost.CAST_BW_EFF), rel=1e-12)
 
 
+def test_norms_run_whole_on_every_tensor_parallel_gpu():
+    # the two fused add + RMSNorms of a block (4 h values each) and the final norm (4 h) act on
+    # the full hidden state on each GPU of a tensor-parallel replica (vLLM's RMSNorm(hidden_size)
+    # beside the parallel linear layers); Llama-3.1-70B: h 8,192, 80 layers, BF16
+    m = catalog.model("llama-3.1-70b")
+    assert cost.serve_replicated_bytes(m) == 2 * (80 * 8 * 8192 + 4 * 8192) == 10_551_296
+    assert cost.serve_replicated_bytes(m) < cost.serve_elementwise_bytes(m)
+    st, t = terms_for("llama-3.1-70b", "serve", "bf16", seq=512, out_tokens=128)
+    rep = cost.replicated_seconds(st)[0]
+    assert rep == pytest.approx(10_551_296 / (3.35e12 * 0.92), rel=1e-12)
+    # on n GPUs a step of m tokens pays (1 - 1 / n) of them more than an even split would
+    n, b = 4, 64
+    m_tok = b * (1 + 512 / 128)
+    args = _serve_args(st, t)
+    even = list(args)
+    even[args.index(rep)] = 0.0
+    fixed = (cost.tp_allreduces(st)[0], cost.kernel_stall_seconds(st)[0], t.dequant_bytes[0], float(st.dequant_tokens[0]), 0.0)
+    whole = Thr(*engine.roofline(False, *args, *fixed, n, b, 1))
+    split = Thr(*engine.roofline(False, *even, *fixed, n, b, 1))
+    assert whole.tpot_s - split.tpot_s == pytest.approx(m_tok * rep * (1 - 1 / n), rel=1e-9)
+    # one GPU runs them once either way; training replicates nothing
+    assert Thr(*engine.roofline(False, *args, *fixed, 1, b, 1)) == Thr(*engine.roofline(False, *even, *fixed, 1, b, 1))
+    st_train, _ = terms_for("llama-3.1-70b", "train", "bf16")
+    assert cost.replicated_seconds(st_train)[0] == 0.0
+
+
 def test_int4_weights_carry_group_scales_and_zeros():
     # 0.5 B of packed weight + one 2-byte scale and one 4-bit zero per 128 weights (vLLM AWQ)
     assert catalog.PRECISION_BYTES[P["int4"]] == 0.5 + 2.5 / 128
@@ -393,20 +454,41 @@ def test_int4_weights_carry_group_scales_and_zeros():
     assert t.weights[0] == pytest.approx(2.0 * (m.total_params - linear) + 0.51953125 * linear, rel=1e-12)
 
 
-def test_tensor_parallel_decode_pays_allreduce_latency():
-    # two all-reduces per layer, 6 us each, on the critical path of every forward pass on > 1 GPU
+def test_tensor_parallel_pass_pays_its_allreduces_on_the_faster_path():
+    # two all-reduces per layer on the critical path of every forward pass on > 1 GPU, each of
+    # the pass's tokens' hidden states (h BF16 values); the engine takes the faster of NCCL's ring
+    # (the line through the GPU type's published sweep) and, on NVLink, the custom one-shot
+    # kernel (6 us, then each GPU reads its n - 1 peers' buffers over its link)
     st, t = terms_for("llama-3.1-70b", "serve", "bf16", seq=512, out_tokens=128)
-    lat = cost.tp_latency_seconds(st)[0]
-    assert lat == pytest.approx(2 * 80 * 6e-6, rel=1e-12) == pytest.approx(2 * 80 * cost.TP_ALLREDUCE_LATENCY_S)
-    for b in (1, 64):
-        slow, fast = roofline_at(st, t, 4, b, lat), roofline_at(st, t, 4, b, 0.0)
-        assert slow.tpot_s - fast.tpot_s == pytest.approx(lat, rel=1e-9)  # slower per token
+    calls = cost.tp_allreduces(st)[0]
+    assert calls == 2 * 80
+    lat, bus = catalog.gpu("h100-sxm").allreduce_fit()
+    assert (st.ar_lat[0], st.ar_bus[0], st.nvlink[0]) == (lat, bus, 1.0)
+    n = 4
+    for b, path in ((1, "custom"), (1024, "nccl")):
+        m = b * (1 + 512 / 128)  # the step's decode tokens and its prompts' share
+        size = m * 80 * 2 * 8192 * 2  # 2 L all-reduces of m x h BF16 values
+        nccl = calls * lat + 2 * (n - 1) / n * size / bus
+        custom = calls * 6e-6 + (n - 1) * size / 450e9
+        assert (custom < nccl) == (path == "custom")
+        # against the same bytes with no call's latency (0 calls: the faster path's bytes alone)
+        slow, fast = roofline_at(st, t, n, b, calls), roofline_at(st, t, n, b, 0.0)
+        bytes_only = min(2 * (n - 1) / n * size / bus, (n - 1) * size / 450e9)
+        assert slow.tpot_s - fast.tpot_s == pytest.approx(min(nccl, custom) - bytes_only, rel=1e-9)
         assert slow.work_rate < fast.work_rate
-    # one GPU has no all-reduce, so no latency
-    assert roofline_at(st, t, 1, 8, lat) == roofline_at(st, t, 1, 8, 0.0)
+    # one GPU has no all-reduce
+    assert roofline_at(st, t, 1, 8, calls) == roofline_at(st, t, 1, 8, 0.0)
+    # PCIe GPUs have no custom kernel: NCCL's line, latency and all, even for one token's pass
+    st_l, t_l = terms_for("llama-3.1-70b", "serve", "bf16", seq=512, out_tokens=128, gpu="l40s")
+    lat_l, bus_l = catalog.gpu("l40s").allreduce_fit()
+    assert st_l.nvlink[0] == 0.0 and bus_l < 20e9
+    size = 5 * 80 * 2 * 8192 * 2
+    pcie = calls * lat_l + 2 * 7 / 8 * size / bus_l
+    gap = roofline_at(st_l, t_l, 8, 1, calls).tpot_s - roofline_at(st_l, t_l, 8, 1, 0.0).tpot_s
+    assert gap == pytest.approx(calls * lat_l, rel=1e-9) and pcie > calls * lat_l
     # training tenants carry none
     st_train, _ = terms_for("llama-3.1-70b", "train", "bf16")
-    assert cost.tp_latency_seconds(st_train)[0] == 0.0
+    assert cost.tp_allreduces(st_train)[0] == 0.0
 
 
 def test_every_forward_pass_stalls_at_its_kernels_boundaries():
@@ -416,10 +498,10 @@ def test_every_forward_pass_stalls_at_its_kernels_boundaries():
     st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=512, out_tokens=128)
     stall = cost.kernel_stall_seconds(st)[0]
     assert stall == pytest.approx(32 * 10 * 5e-6, rel=1e-12) == pytest.approx(1.6e-3, rel=1e-12)
-    lat = cost.tp_latency_seconds(st)[0]
+    calls = cost.tp_allreduces(st)[0]
     for n, b in ((1, 1), (1, 64), (4, 16)):  # every GPU of the replica runs every kernel
-        base = roofline_at(st, t, n, b, lat)
-        none = Thr(*engine.roofline(False, *_serve_args(st, t), lat, 0.0, t.dequant_bytes[0], 0.0, 0.0, n, b, 1))
+        base = roofline_at(st, t, n, b, calls)
+        none = Thr(*engine.roofline(False, *_serve_args(st, t), calls, 0.0, t.dequant_bytes[0], 0.0, 0.0, n, b, 1))
         assert base.tpot_s - none.tpot_s == pytest.approx(stall, rel=1e-9)
         assert base.ttft_s - none.ttft_s == pytest.approx(stall * (1.0 + (1.0 - np.exp(1.0 - b)) * 0.5), rel=1e-9)
     st_train, _ = terms_for("llama-3.1-8b", "train", "bf16")
@@ -440,8 +522,29 @@ def test_a_pass_looks_up_its_embedding_rows_and_streams_the_rest():
 
 
 def _serve_args(st, t):
-    args = (st.seq_len[0], st.prompt_tokens[0], st.output_tokens[0], st.bw[0], st.intra_bw[0], st.inter_bw[0], st.mbu, st.comm_overlap)
-    return (*args, t.stream_bytes[0], t.time_per_token[0], t.head_time_per_token[0], t.kv_read_per_seq[0], t.comm_bytes[0], t.kv_heads[0])
+    args = (
+        st.seq_len[0],
+        st.prompt_tokens[0],
+        st.output_tokens[0],
+        st.bw[0],
+        st.intra_bw[0],
+        st.inter_bw[0],
+        st.ar_lat[0],
+        st.ar_bus[0],
+        st.nvlink[0],
+        st.mbu,
+        st.comm_overlap,
+    )
+    return (
+        *args,
+        t.stream_bytes[0],
+        t.time_per_token[0],
+        t.head_time_per_token[0],
+        cost.replicated_seconds(st)[0],
+        t.kv_read_per_seq[0],
+        t.comm_bytes[0],
+        t.kv_heads[0],
+    )
 
 
 def test_in_flight_step_carries_the_prompts_share():

@@ -508,9 +508,9 @@ def test_server_latency_is_that_of_the_load_it_carries():
     st = KernelStatic.from_config(cfg)
     t, batch = 1, 256
     tt = stage1(st, np.full((st.T, 5), P["bf16"]))
-    args = (st.seq_len[t], st.prompt_tokens[t], st.output_tokens[t], st.bw[t], st.intra_bw[t], st.inter_bw[t], st.mbu, st.comm_overlap)
-    terms = (tt.stream_bytes[t], tt.time_per_token[t], tt.head_time_per_token[t], tt.kv_read_per_seq[t], tt.comm_bytes[t], tt.kv_heads[t])
-    terms = (*terms, cost.tp_latency_seconds(st)[t], cost.kernel_stall_seconds(st)[t], tt.dequant_bytes[t], float(st.dequant_tokens[t]), tt.optimizer[t])
+    args = (st.seq_len[t], st.prompt_tokens[t], st.output_tokens[t], st.bw[t], st.intra_bw[t], st.inter_bw[t], st.ar_lat[t], st.ar_bus[t], st.nvlink[t], st.mbu, st.comm_overlap)
+    terms = (tt.stream_bytes[t], tt.time_per_token[t], tt.head_time_per_token[t], cost.replicated_seconds(st)[t], tt.kv_read_per_seq[t], tt.comm_bytes[t], tt.kv_heads[t])
+    terms = (*terms, cost.tp_allreduces(st)[t], cost.kernel_stall_seconds(st)[t], tt.dequant_bytes[t], float(st.dequant_tokens[t]), tt.optimizer[t])
     rate, _, _, _, full = engine.roofline(False, *args, *terms, 8, batch, 1)
     one = engine.roofline(False, *args, *terms, 8, 1, 1)[4]
     assert one < full
@@ -518,7 +518,7 @@ def test_server_latency_is_that_of_the_load_it_carries():
     st = KernelStatic.from_config(dataclasses.replace(cfg, tenants=(cfg.tenants[0], serve)))
     acts = Actions(gpus=[0, 8], bid=[1.0, 1.0], precision=np.full((2, 5), P["bf16"]), batch=[1, batch])
     light, heavy = Draws.expected(st), Draws.expected(st)
-    assert light.arrivals[t] < 0.01 * rate * st.round_seconds  # a light load: about one request in flight
+    assert light.arrivals[t] < 0.02 * rate * st.round_seconds  # a light load: a few of the 256 in flight
     heavy = dataclasses.replace(heavy, arrivals=np.array([0.0, 2.0 * rate * st.round_seconds]))
     out_light = evaluate(st, acts, RoundState.initial(st), light)
     out_heavy = evaluate(st, acts, RoundState.initial(st), heavy)

@@ -22,8 +22,8 @@ from fleet_marl.validation import cases, report
 CEILING = {
     "training throughput": 0.08,
     "training memory": 0.09,
-    "serving throughput": 0.105,
-    "TTFT": 0.12,
+    "serving throughput": 0.075,
+    "TTFT": 0.105,
     "TPOT": 0.04,
     "FP8 GEMM speedup": 0.10,
 }
@@ -63,6 +63,14 @@ def test_groups_that_met_the_targets_keep_meeting_them(result):
         assert s["median_abs_error"] <= 0.10, (g, s)
         errs = [abs(r["error"]) for r in result["rows"] if r["group"] == g and r["representable"]]
         assert errs and max(errs) <= 0.30, (g, max(errs))
+
+
+def test_tensor_parallel_serving_rows_are_within_30_percent(result):
+    # the 97 rows on 2-8 GPUs (TensorRT-LLM 0.17, Llama-3.1-70B on H100, H200, A100 and L40S):
+    # before the all-reduce followed the published NCCL sweeps and the norms ran whole on every
+    # GPU, TP 8 ran 33-82 % fast; a regression there fails here
+    errs = [abs(r["error"]) for r in result["rows"] if r["group"] == "serving throughput" and r["representable"] and r["tp"] > 1]
+    assert len(errs) >= 90 and max(errs) <= 0.30, max(errs)
 
 
 def test_extra_models_match_their_published_parameter_counts():

@@ -46,6 +46,13 @@ N_PRECISIONS = len(PRECISIONS)
 N_GROUPS = len(GROUPS)
 
 
+#: The message sizes, in bytes, through which :meth:`GPUType.allreduce_fit` draws its line: 4 MiB
+#: (below it the serving engines' custom all-reduce on NVLink is the faster path, and NCCL's own
+#: protocols change) to 1 GiB, the range of a tensor-parallel step's hidden states (one token's
+#: ``h`` BF16 values times the step's tokens).
+ALLREDUCE_FIT_BYTES = (4 * 2**20, 2**30)
+
+
 class CatalogError(KeyError):
     """An unknown catalog key. The message lists the valid keys."""
 
@@ -72,9 +79,34 @@ class GPUType:
     idle_source: str = field(repr=False, default="")
     price_source: str = field(repr=False, default="")
     memory_bytes_source: str = field(repr=False, default="")
+    #: True where the GPUs of a node are joined by NVLink (serving engines' custom all-reduce
+    #: kernels read their peers' buffers over it); False for PCIe-only parts.
+    nvlink: bool = False
+    #: A published NCCL all-reduce sweep inside one node of ``allreduce_gpus`` of these GPUs:
+    #: ``(bytes, algbw GB/s)`` rows as ``nccl-tests``' ``all_reduce_perf`` prints them; the
+    #: kernel's all-reduce time is :meth:`allreduce_fit`'s line through it.
+    allreduce_sweep: tuple[tuple[float, float], ...] = field(repr=False, default=())
+    allreduce_gpus: float = 8.0
+    allreduce_source: str = field(repr=False, default="")
 
     def supports(self, precision: str) -> bool:
         return precision in self.precisions
+
+    def allreduce_fit(self) -> tuple[float, float]:
+        """``(latency s, bus bandwidth B/s)`` of an NCCL all-reduce on this GPU type: the line
+        ``t(S) = latency + S / algbw`` through :attr:`allreduce_sweep`'s rows from
+        :data:`ALLREDUCE_FIT_BYTES` (least squares in relative error), with the bus bandwidth
+        ``algbw x 2 (n - 1) / n`` at the sweep's ``n`` GPUs (nccl-tests' all-reduce factor,
+        NVIDIA/nccl-tests ``doc/PERFORMANCE.md``) -- a tensor-parallel group of ``n`` GPUs then
+        moves ``S`` bytes in ``latency + 2 (n - 1) / n x S / busbw``."""
+        rows = np.array(self.allreduce_sweep, dtype=np.float64)
+        size, algbw = rows[:, 0], rows[:, 1] * 1e9
+        keep = (size >= ALLREDUCE_FIT_BYTES[0]) & (size <= ALLREDUCE_FIT_BYTES[1])
+        t = size[keep] / algbw[keep]
+        a = np.stack([1.0 / t, size[keep] / t], axis=1)
+        (latency, inv_bw), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+        n = self.allreduce_gpus
+        return float(latency), float(2.0 * (n - 1.0) / n / inv_bw)
 
     def peak_flops(self) -> np.ndarray:
         """Peak FLOP/s by precision code (P,); weight-only formats run at the BF16 peak,
@@ -188,6 +220,13 @@ def _build(cls, fields: set[str], name: str, raw: dict, file: str):
             kw[k] = float(v)
     if "tflops" in kw:
         kw["tflops"] = {k: float(v) for k, v in kw["tflops"].items()}
+    if cls is GPUType:
+        if not isinstance(kw["nvlink"], bool):
+            raise ValueError(f"{file}: {name}.nvlink = {kw['nvlink']!r}: expected true or false")
+        rows = kw["allreduce_sweep"]
+        if not rows or any(len(r) != 2 or min(r) <= 0 for r in rows):
+            raise ValueError(f"{file}: {name}.allreduce_sweep: expected [bytes, algbw GB/s] rows of positive numbers")
+        kw["allreduce_sweep"] = tuple((float(a), float(b)) for a, b in rows)
     if cls is ModelArch:
         for key in ("head_dim", "sliding_window"):
             v = kw[key]
@@ -232,6 +271,7 @@ def model(name: str) -> ModelArch:
 
 
 __all__ = [
+    "ALLREDUCE_FIT_BYTES",
     "GROUPS",
     "N_GROUPS",
     "N_PRECISIONS",

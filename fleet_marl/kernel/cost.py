@@ -145,7 +145,10 @@ KERNELS_PER_LAYER = 10
 #: Seconds one tensor-parallel all-reduce takes at decode sizes (10s-100s of kB), whatever its
 #: bytes: an 8x H100 HGX node, NCCL 2.20.5, nccl-tests ``all_reduce_perf`` under CUDA graphs, "When
 #: I run with 2 GPUs the latency is approximately 6us" (NVIDIA/nccl issue #1259, 2024-04-22). Two
-#: per layer per forward pass (Megatron tensor parallelism), on the critical path.
+#: per layer per forward pass (Megatron tensor parallelism), on the critical path. The latency of
+#: the serving engines' custom one-shot all-reduce on NVLink (``tenant_cost.allreduce_seconds``);
+#: larger messages go through NCCL, whose line is fitted to a published sweep per GPU type
+#: (``catalog.GPUType.allreduce_fit``).
 TP_ALLREDUCE_LATENCY_S = 6e-6
 #: HBM bytes per weight of converting a weight-only weight to BF16 before a BF16 GEMM: the
 #: conversion writes 2 B and the GEMM reads them back (on top of reading the stored weight), as
@@ -187,6 +190,20 @@ def serve_elementwise_bytes(m: ModelArch) -> float:
     h, f, q, k = m.hidden, m.ffn, m.heads * m.head_dim, m.kv_heads * m.head_dim
     act = 3 * f if m.mlp == "gated" else 2 * f
     return float(2 * (m.layers * (2 * 4 * h + 2 * (q + k) + act) + 4 * h))
+
+
+def serve_replicated_bytes(m: ModelArch) -> float:
+    """HBM bytes per token of :func:`serve_elementwise_bytes` that every GPU of a
+    tensor-parallel replica moves whole, not its ``1 / n`` share: the fused residual-add +
+    RMSNorms (two per block, ``4 h`` values each, and the final norm) act on the full hidden
+    state, which the row-parallel layers' all-reduce leaves on every GPU. vLLM's decoder layer
+    builds them as plain ``RMSNorm(config.hidden_size)`` next to the column- and row-parallel
+    linear layers (vllm-project/vllm@0035bdf2, ``vllm/model_executor/models/llama.py``), as
+    Megatron-LM does without sequence parallelism ("the layer norms ... are duplicated across
+    the tensor model parallel group", Korthikanti et al. 2022, arXiv 2205.05198, sec. 4.2.2);
+    rotary, the KV-cache write and the MLP's activation act on the GPU's own heads and columns."""
+    h = m.hidden
+    return float(2 * (m.layers * 2 * 4 * h + 4 * h))
 
 
 def attention_efficiency(gpu_type: str, train: bool) -> float:
@@ -253,23 +270,24 @@ GROUP_TERMS = ("weights", "grads", "master", "seconds_per_token", "invalid", "de
 #: activation bytes per sequence at 16 bit (training; ``s (L x kept per block + recomputed block
 #: + after the blocks)`` by checkpointing mode), KV-cache bytes per token per byte of cache dtype
 #: (``2 L kv_heads head_dim``), KV heads, the tensor-parallel all-reduce bytes per token
-#: (``2 L h x 2``, serving) and the all-reduces' latency per forward pass
-#: (``2 L x TP_ALLREDUCE_LATENCY_S``, serving on > 1 GPU), the KV cache's bytes per value when the
+#: (``2 L h x 2``, serving) and the all-reduces per forward pass (``2 L``, serving), the KV cache's bytes per value when the
 #: workload fixes its format (0: the attention's), the pass size from which weight-only weights
 #: are converted to BF16 (0: never), and the most tokens a sequence keeps in its KV cache (the
-#: sliding window; inf with full attention), and the seconds a serving forward pass stalls at
-#: its kernels' boundaries (:func:`kernel_stall_seconds`).
+#: sliding window; inf with full attention), the seconds a serving forward pass stalls at
+#: its kernels' boundaries (:func:`kernel_stall_seconds`), and the seconds per token of the
+#: elementwise work every GPU of a tensor-parallel replica runs whole (:func:`replicated_seconds`).
 TENANT_TERMS = (
     "optimizer",
     "act_per_seq",
     "kv_per_token",
     "kv_heads",
     "tp_comm",
-    "tp_latency",
+    "tp_calls",
     "kv_bytes",
     "dequant_tokens",
     "kv_window",
     "kernel_stall",
+    "replicated_s",
 )
 
 
@@ -351,10 +369,11 @@ def recompute_seconds_table(st) -> np.ndarray:
     return np.where(busy, np.where(st.peak[:, None, :] > 0, t, np.inf), 0.0)
 
 
-def tp_latency_seconds(st) -> np.ndarray:
-    """Seconds of all-reduce latency per forward pass of each serving tenant on more than one
-    GPU (T,): two all-reduces per layer, ``2 L x TP_ALLREDUCE_LATENCY_S``; 0 for training."""
-    return np.where(st.is_train, 0.0, 2.0 * st.layers * TP_ALLREDUCE_LATENCY_S)
+def tp_allreduces(st) -> np.ndarray:
+    """All-reduces per forward pass of each serving tenant (T,): two per layer (Megatron tensor
+    parallelism: after attention's output projection and after the MLP); 0 for training. A
+    replica on one GPU runs none (``tenant_cost.allreduce_seconds``)."""
+    return np.where(st.is_train, 0.0, 2.0 * st.layers)
 
 
 def kernel_stall_seconds(st) -> np.ndarray:
@@ -364,8 +383,17 @@ def kernel_stall_seconds(st) -> np.ndarray:
     return np.where(st.is_train, 0.0, st.layers * KERNELS_PER_LAYER * KERNEL_STALL_S)
 
 
+def replicated_seconds(st) -> np.ndarray:
+    """Seconds per token of each serving tenant's norms and residual adds (T,):
+    ``st.ew_replicated`` bytes (:func:`serve_replicated_bytes`) at ``CAST_BW_EFF`` of the HBM
+    bandwidth, the rate the rest of the elementwise work runs at; part of the time per token
+    (the norm group's), which a tensor-parallel replica does not divide among its GPUs
+    (``tenant_cost.roofline``); 0 for training."""
+    return np.where(st.is_train, 0.0, st.ew_replicated / (st.bw * CAST_BW_EFF))
+
+
 def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
-    """``(group_terms (T, G, P, 6), tenant_terms (T, 8))``, float64: stage 1 factored by layer
+    """``(group_terms (T, G, P, 6), tenant_terms (T, len(TENANT_TERMS)))``, float64: stage 1 factored by layer
     group, so that a tenant's terms under any precision map are sums of G table entries
     (``engine.tenant_terms``). About 1 KB per tenant, read from cache every round."""
     T, G, P = st.T, catalog.N_GROUPS, catalog.N_PRECISIONS
@@ -393,11 +421,12 @@ def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
             2.0 * L * st.kv_dim,
             st.kv_heads,
             2.0 * L * h * 2.0,
-            tp_latency_seconds(st),
+            tp_allreduces(st),
             st.kv_cache_bytes,
             st.dequant_tokens,
             st.kv_window,
             kernel_stall_seconds(st),
+            replicated_seconds(st),
         ],
         axis=-1,
     )
@@ -435,8 +464,10 @@ __all__ = [
     "linear_seconds",
     "recompute_seconds_table",
     "reference_rate",
+    "replicated_seconds",
     "seconds_per_token_table",
     "serve_elementwise_bytes",
+    "serve_replicated_bytes",
     "stage1_tables",
-    "tp_latency_seconds",
+    "tp_allreduces",
 ]

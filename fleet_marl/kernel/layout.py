@@ -35,7 +35,10 @@ def _layout(names: str) -> tuple[str, ...]:
 
 #: Per-tenant float columns of ``tf``.
 TF = (
-    _layout("list_price priority mem_bytes inter_bw intra_bw seq_len hbm_bw slo_ttft_s slo_tpot_s ref_rate spend_norm dyn_w") + TENANT_TERMS
+    _layout(
+        "list_price priority mem_bytes inter_bw intra_bw ar_lat ar_bus nvlink seq_len hbm_bw slo_ttft_s slo_tpot_s ref_rate spend_norm dyn_w"
+    )
+    + TENANT_TERMS
 )
 #: Per-tenant int columns of ``ti``.
 TI = _layout("max_gpus pool is_train checkpointing")
@@ -72,6 +75,9 @@ _tf, _sc, _ii, _of, _oi, _ob = (_index(x) for x in (TF, SC, II, OF, OI, OB))  # 
     T_MEM,
     T_INTER,
     T_INTRA,
+    T_ARL,
+    T_ARB,
+    T_NVL,
     T_SEQ,
     T_HBM,
     T_TTFT,
@@ -89,6 +95,7 @@ _tf, _sc, _ii, _of, _oi, _ob = (_index(x) for x in (TF, SC, II, OF, OI, OB))  # 
     T_DQT,
     T_WIN,
     T_KST,
+    T_REPL,
 ) = range(len(TF))
 T_MAXG, T_POOL, T_TRAIN, T_CKPT = range(len(TI))
 N_IDLE, N_FULL, N_HEAD = range(len(NF))
@@ -104,8 +111,8 @@ F_BID, F_QUEUE, F_REMAIN, F_BUDGET, F_ARR, F_TIE, F_PROMPT, F_OUT = range(len(IF
 OI_REQ, OI_ALLOC, OI_NODES, OI_BATCH, OI_PREC = 0, 1, 2, 3, 4
 OB_RESTART, OB_UNSAFE, OB_PROJ, OB_VETO, OB_OOM, OB_TRIP, OB_PTHR, OB_TTHR = range(len(OB))
 assert (
-    [_tf[n] for n in ("list_price", "dyn_w", "tp_comm", "tp_latency", "kv_bytes", "dequant_tokens")]
-    == [T_PRICE, T_DYN, T_TP, T_TPL, T_KVB, T_DQT]
+    [_tf[n] for n in ("list_price", "nvlink", "dyn_w", "tp_comm", "tp_calls", "kv_bytes", "dequant_tokens")]
+    == [T_PRICE, T_NVL, T_DYN, T_TP, T_TPL, T_KVB, T_DQT]
     and _sc["restart_s"] == S_RESTART
     and _sc["mfu"] == S_MFU
 )
@@ -119,7 +126,8 @@ def pack_static(st) -> tuple[np.ndarray, ...]:
     tg, tenant_terms_ = stage1_tables(st)
     node_idle = g * st.node_idle_w
     headroom = st.rack_power_cap_w - node_idle @ st.rack_of  # (R,) W left for dynamic power at idle
-    tenant_cols = [st.list_price, st.priority, st.mem_bytes, st.inter_bw, st.intra_bw, st.seq_len, st.bw, st.slo_ttft_s, st.slo_tpot_s]
+    tenant_cols = [st.list_price, st.priority, st.mem_bytes, st.inter_bw, st.intra_bw, st.ar_lat, st.ar_bus, st.nvlink]
+    tenant_cols += [st.seq_len, st.bw, st.slo_ttft_s, st.slo_tpot_s]
     tf = np.stack([*tenant_cols, st.ref_rate, st.spend_norm, st.tdp_w - st.idle_w, *tenant_terms_.T], axis=-1).astype(np.float64)
     ti = np.stack([st.max_gpus, st.pool, st.is_train, st.checkpointing], axis=-1).astype(np.int64)
     nf = np.stack([node_idle, g * st.node_tdp_w, headroom[st.node_rack]], axis=-1).astype(np.float64)

@@ -43,6 +43,7 @@ def model_arrays(models, ctx, loss=None) -> dict[str, Any]:
         "act_sac": arr([activations.selective_checkpointing(m)[0] for m in models]),
         "sac_share": np.stack([activations.selective_checkpointing(m)[1] for m in models]),
         "ew_serve": arr([cost.serve_elementwise_bytes(m) for m in models]),
+        "ew_replicated": arr([cost.serve_replicated_bytes(m) for m in models]),
     }
 
 
@@ -77,6 +78,7 @@ class KernelStatic:
     act_layer: np.ndarray  # (T,) float64 activation bytes per token per block at 16 bit (activations.activation_bytes)
     act_final: np.ndarray  # (T,) float64 activation bytes per token after the blocks (norm, head input, logits, loss)
     ew_serve: np.ndarray  # (T,) float64 serving: elementwise HBM bytes per token (cost.serve_elementwise_bytes)
+    ew_replicated: np.ndarray  # (T,) float64 serving: the part every tensor-parallel GPU moves whole (cost.serve_replicated_bytes)
     act_sac: np.ndarray  # (T,) float64 bytes per token per block kept under selective checkpointing (activations.selective_checkpointing)
     sac_share: np.ndarray  # (T, G) float64 share of each group's linear FLOPs recomputed under selective checkpointing
     seq_len: np.ndarray  # (T,) float64 train: sequence length
@@ -106,6 +108,9 @@ class KernelStatic:
     list_price: np.ndarray  # (T,) float64 USD per GPU-hour
     intra_bw: np.ndarray  # (T,) float64 bytes/s per direction inside a node
     inter_bw: np.ndarray  # (T,) float64 bytes/s per GPU across nodes
+    ar_lat: np.ndarray  # (T,) float64 s: an NCCL all-reduce's latency in one node (catalog.GPUType.allreduce_fit)
+    ar_bus: np.ndarray  # (T,) float64 bytes/s: its bus bandwidth (same fit)
+    nvlink: np.ndarray  # (T,) float64 1 where the node's GPUs share NVLink (a serving engine's custom all-reduce), else 0
     # cluster
     pools: tuple[str, ...]
     pool_capacity: np.ndarray  # (Q,) int64
@@ -201,6 +206,9 @@ class KernelStatic:
             list_price=arr([g.price_per_hour for g in gpus]),
             intra_bw=arr([g.interconnect_gbs * 1e9 for g in gpus]),
             inter_bw=arr([min(g.interconnect_gbs, cl.network_gbs_per_gpu) * 1e9 for g in gpus]),
+            ar_lat=arr([g.allreduce_fit()[0] for g in gpus]),
+            ar_bus=arr([g.allreduce_fit()[1] for g in gpus]),
+            nvlink=arr([float(g.nvlink) for g in gpus]),
             pools=pools,
             pool_capacity=arr([cl.capacity(q) for q in pools], np.int64),
             node_pool=node_pool,

@@ -15,7 +15,17 @@ import math
 import numpy as np
 
 from fleet_marl import catalog
-from fleet_marl.kernel.cost import ADAM_BYTES, BF16, CAST_BW_EFF, CKPT_TRAIN_BYTES, KV_BYTES, OPT_STEP_BYTES, STEP_OVERHEAD_S, TRAIN_BYTES
+from fleet_marl.kernel.cost import (
+    ADAM_BYTES,
+    BF16,
+    CAST_BW_EFF,
+    CKPT_TRAIN_BYTES,
+    KV_BYTES,
+    OPT_STEP_BYTES,
+    STEP_OVERHEAD_S,
+    TP_ALLREDUCE_LATENCY_S,
+    TRAIN_BYTES,
+)
 from fleet_marl.kernel.jit import jit, jit_inline
 from fleet_marl.kernel.layout import (
     F_ARR,
@@ -39,6 +49,8 @@ from fleet_marl.kernel.layout import (
     S_ROUND,
     S_VETO,
     T_ACT,
+    T_ARB,
+    T_ARL,
     T_DQT,
     T_HBM,
     T_INTER,
@@ -47,7 +59,9 @@ from fleet_marl.kernel.layout import (
     T_KV,
     T_KVB,
     T_KVH,
+    T_NVL,
     T_OPT,
+    T_REPL,
     T_SEQ,
     T_TP,
     T_TPL,
@@ -173,6 +187,26 @@ def peak_bytes(weights, grads, master, optimizer, activations, kv_cache):
     return weights + master + optimizer + max(grads, activations) + kv_cache
 
 
+@jit_inline
+def allreduce_seconds(tokens, comm_bytes, calls, n, nodes, intra_bw, inter_bw, ar_lat, ar_bus, nvlink):
+    """Seconds of a serving forward pass's ``calls`` all-reduces over a tensor-parallel group of
+    ``n`` GPUs on ``nodes`` nodes, carrying ``tokens`` tokens' hidden states (``comm_bytes`` per
+    token over all the calls); 0 on one GPU. The engine takes the faster of two paths
+    (``docs/model.md`` section 5): NCCL's ring, ``calls x ar_lat + 2 (n - 1) / n x bytes / ar_bus``
+    (the line through the GPU type's published sweep, ``catalog.GPUType.allreduce_fit``; across
+    nodes at most the node's NICs, as the training collectives), and, inside one NVLink node, the
+    custom one-shot kernel of vLLM and TensorRT-LLM, in which each GPU reads its ``n - 1`` peers'
+    buffers over its link: ``calls x TP_ALLREDUCE_LATENCY_S + (n - 1) x bytes / intra_bw``."""
+    if n <= 1.0:
+        return 0.0
+    size = tokens * comm_bytes
+    bus = min(ar_bus, n / nodes * inter_bw) if nodes > 1 else ar_bus
+    t = calls * ar_lat + 2.0 * (n - 1.0) / n * size / bus
+    if nvlink > 0.0 and nodes <= 1:
+        t = min(t, calls * TP_ALLREDUCE_LATENCY_S + (n - 1.0) * size / intra_bw)
+    return t
+
+
 @jit
 def roofline(
     is_train,
@@ -182,15 +216,19 @@ def roofline(
     hbm_bw,
     intra_bw,
     inter_bw,
+    ar_lat,
+    ar_bus,
+    nvlink,
     mbu,
     comm_overlap,
     weights,
     time_per_token,
     head_time_per_token,
+    replicated_s,
     kv_read_per_seq,
     comm_bytes,
     kv_heads,
-    tp_latency,
+    tp_calls,
     kernel_s,
     dequant_bytes,
     dequant_tokens,
@@ -204,10 +242,11 @@ def roofline(
     parallel) is compute-bound with the all-gather/reduce-scatter partly hidden. Serving (one
     tensor-parallel replica, in-flight batching): a forward pass streams ``weights`` once (stage
     1's ``stream_bytes``: an untied embedding table is only looked up), then
-    does its tokens' work at the time per token (GEMMs, attention FLOPs, elementwise traffic), and
+    does its tokens' work at the time per token (GEMMs, attention FLOPs, elementwise traffic),
+    each GPU ``1 / n`` of it but the ``replicated_s`` of its norms and residual adds, whole; and
     a decode step also reads each sequence's KV cache, one after the other (no overlap); each step
     carries ``batch`` decode tokens and their prompts' tokens spread over their output tokens,
-    plus two all-reduces per layer per token (bytes and ``tp_latency``, never hidden), the
+    plus its ``tp_calls`` all-reduces over those tokens (:func:`allreduce_seconds`, never hidden), the
     stalls at its kernels' boundaries (``kernel_s``) and the serving engine's fixed overhead per
     forward pass, ``STEP_OVERHEAD_S``. The weights stream at ``CAST_BW_EFF`` of the HBM
     bandwidth, the KV cache at ``mbu``; a pass of at least
@@ -235,17 +274,20 @@ def roofline(
         if math.isnan(eff):
             eff = 0.0
         return rate, rate, eff, 0.0, 0.0
-    tp_comm = 2.0 * t_comm  # the all-reduce moves twice the FSDP factor's bytes, on the critical path
-    # all-reduce latency on > 1 GPU, and every pass's stalls at its kernels' boundaries
-    lat = (tp_latency if nf > 1.0 else 0.0) + kernel_s
+    # every pass's stalls at its kernels' boundaries
+    lat = kernel_s
     w_read = weights / nf / (hbm_bw * CAST_BW_EFF)  # a forward pass streams every weight once
     # a pass of at least dequant_tokens tokens first converts the weight-only weights to BF16
     w_dq = dequant_bytes / nf / (hbm_bw * mbu) if dequant_tokens > 0.0 else 0.0
-    t_tok = time_per_token / nf
+    # each GPU of the replica runs 1 / n of a token's work, but the norms and residual adds on
+    # the full hidden state (replicated_s of it) whole
+    rep = replicated_s * (1.0 - 1.0 / nf)
+    t_tok = time_per_token / nf + rep
     # a prompt's tokens skip the LM head but its last one (only the last position is sampled)
     t_head = head_time_per_token / nf
-    t_prompt = (time_per_token - head_time_per_token) / nf if time_per_token < math.inf else math.inf
-    prefill = w_read + prompt_tokens * (t_prompt + tp_comm) + t_head + lat + STEP_OVERHEAD_S
+    t_prompt = (time_per_token - head_time_per_token) / nf + rep if time_per_token < math.inf else math.inf
+    prefill = w_read + prompt_tokens * t_prompt + t_head + lat + STEP_OVERHEAD_S
+    prefill += allreduce_seconds(prompt_tokens, comm_bytes, tp_calls, nf, nodes, intra_bw, inter_bw, ar_lat, ar_bus, nvlink)
     if prompt_tokens >= dequant_tokens:
         prefill += w_dq
     out = max(output_tokens, 1.0)
@@ -255,7 +297,8 @@ def roofline(
     t_core = w_read + t_kv + bf * t_tok + share * (prompt_tokens * t_prompt + t_head)
     if m >= dequant_tokens:
         t_core += w_dq
-    t_dec = t_core + m * tp_comm + lat + STEP_OVERHEAD_S
+    t_ar = allreduce_seconds(m, comm_bytes, tp_calls, nf, nodes, intra_bw, inter_bw, ar_lat, ar_bus, nvlink)
+    t_dec = t_core + t_ar + lat + STEP_OVERHEAD_S
     rate = bf / (out * t_dec)
     eff = t_core / t_dec
     if math.isnan(eff):
@@ -263,8 +306,14 @@ def roofline(
     # a new request waits for the running step to end (mean residual t_dec / 2) when any of the
     # other b - 1 requests is running (Poisson: probability 1 - exp(-(b - 1))); the step that
     # carries its prompt also carries the others' work (their decode tokens, KV reads, prompts'
-    # share and all-reduces: (b - 1) / b of the step's), so its first token comes at that end
-    t_run = t_kv + bf * t_tok + share * (prompt_tokens * t_prompt + t_head) + m * tp_comm
+    # share and all-reduces' bytes: (b - 1) / b of the step's), so its first token comes at that end
+    t_run = (
+        t_kv
+        + bf * t_tok
+        + share * (prompt_tokens * t_prompt + t_head)
+        + t_ar
+        - allreduce_seconds(0.0, comm_bytes, tp_calls, nf, nodes, intra_bw, inter_bw, ar_lat, ar_bus, nvlink)
+    )
     others = t_run * (bf - 1.0) / bf if bf > 1.0 else 0.0
     ttft = prefill + others + (1.0 - math.exp(1.0 - bf)) * 0.5 * t_dec
     return rate, rate * output_tokens, eff, ttft, t_dec
@@ -343,11 +392,15 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
             tf[t, T_HBM],
             tf[t, T_INTRA],
             tf[t, T_INTER],
+            tf[t, T_ARL],
+            tf[t, T_ARB],
+            tf[t, T_NVL],
             mbu,
             overlap,
             c_terms[C_WS, t],
             c_terms[C_TPT, t],
             c_terms[C_HD, t],
+            tf[t, T_REPL],
             c_terms[C_KVR, t],
             c_terms[C_COMM, t],
             c_terms[C_KVH, t],
@@ -387,11 +440,15 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
                     tf[t, T_HBM],
                     tf[t, T_INTRA],
                     tf[t, T_INTER],
+                    tf[t, T_ARL],
+                    tf[t, T_ARB],
+                    tf[t, T_NVL],
                     mbu,
                     overlap,
                     c_terms[C_WS, t],
                     c_terms[C_TPT, t],
                     c_terms[C_HD, t],
+                    tf[t, T_REPL],
                     c_terms[C_KVR, t],
                     c_terms[C_COMM, t],
                     c_terms[C_KVH, t],
@@ -422,6 +479,7 @@ __all__ = [
     "C_TPT",
     "C_W",
     "C_WS",
+    "allreduce_seconds",
     "fitting_batch",
     "memory_per_gpu",
     "peak_bytes",
