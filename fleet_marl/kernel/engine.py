@@ -61,8 +61,9 @@ from fleet_marl.kernel.layout import (
 from fleet_marl.kernel.outcome import outcome
 from fleet_marl.kernel.placement import place
 from fleet_marl.kernel.power_heat import power_heat, throttle
+from fleet_marl.kernel.roofline import roofline
 from fleet_marl.kernel.safety import check
-from fleet_marl.kernel.tenant_cost import fitting_batch, memory_per_gpu, peak_bytes, roofline, tenant_stage1, tenant_terms, throughput
+from fleet_marl.kernel.tenant_cost import fitting_batch, memory_per_gpu, peak_bytes, tenant_stage1, tenant_terms, throughput
 
 _NOF, _NOI, _NOB = len(OF), len(OI), len(OB)
 _NF_ROWS, _NI_ROWS, _NB_ROWS = _NOF + 27, _NOI + 4, _NOB + 4  # each block: the row's outputs, then scratch rows
