@@ -110,6 +110,11 @@ def test_breakdown_groups_the_rows_by_the_fields_asked(capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[0].split()[:3] == ["quantity", "model", "tp"]
     assert any(line.split()[2:4] == ["llama-3.1-70b", "8"] for line in out.splitlines()[1:])
+    # by serving engine: the name as published up to its parenthesis, whole in the table
+    assert main(["validate", "--quantity", "serving throughput", "--by", "framework"]) == 0
+    out = capsys.readouterr().out
+    engines = {line[23:].rsplit(None, 4)[0].strip(): int(line.split()[-4]) for line in out.splitlines()[1:]}
+    assert engines["TensorRT-LLM 0.17"] == 181 and engines["vLLM 0.6.3"] == 8
     assert main(["validate", "--by", "model,nope"]) == 2
     assert "--by 'model,nope'" in capsys.readouterr().err
 

@@ -127,6 +127,7 @@ class Case:
     attn_impl: str = "flash"  # the attention kernel as the source runs it: "triton" (llm-foundry's FlashAttention-1-class Triton kernel, cost.FA2_OVER_FA1) or "flash"
     reduce_bytes: float = 0.0  # bytes per gradient element of the FSDP reduce-scatter (FSDP_REDUCE_BYTES); 0 = the gradients' own
     total_tokens: bool = False  # the throughput counts prompt and output tokens (serving.tokens_counted: total), not output tokens only
+    framework: str = ""  # the serving engine as published (serving.framework, up to its parenthesis); "" for training and GEMM rows
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -284,6 +285,7 @@ def _case(e: dict) -> Case:
         attn_impl=_attn_impl(tr.get("attn_impl", "flash"), e["id"]),
         reduce_bytes=FSDP_REDUCE_BYTES[str(tr.get("fsdp_mixed_precision", "PURE")).upper()],
         total_tokens=_tokens_counted(sv.get("tokens_counted", "output"), e["id"]),
+        framework=str(sv.get("framework") or "").split(" (")[0].strip(),
         extra={"notes": e.get("notes", ""), "parallelism": par},
     )
 

@@ -39,6 +39,7 @@ def row(c: Case) -> dict:
         "prompt_tokens": c.prompt,
         "output_tokens": c.output,
         "activation_checkpointing": c.checkpointing,
+        "framework": c.framework,
         "source": c.source,
         "representable": c.representable,
         "reason": c.reason,
@@ -86,7 +87,7 @@ def validate(path: str | None = None, quantity: str | None = None) -> dict:
 
 
 #: Row fields ``breakdown`` may group by.
-BY_FIELDS = ("model", "gpu", "tp", "gpus", "precision")
+BY_FIELDS = ("model", "gpu", "tp", "gpus", "precision", "framework")
 
 
 def breakdown(rows: list[dict], keys: tuple[str, ...]) -> list[dict]:
@@ -116,10 +117,15 @@ def breakdown(rows: list[dict], keys: tuple[str, ...]) -> list[dict]:
 
 def breakdown_table(parts: list[dict], keys: tuple[str, ...]) -> str:
     """:func:`breakdown` as text, a line per group."""
-    head = f"{'quantity':<22} " + " ".join(f"{k:<16}" for k in keys) + f" {'cases':>5} {'median err':>10} {'median |err|':>12} {'>30%':>5}"
+    width = {k: max([16, *(len(str(p[k])) for p in parts)]) for k in keys}
+    head = (
+        f"{'quantity':<22} "
+        + " ".join(f"{k:<{width[k]}}" for k in keys)
+        + f" {'cases':>5} {'median err':>10} {'median |err|':>12} {'>30%':>5}"
+    )
     lines = [head]
     for p in parts:
-        cells = " ".join(f"{str(p[k])[:16]:<16}" for k in keys)
+        cells = " ".join(f"{p[k]!s:<{width[k]}}" for k in keys)
         lines.append(
             f"{p['group']:<22} {cells} {p['cases']:>5} {p['median_error']:>+10.1%} {p['median_abs_error']:>12.1%} {p['over_30pct']:>5}"
         )
