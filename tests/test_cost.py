@@ -56,37 +56,7 @@ def fitting_batch(t, n, capacity) -> float:
 
 
 def throughput(st, t, n, b, nodes) -> Thr:
-    return Thr(
-        *engine.roofline(
-            bool(st.is_train[0]),
-            st.seq_len[0],
-            st.prompt_tokens[0],
-            st.output_tokens[0],
-            st.bw[0],
-            st.intra_bw[0],
-            st.inter_bw[0],
-            st.ar_lat[0],
-            st.ar_bus[0],
-            st.nvlink[0],
-            st.mbu,
-            st.comm_overlap,
-            t.stream_bytes[0],
-            t.time_per_token[0],
-            t.head_time_per_token[0],
-            cost.replicated_seconds(st)[0],
-            t.kv_read_per_seq[0],
-            t.comm_bytes[0],
-            t.kv_heads[0],
-            cost.tp_allreduces(st)[0],
-            cost.kernel_stall_seconds(st)[0],
-            t.dequant_bytes[0],
-            float(st.dequant_tokens[0]),
-            t.optimizer[0],
-            n,
-            b,
-            nodes,
-        )
-    )
+    return Thr(*engine.tenant_roofline(st, t, 0, n, b, nodes))
 
 
 def test_bf16_weights_are_two_bytes_per_param():
@@ -263,71 +233,11 @@ def test_a_training_step_ends_with_the_optimizer_step():
     assert t.optimizer[0] == 8.0 * 8_030_261_248
     n, b = 8, 2
     with_opt = throughput(st, t, n, b, 1)
-    without = Thr(
-        *engine.roofline(
-            True,
-            st.seq_len[0],
-            st.prompt_tokens[0],
-            st.output_tokens[0],
-            st.bw[0],
-            st.intra_bw[0],
-            st.inter_bw[0],
-            st.ar_lat[0],
-            st.ar_bus[0],
-            st.nvlink[0],
-            st.mbu,
-            st.comm_overlap,
-            t.weights[0],
-            t.time_per_token[0],
-            t.head_time_per_token[0],
-            cost.replicated_seconds(st)[0],
-            t.kv_read_per_seq[0],
-            t.comm_bytes[0],
-            t.kv_heads[0],
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            n,
-            b,
-            1,
-        )
-    )
+    without = Thr(*engine.tenant_roofline(st, t, 0, n, b, 1, optimizer=0.0))
     tokens = n * b * st.seq_len[0]
     assert tokens / with_opt.work_rate - tokens / without.work_rate == pytest.approx(92 * 8_030_261_248 / 8 / (3.35e12 * 0.92), rel=1e-9)
     # a step that accumulates over 4 batches pays a quarter per batch (the validation's grad_accum)
-    quarter = Thr(
-        *engine.roofline(
-            True,
-            st.seq_len[0],
-            st.prompt_tokens[0],
-            st.output_tokens[0],
-            st.bw[0],
-            st.intra_bw[0],
-            st.inter_bw[0],
-            st.ar_lat[0],
-            st.ar_bus[0],
-            st.nvlink[0],
-            st.mbu,
-            st.comm_overlap,
-            t.weights[0],
-            t.time_per_token[0],
-            t.head_time_per_token[0],
-            cost.replicated_seconds(st)[0],
-            t.kv_read_per_seq[0],
-            t.comm_bytes[0],
-            t.kv_heads[0],
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            t.optimizer[0] / 4,
-            n,
-            b,
-            1,
-        )
-    )
+    quarter = Thr(*engine.tenant_roofline(st, t, 0, n, b, 1, optimizer=t.optimizer[0] / 4))
     assert tokens / quarter.work_rate - tokens / without.work_rate == pytest.approx(0.0299636614 / 4, rel=1e-8)
 
 

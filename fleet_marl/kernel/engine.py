@@ -61,7 +61,7 @@ from fleet_marl.kernel.layout import (
 from fleet_marl.kernel.outcome import outcome
 from fleet_marl.kernel.placement import place
 from fleet_marl.kernel.power_heat import power_heat, throttle
-from fleet_marl.kernel.roofline import roofline
+from fleet_marl.kernel.roofline import roofline, tenant_roofline
 from fleet_marl.kernel.safety import check
 from fleet_marl.kernel.tenant_cost import fitting_batch, memory_per_gpu, peak_bytes, tenant_stage1, tenant_terms, throughput
 
@@ -213,4 +213,14 @@ def round_one(
 
 #: the compiled cost functions, here too for the callers that read them from the engine
 #: (``tools.estimate``): they live in :mod:`fleet_marl.kernel.tenant_cost`
-__all__ = ["fitting_batch", "memory_per_gpu", "pack_static", "peak_bytes", "roofline", "round_one", "round_rows", "tenant_terms"]
+__all__ = [
+    "fitting_batch",
+    "memory_per_gpu",
+    "pack_static",
+    "peak_bytes",
+    "roofline",
+    "round_one",
+    "round_rows",
+    "tenant_roofline",
+    "tenant_terms",
+]

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import math
 
-from fleet_marl.kernel.cost import ADAM_BYTES, CAST_BW_EFF, OPT_STEP_BYTES, STEP_OVERHEAD_S, TP_ALLREDUCE_LATENCY_S
+from fleet_marl.kernel.cost import (
+    ADAM_BYTES,
+    CAST_BW_EFF,
+    OPT_STEP_BYTES,
+    STEP_OVERHEAD_S,
+    TP_ALLREDUCE_LATENCY_S,
+    kernel_stall_seconds,
+    replicated_seconds,
+    tp_allreduces,
+)
 from fleet_marl.kernel.jit import jit, jit_inline
 
 
@@ -145,4 +154,43 @@ def roofline(
     return rate, rate * output_tokens, eff, ttft, t_dec
 
 
-__all__ = ["allreduce_seconds", "roofline"]
+def tenant_roofline(st, terms, t, n, batch, nodes, prompt=None, comm_bytes=None, optimizer=None):
+    """:func:`roofline` of tenant ``t`` of the scenario ``st`` (a ``KernelStatic``) with its stage-1
+    ``terms`` (``kernel.stage1``, indexed ``[t]``) on ``n`` GPUs over ``nodes`` nodes at ``batch``,
+    outside the compiled round (``tenant_cost.throughput`` reads the same values from the packed
+    arrays): ``(work rate, tokens/s, efficiency, ttft s, tpot s)``. ``prompt``, ``comm_bytes`` and
+    ``optimizer`` replace the scenario's prompt tokens, stage 1's communication bytes and the
+    optimizer bytes whose step each batch pays (the validation's FP32 reduce-scatter and gradient
+    accumulation)."""
+    return roofline(
+        bool(st.is_train[t]),
+        st.seq_len[t],
+        st.prompt_tokens[t] if prompt is None else prompt,
+        st.output_tokens[t],
+        st.bw[t],
+        st.intra_bw[t],
+        st.inter_bw[t],
+        st.ar_lat[t],
+        st.ar_bus[t],
+        st.nvlink[t],
+        st.mbu,
+        st.comm_overlap,
+        terms.stream_bytes[t],
+        terms.time_per_token[t],
+        terms.head_time_per_token[t],
+        replicated_seconds(st)[t],
+        terms.kv_read_per_seq[t],
+        terms.comm_bytes[t] if comm_bytes is None else comm_bytes,
+        terms.kv_heads[t],
+        tp_allreduces(st)[t],
+        kernel_stall_seconds(st)[t],
+        terms.dequant_bytes[t],
+        float(st.dequant_tokens[t]),
+        terms.optimizer[t] if optimizer is None else optimizer,
+        n,
+        batch,
+        nodes,
+    )
+
+
+__all__ = ["allreduce_seconds", "roofline", "tenant_roofline"]

@@ -166,6 +166,7 @@ class KernelStatic:
         pools = cl.pools
         models = [catalog.model(t.model) for t in ts]
         gpus = [catalog.gpu(t.gpu_type) for t in ts]
+        fits = {g.name: g.allreduce_fit() for g in gpus}  # (latency s, bus bandwidth B/s) per GPU type
         is_train = np.array([t.kind == "train" for t in ts])
         arr = lambda xs, dt=np.float64: np.array(xs, dtype=dt)  # noqa: E731
         seq = arr([t.workload.seq_len for t in ts])
@@ -206,8 +207,8 @@ class KernelStatic:
             list_price=arr([g.price_per_hour for g in gpus]),
             intra_bw=arr([g.interconnect_gbs * 1e9 for g in gpus]),
             inter_bw=arr([min(g.interconnect_gbs, cl.network_gbs_per_gpu) * 1e9 for g in gpus]),
-            ar_lat=arr([g.allreduce_fit()[0] for g in gpus]),
-            ar_bus=arr([g.allreduce_fit()[1] for g in gpus]),
+            ar_lat=arr([fits[g.name][0] for g in gpus]),
+            ar_bus=arr([fits[g.name][1] for g in gpus]),
             nvlink=arr([float(g.nvlink) for g in gpus]),
             pools=pools,
             pool_capacity=arr([cl.capacity(q) for q in pools], np.int64),

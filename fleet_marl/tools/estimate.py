@@ -110,35 +110,7 @@ def estimate(args) -> dict:
     n, b = args.gpus, args.batch_size
     nodes = math.ceil(args.gpus / args.gpus_per_node)
     mem = engine.memory_per_gpu(*terms, n, b)
-    rate, tokens_per_s, efficiency, ttft_s, tpot_s = engine.roofline(
-        args.mode == "train",
-        st.seq_len[0],
-        st.prompt_tokens[0],
-        st.output_tokens[0],
-        st.bw[0],
-        st.intra_bw[0],
-        st.inter_bw[0],
-        st.ar_lat[0],
-        st.ar_bus[0],
-        st.nvlink[0],
-        st.mbu,
-        st.comm_overlap,
-        tt.stream_bytes[0],
-        tt.time_per_token[0],
-        tt.head_time_per_token[0],
-        cost.replicated_seconds(st)[0],
-        tt.kv_read_per_seq[0],
-        tt.comm_bytes[0],
-        terms[6],
-        cost.tp_allreduces(st)[0],
-        cost.kernel_stall_seconds(st)[0],
-        tt.dequant_bytes[0],
-        float(st.dequant_tokens[0]),
-        terms[3],
-        n,
-        b,
-        nodes,
-    )
+    rate, tokens_per_s, efficiency, ttft_s, tpot_s = engine.tenant_roofline(st, tt, 0, n, b, nodes)
     cap = float(g.memory_bytes)
     usable = float(st.mem_bytes[0])
     fit_b = int(max(engine.fitting_batch(*terms, n, usable), 0))

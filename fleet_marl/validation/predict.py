@@ -89,35 +89,17 @@ def _terms(st: KernelStatic, c: Case):
 
 def _roofline(st: KernelStatic, c: Case, tt, mem, n: int, batch: float, prompt: float | None = None):
     nodes = max(1, math.ceil(n / GPUS_PER_NODE))
-    return engine.roofline(
-        bool(st.is_train[0]),
-        st.seq_len[0],
-        st.prompt_tokens[0] if prompt is None else prompt,
-        st.output_tokens[0],
-        st.bw[0],
-        st.intra_bw[0],
-        st.inter_bw[0],
-        st.ar_lat[0],
-        st.ar_bus[0],
-        st.nvlink[0],
-        st.mbu,
-        st.comm_overlap,
-        tt.stream_bytes[0],
-        tt.time_per_token[0],
-        tt.head_time_per_token[0],
-        cost.replicated_seconds(st)[0],
-        tt.kv_read_per_seq[0],
-        # an FP32 reduce-scatter (Composer's DEFAULT) moves the BF16 gradients at 4 B an element
-        tt.comm_bytes[0] + (tt.grads[0] * (c.reduce_bytes / 2.0 - 1.0) if c.reduce_bytes else 0.0),
-        mem[6],
-        cost.tp_allreduces(st)[0],
-        cost.kernel_stall_seconds(st)[0],
-        tt.dequant_bytes[0],
-        float(st.dequant_tokens[0]),
-        mem[3] / max(c.grad_accum, 1),  # one optimizer step per grad_accum batches
+    return engine.tenant_roofline(
+        st,
+        tt,
+        0,
         n,
         batch,
         nodes,
+        prompt=prompt,
+        # an FP32 reduce-scatter (Composer's DEFAULT) moves the BF16 gradients at 4 B an element
+        comm_bytes=tt.comm_bytes[0] + (tt.grads[0] * (c.reduce_bytes / 2.0 - 1.0) if c.reduce_bytes else 0.0),
+        optimizer=mem[3] / max(c.grad_accum, 1),  # one optimizer step per grad_accum batches
     )
 
 
