@@ -50,7 +50,8 @@ def main():
     for task in args.tasks:
         for label, kw in (("difference only", dict(reward_scheme="difference", compute_all=False)),
                           ("local only", dict(reward_scheme="local", compute_all=False)),
-                          ("difference + all schemes", dict(reward_scheme="difference"))):
+                          ("difference + free (default)", dict(reward_scheme="difference")),
+                          ("every scheme (compute_all)", dict(reward_scheme="difference", compute_all=True))):
             env = fleet_marl.parallel_env(task=task, **kw)
             env.reset(seed=0)
             pool = presample(env, np.random.default_rng(0))

@@ -131,6 +131,16 @@ assert tuple(SCHEMES) == REWARD_SCHEMES, "the scheme registry and config.REWARD_
 assert all(s.rows in ROW_FAMILIES for s in SCHEMES.values())
 
 
+def computed_schemes(chosen: str, compute_all: bool | None) -> tuple[str, ...]:
+    """The schemes an env computes each round, in ``SCHEMES`` order (``RewardSpec.compute_all``):
+    every scheme (``True``), the ``chosen`` one only (``False``), or (``None``, the default) the
+    chosen one and those that need no counterfactual rows, which cost nothing once the grand
+    coalition is evaluated: ``local``, ``global`` and ``mixed``."""
+    if compute_all:
+        return tuple(SCHEMES)
+    return tuple(s for s in SCHEMES if s == chosen or (compute_all is None and SCHEMES[s].rows is None))
+
+
 @dataclass
 class Credit:
     """One round of B clusters: each grand coalition's outcome (leading shape (B,)), its
@@ -307,4 +317,4 @@ class CreditEngine:
         return np.where(degenerate, np.minimum(raw, spec.degenerate_floor), raw)
 
 
-__all__ = ["EXACT_SHAPLEY_MAX", "ROW_FAMILIES", "SCHEMES", "Credit", "CreditEngine", "Rows", "Scheme"]
+__all__ = ["EXACT_SHAPLEY_MAX", "ROW_FAMILIES", "SCHEMES", "Credit", "CreditEngine", "Rows", "Scheme", "computed_schemes"]

@@ -73,7 +73,7 @@ def recorded_layout(infos: dict, env, finished: dict | None) -> dict:
 
 
 def digest(task: str, mechanism: str, safety: str, scheme: str, seed: int = 3) -> str:
-    env = fleet_marl.parallel_env(task=task, mechanism=mechanism, safety_mode=safety, reward_scheme=scheme)
+    env = fleet_marl.parallel_env(task=task, mechanism=mechanism, safety_mode=safety, reward_scheme=scheme, compute_all=True)
     obs, infos = env.reset(seed=seed)
     rng = np.random.default_rng(seed)
     h = hashlib.sha256(json.dumps(canon((obs, recorded_layout(infos, env, None)))).encode())

@@ -23,6 +23,7 @@ REQUIRED = (
     "env_step_us_n16_difference", "env_step_us_n16_local", "difference_overhead_ratio", "kernel_evals_per_s_n16_b1024",
     "kernel_eval_us_n16_b1", "reference_agent_steps_per_s", "agent_steps_per_s_n16_difference", "rss_growth_fraction",
     "shapley_overhead_ratio_n8", "vector_agent_steps_per_s_n16_b256_local", "vector_agent_steps_per_s_n16_b256_difference",
+    "readme_env_ratio_max", "sampled_shapley_overhead_ratio_hard", "difference_overhead_ratio_n64", "vector_difference_over_local_n16_b256",
 )
 
 
@@ -53,6 +54,17 @@ def test_quick_run_prints_every_required_key_as_a_number(report):
     assert report["difference_overhead_ratio"] == pytest.approx(report["env_step_us_n16_difference"] / report["env_step_us_n16_local"])
     assert report["agent_steps_ratio_vs_reference"] == pytest.approx(report["agent_steps_per_s_n16_difference"] / report["reference_agent_steps_per_s"])
     assert report["rss_agent_steps"] >= bench.RSS_AGENT_STEPS // 100
+    # issue 31: every task's env as the README builds it, against the same env as the bench builds it
+    ratios = []
+    for form in ("parallel", "vector"):
+        for task in bench.README_TASKS:
+            readme, built = report[f"readme_{form}_step_us_{task}"], report[f"readme_{form}_bench_step_us_{task}"]
+            assert readme > 0 and built > 0 and report[f"readme_{form}_ratio_{task}"] == pytest.approx(readme / built)
+            ratios.append(readme / built)
+    assert set(bench.README_TASKS) == {"tiny", "easy", "medium", "hard", "trace", "trace_code"}
+    assert report["readme_env_ratio_max"] == pytest.approx(max(ratios))
+    assert report["sampled_shapley_overhead_ratio_hard"] == pytest.approx(report["sampled_shapley_step_us_hard"] / report["env_step_us_hard_local"])
+    assert report["difference_overhead_ratio_n64"] == pytest.approx(report["env_step_us_n64_difference"] / report["env_step_us_n64_local"])
     assert set(report["targets"]) == set(bench.TARGETS)
     for t in report["targets"].values():
         assert t["ratio"] == pytest.approx(t["measured"] / t["target"]) and isinstance(t["met"], bool)
@@ -69,7 +81,7 @@ def test_every_key_is_documented(report):
 
 def test_table_shows_every_measure(report):
     table = bench.format_table(report)
-    for label in ("N=16  difference", "batch 16384", "difference overhead", "exact Shapley", "reference", "RSS", "one kernel evaluation", "vector env, N=16, B=256", "kernel_evals_per_s_n16_b1024"):
+    for label in ("N=16  difference", "batch 16384", "difference overhead", "exact Shapley", "reference", "RSS", "one kernel evaluation", "vector env, N=16, B=256", "kernel_evals_per_s_n16_b1024", "as the README builds it", "vector trace_code", "sampled Shapley (hard"):
         assert label in table, label
 
 

@@ -78,7 +78,7 @@ def recorded_steps(env, seed, n):
 
 
 def test_difference_rewards_match_independent_removal_counterfactuals():
-    env = fleet_marl.parallel_env(task="medium")
+    env = fleet_marl.parallel_env(task="medium", compute_all=True)
     for actions, idx, state, draws, live, rew, infos in recorded_steps(env, 2, 4):
         G = welfare_of(env, idx, state, draws, live)
         for a in actions:
@@ -102,7 +102,7 @@ def test_difference_rewards_match_independent_removal_counterfactuals():
 def test_shapley_matches_brute_force_over_all_permutations():
     """Exact Shapley (N=4) equals the average marginal contribution over all 4! orders, each
     coalition's welfare computed by its own kernel call; and the values sum to G(all) - G(none)."""
-    env = fleet_marl.parallel_env(task="easy")
+    env = fleet_marl.parallel_env(task="easy", compute_all=True)
     for actions, idx, state, draws, live, rew, infos in recorded_steps(env, 4, 3):
         T = env.kernel_static.T
         v = {}
@@ -122,7 +122,7 @@ def test_shapley_matches_brute_force_over_all_permutations():
 
 
 def test_sampled_shapley_is_efficient_above_eight_tenants():
-    env = fleet_marl.parallel_env(task="hard", shapley_samples=16)
+    env = fleet_marl.parallel_env(task="hard", shapley_samples=16, compute_all=True)
     obs, infos = env.reset(seed=0)
     rng = np.random.default_rng(0)
     for _ in range(3):
@@ -845,7 +845,7 @@ def test_sampled_shapley_converges_to_exact(monkeypatch):
     from fleet_marl import credit
 
     def run():
-        env = fleet_marl.parallel_env(task="easy", shapley_samples=3000)
+        env = fleet_marl.parallel_env(task="easy", shapley_samples=3000, compute_all=True)
         obs, infos = env.reset(seed=3)
         rng = np.random.default_rng(3)
         out = []

@@ -18,6 +18,7 @@ import pytest
 from pettingzoo.test import api_test, max_cycles_test, parallel_api_test, render_test, seed_test
 
 import fleet_marl
+from fleet_marl.config import ConfigError
 from fleet_marl.environment import MASK_LAYOUTS, scheme_rewards
 from fleet_marl.tasks import TASKS as REGISTRY
 
@@ -164,21 +165,68 @@ def test_reset_without_seed_continues_the_stream():
 
 def test_trajectory_does_not_depend_on_the_schemes_computed():
     """compute_all only adds infos: the same seed and actions give the same observations and
-    chosen rewards with it on or off (Shapley sampling has its own random stream)."""
-    digests = []
-    for compute_all in (True, False):
+    chosen rewards with it on, off or at its default (Shapley sampling has its own random
+    stream), and every scheme two settings both compute has the same value."""
+    digests, rewards = [], []
+    for compute_all in (True, False, None):
         env = fleet_marl.parallel_env(task="hard", reward_scheme="difference", compute_all=compute_all)
         obs, infos = env.reset(seed=11)
         rng = np.random.default_rng(0)
         h = hashlib.sha256()
+        seen = []
         for _ in range(15):
             acts = {a: np.array([rng.choice(np.flatnonzero(d)) for d in infos[a]["action_mask"]]) for a in env.agents}
             obs, rew, term, trunc, infos = env.step(acts)
             h.update(pickle.dumps((obs, rew, term, trunc)))
-            if compute_all is False:
-                assert set(scheme_rewards(next(iter(infos.values())))) == {"difference"}
+            seen.append({a: scheme_rewards(i) for a, i in infos.items()})
         digests.append(h.hexdigest())
-    assert digests[0] == digests[1]
+        rewards.append(seen)
+    assert digests[0] == digests[1] == digests[2]
+    for every, chosen, default in zip(*rewards, strict=True):
+        for a in every:
+            assert set(chosen[a]) == {"difference"} and set(default[a]) == {"local", "global", "mixed", "difference"}
+            assert chosen[a] == {"difference": every[a]["difference"]}
+            assert default[a] == {k: every[a][k] for k in default[a]}
+
+
+@pytest.mark.parametrize(
+    "scheme, compute_all, want",
+    [
+        ("difference", None, ("local", "global", "mixed", "difference")),
+        ("shapley", None, ("local", "global", "mixed", "shapley")),
+        ("global", None, ("local", "global", "mixed")),
+        ("difference_default", False, ("difference_default",)),
+        ("local", True, ("local", "global", "mixed", "difference", "difference_default", "shapley")),
+    ],
+)
+def test_the_default_computes_the_chosen_scheme_and_the_free_ones(scheme, compute_all, want):
+    """The default env computes the chosen scheme plus those that need no counterfactual row;
+    the kernel rows per round follow (1 + n for difference on easy, 1 with no counterfactual)."""
+    env = fleet_marl.parallel_env(task="easy", reward_scheme=scheme, compute_all=compute_all)
+    assert env.reward_schemes == want
+    obs, infos = env.reset(seed=0)
+    assert tuple(scheme_rewards(infos["tenant_0"])) == want
+    obs, rew, term, trunc, infos = env.step({a: env.default_action_index[env.agent_index[a]] for a in env.agents})
+    assert tuple(scheme_rewards(infos["tenant_0"])) == want
+    if want == ("local", "global", "mixed"):
+        assert env.last_credit.rows == 1
+
+
+def test_a_scheme_not_computed_is_a_key_error_that_says_how_to_get_it():
+    env = fleet_marl.parallel_env(task="easy")
+    obs, infos = env.reset(seed=0)
+    obs, rew, term, trunc, infos = env.step({a: env.default_action_index[env.agent_index[a]] for a in env.agents})
+    info = infos["tenant_0"]
+    with pytest.raises(KeyError, match=r"'reward_shapley': this env computes local, global, mixed, difference; build it with compute_all=True"):
+        info["reward_shapley"]
+    with pytest.raises(KeyError, match="^'no_such_key'$"):
+        info["no_such_key"]
+    assert info.get("reward_shapley") is None and "reward_shapley" not in info  # get and in stay a dict's
+    back = pickle.loads(pickle.dumps(info))
+    assert type(back) is type(info) and list(back) == list(info) and back["reward_difference"] == info["reward_difference"]
+    assert isinstance(info, dict) and list(dict(info)) == list(info)
+    with pytest.raises(ConfigError, match="compute_all"):
+        fleet_marl.parallel_env(task="easy", compute_all="yes")
 
 
 # --- the public read-only views (issue 16) --------------------------------------------------------

@@ -45,7 +45,7 @@ def call(ws, type_, data=None):
 
 
 def test_multi_full_episode_over_the_websocket(multi):
-    local = fleet_marl.parallel_env(task="tiny")
+    local = fleet_marl.parallel_env(task="tiny", compute_all=True)
     with multi.websocket_connect("/ws") as ws:
         r = call(ws, "reset", {"seed": 5})
         assert r["type"] == "observation"
@@ -105,7 +105,7 @@ def test_reference_policy_runs_unchanged_remotely_with_the_local_welfare(multi, 
     finally:
         env.close()
         ws.__exit__(None, None, None)
-    local_env = fleet_marl.parallel_env(task=task, obs_mode=obs_mode, max_cycles=30)
+    local_env = fleet_marl.parallel_env(task=task, obs_mode=obs_mode, max_cycles=30, compute_all=True)
     local = run_episode(local_env, policies.make(policy, local_env), seed=11)
     assert remote.welfare == local.welfare  # bit for bit across the wire
     assert remote.rounds == local.rounds and remote.agents == local.agents
@@ -118,7 +118,7 @@ def test_planner_reads_state_and_masks_remotely(multi):
     finally:
         env.close()
         ws.__exit__(None, None, None)
-    local_env = fleet_marl.parallel_env(task="tiny", max_cycles=4)
+    local_env = fleet_marl.parallel_env(task="tiny", max_cycles=4, compute_all=True)
     assert remote.welfare == run_episode(local_env, policies.make("planner", local_env), seed=2).welfare
 
 
@@ -130,7 +130,7 @@ def test_remote_env_wraps_a_client_and_is_not_a_fleet_env(multi):
 
     assert not issubclass(RemoteParallelEnv, FleetParallelEnv) and issubclass(RemoteParallelEnv, ParallelEnv)
     env, ws = _remote(multi, task="easy", config={"max_cycles": 5})
-    local = fleet_marl.parallel_env(task="easy", max_cycles=5)
+    local = fleet_marl.parallel_env(task="easy", max_cycles=5, compute_all=True)
     try:
         assert not isinstance(env, FleetParallelEnv) and isinstance(env.scenario, FleetParallelEnv)
         assert all(hasattr(env, n) for n in ENV_ATTRIBUTES)
@@ -309,7 +309,7 @@ def test_ego_prompt_is_deterministic_and_the_opponents_follow_config(ego):
             prompts.append(_ego_step(ws, json.dumps(GOOD))["observation"]["prompt"])
     assert prompts[0] == prompts[1] and "Last round: asked 4" in prompts[0]
     # the opponents are the named reference policy: tenant_1 plays greedy's action, as locally
-    env = fleet_marl.parallel_env(task="tiny")
+    env = fleet_marl.parallel_env(task="tiny", compute_all=True)
     obs, infos = env.reset(seed=4)
     pol = policies.make("greedy", env)
     pol.reset(4)
@@ -345,7 +345,7 @@ def test_ego_invalid_answer_gets_fallback_penalty_and_error_and_the_session_surv
         assert r["reward"] == pytest.approx(o["metadata"]["rewards"][o["metadata"]["scheme"]] - 0.25)
         assert o["metadata"]["penalty"] == 0.25
         assert "Your last answer was rejected (" + error + ")" in o["prompt"]
-        env = fleet_marl.parallel_env(task="tiny")
+        env = fleet_marl.parallel_env(task="tiny", compute_all=True)
         default = env.default_action_index[0]
         assert o["last_action"]["request_gpus"] == int(default[0])  # the env's default action ran
         assert o["last_action"]["precision"] == {k: "bf16" for k in GROUP_KEYS}
@@ -451,7 +451,7 @@ def test_ego_under_the_sequential_protocol_sees_the_claims_before_its_turn(ego):
     lists their claims; the round clears after the last claim, with the simultaneous round's
     rewards for the same joint action. The multi view (a ParallelEnv) refuses the protocol."""
     seq_config = {"protocol": "sequential", "turn_order": "fixed"}
-    env = fleet_marl.parallel_env(task="tiny")
+    env = fleet_marl.parallel_env(task="tiny", compute_all=True)
     obs, infos = env.reset(seed=4)
     pol = policies.make("greedy", env)
     pol.reset(4)
@@ -483,7 +483,7 @@ def test_the_ego_prompt_reads_the_arbiters_rules_from_the_mechanism_registry(mec
     from fleet_marl.config.mechanisms import REGISTRY
     from fleet_marl.openenv.prompt import describe, render_prompt
 
-    env = fleet_marl.parallel_env(task="tiny", arbiter={"mechanism": mechanism, "reserve_price": 0.75})
+    env = fleet_marl.parallel_env(task="tiny", arbiter={"mechanism": mechanism, "reserve_price": 0.75}, compute_all=True)
     obs, infos = env.reset(seed=1)
     tenant, cluster, legal = describe(env, "tenant_0", obs["tenant_0"], infos["tenant_0"])
     text = render_prompt(tenant, cluster, legal, {}, None, None)

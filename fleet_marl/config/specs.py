@@ -246,7 +246,11 @@ class RewardSpec:
     scheme: str = "difference"
     mixed_weight: float = 0.5  # mixed = w * local + (1 - w) * global
     shapley_samples: int = 64  # sampled permutations when tenants > 8
-    compute_all: bool = True  # also report the schemes not chosen
+    #: the schemes computed and reported each round: None (default) the chosen one and those that
+    #: need no counterfactual rows (local, global, mixed: free once the round is played); True
+    #: every scheme, difference_default and shapley included (their rows cost a kernel row each);
+    #: False the chosen one only
+    compute_all: bool | None = None
     cost_weight: float = 1.0  # weight of money spent (per round budget) in utility
     degenerate_floor: float = 0.01  # reward of a degenerate strategy
     starvation_penalty: float = 0.0  # subtracted from the global reward per starved tenant
@@ -255,7 +259,12 @@ class RewardSpec:
         _choice(self, "scheme", REWARD_SCHEMES)
         _num(self, "mixed_weight", 0.0, 1.0)
         _int(self, "shapley_samples", 1, 1_000_000)
-        _bool(self, "compute_all")
+        if self.compute_all is not None and not isinstance(self.compute_all, bool):
+            raise ConfigError(
+                "compute_all",
+                self.compute_all,
+                "true (every scheme), false (the chosen one) or null (the chosen one and local, global, mixed)",
+            )
         _num(self, "cost_weight", 0.0)
         _num(self, "degenerate_floor", -1e6, 1e6)
         _num(self, "starvation_penalty", 0.0)

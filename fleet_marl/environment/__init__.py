@@ -39,9 +39,11 @@ Observations -- float32 in [0, 1], ``OBS_FIELDS`` (normalizations in the docs). 
     is every tenant's row followed by each node's temperature and each rack's power.
 
 Rewards -- ``reward_scheme``: local, global, mixed, difference, difference_default, shapley
-    (``fleet_marl.credit``). Every scheme's value is in ``infos[agent]["reward_<scheme>"]``
-    (``env.reward_schemes``; ``scheme_rewards(info)`` gives them as a dict) unless
-    ``compute_all=False``. A degenerate strategy's reward is ``degenerate_floor``.
+    (``fleet_marl.credit``). Each computed scheme's value is in ``infos[agent]["reward_<scheme>"]``
+    (``env.reward_schemes``; ``scheme_rewards(info)`` gives them as a dict): by default the chosen
+    scheme's and the free ``local``, ``global`` and ``mixed``; all six with ``compute_all=True``,
+    only the chosen one with ``compute_all=False``. A degenerate strategy's reward is
+    ``degenerate_floor``.
     ``env.credit_seconds`` is the wall time the env has spent in the credit engine (the one
     batched kernel call per round that every computed scheme needs, plus the schemes'
     arithmetic) since it was built, over all episodes, ``env.last_credit_seconds`` that of the

@@ -10,7 +10,7 @@ import gymnasium
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from fleet_marl.config import FleetConfig
+from fleet_marl.config import REWARD_SCHEMES, FleetConfig
 from fleet_marl.credit import Credit
 from fleet_marl.environment import core
 from fleet_marl.environment.render import render_frame
@@ -59,6 +59,19 @@ REWARD_PREFIX = "reward_"
 #: The info values after ``reset()`` (no round played yet), in ``_INFO_KEYS`` order;
 #: ``illegal_fields`` and ``action_mask`` are filled per agent.
 _RESET_VALUES = (0.0, 0.0, 0, 0, False, False, 0, 0.0, False, False, False, False, None, None) + (False,) * len(_FLAG_KEYS)
+
+
+class AgentInfo(dict):
+    """One agent's infos: a plain ``dict`` whose missing ``reward_<scheme>`` key says which
+    schemes the env computes and how to ask for the others (``compute_all``)."""
+
+    def __missing__(self, key):
+        if isinstance(key, str) and key.startswith(REWARD_PREFIX) and key[len(REWARD_PREFIX) :] in REWARD_SCHEMES:
+            raise KeyError(
+                f"{key!r}: this env computes {', '.join(scheme_rewards(self)) or 'no scheme'}; build it with compute_all=True to "
+                f"report every scheme, or with reward_scheme={key[len(REWARD_PREFIX) :]!r}"
+            )
+        raise KeyError(key)
 
 
 def scheme_rewards(info: dict) -> dict[str, float]:
@@ -200,7 +213,8 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
         observations_ = self._observations(obs_m, masks, self.agents)
         # the same keys as every step's infos, with the values of no round played
         infos = {
-            a: {**self._reset_info, "illegal_fields": np.zeros(N_ACT, bool), "action_mask": masks[self.agent_index[a]]} for a in self.agents
+            a: AgentInfo(self._reset_info, illegal_fields=np.zeros(N_ACT, bool), action_mask=masks[self.agent_index[a]])
+            for a in self.agents
         }
         if self.render_mode == "human":
             self.render()
@@ -278,7 +292,7 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
             rewards[a] = rew_l[i]
             terms[a] = term_l[i]
             truncs[a] = trunc_l[i]
-            infos[a] = dict(zip(keys, per_tenant[i], strict=True))
+            infos[a] = AgentInfo(zip(keys, per_tenant[i], strict=True))
             if summary is not None and done_l[i]:
                 self._reports[a] = summary.episode_report(i, s.ret[0, i], s.utility_sum[0, i], int(s.rounds[0, i]))
         core.finish(s, r)
@@ -404,4 +418,4 @@ def parallel_env(**config: Any) -> FleetParallelEnv:
     return FleetParallelEnv(**config)
 
 
-__all__ = ["REWARD_PREFIX", "FleetParallelEnv", "parallel_env", "scheme_rewards"]
+__all__ = ["REWARD_PREFIX", "AgentInfo", "FleetParallelEnv", "parallel_env", "scheme_rewards"]

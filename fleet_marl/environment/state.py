@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fleet_marl.config import REWARD_SCHEMES, FleetConfig
-from fleet_marl.credit import Credit, CreditEngine
+from fleet_marl.config import FleetConfig
+from fleet_marl.credit import Credit, CreditEngine, computed_schemes
 from fleet_marl.environment import observations, scenario
 from fleet_marl.environment.spaces import ActionMasks, action_nvec, decode_actions
 from fleet_marl.fairness import FairnessState, lowest_precision
@@ -47,7 +47,7 @@ class CoreStatic:
         bid_levels = np.array(cfg.arbiter.bid_levels, np.float64)
         masks = ActionMasks(st, len(bid_levels))
         default_index, default_actions = scenario.default_action(st, bid_levels, masks.prec_legal)
-        schemes = REWARD_SCHEMES if cfg.reward.compute_all else (cfg.reward.scheme,)
+        schemes = computed_schemes(cfg.reward.scheme, cfg.reward.compute_all)
         return CoreStatic(
             config=cfg,
             kernel=st,

@@ -153,6 +153,8 @@ class SessionEnv:
             if k in overrides:
                 raise ValueError(f"reset: config.{k}: not settable over the wire (the server chooses it)")
         overrides.update(extra or {})
+        # the wire reports every scheme's reward (docs/llm_agents.md) unless the client asks for fewer
+        overrides.setdefault("compute_all", True)
         key = (task, json.dumps(overrides, sort_keys=True, default=str), sequential)
         current = self.env
         if current is not None and key == self.key:

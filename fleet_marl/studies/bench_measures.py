@@ -27,6 +27,7 @@ from fleet_marl.environment import parallel_env
 from fleet_marl.errors import require
 from fleet_marl.kernel import Actions, Draws, KernelStatic, RoundState, check_actions, evaluate
 from fleet_marl.studies.bench_timing import StepTiming, median_call_time, presample, rss_bytes, time_steps
+from fleet_marl.tasks import TASKS
 
 _H100 = "h100-sxm"
 #: Trainers (model, sequence length, activation checkpointing) and servers, as in the hard task.
@@ -43,6 +44,15 @@ SHAPLEY_N = 8
 RSS_AGENT_STEPS = 10_000_000
 #: Clusters of the vector-env measurements.
 VECTOR_B = 256
+#: The tasks whose envs are measured as the README builds them (``readme_timing``), and the
+#: clusters of its vector env: ``parallel_env(task="easy", reward_scheme="difference")`` and
+#: ``vector_env(num_envs=64, task="easy", reward_scheme="difference")``, every other option at
+#: its default.
+README_TASKS = tuple(TASKS)
+README_VECTOR_B = 64
+#: Tenants of the sampled-Shapley measurement: the ``hard`` task (``shapley_samples`` permutations
+#: at its default, 64).
+SAMPLED_SHAPLEY_TASK = "hard"
 
 
 def bench_config(n: int, max_cycles: int = 100) -> dict:
@@ -141,18 +151,64 @@ def vector_timing(scheme: str, steps: int, repeats: int) -> tuple[float, float]:
     calls of ``step`` with pre-sampled actions per repeat (automatic resets included: they are
     part of stepping a vector env)."""
     venv = fleet_marl.vector_env(num_envs=VECTOR_B, config=bench_config(KERNEL_N), reward_scheme=scheme, compute_all=False)
+    pool = _vector_pool(venv)
+    venv.step(pool[0])  # warm-up
+    dt = statistics.median(_vector_step_s(venv, pool, steps) for _ in range(repeats))
+    return dt * 1e3, VECTOR_B * KERNEL_N / dt
+
+
+def _vector_pool(venv, n: int = 8) -> list:
     _, infos = venv.reset(seed=0)
     rng = np.random.default_rng(3)
-    pool = [venv.sample_actions(infos, rng) for _ in range(8)]
-    venv.step(pool[0])  # warm-up
-    times = []
+    return [venv.sample_actions(infos, rng) for _ in range(n)]
+
+
+def _vector_step_s(venv, pool: list, steps: int) -> float:
+    t0 = time.perf_counter()
+    for k in range(steps):
+        venv.step(pool[k % len(pool)])
+    return (time.perf_counter() - t0) / steps
+
+
+def readme_timing(task: str, form: str, steps: int, repeats: int) -> tuple[float, float]:
+    """(us per step of ``task``'s env built as the README builds it, us per step of the same env
+    built as the bench builds its envs, ``compute_all=False``): ``form`` ``"parallel"``
+    (``parallel_env(task=..., reward_scheme="difference")``) or ``"vector"`` (``vector_env(num_envs=
+    README_VECTOR_B, ...)``), pre-sampled actions, the repeats of the two builds interleaved so
+    that a slow spell of the machine falls on both."""
+    if form == "parallel":
+        envs = [parallel_env(task=task, reward_scheme="difference", **kw) for kw in ({}, {"compute_all": False})]
+        pools = []
+        for env in envs:
+            env.reset(seed=0)
+            pools.append(presample(env, np.random.default_rng(7)))
+        times: list[list[float]] = [[], []]
+        for _ in range(repeats):
+            for i, env in enumerate(envs):
+                times[i].append(time_steps(env, pools[i], steps, 1).us_per_step)
+        return statistics.median(times[0]), statistics.median(times[1])
+    venvs = [
+        fleet_marl.vector_env(num_envs=README_VECTOR_B, task=task, reward_scheme="difference", **kw) for kw in ({}, {"compute_all": False})
+    ]
+    vpools = [_vector_pool(v) for v in venvs]
+    for v, pool in zip(venvs, vpools, strict=True):
+        v.step(pool[0])  # warm-up
+    vtimes: list[list[float]] = [[], []]
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        for k in range(steps):
-            venv.step(pool[k % len(pool)])
-        times.append((time.perf_counter() - t0) / steps)
-    dt = statistics.median(times)
-    return dt * 1e3, VECTOR_B * KERNEL_N / dt
+        for i, v in enumerate(venvs):
+            vtimes[i].append(_vector_step_s(v, vpools[i], steps) * 1e6)
+    return statistics.median(vtimes[0]), statistics.median(vtimes[1])
+
+
+def sampled_shapley_timing(steps: int, repeats: int) -> tuple[float, float]:
+    """(us per step with ``shapley`` rewards, us per step with ``local``) of the
+    :data:`SAMPLED_SHAPLEY_TASK` env, ``compute_all=False``: sampled Shapley, 64 permutations."""
+    out = []
+    for scheme in ("shapley", "local"):
+        env = parallel_env(task=SAMPLED_SHAPLEY_TASK, reward_scheme=scheme, compute_all=False)
+        env.reset(seed=0)
+        out.append(time_steps(env, presample(env, np.random.default_rng(5)), steps, repeats).us_per_step)
+    return out[0], out[1]
 
 
 def rss_run(agent_steps: int) -> dict:
@@ -219,7 +275,10 @@ __all__ = [
     "ENV_SIZES",
     "KERNEL_BATCHES",
     "KERNEL_N",
+    "README_TASKS",
+    "README_VECTOR_B",
     "RSS_AGENT_STEPS",
+    "SAMPLED_SHAPLEY_TASK",
     "SCHEMES",
     "SHAPLEY_N",
     "VECTOR_B",
@@ -229,8 +288,10 @@ __all__ = [
     "kernel_rate",
     "kernel_single_us",
     "make_env",
+    "readme_timing",
     "reference_env",
     "reference_rate",
     "rss_run",
+    "sampled_shapley_timing",
     "vector_timing",
 ]
