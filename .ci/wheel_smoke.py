@@ -45,10 +45,10 @@ EXTRAS = {"rllib", "torchrl", "plot", "bench", "openenv", "sb3", "pufferlib", "b
 #: Distributions that only extras install: none may be in the core venv.
 EXTRA_DISTS = {"ray", "torch", "torchrl", "tensordict", "matplotlib", "pillow", "supersuit", "tensorboardx", "mpe2",
                "openenv", "fastapi", "uvicorn", "httpx", "pandas", "scipy", "pytest", "hypothesis", "stable-baselines3",
-               "sb3-contrib", "pufferlib-core", "benchmarl", "hydra-core", "omegaconf"}
+               "sb3-contrib", "pufferlib-core", "benchmarl", "hydra-core", "omegaconf", "vmas", "gym"}
 #: Top-level modules of the extras: the only imports an installed module may fail on.
 EXTRA_MODULES = {"ray", "torch", "torchrl", "tensordict", "tensorboardX", "matplotlib", "PIL", "mpe2", "openenv", "fastapi", "uvicorn", "httpx",
-                 "pydantic", "starlette", "stable_baselines3", "sb3_contrib", "pufferlib", "benchmarl", "hydra", "omegaconf"}
+                 "pydantic", "starlette", "stable_baselines3", "sb3_contrib", "pufferlib", "benchmarl", "hydra", "omegaconf", "vmas"}
 #: Packages whose modules must all import in the core (the adapters may need their extra).
 ADAPTERS = ("fleet_marl.rllib.", "fleet_marl.torchrl.", "fleet_marl.openenv.", "fleet_marl.sb3.", "fleet_marl.pufferlib.",
             "fleet_marl.benchmarl.")

@@ -24,6 +24,7 @@ REQUIRED = (
     "kernel_eval_us_n16_b1", "reference_agent_steps_per_s", "agent_steps_per_s_n16_difference", "rss_growth_fraction",
     "shapley_overhead_ratio_n8", "vector_agent_steps_per_s_n16_b256_local", "vector_agent_steps_per_s_n16_b256_difference",
     "readme_env_ratio_max", "sampled_shapley_overhead_ratio_hard", "difference_overhead_ratio_n64", "vector_difference_over_local_n16_b256",
+    "vmas_agent_steps_per_s_n16_b256", "vector_over_vmas_local", "vector_over_vmas_difference",
 )
 
 
@@ -66,8 +67,13 @@ def test_quick_run_prints_every_required_key_as_a_number(report):
     assert report["sampled_shapley_overhead_ratio_hard"] == pytest.approx(report["sampled_shapley_step_us_hard"] / report["env_step_us_hard_local"])
     assert report["difference_overhead_ratio_n64"] == pytest.approx(report["env_step_us_n64_difference"] / report["env_step_us_n64_local"])
     assert set(report["targets"]) == set(bench.TARGETS)
-    for t in report["targets"].values():
-        assert t["ratio"] == pytest.approx(t["measured"] / t["target"]) and isinstance(t["met"], bool)
+    assert report["vector_over_vmas_local"] == pytest.approx(report["vector_agent_steps_per_s_n16_b256_local"] / report["vmas_agent_steps_per_s_n16_b256"])
+    # the kernel against another checkout's is measured only with --kernel-before: not measured, not met
+    assert report["kernel_before"] is None and report["kernel_speedup_n16_b1024_vs_before"] is None
+    assert report["targets"]["kernel_speedup_n16_b1024_vs_before"] == {"measured": None, "target": 4.0, "kind": "min", "ratio": None, "met": False}
+    for key, t in report["targets"].items():
+        if key != "kernel_speedup_n16_b1024_vs_before":
+            assert t["ratio"] == pytest.approx(t["measured"] / t["target"]) and isinstance(t["met"], bool)
 
 
 def test_every_key_is_documented(report):
@@ -81,8 +87,17 @@ def test_every_key_is_documented(report):
 
 def test_table_shows_every_measure(report):
     table = bench.format_table(report)
-    for label in ("N=16  difference", "batch 16384", "difference overhead", "exact Shapley", "reference", "RSS", "one kernel evaluation", "vector env, N=16, B=256", "kernel_evals_per_s_n16_b1024", "as the README builds it", "vector trace_code", "sampled Shapley (hard"):
+    for label in ("N=16  difference", "batch 16384", "difference overhead", "exact Shapley", "reference", "RSS", "one kernel evaluation", "vector env, N=16, B=256", "kernel_evals_per_s_n16_b1024", "as the README builds it", "vector trace_code", "sampled Shapley (hard", "VMAS simple_spread", "not measured"):
         assert label in table, label
+
+
+def test_kernel_before_measures_another_checkout_in_a_subprocess():
+    """--kernel-before: this checkout against itself (the ratio is not asserted: speed lives in the
+    bench); a folder without the engine is a clear error."""
+    now, then = bench.kernel_before_rates(str(ROOT), None, repeats=1, min_time=0.005, rounds=1)
+    assert now > 0 and then > 0
+    with pytest.raises(ValueError, match="--kernel-before .*expected a checkout of the engine"):
+        bench.kernel_before_rates(str(ROOT / "docs"), None, repeats=1, min_time=0.005)
 
 
 def test_bench_config_has_n_tenants_all_staying_the_episode():

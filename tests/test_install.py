@@ -74,7 +74,7 @@ def test_extras_and_what_each_holds():
     assert {"torch", "torchrl", "tensordict", "tensorboardx", "matplotlib"} == names["torchrl"]  # the run folder's logs and curve
     assert {"torchrl>=0.14,<0.15", "tensordict>=0.14,<0.15"} <= set(EXTRAS["torchrl"])
     assert {"matplotlib", "pillow"} == names["plot"]
-    assert names["bench"] == {"mpe2"} and "openenv" in names["openenv"] and EXTRAS["fast"] == []
+    assert names["bench"] == {"mpe2", "vmas", "torch"} and "torch==2.13.0" in EXTRAS["bench"] and "openenv" in names["openenv"] and EXTRAS["fast"] == []
     # [all] is every feature extra: not test (tooling), not fast (empty)
     (all_,) = EXTRAS["all"]
     assert all_.startswith("fleet-marl[")

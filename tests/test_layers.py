@@ -52,7 +52,7 @@ FORBIDDEN = {
 }
 #: Optional dependencies: importing one (or a fleet_marl module that needs one) inside a
 #: function is how a module keeps it optional.
-OPTIONAL = ("ray", "torch", "openenv", "matplotlib", "uvicorn", "fastapi", "PIL", "mpe2", "pettingzoo.classic", "tensorboardX", "resource",
+OPTIONAL = ("ray", "torch", "openenv", "matplotlib", "uvicorn", "fastapi", "PIL", "mpe2", "vmas", "pettingzoo.classic", "tensorboardX", "resource",
             "torchrl", "tensordict", "fleet_marl.rllib", "fleet_marl.torchrl", "fleet_marl.openenv", "fleet_marl.studies",
             "stable_baselines3", "sb3_contrib", "supersuit", "pufferlib", "benchmarl", "fleet_marl.sb3", "fleet_marl.pufferlib", "fleet_marl.benchmarl")
 

@@ -20,17 +20,14 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numba
 import numpy as np
 from tqdm import tqdm
 
-from fleet_marl.errors import require
 from fleet_marl.studies.bench_measures import (
     ENV_SIZES,
     KERNEL_BATCHES,
@@ -44,6 +41,7 @@ from fleet_marl.studies.bench_measures import (
     VECTOR_B,
     bench_config,
     env_step,
+    kernel_before_rates,
     kernel_rate,
     kernel_single_us,
     readme_timing,
@@ -51,8 +49,10 @@ from fleet_marl.studies.bench_measures import (
     rss_run,
     sampled_shapley_timing,
     vector_timing,
+    vmas_timing,
 )
-from fleet_marl.studies.bench_timing import pin_to_one_core
+from fleet_marl.studies.bench_timing import pin_to_one_core, verdict
+from fleet_marl.studies.bench_train import TRAIN_TARGETS, format_train_table, train_throughput
 
 #: The targets: key -> (target, "min" or "max"). Those of the "One engine" issue, then those of
 #: issue 31 ("Fast by default, and counterfactual credit nearly free") measured so far: every
@@ -74,7 +74,11 @@ TARGETS = {
     "difference_overhead_ratio_n64": (1.5, "max"),
     f"sampled_shapley_overhead_ratio_{SAMPLED_SHAPLEY_TASK}": (3.0, "max"),
     "agent_steps_ratio_vs_reference": (8.0, "min"),
+    f"kernel_speedup_n{KERNEL_N}_b1024_vs_before": (4.0, "min"),
 }
+#: The commit whose kernel ``--kernel-before`` is meant to measure: the last one before issue 30
+#: changed the model (the package's version was 0.3.0 then; no tag was made).
+KERNEL_BEFORE_COMMIT = "12a23ba"
 
 
 # --- the run -------------------------------------------------------------------------------------
@@ -117,8 +121,9 @@ QUICK = Plan(
 )
 
 
-def measure(quick: bool = False, cpu: int | None = None, progress: bool = True) -> dict:
-    """Run every measurement and return the report (a flat dict; see docs/benchmarks.md)."""
+def measure(quick: bool = False, cpu: int | None = None, progress: bool = True, kernel_before: str | None = None) -> dict:
+    """Run every measurement and return the report (a flat dict; see docs/benchmarks.md);
+    ``kernel_before``: a checkout whose kernel to measure against this one (``--kernel-before``)."""
     plan = QUICK if quick else FULL
     pinned = pin_to_one_core(cpu)
     t_start = time.perf_counter()
@@ -191,6 +196,21 @@ def measure(quick: bool = False, cpu: int | None = None, progress: bool = True) 
         r[f"sampled_shapley_overhead_ratio_{SAMPLED_SHAPLEY_TASK}"] = sh / loc
 
     jobs.append((f"sampled Shapley ({SAMPLED_SHAPLEY_TASK})", sampled))
+
+    def vmas_job():
+        v = vmas_timing(plan.vector_steps, plan.repeats)
+        r[f"vmas_step_ms_n{KERNEL_N}_b{VECTOR_B}"], r[f"vmas_agent_steps_per_s_n{KERNEL_N}_b{VECTOR_B}"] = v if v else (None, None)
+
+    jobs.append((f"VMAS simple_spread N={KERNEL_N} B={VECTOR_B}", vmas_job))
+    r["kernel_before"] = kernel_before
+    r[f"kernel_evals_per_s_n{KERNEL_N}_b1024_now"] = r[f"kernel_evals_per_s_n{KERNEL_N}_b1024_before"] = None
+    if kernel_before is not None:
+
+        def before_job():
+            now, then = kernel_before_rates(kernel_before, pinned, plan.repeats, plan.kernel_min_time)
+            r[f"kernel_evals_per_s_n{KERNEL_N}_b1024_now"], r[f"kernel_evals_per_s_n{KERNEL_N}_b1024_before"] = now, then
+
+        jobs.append(("the kernel before (--kernel-before)", before_job))
     jobs.append(("memory (long run)", lambda: r.update(rss_run(plan.rss_agent_steps))))
 
     bar = tqdm(jobs, desc="fleet-marl bench", unit="part", file=sys.stderr, disable=not progress)
@@ -204,6 +224,11 @@ def measure(quick: bool = False, cpu: int | None = None, progress: bool = True) 
     r[f"vector_difference_over_local_n16_b{VECTOR_B}"] = (
         r[f"vector_agent_steps_per_s_n16_b{VECTOR_B}_difference"] / r[f"vector_agent_steps_per_s_n16_b{VECTOR_B}_local"]
     )
+    vmas_rate = r[f"vmas_agent_steps_per_s_n{KERNEL_N}_b{VECTOR_B}"]
+    for scheme in SCHEMES:  # the vector env against its vectorized peer, measured in the same run
+        r[f"vector_over_vmas_{scheme}"] = r[f"vector_agent_steps_per_s_n{KERNEL_N}_b{VECTOR_B}_{scheme}"] / vmas_rate if vmas_rate else None
+    now, then = r[f"kernel_evals_per_s_n{KERNEL_N}_b1024_now"], r[f"kernel_evals_per_s_n{KERNEL_N}_b1024_before"]
+    r[f"kernel_speedup_n{KERNEL_N}_b1024_vs_before"] = now / then if now and then else None
     r["readme_env_ratio_max"] = max(r[f"readme_{f}_ratio_{t}"] for f in ("parallel", "vector") for t in README_TASKS)
     r["agent_steps_ratio_vs_reference"] = r["agent_steps_per_s_n16_difference"] / r["reference_agent_steps_per_s"]
     r["targets"] = targets(r)
@@ -216,77 +241,6 @@ def measure(quick: bool = False, cpu: int | None = None, progress: bool = True) 
         "cpus": os.cpu_count(),
     }
     return r
-
-
-#: The training target of the "Every client works, and training is fast" issue (``--train``).
-TRAIN_TARGETS = {"train_agent_steps_per_s_easy": (50_000.0, "min")}
-
-
-def train_throughput(quick: bool = False, progress: bool = True) -> dict:
-    """End-to-end training throughput of ``fleet-marl train`` (the torchrl engine, its default
-    config: ``make train``) on ``easy``: env, inference and learning, wall time per iteration
-    on the cores this process may use (the target is for the 2-core machine; the default
-    config collects in a worker process while this one learns), the first iterations
-    (warm-up, compilation, the worker's start) left out; plus where the learner's time goes
-    (waiting for the batch vs learning on it)."""
-    require(("torch", "torchrl", "tensordict"), "torchrl", "fleet-marl bench --train")
-    import torch  # torch: only for --train
-
-    from fleet_marl.torchrl.train import TorchRLTrainConfig, train  # torch: only for --train
-
-    iterations, warmup = (4, 2) if quick else (24, 4)
-    with tempfile.TemporaryDirectory() as tmp:
-        tc = TorchRLTrainConfig(
-            iterations=iterations + warmup, max_minutes=0, eval_interval=0, final_episodes=0, checkpoint_interval=0, out=tmp
-        )
-        res = train(tc, progress=progress)
-    rows = res.rows[warmup:]
-    n = len(tc.signature()["possible_agents"])
-    frames = tc.num_envs * tc.rollout * n
-    wall = float(rows[-1]["time_s"]) - float(res.rows[warmup - 1]["time_s"])
-    collect = sum(float(x["collect_s"]) for x in rows)
-    learn = sum(float(x["learn_s"]) for x in rows)
-    r: dict[str, Any] = {
-        "train_task": tc.task,
-        "train_num_envs": tc.num_envs,
-        "train_rollout": tc.rollout,
-        "train_epochs": tc.epochs,
-        "train_minibatch": tc.minibatch,
-        "train_hidden": list(tc.hidden),
-        "train_iterations_timed": len(rows),
-        "train_threads": tc.threads or torch.get_num_threads(),
-        "train_collector": tc.collector,
-        "train_agent_steps_per_s_easy": frames * len(rows) / wall,
-        "train_wait_share": collect / (collect + learn),
-        "train_learn_agent_steps_per_s": frames * len(rows) / learn,
-    }
-    r["targets"] = {k: verdict(r[k], *TRAIN_TARGETS[k]) for k in TRAIN_TARGETS}
-    return r
-
-
-def format_train_table(r: dict) -> str:
-    where = (
-        "a worker process collects the next batch while the learner learns" if r["train_collector"] == "async" else "collect, then learn"
-    )
-    lines = [
-        f"fleet-marl bench --train: {r['train_task']}, {r['train_num_envs']} clusters x {r['train_rollout']} steps per iteration, "
-        f"{r['train_epochs']} epochs, {r['train_threads']} torch thread(s), {r['train_collector']} collector ({where}); "
-        f"{r['train_iterations_timed']} iterations timed",
-        "",
-    ]
-    lines.append(
-        f"end-to-end training      {r['train_agent_steps_per_s_easy']:>12,.0f} agent-steps/s (wall time: env, inference, learning)"
-    )
-    lines.append(f"  learning alone         {r['train_learn_agent_steps_per_s']:>12,.0f} agent-steps/s (GAE + PPO epochs)")
-    lines.append(f"  waiting for the batch  {r['train_wait_share']:>12.0%} of the learner's time")
-    for key, t in r["targets"].items():
-        lines.append(f"\n{key}: {t['measured']:,.0f} >= {t['target']:,.0f}: {'met' if t['met'] else 'NOT met'} (ratio {t['ratio']:.2f})")
-    return "\n".join(lines)
-
-
-def verdict(v: float, target: float, kind: str) -> dict:
-    """A measured figure ``v`` against its target: ``kind`` ``"min"`` (v >= target meets it) or ``"max"``."""
-    return {"measured": v, "target": target, "kind": kind, "ratio": v / target, "met": bool(v >= target if kind == "min" else v <= target)}
 
 
 def targets(r: dict) -> dict:
@@ -307,6 +261,13 @@ def format_table(r: dict) -> str:
     for s in SCHEMES:
         lines.append(
             f"{f'  {s}':<28}{r[f'vector_step_ms_n{KERNEL_N}_b{VECTOR_B}_{s}']:>10,.1f}{r[f'vector_agent_steps_per_s_n{KERNEL_N}_b{VECTOR_B}_{s}']:>16,.0f}"
+        )
+    if r[f"vmas_step_ms_n{KERNEL_N}_b{VECTOR_B}"] is None:
+        lines.append("  VMAS simple_spread: not installed (pip install 'fleet-marl[bench]')")
+    else:
+        lines.append(
+            f"{'  VMAS simple_spread':<28}{r[f'vmas_step_ms_n{KERNEL_N}_b{VECTOR_B}']:>10,.1f}{r[f'vmas_agent_steps_per_s_n{KERNEL_N}_b{VECTOR_B}']:>16,.0f}"
+            f"   (ours / VMAS: local {r['vector_over_vmas_local']:.1f}x, difference {r['vector_over_vmas_difference']:.1f}x)"
         )
     lines.append("")
     lines.append(f"{'one kernel evaluation, N=16':<28}{r[f'kernel_eval_us_n{KERNEL_N}_b1']:>10,.1f} us")
@@ -333,10 +294,18 @@ def format_table(r: dict) -> str:
     lines.append(
         f"RSS over {r['rss_agent_steps']:,} vector agent-steps: {r['rss_start_bytes'] / 2**20:,.1f} -> {r['rss_end_bytes'] / 2**20:,.1f} MiB ({r['rss_growth_fraction']:+.2%})"
     )
+    if r["kernel_before"] is not None:
+        lines.append(
+            f"kernel, N=16, batch 1024, interleaved: {r['kernel_evals_per_s_n16_b1024_now']:,.0f} evals/s now, "
+            f"{r['kernel_evals_per_s_n16_b1024_before']:,.0f} in {r['kernel_before']} ({r['kernel_speedup_n16_b1024_vs_before']:.2f}x)"
+        )
     lines.append("")
     lines.append(f"{'target':<34}{'measured':>14}{'target':>12}{'ratio':>8}  met")
     for key, t in r["targets"].items():
         sign = ">=" if t["kind"] == "min" else "<="
+        if t["measured"] is None:
+            lines.append(f"{key:<34}{'not measured':>14}{sign:>4}{t['target']:>8,.3g}{'':>8}  NO")
+            continue
         lines.append(f"{key:<34}{t['measured']:>14,.3g}{sign:>4}{t['target']:>8,.3g}{t['ratio']:>8.2f}  {'yes' if t['met'] else 'NO'}")
     lines.append(f"\n{r['seconds']:.0f} s in all")
     return "\n".join(lines)
@@ -348,6 +317,7 @@ EXAMPLES = """examples:
   fleet-marl bench                      # the full run (under 3 minutes): a table on stdout, progress on stderr
   fleet-marl bench --quick --json       # the CI smoke run (under 30 s), one JSON object
   fleet-marl bench --cpu 0 --json > bench.json
+  git worktree add --detach ../v030 12a23ba && fleet-marl bench --kernel-before ../v030   # the kernel against 0.3.0's
   fleet-marl bench --train              # end-to-end training throughput of make train's config (about 1 min)
   fleet-marl bench --clients --json     # every outside client's route and RLlib's training before/after (issue 32; about 5 min)
   fleet-marl bench --clients --before ../before   # RLlib's "before": a checkout of the engine before issue 32
@@ -378,6 +348,13 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
         help="measure every outside client's route and fleet-marl train --engine rllib before and after instead (issue 32's targets; pinned)",
     )
     b.add_argument(
+        "--kernel-before",
+        default=None,
+        metavar="DIR",
+        help=f"also measure the kernel of a checkout of the engine (a folder holding its fleet_marl package, e.g. a git worktree of "
+        f"{KERNEL_BEFORE_COMMIT}, the 0.3.0 kernel) at N = 16, batch 1024, interleaved with this one (issue 31's 4x target)",
+    )
+    b.add_argument(
         "--before",
         default=None,
         metavar="DIR",
@@ -403,7 +380,7 @@ def run(args) -> int:
         print(json.dumps(c, indent=2) if args.json else bench_clients.format_table(c))
         return 0
     try:
-        r = measure(quick=args.quick, cpu=args.cpu, progress=not args.no_progress)
+        r = measure(quick=args.quick, cpu=args.cpu, progress=not args.no_progress, kernel_before=args.kernel_before)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         print("run 'fleet-marl bench --help' for the options", file=sys.stderr)
@@ -417,6 +394,7 @@ __all__ = [
     "ENV_SIZES",
     "EXAMPLES",
     "KERNEL_BATCHES",
+    "KERNEL_BEFORE_COMMIT",
     "KERNEL_N",
     "RSS_AGENT_STEPS",
     "SCHEMES",
@@ -428,6 +406,7 @@ __all__ = [
     "bench_config",
     "format_table",
     "format_train_table",
+    "kernel_before_rates",
     "measure",
     "reference_rate",
     "run",

@@ -15,8 +15,12 @@ enough that no tenant leaves before ``max_cycles`` (so every step has N agents).
 from __future__ import annotations
 
 import gc
+import os
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -261,6 +265,68 @@ def reference_env():
     return "mpe2.simple_spread_v3", simple_spread_v3.parallel_env(N=3, max_cycles=25, continuous_actions=False)
 
 
+def vmas_timing(steps: int, repeats: int) -> tuple[float, float] | None:
+    """(ms per step, agent-steps/s) of VMAS's ``simple_spread`` (the vectorized peer of the vector
+    env, issue 31): N = ``KERNEL_N`` agents, ``VECTOR_B`` environments stepped as one batch of
+    torch tensors on the CPU with one torch thread, discrete actions drawn beforehand, no resets
+    (VMAS resets only when asked); None when ``vmas`` is not installed (the bench extra)."""
+    try:
+        import torch  # the bench extra: optional
+        import vmas  # the bench extra: optional
+    except ImportError:
+        return None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        env = vmas.make_env("simple_spread", num_envs=VECTOR_B, device="cpu", continuous_actions=False, n_agents=KERNEL_N, seed=0)
+        env.reset()
+        g = torch.Generator().manual_seed(0)
+        pool = [[torch.randint(0, int(space.n), (VECTOR_B,), generator=g) for space in env.action_space] for _ in range(8)]
+        env.step(pool[0])  # warm-up
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for k in range(steps):
+                env.step(pool[k % len(pool)])
+            times.append((time.perf_counter() - t0) / steps)
+    finally:
+        torch.set_num_threads(threads)
+    dt = statistics.median(times)
+    return dt * 1e3, VECTOR_B * KERNEL_N / dt
+
+
+def kernel_before_rates(before: str, cpu: int | None, repeats: int, min_time: float, rounds: int = 3) -> tuple[float, float]:
+    """(this kernel's, ``before``'s kernel's) evaluations/s at N = ``KERNEL_N``, batch 1024: each
+    checkout's own ``kernel_rate`` in a fresh subprocess pinned to the same core (``before`` is a
+    folder holding its ``fleet_marl`` package, e.g. a ``git worktree`` of
+    ``bench.KERNEL_BEFORE_COMMIT``), ``rounds`` times each, interleaved; the best of each. Both run
+    in fresh processes because the figure depends on the process's allocator state: the outputs of
+    a 1024-row call are fresh multi-megabyte arrays, and what the process allocated and freed
+    before (importing torch, for one) decides whether they come with page faults."""
+    root = Path(before).resolve()
+    if not (root / "fleet_marl" / "studies" / "bench_measures.py").is_file():
+        raise ValueError(f"--kernel-before {before!r}: no fleet_marl/studies/bench_measures.py there; expected a checkout of the engine")
+    code = (
+        "import json, os; "
+        + (f"os.sched_setaffinity(0, {{{cpu}}}); " if cpu is not None else "")
+        + f"from fleet_marl.studies.bench_measures import kernel_rate; print(json.dumps(kernel_rate(1024, {repeats}, {min_time})))"
+    )
+
+    def rate(checkout: Path) -> float:
+        env = {**os.environ, "PYTHONPATH": str(checkout), "PYTHONHASHSEED": "0"}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=checkout, timeout=1800, check=False)
+        if out.returncode != 0:
+            raise ValueError(f"--kernel-before: kernel_rate of {checkout} failed:\n{out.stderr[-2000:]}")
+        return float(out.stdout.strip().splitlines()[-1])
+
+    here = Path(fleet_marl.__file__).resolve().parents[1]
+    ours, theirs = [], []
+    for _ in range(rounds):
+        ours.append(rate(here))
+        theirs.append(rate(root))
+    return max(ours), max(theirs)
+
+
 def reference_rate(steps: int, repeats: int) -> tuple[str, StepTiming]:
     name, env = reference_env()
     env.reset(seed=0)
@@ -285,6 +351,7 @@ __all__ = [
     "bench_config",
     "env_step",
     "kernel_actions",
+    "kernel_before_rates",
     "kernel_rate",
     "kernel_single_us",
     "make_env",
@@ -294,4 +361,5 @@ __all__ = [
     "rss_run",
     "sampled_shapley_timing",
     "vector_timing",
+    "vmas_timing",
 ]

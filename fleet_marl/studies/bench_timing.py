@@ -116,4 +116,13 @@ def median_call_time(fn: Callable[[], object], repeats: int, min_time: float) ->
     return statistics.median(times)
 
 
-__all__ = ["StepTiming", "median_call_time", "pin_to_one_core", "presample", "rss_bytes", "time_steps"]
+def verdict(v: float | None, target: float, kind: str) -> dict:
+    """A measured figure ``v`` against its target: ``kind`` ``"min"`` (v >= target meets it) or
+    ``"max"``. ``v`` None (not measured in this run: the kernel comparison without
+    ``--kernel-before``, VMAS not installed): ratio None and not met."""
+    if v is None:
+        return {"measured": None, "target": target, "kind": kind, "ratio": None, "met": False}
+    return {"measured": v, "target": target, "kind": kind, "ratio": v / target, "met": bool(v >= target if kind == "min" else v <= target)}
+
+
+__all__ = ["StepTiming", "median_call_time", "pin_to_one_core", "presample", "rss_bytes", "time_steps", "verdict"]
