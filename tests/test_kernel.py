@@ -524,3 +524,42 @@ def test_server_latency_is_that_of_the_load_it_carries():
     out_heavy = evaluate(st, acts, RoundState.initial(st), heavy)
     assert out_light.slo_attainment[t] == 1.0 and out_light.slo_good[t] == light.arrivals[t]
     assert out_heavy.served[t] > 0 and out_heavy.slo_good[t] == 0.0
+
+
+def test_reused_input_buffers_leave_earlier_outcomes_alone_and_are_per_thread():
+    """Packing reuses each thread's input buffers (kernel/packing.py): an outcome stays what it
+    was after later calls of the same shape, calls from several threads at once give what one
+    thread gives, and a batch whose inputs pass REUSE_MAX_BYTES is not held."""
+    import threading
+
+    from fleet_marl.kernel import packing
+
+    cfg = make_config(mechanism="proportional")
+    st = KernelStatic.from_config(cfg)
+    rng = np.random.default_rng(5)
+    state, draws = RoundState.initial(st), Draws.expected(st)
+    batches = [random_actions(st, rng, 64) for _ in range(6)]
+    first = evaluate(st, batches[0], state, draws)
+    kept = (first.welfare.copy(), first.alloc.copy(), first.utility.copy())
+    singles = [evaluate(st, a, state, draws).welfare.copy() for a in batches]
+    np.testing.assert_array_equal(first.welfare, kept[0])  # later calls wrote into the same input buffers, not into it
+    np.testing.assert_array_equal(first.alloc, kept[1])
+    np.testing.assert_array_equal(first.utility, kept[2])
+    got: dict[int, list] = {}
+
+    def worker(i):
+        got[i] = [evaluate(st, batches[(i + k) % 6], state, draws).welfare.copy() for k in range(12)]
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for i, res in got.items():
+        for k, w in enumerate(res):
+            np.testing.assert_array_equal(w, singles[(i + k) % 6])
+    rows = packing.REUSE_MAX_BYTES // (8 * (len(packing.layout.II) + len(packing.layout.IF)) * st.T) + 1
+    big = random_actions(st, rng, int(rows))
+    evaluate(st, big, state, draws)
+    held = packing._BUFFERS.held
+    assert held[0][0] != rows and sum(b.nbytes for b in held[1:]) <= packing.REUSE_MAX_BYTES

@@ -7,6 +7,7 @@ layouts are :mod:`fleet_marl.kernel.layout`'s."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import fields
 
 import numpy as np
@@ -128,8 +129,29 @@ def lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> tu
     return distinct.pop() if len(distinct) == 1 else np.broadcast_shapes(*shapes)
 
 
+#: Each thread's input buffers, reused from call to call (the compiled round only reads them, and
+#: no output is a view of them): a batch of a thousand rows packs megabytes, which glibc serves
+#: with fresh ``mmap`` pages on every call otherwise, and faulting them in cost about a quarter of
+#: a 1024-row evaluation (``docs/benchmarks.md``). Batches whose inputs pass ``REUSE_MAX_BYTES``
+#: get fresh buffers, so that one huge call does not hold its memory.
+_BUFFERS = threading.local()
+REUSE_MAX_BYTES = 32 << 20
+
+
+def _input_buffers(B: int, T: int, K: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    key = (B, T, K)
+    held = getattr(_BUFFERS, "held", None)
+    if held is not None and held[0] == key:
+        return held[1], held[2], held[3]
+    bufs = (np.empty((len(layout.II), B, T), np.int64), np.empty((len(layout.IF), B, T)), np.empty((B, K)))
+    if sum(b.nbytes for b in bufs) <= REUSE_MAX_BYTES:
+        _BUFFERS.held = (key, *bufs)
+    return bufs
+
+
 def pack(st, actions: Actions, state: RoundState, draws: Draws, present, lead: tuple[int, ...], B: int):
-    """The compiled round's inputs ``(ins_i, ins_f, temp)`` (the ``layout`` module doc)."""
+    """The compiled round's inputs ``(ins_i, ins_f, temp)`` (the ``layout`` module doc), in this
+    thread's reused buffers: valid until the thread's next ``pack`` of the same shape."""
     T = st.T
     flat = len(lead) <= 1
 
@@ -139,9 +161,7 @@ def pack(st, actions: Actions, state: RoundState, draws: Draws, present, lead: t
         else:
             dst[...] = np.broadcast_to(x, lead + tail).reshape((B,) + tail)
 
-    ins_i = np.empty((len(layout.II), B, T), np.int64)
-    ins_f = np.empty((len(layout.IF), B, T))
-    temp = np.empty((B, st.K))
+    ins_i, ins_f, temp = _input_buffers(B, T, st.K)
     put(ins_i[layout.I_GPUS], actions.gpus, (T,))
     put(ins_i[layout.I_BATCH], actions.batch, (T,))
     put(ins_i[layout.I_PREV], state.prev_alloc, (T,))
