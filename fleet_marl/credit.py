@@ -16,7 +16,8 @@ With ``u_i`` the utility of tenant i, ``G(z) = sum_i u_i`` the welfare of the jo
 for nothing and count 0), under the same state and the same random draws. Shapley is exact
 over all ``2^n`` coalitions up to ``EXACT_SHAPLEY_MAX`` live tenants; above that it averages
 the marginal contributions along ``M`` random permutations (Castro et al. 2009), which keeps
-the efficiency property ``sum_i r_i = G(L) - G(empty)`` exactly.
+the efficiency property ``sum_i r_i = G(L) - G(empty)`` exactly. A coalition that several
+permutations' prefixes share is evaluated once.
 
 A scheme is a :class:`Scheme`: the counterfactual rows it needs (``rows``: none, ``"removal"``,
 ``"default"`` or ``"coalitions"``) and its reward from the evaluated rows
@@ -156,6 +157,18 @@ class Credit:
         return Credit(self.outcome.row(b), float(self.welfare[b]), {k: v[b] for k, v in self.rewards.items()}, int(self.rows[b]))
 
 
+def _distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of a (R, n) bool array and, for each row, the index of its distinct row:
+    ``distinct[which] == rows``. Rows are keyed by their bits (``n`` up to 62) or compared whole."""
+    n = rows.shape[1]
+    if n <= 62:
+        keys = rows @ (np.int64(1) << np.arange(n, dtype=np.int64))
+        _, first, which = np.unique(keys, return_index=True, return_inverse=True)
+        return rows[first], which.reshape(-1)
+    distinct, which = np.unique(rows, axis=0, return_inverse=True)
+    return distinct, which.reshape(-1)
+
+
 def _shapley_plan(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For n players over bitmask coalitions: (without (n, 2^(n-1)), with_, weight)."""
     masks = np.arange(1 << n, dtype=np.int64)
@@ -214,7 +227,7 @@ class CreditEngine:
         fixed = np.concatenate(present, axis=1)  # (B, F, T): the same number of rows in every cluster
         F = fixed.shape[1]
         coal: list[np.ndarray] = []
-        perm_ranks: list[np.ndarray | None] = []  # None: exact Shapley (every coalition)
+        perm_ranks: list[tuple[np.ndarray, np.ndarray] | None] = []  # None: exact Shapley (every coalition)
         if "coalitions" in self.needs:
             for b in range(B):
                 idx = np.flatnonzero(live[b])
@@ -229,9 +242,12 @@ class CreditEngine:
                     perms = rngs[b].permuted(np.tile(np.arange(n), (M, 1)), axis=1)
                     rank = np.argsort(perms, axis=1)  # position of player j in permutation m
                     pre = rank[:, None, :] < np.arange(1, n)[None, :, None]  # (M, n-1, n): proper, non-empty prefixes
-                    co = np.zeros((M * (n - 1), T), bool)
-                    co[:, idx] = pre.reshape(-1, n)
-                    perm_ranks.append(rank)
+                    # a coalition that several permutations share is evaluated once (a row's welfare
+                    # depends on its coalition only): `which` maps each prefix to its distinct row
+                    distinct, which = _distinct_rows(pre.reshape(-1, n))
+                    co = np.zeros((distinct.shape[0], T), bool)
+                    co[:, idx] = distinct
+                    perm_ranks.append((rank, which))
                 coal.append(co)
         counts = F + np.array([c.shape[0] for c in coal], np.int64) if coal else np.full(B, F, np.int64)
         start = np.concatenate(([0], np.cumsum(counts)[:-1]))
@@ -282,16 +298,17 @@ class CreditEngine:
                 if not n:
                     continue
                 v = W[start[b] + col : start[b] + counts[b]]
-                ranks = perm_ranks[b]
-                if ranks is None:
+                sampled = perm_ranks[b]
+                if sampled is None:
                     without, with_, weight = self._plan(n)
                     phi[b, idx] = (weight * (v[with_] - v[without])).sum(-1)
                 else:
+                    ranks, which = sampled
                     M = ranks.shape[0]
                     full = np.empty((M, n + 1))
                     full[:, 0] = 0.0
                     full[:, n] = G[b]
-                    full[:, 1:n] = v.reshape(M, n - 1)
+                    full[:, 1:n] = v[which].reshape(M, n - 1)
                     m = np.arange(M)[:, None]
                     phi[b, idx] = (full[m, ranks + 1] - full[m, ranks]).mean(0)
             r.shapley = phi

@@ -132,6 +132,45 @@ def test_sampled_shapley_is_efficient_above_eight_tenants():
         assert len(set(np.round(vals, 12))) > 1  # not a uniform split
 
 
+def test_sampled_shapley_evaluates_each_distinct_coalition_once():
+    """Sampled Shapley (N = 16, 64 permutations) equals the average marginal contribution along
+    the same permutations, each prefix's welfare from its own kernel call, while the credit
+    engine evaluates each distinct coalition once: fewer rows than 1 + 64 x 15."""
+    from fleet_marl import credit
+
+    env = fleet_marl.parallel_env(task="hard", reward_scheme="shapley", compute_all=False)
+    st, M = env.kernel_static, env.config.reward.shapley_samples
+    engine = credit.CreditEngine(st, env.config.reward, ("shapley",), env.default_actions)
+    for actions, idx, state, draws, live, rew, infos in recorded_steps(env, 3, 2):
+        n = int(live.sum())
+        assert n > credit.EXACT_SHAPLEY_MAX
+        acts = decode_actions(idx, env.bid_levels)
+        batch = lambda x: np.asarray(x)[None]  # noqa: E731 -- one cluster
+        got = engine.compute(
+            Actions(*(batch(getattr(acts, f)) for f in ("gpus", "bid", "precision", "batch"))),
+            RoundState(*(batch(getattr(state, f)) for f in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left"))),
+            Draws(batch(draws.arrivals), batch(draws.tiebreak)),
+            live[None],
+            [np.random.default_rng(11)],
+        )
+        perms = np.random.default_rng(11).permuted(np.tile(np.arange(n), (M, 1)), axis=1)
+        players = np.flatnonzero(live)
+        G = welfare_of(env, idx, state, draws, live)
+        phi, memo = np.zeros(st.T), {}
+        for perm in perms:
+            S, before = np.zeros(st.T, bool), 0.0
+            for j in perm:
+                S[players[j]] = True
+                key = S.tobytes()
+                if key not in memo:
+                    memo[key] = welfare_of(env, idx, state, draws, S) if S.sum() < n else G
+                phi[players[j]] += memo[key] - before
+                before = memo[key]
+        np.testing.assert_allclose(got.rewards["shapley"][0], phi / M, rtol=1e-12, atol=1e-12)
+        proper = len(memo) - 1  # the distinct proper prefixes, the grand coalition aside
+        assert got.rows[0] == 1 + proper < 1 + M * (n - 1)
+
+
 def test_tenant_requesting_no_gpus_has_difference_equal_to_its_utility():
     env = fleet_marl.parallel_env(task="easy")
     obs, infos = env.reset(seed=1)
