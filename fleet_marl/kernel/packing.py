@@ -131,7 +131,7 @@ def lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> tu
 
 #: Each thread's input buffers, reused from call to call (the compiled round only reads them, and
 #: no output is a view of them): a batch of a thousand rows packs megabytes, which glibc serves
-#: with fresh ``mmap`` pages on every call otherwise, and faulting them in cost about a quarter of
+#: with fresh ``mmap`` pages on every call otherwise, and faulting them in cost a quarter to a third of
 #: a 1024-row evaluation (``docs/benchmarks.md``). Batches whose inputs pass ``REUSE_MAX_BYTES``
 #: get fresh buffers, so that one huge call does not hold its memory.
 _BUFFERS = threading.local()
