@@ -287,30 +287,8 @@ def test_kv_cache_splits_over_at_most_kv_heads_gpus():
 
 def roofline_at(st, t, n, b, tp_calls) -> Thr:
     """The serving roofline on one node with a given number of all-reduces per forward pass."""
-    args = (
-        st.seq_len[0],
-        st.prompt_tokens[0],
-        st.output_tokens[0],
-        st.bw[0],
-        st.intra_bw[0],
-        st.inter_bw[0],
-        st.ar_lat[0],
-        st.ar_bus[0],
-        st.nvlink[0],
-        st.mbu,
-        st.comm_overlap,
-    )
-    terms = (
-        t.stream_bytes[0],
-        t.time_per_token[0],
-        t.head_time_per_token[0],
-        cost.replicated_seconds(st)[0],
-        t.kv_read_per_seq[0],
-        t.comm_bytes[0],
-        t.kv_heads[0],
-    )
     fixed = (tp_calls, cost.kernel_stall_seconds(st)[0], t.dequant_bytes[0], float(st.dequant_tokens[0]), 0.0)
-    return Thr(*engine.roofline(False, *args, *terms, *fixed, n, b, 1))
+    return Thr(*engine.roofline(False, *_serve_args(st, t), *fixed, n, b, 1))
 
 
 def test_serve_elementwise_bytes_by_hand():
