@@ -5,8 +5,10 @@ What it prints: microseconds per row of ``engine.round_rows`` on the rows the ve
 (N = 16 tenants, B = 256 clusters, the bench scenario) hands the kernel in one step, for
 ``local`` (one full row per cluster) and ``difference`` (the grand coalition in full, then 16
 welfare-only removal rows per cluster); then the same with one part of the round replaced by
-something trivial (an ablation: "no clearing" grants min(request, 2) GPUs, "no placement" puts
-each tenant on one node), each from a copy of the package in a temporary folder with that
+something trivial (an ablation: "no clearing" grants min(request, 2) GPUs, "no throughput"
+gives fixed rates and latencies, "no power" skips power, heat and throttling, "no outcome" sets
+each utility from the work rate, "no check" runs every tenant with GPUs at its batch, "no
+placement" puts each tenant on one node), each from a copy of the package in a temporary folder with that
 part of ``engine.py`` rewritten. An ablation also changes what follows it (fewer GPUs, simpler
 placements), so the differences are estimates of each part's cost, not exact shares.
 Minimum over 4 interleaved runs of 7 repeats each; pin to one idle core, never while tests run.
@@ -36,6 +38,24 @@ ABLATIONS = {
     "no clearing": (
         "        clear_pools(b, q_caps, tf, ti, sc, ins_f, req, alloc, mult, price, caps, got, k1, k2, w, level, order, frac, zeros)\n",
         "        for t in range(T):\n            alloc[t] = min(req[t], 2)\n            mult[t] = 1.0\n            price[t] = tf[t, 0]\n",
+    ),
+    "no throughput": (
+        "        throughput(\n            b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf, ri, rb, work_rate, prefill_a, t_dec_a, avail_s, activity\n        )\n",
+        "        for t in range(T):\n            work_rate[t] = 1.0 * alloc[t]\n            prefill_a[t] = 0.1\n            t_dec_a[t] = 0.01\n"
+        "            avail_s[t] = 60.0\n            activity[t] = 1.0 if running[t] else 0.0\n",
+    ),
+    "no power": (
+        "        power_heat(b, tf, nf, ni, sc, temp, activity, rg, t_nodes, n_nodes, node_dyn, rack_dyn, f_cap, f_heat, f_node, t_pred, dead, rk, rr)\n"
+        "        throttle(sc, t_nodes, n_nodes, f_node, f_cap, f_heat, t_pred, dead, running, rf, rb)\n",
+        "",
+    ),
+    "no outcome": (
+        "        outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a, t_dec_a, alloc, mult, rf)\n",
+        "        for t in range(T):\n            util[t] = work_rate[t] * 1e-9\n",
+    ),
+    "no check": (  # row 3 of ri is the batch that runs (layout.OI_BATCH), row 1 of ins_i the batch asked (I_BATCH)
+        "        check(b, tf, sc, ins_i, c_terms, unsafe_c, invalid_c, alloc, rf, ri, rb, running)\n",
+        "        for t in range(T):\n            running[t] = alloc[t] > 0\n            ri[3, t] = ins_i[1, b, t]\n",
     ),
     "no placement": (
         "        place(alloc, ti, ni, gpn, rg, free, avail, order, by_free, neg_avail, count, t_nodes, n_nodes)\n",

@@ -283,15 +283,9 @@ def vmas_timing(steps: int, repeats: int) -> tuple[float, float] | None:
         g = torch.Generator().manual_seed(0)
         pool = [[torch.randint(0, int(space.n), (VECTOR_B,), generator=g) for space in env.action_space] for _ in range(8)]
         env.step(pool[0])  # warm-up
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for k in range(steps):
-                env.step(pool[k % len(pool)])
-            times.append((time.perf_counter() - t0) / steps)
+        dt = statistics.median(_vector_step_s(env, pool, steps) for _ in range(repeats))
     finally:
         torch.set_num_threads(threads)
-    dt = statistics.median(times)
     return dt * 1e3, VECTOR_B * KERNEL_N / dt
 
 
