@@ -16,6 +16,19 @@ Minimum over 4 interleaved runs of 7 repeats each; pin to one idle core, never w
 ``--steps SCHEME`` instead prints a cProfile of 300 vector-env steps with that reward scheme
 (the per-step breakdowns of docs/benchmarks.md, "Where the time goes now"); cProfile's own
 overhead inflates every figure by about half, so read them as shares.
+
+``--reuse`` instead measures how much of a counterfactual row a perfect reuse of the grand
+coalition's work could skip (issue 31's "incremental counterfactuals" route): on the bench's
+rows (N = 16 and N = 64, ``difference``; ``hard`` with sampled Shapley, each coalition against
+the prefix one tenant shorter), every row is evaluated in full and each tenant of a
+counterfactual row is compared with the same tenant in the row it would reuse. It prints the
+share of tenant-rows that keep their GPUs; their GPUs and nodes (the throughput stage could be
+skipped); those and their clock (the outcome could be skipped); and the share of rows in which
+no tenant's placement moved (the placement and power stages could be skipped).
+
+``--layers`` times the bench's N = 16 ``difference`` env as the parallel env and as the vector
+env with one cluster (the same core step without the agent-ID dicts), interleaved, so that the
+difference is the parallel env's dict layer.
 """
 
 from __future__ import annotations
@@ -142,9 +155,126 @@ def profile_steps(scheme: str) -> None:
     pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 
 
+def _kernel_calls(make_env, steps: int, warm: int = 5) -> list:
+    """The arguments of ``evaluate_welfare`` in ``credit`` for ``steps`` steps after ``warm``."""
+    from fleet_marl import credit
+
+    seen, real = [], credit.evaluate_welfare
+
+    def spy(st, a, s, d, p, full=None):
+        seen.append((st, a, s, d, p))
+        return real(st, a, s, d, p, full=full)
+
+    _env, step = make_env()
+    credit.evaluate_welfare = spy
+    try:
+        for _ in range(warm + steps):
+            step()
+    finally:
+        credit.evaluate_welfare = real
+    return seen[warm:]
+
+
+def _kept(out, present: np.ndarray, row: int, base: int, who: np.ndarray) -> np.ndarray:
+    """(4,) tenant-rows of ``who`` in ``row`` that keep, against ``base``: GPUs; GPUs and nodes;
+    those and the clock; and 1 if no tenant's placement moved."""
+    a = out.alloc[row, who] == out.alloc[base, who]
+    p = a & (out.gpus_on_node[row, who] == out.gpus_on_node[base, who]).all(-1)
+    c = p & (out.throttle[row, who] == out.throttle[base, who])
+    moved = (out.gpus_on_node[row] != out.gpus_on_node[base]).any(-1) & present[row] & present[base]
+    return np.array([a.sum(), p.sum(), c.sum(), 0 if moved.any() else 1], float)
+
+
+def reuse_report() -> None:
+    import fleet_marl
+    from fleet_marl.kernel import evaluate_welfare
+    from fleet_marl.studies.bench import bench_config
+
+    def difference(n: int):
+        def make():
+            venv = fleet_marl.vector_env(num_envs=16, config=bench_config(n), reward_scheme="difference", compute_all=False)
+            _, infos = venv.reset(seed=0)
+            rng = np.random.default_rng(3)
+            return venv, lambda: venv.step(venv.sample_actions(infos, rng))
+
+        return make
+
+    def shapley():
+        env = fleet_marl.parallel_env(task="hard", reward_scheme="shapley", compute_all=False)
+        box = {"infos": env.reset(seed=0)[1]}
+        for k, a in enumerate(env.possible_agents):  # the spaces' own generators, seeded: the same actions each run
+            env.action_space(a).seed(k)
+
+        def step():
+            acts = {a: env.action_space(a).sample(box["infos"][a]["action_mask"]) for a in env.agents}
+            box["infos"] = env.step(acts)[4]
+            if not env.agents:
+                box["infos"] = env.reset()[1]
+
+        return env, step
+
+    print(f"{'rows':<34}{'keep GPUs':>10}{'+ nodes':>10}{'+ clock':>10}{'rows, no move':>15}")
+    for name, make in (("N = 16 difference (removal)", difference(16)), ("N = 64 difference (removal)", difference(64))):
+        tot = np.zeros(4)
+        n_t = n_r = 0
+        for st, a, s, d, p in _kernel_calls(make, 10):
+            out, _ = evaluate_welfare(st, a, s, d, p, full=np.ones(p.shape[0], bool))
+            T = st.T
+            for g in range(0, p.shape[0], T + 1):
+                for i in range(T):
+                    who = p[g + 1 + i] & p[g]
+                    tot += _kept(out, p, g + 1 + i, g, who)
+                    n_t += who.sum()
+                    n_r += 1
+        print(f"{name:<34}{tot[0] / n_t:>10.1%}{tot[1] / n_t:>10.1%}{tot[2] / n_t:>10.1%}{tot[3] / n_r:>15.1%}")
+    tot = np.zeros(4)
+    n_t = n_r = 0
+    for st, a, s, d, p in _kernel_calls(shapley, 5):  # each coalition against one tenant smaller
+        out, _ = evaluate_welfare(st, a, s, d, p, full=np.ones(p.shape[0], bool))
+        key = {tuple(r): k for k, r in enumerate(p)}
+        for r in range(p.shape[0]):
+            for j in np.flatnonzero(p[r]):
+                smaller = p[r].copy()
+                smaller[j] = False
+                base = key.get(tuple(smaller))
+                if base is not None and smaller.any():
+                    tot += _kept(out, p, r, base, smaller)
+                    n_t += smaller.sum()
+                    n_r += 1
+                    break
+    print(f"{'hard, sampled Shapley (coalitions)':<34}{tot[0] / n_t:>10.1%}{tot[1] / n_t:>10.1%}{tot[2] / n_t:>10.1%}{tot[3] / n_r:>15.1%}")
+
+
+def layers_report() -> None:
+    import statistics
+
+    import fleet_marl
+    from fleet_marl.studies.bench import bench_config
+    from fleet_marl.studies.bench_measures import _vector_pool, _vector_step_s
+    from fleet_marl.studies.bench_timing import presample, time_steps
+
+    env = fleet_marl.parallel_env(config=bench_config(16), reward_scheme="difference", compute_all=False)
+    env.reset(seed=0)
+    pool = presample(env, np.random.default_rng(7))
+    venv = fleet_marl.vector_env(num_envs=1, config=bench_config(16), reward_scheme="difference", compute_all=False)
+    vpool = _vector_pool(venv)
+    par, vec = [], []
+    for _ in range(5):
+        par.append(time_steps(env, pool, 500, 1).us_per_step)
+        vec.append(_vector_step_s(venv, vpool, 500) * 1e6)
+    p, v = statistics.median(par), statistics.median(vec)
+    print(f"parallel env {p:.0f} us a step; vector env, B = 1: {v:.0f} us; the dict layer: {p - v:.0f} us")
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--layers"]:
+        layers_report()
+        return
     if len(sys.argv) == 3 and sys.argv[1] == "--time":  # child: time one variant on one capture
         print(time_rows(Path(sys.argv[2])))
+        return
+    if sys.argv[1:] == ["--reuse"]:
+        reuse_report()
         return
     if len(sys.argv) == 3 and sys.argv[1] == "--steps":
         profile_steps(sys.argv[2])
