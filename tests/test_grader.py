@@ -48,7 +48,7 @@ def test_evaluation_is_deterministic_and_the_cache_changes_nothing(cache):
     b = evaluate("easy", "bidder", episodes=2, seed=3, progress=False).summary()  # fills the cache
     c = evaluate("easy", "bidder", episodes=2, seed=3, progress=False).summary()  # reads it
     assert a == b == c
-    assert len(list((cache / "grader").glob("*.json"))) == 4  # 2 seeds x (random, planner)
+    assert len(list((cache / "grader").glob("*.json"))) == 6  # 2 seeds x (random, planner, hindsight)
     assert a["seeds"] == [3, 4]
 
 

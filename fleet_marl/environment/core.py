@@ -110,6 +110,22 @@ def _has_work(is_train, has_job, backlog_n, queue, arrivals, with_arrivals, futu
             out[b, i] = w or (upcoming and future[b, r, i] > 0)
 
 
+def round_draws(cs: CoreStatic, s: EnvState, t: np.ndarray, live: np.ndarray) -> tuple[np.ndarray, np.ndarray, Draws]:
+    """Round ``t[b]`` of each cluster (``t`` (B,) rounds below ``max_cycles``), from the episode
+    drawn at reset: ``(scheduled, requests, draws)``, the (B, T) arrivals scheduled (requests or
+    jobs), the serving requests among them, and the kernel's draws (the requests of the ``live``
+    tenants, the tie-breaks, a replayed trace's request lengths)."""
+    rows = np.arange(s.B)
+    r = np.minimum(t, cs.max_cycles - 1)
+    scheduled = s.schedule[rows, r]  # (B, T) this round's arrivals: requests or jobs
+    requests = np.where(cs.kernel.is_train, 0.0, scheduled)
+    arrivals = np.where(live, requests, 0.0)
+    tiebreak = s.tiebreak[rows, t]  # rounds are < max_cycles while a tenant is live
+    if cs.schedules.replays_lengths:  # serving tenants replaying a trace are priced at its requests' lengths
+        return scheduled, requests, Draws(arrivals, tiebreak, cs.schedules.prompt_tokens[r], cs.schedules.output_tokens[r])
+    return scheduled, requests, Draws(arrivals=arrivals, tiebreak=tiebreak)
+
+
 def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, credit_rngs) -> StepResult:
     """Play one round in every cluster: ``idx`` (B, T, 8) checked action indices (ignored for
     tenants not live); ``credit_rngs`` each cluster's credit generator. Updates ``s`` in
@@ -117,21 +133,14 @@ def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, credit_rngs) -> StepResul
     are :func:`observe` (``live`` is updated last, so they show who acted)."""
     st, cfg = cs.kernel, cs.config
     B = s.B
-    rows = np.arange(B)
     t = s.round.copy()
     live = s.live.copy()
     acts = cs.decode(idx)
-    scheduled = s.schedule[rows, np.minimum(t, cs.max_cycles - 1)]  # (B, T) this round's arrivals: requests or jobs
-    requests = np.where(st.is_train, 0.0, scheduled)
-    arrivals = np.where(live, requests, 0.0)
-    tiebreak = s.tiebreak[rows, t]  # rounds are < max_cycles while a tenant is live
+    scheduled, requests, draws = round_draws(cs, s, t, live)
+    arrivals = draws.arrivals
     work = has_work(cs, s, arrivals)
     state = s.round_state()
     t0 = perf_counter()
-    draws = Draws(arrivals=arrivals, tiebreak=tiebreak)
-    if cs.schedules.replays_lengths:  # serving tenants replaying a trace are priced at its requests' lengths
-        r = np.minimum(t, cs.max_cycles - 1)
-        draws = Draws(arrivals, tiebreak, cs.schedules.prompt_tokens[r], cs.schedules.output_tokens[r])
     credit = cs.credit.compute(acts, state, draws, live, credit_rngs)
     credit_seconds = perf_counter() - t0
     o = credit.outcome
@@ -312,4 +321,16 @@ def afford(cs: CoreStatic, s: EnvState) -> np.ndarray:
     return np.floor(s.budget / cs.min_unit)
 
 
-__all__ = ["CoreStatic", "EnvState", "StepResult", "afford", "finish", "has_work", "observe", "reset", "state_vectors", "step"]
+__all__ = [
+    "CoreStatic",
+    "EnvState",
+    "StepResult",
+    "afford",
+    "finish",
+    "has_work",
+    "observe",
+    "reset",
+    "round_draws",
+    "state_vectors",
+    "step",
+]

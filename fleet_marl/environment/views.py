@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fleet_marl import fairness
-from fleet_marl.environment import observations
-from fleet_marl.kernel import RoundState
+from fleet_marl.environment import core, observations
+from fleet_marl.kernel import Draws, RoundState
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:
@@ -24,7 +24,7 @@ def _read_only(a: np.ndarray) -> np.ndarray:
 
 class EnvViews:
     """``round``, ``last_outcome``, ``last_credit``, ``fairness``, ``episode_reports``,
-    ``node_temperatures``, ``round_state``, ``arrival_schedule`` and ``observed_round()``
+    ``node_temperatures``, ``round_state``, ``arrival_schedule``, ``round_draws()`` and ``observed_round()``
     (``FleetParallelEnv`` provides the state)."""
 
     if TYPE_CHECKING:  # what the env that mixes this in provides
@@ -34,6 +34,7 @@ class EnvViews:
 
         kernel_static: KernelStatic
         _s: EnvState
+        _core: core.CoreStatic
         _reports: dict[str, dict]
         _last_credit: Credit | None
 
@@ -104,6 +105,21 @@ class EnvViews:
         tests and analysis: a policy that reads it sees the future."""
         self._need_reset("arrival_schedule")
         return _read_only(self._s.schedule[0])
+
+    def round_draws(self, r: int | None = None) -> Draws:
+        """The kernel :class:`~fleet_marl.kernel.Draws` of round ``r`` (default: the round
+        ahead, ``round``), exactly as the env will hand them to the kernel if the tenants live
+        now are still live then: their serving arrivals, the tie-breaks, a replayed trace's
+        request lengths ((T,) arrays). The simulator's ground truth, like ``arrival_schedule``: a
+        policy that reads it sees the future (the ``hindsight`` reference does, on purpose)."""
+        self._need_reset("round_draws")
+        now = self.round
+        r = now if r is None else r
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not now <= r < self._core.max_cycles:
+            raise ValueError(f"round_draws: r = {r!r}: expected a round from {now} (the round ahead) to {self._core.max_cycles - 1}")
+        _, _, d = core.round_draws(self._core, self._s, np.array([r]), self._s.live)
+        lengths = [None if v is None else _read_only(np.asarray(v)[0]) for v in (d.prompt_tokens, d.output_tokens)]
+        return Draws(_read_only(d.arrivals[0]), _read_only(d.tiebreak[0]), *lengths)
 
 
 __all__ = ["EnvViews"]

@@ -5,7 +5,7 @@ module                 what it owns
 =====================  ====================================================================
 ``loading``            policy specs -> policy objects; the ``PolicyLoader`` plug-in hook
 ``runner``             one episode, every action checked (``run_episode``, ``Episode``)
-``reference``          the ``random`` and ``planner`` reference episodes, cached on disk
+``reference``          the ``random``, ``planner`` and ``hindsight`` reference episodes, cached on disk
 ``score``              the score and ``evaluate`` (``fleet-marl evaluate``)
 ``baselines``          every reference policy on every task (``fleet-marl baselines``)
 ``demo``               one rendered episode (``fleet-marl demo``)
@@ -21,12 +21,13 @@ arrive through a loader plug-in that ``fleet_marl.rllib`` declares).
 """
 
 from fleet_marl.evaluation.loading import PolicyError, PolicyLoader, load_policy, loaders, register_loader, source_name
-from fleet_marl.evaluation.reference import RANDOM, REFERENCE, code_version, data_version, reference_episodes
+from fleet_marl.evaluation.reference import HINDSIGHT, RANDOM, REFERENCE, code_version, data_version, reference_episodes
 from fleet_marl.evaluation.runner import EVENTS, Episode, make_env, run_episode
 from fleet_marl.evaluation.score import Evaluation, GraderError, evaluate, score
 
 __all__ = [
     "EVENTS",
+    "HINDSIGHT",
     "RANDOM",
     "REFERENCE",
     "Episode",

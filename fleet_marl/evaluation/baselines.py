@@ -1,7 +1,7 @@
 """The baseline table: every reference policy on every task (``make baselines``).
 
 For each task and policy: the mean and standard deviation of the episode welfare over the
-seeds, the grader's score and the mean Jain index. The table is written to
+seeds, the grader's score, the gap to the hindsight reference and the mean Jain index. The table is written to
 ``docs/results.md`` and into the README, between the markers ``<!-- baselines:start -->``
 and ``<!-- baselines:end -->``.
 """
@@ -54,13 +54,14 @@ def run_all(tasks, policies, episodes: int = 10, seed: int = 0, progress: bool =
 def table(evals: list[Evaluation]) -> str:
     """The markdown table."""
     lines = [
-        "| task | policy | welfare (mean ± std) | score | Jain | starvation events | degenerate |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| task | policy | welfare (mean ± std) | score | gap to hindsight | Jain | starvation events | degenerate |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for ev in evals:
         s = ev.summary()
+        g = "–" if s["gap_to_hindsight"] is None else f"{s['gap_to_hindsight']:.2f}"
         lines.append(
-            f"| {ev.task} | {ev.policy} | {s['welfare_mean']:.1f} ± {s['welfare_std']:.1f} | {s['score']:.2f} | {s['jain_mean']:.2f} "
+            f"| {ev.task} | {ev.policy} | {s['welfare_mean']:.1f} ± {s['welfare_std']:.1f} | {s['score']:.2f} | {g} | {s['jain_mean']:.2f} "
             f"| {s['starvation_events']} | {s['degenerate']} |"
         )
     return "\n".join(lines)
@@ -74,7 +75,9 @@ def block(evals: list[Evaluation], episodes: int, seed: int, extra_args: str = "
     return (
         f"{START}\n"
         f"Episode welfare over seeds {seeds} ({episodes} episodes per cell; ± is the standard deviation over episodes), "
-        f"score = (W − W_random) / (W_planner − W_random) clipped to [0, 1], Jain's index of normalized service (mean over "
+        f"score = (W − W_random) / (W_planner − W_random) clipped to [0, 1], gap to hindsight = (W_hindsight − W) / "
+        f"(W_hindsight − W_random) (0 at the hindsight reference, which plans with the episode's future in hand; docs/policies.md), "
+        f"Jain's index of normalized service (mean over "
         f"episodes); starvation events and degenerate tenant-rounds are summed over tenants and episodes. "
         f"Reproduce with {how}; Python {platform.python_version()}.\n\n"
         f"{table(evals)}\n{END}"

@@ -26,7 +26,9 @@ EXAMPLES = f"""examples:
 'package.module:Name', a path to a .py file ('my_policy.py' or 'my_policy.py:Name'), or a
 fleet-marl train run folder. Name is a class or a function, called with the env; a file without
 ':Name' must define make_policy(env) or exactly one class with reset() and act().
-score = (welfare - random's) / (planner's - random's), clipped to [0, 1], on the same seeds.
+score = (welfare - random's) / (planner's - random's), clipped to [0, 1], on the same seeds;
+gap to hindsight = (hindsight's - welfare) / (hindsight's - random's), not clipped: the way left
+to the hindsight reference, which plans with the episode's future in hand (docs/policies.md).
 --protocol sequential plays every episode (the references' too) through the AEC loop, the
 tenants claiming one at a time in --turn-order, each seeing the claims made before its turn.
 """
@@ -90,6 +92,8 @@ def print_evaluation(s: dict) -> None:
         f"welfare   {s['welfare_mean']:.2f} ± {s['welfare_std']:.2f}   (random {s['random_welfare_mean']:.2f}, planner {s['reference_welfare_mean']:.2f})"
     )
     print(f"score     {s['score']:.3f}")
+    if s["gap_to_hindsight"] is not None:
+        print(f"gap       {s['gap_to_hindsight']:.3f} to hindsight ({s['hindsight_welfare_mean']:.2f}; 0 = as good, 1 = random)")
     rho = "-" if s["rho_mean"] is None else f"{s['rho_mean']:.2f}"
     wait = "-" if s["p99_wait_s_max"] is None else f"{s['p99_wait_s_max']:.0f} s"
     print(

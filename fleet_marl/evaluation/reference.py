@@ -1,4 +1,4 @@
-"""The reference episodes (``random`` and ``planner``) of the score, cached on disk.
+"""The reference episodes (``random``, ``planner`` and ``hindsight``) of the grader, cached on disk.
 
 Every evaluation plays the references on the same seeds as the policy under test. They are
 deterministic for a (task, overrides, seed, policy, code version, trace contents), so each
@@ -21,10 +21,16 @@ import fleet_marl
 from fleet_marl.environment import FleetParallelEnv
 from fleet_marl.evaluation.loading import load_policy
 from fleet_marl.evaluation.runner import Episode, make_env, run_episode
+from fleet_marl.policies.planner import HindsightPolicy
 from fleet_marl.workloads import resolve_trace
 
 #: The two reference policies of the score: 0 is ``random``, 1 is ``planner``.
 RANDOM, REFERENCE = "random", "planner"
+#: The upper reference of ``gap_to_hindsight``: per seed, the best episode of the ``hindsight``
+#: policy (the planner with the episode's future in hand) over these search horizons. A
+#: longer horizon holds the joint action longer, which helps where queues and heat carry over
+#: and hurts where jobs end mid-horizon, so each seed keeps its best (docs/policies.md).
+HINDSIGHT, HINDSIGHT_HORIZONS = "hindsight", (1, 2, 3)
 #: Top-level folders of fleet_marl whose code never changes a reference episode.
 NOT_EPISODE = frozenset({"rllib", "openenv", "studies", "cli", "tools"})
 
@@ -72,7 +78,7 @@ def _cache_key(task: str, overrides: dict, policy: str, seed: int, version: str)
 
 
 def reference_episodes(task: str, name: str, seeds, overrides: dict | None = None, progress=None, cache: bool = True) -> list[Episode]:
-    """Episodes of the reference policy ``name`` (random or planner), from the cache when it
+    """Episodes of the reference ``name`` (random, planner or hindsight), from the cache when it
     has them."""
     overrides = dict(overrides or {})
     env, pol = make_env(task, **overrides), None
@@ -89,9 +95,12 @@ def reference_episodes(task: str, name: str, seeds, overrides: dict | None = Non
                 continue
             except (OSError, ValueError, TypeError):
                 pass  # a damaged entry is recomputed
-        if pol is None:
-            pol = load_policy(name, env)
-        ep = run_episode(env, pol, int(s), name)
+        if name == HINDSIGHT:  # the best of the hindsight policy's episodes over its horizons
+            ep = max((run_episode(env, HindsightPolicy(env, horizon=h), int(s), name) for h in HINDSIGHT_HORIZONS), key=lambda e: e.welfare)
+        else:
+            if pol is None:
+                pol = load_policy(name, env)
+            ep = run_episode(env, pol, int(s), name)
         out.append(ep)
         if cache:
             try:
@@ -106,4 +115,4 @@ def reference_episodes(task: str, name: str, seeds, overrides: dict | None = Non
     return out
 
 
-__all__ = ["NOT_EPISODE", "RANDOM", "REFERENCE", "code_version", "data_version", "reference_episodes"]
+__all__ = ["HINDSIGHT", "HINDSIGHT_HORIZONS", "NOT_EPISODE", "RANDOM", "REFERENCE", "code_version", "data_version", "reference_episodes"]

@@ -3,11 +3,15 @@
 ::
 
     score = clip((W_policy - W_random) / (W_planner - W_random), 0, 1)
+    gap_to_hindsight = (W_hindsight - W_policy) / (W_hindsight - W_random)
 
 with ``W`` the mean episode welfare (``sum_t G_t``, the sum of every tenant's utility over the
 episode) over the same seeds: 0 is no better than the ``random`` policy, 1 is as good as the
-centralized ``planner`` or better. The episode with seed ``s`` resets the environment and the
-policy with ``s``, so an evaluation is deterministic for its list of seeds.
+centralized ``planner`` or better. The score stops at 1; the gap does not: it measures the way
+left to ``hindsight``, the planner with the episode's future in hand (1 for random, 0 at the
+hindsight reference, below 0 for a policy that beats it; docs/policies.md). The episode with
+seed ``s`` resets the environment and the policy with ``s``, so an evaluation is deterministic
+for its list of seeds.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import numpy as np
 from tqdm import tqdm
 
 from fleet_marl.evaluation.loading import load_policy, source_name
-from fleet_marl.evaluation.reference import RANDOM, REFERENCE, reference_episodes
+from fleet_marl.evaluation.reference import HINDSIGHT, RANDOM, REFERENCE, reference_episodes
 from fleet_marl.evaluation.runner import EVENTS, Episode, make_env, run_episode
 from fleet_marl.tasks import TASKS
 
@@ -41,6 +45,8 @@ class Evaluation:
     random_welfare: list[float]
     reference_welfare: list[float]
     overrides: dict = field(default_factory=dict)
+    #: the hindsight reference's welfare on the same seeds (None: not evaluated; see :func:`evaluate`)
+    hindsight_welfare: list[float] | None = None
 
     @property
     def welfare(self) -> np.ndarray:
@@ -49,6 +55,13 @@ class Evaluation:
     @property
     def score(self) -> float:
         return score(float(self.welfare.mean()), float(np.mean(self.random_welfare)), float(np.mean(self.reference_welfare)))
+
+    @property
+    def gap_to_hindsight(self) -> float | None:
+        """``(W_hindsight - W) / (W_hindsight - W_random)`` (None without the hindsight episodes)."""
+        if self.hindsight_welfare is None:
+            return None
+        return gap(float(self.welfare.mean()), float(np.mean(self.random_welfare)), float(np.mean(self.hindsight_welfare)))
 
     def summary(self) -> dict:
         """The JSON report (``fleet-marl evaluate --json``)."""
@@ -68,6 +81,8 @@ class Evaluation:
             "score": self.score,
             "random_welfare_mean": float(np.mean(self.random_welfare)),
             "reference_welfare_mean": float(np.mean(self.reference_welfare)),
+            "hindsight_welfare_mean": None if self.hindsight_welfare is None else float(np.mean(self.hindsight_welfare)),
+            "gap_to_hindsight": self.gap_to_hindsight,
             "jain_mean": float(np.mean([e.jain for e in eps])),
             "starvation_events": int(sum(e.starvation_events for e in eps)),
             "max_starvation_streak": int(max(e.max_starvation_streak for e in eps)),
@@ -106,6 +121,13 @@ def score(welfare: float, random_welfare: float, reference_welfare: float) -> fl
     return float(np.clip((welfare - random_welfare) / span, 0.0, 1.0))
 
 
+def gap(welfare: float, random_welfare: float, hindsight_welfare: float) -> float | None:
+    """``(W_hindsight - W) / (W_hindsight - W_random)``, unclipped; None where the hindsight
+    reference does not beat random on these seeds."""
+    span = hindsight_welfare - random_welfare
+    return float((hindsight_welfare - welfare) / span) if span > 0 else None
+
+
 def evaluate(
     task: str,
     policy: str | Callable | Any,
@@ -114,9 +136,11 @@ def evaluate(
     overrides: dict | None = None,
     progress: bool = True,
     cache: bool = True,
+    hindsight: bool = True,
 ) -> Evaluation:
     """Evaluate ``policy`` on ``task`` for seeds ``seed .. seed + episodes - 1``, with the
-    random and planner references on the same seeds."""
+    random and planner references on the same seeds, and (``hindsight``, the default; the
+    simultaneous protocol only) the hindsight reference for ``gap_to_hindsight``."""
     if task not in TASKS:
         raise ValueError(f"task = {task!r}: expected one of {', '.join(TASKS)}")
     if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 1:
@@ -128,15 +152,18 @@ def evaluate(
     env = make_env(task, **overrides)
     source = source_name(policy)
     pol = load_policy(policy, env)
+    refs = (RANDOM, REFERENCE, HINDSIGHT)
+    hindsight = (hindsight and overrides.get("protocol", "simultaneous") == "simultaneous") or policy == HINDSIGHT
     bar = None
     if progress:
-        own = 0 if isinstance(policy, str) and policy in (RANDOM, REFERENCE) else len(seeds)
-        bar = tqdm(total=2 * len(seeds) + own, desc=f"evaluate {task}", unit="episode", file=sys.stderr, leave=False)
+        own = 0 if isinstance(policy, str) and policy in refs else len(seeds)
+        bar = tqdm(total=(2 + hindsight) * len(seeds) + own, desc=f"evaluate {task}", unit="episode", file=sys.stderr, leave=False)
     try:
         rand = reference_episodes(task, RANDOM, seeds, overrides, bar, cache)
         ref = reference_episodes(task, REFERENCE, seeds, overrides, bar, cache)
-        if isinstance(policy, str) and policy in (RANDOM, REFERENCE):
-            eps = rand if policy == RANDOM else ref  # the same episodes: play them once
+        hind = reference_episodes(task, HINDSIGHT, seeds, overrides, bar, cache) if hindsight else None
+        if isinstance(policy, str) and policy in refs:
+            eps = {RANDOM: rand, REFERENCE: ref, HINDSIGHT: hind or []}[policy]  # the same episodes: play them once
         else:
             eps = []
             for s in seeds:
@@ -154,7 +181,8 @@ def evaluate(
         random_welfare=[e.welfare for e in rand],
         reference_welfare=[e.welfare for e in ref],
         overrides=overrides,
+        hindsight_welfare=None if hind is None else [e.welfare for e in hind],
     )
 
 
-__all__ = ["Evaluation", "GraderError", "evaluate", "score"]
+__all__ = ["Evaluation", "GraderError", "evaluate", "gap", "score"]

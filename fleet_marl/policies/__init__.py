@@ -9,8 +9,9 @@
 >>> obs, rewards, terms, truncs, infos = env.step(policy.act(obs, infos))
 
 Policies (``POLICIES``): ``random``, ``greedy``, ``fair_share``, ``precision_expert``,
-``bidder`` (``fleet_marl.policies.heuristics``) and ``planner`` (``fleet_marl.policies.planner``, the grader's
-reference). The protocol is in ``fleet_marl.policies.base`` (``Policy``; ``FleetEnvLike``, what a policy
+``bidder`` (``fleet_marl.policies.heuristics``), ``planner`` (``fleet_marl.policies.planner``, the grader's
+reference) and ``hindsight`` (the planner with the episode's future in hand: the grader's upper
+reference, not an online policy). The protocol is in ``fleet_marl.policies.base`` (``Policy``; ``FleetEnvLike``, what a policy
 reads of its env); docs/policies.md describes each one.
 """
 
@@ -18,11 +19,11 @@ from __future__ import annotations
 
 from fleet_marl.policies.base import BasePolicy, ClaimsSoFar, FitTable, FleetEnvLike, Policy, fleet_env, split
 from fleet_marl.policies.heuristics import BidderPolicy, FairSharePolicy, GreedyPolicy, PrecisionExpertPolicy, RandomPolicy
-from fleet_marl.policies.planner import PlannerPolicy
+from fleet_marl.policies.planner import HindsightPolicy, PlannerPolicy
 
 #: Reference policies by name, in the order the baseline table lists them.
 POLICIES: dict[str, type[BasePolicy]] = {
-    p.name: p for p in (RandomPolicy, GreedyPolicy, FairSharePolicy, PrecisionExpertPolicy, BidderPolicy, PlannerPolicy)
+    p.name: p for p in (RandomPolicy, GreedyPolicy, FairSharePolicy, PrecisionExpertPolicy, BidderPolicy, PlannerPolicy, HindsightPolicy)
 }
 
 
@@ -42,6 +43,7 @@ __all__ = [
     "FitTable",
     "FleetEnvLike",
     "GreedyPolicy",
+    "HindsightPolicy",
     "PlannerPolicy",
     "Policy",
     "PrecisionExpertPolicy",

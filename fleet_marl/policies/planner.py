@@ -27,6 +27,7 @@ an optimum over the episode.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import numpy as np
 
@@ -179,11 +180,60 @@ class PlannerPolicy(BasePolicy):
             batch=BATCH_LEVELS[idx[..., -1]],
         )
         total = np.zeros(idx.shape[0])
-        for _ in range(self.horizon):
-            out = evaluate(st, acts, state, draws, present, validate=False)
+        for h in range(self.horizon):
+            d = self._draws_ahead(h, draws)
+            if d is None:  # past the episode's last round
+                break
+            out = evaluate(st, acts, state, d, present, validate=False)
             total += out.welfare
             state = out.next_state()
         return total
 
+    def _draws_ahead(self, h: int, draws: Draws) -> Draws | None:
+        """The draws ``h`` rounds ahead in the search: the forecast, every round."""
+        return draws
 
-__all__ = ["PlannerPolicy"]
+
+class HindsightPolicy(PlannerPolicy):
+    """``hindsight``: the planner with the episode's future in hand -- the grader's upper
+    reference, not an online policy.
+
+    It plans from the env's true state (``env.round_state``: exact queues, tokens left, budgets
+    and temperatures; each trainer's queued jobs counted as the planner counts them) and the
+    draws each round will really see (``env.round_draws``: the episode's arrivals and
+    tie-breaks, drawn at reset), and each candidate is scored over ``horizon`` rounds (default
+    3) of those true draws. It is a heuristic search, not an optimum: coordinate ascent from
+    precision_expert's start, the joint action held over the horizon. docs/policies.md says
+    what it does and does not guarantee."""
+
+    name = "hindsight"
+
+    def __init__(self, env, passes: int = 2, horizon: int = 3, warm_start: bool = False) -> None:
+        super().__init__(env, passes=passes, horizon=horizon, warm_start=warm_start)
+        if not callable(getattr(self.env, "round_draws", None)) or not hasattr(type(self.env), "round_state"):
+            raise TypeError(
+                f"hindsight: the env ({type(self.env).__name__}) does not expose its future (round_draws, round_state); "
+                "use a local fleet_marl env (fleet_marl.parallel_env() or fleet_marl.env())"
+            )
+
+    def _kernel_state(self, s: np.ndarray) -> tuple[np.ndarray, RoundState, Draws]:
+        env: Any = self.env  # a FleetEnvLike with the views checked in __init__
+        st = env.kernel_static
+        seen = env.observed_round(s, include_queued_jobs=True)
+        true = env.round_state
+        state = RoundState(
+            prev_alloc=np.array(true.prev_alloc),
+            temp_c=np.array(true.temp_c),
+            queue=np.array(true.queue),
+            remaining_tokens=np.asarray(true.remaining_tokens) + np.where(st.is_train, seen.jobs_waiting * st.job_tokens, 0.0),
+            budget_left=np.array(true.budget_left),
+        )
+        return seen.live, state, env.round_draws()
+
+    def _draws_ahead(self, h: int, draws: Draws) -> Draws | None:
+        env: Any = self.env  # a FleetEnvLike with the views checked in __init__
+        r = env.round + h
+        return env.round_draws(r) if r < env.max_cycles else None
+
+
+__all__ = ["HindsightPolicy", "PlannerPolicy"]
