@@ -8,10 +8,10 @@ import pytest
 
 import fleet_marl
 from fleet_marl import policies
+from fleet_marl.environment import FleetParallelEnv
 from fleet_marl.evaluation import HINDSIGHT, evaluate, reference_episodes
 from fleet_marl.evaluation.reference import HINDSIGHT_HORIZONS
 from fleet_marl.evaluation.runner import make_env, run_episode
-from fleet_marl.environment import FleetParallelEnv
 from fleet_marl.evaluation.score import gap
 from fleet_marl.policies.planner import HindsightPolicy
 

@@ -3,11 +3,13 @@
 For each task and policy: the mean and standard deviation of the episode welfare over the
 seeds, the grader's score, the gap to the hindsight reference and the mean Jain index. The table is written to
 ``docs/results.md`` and into the README, between the markers ``<!-- baselines:start -->``
-and ``<!-- baselines:end -->``.
+and ``<!-- baselines:end -->``, and its data to ``docs/data/baselines.json`` (:data:`DATA`),
+from which the tests re-render both blocks.
 """
 
 from __future__ import annotations
 
+import json
 import platform
 import re
 import sys
@@ -23,6 +25,9 @@ from fleet_marl.policies import POLICIES
 from fleet_marl.tasks import TASKS
 
 START, END = "<!-- baselines:start -->", "<!-- baselines:end -->"
+#: Where a written table's data goes, relative to the folder of the results file (docs/): the
+#: test that ties the docs to their data re-renders the README's and results.md's block from it.
+DATA = "data/baselines.json"
 #: User errors this command reports as ``error: ...`` (exit code 2).
 ERRORS = (UsageError, PolicyError, GraderError)
 EXAMPLES = """examples:
@@ -51,24 +56,41 @@ def run_all(tasks, policies, episodes: int = 10, seed: int = 0, progress: bool =
     return out
 
 
-def table(evals: list[Evaluation]) -> str:
-    """The markdown table."""
+#: The fields of a row of the table's data (:func:`rows`), from ``Evaluation.summary()``.
+ROW_FIELDS = ("task", "policy", "welfare_mean", "welfare_std", "score", "gap_to_hindsight", "jain_mean", "starvation_events", "degenerate")
+
+
+def rows(evals: list[Evaluation]) -> list[dict]:
+    """The table's data: one dict of :data:`ROW_FIELDS` per evaluation."""
+    return [{k: s[k] for k in ROW_FIELDS} for s in (ev.summary() for ev in evals)]
+
+
+def table(evals: list[Evaluation] | list[dict]) -> str:
+    """The markdown table, of evaluations or of their :func:`rows`."""
     lines = [
         "| task | policy | welfare (mean ± std) | score | gap to hindsight | Jain | starvation events | degenerate |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for ev in evals:
-        s = ev.summary()
+    for s in [r if isinstance(r, dict) else rows([r])[0] for r in evals]:
         g = "–" if s["gap_to_hindsight"] is None else f"{s['gap_to_hindsight']:.2f}"
         lines.append(
-            f"| {ev.task} | {ev.policy} | {s['welfare_mean']:.1f} ± {s['welfare_std']:.1f} | {s['score']:.2f} | {g} | {s['jain_mean']:.2f} "
+            f"| {s['task']} | {s['policy']} | {s['welfare_mean']:.1f} ± {s['welfare_std']:.1f} | {s['score']:.2f} | {g} | {s['jain_mean']:.2f} "
             f"| {s['starvation_events']} | {s['degenerate']} |"
         )
     return "\n".join(lines)
 
 
-def block(evals: list[Evaluation], episodes: int, seed: int, extra_args: str = "") -> str:
-    """The table with the command and the seeds that reproduce it."""
+def data(evals: list[Evaluation], episodes: int, seed: int, extra_args: str = "") -> dict:
+    """What :func:`block` renders, as the JSON ``fleet-marl baselines`` writes beside the docs
+    (:data:`DATA`): the rows, the seeds, the command's extra arguments and the Python version."""
+    return {"episodes": episodes, "seed": seed, "extra_args": extra_args, "python": platform.python_version(), "rows": rows(evals)}
+
+
+def block(evals: list[Evaluation] | dict, episodes: int = 0, seed: int = 0, extra_args: str = "") -> str:
+    """The table with the command and the seeds that reproduce it, from evaluations (and
+    ``episodes``, ``seed``, ``extra_args``) or from their :func:`data`."""
+    d = evals if isinstance(evals, dict) else data(evals, episodes, seed, extra_args)
+    episodes, seed, extra_args = d["episodes"], d["seed"], d["extra_args"]
     seeds = f"{seed}..{seed + episodes - 1}"
     cmd = f"fleet-marl baselines --episodes {episodes} --seed {seed}{extra_args}"
     how = f"`{cmd}`" if extra_args else f"`make baselines` (`{cmd}`)"
@@ -79,8 +101,8 @@ def block(evals: list[Evaluation], episodes: int, seed: int, extra_args: str = "
         f"(W_hindsight − W_random) (0 at the hindsight reference, which plans with the episode's future in hand; docs/policies.md), "
         f"Jain's index of normalized service (mean over "
         f"episodes); starvation events and degenerate tenant-rounds are summed over tenants and episodes. "
-        f"Reproduce with {how}; Python {platform.python_version()}.\n\n"
-        f"{table(evals)}\n{END}"
+        f"Reproduce with {how}; Python {d['python']}.\n\n"
+        f"{table(d['rows'])}\n{END}"
     )
 
 
@@ -158,8 +180,13 @@ def run(args) -> int:
     extra = ("" if tasks == list(TASKS) else f" --tasks {','.join(tasks)}") + (
         "" if names == list(POLICIES) else f" --policies {','.join(names)}"
     )
-    text = block(evals, args.episodes, args.seed, extra)
+    d = data(evals, args.episodes, args.seed, extra)
+    text = block(d)
     assert results is not None and readme is not None  # do_write: both were found or given (checked above)
+    dest = results.parent / DATA
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(d, indent=1) + "\n")
+    print(f"wrote {dest}", file=sys.stderr)
     for path in (results, readme):
         if path.name == "results.md" and not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -169,4 +196,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["EXAMPLES", "add_arguments", "block", "checkout", "run", "run_all", "table", "write"]
+__all__ = ["DATA", "EXAMPLES", "ROW_FIELDS", "add_arguments", "block", "checkout", "data", "rows", "run", "run_all", "table", "write"]

@@ -270,6 +270,7 @@ def grade(learner: Learner, tc: TorchRLTrainConfig, episodes: int) -> Evaluation
         seed=0,
         overrides=dict(tc.env),
         progress=False,
+        hindsight=False,  # a learning curve's points need the score only; the final evaluation reports the gap
     )
 
 

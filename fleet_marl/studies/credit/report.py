@@ -80,12 +80,18 @@ def command(settings: dict, out: str | Path | None = None) -> str:
 
 
 def write_docs(
-    out: str | Path, root: str | Path | None = None, echo: Callable[..., Any] = print, allow_quick: bool = False, engine: str | None = None
+    out: str | Path,
+    root: str | Path | None = None,
+    echo: Callable[..., Any] = print,
+    allow_quick: bool = False,
+    engine: str | None = None,
+    run_out: str | Path | None = None,
 ) -> Path:
     """Copy the study in ``out`` into the checkout's docs: its CSVs, its plots and its report,
     with the command that reproduces it, between the markers of ``docs/credit_assignment.md``
     (where: :func:`docs_targets`). A ``--quick`` study is refused (it would replace the full
-    study's numbers) unless ``allow_quick``."""
+    study's numbers) unless ``allow_quick``. ``run_out`` is the folder the command names (default
+    ``out``): the tests re-render the docs' blocks from their committed copy in ``docs/data``."""
     root = Path(root) if root else checkout()
     if root is None:
         raise StudyError("--docs: this fleet_marl is not a source checkout (no docs/ to write); drop --docs")
@@ -100,11 +106,11 @@ def write_docs(
             "in docs/; drop --docs (the report is in the study folder)"
         )
     where = docs_targets(settings, engine)
-    block = (_rllib_block if engine == "rllib" else _torchrl_block)(out, root, settings, where)
+    block = (_rllib_block if engine == "rllib" else _torchrl_block)(out, root, settings, where, Path(run_out) if run_out else out)
     dest = root / where["data"]
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("results.csv", "curves.csv", "study.json", "sessions.csv"):
-        if (out / name).is_file():
+        if (out / name).is_file() and (out / name).resolve() != (dest / name).resolve():
             shutil.copyfile(out / name, dest / name)
     path = root / DOC
     store.write_block(path, where["start"], where["end"], block)
@@ -207,7 +213,7 @@ def _torchrl_command(settings: dict) -> str:
     return "fleet-marl compare, with Study(" + ", ".join(f"{k}={v!r}" for k, v in diff.items()) + ") from Python"
 
 
-def _torchrl_block(out: Path, root: Path, settings: dict, where: dict) -> str:
+def _torchrl_block(out: Path, root: Path, settings: dict, where: dict, run_out: Path) -> str:
     data, start, end, DATA = load(out), where["start"], where["end"], where["data"]
     cmd = command(settings)
     img = torchrl_plots(data, root / "docs" / "img", where["prefix"])
@@ -275,12 +281,12 @@ def wall_hours(rows: list[dict]) -> float:
     return (max(ends) - min(starts)).total_seconds() / 3600
 
 
-def _rllib_block(out: Path, root: Path, settings: dict, where: dict) -> str:
+def _rllib_block(out: Path, root: Path, settings: dict, where: dict, run_out: Path) -> str:
     start, end = where["start"], where["end"]
     quick = "--quick" in command(settings).split()
     default_out = RLlibStudy.quick().out if quick else RLlibStudy.out
-    out_arg = "" if out.resolve() == Path(default_out).resolve() else f" --out {out.as_posix()}"
-    cmd = command(settings, out.as_posix() if out_arg else None)
+    out_arg = "" if run_out.resolve() == Path(default_out).resolve() else f" --out {run_out.as_posix()}"
+    cmd = command(settings, run_out.as_posix() if out_arg else None)
     rep = _rllib_report(load(out), root / "docs" / "img", where["prefix"], lambda *_: None)
     imgs = "\n\n".join(f"![N = {n}](img/{p.name})" for n, p in sorted(rep["curves"].items()))
     budgets = ", ".join(f"N={n}: {b:,}" for n, b in settings["budgets"].items() if int(n) in settings["ns"])

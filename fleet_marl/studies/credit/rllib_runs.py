@@ -60,7 +60,13 @@ def run_one(study: RLlibStudy, n: int, scheme: str, seed: int, progress: Any = N
         credit_s, env_steps_taken = credit_timing(algo)
         env_steps_taken = max(env_steps_taken, 1)
         ev = evaluate(
-            "easy", lambda env: algorithm_policy(algo, env), episodes=study.episodes, seed=0, overrides=study.env(n), progress=False
+            "easy",
+            lambda env: algorithm_policy(algo, env),
+            episodes=study.episodes,
+            seed=0,
+            overrides=study.env(n),
+            progress=False,
+            hindsight=False,  # the study decides on scores; no hindsight reference for every N
         )
     finally:
         algo.stop()

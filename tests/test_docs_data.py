@@ -1,0 +1,90 @@
+"""The docs are tied to their data (issue 34, item 4): every generated block of the README and
+``docs/`` is re-rendered here from the data committed beside it, and must equal what the docs
+say. A rerun that changes a number changes the data and the block together, or this fails."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fleet_marl.evaluation import baselines
+from fleet_marl.studies.credit.report import DOC, docs_targets, write_docs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _block(text: str, start: str, end: str) -> str:
+    m = re.search(re.escape(start) + ".*?" + re.escape(end), text, re.S)
+    assert m, f"no block between {start} and {end}"
+    return m.group(0)
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/results.md"])
+def test_the_baseline_table_is_its_data(doc):
+    data = json.loads((ROOT / "docs" / baselines.DATA).read_text())
+    assert {r["policy"] for r in data["rows"]} >= {"random", "planner", "hindsight"}
+    shown = _block((ROOT / doc).read_text(), baselines.START, baselines.END)
+    assert shown == baselines.block(data)
+
+
+#: each committed study -> the folder its reproduce line names (the study ran there)
+STUDIES = {
+    "docs/data/credit_study": "runs/credit_study",
+    "docs/data/credit_assignment": "runs/credit_assignment",
+    "docs/data/credit_assignment_auction": "runs/credit_auction",
+}
+
+
+@pytest.mark.parametrize("data", sorted(STUDIES))
+def test_each_credit_study_block_is_its_data(data, tmp_path):
+    (tmp_path / "docs" / "img").mkdir(parents=True)
+    shutil.copyfile(ROOT / DOC, tmp_path / DOC)
+    study = shutil.copytree(ROOT / data, tmp_path / "study")  # a report writes into its study folder: a copy, not the checkout
+    write_docs(study, root=tmp_path, echo=lambda *a: None, run_out=STUDIES[data])
+    where = docs_targets(json.loads((ROOT / data / "study.json").read_text()))
+    assert where["data"] == data
+    rendered = _block((tmp_path / DOC).read_text(), where["start"], where["end"])
+    assert _block((ROOT / DOC).read_text(), where["start"], where["end"]) == rendered
+
+
+#: the README's settings phrases -> the arbiters they name
+_SETTINGS = {"both arbiters": ("proportional", "auction"), "proportional share": ("proportional",), "the auction": ("auction",)}
+
+
+def test_the_readme_states_the_credit_studys_verdicts_and_numbers():
+    """The README's "What the study found" bullets: each prediction's verdicts are the ones the
+    decision rules give on the committed results (the study and its 20-seed follow-up,
+    docs/data/credit_study_followup), and every "mean ± interval" it quotes is in the study's block
+    of docs/credit_assignment.md (which the test above ties to the data) or in the verdicts'
+    numbers on study and follow-up together."""
+    from fleet_marl.studies import store
+    from fleet_marl.studies.credit import torchrl_tables
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("**What the study found**") : readme.index("**What the first study found**")]
+    rows = [r for d in ("credit_study", "credit_study_followup") for r in store.read_rows(ROOT / "docs" / "data" / d / "results.csv")]
+    decided = torchrl_tables.verdicts(rows)
+    verdicts = {(v["prediction"], v["setting"]): v["verdict"] for v in decided}
+    bullets = section.split("\n- ")[1:]
+    assert len(bullets) == len(torchrl_tables.PREDICTIONS)
+    for bullet in bullets:
+        (prediction,) = [p for p in torchrl_tables.PREDICTIONS if p.lower() in bullet.lower().replace("\n", " ")]
+        stated = re.findall(r"\*\*(held|did not hold|undecided)\*\*(?: under (both arbiters|proportional share|the auction))?", bullet)
+        assert stated, bullet
+        for verdict, where in stated:
+            settings = _SETTINGS[where] if where else [s for p, s in verdicts if p == prediction]
+            for s in settings:
+                assert verdicts[(prediction, s)] == verdict, (prediction, s, verdict)
+    block = _block((ROOT / DOC).read_text(), "<!-- credit-study:start -->", "<!-- credit-study:end -->")
+    block += "\n".join(v["why"] for v in decided)
+    pair = r"([−+-]?\d+\.(\d+)) ± (\d+\.\d+)"
+    shown = [(float(m.replace("−", "-")), float(h)) for m, _, h in re.findall(pair, block)]
+    quoted = re.findall(pair, section)
+    assert len(quoted) >= 5
+    for m, digits, h in quoted:  # the README may round the docs' figure (+16.20 ± 10.29 -> +16.2 ± 10.3)
+        want, d = (float(m.replace("−", "-")), float(h)), len(digits)
+        assert any((round(a, d), round(b, d)) == want for a, b in shown), f"{m} ± {h} is in no table of the study"
