@@ -91,7 +91,7 @@ def test_the_hindsight_reference_is_the_best_of_its_horizons():
     each = [run_episode(env, HindsightPolicy(env, horizon=h), 2, "hindsight").welfare for h in HINDSIGHT_HORIZONS]
     (ref,) = reference_episodes("tiny", HINDSIGHT, [2])
     assert ref.welfare == max(each)
-    assert len(set(np.round(each, 9))) > 1  # the horizons do differ on tiny (1 is best there)
+    assert each[0] > max(each[1:])  # on tiny a one-round search wins: 29.4 against 21.2 (seed 2)
 
 
 def test_gap_to_hindsight():
