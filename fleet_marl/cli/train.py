@@ -16,8 +16,11 @@ import sys
 
 import yaml
 
+from fleet_marl.evaluation.baselines import checkout
 from fleet_marl.rllib import command as rllib_command
 from fleet_marl.rllib.loader import checkpoint_folder as rllib_run
+from fleet_marl.studies import learned
+from fleet_marl.studies.store import StudyError
 from fleet_marl.torchrl import command as torchrl_command  # imports no torch
 from fleet_marl.torchrl.loader import checkpoint_folder as torchrl_run
 from fleet_marl.training import config_path
@@ -41,6 +44,7 @@ EXAMPLES = """examples:
   fleet-marl train --config my_run.yaml                 # a YAML of TorchRLTrainConfig keys with 'engine: torchrl'
   fleet-marl train --resume runs/train/easy-shared-local-torchrl --iterations 2000   # on to 2000 in all, as if never stopped
   fleet-marl train --engine rllib                    # RLlib's PPO on easy (about 13 min on 2 cores)
+  fleet-marl train --docs runs/train/trace-shared-difference-torchrl   # publish a graded run as the task's learned row
   fleet-marl train --config medium_per_kind_difference   # an RLlib config (experiments/configs/): the rllib engine
   fleet-marl train --config experiments/torchrl_configs/medium_seq_15min.yaml  # env: {protocol: sequential}: one policy call per turn
   fleet-marl train --engine rllib --config seq.yaml  # env: {protocol: sequential}: RLlib's turn-based episodes
@@ -60,6 +64,14 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
         choices=ENGINES,
         help="torchrl (fast, one process) or rllib (Ray; clusters). Default: the engine of --config or --resume "
         "(an RLlib config or run: rllib), rllib with --address or --num-env-runners, else torchrl",
+    )
+    t.add_argument(
+        "--docs",
+        nargs="+",
+        default=None,
+        metavar="RUN",
+        help="train nothing: publish finished runs (their graded results.json) as the learned rows of README.md and "
+        "docs/results.md, with their data in docs/data/learned/<task>.json (fleet_marl.studies.learned)",
     )
     rllib_command.add_arguments(t)
     torchrl_command.add_arguments(t)
@@ -85,7 +97,24 @@ def engine_of(args) -> str:
     return ENGINES[0]
 
 
+def publish(runs: list[str]) -> int:
+    """``--docs RUN ...``: the runs' graded results into the checkout's learned rows."""
+    root = checkout()
+    if root is None:
+        print("error: --docs: this fleet_marl is not a source checkout (no README.md and docs/ to write)", file=sys.stderr)
+        return 2
+    try:
+        learned.publish(runs, root, echo=lambda m: print(m, file=sys.stderr))
+    except (StudyError, KeyError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        print("run 'fleet-marl train --help' for the options", file=sys.stderr)
+        return 2
+    return 0
+
+
 def run(args) -> int:
+    if args.docs:
+        return publish(args.docs)
     args.engine = engine_of(args)
     if args.engine == "torchrl":
         return torchrl_command.run(args)
@@ -100,4 +129,4 @@ def run(args) -> int:
     return rllib_command.run(args)
 
 
-__all__ = ["DESCRIPTION", "ENGINES", "EXAMPLES", "add_arguments", "run"]
+__all__ = ["DESCRIPTION", "ENGINES", "EXAMPLES", "add_arguments", "publish", "run"]

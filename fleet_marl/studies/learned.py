@@ -1,0 +1,134 @@
+"""The learned rows: each task's trained policy, graded against the reference policies on the
+same seeds, as the table of the README and ``docs/results.md`` between the markers
+``<!-- learned-rows:start -->`` and ``<!-- learned-rows:end -->``.
+
+``fleet-marl train --docs RUN [RUN ...]`` publishes finished runs (:func:`publish`): each run's
+``results.json`` (its final evaluation: the trained policy and every reference policy, each
+episode's welfare) and its iteration count from ``metrics.csv`` go to
+``docs/data/learned/<task>.json``, and the block is rendered from every file there
+(:func:`block`). ``tests/test_docs_data.py`` renders it again from those files and compares.
+
+Each row: the trained policy's welfare (mean ± std over the seeds), its score and its gap to
+the hindsight reference, its welfare minus the planner's paired by seed (mean ± 95% interval,
+and the seeds where it is ahead), Jain's index, the best heuristic, the planner, the hindsight
+reference and what the training cost.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from fleet_marl.studies.credit.stats import mean_ci
+from fleet_marl.studies.store import StudyError, write_block
+from fleet_marl.tasks import TASKS
+
+START, END = "<!-- learned-rows:start -->", "<!-- learned-rows:end -->"
+#: Where the published runs' data goes, one file per task, relative to the checkout.
+DATA = "docs/data/learned"
+#: The heuristics a learned row is compared with (the best of them is shown).
+HEURISTICS = ("greedy", "fair_share", "precision_expert", "bidder")
+#: The files the block goes into, relative to the checkout.
+DOCS = ("README.md", "docs/results.md")
+
+
+def record(run: str | Path) -> dict:
+    """What a finished run publishes: its ``results.json`` and its ``iterations`` (the last row
+    of ``metrics.csv``)."""
+    run = Path(run)
+    res = run / "results.json"
+    if not res.is_file():
+        raise StudyError(f"--docs {str(run)!r}: no results.json; expected a finished fleet-marl train run graded with --final-episodes")
+    data = json.loads(res.read_text())
+    with (run / "metrics.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    data["iterations"] = int(rows[-1]["iteration"]) if rows else 0
+    data["run"] = run.name
+    return data
+
+
+def row(rec: dict) -> dict:
+    """The row of one published run (:func:`record`)."""
+    trained, *refs = rec["evaluations"]
+    by = {e["policy"]: e for e in refs}
+    planner = by["planner"]
+    if trained["seeds"] != planner["seeds"]:
+        raise StudyError(f"{rec['run']}: the trained policy and the planner were graded on different seeds")
+    diff = [a - b for a, b in zip(trained["welfare"], planner["welfare"], strict=True)]
+    m, h = mean_ci(diff)
+    best = max((by[n] for n in HEURISTICS if n in by), key=lambda e: e["welfare_mean"])
+    hind = by.get("hindsight")
+    return {
+        "task": rec["train_config"]["task"],
+        "scheme": rec["train_config"]["reward_scheme"],
+        "welfare": (trained["welfare_mean"], trained["welfare_std"]),
+        "score": trained["score"],
+        "gap": trained.get("gap_to_hindsight"),
+        "vs_planner": (m, h, sum(d > 0 for d in diff), len(diff)),
+        "jain": trained["jain_mean"],
+        "best": (best["policy"], best["welfare_mean"]),
+        "planner": planner["welfare_mean"],
+        "hindsight": None if hind is None else hind["welfare_mean"],
+        "training": (rec["env_steps"], rec["iterations"], rec["seconds"] / 60),
+    }
+
+
+def table(recs: list[dict]) -> str:
+    """The markdown table of published runs, in task order."""
+    lines = [
+        "| task (reward) | PPO welfare | score | gap to hindsight | − planner, paired (seeds ahead) | Jain | best heuristic | planner "
+        "| hindsight | training |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in sorted((row(x) for x in recs), key=lambda r: list(TASKS).index(r["task"])):
+        (w, sd), (m, h, ahead, k) = r["welfare"], r["vs_planner"]
+        steps, iters, minutes = r["training"]
+        gap = "–" if r["gap"] is None else f"{r['gap']:.2f}"
+        hind = "–" if r["hindsight"] is None else f"{r['hindsight']:.1f}"
+        lines.append(
+            f"| {r['task']} (`{r['scheme']}`) | {w:.1f} ± {sd:.1f} | {r['score']:.2f} | {gap} | {m:+.1f} ± {h:.1f} ({ahead}/{k}) "
+            f"| {r['jain']:.2f} | {r['best'][1]:.1f} ({r['best'][0]}) | {r['planner']:.1f} | {hind} "
+            f"| {steps:,} env steps, {iters} iterations, {minutes:.1f} min |"
+        )
+    return "\n".join(lines)
+
+
+def block(recs: list[dict]) -> str:
+    """The marked block: how to reproduce the rows, then the table."""
+    return (
+        f"{START}\n<!-- written by `fleet-marl train --docs RUN ...`; edit the text around it, not this block -->\n\n"
+        f"Each task's PPO (TorchRL) run, graded on the same seeds as the references (welfare mean ± std over the episodes; "
+        f"− planner: the trained policy's welfare minus the planner's, paired by seed, mean ± 95% interval). Each run's "
+        f"evaluation and whole config are in `{DATA}/<task>.json`: its `train_config`, saved as YAML, is what "
+        f"`fleet-marl train --config` takes; `fleet-marl train --docs RUN` publishes a run.\n\n{table(recs)}\n{END}"
+    )
+
+
+def load(root: str | Path) -> list[dict]:
+    """Every published run under ``root``'s :data:`DATA`, in task order."""
+    d = Path(root) / DATA
+    recs = [json.loads(p.read_text()) for p in sorted(d.glob("*.json"))] if d.is_dir() else []
+    return sorted(recs, key=lambda r: list(TASKS).index(r["train_config"]["task"]))
+
+
+def publish(runs: list[str], root: str | Path, echo=print) -> list[Path]:
+    """Publish ``runs`` (run folders) into the checkout ``root``: their data into :data:`DATA`
+    (one file per task: a later run of a task replaces it), then the block into :data:`DOCS`."""
+    root = Path(root)
+    dest = root / DATA
+    dest.mkdir(parents=True, exist_ok=True)
+    for run in runs:
+        rec = record(run)
+        row(rec)  # refuse a run whose evaluation lacks what a row needs before writing anything of it
+        (dest / f"{rec['train_config']['task']}.json").write_text(json.dumps(rec, indent=1) + "\n")
+    text = block(load(root))
+    written = []
+    for name in DOCS:
+        write_block(root / name, START, END, text)
+        written.append(root / name)
+    echo(f"wrote {dest}/ and the learned rows of {', '.join(DOCS)}")
+    return written
+
+
+__all__ = ["DATA", "DOCS", "END", "HEURISTICS", "START", "block", "load", "publish", "record", "row", "table"]
