@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from fleet_marl.evaluation import baselines
+from fleet_marl.studies import learned
 from fleet_marl.studies.credit.report import DOC, docs_targets, write_docs
+from fleet_marl.studies.store import StudyError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,3 +90,34 @@ def test_the_readme_states_the_credit_studys_verdicts_and_numbers():
     for m, digits, h in quoted:  # the README may round the docs' figure (+16.20 ± 10.29 -> +16.2 ± 10.3)
         want, d = (float(m.replace("−", "-")), float(h)), len(digits)
         assert any((round(a, d), round(b, d)) == want for a, b in shown), f"{m} ± {h} is in no table of the study"
+
+
+def _run(tmp_path, trained, planner, seeds=(0, 1, 2), task="tiny"):
+    """A run folder as fleet-marl train leaves it, with made-up welfare per seed."""
+    ev = lambda policy, w: {  # noqa: E731
+        "policy": policy, "seeds": list(seeds), "welfare": w, "welfare_mean": sum(w) / len(w), "welfare_std": 0.5, "score": 0.9,
+        "gap_to_hindsight": 0.2, "jain_mean": 0.8,
+    }
+    run = tmp_path / f"run-{task}"
+    run.mkdir()
+    res = {"train_config": {"task": task, "reward_scheme": "difference"}, "env_steps": 1000, "seconds": 90.0,
+           "evaluations": [ev("PPO", trained), ev("greedy", [1.0] * 3), ev("fair_share", [5.0] * 3), ev("planner", planner),
+                           ev("hindsight", [9.0] * 3)]}
+    (run / "results.json").write_text(json.dumps(res))
+    (run / "metrics.csv").write_text("iteration,env_steps\n1,500\n2,1000\n")
+    return run
+
+
+def test_a_learned_row_pairs_the_seeds_and_names_the_best_heuristic(tmp_path, capsys):
+    from fleet_marl.cli import main
+
+    r = learned.row(learned.record(_run(tmp_path, [7.0, 8.0, 9.0], [6.0, 8.5, 7.0])))
+    m, h, ahead, k = r["vs_planner"]  # differences +1.0, -0.5, +2.0
+    assert m == pytest.approx(2.5 / 3) and ahead == 2 and k == 3 and h > 0
+    assert r["best"] == ("fair_share", 5.0) and r["training"] == (1000, 2, 1.5) and r["hindsight"] == 9.0
+    rec = learned.record(tmp_path / "run-tiny")
+    rec["evaluations"][0]["seeds"] = [5, 6, 7]
+    with pytest.raises(StudyError, match="different seeds"):
+        learned.row(rec)
+    assert main(["train", "--docs", str(tmp_path / "nothing")]) == 2
+    assert "no results.json" in capsys.readouterr().err
