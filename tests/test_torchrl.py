@@ -326,11 +326,14 @@ def test_the_shipped_torchrl_configs_load():
     from pathlib import Path
 
     files = sorted((Path(__file__).resolve().parents[1] / "experiments" / "torchrl_configs").glob("*.yaml"))
-    assert [f.stem for f in files] == ["hard_15min", "hard_seq_15min", "medium_15min", "medium_seq_15min", "trace_15min"]
+    assert [f.stem for f in files] == [
+        "hard_15min", "hard_seq_15min", "medium_15min", "medium_seq_15min", "tiny_5min", "trace_15min", "trace_code_15min"
+    ]
     for f in files:
         data = yaml.safe_load(f.read_text())
         tc = TorchRLTrainConfig.from_dict(data, source=str(f))
-        assert data["engine"] == "torchrl" and tc.max_minutes == 15.0 and tc.task == f.stem.split("_")[0]
+        task = f.stem.removesuffix("_15min").removesuffix("_5min").removesuffix("_seq")
+        assert data["engine"] == "torchrl" and tc.max_minutes == 15.0 and tc.task == task
         if "_seq_" in f.name:  # the simultaneous run's settings, under the sequential protocol (rotating), in a folder of its own
             twin = yaml.safe_load(f.with_name(f.name.replace("_seq", "")).read_text())
             assert {k: v for k, v in data.items() if k != "env"} == {k: v for k, v in twin.items() if k != "env"}
