@@ -6,7 +6,8 @@ same seeds, as the table of the README and ``docs/results.md`` between the marke
 ``results.json`` (its final evaluation: the trained policy and every reference policy, each
 episode's welfare) and its iteration count from ``metrics.csv`` go to
 ``docs/data/learned/<task>.json``, and the block is rendered from every file there
-(:func:`block`). ``tests/test_docs_data.py`` renders it again from those files and compares.
+(:func:`block`). No run is published yet (issue 34 retrains every task first); once all six
+are, a test in ``tests/test_docs_data.py`` should render the block again from those files.
 
 Each row: the trained policy's welfare (mean ± std over the seeds), its score and its gap to
 the hindsight reference, its welfare minus the planner's paired by seed (mean ± 95% interval,
