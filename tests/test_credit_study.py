@@ -209,6 +209,39 @@ def test_the_verdicts_follow_their_rules():
     assert {v["verdict"] for v in one} == {"undecided"}
 
 
+def test_a_study_at_other_n_gets_its_own_block_with_the_committed_verdicts_beside_its_own(tmp_path):
+    """The re-test (issue 34: ``fleet-marl compare --n 8,32,64``) goes into a block of its own,
+    never over the committed study's, and says for each prediction what the committed study
+    found, whole and at the same N."""
+    noise = lambda seed: 0.01 * ((seed * 7) % 5 - 2)  # noqa: E731 -- small, seed-dependent
+    root = tmp_path / "checkout"
+    (root / report.MAIN_DATA).mkdir(parents=True)
+    falls = _rows(lambda arm, n, s: (0.9 - 0.1 * (n.bit_length() - 2) if arm == "global" else 0.9) + noise(s),
+                  starvation_of=lambda arm, n, s: 5.0 + s % 3 if arm == "local" else 0.0, ms_of=lambda arm, n: 10.0 * n if arm == "shapley" else 1.0)
+    _write(root / report.MAIN_DATA / "results.csv", RESULT_COLUMNS, falls)  # the committed study: every prediction held
+    start, end = report.MARKERS["torchrl"]
+    (root / report.DOC).write_text(f"# Study\n\n{start}\nthe committed study\n{end}\n")
+    s = Study(ns=(8, 32, 64), seeds=3, out=str(tmp_path / "retest"))
+    out, _ = runs.prepare(s)
+    _write(out / "results.csv", RESULT_COLUMNS, _rows(lambda arm, n, s: 0.9 + noise(s), seeds=3, ns=s.ns))  # nothing held
+    _write(out / "curves.csv", CURVE_COLUMNS, [])
+    report.write_docs(out, root=root, echo=lambda *_: None, run_out="runs/retest")
+    where = report.docs_targets(s.settings())
+    assert where["start"] == "<!-- credit-study-n8-32-64:start -->" and where["data"] == "docs/data/credit_study_n8-32-64"
+    text = (root / report.DOC).read_text()
+    assert f"{start}\nthe committed study\n{end}" in text  # untouched
+    block = text.split(where["start"])[1].split(where["end"])[0]
+    assert "`fleet-marl compare --n 8,32,64 --seeds 3 --out runs/retest`" in block
+    assert "`fleet-marl compare --out runs/retest --report --docs`" in block
+    assert "| prediction | arbiter | verdict here | before | before, at N = 8, 32, 64 only | changed |" in block
+    assert "| global reward stalls as N grows | auction | **did not hold** | held | held | yes |" in block
+    assert "| local reward starves under the auction | auction | **did not hold** | held | held | yes |" in block
+    assert (root / where["data"] / "results.csv").is_file() and not (root / report.MAIN_DATA / "study.json").exists()
+    # the same study as its own "before": nothing changed
+    table = torchrl_tables.verdict_changes(falls, falls)
+    assert "| yes |" not in table and table.count("| no |") == 5
+
+
 def test_the_report_keeps_every_unconverged_run():
     rows = _rows(lambda arm, n, s: 0.9, seeds=2, ns=(2, 8))
     rows[3].update(converged=0, improvement_last_20=0.05, welfare_at_80=80.0, eval_welfare=84.0)
@@ -310,7 +343,8 @@ def test_compare_quick_runs_the_whole_pipeline_and_a_rerun_trains_nothing(tmp_pa
     (root / "docs" / "credit_assignment.md").write_text("# The study\n\ntext before\n")
     report.write_docs(out, root=root, allow_quick=True, echo=lambda *_: None)
     doc = (root / "docs" / "credit_assignment.md").read_text()
-    assert doc.startswith("# The study\n\ntext before\n") and report.MARKERS["torchrl"][0] in doc and "`fleet-marl compare --quick`" in doc
+    assert doc.startswith("# The study\n\ntext before\n") and report.MARKERS["torchrl"][0] in doc
+    assert f"`fleet-marl compare --quick --out {out.as_posix()}`" in doc  # the command names the folder it ran in
     assert "(img/credit_study_scaling_auction.png)" in doc and (root / "docs" / "img" / "credit_study_scaling_auction.png").is_file()
     assert _csv(root / "docs" / "data" / "credit_study" / "results.csv") == rows
 

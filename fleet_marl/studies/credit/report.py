@@ -38,6 +38,8 @@ from fleet_marl.studies.credit.torchrl_tables import select, settings_of, value
 from fleet_marl.studies.store import StudyError
 
 DOC = "docs/credit_assignment.md"
+#: The committed data of the TorchRL study at its default N (the main block's).
+MAIN_DATA = "docs/data/credit_study"
 #: The markers of each engine's main block in :data:`DOC`.
 MARKERS = {
     "torchrl": ("<!-- credit-study:start -->", "<!-- credit-study:end -->"),
@@ -76,7 +78,9 @@ def report(
 def command(settings: dict, out: str | Path | None = None) -> str:
     """The ``fleet-marl compare`` command that runs the study of ``settings`` (its study.json;
     ``out``: the first study's folder, when not its default)."""
-    return _rllib_command(settings, out) if engine_of(settings) == "rllib" else _torchrl_command(settings)
+    if engine_of(settings) == "rllib":
+        return _rllib_command(settings, out)
+    return _torchrl_command(settings, None if out is None else Path(out).as_posix())
 
 
 def write_docs(
@@ -204,23 +208,47 @@ def _torchrl_report(data: dict, echo: Callable[..., Any]) -> dict:
     return {"summary": path, "plots": img, "text": body, "verdicts": tt.verdicts(data["rows"])}
 
 
-def _torchrl_command(settings: dict) -> str:
-    if settings == Study().settings():
-        return "fleet-marl compare"
+#: The TorchRL study's settings that ``fleet-marl compare`` takes as options: key -> (flag, how to write it).
+FLAGS: dict[str, tuple[str, Callable[[Any], str]]] = {
+    "ns": ("--n", lambda v: ",".join(map(str, v))),
+    "arms": ("--arms", ",".join),
+    "mechanisms": ("--mechanisms", ",".join),
+    "iterations": ("--iterations", str),
+    "seeds": ("--seeds", str),
+    "episodes": ("--episodes", str),
+    "device": ("--device", str),
+}
+
+
+def _torchrl_command(settings: dict, out: str | None = None) -> str:
+    """The command line of the study of ``settings`` (``out``: its folder, when not the default);
+    settings that no option takes are named, to be set from Python."""
+    suffix = f" --out {out}" if out else ""
     if settings == Study.quick().settings():
-        return "fleet-marl compare --quick"
-    diff = {k: v for k, v in settings.items() if Study().settings().get(k) != v}
-    return "fleet-marl compare, with Study(" + ", ".join(f"{k}={v!r}" for k, v in diff.items()) + ") from Python"
+        return "fleet-marl compare --quick" + suffix
+    base = Study().settings()
+    norm = {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}
+    parts = ["fleet-marl compare"] + [f"{flag} {fmt(norm[k])}" for k, (flag, fmt) in FLAGS.items() if k in norm and norm[k] != base[k]]
+    rest = {k: v for k, v in norm.items() if k not in FLAGS and base.get(k) != v}
+    text = " ".join(parts) + suffix
+    return text + (", with Study(" + ", ".join(f"{k}={v!r}" for k, v in rest.items()) + ") from Python" if rest else "")
 
 
 def _torchrl_block(out: Path, root: Path, settings: dict, where: dict, run_out: Path) -> str:
     data, start, end, DATA = load(out), where["start"], where["end"], where["data"]
-    cmd = command(settings)
+    cmd = command(settings, None if run_out.resolve() == Path(Study.out).resolve() else run_out.as_posix())
+    report_cmd = "fleet-marl compare" + ("" if run_out.resolve() == Path(Study.out).resolve() else f" --out {run_out.as_posix()}")
     img = torchrl_plots(data, root / "docs" / "img", where["prefix"])
     body = text(data, img, lambda p: f"img/{p.name}")
+    main = root / MAIN_DATA / "results.csv"
+    if DATA != MAIN_DATA and main.is_file():  # a study at other N: its verdicts next to the committed study's
+        body = (
+            f"### Verdicts against the committed study ([`{MAIN_DATA}/`]({MAIN_DATA.removeprefix('docs/')}/))\n\n"
+            f"{tt.verdict_changes(data['rows'], store.read_rows(main))}\n\n{body}"
+        )
     return (
         f"{start}\n<!-- written by `fleet-marl compare --report --docs`; edit the text around it, not this block -->\n\n"
-        f"Reproduce: `{cmd}` (resumable: run it again after a stop), then `fleet-marl compare --report --docs`. "
+        f"Reproduce: `{cmd}` (resumable: run it again after a stop), then `{report_cmd} --report --docs`. "
         f"The data: [`{DATA}/`]({DATA.removeprefix('docs/')}/).\n\n{body}{end}"
     )
 
@@ -307,13 +335,25 @@ def _rllib_block(out: Path, root: Path, settings: dict, where: dict, run_out: Pa
 
 def docs_targets(settings: dict, engine: str | None = None) -> dict:
     """Where ``--docs`` writes the study of ``settings``: its block's markers (``start``,
-    ``end``), its data folder and its plots' prefix. The TorchRL study has one block; the first
+    ``end``), its data folder and its plots' prefix. The TorchRL study at its default N has the
+    main block; at other N (the re-test on the validated model: ``--n 8,32,64``) it has a block,
+    data folder and image prefix of its own (``credit-study-n8-32-64``), whose verdicts stand
+    next to the main block's committed ones (:func:`~fleet_marl.studies.credit.torchrl_tables.verdict_changes`). The first
     study (RLlib) under its own arbiter (proportional) has the main block of its section, and
     under another arbiter a block of its own (markers ``credit-assignment-<mechanism>``), data
     folder and image prefix, so it never replaces the main study's numbers."""
     if (engine or engine_of(settings)) == "torchrl":
-        start, end = MARKERS["torchrl"]
-        return {"start": start, "end": end, "data": "docs/data/credit_study", "prefix": "credit_study_"}
+        ns = tuple(int(n) for n in settings.get("ns", Study.ns))
+        if ns == Study.ns:
+            start, end = MARKERS["torchrl"]
+            return {"start": start, "end": end, "data": MAIN_DATA, "prefix": "credit_study_"}
+        tag = "n" + "-".join(map(str, ns))
+        return {
+            "start": f"<!-- credit-study-{tag}:start -->",
+            "end": f"<!-- credit-study-{tag}:end -->",
+            "data": f"{MAIN_DATA}_{tag}",
+            "prefix": f"credit_study_{tag}_",
+        }
     mechanism = settings.get("mechanism", RLlibStudy.mechanism)
     if mechanism == RLlibStudy.mechanism:
         start, end = MARKERS["rllib"]

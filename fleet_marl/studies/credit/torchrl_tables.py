@@ -9,6 +9,7 @@ from the rows of its ``results.csv``.
                            sharing part), paired by seed
 :func:`verdicts`           one verdict per prediction and arbiter (:data:`PREDICTIONS`): held,
                            did not hold or undecided, with the numbers that decide it
+:func:`verdict_changes`    a study's verdicts next to an earlier study's, whole and at the same N
 :func:`unconverged_table`  every run that did not converge (none is dropped)
 :func:`cost_table`         the reward computation's cost per env step by N: where Shapley stops
                            being worth it
@@ -327,6 +328,26 @@ def verdicts(rows: list[dict]) -> list[dict]:
     return out
 
 
+def verdict_changes(rows: list[dict], before: list[dict]) -> str:
+    """Each prediction's verdict on ``rows`` (a study at some N: the re-test) next to the verdict
+    of the study ``before`` (the committed one) as it stands, and on ``before``'s runs at the same
+    N only, so that a change of model and a change of N can be told apart."""
+    ns = sorted({int(r["n"]) for r in select(rows, "scaling")})
+    same_n = [r for r in before if r["part"] != "scaling" or int(r["n"]) in ns]
+    old = {(v["prediction"], v["setting"]): v["verdict"] for v in verdicts(before)}
+    old_n = {(v["prediction"], v["setting"]): v["verdict"] for v in verdicts(same_n)}
+    n_text = ", ".join(map(str, ns))
+    lines = [
+        f"| prediction | arbiter | verdict here | before | before, at N = {n_text} only | changed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for v in verdicts(rows):
+        k = (v["prediction"], v["setting"])
+        was, was_n = old.get(k, "–"), old_n.get(k, "–")
+        lines.append(f"| {k[0]} | {k[1]} | **{v['verdict']}** | {was} | {was_n} | {'yes' if v['verdict'] != was else 'no'} |")
+    return "\n".join(lines)
+
+
 def verdict_table(vs: list[dict]) -> str:
     lines = ["| prediction | arbiter | verdict | the numbers |", "|---|---|---|---|"]
     lines += [f"| {v['prediction']} | {v['setting']} | **{v['verdict']}** | {v['why']} |" for v in vs]
@@ -349,6 +370,7 @@ __all__ = [
     "summary_table",
     "unconverged_table",
     "value",
+    "verdict_changes",
     "verdict_global",
     "verdict_local",
     "verdict_shapley",
