@@ -121,3 +121,50 @@ def test_a_learned_row_pairs_the_seeds_and_names_the_best_heuristic(tmp_path, ca
         learned.row(rec)
     assert main(["train", "--docs", str(tmp_path / "nothing")]) == 2
     assert "no results.json" in capsys.readouterr().err
+
+
+def test_a_capped_run_is_published_with_the_iterations_it_ran(tmp_path):
+    """A run the max_minutes cap stopped after 2 of 100 iterations: with a constant learning
+    rate its record's config names 2 iterations (what trains it again); annealed, it is refused."""
+    run = _run(tmp_path, [7.0, 8.0, 9.0], [6.0, 8.5, 7.0])
+    res = json.loads((run / "results.json").read_text())
+    res["train_config"].update(iterations=100, anneal_lr=False)
+    (run / "results.json").write_text(json.dumps(res))
+    rec = learned.record(run)
+    assert rec["train_config"]["iterations"] == rec["iterations"] == 2 and rec["capped_at"] == 100
+    res["train_config"]["anneal_lr"] = True
+    (run / "results.json").write_text(json.dumps(res))
+    with pytest.raises(StudyError, match="anneal_lr on"):
+        learned.record(run)
+    res["train_config"]["iterations"] = 2  # it ran all its iterations: nothing to set
+    (run / "results.json").write_text(json.dumps(res))
+    assert "capped_at" not in learned.record(run)
+
+
+def _protocol_rows(task, policy, welfare):
+    ci = lambda m: [m, 0.5]  # noqa: E731
+    return [
+        {"task": task, "policy": policy, "protocol": p, "episodes": 2, "delta_welfare": None if p == "simultaneous" else ci(-1.0),
+         "welfare": ci(welfare), "jain": ci(0.9), "oversubscribed": ci(0.25), "price": ci(1.0), "by_quarter": [ci(0.1)] * 4}
+        for p in ("simultaneous", "sequential")
+    ]
+
+
+def test_the_protocol_tables_are_saved_with_their_command_and_rendered_from_the_files(tmp_path):
+    from fleet_marl.studies import protocols
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / protocols.DOC).write_text("# Results\n\nprose\n")
+    protocols.write_docs(_protocol_rows("medium", "greedy", 10.0), ["--tasks", "medium", "--seeds", "2", "--docs"], tmp_path)
+    for task, w in (("hard", 30.0), ("medium", 20.0)):  # written out of task order
+        argv = ["--tasks", task, "--policies", "--run", f"simultaneous=runs/{task} a", "--docs"]
+        protocols.write_docs(_protocol_rows(task, "trained", w), argv, tmp_path)
+    text = (tmp_path / protocols.DOC).read_text()
+    ref = _block(text, *protocols.BLOCKS["references"])
+    assert "python -m fleet_marl.studies.protocols --tasks medium --seeds 2\n" in ref and "| medium | greedy | sequential | 10.0 ± 0.5 | -1.0 ± 0.5 |" in ref
+    trained = _block(text, *protocols.BLOCKS["trained"])
+    assert "--run 'simultaneous=runs/medium a'" in trained  # quoted as a shell would need it
+    assert trained.index("| medium | trained | simultaneous | 20.0") < trained.index("| hard | trained | simultaneous | 30.0")
+    assert json.loads((tmp_path / protocols.DATA / "trained_hard.json").read_text())["rows"][0]["welfare"] == [30.0, 0.5]
+    protocols.write_docs(_protocol_rows("medium", "greedy", 10.0), ["--tasks", "medium", "--seeds", "2", "--docs"], tmp_path)
+    assert (tmp_path / protocols.DOC).read_text() == text  # the same data: the same docs

@@ -36,7 +36,10 @@ DOCS = ("README.md", "docs/results.md")
 
 def record(run: str | Path) -> dict:
     """What a finished run publishes: its ``results.json`` and its ``iterations`` (the last row
-    of ``metrics.csv``)."""
+    of ``metrics.csv``). A run its ``max_minutes`` cap stopped is published with ``iterations``
+    in its ``train_config`` set to the count it ran (the planned count kept as ``capped_at``):
+    with a constant learning rate that config trains the same run, bit for bit. With
+    ``anneal_lr`` the schedule depends on the planned count, and such a run is refused."""
     run = Path(run)
     res = run / "results.json"
     if not res.is_file():
@@ -46,6 +49,16 @@ def record(run: str | Path) -> dict:
         rows = list(csv.DictReader(f))
     data["iterations"] = int(rows[-1]["iteration"]) if rows else 0
     data["run"] = run.name
+    tc = data["train_config"]
+    if tc.get("iterations", data["iterations"]) > data["iterations"]:  # stopped by its max_minutes cap
+        if tc.get("anneal_lr", False):
+            raise StudyError(
+                f"--docs {str(run)!r}: the run stopped at its max_minutes cap after {data['iterations']} of {tc['iterations']} "
+                "iterations with anneal_lr on, so no config reproduces it (the learning rate anneals over the planned "
+                "iterations); train it again with iterations this machine finishes"
+            )
+        # with a constant learning rate the first k iterations are the same in every run: this config reproduces it
+        data["capped_at"], tc["iterations"] = tc["iterations"], data["iterations"]
     return data
 
 
@@ -102,7 +115,9 @@ def block(recs: list[dict]) -> str:
         f"Each task's PPO (TorchRL) run, graded on the same seeds as the references (welfare mean ± std over the episodes; "
         f"− planner: the trained policy's welfare minus the planner's, paired by seed, mean ± 95% interval). Each run's "
         f"evaluation and whole config are in `{DATA}/<task>.json`: its `train_config`, saved as YAML, is what "
-        f"`fleet-marl train --config` takes; `fleet-marl train --docs RUN` publishes a run.\n\n{table(recs)}\n{END}"
+        f"`fleet-marl train --config` takes to train the same run again (with the iterations it ran, when its "
+        f"`max_minutes` cap stopped it: a constant learning rate makes those the same); `fleet-marl train --docs RUN` "
+        f"publishes a run.\n\n{table(recs)}\n{END}"
     )
 
 

@@ -35,7 +35,9 @@ How to run (about 15 minutes on one core for medium and hard, 10 seeds)::
         --run simultaneous=runs/train/medium-shared-difference-torchrl \
         --run sequential=runs/train/medium-shared-difference-sequential-torchrl > trained.md
 
-(``--policies`` with no names: the trained rows alone.)
+(``--policies`` with no names: the trained rows alone.) ``--docs`` also saves the rows in
+``docs/data/protocols/`` (:func:`save`) and writes their block of ``docs/results.md``
+(:func:`block`; ``tests/test_docs_data.py`` renders the blocks again from those files).
 
 Results to expect: docs/results.md, "The sequential protocol".
 """
@@ -43,18 +45,31 @@ Results to expect: docs/results.md, "The sequential protocol".
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 import fleet_marl
+from fleet_marl.evaluation.baselines import checkout
 from fleet_marl.evaluation.loading import PolicyError, load_policy
 from fleet_marl.policies import POLICIES
-from fleet_marl.tasks import PROTOCOLS
+from fleet_marl.studies.store import write_block
+from fleet_marl.tasks import PROTOCOLS, TASKS
 
 #: The places in the order are grouped into this many quarters (Q1 first).
 QUARTERS = 4
+#: The reference policies the study plays (the hindsight reference reads the simultaneous
+#: protocol's future draws: it is the grader's yardstick, not a policy of either protocol).
+REFERENCES = tuple(p for p in POLICIES if p != "hindsight")
+#: Where ``--docs`` puts the rows (one file per table: ``references``, ``trained_<task>``),
+#: relative to the checkout, and the markers of the two blocks of ``docs/results.md``.
+DATA = "docs/data/protocols"
+DOC = "docs/results.md"
+BLOCKS = {kind: (f"<!-- protocols-{kind}:start -->", f"<!-- protocols-{kind}:end -->") for kind in ("references", "trained")}
 
 
 @dataclass
@@ -225,13 +240,51 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def save(rows: list[dict], argv: list[str], root: str | Path) -> Path:
+    """Write ``rows`` and the command that made them (``argv``) to the checkout ``root``'s
+    :data:`DATA`: ``references.json`` for the reference policies' table, ``trained_<task>.json``
+    for a task's trained rows."""
+    trained = [r for r in rows if r["policy"] == "trained"]
+    name = f"trained_{trained[0]['task']}" if trained else "references"
+    path = Path(root) / DATA / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    command = "python -m fleet_marl.studies.protocols " + " ".join(shlex.quote(a) for a in argv if a != "--docs")
+    path.write_text(json.dumps({"command": command, "rows": rows}, indent=1) + "\n")
+    return path
+
+
+def block(kind: str, root: str | Path) -> str:
+    """The ``kind`` block (``references`` or ``trained``) of :data:`DOC`, rendered from the data
+    files under ``root`` (every task's trained rows, in the order of :data:`~fleet_marl.tasks.TASKS`)."""
+    d = Path(root) / DATA
+    files = (
+        [d / "references.json"] if kind == "references" else sorted(d.glob("trained_*.json"), key=lambda p: list(TASKS).index(p.stem[8:]))
+    )
+    recs = [json.loads(f.read_text()) for f in files if f.is_file()]
+    start, end = BLOCKS[kind]
+    commands = "\n".join(r["command"] for r in recs)
+    rows = [row for r in recs for row in r["rows"]]
+    return (
+        f"{start}\n<!-- written by `python -m fleet_marl.studies.protocols ... --docs` from {DATA}/; edit the text around it, "
+        f"not this block -->\n\n```bash\n{commands}\n```\n\n{markdown(rows)}\n{end}"
+    )
+
+
+def write_docs(rows: list[dict], argv: list[str], root: str | Path) -> Path:
+    """Save ``rows`` (:func:`save`) and render their block into :data:`DOC` under ``root``."""
+    saved = save(rows, argv, root)
+    kind = "trained" if saved.stem.startswith("trained_") else "references"
+    write_block(Path(root) / DOC, *BLOCKS[kind], block(kind, root))
+    return saved
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fleet_marl.studies.protocols", description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", nargs="+", default=["medium", "hard"])
     p.add_argument(
         "--policies",
         nargs="*",
-        default=list(POLICIES),
+        default=list(REFERENCES),
         help="reference policies (default: all); give none (--policies with no names) for the trained rows alone",
     )
     p.add_argument("--seeds", type=int, default=10)
@@ -244,6 +297,8 @@ def main(argv=None) -> int:
         help="a trained run (fleet-marl train, either engine) for the 'trained' row under PROTOCOL (simultaneous or sequential); "
         "repeat for the other protocol; needs one --tasks",
     )
+    p.add_argument("--docs", action="store_true", help=f"also save the rows in {DATA}/ and write their block of {DOC}")
+    argv = list(sys.argv[1:] if argv is None else argv)
     a = p.parse_args(argv)
     runs = {}
     for spec in a.run:
@@ -253,9 +308,11 @@ def main(argv=None) -> int:
         if protocol in runs:
             p.error(f"--run {spec!r}: a second run for protocol {protocol!r}; give one per protocol")
         runs[protocol] = path
-    unknown = [x for x in a.policies if x not in POLICIES]
+    unknown = [x for x in a.policies if x not in REFERENCES]
     if unknown:
-        p.error(f"--policies {' '.join(unknown)}: expected names from {', '.join(POLICIES)}")
+        p.error(f"--policies {' '.join(unknown)}: expected names from {', '.join(REFERENCES)}")
+    if a.docs and a.policies and runs:
+        p.error("--docs with reference policies and --run: the two go to separate tables; run them separately")
     if not a.policies and not runs:
         p.error("--policies with no names and no --run: nothing to play (give reference policies, a --run, or both)")
     try:
@@ -271,6 +328,11 @@ def main(argv=None) -> int:
         progress=lambda r: print(f"{r['task']} {r['policy']} {r['protocol']}: welfare {_f(r['welfare'], 1)}", file=sys.stderr, flush=True),
     )
     print(markdown(rows))
+    if a.docs:
+        root = checkout()
+        if root is None:
+            p.error("--docs: this fleet_marl is not a source checkout (no docs/ to write); drop --docs")
+        print(f"wrote {write_docs(rows, argv, root)} and its block of {root / DOC}", file=sys.stderr)
     return 0
 
 
@@ -278,4 +340,19 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["QUARTERS", "EpisodeStats", "StudyError", "check_runs", "episode", "markdown", "study"]
+__all__ = [
+    "BLOCKS",
+    "DATA",
+    "DOC",
+    "QUARTERS",
+    "REFERENCES",
+    "EpisodeStats",
+    "StudyError",
+    "block",
+    "check_runs",
+    "episode",
+    "markdown",
+    "save",
+    "study",
+    "write_docs",
+]
