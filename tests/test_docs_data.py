@@ -168,3 +168,24 @@ def test_the_protocol_tables_are_saved_with_their_command_and_rendered_from_the_
     assert json.loads((tmp_path / protocols.DATA / "trained_hard.json").read_text())["rows"][0]["welfare"] == [30.0, 0.5]
     protocols.write_docs(_protocol_rows("medium", "greedy", 10.0), ["--tasks", "medium", "--seeds", "2", "--docs"], tmp_path)
     assert (tmp_path / protocols.DOC).read_text() == text  # the same data: the same docs
+
+
+@pytest.mark.parametrize("doc", learned.DOCS)
+def test_the_learned_rows_are_their_data_and_cover_every_task(doc):
+    from fleet_marl.tasks import TASKS
+
+    recs = learned.load(ROOT)
+    assert [r["train_config"]["task"] for r in recs] == list(TASKS)  # one published run per task, in task order
+    assert _block((ROOT / doc).read_text(), learned.START, learned.END) == learned.block(recs)
+    for r in recs:  # each run's config trains it again: the iterations it ran, and a learning rate that does not anneal when capped
+        assert r["train_config"]["iterations"] == r["iterations"]
+        assert "capped_at" not in r or not r["train_config"].get("anneal_lr", False)
+
+
+@pytest.mark.parametrize("kind", ["references", "trained"])
+def test_the_protocol_tables_are_their_data(kind):
+    from fleet_marl.studies import protocols
+
+    block = protocols.block(kind, ROOT)
+    assert "| medium |" in block and "| hard |" in block
+    assert _block((ROOT / protocols.DOC).read_text(), *protocols.BLOCKS[kind]) == block

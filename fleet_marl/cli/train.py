@@ -70,8 +70,8 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
         nargs="+",
         default=None,
         metavar="RUN",
-        help="train nothing: publish finished runs (their graded results.json) as the learned rows of README.md and "
-        "docs/results.md, with their data in docs/data/learned/<task>.json (fleet_marl.studies.learned)",
+        help="train nothing: publish finished runs (their graded results.json) as the learned rows of README.md, "
+        "docs/results.md and docs/training.md, with their data in docs/data/learned/<task>.json (fleet_marl.studies.learned)",
     )
     rllib_command.add_arguments(t)
     torchrl_command.add_arguments(t)

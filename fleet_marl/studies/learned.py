@@ -1,13 +1,13 @@
 """The learned rows: each task's trained policy, graded against the reference policies on the
-same seeds, as the table of the README and ``docs/results.md`` between the markers
+same seeds, as the table of the README, ``docs/results.md`` and ``docs/training.md`` between the markers
 ``<!-- learned-rows:start -->`` and ``<!-- learned-rows:end -->``.
 
 ``fleet-marl train --docs RUN [RUN ...]`` publishes finished runs (:func:`publish`): each run's
 ``results.json`` (its final evaluation: the trained policy and every reference policy, each
 episode's welfare) and its iteration count from ``metrics.csv`` go to
 ``docs/data/learned/<task>.json``, and the block is rendered from every file there
-(:func:`block`). No run is published yet (issue 34 retrains every task first); once all six
-are, a test in ``tests/test_docs_data.py`` should render the block again from those files.
+(:func:`block`); ``tests/test_docs_data.py`` renders the block again from those files, and
+checks that every task has its run.
 
 Each row: the trained policy's welfare (mean ± std over the seeds), its score and its gap to
 the hindsight reference, its welfare minus the planner's paired by seed (mean ± 95% interval,
@@ -31,7 +31,7 @@ DATA = "docs/data/learned"
 #: The heuristics a learned row is compared with (the best of them is shown).
 HEURISTICS = ("greedy", "fair_share", "precision_expert", "bidder")
 #: The files the block goes into, relative to the checkout.
-DOCS = ("README.md", "docs/results.md")
+DOCS = ("README.md", "docs/results.md", "docs/training.md")
 
 
 def record(run: str | Path) -> dict:
