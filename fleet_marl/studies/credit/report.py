@@ -344,7 +344,7 @@ def docs_targets(settings: dict, engine: str | None = None) -> dict:
     folder and image prefix, so it never replaces the main study's numbers."""
     if (engine or engine_of(settings)) == "torchrl":
         ns = tuple(int(n) for n in settings.get("ns", Study.ns))
-        if ns == Study.ns:
+        if ns == Study.ns or settings == Study.quick().settings():  # the quick study stands in for the full one (allow_quick)
             start, end = MARKERS["torchrl"]
             return {"start": start, "end": end, "data": MAIN_DATA, "prefix": "credit_study_"}
         tag = "n" + "-".join(map(str, ns))
