@@ -236,8 +236,9 @@ def _torchrl_command(settings: dict, out: str | None = None) -> str:
 
 def _torchrl_block(out: Path, root: Path, settings: dict, where: dict, run_out: Path) -> str:
     data, start, end, DATA = load(out), where["start"], where["end"], where["data"]
-    cmd = command(settings, None if run_out.resolve() == Path(Study.out).resolve() else run_out.as_posix())
-    report_cmd = "fleet-marl compare" + ("" if run_out.resolve() == Path(Study.out).resolve() else f" --out {run_out.as_posix()}")
+    out_arg = None if run_out.resolve() == Path(Study.out).resolve() else run_out.as_posix()  # the default folder goes unnamed
+    cmd = command(settings, out_arg)
+    report_cmd = "fleet-marl compare" + (f" --out {out_arg}" if out_arg else "")
     img = torchrl_plots(data, root / "docs" / "img", where["prefix"])
     body = text(data, img, lambda p: f"img/{p.name}")
     main = root / MAIN_DATA / "results.csv"
