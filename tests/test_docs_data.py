@@ -36,6 +36,7 @@ def test_the_baseline_table_is_its_data(doc):
 #: each committed study -> the folder its reproduce line names (the study ran there)
 STUDIES = {
     "docs/data/credit_study": "runs/credit_study",
+    "docs/data/credit_study_n8-32-64": "runs/credit_study_n8-32-64",
     "docs/data/credit_assignment": "runs/credit_assignment",
     "docs/data/credit_assignment_auction": "runs/credit_auction",
 }
@@ -46,6 +47,9 @@ def test_each_credit_study_block_is_its_data(data, tmp_path):
     (tmp_path / "docs" / "img").mkdir(parents=True)
     shutil.copyfile(ROOT / DOC, tmp_path / DOC)
     study = shutil.copytree(ROOT / data, tmp_path / "study")  # a report writes into its study folder: a copy, not the checkout
+    main = "docs/data/credit_study"  # a study at other N sets its verdicts next to this one's
+    (tmp_path / main).mkdir(parents=True)
+    shutil.copyfile(ROOT / main / "results.csv", tmp_path / main / "results.csv")
     write_docs(study, root=tmp_path, echo=lambda *a: None, run_out=STUDIES[data])
     where = docs_targets(json.loads((ROOT / data / "study.json").read_text()))
     assert where["data"] == data
@@ -57,18 +61,33 @@ def test_each_credit_study_block_is_its_data(data, tmp_path):
 _SETTINGS = {"both arbiters": ("proportional", "auction"), "proportional share": ("proportional",), "the auction": ("auction",)}
 
 
-def test_the_readme_states_the_credit_studys_verdicts_and_numbers():
-    """The README's "What the study found" bullets: each prediction's verdicts are the ones the
-    decision rules give on the committed results (the study and its 20-seed follow-up,
-    docs/data/credit_study_followup), and every "mean ± interval" it quotes is in the study's block
-    of docs/credit_assignment.md (which the test above ties to the data) or in the verdicts'
-    numbers on study and follow-up together."""
+#: the README's "What the study found" sections -> (the next section's opening, the committed
+#: results their verdicts are decided on, the docs block their numbers are quoted from)
+_FINDINGS = {
+    "**What the study found on the validated model**": (
+        "**On the 0.3 cost model**", ("credit_study_n8-32-64",), ("<!-- credit-study-n8-32-64:start -->", "<!-- credit-study-n8-32-64:end -->")
+    ),
+    "**On the 0.3 cost model**": (
+        "**What the first study found**", ("credit_study", "credit_study_followup"), ("<!-- credit-study:start -->", "<!-- credit-study:end -->")
+    ),
+}
+
+
+@pytest.mark.parametrize("heading", sorted(_FINDINGS))
+def test_the_readme_states_the_credit_studys_verdicts_and_numbers(heading):
+    """The README's "What the study found" bullets, on the validated model (the re-test at
+    N = 8, 32, 64) and on the 0.3 model: each prediction's verdicts are the ones the decision
+    rules give on that section's committed results (the 0.3 study with its 20-seed follow-up,
+    docs/data/credit_study_followup), and every "mean ± interval" it quotes is in that study's
+    block of docs/credit_assignment.md (which the test above ties to the data) or in the
+    verdicts' numbers on the section's results."""
     from fleet_marl.studies import store
     from fleet_marl.studies.credit import torchrl_tables
 
+    until, studies, (start, end) = _FINDINGS[heading]
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("**What the study found**") : readme.index("**What the first study found**")]
-    rows = [r for d in ("credit_study", "credit_study_followup") for r in store.read_rows(ROOT / "docs" / "data" / d / "results.csv")]
+    section = readme[readme.index(heading) : readme.index(until)]
+    rows = [r for d in studies for r in store.read_rows(ROOT / "docs" / "data" / d / "results.csv")]
     decided = torchrl_tables.verdicts(rows)
     verdicts = {(v["prediction"], v["setting"]): v["verdict"] for v in decided}
     bullets = section.split("\n- ")[1:]
@@ -81,7 +100,7 @@ def test_the_readme_states_the_credit_studys_verdicts_and_numbers():
             settings = _SETTINGS[where] if where else [s for p, s in verdicts if p == prediction]
             for s in settings:
                 assert verdicts[(prediction, s)] == verdict, (prediction, s, verdict)
-    block = _block((ROOT / DOC).read_text(), "<!-- credit-study:start -->", "<!-- credit-study:end -->")
+    block = _block((ROOT / DOC).read_text(), start, end)
     block += "\n".join(v["why"] for v in decided)
     pair = r"([−+-]?\d+\.(\d+)) ± (\d+\.\d+)"
     shown = [(float(m.replace("−", "-")), float(h)) for m, _, h in re.findall(pair, block)]
