@@ -180,3 +180,18 @@ def test_server_costs_script_prints_a_row_per_size_with_the_servers_planner_work
     assert rows[1][4] == f"{planner_work(env.config):,}" == f"{int((4 + 2) * 17 * (2 * 0.25 + 2 * 2)):,}"  # 2 trainers, 2 servers
     assert rows[2][4] == f"{(2 + 1) * 9 * 2 * 2:,}"
     assert all(len(r) == 9 and float(x) >= 0 for r in rows for x in r[5:])
+
+
+def test_tiny_plays_pairs_each_play_with_the_planner():
+    # experiments/tiny_plays.py (docs/results.md, "tiny is a coordination problem"): on seed 0
+    # tenant_0 idles for 8 rounds, so holding the node loses to releasing it and handing it to
+    # tenant_1 wins; the table pairs each play with the planner on the same seeds
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tiny_plays", ROOT / "experiments" / "tiny_plays.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    w = mod.run(2)
+    assert w["hold"][0] < w["planner"][0] < w["hand over"][0]
+    text = mod.table(w, 1)
+    assert "| planner |" in text and "| hold |" in text and "(0/1)" in text and "(1/1)" in text
