@@ -15,6 +15,12 @@ difference to the planner (mean ± 95% interval) and the seeds on which it is ah
   node) and so uses the idle node. This is a centralized play: ``tenant_1`` knows in the same
   round that ``tenant_0`` let go, which no tenant's own observation tells it.
 
+With ``--run RUN`` (a ``fleet-marl train`` run on ``tiny``, e.g. of
+``experiments/torchrl_configs/tiny_per_tenant.yaml``) it also plays the trained policy with
+``tenant_0``'s GPU request as trained and raised to the whole node, each tenant greedy (as
+graded) or sampled (as in training): whether the request it learned answers its partner's
+exploration rather than its partner's greedy play.
+
 Why: the learned row of ``tiny`` misses the planner (docs/results.md). Holding the node costs a
 round's GPU bill per idle round; releasing it costs a start-up round when the next job arrives.
 Which wins depends on how long ``tenant_0`` stays idle, and the table shows it over many seeds.
@@ -88,12 +94,60 @@ def run(seeds: int, graded: int = 10) -> dict[str, np.ndarray]:
     return out
 
 
+def partner_noise(run: str, seeds: int) -> str:
+    """The markdown table of ``--run``: mean welfare over ``seeds`` seeds of the trained policy
+    with ``tenant_1`` greedy or sampled and ``tenant_0``'s other action dimensions greedy or
+    sampled, its GPU request as trained and raised to the whole node."""
+    env = parallel_env(task="tiny")
+    greedy, sampled = load_policy(run, env), _sampled(run, env)
+    whole = int(env.nvec[0][0]) - 1  # the largest GPU request tenant_0 may make
+
+    def welfare(t1_sampled: bool, t0_sampled: bool, raise_gpus: bool) -> float:
+        total = 0.0
+        for seed in range(seeds):
+            obs, infos = env.reset(seed=seed)
+            greedy.reset(seed=seed)
+            sampled.reset(seed=seed)
+            while env.agents:
+                g, x = greedy.act(obs, infos), sampled.act(obs, infos)
+                act = {a: (x if (t1_sampled if a == "tenant_1" else t0_sampled) else g)[a] for a in g}
+                if "tenant_0" in act:
+                    act["tenant_0"] = act["tenant_0"].copy()
+                    act["tenant_0"][0] = g["tenant_0"][0]  # the GPU request: greedy, as graded
+                    if raise_gpus and act["tenant_0"][0] > 0:
+                        act["tenant_0"][0] = whole
+                obs, rewards, _, _, infos = env.step(act)
+                total += float(sum(rewards.values()))
+        return total / seeds
+
+    lines = [
+        f"| `tenant_1` | `tenant_0`'s other dimensions | GPUs as trained | the whole node ({whole}) |",
+        "|---|---|---:|---:|",
+    ]
+    for t1 in (True, False):
+        for t0 in (True, False):
+            mode = lambda b: "sampled" if b else "greedy"  # noqa: E731
+            lines.append(f"| {mode(t1)} | {mode(t0)} | {welfare(t1, t0, False):.2f} | {welfare(t1, t0, True):.2f} |")
+    return "\n".join(lines)
+
+
+def _sampled(run: str, env):
+    """The run's policy sampling its actions (``explore=True``), as the collector does in training."""
+    from fleet_marl.torchrl.loader import load
+
+    return load(run, env, explore=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=100, help="seeds 0..SEEDS-1 (default 100; the grader's are 0-9)")
+    ap.add_argument("--run", help="a fleet-marl train run on tiny: also play it greedy and sampled, with its GPU request raised")
     args = ap.parse_args(argv)
     graded = min(10, args.seeds)
     print(table(run(args.seeds), graded))
+    if args.run:
+        print()
+        print(partner_noise(args.run, args.seeds))
 
 
 if __name__ == "__main__":

@@ -195,3 +195,24 @@ def test_tiny_plays_pairs_each_play_with_the_planner():
     assert w["hold"][0] < w["planner"][0] < w["hand over"][0]
     text = mod.table(w, 1)
     assert "| planner |" in text and "| hold |" in text and "(0/1)" in text and "(1/1)" in text
+
+
+def test_tiny_plays_partner_noise_plays_a_run_greedy_and_sampled(tmp_path):
+    # tiny_plays.py --run: the table of docs/results.md (a trained run, its GPU request as trained
+    # and raised to the whole node); here a one-iteration run on one seed
+    import importlib.util
+
+    from fleet_marl.torchrl.train import TorchRLTrainConfig, train
+
+    spec = importlib.util.spec_from_file_location("tiny_plays", ROOT / "experiments" / "tiny_plays.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    tc = TorchRLTrainConfig(task="tiny", iterations=1, num_envs=2, rollout=5, epochs=1, minibatch=10, hidden=[8],
+                            eval_interval=0, final_episodes=0, out=str(tmp_path))
+    run = train(tc, progress=False).run_dir
+    rows = mod.partner_noise(str(run), 1).splitlines()
+    assert rows[0].endswith("| the whole node (8) |")
+    cells = [r.split("|")[1:5] for r in rows[2:]]
+    assert [(a.strip(), b.strip()) for a, b, _, _ in cells] == [("sampled", "sampled"), ("sampled", "greedy"), ("greedy", "sampled"),
+                                                                ("greedy", "greedy")]
+    assert all(float(c) == float(c) for _, _, x, y in cells for c in (x, y))  # numbers, not NaN
