@@ -98,8 +98,10 @@ def partner_noise(run: str, seeds: int) -> str:
     """The markdown table of ``--run``: mean welfare over ``seeds`` seeds of the trained policy
     with ``tenant_1`` greedy or sampled and ``tenant_0``'s other action dimensions greedy or
     sampled, its GPU request as trained and raised to the whole node."""
+    from fleet_marl.torchrl.loader import load  # torch: only with --run
+
     env = parallel_env(task="tiny")
-    greedy, sampled = load_policy(run, env), _sampled(run, env)
+    greedy, sampled = load(run, env), load(run, env, explore=True)  # sampled: as the collector plays in training
     whole = int(env.nvec[0][0]) - 1  # the largest GPU request tenant_0 may make
 
     def welfare(t1_sampled: bool, t0_sampled: bool, raise_gpus: bool) -> float:
@@ -129,13 +131,6 @@ def partner_noise(run: str, seeds: int) -> str:
             mode = lambda b: "sampled" if b else "greedy"  # noqa: E731
             lines.append(f"| {mode(t1)} | {mode(t0)} | {welfare(t1, t0, False):.2f} | {welfare(t1, t0, True):.2f} |")
     return "\n".join(lines)
-
-
-def _sampled(run: str, env):
-    """The run's policy sampling its actions (``explore=True``), as the collector does in training."""
-    from fleet_marl.torchrl.loader import load
-
-    return load(run, env, explore=True)
 
 
 def main(argv: list[str] | None = None) -> None:

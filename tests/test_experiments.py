@@ -57,13 +57,18 @@ def test_planner_variants_script_runs():
     assert r.returncode == 0 and "ms per plan" in r.stdout, r.stderr
 
 
-def _credit_signal():
+def _script(name: str):
+    """The module of ``experiments/<name>.py`` (the experiments are scripts, not a package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("credit_signal", ROOT / "experiments" / "credit_signal.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _credit_signal():
+    return _script("credit_signal")
 
 
 def test_credit_signal_fit_recovers_a_function_of_the_own_action():
@@ -122,11 +127,7 @@ def test_credit_cost_script_prints_a_row_per_scheme_permutations_and_n():
         rate, ms, per_run = float(c[3].replace(",", "")), float(c[4]), float(c[5].rstrip(" |"))
         assert rate > 0 and ms > 0 and per_run == pytest.approx(ms / 1e3 * 393216 / int(c[2]), rel=0.02, abs=0.2)
     # it times the one scheme a learner's env computes, with the permutations asked for
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("credit_cost", script)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _script("credit_cost")
     venv = mod.make_env(16, "shapley", 16, "auction")
     reward = venv.config.reward
     assert venv.num_envs == 128 and reward.scheme == "shapley" and reward.compute_all is False and reward.shapley_samples == 16
@@ -136,14 +137,10 @@ def test_credit_cost_script_prints_a_row_per_scheme_permutations_and_n():
 def test_credit_followup_is_the_study_at_one_setting_and_reuses_its_rows(tmp_path):
     # experiments/credit_followup.py (docs/credit_assignment.md, "Follow-up"): the study's settings
     # but N, arms, arbiter, sharing and seeds; the full study's rows of that setting are copied, no other
-    import importlib.util
-
     from fleet_marl.studies import store
     from fleet_marl.studies.credit import torchrl_design
 
-    spec = importlib.util.spec_from_file_location("credit_followup", ROOT / "experiments" / "credit_followup.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _script("credit_followup")
     s = mod.study(str(tmp_path / "f"))
     full, mine = torchrl_design.Study().settings(), s.settings()
     assert {k for k in full if full[k] != mine[k]} == {"ns", "arms", "mechanisms", "sharing_arms", "seeds"}
@@ -160,15 +157,12 @@ def test_credit_followup_is_the_study_at_one_setting_and_reuses_its_rows(tmp_pat
 
 def test_server_costs_script_prints_a_row_per_size_with_the_servers_planner_work():
     # experiments/server_costs.py (docs/llm_agents.md, "Security": the --max-planner-work table)
-    import importlib.util
     import io
     from contextlib import redirect_stdout
 
     from fleet_marl.openenv.limits import planner_work
 
-    spec = importlib.util.spec_from_file_location("server_costs", ROOT / "experiments" / "server_costs.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _script("server_costs")
     out = io.StringIO()
     with redirect_stdout(out):
         mod.main(["--sizes", "2x1x8,4x2x16,2x1x8s", "--opponents", "planner,greedy", "--cpu", "-1"])
@@ -186,11 +180,7 @@ def test_tiny_plays_pairs_each_play_with_the_planner():
     # experiments/tiny_plays.py (docs/results.md, "tiny is a coordination problem"): on seed 0
     # tenant_0 idles for 8 rounds, so holding the node loses to releasing it and handing it to
     # tenant_1 wins; the table pairs each play with the planner on the same seeds
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("tiny_plays", ROOT / "experiments" / "tiny_plays.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _script("tiny_plays")
     w = mod.run(2)
     assert w["hold"][0] < w["planner"][0] < w["hand over"][0]
     text = mod.table(w, 1)
@@ -200,13 +190,9 @@ def test_tiny_plays_pairs_each_play_with_the_planner():
 def test_tiny_plays_partner_noise_plays_a_run_greedy_and_sampled(tmp_path):
     # tiny_plays.py --run: the table of docs/results.md (a trained run, its GPU request as trained
     # and raised to the whole node); here a one-iteration run on one seed
-    import importlib.util
-
     from fleet_marl.torchrl.train import TorchRLTrainConfig, train
 
-    spec = importlib.util.spec_from_file_location("tiny_plays", ROOT / "experiments" / "tiny_plays.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _script("tiny_plays")
     tc = TorchRLTrainConfig(task="tiny", iterations=1, num_envs=2, rollout=5, epochs=1, minibatch=10, hidden=[8],
                             eval_interval=0, final_episodes=0, out=str(tmp_path))
     run = train(tc, progress=False).run_dir
