@@ -142,6 +142,18 @@ def computed_schemes(chosen: str, compute_all: bool | None) -> tuple[str, ...]:
     return tuple(s for s in SCHEMES if s == chosen or (compute_all is None and SCHEMES[s].rows is None))
 
 
+def rows_per_round(tenants: int, schemes: tuple[str, ...], shapley_samples: int) -> int:
+    """An upper bound on the kernel rows :meth:`CreditEngine.compute` evaluates for one cluster
+    of ``tenants`` live tenants computing ``schemes``: the grand coalition, ``tenants`` rows for
+    each of the removal and default families, and every coalition of exact Shapley (up to
+    ``EXACT_SHAPLEY_MAX`` tenants) or one per proper non-empty prefix of each sampled permutation."""
+    needs = {SCHEMES[s].rows for s in schemes}
+    rows = 1 + tenants * (("removal" in needs) + ("default" in needs))
+    if "coalitions" in needs:
+        rows += (1 << tenants) if tenants <= EXACT_SHAPLEY_MAX else shapley_samples * (tenants - 1)
+    return rows
+
+
 @dataclass
 class Credit:
     """One round of B clusters: each grand coalition's outcome (leading shape (B,)), its
@@ -334,4 +346,4 @@ class CreditEngine:
         return np.where(degenerate, np.minimum(raw, spec.degenerate_floor), raw)
 
 
-__all__ = ["EXACT_SHAPLEY_MAX", "ROW_FAMILIES", "SCHEMES", "Credit", "CreditEngine", "Rows", "Scheme", "computed_schemes"]
+__all__ = ["EXACT_SHAPLEY_MAX", "ROW_FAMILIES", "SCHEMES", "Credit", "CreditEngine", "Rows", "Scheme", "computed_schemes", "rows_per_round"]

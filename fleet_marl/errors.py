@@ -37,7 +37,14 @@ def short_repr(value: object, limit: int = REPR_LIMIT) -> str:
     return f"{text[: max(limit - 4, 1)]}... ({len(text)} characters)"
 
 
-class UsageError(ValueError):
+class ClientError(ValueError):
+    """A bad value given by whoever called: the message names the field, the value (cut by
+    :func:`short_repr`) and what was expected, and is the project's own text, so a server sends
+    it back to the client that caused it (``fleet_marl.openenv``); any other exception's text
+    stays in the server's log. ``ConfigError`` and ``ActionError`` are ClientErrors."""
+
+
+class UsageError(ClientError):
     """A bad command-line value: the message names the option, the value and what was expected."""
 
 
@@ -82,4 +89,4 @@ def require(modules: str | tuple[str, ...] | list[str], extra: str, what: str) -
                 raise MissingExtra(what, extra, mod, str(exc)) from exc
 
 
-__all__ = ["MissingExtra", "UsageError", "install_command", "require"]
+__all__ = ["ClientError", "MissingExtra", "UsageError", "install_command", "require"]

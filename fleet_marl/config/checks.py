@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from fleet_marl import catalog
-from fleet_marl.errors import short_repr
+from fleet_marl.errors import ClientError, short_repr
 
 
-class ConfigError(ValueError):
+class ConfigError(ClientError):
     """A configuration value is invalid. ``field`` is the dotted path of the bad field."""
 
     def __init__(self, field_name: str, value: Any, expected: str):

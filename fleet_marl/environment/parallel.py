@@ -32,7 +32,7 @@ from fleet_marl.environment.spaces import (
     parse_action,
 )
 from fleet_marl.environment.views import EnvViews
-from fleet_marl.errors import short_repr
+from fleet_marl.errors import ClientError, short_repr
 from fleet_marl.tasks import check_protocol, make_config
 
 #: The flags of the kernel's outcome every step's infos carry, and every info key after the
@@ -120,7 +120,7 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
         """``task`` (default ``"easy"``) or a full ``config``, plus overrides of any field."""
         cfg, opts = make_config(task, config, **overrides)
         if check_protocol(opts)[0] == "sequential":
-            raise ValueError(
+            raise ClientError(
                 "protocol = 'sequential': the ParallelEnv has every tenant act at once, and the sequential protocol is "
                 "turn-based (each tenant sees the claims made before its turn); use fleet_marl.env(protocol='sequential', ...), "
                 "the AEC env"
@@ -128,15 +128,15 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
         self.task = (task or "easy") if config is None else None
         self.obs_mode = opts.get("obs_mode", "flat")
         if self.obs_mode not in OBS_MODES:
-            raise ValueError(f"obs_mode = {self.obs_mode!r}: expected one of {', '.join(map(repr, OBS_MODES))}")
+            raise ClientError(f"obs_mode = {self.obs_mode!r}: expected one of {', '.join(map(repr, OBS_MODES))}")
         self.render_mode = opts.get("render_mode")
         if self.render_mode is not None and self.render_mode not in self.metadata["render_modes"]:
-            raise ValueError(
+            raise ClientError(
                 f"render_mode = {self.render_mode!r}: expected None or one of {', '.join(map(repr, self.metadata['render_modes']))}"
             )
         self.illegal_action = opts.get("illegal_action", "veto")
         if self.illegal_action not in ILLEGAL_ACTION:
-            raise ValueError(f"illegal_action = {short_repr(self.illegal_action)}: expected one of {', '.join(map(repr, ILLEGAL_ACTION))}")
+            raise ClientError(f"illegal_action = {short_repr(self.illegal_action)}: expected one of {', '.join(map(repr, ILLEGAL_ACTION))}")
         self.mask_layout = check_mask_layout(opts.get("mask_layout", "dims"))
         self._build(cfg)
         self._ready = False
@@ -196,7 +196,7 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
 
     def reset(self, seed: int | None = None, options: dict | None = None):
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
-            raise ValueError(f"reset: seed = {seed!r}: expected None or a non-negative integer")
+            raise ClientError(f"reset: seed = {seed!r}: expected None or a non-negative integer")
         if seed is not None or self._seed_seq is None:
             self._seed_seq = np.random.SeedSequence(seed)
             env_ss, credit_ss = self._seed_seq.spawn(2)

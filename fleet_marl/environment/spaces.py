@@ -17,7 +17,7 @@ import numba as nb
 import numpy as np
 
 from fleet_marl import catalog
-from fleet_marl.errors import short_repr
+from fleet_marl.errors import ClientError, short_repr
 from fleet_marl.kernel import Actions
 
 #: Batch sizes selectable by ``batch_level``. 256 is vLLM's default ``max_num_seqs``.
@@ -91,7 +91,7 @@ N_CLAIM = len(CLAIM_FIELDS)
 SEQUENTIAL_OBS_INDEX = {name: i for i, (name, _) in enumerate(OBS_FIELDS + CLAIM_FIELDS)}
 
 
-class ActionError(ValueError):
+class ActionError(ClientError):
     """A bad action. ``agent`` and ``field`` name what was wrong; the step changed nothing."""
 
     def __init__(self, agent: Any, field: str, value: Any, expected: str):
@@ -286,7 +286,10 @@ def check_indices(a, live, nvec, default_index, prec_legal, min_unit, budget, st
 def parse_action(a: str, act, nvec: np.ndarray) -> np.ndarray:
     """One agent's action as 8 int64 indices, or an :class:`ActionError` naming the bad
     field: an integer (or integral float) array of shape (8,) within ``nvec``."""
-    arr = np.asarray(act) if act is not None else None
+    try:
+        arr = np.asarray(act) if act is not None else None
+    except (ValueError, TypeError, OverflowError):  # ragged nested lists, an int too large for any dtype
+        raise ActionError(a, "action", act, f"an integer array of shape ({N_ACT},) from action_space('{a}')") from None
     if arr is None or arr.dtype in (object, bool) or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
         raise ActionError(a, "action", act, f"an integer array of shape ({N_ACT},) from action_space('{a}')")
     if arr.shape != (N_ACT,):

@@ -10,12 +10,13 @@ from dataclasses import fields
 import numpy as np
 
 from fleet_marl import catalog
+from fleet_marl.errors import ClientError
 from fleet_marl.kernel import safety
 from fleet_marl.kernel.static import KernelStatic
 from fleet_marl.kernel.types import Actions, Draws, RoundState
 
 
-class KernelInputError(ValueError):
+class KernelInputError(ClientError):
     """Bad input to the kernel. The message names the field, the index, the value and what
     was expected."""
 

@@ -71,7 +71,7 @@ def make_app(
     )
     app.state.sessions = add_routes(app, factory, action_cls, FleetState, limits)
     app.state.limits = limits
-    app.add_middleware(Guard, token=token, max_body_bytes=limits.max_body_bytes)
+    app.add_middleware(Guard, token=token, limits=limits)
     return app
 
 

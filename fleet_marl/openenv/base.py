@@ -19,7 +19,7 @@ import numpy as np
 
 from fleet_marl.config import FleetConfig
 from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
-from fleet_marl.errors import short_repr
+from fleet_marl.errors import ClientError, short_repr
 from fleet_marl.openenv.limits import ServerLimits, check_config, check_overrides, trace_values
 from fleet_marl.tasks import TASKS, make_config, task_dict
 
@@ -79,7 +79,7 @@ class TaskAPI:
 
     def _check_split(self, split: str) -> None:
         if split != SPLIT:
-            raise ValueError(f"split = {short_repr(split)}: expected {SPLIT!r}")
+            raise ClientError(f"split = {short_repr(split)}: expected {SPLIT!r}")
 
     def list_tasks(self, split: str) -> list:
         self._check_split(split)
@@ -104,16 +104,16 @@ def resolve_task(task: str | None, split: str | None, index: int | None, default
     """The task a reset asks for: ``task`` by name, or ``split`` and ``index`` of the task API."""
     if index is not None or split is not None:
         if task is not None:
-            raise ValueError("reset: give task or split/index, not both")
+            raise ClientError("reset: give task or split/index, not both")
         if split not in (None, SPLIT):
-            raise ValueError(f"reset: split = {short_repr(split)}: expected {SPLIT!r}")
+            raise ClientError(f"reset: split = {short_repr(split)}: expected {SPLIT!r}")
         names = task_names()
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(names):
-            raise ValueError(f"reset: index = {short_repr(index)}: expected an integer in [0, {len(names) - 1}]")
+            raise ClientError(f"reset: index = {short_repr(index)}: expected an integer in [0, {len(names) - 1}]")
         return names[index]
     task = default if task is None else task
     if task not in TASKS:
-        raise ValueError(f"reset: task = {short_repr(task)}: expected one of {', '.join(task_names())}")
+        raise ClientError(f"reset: task = {short_repr(task)}: expected one of {', '.join(task_names())}")
     return task
 
 
@@ -151,7 +151,7 @@ class SessionEnv:
         overrides = dict(config or {})
         for k in ("obs_mode", "render_mode", "mask_layout"):
             if k in overrides:
-                raise ValueError(f"reset: config.{k}: not settable over the wire (the server chooses it)")
+                raise ClientError(f"reset: config.{k}: not settable over the wire (the server chooses it)")
         overrides.update(extra or {})
         # the wire reports every scheme's reward (docs/llm_agents.md) unless the client asks for fewer
         overrides.setdefault("compute_all", True)
@@ -193,7 +193,7 @@ MAX_EPISODE_ID = 255
 
 def check_episode_id(episode_id: Any) -> str | None:
     if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > MAX_EPISODE_ID):
-        raise ValueError(
+        raise ClientError(
             f"reset: episode_id = {short_repr(episode_id, 40)}: expected None or a string of at most {MAX_EPISODE_ID} characters"
         )
     return episode_id
@@ -201,7 +201,7 @@ def check_episode_id(episode_id: Any) -> str | None:
 
 def check_seed(seed: Any) -> int | None:
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
-        raise ValueError(f"reset: seed = {short_repr(seed)}: expected None or a non-negative integer")
+        raise ClientError(f"reset: seed = {short_repr(seed)}: expected None or a non-negative integer")
     return None if seed is None else int(seed)
 
 

@@ -7,11 +7,12 @@ it and exits with code 2. docs/llm_agents.md describes the two views and the pro
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import os
 import sys
 
-from fleet_marl.openenv.limits import ServerLimits  # core only: the limits need no extra
+from fleet_marl.openenv.limits import LOOPBACK_HOSTS, ServerLimits  # core only: the limits need no extra
 
 INSTALL_HINT = (
     "fleet-marl serve needs the optional 'openenv' extra (OpenEnv, FastAPI, uvicorn):\n"
@@ -25,6 +26,7 @@ EXAMPLES = """examples:
   fleet-marl serve --mode ego --task medium --opponents bidder --port 8001
   fleet-marl serve --mode ego --ego random --invalid-penalty 0.5 --max-invalid-streak 5
   FLEET_MARL_TOKEN=$(openssl rand -hex 32) fleet-marl serve --host 0.0.0.0 --port 7860   # as in the Docker Space
+  fleet-marl serve --host 0.0.0.0 --insecure --allowed-host my.host.example     # no token: an explicit choice
   fleet-marl serve --max-tenants 16 --max-rounds 200 --max-body-bytes 262144   # tighter limits for a public server
 
 then, from Python:
@@ -76,9 +78,33 @@ def add_arguments(s) -> None:
     a.add_argument("--token", default=None, help=f"bearer token every route and /ws require (default: ${TOKEN_ENV} if set, else none)")
     d = ServerLimits()
     for flag, dest, kind, what in _LIMIT_OPTIONS:
-        a.add_argument(flag, dest=dest, type=kind, default=getattr(d, dest), help=f"{what} (default {getattr(d, dest):g})")
+        v = getattr(d, dest)
+        a.add_argument(flag, dest=dest, type=kind, default=v, help=f"{what} (default {v:,})" if kind is int else f"{what} (default {v:g})")
+    a.add_argument("--max-planner-work", dest="max_planner_work", type=int, default=None, help=argparse.SUPPRESS)
     a.add_argument(
         "--allow-attach", action="store_true", help="let /ws?session_id=<id> attach to a session created over HTTP (default: refused)"
+    )
+    a.add_argument(
+        "--allowed-host",
+        dest="allowed_hosts",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a Host header value to answer (repeat for more; '*': any). Default: 127.0.0.1, localhost and [::1] when "
+        "--host is a loopback address, any otherwise",
+    )
+    a.add_argument(
+        "--allowed-origin",
+        dest="allowed_origins",
+        action="append",
+        default=None,
+        metavar="ORIGIN",
+        help="a browser Origin (scheme://host:port) /ws accepts besides the server's own host (repeat for more; '*': any)",
+    )
+    a.add_argument(
+        "--insecure",
+        action="store_true",
+        help=f"serve on a non-loopback --host with no token (refused otherwise: set {TOKEN_ENV} or --token)",
     )
     s.add_argument(
         "--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"), help="uvicorn log level (default info)"
@@ -95,9 +121,15 @@ _LIMIT_OPTIONS = (
     ("--max-gpus", "max_gpus", int, "largest max_gpus of a client's tenant"),
     ("--max-shapley-samples", "max_shapley_samples", int, "largest reward.shapley_samples a client may ask for"),
     ("--max-rate", "max_rate", float, "largest workload arrival rate a client may ask for"),
-    ("--max-planner-work", "max_planner_work", int, "ego view: the most work (limits.planner_work) the planner opponents may plan"),
+    ("--max-work", "max_work", int, "the most work one step may cost, the round's and the opponents' plan (kernel row-columns)"),
     ("--http-session-idle", "http_session_idle_s", float, "seconds after which an idle session created over HTTP expires"),
     ("--ws-idle", "ws_idle_s", float, "seconds of silence after which a WebSocket session is closed"),
+    ("--max-connections", "max_connections", int, "open TCP connections; one more closes the oldest idle one, else gets 503"),
+    ("--header-timeout", "header_timeout_s", float, "seconds a request's head or a WebSocket's handshake may take"),
+    ("--keep-alive", "keep_alive_s", float, "seconds an HTTP connection may idle between requests"),
+    ("--max-header-bytes", "max_header_bytes", int, "largest request line and headers, together"),
+    ("--body-timeout", "body_timeout_s", float, "seconds an HTTP body may take to arrive (408 past it)"),
+    ("--max-bodies-bytes", "max_bodies_bytes", int, "HTTP body bytes held at once over every request (503 past it)"),
 )
 
 
@@ -128,9 +160,18 @@ def build_app(args):
 
 def limits_from(args):
     """The :class:`~fleet_marl.openenv.limits.ServerLimits` of parsed ``args`` (ValueError names a bad one)."""
+    if getattr(args, "max_planner_work", None) is not None:
+        raise ValueError(
+            "--max-planner-work: replaced by --max-work, which bounds every opponent by its cost (docs/llm_agents.md, Security)"
+        )
     kw = {dest: getattr(args, dest) for _, dest, _, _ in _LIMIT_OPTIONS}
+    host = getattr(args, "host", "127.0.0.1")
+    hosts = getattr(args, "allowed_hosts", None) or (LOOPBACK_HOSTS if is_loopback(host) else ("*",))
+    origins = tuple(getattr(args, "allowed_origins", None) or ())
     try:
-        return ServerLimits(max_sessions=args.max_sessions, allow_attach=args.allow_attach, **kw)
+        return ServerLimits(
+            max_sessions=args.max_sessions, allow_attach=args.allow_attach, allowed_hosts=tuple(hosts), allowed_origins=origins, **kw
+        )
     except ValueError as exc:  # name the option, not the field
         text = str(exc)
         for flag, dest, _, _ in _LIMIT_OPTIONS:
@@ -175,7 +216,15 @@ def run(args) -> int:
         return 2
     try:
         kw = app_kwargs(args)
+        if kw["token"] is None and not is_loopback(args.host) and not args.insecure:
+            raise ValueError(
+                f"--host {args.host}: serving beyond this machine with no token lets anyone who reaches port {args.port} open "
+                f"sessions; set {TOKEN_ENV} (or --token) and give clients the token, or pass --insecure to serve without one"
+            )
         app = make_app(**kw)
+        from fleet_marl.openenv.transport import uvicorn_config
+
+        config = uvicorn_config(app, kw["limits"], args.host, args.port, args.log_level)
     except (ValueError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         print("run 'fleet-marl serve --help' for the options", file=sys.stderr)
@@ -188,16 +237,11 @@ def run(args) -> int:
     )
     if kw["token"] is None and not is_loopback(args.host):
         print(
-            f"warning: serving on {args.host} with no token: anyone who can reach port {args.port} can open sessions. "
-            f"Set {TOKEN_ENV} (or --token) and give clients the token (docs/llm_agents.md, Security).",
+            f"warning: serving on {args.host} with no token (--insecure): anyone who can reach port {args.port} can open sessions.",
             file=sys.stderr,
             flush=True,
         )
-    limits = kw["limits"]
-    # a message up to 4x the limit is read and answered with an error frame (the session lives);
-    # a longer one closes the connection (1009) before it is read in full (docs/llm_agents.md);
-    # at most 4 messages wait while a session is busy (uvicorn's default 32 would hold 32 x 4 MiB)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, ws_max_size=4 * limits.max_message_bytes, ws_max_queue=4)
+    uvicorn.Server(config).run()
     return 0
 
 

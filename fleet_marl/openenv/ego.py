@@ -43,7 +43,7 @@ from openenv.core.env_server.types import EnvironmentMetadata
 
 from fleet_marl.config import FleetConfig
 from fleet_marl.environment import ACTION_FIELDS, FleetParallelEnv, FleetSequentialEnv, scheme_rewards
-from fleet_marl.errors import short_repr
+from fleet_marl.errors import ClientError, short_repr
 from fleet_marl.openenv.base import (
     SessionEnv,
     TaskAPI,
@@ -54,7 +54,7 @@ from fleet_marl.openenv.base import (
     package_version,
     resolve_task,
 )
-from fleet_marl.openenv.limits import ServerLimits, check_opponents, trace_values
+from fleet_marl.openenv.limits import ServerLimits, check_work, trace_values
 from fleet_marl.openenv.models import FleetEgoAction, FleetEgoObservation, FleetState, encode
 from fleet_marl.openenv.prompt import describe, render_prompt
 from fleet_marl.openenv.text_action import TextActionError, action_json_schema, check_mask, from_indices, parse_tenant_action, to_indices
@@ -119,18 +119,18 @@ class FleetEgoEnvironment(TaskAPI, Environment):
     @staticmethod
     def _check_options(opponents: Any, fallback: Any, invalid_penalty: Any, max_invalid_streak: Any) -> None:
         if opponents not in POLICIES:
-            raise ValueError(f"opponents = {short_repr(opponents)}: expected one of {', '.join(POLICIES)}")
+            raise ClientError(f"opponents = {short_repr(opponents)}: expected one of {', '.join(POLICIES)}")
         if fallback not in FALLBACKS:
-            raise ValueError(f"fallback = {short_repr(fallback)}: expected one of {', '.join(FALLBACKS)}")
+            raise ClientError(f"fallback = {short_repr(fallback)}: expected one of {', '.join(FALLBACKS)}")
         if (
             isinstance(invalid_penalty, bool)
             or not isinstance(invalid_penalty, (int, float))
             or not np.isfinite(invalid_penalty)
             or invalid_penalty < 0
         ):
-            raise ValueError(f"invalid_penalty = {short_repr(invalid_penalty)}: expected a finite number >= 0")
+            raise ClientError(f"invalid_penalty = {short_repr(invalid_penalty)}: expected a finite number >= 0")
         if isinstance(max_invalid_streak, bool) or not isinstance(max_invalid_streak, int) or max_invalid_streak < 1:
-            raise ValueError(f"max_invalid_streak = {short_repr(max_invalid_streak)}: expected an integer >= 1")
+            raise ClientError(f"max_invalid_streak = {short_repr(max_invalid_streak)}: expected an integer >= 1")
 
     # --- OpenEnv API ------------------------------------------------------------------------------
 
@@ -150,7 +150,7 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         **kwargs: Any,
     ) -> FleetEgoObservation:
         if kwargs:
-            raise ValueError(
+            raise ClientError(
                 f"reset: unknown argument {short_repr(sorted(kwargs)[0])}: expected seed, episode_id, task, config, split, index, "
                 "ego, opponents, fallback, invalid_penalty, max_invalid_streak"
             )
@@ -163,12 +163,12 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         seed, episode_id = check_seed(seed), check_episode_id(episode_id)
         name = resolve_task(task, split, index, d["task"])
         if config is not None and not isinstance(config, dict):
-            raise ValueError(f"reset: config = {short_repr(config)}: expected an object of config overrides")
+            raise ClientError(f"reset: config = {short_repr(config)}: expected an object of config overrides")
         ego = d["ego"] if ego is None else ego
 
         def check(cfg: FleetConfig) -> None:  # before the session's env changes: a refused reset changes nothing
             self._resolve_ego([f"tenant_{i}" for i in range(len(cfg.tenants))], ego, seed)
-            check_opponents(opponents, cfg, self._session.limits)
+            check_work(cfg, self._session.limits, opponents)
 
         env = self._session.get(name, {**d["config"], **(config or {})}, sequential=True, check=check)
         self._seq = self._session.aec
@@ -326,7 +326,7 @@ class FleetEgoEnvironment(TaskAPI, Environment):
             return agents[ego]
         if isinstance(ego, str) and ego in agents:
             return ego
-        raise ValueError(
+        raise ClientError(
             f"reset: ego = {short_repr(ego)}: expected one of {', '.join(agents)}, an index in [0, {len(agents) - 1}], or 'random'"
         )
 

@@ -18,19 +18,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from fleet_marl.config import ConfigError, FleetConfig
 from fleet_marl.traces import TRACES, registry_file, registry_names
 from fleet_marl.workloads import TRACE_KIND
 
+#: The ``Host`` names a server bound to a loopback address answers by default (``fleet-marl
+#: serve`` sets :attr:`ServerLimits.allowed_hosts` to them): a page elsewhere that resolves its
+#: own name to 127.0.0.1 (DNS rebinding) is refused.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+
 
 @dataclass(frozen=True)
 class ServerLimits:
     """The limits of one server; ``fleet-marl serve`` sets each with the option named in the
-    comment. The defaults admit every built-in task and the credit study's largest scenario
-    (64 tenants on 32 nodes) and keep the largest reset and a step of it within a second or so on
-    one core (``tests/test_openenv_security.py`` measures it)."""
+    comment. docs/llm_agents.md ("Security") says what each protects. The defaults admit every
+    built-in task and the credit study's largest scenario (64 tenants on 32 nodes), keep one
+    step within a few seconds on one core (``tests/test_openenv_security.py`` measures it), and
+    hold the server to a few hundred MiB whatever its clients send."""
 
     max_sessions: int = 8  # --max-sessions: live sessions of every kind (WebSocket, HTTP), each counted once
     max_body_bytes: int = 1 << 20  # --max-body-bytes: an HTTP request body; a larger one gets 413, unread
@@ -41,10 +48,18 @@ class ServerLimits:
     max_gpus: int = 64  # --max-gpus: a tenant's max_gpus (the size of its action space and mask; the tasks use 8)
     max_shapley_samples: int = 64  # --max-shapley-samples: reward.shapley_samples (rows per step: samples x tenants)
     max_rate: float = 1e6  # --max-rate: a workload's arrival rate
-    max_planner_work: int = 150_000  # --max-planner-work: the ego view's planner opponents (planner_work)
+    max_work: int = 8_000_000  # --max-work: one step's work, the round's and the opponents' (work(); kernel row-columns)
     max_depth: int = 16  # nesting of a message's JSON (a config is 4 deep)
     http_session_idle_s: float = 60.0  # --http-session-idle: a session created over HTTP and not attached expires
     ws_idle_s: float = 900.0  # --ws-idle: a WebSocket that sends nothing for this long is closed
+    max_connections: int = 256  # --max-connections: open TCP connections; one more closes the oldest idle one, else gets 503
+    header_timeout_s: float = 10.0  # --header-timeout: a request's head (and a WebSocket's handshake) must arrive within it
+    keep_alive_s: float = 5.0  # --keep-alive: an HTTP connection idle between requests is closed after it
+    max_header_bytes: int = 8192  # --max-header-bytes: a request's line and headers together
+    body_timeout_s: float = 10.0  # --body-timeout: an HTTP body must arrive within it (408 past it)
+    max_bodies_bytes: int = 16 << 20  # --max-bodies-bytes: HTTP bodies held at once over every request (503 past it)
+    allowed_hosts: tuple[str, ...] = ("*",)  # --allowed-host: Host header values answered ("*": any); serve: loopback names on loopback
+    allowed_origins: tuple[str, ...] = ()  # --allowed-origin: browser Origins /ws accepts besides the server's own host ("*": any)
     allow_attach: bool = False  # --allow-attach: /ws?session_id=<id> may attach to a session created over HTTP
 
     def __post_init__(self):
@@ -53,6 +68,10 @@ class ServerLimits:
             if f.name == "allow_attach":
                 if not isinstance(v, bool):
                     raise ValueError(f"allow_attach = {v!r}: expected True or False")
+            elif f.name in ("allowed_hosts", "allowed_origins"):
+                if isinstance(v, str) or not isinstance(v, (tuple, list)) or not all(isinstance(x, str) and x.strip() for x in v):
+                    raise ValueError(f"{f.name} = {v!r}: expected a tuple of non-empty strings")
+                object.__setattr__(self, f.name, tuple(x.strip().lower() for x in v))
             elif isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):  # NaN fails v > 0
                 raise ValueError(f"{f.name} = {v!r}: expected a finite number > 0")
             elif f.type == "int" and not isinstance(v, int):
@@ -104,6 +123,7 @@ def check_config(cfg: FleetConfig, limits: ServerLimits, trusted_traces: Iterabl
             cfg.reward.shapley_samples,
             f"at most {limits.max_shapley_samples} (this server's limit, --max-shapley-samples)",
         )
+    check_work(cfg, limits)
     trusted, known = set(trusted_traces), set(registry_names())
     names = ", ".join(TRACES)
     for i, t in enumerate(cfg.tenants):
@@ -115,7 +135,7 @@ def check_config(cfg: FleetConfig, limits: ServerLimits, trusted_traces: Iterabl
             )
         trace = t.workload.trace
         if trace is None or (trace in trusted and trace not in known):
-            continue  # the operator's own file
+            continue  # the operator's own file (a path or a name of its default config), not a registry name
         if trace not in known:
             raise ConfigError(
                 f"tenants[{i}].workload.trace",
@@ -126,7 +146,15 @@ def check_config(cfg: FleetConfig, limits: ServerLimits, trusted_traces: Iterabl
         if info.kind != TRACE_KIND[t.kind]:
             fitting = ", ".join(n for n, other in TRACES.items() if other.kind == TRACE_KIND[t.kind])
             raise ConfigError(f"tenants[{i}].workload.trace", trace, f"a {TRACE_KIND[t.kind]} trace for a {t.kind} tenant ({fitting})")
-        if trace not in trusted and registry_file(trace) is None:
+        # a registry name -- a client's or a built-in task's own -- is read only from the registry's folders
+        if Path(trace).exists() or Path(trace).is_symlink():
+            raise ConfigError(
+                f"tenants[{i}].workload.trace",
+                trace,
+                "a registry trace the server can read from its registry folders: a file of that name in the server's working "
+                "directory would be read in its place (its operator removes it or starts the server in another folder)",
+            )
+        if registry_file(trace) is None:
             raise ConfigError(
                 f"tenants[{i}].workload.trace",
                 trace,
@@ -135,30 +163,65 @@ def check_config(cfg: FleetConfig, limits: ServerLimits, trusted_traces: Iterabl
             )
 
 
-#: Weight of a tenant in :func:`planner_work`: a server has five precision maps and up to nine
-#: batch levels to try at each GPU count, a trainer few (its batch is the sequence's).
-PLANNER_WEIGHT = {"serve": 2.0, "train": 0.25}
+@dataclass(frozen=True)
+class Work:
+    """What a session on one scenario commits the server to, in the kernel's row-columns
+    (:func:`fleet_marl.kernel.work.kernel_work`; 0.1-0.5 µs each on one core here, measured by
+    ``experiments/server_costs.py``): ``env`` for the round itself (the grand coalition and
+    every counterfactual row of the schemes it computes: removals, defaults, Shapley's
+    coalitions), ``opponents`` for the reference policy that plays the other tenants (its
+    ``work``: nothing for a heuristic's steps once its fit tables are filled, a search for the
+    planner and hindsight), ``step`` their sum, and ``episode`` a step's times the rounds."""
+
+    env: int
+    opponents: int
+    rounds: int
+
+    @property
+    def step(self) -> int:
+        return self.env + self.opponents
+
+    @property
+    def episode(self) -> int:
+        return self.step * self.rounds
 
 
-def planner_work(cfg: FleetConfig) -> int:
-    """What one plan of the ``planner`` policy costs, in units of about 10 µs on one core:
-    (tenants + nodes) x the sum over tenants of (``max_gpus`` + 1) x their weight (2 for a server,
-    1/4 for a trainer). The planner tries every GPU count of every tenant, a server's with many
-    more precision and batch choices, each candidate a kernel row over every tenant and node
-    (``experiments/server_costs.py`` measures it: 7-10 µs a unit, so 150,000 units are 1.0-1.6 s)."""
-    weights = sum((t.max_gpus + 1) * PLANNER_WEIGHT[t.kind] for t in cfg.tenants)
-    return int((len(cfg.tenants) + cfg.cluster.num_nodes) * weights)
+def work(cfg: FleetConfig, opponents: str | None = None) -> Work:
+    """The :class:`Work` of a session on ``cfg`` with ``opponents`` (a ``fleet_marl.policies``
+    name; None: the multi view, no opponents). One rule for every opponent, present or future:
+    each policy states its own cost (``BasePolicy.work``)."""
+    from fleet_marl.credit import computed_schemes, rows_per_round
+    from fleet_marl.kernel.work import kernel_work
+    from fleet_marl.policies import POLICIES
+
+    T, N = len(cfg.tenants), cfg.cluster.num_nodes
+    schemes = computed_schemes(cfg.reward.scheme, cfg.reward.compute_all)
+    env = kernel_work(rows_per_round(T, schemes, cfg.reward.shapley_samples), T, N)
+    opp = 0 if opponents is None else POLICIES[opponents].work(cfg)
+    return Work(env=env, opponents=opp, rounds=cfg.max_cycles)
 
 
-def check_opponents(opponents: str, cfg: FleetConfig, limits: ServerLimits) -> None:
-    """Refuse opponents whose every step would cost more than the limits allow (the planner on
-    a large scenario); a ``ValueError`` naming ``opponents``."""
-    if opponents == "planner" and planner_work(cfg) > limits.max_planner_work:
-        raise ValueError(
-            f"opponents = 'planner': the planner's work on this scenario, {planner_work(cfg):,} ((tenants + nodes) x the "
-            f"tenants' GPU counts, servers weighted 2, trainers 1/4), is over this server's limit of {limits.max_planner_work:,} (--max-planner-work); "
-            "use another opponent or a smaller scenario"
+def check_work(cfg: FleetConfig, limits: ServerLimits, opponents: str | None = None) -> Work:
+    """The scenario's :class:`Work`, or a ``ConfigError`` when one step of it is over
+    ``limits.max_work``, naming ``opponents`` when they push it over and the scenario otherwise."""
+    w = work(cfg, opponents)
+    if w.step <= limits.max_work:
+        return w
+    unit = "row-columns (docs/llm_agents.md, Security)"
+    if w.env <= limits.max_work:
+        raise ConfigError(
+            "opponents",
+            opponents,
+            f"opponents whose step fits this server's limit of {limits.max_work:,} {unit} (--max-work): "
+            f"{opponents}'s plan costs {w.opponents:,} on this scenario, the round {w.env:,}; use a cheaper opponent "
+            "(precision_expert, fair_share, greedy, bidder, random) or a smaller scenario (fewer tenants, nodes or max_gpus)",
         )
+    raise ConfigError(
+        "config",
+        f"a scenario whose round costs {w.env:,}",
+        f"at most {limits.max_work:,} {unit} a step (this server's limit, --max-work): fewer tenants or nodes, "
+        "fewer reward.shapley_samples, or compute_all = false",
+    )
 
 
 def check_depth(value: Any, limit: int) -> int | None:
@@ -174,4 +237,4 @@ def check_depth(value: Any, limit: int) -> int | None:
     return None
 
 
-__all__ = ["ServerLimits", "check_config", "check_depth", "check_opponents", "check_overrides", "planner_work", "trace_values"]
+__all__ = ["LOOPBACK_HOSTS", "ServerLimits", "Work", "check_config", "check_depth", "check_overrides", "check_work", "trace_values", "work"]

@@ -26,7 +26,7 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
 from fleet_marl.environment import ACTION_FIELDS, N_ACT, REWARD_PREFIX, ActionError, FleetParallelEnv, scheme_rewards
-from fleet_marl.errors import short_repr
+from fleet_marl.errors import ClientError, short_repr
 from fleet_marl.openenv.base import (
     SessionEnv,
     TaskAPI,
@@ -71,13 +71,13 @@ class FleetMultiEnvironment(TaskAPI, Environment):
         **kwargs: Any,
     ) -> FleetMultiObservation:
         if kwargs:
-            raise ValueError(
+            raise ClientError(
                 f"reset: unknown argument {short_repr(sorted(kwargs)[0])}: expected seed, episode_id, task, config, split, index"
             )
         seed, episode_id = check_seed(seed), check_episode_id(episode_id)
         name = resolve_task(task, split, index, self.default_task)
         if config is not None and not isinstance(config, dict):
-            raise ValueError(f"reset: config = {short_repr(config)}: expected an object of config overrides")
+            raise ClientError(f"reset: config = {short_repr(config)}: expected an object of config overrides")
         env = self._session.get(name, {**self.default_config, **(config or {})})
         obs, infos = env.reset(seed=seed)
         self._episode_id = episode_id or str(uuid.uuid4())

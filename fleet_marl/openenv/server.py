@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
@@ -50,7 +51,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.websockets import WebSocketDisconnect
 
-from fleet_marl.errors import short_repr
+from fleet_marl.errors import ClientError, short_repr
 from fleet_marl.openenv.limits import ServerLimits, check_depth
 from fleet_marl.openenv.sessions import CapacityError, Session, SessionTable
 from fleet_marl.traces import TraceError
@@ -82,23 +83,43 @@ INTERNAL_ERROR = "INTERNAL_ERROR"
 ATTACH_REFUSED = "ATTACH_REFUSED"
 IDLE_TIMEOUT = "IDLE_TIMEOUT"
 MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
-#: Exceptions whose text the client caused and may read (cut to ``MAX_MESSAGE_CHARS``): the
-#: env's ``ConfigError``, ``ActionError`` and the views' argument checks are ValueErrors, an
-#: argument the reset does not take a TypeError. A KeyError or IndexError is a bug: internal.
+#: Exceptions a client may cause (the HTTP routes answer them as errors, not crashes).
 CLIENT_ERRORS = (ValueError, TypeError)
+#: A lone UTF-16 surrogate written as a JSON escape (``"\\ud800"``): the one way a message of valid
+#: UTF-8 text decodes to a string that cannot be encoded back (a valid pair decodes to one character).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _raised_here(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by fleet_marl's own Python code (its text is the project's)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and str(tb.tb_frame.f_globals.get("__name__", "")).startswith("fleet_marl.")
 
 
 def public_error(exc: BaseException) -> tuple[str, str]:
-    """``(message, code)`` to send for ``exc``. A trace or file error, a recursion error or
-    anything unexpected is ``INTERNAL_ERROR`` with no detail (logged here): its text may quote a
-    file or the server's state. A bad argument's text, which names the field, is sent."""
-    if isinstance(exc, (TraceError, OSError, RecursionError, MemoryError)) or not isinstance(exc, (*CLIENT_ERRORS, RuntimeError)):
-        log.warning("internal error while serving a request: %s", type(exc).__name__, exc_info=exc)
-        return "internal error: the server could not carry out this request (its log has the details)", INTERNAL_ERROR
-    text = str(exc)
-    if len(text) > MAX_MESSAGE_CHARS:
-        text = text[: MAX_MESSAGE_CHARS - 20] + f"... ({len(text)} characters)"
-    return text, "EXECUTION_ERROR"
+    """``(message, code)`` to send for ``exc``. Only the project's own messages reach a client:
+    a :class:`~fleet_marl.errors.ClientError` (``ConfigError``, ``ActionError``, the views'
+    argument checks: each names the field, the value and what was expected) and a
+    ``RuntimeError`` raised by fleet_marl's code (a step before a reset). Any other bad value
+    (a library's ``ValueError`` or ``TypeError``) is a generic ``EXECUTION_ERROR``; a trace or
+    file error, a recursion error or anything unexpected is ``INTERNAL_ERROR`` with no detail.
+    Both are logged here: their text may quote a library's internals, a file or the server's state."""
+    if isinstance(exc, ClientError) or (type(exc) is RuntimeError and _raised_here(exc)):
+        text = str(exc)
+        if len(text) > MAX_MESSAGE_CHARS:
+            text = text[: MAX_MESSAGE_CHARS - 20] + f"... ({len(text)} characters)"
+        return text, "EXECUTION_ERROR"
+    if isinstance(exc, CLIENT_ERRORS) and not isinstance(exc, (TraceError, UnicodeError)):
+        log.info("a client's request failed: %s", type(exc).__name__, exc_info=exc)
+        return (
+            "invalid request: a value of this request has the wrong type or shape for its field "
+            "(docs/llm_agents.md lists every message and field)",
+            "EXECUTION_ERROR",
+        )
+    log.warning("internal error while serving a request: %s", type(exc).__name__, exc_info=exc)
+    return "internal error: the server could not carry out this request (its log has the details)", INTERNAL_ERROR
 
 
 def validation_errors(exc: ValidationError | RequestValidationError) -> list[dict]:
@@ -125,8 +146,52 @@ class Protocol:
     def __init__(self, table: SessionTable, action_cls: type[BaseModel], limits: ServerLimits):
         self.table, self.action_cls, self.limits = table, action_cls, limits
 
+    def decode(self, text: str) -> dict | str:
+        """The message object of ``text``, or the error frame that answers it (run on the
+        session's thread: parsing a large message does not hold the event loop)."""
+        try:
+            msg = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return _error_frame(f"Invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", "INVALID_JSON")
+        except ValueError:  # an integer literal of more digits than Python converts
+            return _error_frame("Invalid JSON: a number too long to convert", "INVALID_JSON")
+        except RecursionError:
+            return _error_frame(f"JSON nested too deeply: expected at most {self.limits.max_depth} levels", "INVALID_JSON")
+        if not isinstance(msg, dict):
+            return _error_frame(
+                f'a message is a JSON object such as {{"type": "reset", "data": {{}}}}; got a JSON {type(msg).__name__}', "INVALID_JSON"
+            )
+        depth = check_depth(msg, self.limits.max_depth + 2)  # the message and its data wrap the arguments
+        if depth is not None:
+            return _error_frame(
+                f"JSON nested {depth} levels deep: expected at most {self.limits.max_depth} levels in data", "VALIDATION_ERROR"
+            )
+        if _SURROGATE_ESCAPE.search(text) is not None:
+            try:
+                json.dumps(msg, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                return _error_frame(
+                    "Invalid text: a string holds a lone UTF-16 surrogate (an escape \\ud800-\\udfff not in a pair): "
+                    "expected valid Unicode; nothing was run",
+                    "INVALID_JSON",
+                )
+        return msg
+
+    def run(self, session: Session, kind: str, data: Any) -> str:
+        """The frame answering a ``reset``, ``step`` or ``state`` with ``data`` (on the session's thread)."""
+        if kind == "state":
+            return WSStateResponse(data=session.env.state.model_dump()).model_dump_json()
+        if not isinstance(data, dict):
+            return _error_frame(f"data = {short_repr(data, 40)}: expected a JSON object", "VALIDATION_ERROR")
+        if kind == "reset":
+            obs = session.env.reset(**data)
+        else:
+            obs = session.env.step(self.action_cls.model_validate(data))
+        return WSObservationResponse(data=serialize_observation(obs)).model_dump_json()
+
     async def answer(self, session: Session, message: Mapping[str, Any]) -> tuple[str | None, bool]:
-        """``(frame, close)`` for one message (``frame`` None: send nothing)."""
+        """``(frame, close)`` for one message (``frame`` None: send nothing). Every error is a
+        frame and the session lives on."""
         if "text" not in message or message.get("text") is None:
             return _error_frame("binary frames are not part of the protocol: send each message as JSON text", "INVALID_JSON"), False
         text = message["text"]
@@ -135,40 +200,17 @@ class Protocol:
                 f"message of {len(text)} characters: expected at most {self.limits.max_message_bytes}", MESSAGE_TOO_LARGE
             ), False
         try:
-            msg = json.loads(text)
-        except json.JSONDecodeError as exc:
-            return _error_frame(f"Invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", "INVALID_JSON"), False
-        except ValueError:  # an integer literal of more digits than Python converts
-            return _error_frame("Invalid JSON: a number too long to convert", "INVALID_JSON"), False
-        except RecursionError:
-            return _error_frame(f"JSON nested too deeply: expected at most {self.limits.max_depth} levels", "INVALID_JSON"), False
-        if not isinstance(msg, dict):
-            return _error_frame(
-                f'a message is a JSON object such as {{"type": "reset", "data": {{}}}}; got a JSON {type(msg).__name__}', "INVALID_JSON"
-            ), False
-        depth = check_depth(msg, self.limits.max_depth + 2)  # the message and its data wrap the arguments
-        if depth is not None:
-            return _error_frame(
-                f"JSON nested {depth} levels deep: expected at most {self.limits.max_depth} levels in data", "VALIDATION_ERROR"
-            ), False
-        kind, data = msg.get("type"), msg.get("data", {})
-        if kind not in self.TYPES:
-            return _error_frame(
-                f"Unknown message type: type = {short_repr(kind, 40)}: expected one of {', '.join(self.TYPES)}", "UNKNOWN_TYPE"
-            ), False
-        if kind == "close":
-            return None, True
-        try:
-            if kind == "state":
-                state = await self.table.run(session, lambda: session.env.state)
-                return WSStateResponse(data=state.model_dump()).model_dump_json(), False
-            if not isinstance(data, dict):
-                return _error_frame(f"data = {short_repr(data, 40)}: expected a JSON object", "VALIDATION_ERROR"), False
-            if kind == "reset":
-                obs = await self.table.run(session, session.env.reset, **data)
-            else:
-                obs = await self.table.run(session, session.env.step, self.action_cls.model_validate(data))
-            return WSObservationResponse(data=serialize_observation(obs)).model_dump_json(), False
+            msg = await self.table.run(session, self.decode, text)
+            if isinstance(msg, str):
+                return msg, False
+            kind, data = msg.get("type"), msg.get("data", {})
+            if kind not in self.TYPES:
+                return _error_frame(
+                    f"Unknown message type: type = {short_repr(kind, 40)}: expected one of {', '.join(self.TYPES)}", "UNKNOWN_TYPE"
+                ), False
+            if kind == "close":
+                return None, True
+            return await self.table.run(session, self.run, session, kind, data), False
         except ValidationError as exc:
             return _error_frame("Invalid message", "VALIDATION_ERROR", errors=validation_errors(exc)), False
         except Exception as exc:  # noqa: BLE001 - every error is a frame (public_error picks what a client may read); the session lives on

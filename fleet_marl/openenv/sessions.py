@@ -2,7 +2,7 @@
 ``ServerLimits.max_sessions`` (:mod:`fleet_marl.openenv.server` opens and closes them).
 
 A session is a WebSocket's (``ws``), one created over HTTP with ``openenv/session/create``
-(``http``: it expires after ``http_session_idle_s`` with no socket on it, and a WebSocket client
+(``http``: it expires after ``http_session_idle_s`` with no socket on it, and any new session
 that finds the server full takes the slot of the least recently used one), or one HTTP
 ``/reset``, ``/step`` or ``/state`` while it runs (``request``). Each runs its env on a thread of
 its own: an env is used by one thread.
@@ -57,11 +57,12 @@ class SessionTable:
 
     async def open(self, origin: str) -> Session:
         """A new session; ``CapacityError`` when ``max_sessions`` are live and none can be
-        freed (an expired HTTP session is closed first; a WebSocket client also takes the slot
-        of the least recently used HTTP session that no socket holds)."""
+        freed. The same rule for every origin: an expired HTTP session is closed first, then,
+        if the table is still full, the least recently used HTTP session that no socket holds
+        (so sessions created over HTTP and never attached cannot lock anyone out)."""
         async with self._lock:
             freed = self._expired(time.monotonic())
-            if len(self.sessions) - len(freed) >= self.limits.max_sessions and origin == "ws":
+            if len(self.sessions) - len(freed) >= self.limits.max_sessions:
                 idle = sorted(
                     (s for s in self.sessions.values() if s.origin == "http" and not s.attached and s not in freed),
                     key=lambda s: s.last_active,
@@ -106,6 +107,9 @@ class SessionTable:
         """The session created over HTTP with this id, now held by a socket."""
         async with self._lock:
             s = self.sessions.get(session_id)
+            if s is not None and s in self._expired(time.monotonic()):
+                self._drop(s)  # expired: the reaper has not run yet, but it is gone
+                s = None
             if s is None or s.origin != "http" or s.attached or s.env is None:
                 raise LookupError("no session created over HTTP with this id is free to attach")
             s.attached, s.last_active = True, time.monotonic()

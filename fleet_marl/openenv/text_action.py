@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from fleet_marl import catalog
-from fleet_marl.errors import short_repr
+from fleet_marl.errors import ClientError, short_repr
 
 #: The longest text the parser reads, in characters (64 KiB).
 MAX_CHARS = 65_536
@@ -61,7 +61,7 @@ BidLevels = Sequence[float] | np.ndarray
 assert len(GROUP_KEYS) == catalog.N_GROUPS
 
 
-class TextActionError(ValueError):
+class TextActionError(ClientError):
     """A tenant action text that cannot be used. ``field`` names where (``input`` for the text
     itself), ``value`` what was there and ``expected`` what would do; the message is
     ``"<field> = <value>: expected <expected>"`` (or ``"<field>: <problem>"`` for ``input``)."""

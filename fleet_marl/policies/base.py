@@ -36,6 +36,7 @@ from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS, N_OBS, OBS_FIELD
 from fleet_marl.environment.observations import unsquash
 from fleet_marl.environment.spaces import mask_dims
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
+from fleet_marl.kernel.work import kernel_work
 
 #: Index of each observation feature by name (``fleet_marl.environment.OBS_FIELDS``).
 OBS = {name: i for i, (name, _) in enumerate(OBS_FIELDS)}
@@ -161,6 +162,8 @@ class BasePolicy:
     """
 
     name = "base"
+    #: Precision maps per tenant whose fit tables (:class:`FitTable`) an ``act`` may fill.
+    FIT_MAPS = 2
 
     def __init__(self, env) -> None:
         self.env = fleet_env(env)
@@ -179,6 +182,18 @@ class BasePolicy:
 
     def act_one(self, observation, agent: str, info: dict | None = None) -> np.ndarray:
         raise NotImplementedError
+
+    @classmethod
+    def work(cls, config) -> int:
+        """An upper bound on what one ``act`` with the default options costs on the scenario
+        ``config`` (a ``FleetConfig``), in the kernel's row-columns
+        (:func:`fleet_marl.kernel.work.kernel_work`): the first act's, which fills the fit
+        tables. A policy that searches with the kernel adds its search; a server refuses an
+        opponent whose work is over its limit (``fleet_marl.openenv.limits``)."""
+        T, N = len(config.tenants), config.cluster.num_nodes
+        G = max((t.max_gpus for t in config.tenants), default=0)
+        # a fit table's rows hold one tenant alone on the cluster: a column for it and each node
+        return kernel_work(T * cls.FIT_MAPS * G * BATCH_LEVELS.size, 1, N, calls=T * cls.FIT_MAPS)
 
     # --- shared pieces ------------------------------------------------------------------------
 

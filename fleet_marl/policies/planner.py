@@ -27,13 +27,14 @@ an optimum over the episode.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from fleet_marl.environment import BATCH_LEVELS
 from fleet_marl.environment.spaces import mask_dims
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
+from fleet_marl.kernel.work import kernel_work
 from fleet_marl.policies.base import N_ACT, N_OBS, PREC, BasePolicy
 from fleet_marl.policies.heuristics import EXPERT_MAP, PrecisionExpertPolicy
 
@@ -50,6 +51,12 @@ class PlannerPolicy(BasePolicy):
     """Centralized: plans every tenant's action from ``state()`` with the batched kernel."""
 
     name = "planner"
+    FIT_MAPS = len(_MAPS)
+    #: Distinct precision maps a candidate tries: five for a server, three for a trainer (its
+    #: precisions exclude integer weights, so the last two maps fall back to the third).
+    MAPS: ClassVar[dict[str, int]] = {"serve": len(_MAPS), "train": 3}
+    #: The batch levels a candidate tries at one GPU count: every level for a server, two for a trainer.
+    LEVELS: ClassVar[dict[str, int]] = {"serve": len(BATCH_LEVELS), "train": 2}
 
     def __init__(self, env, passes: int = 2, horizon: int = 1, warm_start: bool = False) -> None:
         super().__init__(env)
@@ -68,6 +75,17 @@ class PlannerPolicy(BasePolicy):
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
         self._plan_key, self._plan = None, None
+
+    @classmethod
+    def work(cls, config, passes: int = 2, horizon: int = 1) -> int:
+        """The fit tables, then ``passes`` sweeps over every tenant, each one kernel call per
+        round of the ``horizon`` whose rows are the tenant's candidates: the plan as it stands,
+        nothing, and each precision map x GPU count x batch level (an upper bound: the rows
+        a plan evaluates are ``self.rows``)."""
+        T, N = len(config.tenants), config.cluster.num_nodes
+        candidates = sum(2 + cls.MAPS[t.kind] * t.max_gpus * cls.LEVELS[t.kind] for t in config.tenants)
+        search = kernel_work(passes * horizon * candidates, T, N, calls=passes * horizon * T)
+        return super().work(config) + search
 
     # --- the per-agent and joint entry points -----------------------------------------------
 
@@ -207,6 +225,10 @@ class HindsightPolicy(PlannerPolicy):
     what it does and does not guarantee."""
 
     name = "hindsight"
+
+    @classmethod
+    def work(cls, config, passes: int = 2, horizon: int = 3) -> int:
+        return super().work(config, passes=passes, horizon=horizon)
 
     def __init__(self, env, passes: int = 2, horizon: int = 3, warm_start: bool = False) -> None:
         super().__init__(env, passes=passes, horizon=horizon, warm_start=warm_start)
