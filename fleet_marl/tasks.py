@@ -346,6 +346,17 @@ def _merge(base: dict, over: dict, path: str) -> dict:
     return out
 
 
+def unknown_option(name: Any, value: Any) -> ConfigError:
+    """The error of an override ``name`` that :func:`make_config` does not take."""
+    valid = sorted(set(FleetConfig.__dataclass_fields__) | set(SHORTCUTS) | set(ENV_OPTIONS) | {"task", "config"})
+    return ConfigError(str(name), value, f"a known option (valid: {', '.join(valid)})")
+
+
+def is_option(name: Any) -> bool:
+    """Whether :func:`make_config` takes ``name`` as an override (a field, a shortcut or an env option)."""
+    return name in FleetConfig.__dataclass_fields__ or name in SHORTCUTS or name in ENV_OPTIONS or name == "backend"
+
+
 def make_config(task: str | None = None, config: FleetConfig | dict | None = None, **overrides: Any) -> tuple[FleetConfig, dict]:
     """Build ``(FleetConfig, env_options)`` from a task name, or a full ``config``, plus overrides.
 
@@ -377,8 +388,7 @@ def make_config(task: str | None = None, config: FleetConfig | dict | None = Non
             else:
                 nested[k] = v
         else:
-            valid = sorted(fields_ | set(SHORTCUTS) | set(ENV_OPTIONS) | {"task", "config"})
-            raise ConfigError(k, v, f"a known option (valid: {', '.join(valid)})")
+            raise unknown_option(k, v)
     # old reward.<fairness knob> overrides move to fairness first (with their deprecation
     # warning), so they override the task's fairness section instead of clashing with it
     merged = _merge(base, FleetConfig.migrate(nested), "")
@@ -393,9 +403,11 @@ __all__ = [
     "TURN_ORDERS",
     "Task",
     "check_protocol",
+    "is_option",
     "make_config",
     "register_task",
     "require_sequential",
     "scaled",
     "task_dict",
+    "unknown_option",
 ]

@@ -135,7 +135,7 @@ def big_body(url: str, size: int, chunked: bool) -> bytes:
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=60) as s:
         length = b"Transfer-Encoding: chunked\r\n" if chunked else f"Content-Length: {size}\r\n".encode()
-        s.sendall(b"POST /reset HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + length
+        s.sendall(b"POST /reset HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + length
                   + f"Authorization: Bearer {TOKEN}\r\n\r\n".encode())
         block = b"x" * (1 << 20)
         try:

@@ -155,13 +155,13 @@ class SessionEnv:
         overrides.update(extra or {})
         # the wire reports every scheme's reward (docs/llm_agents.md) unless the client asks for fewer
         overrides.setdefault("compute_all", True)
+        check_overrides(overrides, self.limits)  # cheap checks first: the key below walks the whole mapping
         key = (task, json.dumps(overrides, sort_keys=True, default=str), sequential)
         current = self.env
         if current is not None and key == self.key:
             if check is not None:
                 check(current.config)
             return current
-        check_overrides(overrides, self.limits)
         cfg, _ = make_config(task, None, **overrides)  # a ConfigError names the bad field
         check_config(cfg, self.limits, trace_values(task_dict(task)) | self.trusted_traces)
         if check is not None:

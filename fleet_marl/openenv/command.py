@@ -115,6 +115,8 @@ def add_arguments(s) -> None:
 _LIMIT_OPTIONS = (
     ("--max-body-bytes", "max_body_bytes", int, "largest HTTP request body; a larger one gets 413 unread"),
     ("--max-message-bytes", "max_message_bytes", int, "largest WebSocket message"),
+    ("--max-items", "max_items", int, "most JSON values in one WebSocket message (counted before parsing)"),
+    ("--max-bytes-per-s", "max_bytes_per_s", int, "bytes a second one WebSocket's messages are read at, at most (larger bursts wait)"),
     ("--max-tenants", "max_tenants", int, "most tenants a client's scenario may have"),
     ("--max-nodes", "max_nodes", int, "most nodes a client's scenario may have"),
     ("--max-rounds", "max_rounds", int, "largest max_cycles a client may ask for"),

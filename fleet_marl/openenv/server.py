@@ -30,6 +30,7 @@ import contextlib
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
@@ -52,7 +53,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.websockets import WebSocketDisconnect
 
 from fleet_marl.errors import ClientError, short_repr
-from fleet_marl.openenv.limits import ServerLimits, check_depth
+from fleet_marl.openenv.limits import ServerLimits, count_items, json_depth
 from fleet_marl.openenv.sessions import CapacityError, Session, SessionTable
 from fleet_marl.traces import TraceError
 
@@ -138,6 +139,25 @@ def _error_frame(message: str, code: str, **extra: Any) -> str:
     return WSErrorResponse(data={"message": message, "code": code, **extra}).model_dump_json()
 
 
+class Pace:
+    """A token bucket over the bytes one socket sends: ``rate`` bytes a second, bursts up to
+    ``burst``. :meth:`take` waits (never refuses) until the message's bytes are earned, so a
+    client that floods the server with large messages is slowed to ``rate`` while the socket's
+    unread frames wait in TCP's buffers; one that sends small messages is never slowed."""
+
+    def __init__(self, rate: float, burst: float):
+        self.rate, self.burst = float(rate), float(burst)
+        self.tokens, self.at = self.burst, time.monotonic()
+
+    async def take(self, n: int) -> None:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        self.tokens -= n
+        if self.tokens < 0:
+            await asyncio.sleep(-self.tokens / self.rate)
+
+
 class Protocol:
     """The frames of one WebSocket session (OpenEnv's protocol: reset, step, state, close)."""
 
@@ -149,6 +169,11 @@ class Protocol:
     def decode(self, text: str) -> dict | str:
         """The message object of ``text``, or the error frame that answers it (run on the
         session's thread: parsing a large message does not hold the event loop)."""
+        items = count_items(text)
+        if items > self.limits.max_items:
+            return _error_frame(
+                f"message of up to {items} JSON values: expected at most {self.limits.max_items} (--max-items)", MESSAGE_TOO_LARGE
+            )
         try:
             msg = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -161,8 +186,8 @@ class Protocol:
             return _error_frame(
                 f'a message is a JSON object such as {{"type": "reset", "data": {{}}}}; got a JSON {type(msg).__name__}', "INVALID_JSON"
             )
-        depth = check_depth(msg, self.limits.max_depth + 2)  # the message and its data wrap the arguments
-        if depth is not None:
+        depth = json_depth(text)
+        if depth > self.limits.max_depth + 2:  # the message and its data wrap the arguments
             return _error_frame(
                 f"JSON nested {depth} levels deep: expected at most {self.limits.max_depth} levels in data", "VALIDATION_ERROR"
             )
@@ -246,6 +271,7 @@ class Protocol:
                         _error_frame(str(exc), "CAPACITY_REACHED", active_sessions=exc.active, max_sessions=exc.limit)
                     )
                     return
+            pace = Pace(self.limits.max_bytes_per_s, max(self.limits.max_bytes_per_s, 4 * self.limits.max_message_bytes))
             while True:
                 try:
                     message = await asyncio.wait_for(websocket.receive(), timeout=self.limits.ws_idle_s)
@@ -256,6 +282,7 @@ class Protocol:
                     return
                 if message["type"] == "websocket.disconnect":
                     return
+                await pace.take(len(message.get("text") or message.get("bytes") or b""))
                 frame, stop = await self.answer(session, message)
                 if frame is not None:
                     await websocket.send_text(frame)

@@ -7,7 +7,7 @@ client that opens connections and sends nothing (or a byte now and then) would h
 descriptor of the server. Here every connection is counted by a :class:`ConnectionGate`:
 
 - a request's head (and a WebSocket upgrade's handshake) must arrive within
-  ``header_timeout_s``, in at most ``max_header_bytes`` (400 past it); a connection idle
+  ``header_timeout_s``, in at most ``max_header_bytes`` (431 past it); a connection idle
   between requests is closed after ``keep_alive_s``;
 - at most ``max_connections`` are open: one more closes the oldest connection that has not
   sent a whole head yet, is idle between requests or is still sending a body (in that order of
@@ -41,6 +41,14 @@ SPARE_FDS = 64
 _BUSY = json.dumps(
     {"detail": "the server has as many open connections as it takes (--max-connections); try again shortly", "code": "SERVER_BUSY"}
 ).encode()
+_TOO_LARGE = json.dumps(
+    {"detail": "the request's line and headers are over this server's limit (--max-header-bytes)", "code": "HEADERS_TOO_LARGE"}
+).encode()
+HEADERS_TOO_LARGE_RESPONSE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\nconnection: close\r\n"
+    + f"content-length: {len(_TOO_LARGE)}\r\n\r\n".encode()
+    + _TOO_LARGE
+)
 BUSY_RESPONSE = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\n"
     + f"content-length: {len(_BUSY)}\r\n\r\n".encode()
@@ -93,6 +101,7 @@ class GuardedH11Protocol(H11Protocol):
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.state = "head"  # head -> body -> busy -> keepalive -> head ...; or head -> handshake -> ws
+        self.head_bytes = 0  # of the head being read
         self.ws: WebSocketsSansIOProtocol | None = None
         self._deadline: asyncio.TimerHandle | None = None
         if not self.gate.admit(self):
@@ -140,8 +149,19 @@ class GuardedH11Protocol(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.state == "keepalive":  # the next request's head starts: its own deadline
-            self.state = "head"
+            self.state, self.head_bytes = "head", 0
             self._arm()
+        if self.state == "head":
+            # h11 bounds a head that arrives in pieces, not one that arrives whole: count it here
+            end = data.find(b"\r\n\r\n")
+            self.head_bytes += end + 4 if end >= 0 else len(data)
+            if self.head_bytes > self.gate.limits.max_header_bytes:
+                self._disarm()
+                self.gate.release(self)
+                self.state = "closed"
+                self.transport.write(HEADERS_TOO_LARGE_RESPONSE)
+                self.transport.close()
+                return
         super().data_received(data)
 
     def handle_events(self) -> None:
@@ -230,6 +250,7 @@ def uvicorn_config(app, limits: ServerLimits, host: str, port: int, log_level: s
 
 __all__ = [
     "BUSY_RESPONSE",
+    "HEADERS_TOO_LARGE_RESPONSE",
     "ConnectionGate",
     "GuardedH11Protocol",
     "RedactSessionIds",
