@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: train test lint bench install clean baselines demo wheel-smoke
+.PHONY: train test lint bench install clean baselines demo wheel-smoke docker-lock
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no python3.11 or python3 on PATH; install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
@@ -55,6 +55,12 @@ bench: $(STAMP)
 ## make wheel-smoke: build the sdist and the wheel, install the wheel with no extras in a fresh venv and run the core from outside the checkout (CI runs it after make test)
 wheel-smoke: $(STAMP)
 	.ci/wheel_smoke
+
+## make docker-lock: re-pin docker/requirements.txt (the core and the [openenv] extra, resolved in a fresh venv) for the Dockerfile
+docker-lock:
+	rm -rf build/docker-lock && $(PYTHON) -m venv build/docker-lock
+	build/docker-lock/bin/pip install -q ".[openenv]" setuptools wheel
+	{ sed -n '1,3p' docker/requirements.txt; build/docker-lock/bin/pip freeze --all --exclude fleet-marl --exclude pip; } > build/docker-lock.txt && mv build/docker-lock.txt docker/requirements.txt
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

@@ -155,12 +155,13 @@ def test_credit_followup_is_the_study_at_one_setting_and_reuses_its_rows(tmp_pat
     assert [(r["setting"], r["n"], r["arm"]) for r in got] == [("proportional", "64", "shapley")]
 
 
-def test_server_costs_script_prints_a_row_per_size_with_the_servers_planner_work():
-    # experiments/server_costs.py (docs/llm_agents.md, "Security": the --max-planner-work table)
+def test_server_costs_script_prints_a_row_per_size_with_the_servers_work_estimate():
+    # experiments/server_costs.py (docs/llm_agents.md, "Security": the --max-work table)
     import io
     from contextlib import redirect_stdout
 
-    from fleet_marl.openenv.limits import planner_work
+    import fleet_marl
+    from fleet_marl.openenv.limits import work
 
     mod = _script("server_costs")
     out = io.StringIO()
@@ -168,12 +169,30 @@ def test_server_costs_script_prints_a_row_per_size_with_the_servers_planner_work
         mod.main(["--sizes", "2x1x8,4x2x16,2x1x8s", "--opponents", "planner,greedy", "--cpu", "-1"])
     rows = [line.strip("| ").split(" | ") for line in out.getvalue().splitlines()[2:]]
     assert [r[:4] for r in rows] == [["2", "1", "8", "easy's mix"], ["4", "2", "16", "easy's mix"], ["2", "1", "8", "servers"]]
-    import fleet_marl
+    env = fleet_marl.parallel_env(task="easy", compute_all=True, **mod.scenario(4, 2, 16))
+    w = work(env.config, "planner")
+    assert rows[1][4] == f"{w.env:,}" and rows[1][7] == f"{w.opponents:,}"
+    assert rows[1][11] == f"{work(env.config, 'greedy').opponents:,}"
+    assert all(len(r) == 15 and float(x.replace(",", "")) >= 0 for r in rows for x in r[4:])
 
-    env = fleet_marl.parallel_env(task="easy", **mod.scenario(4, 2, 16))
-    assert rows[1][4] == f"{planner_work(env.config):,}" == f"{int((4 + 2) * 17 * (2 * 0.25 + 2 * 2)):,}"  # 2 trainers, 2 servers
-    assert rows[2][4] == f"{(2 + 1) * 9 * 2 * 2:,}"
-    assert all(len(r) == 9 and float(x) >= 0 for r in rows for x in r[5:])
+
+def test_serve_capacity_script_measures_sessions_stepping_once_a_second():
+    # experiments/serve_capacity.py (docs/llm_agents.md, "Capacity": the default --max-sessions)
+    import io
+    import socket
+    from contextlib import redirect_stdout
+
+    pytest.importorskip("openenv")
+    mod = _script("serve_capacity")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = io.StringIO()
+    with redirect_stdout(out):
+        mod.main(["--sessions", "3", "--seconds", "2", "--port", str(port)])
+    row = out.getvalue().splitlines()[2].strip("| ").split(" | ")
+    sessions, steps, p50, p99, idle, rss, per = row
+    assert sessions == "3" and int(steps) >= 3 and 0 < float(p50) <= float(p99) and 0 < float(idle) <= float(rss)
 
 
 def test_tiny_plays_pairs_each_play_with_the_planner():

@@ -3,6 +3,7 @@ would: more slow and silent connections than the server takes, slow bodies, and 
 send worst-case frames. Each test checks the bound docs/llm_agents.md ("Security") states.
 Bounded in time: each test runs its own server for well under a minute."""
 
+import contextlib
 import json
 import os
 import socket
@@ -15,10 +16,10 @@ import numpy as np
 import pytest
 
 pytest.importorskip("openenv")
-from websockets.sync.client import connect  # noqa: E402
+from websockets.sync.client import connect
 
-from tests.test_openenv_serve import _serve, _stop  # noqa: E402
-from tests.test_openenv_stress import rss_kib  # noqa: E402
+from tests.test_openenv_serve import _serve, _stop
+from tests.test_openenv_stress import rss_kib
 
 ACTIONS = {"actions": {f"tenant_{i}": [1, 2, 1, 1, 1, 1, 1, 3] for i in range(4)}}  # legal for easy's four tenants
 
@@ -120,10 +121,8 @@ def slow_body(addr, size: int) -> socket.socket:
     s = socket.create_connection(addr, timeout=10)
     s.sendall(b"POST /reset HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
               + f"Content-Length: {size}\r\n\r\n".encode())
-    try:
+    with contextlib.suppress(OSError):  # answered 503 and closed: the budget is spent
         s.sendall(b" " * (size - 1))
-    except OSError:
-        pass  # answered 503 and closed: the budget is spent
     return s
 
 
@@ -245,3 +244,28 @@ def test_four_attacking_sockets_do_not_stall_a_bystander():
         assert timed_health(url) < 2.0
     finally:
         _stop(proc)
+
+
+def test_session_ids_never_reach_the_log_and_no_server_header_is_sent():
+    """With --allow-attach a session id is a capability: the access log writes it redacted.
+    No ``server`` header names the software."""
+    import signal
+
+    proc, url = _serve("--task", "tiny", "--allow-attach", "--log-level", "info")
+    try:
+        req = urllib.request.Request(url + "/mcp", method="POST", headers={"Content-Type": "application/json"},
+                                     data=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create", "params": {}}).encode())
+        with urllib.request.urlopen(req, timeout=30) as r:
+            sid = json.load(r)["result"]["session_id"]
+            assert "server" not in {k.lower() for k in r.headers}
+        with connect(url.replace("http", "ws") + f"/ws?session_id={sid}", open_timeout=30) as ws:
+            ws.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
+            assert json.loads(ws.recv(timeout=30))["type"] == "observation"
+        with urllib.request.urlopen(url + f"/health?session_id={sid}", timeout=30) as r:
+            assert r.status == 200
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        out = proc.communicate(timeout=30)[0]
+    assert sid not in out, "a session id reached the server's log"
+    assert "session_id=<redacted>" in out, out[-2000:]

@@ -145,7 +145,7 @@ def largest(limits: ServerLimits) -> dict:
     (lambda c: c["reward"].update(shapley_samples=c["reward"]["shapley_samples"] + 1), "reward.shapley_samples"),
     (lambda c: c["tenants"][3].update(max_gpus=c["tenants"][3]["max_gpus"] + 1), "tenants[3].max_gpus"),
     (lambda c: c["tenants"][1]["workload"].update(rate=2e6), "tenants[1].workload.rate"),
-    (lambda c: c.update(tenants=[c["tenants"][0]] * 5000), "tenants"),
+    (lambda c: c.update(tenants=[c["tenants"][0]] * 700), "tenants"),  # within --max-message-bytes and --max-items: named
 ])
 def test_a_config_over_a_limit_is_refused_by_name(multi, change, field):
     config = largest(ServerLimits())
@@ -586,3 +586,145 @@ def test_a_bad_limit_on_the_command_line_is_named_by_its_option(capsys):
 
     assert command.run(build_parser().parse_args(["serve", "--max-rounds", "0"])) == 2
     assert "error: --max-rounds = 0: expected a finite number > 0" in capsys.readouterr().err
+
+
+# --- the LOW items of the third attack: each class closed -------------------------------------------
+
+
+@pytest.mark.parametrize("frame", [
+    '{"type": "reset", "data": {"config": {"\\ud800": 1}}}',
+    '{"type": "reset", "data": {"\\udfff": 1}}',
+    '{"type": "step", "data": {"actions": {"\\ud800": [1, 2, 1, 1, 1, 1, 1, 3]}}}',
+    '{"type": "reset", "data": {"task": "easy\\ud800"}}',
+])
+def test_a_lone_surrogate_is_an_error_frame_and_the_session_lives(multi, frame):
+    with multi.websocket_connect("/ws") as ws:
+        assert call(ws, "reset", {"seed": 0})["type"] == "observation"
+        ws.send_text(frame)
+        r = ws.receive_json()
+        assert r["type"] == "error" and r["data"]["code"] == "INVALID_JSON" and "lone UTF-16 surrogate" in r["data"]["message"]
+        assert call(ws, "state")["data"]["round"] == 0  # nothing ran
+        assert call(ws, "step", {"actions": {a: [1, 2, 1, 1, 1, 1, 1, 3] for a in ("tenant_0", "tenant_1")}})["type"] == "observation"
+
+
+def test_a_lone_surrogate_in_an_ego_answer_does_not_run_the_step(ego):
+    with ego.websocket_connect("/ws") as ws:
+        call(ws, "reset", {"seed": 0})
+        # a lone surrogate in the message itself: refused before anything runs
+        ws.send_text('{"type": "step", "data": {"text": "{\\"request_gpus\\": 2} \\ud800"}}')
+        r = ws.receive_json()
+        assert r["type"] == "error" and "nothing was run" in r["data"]["message"]
+        assert call(ws, "state")["data"]["round"] == 0  # the step did not run: no penalty, no round
+        r = call(ws, "step", {"text": ANSWER})
+        assert r["type"] == "observation" and r["data"]["observation"]["round"] == 1 and r["data"]["observation"]["invalid_actions"] == 0
+        # one escaped inside the model's answer (valid text): an invalid answer, the step runs and says so
+        r = call(ws, "step", {"text": '{"request_gpus": 2, "bid": "list\\ud800", "batch": 8, "precision": "bf16"}'})
+        o = r["data"]["observation"]
+        assert r["type"] == "observation" and o["round"] == 2 and o["invalid_actions"] == 1 and o["last_action_error"]
+
+
+@pytest.mark.parametrize("action", [[[1, 2], [3]], [[1] * 8, [2] * 7], [1, [2, 3], 1, 1, 1, 1, 1, 3]])
+def test_a_ragged_action_is_an_action_error_naming_the_agent(multi, action):
+    with multi.websocket_connect("/ws") as ws:
+        call(ws, "reset", {"seed": 0})
+        r = call(ws, "step", {"actions": {"tenant_0": action, "tenant_1": [1, 2, 1, 1, 1, 1, 1, 3]}})
+        assert r["type"] == "error", r
+        message = r["data"]["message"]
+        assert message.startswith("tenant_0: action") or r["data"]["code"] == "VALIDATION_ERROR", r
+        assert "inhomogeneous" not in message and "setting an array element" not in message
+    import fleet_marl
+    from fleet_marl.environment import ActionError
+
+    env = fleet_marl.parallel_env(task="tiny")
+    env.reset(seed=0)
+    with pytest.raises(ActionError, match=r"^tenant_0: action = .*expected an integer array of shape \(8,\)"):
+        env.step({"tenant_0": action, "tenant_1": [1, 2, 1, 1, 1, 1, 1, 3]})
+    assert env.round == 0
+
+
+def test_host_and_origin_are_checked():
+    """A loopback server answers only loopback names (DNS rebinding), and /ws refuses a browser
+    page of another origin (cross-site WebSocket hijacking); both allow-lists are configurable."""
+    limits = ServerLimits(allowed_hosts=LOOPBACK_HOSTS, allowed_origins=("http://app.example",))
+    with TestClient(make_app(mode="multi", task="tiny", limits=limits), base_url="http://127.0.0.1:8000") as client:
+        assert client.get("/health").status_code == 200
+        assert client.get("/health", headers={"host": "localhost:8000"}).status_code == 200
+        assert client.get("/health", headers={"host": "[::1]:8000"}).status_code == 200
+        bad = client.get("/health", headers={"host": "rebound.attacker.example:8000"})
+        assert bad.status_code == 400 and bad.json()["code"] == "BAD_HOST"
+        with pytest.raises(WebSocketDenialResponse) as denied:
+            with client.websocket_connect("ws://rebound.attacker.example/ws"):
+                pass
+        assert denied.value.status_code == 400
+        for origin, ok in [("http://evil.example", False), ("http://127.0.0.1:8000", True), ("http://app.example", True),
+                           ("http://127.0.0.1:9999", False), ("null", False)]:
+            if ok:
+                with client.websocket_connect("ws://127.0.0.1:8000/ws", headers={"origin": origin}) as ws:
+                    assert call(ws, "reset", {"seed": 0})["type"] == "observation"
+            else:
+                with pytest.raises(WebSocketDenialResponse) as denied:
+                    with client.websocket_connect("ws://127.0.0.1:8000/ws", headers={"origin": origin}):
+                        pass
+                assert denied.value.status_code == 403 and denied.value.json()["code"] == "BAD_ORIGIN"
+        with client.websocket_connect("ws://127.0.0.1:8000/ws") as ws:  # no Origin: not a browser
+            assert call(ws, "reset", {"seed": 0})["type"] == "observation"
+
+
+def test_a_tasks_own_trace_name_is_read_only_from_the_registry(secret_files, monkeypatch):
+    """A file in the server's working directory named like the trace task's own sample is never
+    opened: the reset is refused, naming the file's place, and quotes nothing of it."""
+    monkeypatch.chdir(secret_files["dir"])  # holds pollux_workload-1.csv, whose first line is the secret
+    with TestClient(make_app(mode="multi", task="tiny")) as client, client.websocket_connect("/ws") as ws:
+        r = call(ws, "reset", {"task": "trace"})
+        assert r["type"] == "error" and "working directory" in r["data"]["message"] and SECRET not in json.dumps(r)
+    monkeypatch.chdir(secret_files["dir"].parent)
+    with TestClient(make_app(mode="multi", task="tiny")) as client, client.websocket_connect("/ws") as ws:
+        assert call(ws, "reset", {"task": "trace"})["type"] == "observation"
+
+
+def test_an_expired_http_session_cannot_be_attached_before_the_reaper_runs():
+    import asyncio
+
+    from fleet_marl.openenv.sessions import SessionTable
+
+    async def run():
+        table = SessionTable(lambda: None, ServerLimits(http_session_idle_s=5.0, allow_attach=True))
+        class Env:
+            def close(self):
+                pass
+
+        s = await table.open("http")
+        s.env = Env()
+        s.last_active -= 10.0  # idle past its limit; no reaper in this table
+        with pytest.raises(LookupError):
+            await table.attach(s.id)
+        assert len(table) == 0
+
+    asyncio.run(run())
+
+
+def test_the_docker_image_installs_pinned_packages_from_one_index_and_needs_a_token():
+    """The image installs every package pinned (docker/requirements.txt, 'make docker-lock') from
+    PyPI alone with --no-deps, and its server starts on 0.0.0.0 only with a token or an explicit
+    FLEET_MARL_INSECURE (``fleet-marl serve`` refuses otherwise: the serve tests above)."""
+    import re
+    from importlib.metadata import requires
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    root = Path(__file__).resolve().parents[1]
+    docker = (root / "Dockerfile").read_text()
+    installs = [line for line in docker.replace("\\\n", " ").splitlines() if "pip install" in line]
+    assert installs and all(part.count("--index-url https://pypi.org/simple") == 1 and "--no-deps" in part
+                            for line in installs for part in line.split("&&") if "pip install" in part)
+    assert "extra-index-url" not in docker and "download.pytorch.org" not in docker
+    pins = [line for line in (root / "docker" / "requirements.txt").read_text().splitlines() if line and not line.startswith("#")]
+    assert all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+!\-]+", line) for line in pins), pins
+    pinned = {canonicalize_name(line.split("==")[0]) for line in pins}
+    for text in requires("fleet-marl") or []:
+        req = Requirement(text)
+        if req.marker is None or req.marker.evaluate({"extra": "openenv"}):
+            assert canonicalize_name(req.name) in pinned, f"{req.name} is not pinned in docker/requirements.txt"
+    assert "${FLEET_MARL_INSECURE:+--insecure}" in docker and "--host 0.0.0.0" in docker

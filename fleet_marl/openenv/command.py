@@ -59,7 +59,10 @@ def add_arguments(s) -> None:
         "--mode", choices=("multi", "ego"), default="multi", help="the view: every tenant (multi) or one for an LLM (ego); default multi"
     )
     s.add_argument(
-        "--max-sessions", type=int, default=8, help="live sessions, WebSocket and HTTP, each counted once; one more is refused (default 8)"
+        "--max-sessions",
+        type=int,
+        default=ServerLimits().max_sessions,
+        help=f"live sessions, WebSocket and HTTP, each counted once; one more is refused (default {ServerLimits().max_sessions})",
     )
     s.add_argument("--task", default="easy", help="default task of a reset that names none (default easy)")
     s.add_argument("--reward-scheme", default=None, help="default credit scheme (default: the task's)")

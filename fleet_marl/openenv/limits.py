@@ -42,7 +42,7 @@ class ServerLimits:
     step within a few seconds on one core (``tests/test_openenv_security.py`` measures it), and
     hold the server to a few hundred MiB whatever its clients send."""
 
-    max_sessions: int = 8  # --max-sessions: live sessions of every kind (WebSocket, HTTP), each counted once
+    max_sessions: int = 128  # --max-sessions: live sessions of every kind, each counted once (experiments/serve_capacity.py)
     max_body_bytes: int = 1 << 20  # --max-body-bytes: an HTTP request body; a larger one gets 413, unread
     max_message_bytes: int = 256 << 10  # --max-message-bytes: one WebSocket message (an ego answer is at most 64 KiB of text)
     max_tenants: int = 64  # --max-tenants
@@ -234,25 +234,32 @@ def check_work(cfg: FleetConfig, limits: ServerLimits, opponents: str | None = N
     )
 
 
-def count_items(text: str) -> int:
-    """An upper bound on the JSON values in ``text``, counted without parsing it (commas and
-    opening brackets, strings' included; a few C-speed scans: a millisecond a MiB)."""
-    return text.count(",") + text.count("[") + text.count("{") + 1
-
-
-#: A JSON string (its escapes included): what :func:`json_depth` removes before it counts brackets.
+#: A JSON string (its escapes included), matched in one pass however long (the loop unrolled).
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _OPEN, _CLOSE = np.zeros(256, np.int8), np.zeros(256, np.int8)
 _OPEN[[ord("["), ord("{")]] = 1
 _CLOSE[[ord("]"), ord("}")]] = 1
 
 
-def json_depth(text: str) -> int:
-    """The nesting depth of the JSON value ``text`` (which parsed), from its brackets outside
-    strings: a regular expression and a cumulative sum, in C, whatever the text holds."""
-    if text.count("[") + text.count("{") <= 1:
-        return int("[" in text or "{" in text)
-    b = np.frombuffer(_JSON_STRING.sub("", text).encode("utf-8"), np.uint8)
+def without_strings(text: str) -> str:
+    """``text`` with every JSON string's content removed (``"..."`` becomes ``""``): what
+    :func:`count_items` and :func:`json_depth` read, so a long answer's commas and brackets,
+    which are text, are not counted. One regular expression in C: a millisecond a MiB or so."""
+    return _JSON_STRING.sub('""', text) if '"' in text else text
+
+
+def count_items(bare: str) -> int:
+    """An upper bound on the JSON values of a text whose strings :func:`without_strings` removed:
+    commas and opening brackets, counted without parsing."""
+    return bare.count(",") + bare.count("[") + bare.count("{") + 1
+
+
+def json_depth(bare: str) -> int:
+    """The nesting depth of a JSON value whose strings :func:`without_strings` removed, from its
+    brackets: a cumulative sum in C, whatever the text holds."""
+    if bare.count("[") + bare.count("{") <= 1:
+        return int("[" in bare or "{" in bare)
+    b = np.frombuffer(bare.encode("utf-8", "surrogatepass"), np.uint8)
     return int(np.cumsum(_OPEN[b] - _CLOSE[b], dtype=np.int64).max(initial=0))
 
 
@@ -266,5 +273,6 @@ __all__ = [
     "count_items",
     "json_depth",
     "trace_values",
+    "without_strings",
     "work",
 ]

@@ -53,7 +53,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.websockets import WebSocketDisconnect
 
 from fleet_marl.errors import ClientError, short_repr
-from fleet_marl.openenv.limits import ServerLimits, count_items, json_depth
+from fleet_marl.openenv.limits import ServerLimits, count_items, json_depth, without_strings
 from fleet_marl.openenv.sessions import CapacityError, Session, SessionTable
 from fleet_marl.traces import TraceError
 
@@ -169,7 +169,8 @@ class Protocol:
     def decode(self, text: str) -> dict | str:
         """The message object of ``text``, or the error frame that answers it (run on the
         session's thread: parsing a large message does not hold the event loop)."""
-        items = count_items(text)
+        bare = without_strings(text)
+        items = count_items(bare)
         if items > self.limits.max_items:
             return _error_frame(
                 f"message of up to {items} JSON values: expected at most {self.limits.max_items} (--max-items)", MESSAGE_TOO_LARGE
@@ -186,7 +187,7 @@ class Protocol:
             return _error_frame(
                 f'a message is a JSON object such as {{"type": "reset", "data": {{}}}}; got a JSON {type(msg).__name__}', "INVALID_JSON"
             )
-        depth = json_depth(text)
+        depth = json_depth(bare)
         if depth > self.limits.max_depth + 2:  # the message and its data wrap the arguments
             return _error_frame(
                 f"JSON nested {depth} levels deep: expected at most {self.limits.max_depth} levels in data", "VALIDATION_ERROR"
@@ -344,12 +345,17 @@ def add_routes(
     for cls in (*CLIENT_ERRORS, RuntimeError, Exception):  # Exception last: Starlette logs it, then sends this answer
         app.add_exception_handler(cls, _raised)
 
+    one_at_a_time = asyncio.Semaphore(1)
+
     async def one_shot(call: Callable[[Session], Any]) -> Any:
-        """Run ``call`` on a fresh session that lives for this request (it counts as one)."""
+        """Run ``call`` on a fresh session that lives for this request (it counts as one). These
+        routes are a smoke test: one runs at a time, so a flood of them holds one session slot
+        and one thread, not every slot and core."""
         session = None
         try:
-            session = await table.open("request")
-            return await call(session)
+            async with one_at_a_time:
+                session = await table.open("request")
+                return await call(session)
         except Exception as exc:  # noqa: BLE001 - every error is an HTTP answer (_http_error picks what a client may read)
             return _http_error(exc)
         finally:

@@ -98,7 +98,7 @@ class GuardedH11Protocol(H11Protocol):
 
     gate: ConnectionGate
 
-    def connection_made(self, transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self.state = "head"  # head -> body -> busy -> keepalive -> head ...; or head -> handshake -> ws
         self.head_bytes = 0  # of the head being read
@@ -175,7 +175,8 @@ class GuardedH11Protocol(H11Protocol):
     def handle_websocket_upgrade(self, event) -> None:
         self.state = "handshake"  # the deadline stays armed until the WebSocket's handshake completes
         super().handle_websocket_upgrade(event)
-        self.ws = self.transport.get_protocol() if hasattr(self.transport, "get_protocol") else None
+        proto = self.transport.get_protocol()
+        self.ws = proto if isinstance(proto, WebSocketsSansIOProtocol) else None
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
