@@ -133,7 +133,7 @@ def test_slow_bodies_are_bounded_in_memory_and_time():
     --body-timeout, the server's memory stays within the budget plus a stated margin while they
     are open and comes back near where it started once they close."""
     budget, timeout, n = 8 << 20, 4, 300
-    proc, url = _serve("--task", "easy", "--max-bodies-bytes", str(budget), "--body-timeout", str(timeout),
+    proc, url = _serve("--task", "easy", "--max-bodies-bytes", str(budget), "--body-timeout", str(timeout), "--max-body-bytes", str(1 << 20),
                        "--max-connections", "512", "--header-timeout", "30")
     socks: list[socket.socket] = []
     try:
@@ -269,3 +269,69 @@ def test_session_ids_never_reach_the_log_and_no_server_header_is_sent():
         out = proc.communicate(timeout=30)[0]
     assert sid not in out, "a session id reached the server's log"
     assert "session_id=<redacted>" in out, out[-2000:]
+
+
+def _frame(payload: bytes, opcode: int = 0x1) -> bytes:
+    """A masked client frame (RFC 6455) of a payload under 64 KiB."""
+    mask = os.urandom(4)
+    head = bytes([0x80 | opcode]) + (bytes([0x80 | len(payload)]) if len(payload) < 126 else bytes([0x80 | 126]) + len(payload).to_bytes(2, "big"))
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def _read_frame(s: socket.socket) -> bytes:
+    head = s.recv(2)
+    n = head[1] & 0x7F
+    if n == 126:
+        n = int.from_bytes(s.recv(2), "big")
+    data = b""
+    while len(data) < n:
+        data += s.recv(n - len(data))
+    return data
+
+
+def test_text_that_is_not_utf8_is_an_error_frame_and_the_session_lives():
+    """RFC 6455 lets a server fail the connection on a text frame of bad UTF-8; this one answers
+    it with an error frame, as every other bad frame, and the session goes on."""
+    proc, url = _serve("--task", "tiny")
+    try:
+        s = socket.create_connection(hostport(url), timeout=30)
+        s.sendall(b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 101")
+        s.sendall(_frame(b'{"type": "reset", "data": {"task": "\xff\xfe"}}'))
+        r = json.loads(_read_frame(s))
+        assert r["type"] == "error" and r["data"]["message"].startswith("Invalid text: the message is not valid UTF-8")
+        s.sendall(_frame(json.dumps({"type": "reset", "data": {"seed": 0}}).encode()))
+        assert json.loads(_read_frame(s))["type"] == "observation"
+        s.close()
+    finally:
+        _stop(proc)
+
+
+def test_a_ping_flood_closes_its_own_connection_only():
+    """Pings are answered on the event loop: past a burst, a flood of them closes that socket
+    (1008), and another session goes on as before."""
+    proc, url = _serve("--task", "tiny")
+    try:
+        with connect(url.replace("http", "ws") + "/ws", open_timeout=30) as calm:
+            calm.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
+            assert json.loads(calm.recv(timeout=30))["type"] == "observation"
+            s = socket.create_connection(hostport(url), timeout=30)
+            s.sendall(b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                      b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+            assert s.recv(4096).startswith(b"HTTP/1.1 101")
+            with contextlib.suppress(OSError):  # the server closes it mid-flood
+                for _ in range(5000):
+                    s.sendall(_frame(b"p", 0x9))
+            data = b""
+            with contextlib.suppress(OSError):
+                s.settimeout(5)
+                while chunk := s.recv(65536):
+                    data += chunk
+            s.close()
+            close_at = data.find(b"\x88")
+            assert close_at >= 0 and int.from_bytes(data[close_at + 2:close_at + 4], "big") == 1008, data[-40:]
+            calm.send(json.dumps({"type": "state"}))
+            assert json.loads(calm.recv(timeout=30))["type"] == "state"
+    finally:
+        _stop(proc)

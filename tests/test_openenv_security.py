@@ -385,6 +385,10 @@ def test_http_argument_errors_are_4xx_naming_the_field(multi):
     r = multi.post("/step", json={"action": {"nope": "q" * 100_000}})
     assert r.status_code == 422 and len(r.text) < 2000
     r = multi.post("/mcp", content=b"[" * 100_000, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["code"] == "BODY_TOO_LARGE"  # counted before anything parses it
+    r = multi.post("/mcp", content=b"[" * 30 + b"]" * 30, headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "nested" in r.json()["detail"]
+    r = multi.post("/mcp", content=b"[" * 5, headers={"content-type": "application/json"})
     assert r.status_code == 200 and r.json()["error"]["code"] == -32600
 
 
@@ -567,7 +571,7 @@ def test_a_bug_s_text_is_internal_and_an_overlong_json_rpc_id_is_refused(multi):
                 TypeError("'<' not supported between instances of 'str' and 'int'")):
         text, code = public_error(exc)
         assert code == "EXECUTION_ERROR" and text.startswith("invalid request:") and str(exc) not in text
-    r = multi.post("/mcp", json={"jsonrpc": "2.0", "id": "i" * 500_000, "method": "tools/list", "params": {}})
+    r = multi.post("/mcp", json={"jsonrpc": "2.0", "id": "i" * 200_000, "method": "tools/list", "params": {}})
     assert r.status_code == 200 and len(r.text) < 300 and r.json()["error"]["message"] == "id: expected at most 200 characters"
 
 

@@ -10,7 +10,7 @@ import hmac
 import json
 from urllib.parse import urlsplit
 
-from fleet_marl.openenv.limits import ServerLimits
+from fleet_marl.openenv.limits import ServerLimits, count_items, json_depth, without_strings
 
 UNAUTHORIZED = {"detail": "a bearer token is required: send 'Authorization: Bearer <token>'"}
 
@@ -38,7 +38,9 @@ class Guard:
     - an HTTP body of at most ``max_body_bytes`` (a larger declared ``Content-Length`` gets 413
       unread; a chunked body is read up to the limit, then 413), in whole within
       ``body_timeout_s`` (408), and at most ``max_bodies_bytes`` held over every request at
-      once (503 with ``Retry-After``: a declared length is reserved before a byte is read).
+      once (503 with ``Retry-After``: a declared length is reserved before a byte is read); a
+      body of more than ``max_items`` JSON values (413) or nested deeper than ``max_depth``
+      (400) never reaches the app, which parses it on the event loop.
     """
 
     def __init__(self, app, token: str | None, limits: ServerLimits):
@@ -125,13 +127,20 @@ class Guard:
                 chunks.append(body)
                 if not message.get("more_body", False):
                     break
+            body = b"".join(chunks)
+            if body:  # the app parses it on the event loop: bound what that costs, as for a message
+                bare = without_strings(body.decode("utf-8", "surrogateescape"))
+                if count_items(bare) > limits.max_items:
+                    return await _send_json(send, 413, _too_many(limits))
+                if json_depth(bare) > limits.max_depth + 4:
+                    return await _send_json(send, 400, _too_deep(limits))
             replayed = False
 
             async def replay():
                 nonlocal replayed
                 if not replayed:
                     replayed = True
-                    return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+                    return {"type": "http.request", "body": body, "more_body": False}
                 return await receive()
 
             return await self.app(scope, replay, send)
@@ -142,6 +151,14 @@ class Guard:
 def _too_large(limit: int, declared: int | None) -> dict:
     what = f"a body of {declared} bytes" if declared is not None else "a body"
     return {"detail": f"{what} is over this server's limit of {limit} bytes (--max-body-bytes)", "code": "BODY_TOO_LARGE"}
+
+
+def _too_many(limits: ServerLimits) -> dict:
+    return {"detail": f"a body of more than {limits.max_items} JSON values (--max-items)", "code": "BODY_TOO_LARGE"}
+
+
+def _too_deep(limits: ServerLimits) -> dict:
+    return {"detail": f"a body nested more than {limits.max_depth} levels deep", "code": "VALIDATION_ERROR"}
 
 
 def _busy(limits: ServerLimits) -> dict:

@@ -43,7 +43,7 @@ class ServerLimits:
     hold the server to a few hundred MiB whatever its clients send."""
 
     max_sessions: int = 128  # --max-sessions: live sessions of every kind, each counted once (experiments/serve_capacity.py)
-    max_body_bytes: int = 1 << 20  # --max-body-bytes: an HTTP request body; a larger one gets 413, unread
+    max_body_bytes: int = 256 << 10  # --max-body-bytes: an HTTP request body; a larger one gets 413, unread
     max_message_bytes: int = 256 << 10  # --max-message-bytes: one WebSocket message (an ego answer is at most 64 KiB of text)
     max_tenants: int = 64  # --max-tenants
     max_nodes: int = 64  # --max-nodes: cluster.gpu_types
@@ -54,7 +54,7 @@ class ServerLimits:
     max_work: int = 8_000_000  # --max-work: one step's work, the round's and the opponents' (work(); kernel row-columns)
     max_depth: int = 16  # nesting of a message's JSON (a config is 4 deep)
     max_bytes_per_s: int = 1 << 20  # --max-bytes-per-s: a WebSocket's messages are read at this pace at most (bursts of 4 messages)
-    max_items: int = 10_000  # --max-items: JSON values in one message, counted before it is parsed (a 64-tenant config has ~2,000)
+    max_items: int = 10_000  # --max-items: JSON values in one message, counted before it is parsed (the largest config: 782)
     http_session_idle_s: float = 60.0  # --http-session-idle: a session created over HTTP and not attached expires
     ws_idle_s: float = 900.0  # --ws-idle: a WebSocket that sends nothing for this long is closed
     max_connections: int = 256  # --max-connections: open TCP connections; one more closes the oldest idle one, else gets 503

@@ -13,12 +13,18 @@ registers is dropped (deny by default). What they guarantee (docs/llm_agents.md,
 - **sessions belong to their connection**: ``/ws?session_id=`` is refused unless the operator
   sets ``allow_attach``, and then only a session created over HTTP that no socket holds;
 - **an error frame never ends a session**, whatever the frame (binary, not JSON, not an object,
-  nested too deep, too long); the frame names what was wrong and quotes at most a short prefix
-  of what the client sent; an error the client did not cause (a file the server could not
-  read, a bug) is ``INTERNAL_ERROR`` with no detail;
-- :class:`~fleet_marl.openenv.guard.Guard`, an ASGI middleware around it all: a bearer token
-  on every route and on ``/ws`` when one is set, and HTTP bodies over ``max_body_bytes``
-  answered with 413 before they are read.
+  nested too deep, too long, too many values, a lone surrogate, not UTF-8); the frame names
+  what was wrong and quotes at most a short prefix of what the client sent; only the
+  project's own messages reach the client (:func:`public_error`): an error the client did not
+  cause (a file the server could not read, a bug) is ``INTERNAL_ERROR`` with no detail;
+- **one client cannot stall the others**: a message is sized and counted before it is parsed,
+  and parsing, the step and the answer run on the session's thread, never on the event loop;
+  each socket is read at ``max_bytes_per_s`` at most (:class:`Pace`); the HTTP smoke-test
+  routes run one at a time;
+- :class:`~fleet_marl.openenv.guard.Guard`, an ASGI middleware around it all: the ``Host``
+  header, a bearer token on every route and on ``/ws`` when one is set, a browser's ``Origin``
+  on ``/ws``, and the HTTP bodies (size, read deadline, the bytes held over all requests).
+  The connections themselves are bounded below the app (:mod:`fleet_marl.openenv.transport`).
 
 The session table is :mod:`fleet_marl.openenv.sessions`.
 """
@@ -169,6 +175,11 @@ class Protocol:
     def decode(self, text: str) -> dict | str:
         """The message object of ``text``, or the error frame that answers it (run on the
         session's thread: parsing a large message does not hold the event loop)."""
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:  # bytes that are not UTF-8 (fleet-marl serve hands them on as lone surrogates)
+                return _error_frame("Invalid text: the message is not valid UTF-8; nothing was run", "INVALID_JSON")
         bare = without_strings(text)
         items = count_items(bare)
         if items > self.limits.max_items:
@@ -430,4 +441,4 @@ def add_routes(
     return table
 
 
-__all__ = ["CLIENT_ERRORS", "KEPT_ROUTES", "Protocol", "add_routes", "public_error", "validation_errors"]
+__all__ = ["CLIENT_ERRORS", "KEPT_ROUTES", "Pace", "Protocol", "add_routes", "public_error", "validation_errors"]

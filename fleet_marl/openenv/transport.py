@@ -13,7 +13,9 @@ descriptor of the server. Here every connection is counted by a :class:`Connecti
   sent a whole head yet, is idle between requests or is still sending a body (in that order of
   preference), and when every open connection is serving a request or holds a WebSocket
   session, the new one is answered 503 and closed;
-- what the access log writes has every ``session_id`` value replaced by ``<redacted>``.
+- what the access log writes has every ``session_id`` value replaced by ``<redacted>``;
+- a WebSocket text message that is not valid UTF-8 reaches the session, which answers it with
+  an error frame, instead of closing the connection (:class:`TextTolerantWebSockets`).
 
 The body of an HTTP request (its size, the bodies held at once, its read deadline) is the ASGI
 guard's (:mod:`fleet_marl.openenv.guard`).
@@ -176,12 +178,46 @@ class GuardedH11Protocol(H11Protocol):
         self.state = "handshake"  # the deadline stays armed until the WebSocket's handshake completes
         super().handle_websocket_upgrade(event)
         proto = self.transport.get_protocol()
-        self.ws = proto if isinstance(proto, WebSocketsSansIOProtocol) else None
+        self.ws = proto if isinstance(proto, WebSocketsSansIOProtocol) else None  # TextTolerantWebSockets
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if self.state in ("busy", "body"):
             self.state = "keepalive"
+
+
+class TextTolerantWebSockets(WebSocketsSansIOProtocol):
+    """uvicorn's WebSocket protocol, except that a text message that is not valid UTF-8 reaches
+    the app (its bad bytes as lone surrogates, ``surrogateescape``) instead of closing the
+    connection with 1007: the session answers it with an error frame and lives
+    (:meth:`fleet_marl.openenv.server.Protocol.decode`), as it does every other bad frame; and
+    that a client's pings are answered at most ``PINGS_PER_S`` a second (bursts of
+    ``PING_BURST``): a flood of them, which the event loop would answer one by one, closes the
+    connection with 1008 (policy violation)."""
+
+    PINGS_PER_S, PING_BURST = 10.0, 50.0
+
+    def handle_ping(self) -> None:
+        now = self.loop.time()
+        allowance = min(
+            self.PING_BURST, getattr(self, "_pings", self.PING_BURST) + (now - getattr(self, "_pinged", now)) * self.PINGS_PER_S
+        )
+        self._pings, self._pinged = allowance - 1.0, now
+        if self._pings < 0:
+            self.conn.send_close(1008, "too many pings")
+            self.handle_parser_exception()
+            return
+        super().handle_ping()
+
+    def send_receive_event_to_app(self) -> None:
+        if self.curr_msg_data_type != "text" or self.close_sent:
+            return super().send_receive_event_to_app()
+        data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
+        self.frames = []
+        self.queue.put_nowait({"type": "websocket.receive", "text": data.decode("utf-8", "surrogateescape")})
+        if not self.read_paused:
+            self.read_paused = True
+            self.transport.pause_reading()
 
 
 def guarded_protocol(limits: ServerLimits) -> type[GuardedH11Protocol]:
@@ -240,7 +276,7 @@ def uvicorn_config(app, limits: ServerLimits, host: str, port: int, log_level: s
         port=port,
         log_level=log_level,
         http=guarded_protocol(limits),
-        ws=WebSocketsSansIOProtocol,
+        ws=TextTolerantWebSockets,
         ws_max_size=4 * limits.max_message_bytes,
         ws_per_message_deflate=False,
         h11_max_incomplete_event_size=limits.max_header_bytes,
@@ -255,6 +291,7 @@ __all__ = [
     "ConnectionGate",
     "GuardedH11Protocol",
     "RedactSessionIds",
+    "TextTolerantWebSockets",
     "ensure_fds",
     "guarded_protocol",
     "redact_session_ids",
