@@ -335,3 +335,35 @@ def test_a_ping_flood_closes_its_own_connection_only():
             assert json.loads(calm.recv(timeout=30))["type"] == "state"
     finally:
         _stop(proc)
+
+
+def test_concurrent_http_env_routes_run_one_at_a_time_and_never_queue():
+    """/reset, /step and /state build an env per request: one runs at a time and the others are
+    answered 503 at once, so a flood of them cannot hold connections or session slots."""
+    import urllib.error
+
+    proc, url = _serve("--task", "easy")
+    try:
+        timed_session(url)
+        statuses: list[int] = []
+
+        def reset() -> None:
+            req = urllib.request.Request(url + "/reset", data=b'{"seed": 0}', method="POST", headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    statuses.append(r.status)
+            except urllib.error.HTTPError as e:
+                assert e.code == 503 and json.load(e)["code"] == "SERVER_BUSY" and e.headers["Retry-After"] == "1"
+                statuses.append(e.code)
+
+        for _ in range(5):
+            threads = [threading.Thread(target=reset) for _ in range(16)]
+            for t in threads:
+                t.start()
+            assert timed_health(url) < 2.0
+            for t in threads:
+                t.join(timeout=60)
+        assert len(statuses) == 80 and statuses.count(200) >= 5 and set(statuses) <= {200, 503}
+        print(f"80 concurrent HTTP resets: {statuses.count(200)} ran, {statuses.count(503)} answered 503 at once")
+    finally:
+        _stop(proc)

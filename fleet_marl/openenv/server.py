@@ -360,8 +360,17 @@ def add_routes(
 
     async def one_shot(call: Callable[[Session], Any]) -> Any:
         """Run ``call`` on a fresh session that lives for this request (it counts as one). These
-        routes are a smoke test: one runs at a time, so a flood of them holds one session slot
-        and one thread, not every slot and core."""
+        routes are a smoke test: one runs at a time and another is answered 503 at once (none
+        waits), so a flood of them holds one session slot, one thread and no connection."""
+        if one_at_a_time.locked():
+            return JSONResponse(
+                {
+                    "detail": "another /reset, /step or /state is running: these routes run one at a time (episodes live on /ws)",
+                    "code": "SERVER_BUSY",
+                },
+                status_code=503,
+                headers={"Retry-After": "1"},
+            )
         session = None
         try:
             async with one_at_a_time:
