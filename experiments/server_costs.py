@@ -9,7 +9,7 @@ the planner's costliest case) it builds the scenario as a client's reset would (
 pinned to one core, times one step of the env and each opponent policy's first plan (a new
 scenario: its tables fill) and its plan of the second round (the work the ego view does per step
 besides the env); beside each it prints the server's estimate of that work
-(:func:`fleet_marl.openenv.limits.work`, in kernel row-columns) and the µs a unit took.
+(:func:`fleet_marl.openenv.cost.work`, in kernel row-columns) and the µs a unit took.
 docs/llm_agents.md ("Security") quotes the table for ``--max-work``; it takes about three
 minutes with the defaults.
 """
@@ -22,7 +22,7 @@ import time
 
 import fleet_marl
 from fleet_marl import policies
-from fleet_marl.openenv.limits import work
+from fleet_marl.openenv.cost import work
 from fleet_marl.tasks import scaled
 
 DEFAULT_SIZES = "16x8x8,64x32x8,16x8x64s,32x16x16s,32x64x64,64x64x64s"

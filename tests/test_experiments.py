@@ -161,7 +161,7 @@ def test_server_costs_script_prints_a_row_per_size_with_the_servers_work_estimat
     from contextlib import redirect_stdout
 
     import fleet_marl
-    from fleet_marl.openenv.limits import work
+    from fleet_marl.openenv.cost import work
 
     mod = _script("server_costs")
     out = io.StringIO()

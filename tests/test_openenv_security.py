@@ -480,7 +480,7 @@ ANSWER = '{"request_gpus": 2, "bid": "list", "batch": 8, "precision": "bf16"}'
 
 @pytest.mark.parametrize("opponents", ["planner", "hindsight"])
 def test_an_opponent_over_the_work_limit_is_refused_by_its_cost_and_changes_nothing(ego, opponents):
-    """Every opponent is bounded by its cost (limits.work: the round's and the opponent's own
+    """Every opponent is bounded by its cost (cost.work: the round's and the opponent's own
     ``work``), not its name: the searches are refused on the largest scenario, before the session changes."""
     with ego.websocket_connect("/ws") as ws:
         call(ws, "reset", {"seed": 0})
@@ -496,9 +496,9 @@ def test_an_opponent_over_the_work_limit_is_refused_by_its_cost_and_changes_noth
 
 
 def costliest(opponents: str, limits: ServerLimits) -> dict:
-    """The config of the costliest step (``limits.work``) that ``limits`` admit with ``opponents``:
+    """The config of the costliest step (``cost.work``) that ``limits`` admit with ``opponents``:
     a grid of sizes up to every limit, every tenant a server (the costliest kind) or easy's mix."""
-    from fleet_marl.openenv.limits import work
+    from fleet_marl.openenv.cost import work
 
     best, best_work = None, -1
     for t in (8, 16, 32, limits.max_tenants):

@@ -20,6 +20,7 @@ import numpy as np
 from fleet_marl.config import FleetConfig
 from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
 from fleet_marl.errors import ClientError, short_repr
+from fleet_marl.openenv.cost import check_work
 from fleet_marl.openenv.limits import ServerLimits, check_config, check_overrides, trace_values
 from fleet_marl.tasks import TASKS, make_config, task_dict
 
@@ -164,6 +165,7 @@ class SessionEnv:
             return current
         cfg, _ = make_config(task, None, **overrides)  # a ConfigError names the bad field
         check_config(cfg, self.limits, trace_values(task_dict(task)) | self.trusted_traces)
+        check_work(cfg, self.limits)  # the round's own cost; the ego view's check adds its opponents
         if check is not None:
             check(cfg)
         aec: FleetSequentialEnv | None = None

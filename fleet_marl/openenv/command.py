@@ -227,7 +227,7 @@ def run(args) -> int:
                 f"sessions; set {TOKEN_ENV} (or --token) and give clients the token, or pass --insecure to serve without one"
             )
         app = make_app(**kw)
-        from fleet_marl.openenv.transport import uvicorn_config
+        from fleet_marl.openenv.transport import uvicorn_config  # uvicorn: the optional extra, loaded when the command runs
 
         config = uvicorn_config(app, kw["limits"], args.host, args.port, args.log_level)
     except (ValueError, KeyError) as exc:

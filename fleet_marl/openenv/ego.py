@@ -54,7 +54,8 @@ from fleet_marl.openenv.base import (
     package_version,
     resolve_task,
 )
-from fleet_marl.openenv.limits import ServerLimits, check_work, trace_values
+from fleet_marl.openenv.cost import check_work
+from fleet_marl.openenv.limits import ServerLimits, trace_values
 from fleet_marl.openenv.models import FleetEgoAction, FleetEgoObservation, FleetState, encode
 from fleet_marl.openenv.prompt import describe, render_prompt
 from fleet_marl.openenv.text_action import TextActionError, action_json_schema, check_mask, from_indices, parse_tenant_action, to_indices

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from fleet_marl.config import ConfigError, FleetConfig
+from fleet_marl.tasks import is_option, unknown_option
 from fleet_marl.traces import TRACES, registry_file, registry_names
 from fleet_marl.workloads import TRACE_KIND
 
@@ -51,7 +52,7 @@ class ServerLimits:
     max_gpus: int = 64  # --max-gpus: a tenant's max_gpus (the size of its action space and mask; the tasks use 8)
     max_shapley_samples: int = 64  # --max-shapley-samples: reward.shapley_samples (rows per step: samples x tenants)
     max_rate: float = 1e6  # --max-rate: a workload's arrival rate
-    max_work: int = 8_000_000  # --max-work: one step's work, the round's and the opponents' (work(); kernel row-columns)
+    max_work: int = 8_000_000  # --max-work: one step's work, the round's and the opponents' (cost.work(); kernel row-columns)
     max_depth: int = 16  # nesting of a message's JSON (a config is 4 deep)
     max_bytes_per_s: int = 1 << 20  # --max-bytes-per-s: a WebSocket's messages are read at this pace at most (bursts of 4 messages)
     max_items: int = 10_000  # --max-items: JSON values in one message, counted before it is parsed (the largest config: 782)
@@ -92,8 +93,6 @@ def check_overrides(config: Any, limits: ServerLimits) -> None:
     list lengths that would make building the scenario itself expensive."""
     if not isinstance(config, dict):
         return  # the view names the bad type
-    from fleet_marl.tasks import is_option, unknown_option
-
     bad = next((k for k in config if not is_option(k)), None)
     if bad is not None:  # before anything walks the whole mapping
         raise unknown_option(bad, config[bad])
@@ -133,7 +132,6 @@ def check_config(cfg: FleetConfig, limits: ServerLimits, trusted_traces: Iterabl
             cfg.reward.shapley_samples,
             f"at most {limits.max_shapley_samples} (this server's limit, --max-shapley-samples)",
         )
-    check_work(cfg, limits)
     trusted, known = set(trusted_traces), set(registry_names())
     names = ", ".join(TRACES)
     for i, t in enumerate(cfg.tenants):
@@ -173,67 +171,6 @@ def check_config(cfg: FleetConfig, limits: ServerLimits, trusted_traces: Iterabl
             )
 
 
-@dataclass(frozen=True)
-class Work:
-    """What a session on one scenario commits the server to, in the kernel's row-columns
-    (:func:`fleet_marl.kernel.work.kernel_work`; 0.1-0.5 µs each on one core here, measured by
-    ``experiments/server_costs.py``): ``env`` for the round itself (the grand coalition and
-    every counterfactual row of the schemes it computes: removals, defaults, Shapley's
-    coalitions), ``opponents`` for the reference policy that plays the other tenants (its
-    ``work``: nothing for a heuristic's steps once its fit tables are filled, a search for the
-    planner and hindsight), ``step`` their sum, and ``episode`` a step's times the rounds."""
-
-    env: int
-    opponents: int
-    rounds: int
-
-    @property
-    def step(self) -> int:
-        return self.env + self.opponents
-
-    @property
-    def episode(self) -> int:
-        return self.step * self.rounds
-
-
-def work(cfg: FleetConfig, opponents: str | None = None) -> Work:
-    """The :class:`Work` of a session on ``cfg`` with ``opponents`` (a ``fleet_marl.policies``
-    name; None: the multi view, no opponents). One rule for every opponent, present or future:
-    each policy states its own cost (``BasePolicy.work``)."""
-    from fleet_marl.credit import computed_schemes, rows_per_round
-    from fleet_marl.kernel.work import kernel_work
-    from fleet_marl.policies import POLICIES
-
-    T, N = len(cfg.tenants), cfg.cluster.num_nodes
-    schemes = computed_schemes(cfg.reward.scheme, cfg.reward.compute_all)
-    env = kernel_work(rows_per_round(T, schemes, cfg.reward.shapley_samples), T, N)
-    opp = 0 if opponents is None else POLICIES[opponents].work(cfg)
-    return Work(env=env, opponents=opp, rounds=cfg.max_cycles)
-
-
-def check_work(cfg: FleetConfig, limits: ServerLimits, opponents: str | None = None) -> Work:
-    """The scenario's :class:`Work`, or a ``ConfigError`` when one step of it is over
-    ``limits.max_work``, naming ``opponents`` when they push it over and the scenario otherwise."""
-    w = work(cfg, opponents)
-    if w.step <= limits.max_work:
-        return w
-    unit = "row-columns (docs/llm_agents.md, Security)"
-    if w.env <= limits.max_work:
-        raise ConfigError(
-            "opponents",
-            opponents,
-            f"opponents whose step fits this server's limit of {limits.max_work:,} {unit} (--max-work): "
-            f"{opponents}'s plan costs {w.opponents:,} on this scenario, the round {w.env:,}; use a cheaper opponent "
-            "(precision_expert, fair_share, greedy, bidder, random) or a smaller scenario (fewer tenants, nodes or max_gpus)",
-        )
-    raise ConfigError(
-        "config",
-        f"a scenario whose round costs {w.env:,}",
-        f"at most {limits.max_work:,} {unit} a step (this server's limit, --max-work): fewer tenants or nodes, "
-        "fewer reward.shapley_samples, or compute_all = false",
-    )
-
-
 #: A JSON string (its escapes included), matched in one pass however long (the loop unrolled).
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _OPEN, _CLOSE = np.zeros(256, np.int8), np.zeros(256, np.int8)
@@ -266,13 +203,10 @@ def json_depth(bare: str) -> int:
 __all__ = [
     "LOOPBACK_HOSTS",
     "ServerLimits",
-    "Work",
     "check_config",
     "check_overrides",
-    "check_work",
     "count_items",
     "json_depth",
     "trace_values",
     "without_strings",
-    "work",
 ]

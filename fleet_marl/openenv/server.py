@@ -36,7 +36,6 @@ import contextlib
 import json
 import logging
 import re
-import time
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
@@ -60,7 +59,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from fleet_marl.errors import ClientError, short_repr
 from fleet_marl.openenv.limits import ServerLimits, count_items, json_depth, without_strings
-from fleet_marl.openenv.sessions import CapacityError, Session, SessionTable
+from fleet_marl.openenv.sessions import CapacityError, Pace, Session, SessionTable
 from fleet_marl.traces import TraceError
 
 log = logging.getLogger("fleet_marl.openenv")
@@ -143,25 +142,6 @@ def validation_errors(exc: ValidationError | RequestValidationError) -> list[dic
 
 def _error_frame(message: str, code: str, **extra: Any) -> str:
     return WSErrorResponse(data={"message": message, "code": code, **extra}).model_dump_json()
-
-
-class Pace:
-    """A token bucket over the bytes one socket sends: ``rate`` bytes a second, bursts up to
-    ``burst``. :meth:`take` waits (never refuses) until the message's bytes are earned, so a
-    client that floods the server with large messages is slowed to ``rate`` while the socket's
-    unread frames wait in TCP's buffers; one that sends small messages is never slowed."""
-
-    def __init__(self, rate: float, burst: float):
-        self.rate, self.burst = float(rate), float(burst)
-        self.tokens, self.at = self.burst, time.monotonic()
-
-    async def take(self, n: int) -> None:
-        now = time.monotonic()
-        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
-        self.at = now
-        self.tokens -= n
-        if self.tokens < 0:
-            await asyncio.sleep(-self.tokens / self.rate)
 
 
 class Protocol:
@@ -450,4 +430,4 @@ def add_routes(
     return table
 
 
-__all__ = ["CLIENT_ERRORS", "KEPT_ROUTES", "Pace", "Protocol", "add_routes", "public_error", "validation_errors"]
+__all__ = ["CLIENT_ERRORS", "KEPT_ROUTES", "Protocol", "add_routes", "public_error", "validation_errors"]

@@ -22,6 +22,25 @@ from typing import Any
 from fleet_marl.openenv.limits import ServerLimits
 
 
+class Pace:
+    """A token bucket over the bytes one socket sends: ``rate`` bytes a second, bursts up to
+    ``burst``. :meth:`take` waits (never refuses) until the message's bytes are earned, so a
+    client that floods the server with large messages is slowed to ``rate`` while the socket's
+    unread frames wait in TCP's buffers; one that sends small messages is never slowed."""
+
+    def __init__(self, rate: float, burst: float):
+        self.rate, self.burst = float(rate), float(burst)
+        self.tokens, self.at = self.burst, time.monotonic()
+
+    async def take(self, n: int) -> None:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        self.tokens -= n
+        if self.tokens < 0:
+            await asyncio.sleep(-self.tokens / self.rate)
+
+
 class CapacityError(RuntimeError):
     def __init__(self, active: int, limit: int):
         self.active, self.limit = active, limit
@@ -124,4 +143,4 @@ class SessionTable:
             session.last_active = time.monotonic()
 
 
-__all__ = ["CapacityError", "Session", "SessionTable"]
+__all__ = ["CapacityError", "Pace", "Session", "SessionTable"]

@@ -30,6 +30,7 @@ import re
 import resource
 from typing import Any
 
+import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
@@ -266,8 +267,6 @@ def uvicorn_config(app, limits: ServerLimits, host: str, port: int, log_level: s
     before it is read in full; up to that, the session answers an error frame), no
     permessage-deflate (a small compressed frame cannot inflate into a large message), no
     ``server`` header."""
-    import uvicorn
-
     ensure_fds(limits)
     redact_session_ids()
     return uvicorn.Config(
