@@ -326,6 +326,8 @@ def test_serve_warns_at_start_on_a_public_host_with_no_token(monkeypatch, capsys
 
     monkeypatch.delenv("FLEET_MARL_TOKEN", raising=False)
     monkeypatch.setattr(command, "_import_server", lambda: (make_app, FakeUvicorn))
+    # a real uvicorn.Config is built: keep it from pointing uvicorn's log handlers at this test's captured stderr
+    monkeypatch.setattr(uvicorn.Config, "configure_logging", lambda self: None)
     base = ["serve", "--host", host, "--max-message-bytes", "1000", *(["--token", token] if token else [])]
     if warned:  # no token on a public address: refused unless the operator says --insecure
         assert command.run(build_parser().parse_args(base)) == 2
