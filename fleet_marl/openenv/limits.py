@@ -41,7 +41,8 @@ class ServerLimits:
     comment. docs/llm_agents.md ("Security") says what each protects. The defaults admit every
     built-in task and the credit study's largest scenario (64 tenants on 32 nodes), keep one
     step within a few seconds on one core (``tests/test_openenv_security.py`` measures it), and
-    hold the server to a few hundred MiB whatever its clients send."""
+    hold the server within the 2,048 MB ``openenv.yaml`` declares whatever its clients send
+    (``experiments/serve_capacity.py`` measures it)."""
 
     max_sessions: int = 128  # --max-sessions: live sessions of every kind, each counted once (experiments/serve_capacity.py)
     max_body_bytes: int = 256 << 10  # --max-body-bytes: an HTTP request body; a larger one gets 413, unread
