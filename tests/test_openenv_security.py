@@ -501,18 +501,15 @@ def costliest(opponents: str, limits: ServerLimits) -> dict:
     """The config of the costliest step (``cost.work``) that ``limits`` admit with ``opponents``:
     a grid of sizes up to every limit, every tenant a server (the costliest kind) or easy's mix."""
     from fleet_marl.openenv.cost import work
+    from tests.test_experiments import _script
 
+    server_costs = _script("server_costs")
     best, best_work = None, -1
     for t in (8, 16, 32, limits.max_tenants):
         for n in (4, 16, limits.max_nodes):
             for g in (8, 16, 32, limits.max_gpus):
                 for servers in (False, True):
-                    d = scaled(t)
-                    d["cluster"]["gpu_types"] = ["h100-sxm"] * n
-                    for x in d["tenants"]:
-                        x["max_gpus"] = g
-                        if servers:
-                            x.update(kind="serve", model="qwen2.5-0.5b", budget=1e9, workload={"rate": 50.0})
+                    d = server_costs.scenario(t, n, g, servers)  # the sizes experiments/server_costs.py times
                     c = {**d, "max_cycles": limits.max_rounds,
                          "reward": {"scheme": "shapley", "shapley_samples": limits.max_shapley_samples}, "compute_all": True}
                     cfg, _ = make_config("easy", None, **copy.deepcopy(c))
