@@ -589,6 +589,8 @@ def test_a_bad_limit_on_the_command_line_is_named_by_its_option(capsys):
 
     assert command.run(build_parser().parse_args(["serve", "--max-rounds", "0"])) == 2
     assert "error: --max-rounds = 0: expected a finite number > 0" in capsys.readouterr().err
+    assert command.run(build_parser().parse_args(["serve", "--max-planner-work", "150000"])) == 2
+    assert "error: --max-planner-work: replaced by --max-work" in capsys.readouterr().err
 
 
 # --- the LOW items of the third attack: each class closed -------------------------------------------
