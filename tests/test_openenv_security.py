@@ -162,7 +162,13 @@ def test_the_largest_allowed_config_resets_and_steps_in_bounded_time(multi):
     """docs/llm_agents.md states it: the largest scenario the default limits admit (64 tenants,
     64 nodes, 1000 rounds, 64 GPUs each, Shapley over 64 permutations) resets and steps in well
     under a second on one core once compiled; the bound here is 30 s, for a cold, shared CI core."""
+    from fleet_marl.openenv.limits import count_items, without_strings
+
     config = largest(ServerLimits())
+    text = json.dumps({"type": "reset", "data": {"seed": 1, "config": config}})
+    items = count_items(without_strings(text))
+    print(f"the largest allowed config's reset: {items} JSON values, {len(text) / 1000:.0f} KB")  # docs/llm_agents.md quotes it
+    assert items * 10 < ServerLimits().max_items and len(text) * 10 < ServerLimits().max_message_bytes  # far inside --max-items and the size
     with multi.websocket_connect("/ws") as ws:
         t0 = time.perf_counter()
         r = call(ws, "reset", {"seed": 1, "config": config})

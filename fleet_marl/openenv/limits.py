@@ -56,7 +56,7 @@ class ServerLimits:
     max_work: int = 8_000_000  # --max-work: one step's work, the round's and the opponents' (cost.work(); kernel row-columns)
     max_depth: int = 16  # nesting of a message's JSON (a config is 4 deep)
     max_bytes_per_s: int = 1 << 20  # --max-bytes-per-s: a WebSocket's messages are read at this pace at most (bursts of 4 messages)
-    max_items: int = 10_000  # --max-items: JSON values in one message, counted before it is parsed (the largest config: 782)
+    max_items: int = 10_000  # --max-items: JSON values in one message, counted before it is parsed (the largest config's reset: 783)
     http_session_idle_s: float = 60.0  # --http-session-idle: a session created over HTTP and not attached expires
     ws_idle_s: float = 900.0  # --ws-idle: a WebSocket that sends nothing for this long is closed
     max_connections: int = 256  # --max-connections: open TCP connections; one more closes the oldest idle one, else gets 503

@@ -274,7 +274,7 @@ class Protocol:
                     return
                 if message["type"] == "websocket.disconnect":
                     return
-                await pace.take(len(message.get("text") or message.get("bytes") or b""))
+                await pace.wait(len(message.get("text") or message.get("bytes") or b""))
                 frame, stop = await self.answer(session, message)
                 if frame is not None:
                     await websocket.send_text(frame)

@@ -22,23 +22,32 @@ from typing import Any
 from fleet_marl.openenv.limits import ServerLimits
 
 
-class Pace:
-    """A token bucket over the bytes one socket sends: ``rate`` bytes a second, bursts up to
-    ``burst``. :meth:`take` waits (never refuses) until the message's bytes are earned, so a
-    client that floods the server with large messages is slowed to ``rate`` while the socket's
-    unread frames wait in TCP's buffers; one that sends small messages is never slowed."""
+class TokenBucket:
+    """``rate`` tokens a second, at most ``burst`` saved. :meth:`take` spends ``n`` and returns
+    the seconds until the balance is back to zero (0 when nothing is owed): a caller waits that
+    long (:class:`Pace`) or refuses (the server's ping limit)."""
 
     def __init__(self, rate: float, burst: float):
         self.rate, self.burst = float(rate), float(burst)
         self.tokens, self.at = self.burst, time.monotonic()
 
-    async def take(self, n: int) -> None:
+    def take(self, n: float) -> float:
         now = time.monotonic()
-        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate) - n
         self.at = now
-        self.tokens -= n
-        if self.tokens < 0:
-            await asyncio.sleep(-self.tokens / self.rate)
+        return max(-self.tokens / self.rate, 0.0)
+
+
+class Pace(TokenBucket):
+    """A token bucket over the bytes one socket sends: ``rate`` bytes a second, bursts up to
+    ``burst``. :meth:`wait` waits (never refuses) until the message's bytes are earned, so a
+    client that floods the server with large messages is slowed to ``rate`` while the socket's
+    unread frames wait in TCP's buffers; one that sends small messages is never slowed."""
+
+    async def wait(self, n: int) -> None:
+        owed = self.take(n)
+        if owed > 0:
+            await asyncio.sleep(owed)
 
 
 class CapacityError(RuntimeError):
@@ -143,4 +152,4 @@ class SessionTable:
             session.last_active = time.monotonic()
 
 
-__all__ = ["CapacityError", "Pace", "Session", "SessionTable"]
+__all__ = ["CapacityError", "Pace", "Session", "SessionTable", "TokenBucket"]

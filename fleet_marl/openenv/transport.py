@@ -35,6 +35,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from fleet_marl.openenv.limits import ServerLimits
+from fleet_marl.openenv.sessions import TokenBucket
 
 log = logging.getLogger("fleet_marl.openenv")
 
@@ -140,10 +141,7 @@ class GuardedH11Protocol(H11Protocol):
         self._disarm()
         self.gate.release(self)
         self.state = "closed"
-        if self.ws is not None:
-            self.ws.transport.abort()
-        elif not self.transport.is_closing():
-            self.transport.abort()
+        self.transport.abort()  # the WebSocket's too, after an upgrade: one transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -199,12 +197,9 @@ class TextTolerantWebSockets(WebSocketsSansIOProtocol):
     PINGS_PER_S, PING_BURST = 10.0, 50.0
 
     def handle_ping(self) -> None:
-        now = self.loop.time()
-        allowance = min(
-            self.PING_BURST, getattr(self, "_pings", self.PING_BURST) + (now - getattr(self, "_pinged", now)) * self.PINGS_PER_S
-        )
-        self._pings, self._pinged = allowance - 1.0, now
-        if self._pings < 0:
+        if not hasattr(self, "pings"):
+            self.pings = TokenBucket(self.PINGS_PER_S, self.PING_BURST)
+        if self.pings.take(1) > 0:
             self.conn.send_close(1008, "too many pings")
             self.handle_parser_exception()
             return
