@@ -132,6 +132,30 @@ def test_sampled_shapley_is_efficient_above_eight_tenants():
         assert len(set(np.round(vals, 12))) > 1  # not a uniform split
 
 
+def test_rows_per_round_bounds_every_scheme_s_rows_exactly_where_nothing_is_shared():
+    """credit.rows_per_round (what a server charges a step, fleet_marl.openenv.cost) is what the
+    engine evaluates with every scheme and exact Shapley: the grand coalition, a removal and a
+    default row per tenant, and every coalition."""
+    from fleet_marl import credit
+
+    env = fleet_marl.parallel_env(task="easy", compute_all=True)
+    st = env.kernel_static
+    engine = credit.CreditEngine(st, env.config.reward, tuple(credit.SCHEMES), env.default_actions)
+    for actions, idx, state, draws, live, rew, infos in recorded_steps(env, 0, 2):
+        acts = decode_actions(idx, env.bid_levels)
+        batch = lambda x: np.asarray(x)[None]  # noqa: E731 -- one cluster
+        got = engine.compute(
+            Actions(*(batch(getattr(acts, f)) for f in ("gpus", "bid", "precision", "batch"))),
+            RoundState(*(batch(getattr(state, f)) for f in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left"))),
+            Draws(batch(draws.arrivals), batch(draws.tiebreak)),
+            live[None],
+            [np.random.default_rng(0)],
+        )
+        n = int(live.sum())
+        assert got.rows[0] <= credit.rows_per_round(n, tuple(credit.SCHEMES), env.config.reward.shapley_samples)
+        assert credit.rows_per_round(n, tuple(credit.SCHEMES), 64) == 1 + 2 * n + 2**n
+
+
 def test_sampled_shapley_evaluates_each_distinct_coalition_once():
     """Sampled Shapley (N = 16, 64 permutations) equals the average marginal contribution along
     the same permutations, each prefix's welfare from its own kernel call, while the credit
@@ -153,6 +177,7 @@ def test_sampled_shapley_evaluates_each_distinct_coalition_once():
             live[None],
             [np.random.default_rng(11)],
         )
+        assert got.rows[0] <= credit.rows_per_round(n, ("shapley",), M)  # the server's cost rule bounds what the engine evaluates
         perms = np.random.default_rng(11).permuted(np.tile(np.arange(n), (M, 1)), axis=1)
         players = np.flatnonzero(live)
         G = welfare_of(env, idx, state, draws, live)
