@@ -34,10 +34,10 @@ train: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-## make lint: ruff (lint and format check) and mypy over fleet_marl, zero findings (.ci/run runs it before the tests; .pre-commit-config.yaml runs the same on commit)
+## make lint: ruff (lint and format check) over fleet_marl, tests and experiments, and mypy over fleet_marl, zero findings (.ci/run runs it before the tests; .pre-commit-config.yaml runs the same on commit)
 lint: $(STAMP)
-	$(VENV)/bin/ruff check fleet_marl
-	$(VENV)/bin/ruff format --check fleet_marl
+	$(VENV)/bin/ruff check fleet_marl tests experiments
+	$(VENV)/bin/ruff format --check fleet_marl tests experiments
 	$(VENV)/bin/mypy
 
 ## make baselines: every reference policy on every task, 10 seeds; updates README.md and docs/results.md

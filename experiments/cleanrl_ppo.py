@@ -142,8 +142,11 @@ class Args:
 def _field_docs(cls) -> dict[str, str]:
     """The string under each field of a dataclass (what tyro shows as help)."""
     body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
-    return {a.target.id: b.value.value for a, b in itertools.pairwise(body)
-            if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)}
+    return {
+        a.target.id: b.value.value
+        for a, b in itertools.pairwise(body)
+        if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)
+    }
 
 
 def parse_args(argv=None) -> Args:
@@ -160,6 +163,7 @@ def parse_args(argv=None) -> Args:
 
 
 # --- the masked multi-categorical policy and the critic ---------------------------------------
+
 
 class Layout:
     """The flat mask's layout (sizes ``nvec_max``) as a padded (D, K) grid: ``index[d, k]`` is
@@ -190,7 +194,7 @@ class Layout:
             mask = np.split(flat, cuts)
         for d, m in enumerate(mask):
             m = np.asarray(m).astype(bool)
-            out[self.offsets[d]: self.offsets[d] + m.size] = m
+            out[self.offsets[d] : self.offsets[d] + m.size] = m
         return out
 
 
@@ -289,6 +293,7 @@ class Agent(nn.Module):
 
 # --- the greedy policy, for the grader ----------------------------------------------------------
 
+
 class GreedyPolicy:
     """The trained actor as a fleet_marl policy (``reset(seed)``, ``act(observations, infos)``;
     ``fleet_marl/policies/base.py``): every live agent takes the mode of each masked dimension."""
@@ -319,7 +324,7 @@ class GreedyPolicy:
             rows.append(i)
         d = self.agent.dist(torch.as_tensor(np.stack(feats), dtype=torch.float32), torch.as_tensor(rows), torch.as_tensor(np.stack(masks)))
         acts = d.mode().numpy()
-        return {a: act.astype(np.int64) for a, act in zip(live, acts)}
+        return {a: act.astype(np.int64) for a, act in zip(live, acts, strict=False)}
 
 
 def load(path: str, env) -> GreedyPolicy:
@@ -351,6 +356,7 @@ def greedy_welfare(agent: Agent, task: str, seeds: int, first_seed: int, overrid
 
 # --- training -----------------------------------------------------------------------------------
 
+
 def main(argv=None) -> dict:
     args = parse_args(argv) if not isinstance(argv, Args) else argv
     torch.set_num_threads(args.threads)
@@ -361,11 +367,21 @@ def main(argv=None) -> dict:
     if args.critic not in ("local", "state"):
         raise SystemExit(f"--critic {args.critic!r}: expected local or state")
     overrides = json.loads(args.env) if args.env else {}
-    venv = fleet_marl.vector_env(num_envs=args.num_envs, task=args.task, **{**overrides, "reward_scheme": args.reward_scheme, "compute_all": False})
+    venv = fleet_marl.vector_env(
+        num_envs=args.num_envs, task=args.task, **{**overrides, "reward_scheme": args.reward_scheme, "compute_all": False}
+    )
     B, N, T = args.num_envs, venv.num_agents, args.num_steps
     F, S, M = venv.single_observation_space.shape[-1], venv.state_space.shape[-1], venv.mask_size
-    shape = {"n_agents": N, "n_obs": F, "n_state": S, "nvec_max": venv.nvec_max.tolist(), "hidden": args.hidden, "layers": args.layers,
-             "critic": args.critic, "norm_obs": args.norm_obs}
+    shape = {
+        "n_agents": N,
+        "n_obs": F,
+        "n_state": S,
+        "nvec_max": venv.nvec_max.tolist(),
+        "hidden": args.hidden,
+        "layers": args.layers,
+        "critic": args.critic,
+        "norm_obs": args.norm_obs,
+    }
     agent = Agent(**shape)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.lr, eps=1e-5)
     use_state = args.critic == "state"
@@ -401,8 +417,11 @@ def main(argv=None) -> dict:
     t_log = t_train0
     env_time = learn_time = 0.0
     samples = live_samples = 0  # agent-steps sampled, and those of live agents (the ones learned from)
-    print(f"cleanrl_ppo: task {args.task}, {N} tenants, reward {args.reward_scheme}, {B} clusters x {T} steps = {batch:,} agent-steps per update, "
-          f"{n_updates} updates ({n_updates * T * B:,} env steps){f', time limit {args.time_limit:.0f} s' if args.time_limit else ''}", flush=True)
+    print(
+        f"cleanrl_ppo: task {args.task}, {N} tenants, reward {args.reward_scheme}, {B} clusters x {T} steps = {batch:,} agent-steps per update, "
+        f"{n_updates} updates ({n_updates * T * B:,} env steps){f', time limit {args.time_limit:.0f} s' if args.time_limit else ''}",
+        flush=True,
+    )
     while update < n_updates:
         elapsed = time.perf_counter() - t_train0
         if args.time_limit and elapsed >= args.time_limit:
@@ -446,7 +465,9 @@ def main(argv=None) -> dict:
                     last_obs = np.where(fin[:, None, None], infos.get("final_obs", obs), obs)
                     last_state = None
                     if use_state:
-                        last_state = torch.from_numpy(np.where(fin[:, None], infos["final_state"], venv.state()) if fin.any() else venv.state())
+                        last_state = torch.from_numpy(
+                            np.where(fin[:, None], infos["final_state"], venv.state()) if fin.any() else venv.state()
+                        )
                     v_last = values(torch.from_numpy(last_obs), last_state)
                     r = r + args.gamma * v_last * torch.from_numpy(cut)
                 rew_buf[t] = r
@@ -486,10 +507,10 @@ def main(argv=None) -> dict:
         live_samples += n
         mb = max(1, n // args.num_minibatches)
         stop = False
-        for epoch in range(args.update_epochs):
+        for _epoch in range(args.update_epochs):
             perm = torch.randperm(n)
             for start in range(0, n, mb):
-                idx = perm[start:start + mb]
+                idx = perm[start : start + mb]
                 d = agent.dist(b_obs[idx], b_ten[idx], b_mask[idx])
                 logratio = d.log_prob(b_act[idx]) - b_logp[idx]
                 ratio = logratio.exp()
@@ -517,7 +538,7 @@ def main(argv=None) -> dict:
                     break
             if stop:
                 break
-        for k, x in zip(log, (pg_loss.detach(), v_loss.detach(), ent.detach(), approx_kl, clipfrac)):
+        for k, x in zip(log, (pg_loss.detach(), v_loss.detach(), ent.detach(), approx_kl, clipfrac), strict=False):
             log[k].append(float(x))
         update += 1
         learn_time += time.perf_counter() - t_learn0
@@ -531,25 +552,47 @@ def main(argv=None) -> dict:
         if now - t_log >= args.log_every or update == n_updates or evaluated is not None:
             t_log = now
             el = now - t_train0
-            recent = float(np.mean(ep_welfare[-4 * B:])) if ep_welfare else float("nan")
-            row = {"update": update, "env_steps": global_step, "seconds": round(el, 1), "agent_steps_per_s": round(global_step * N / el),
-                   "train_welfare": recent, "greedy_welfare": evaluated, **{k: float(np.mean(v[-10:])) for k, v in log.items()}}
+            recent = float(np.mean(ep_welfare[-4 * B :])) if ep_welfare else float("nan")
+            row = {
+                "update": update,
+                "env_steps": global_step,
+                "seconds": round(el, 1),
+                "agent_steps_per_s": round(global_step * N / el),
+                "train_welfare": recent,
+                "greedy_welfare": evaluated,
+                **{k: float(np.mean(v[-10:])) for k, v in log.items()},
+            }
             history.append(row)
-            print(f"update {update:>5}  env steps {global_step:>10,}  {el:6.0f} s  {row['agent_steps_per_s']:>7,} agent-steps/s  "
-                  f"welfare (sampled) {recent:7.1f}" + (f"  greedy {evaluated:7.1f}" if evaluated is not None else "") +
-                  f"  pg {row['pg']:+.4f}  v {row['v']:.4f}  ent {row['ent']:.2f}  kl {row['kl']:.4f}  clip {row['clip']:.3f}", flush=True)
+            print(
+                f"update {update:>5}  env steps {global_step:>10,}  {el:6.0f} s  {row['agent_steps_per_s']:>7,} agent-steps/s  "
+                f"welfare (sampled) {recent:7.1f}"
+                + (f"  greedy {evaluated:7.1f}" if evaluated is not None else "")
+                + f"  pg {row['pg']:+.4f}  v {row['v']:.4f}  ent {row['ent']:.2f}  kl {row['kl']:.4f}  clip {row['clip']:.3f}",
+                flush=True,
+            )
 
     train_seconds = time.perf_counter() - t_train0
     losses_finite = all(np.isfinite(v).all() for v in log.values())
     result = {
-        "args": dataclasses.asdict(args), "tenants": N, "updates": update, "env_steps": global_step, "agent_steps": global_step * N,
-        "train_seconds": train_seconds, "agent_steps_per_s": global_step * N / max(train_seconds, 1e-9),
-        "env_share": env_time / max(train_seconds, 1e-9), "learn_share": learn_time / max(train_seconds, 1e-9), "losses_finite": bool(losses_finite),
+        "args": dataclasses.asdict(args),
+        "tenants": N,
+        "updates": update,
+        "env_steps": global_step,
+        "agent_steps": global_step * N,
+        "train_seconds": train_seconds,
+        "agent_steps_per_s": global_step * N / max(train_seconds, 1e-9),
+        "env_share": env_time / max(train_seconds, 1e-9),
+        "learn_share": learn_time / max(train_seconds, 1e-9),
+        "losses_finite": bool(losses_finite),
         "live_share": live_samples / max(samples, 1),
-        "final_losses": {k: (v[-1] if v else None) for k, v in log.items()}, "history": history,
+        "final_losses": {k: (v[-1] if v else None) for k, v in log.items()},
+        "history": history,
     }
-    print(f"trained {global_step:,} env steps ({global_step * N:,} agent-steps) in {train_seconds:.1f} s: "
-          f"{result['agent_steps_per_s']:,.0f} agent-steps/s end to end (env {100 * result['env_share']:.0f}%, learning {100 * result['learn_share']:.0f}% of the time)", flush=True)
+    print(
+        f"trained {global_step:,} env steps ({global_step * N:,} agent-steps) in {train_seconds:.1f} s: "
+        f"{result['agent_steps_per_s']:,.0f} agent-steps/s end to end (env {100 * result['env_share']:.0f}%, learning {100 * result['learn_share']:.0f}% of the time)",
+        flush=True,
+    )
     if args.save:
         os.makedirs(os.path.dirname(os.path.abspath(args.save)), exist_ok=True)
         torch.save({"model": agent.state_dict(), "shape": shape, "args": dataclasses.asdict(args)}, args.save)
@@ -558,17 +601,42 @@ def main(argv=None) -> dict:
     agent.eval()
     held = greedy_welfare(agent, args.task, 100, HELD_OUT, overrides)
     result["held_out_welfare"] = float(held.mean())
-    print(f"greedy welfare on 100 held-out seeds ({HELD_OUT}..): {held.mean():.1f} ± {held.std() / np.sqrt(held.size):.1f} (s.e.)", flush=True)
+    print(
+        f"greedy welfare on 100 held-out seeds ({HELD_OUT}..): {held.mean():.1f} ± {held.std() / np.sqrt(held.size):.1f} (s.e.)", flush=True
+    )
     if args.grade:
         from fleet_marl.evaluation import evaluate
 
-        ev = evaluate(args.task, lambda env: GreedyPolicy(env, agent), episodes=args.eval_episodes, seed=args.grade_seed, overrides=overrides, progress=False)
+        ev = evaluate(
+            args.task,
+            lambda env: GreedyPolicy(env, agent),
+            episodes=args.eval_episodes,
+            seed=args.grade_seed,
+            overrides=overrides,
+            progress=False,
+        )
         s = ev.summary()
-        result["grade"] = {k: s[k] for k in ("welfare_mean", "welfare_std", "welfare", "score", "random_welfare_mean", "reference_welfare_mean",
-                                              "jain_mean", "starvation_events", "illegal", "degenerate")}
-        print(f"graded (greedy, seeds {args.grade_seed}..{args.grade_seed + args.eval_episodes - 1}): welfare {s['welfare_mean']:.1f} ± {s['welfare_std']:.1f}  "
-              f"score {s['score']:.3f}  (random {s['random_welfare_mean']:.1f}, planner {s['reference_welfare_mean']:.1f})  Jain {s['jain_mean']:.2f}  "
-              f"starvation events {s['starvation_events']}  illegal {s['illegal']}", flush=True)
+        result["grade"] = {
+            k: s[k]
+            for k in (
+                "welfare_mean",
+                "welfare_std",
+                "welfare",
+                "score",
+                "random_welfare_mean",
+                "reference_welfare_mean",
+                "jain_mean",
+                "starvation_events",
+                "illegal",
+                "degenerate",
+            )
+        }
+        print(
+            f"graded (greedy, seeds {args.grade_seed}..{args.grade_seed + args.eval_episodes - 1}): welfare {s['welfare_mean']:.1f} ± {s['welfare_std']:.1f}  "
+            f"score {s['score']:.3f}  (random {s['random_welfare_mean']:.1f}, planner {s['reference_welfare_mean']:.1f})  Jain {s['jain_mean']:.2f}  "
+            f"starvation events {s['starvation_events']}  illegal {s['illegal']}",
+            flush=True,
+        )
     result["total_seconds"] = time.perf_counter() - t_start
     print(f"wall time {result['total_seconds']:.1f} s", flush=True)
     if args.json:

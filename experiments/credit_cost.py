@@ -38,17 +38,20 @@ def make_env(n: int, scheme: str, samples: int, mechanism: str):
     """The study's vector env at N = ``n`` (2048 / N clusters), computing ``scheme`` alone, as a
     learner's env does (``compute_all=False``: every scheme at once would time them all)."""
     extra = {"shapley_samples": samples} if scheme == "shapley" else {}
-    return fleet_marl.vector_env(num_envs=max(16, 2048 // n), task="easy", reward_scheme=scheme, compute_all=False, max_cycles=100,
-                                 **scaled(n, mechanism), **extra)
+    return fleet_marl.vector_env(
+        num_envs=max(16, 2048 // n), task="easy", reward_scheme=scheme, compute_all=False, max_cycles=100, **scaled(n, mechanism), **extra
+    )
 
 
 def measure(n: int, scheme: str, samples: int, mechanism: str, steps: int, repeats: int) -> tuple[float, float]:
     """(agent-steps/s median over repeats, credit ms per env step) of ``steps`` vector-env steps."""
     venv = make_env(n, scheme, samples, mechanism)
     B = venv.num_envs
-    obs, infos = venv.reset(seed=0)
+    _obs, infos = venv.reset(seed=0)
     rng = np.random.default_rng(0)
-    pool = [venv.sample_actions(infos, rng) for _ in range(16)]  # allowed by the first masks; the GPU-count mask does not shrink below them here
+    pool = [
+        venv.sample_actions(infos, rng) for _ in range(16)
+    ]  # allowed by the first masks; the GPU-count mask does not shrink below them here
     venv.step(pool[0])  # numba's compiled paths, before the clock
     rates, credit = [], []
     for _ in range(repeats):
@@ -78,7 +81,7 @@ def main(argv=None) -> None:
     print("| scheme | permutations | N | agent-steps/s | credit ms / env step | reward s per study run |")
     print("|---|---|---|---|---|---|")
     for scheme in a.schemes.split(","):
-        for samples in ([int(s) for s in a.samples.split(",")] if scheme == "shapley" else [0]):
+        for samples in [int(s) for s in a.samples.split(",")] if scheme == "shapley" else [0]:
             for n in (int(x) for x in a.n.split(",")):
                 if scheme == "shapley" and n <= 8 and samples != int(a.samples.split(",")[0]):
                     continue  # exact up to 8 tenants: the permutations do not matter, one row is enough

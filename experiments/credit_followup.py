@@ -34,7 +34,8 @@ def seed_from(src: Path, out: Path, s: torchrl_design.Study) -> int:
     keep = lambda r: r["part"] == "scaling" and r["setting"] == "proportional" and r["n"] == "64" and r["arm"] in s.arms  # noqa: E731
     n = 0
     for name, cols in (("curves.csv", torchrl_design.CURVE_COLUMNS), ("results.csv", torchrl_design.RESULT_COLUMNS)):
-        rows = [r for r in csv.DictReader(open(src / name)) if keep(r)]
+        with open(src / name) as f:
+            rows = [r for r in csv.DictReader(f) if keep(r)]
         store.append(out / name, cols, rows)
         n = len(rows)
     return n

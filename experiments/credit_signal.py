@@ -87,15 +87,18 @@ def row(n: int, episodes: int, mechanism: str = "proportional") -> dict[str, flo
         per.append([*r2, np.corrcoef(loc, d)[0, 1], np.corrcoef(g, d)[0, 1], bid[2], bid[1]])
     m = np.mean(per, axis=0)
     keys = ("r2_global", "r2_difference", "r2_local", "align_local", "align_global", "bid_local", "bid_difference")
-    return {"n": n, "agent_steps": sum(len(v) for v in acts.values()), **{k: float(v) for k, v in zip(keys, m)}}
+    return {"n": n, "agent_steps": sum(len(v) for v in acts.values()), **{k: float(v) for k, v in zip(keys, m, strict=False)}}
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--episodes", type=int, default=20, help="random episodes per N (default 20)")
     p.add_argument("--n", default="2,4,8,16", help="comma-separated tenant counts (default 2,4,8,16)")
-    p.add_argument("--mechanism", default="proportional",
-                   help=f"comma-separated arbiters from {', '.join(MECHANISMS)} (default proportional, the study's)")
+    p.add_argument(
+        "--mechanism",
+        default="proportional",
+        help=f"comma-separated arbiters from {', '.join(MECHANISMS)} (default proportional, the study's)",
+    )
     args = p.parse_args(argv)
     mechanisms = [m.strip() for m in args.mechanism.split(",") if m.strip()]
     for m in mechanisms:
@@ -106,8 +109,10 @@ def main(argv=None) -> None:
     for m in mechanisms:
         for n in (int(v) for v in args.n.split(",")):
             r = row(n, args.episodes, m)
-            print(f"| `{m}` | {n} | {r['agent_steps']:,} | {r['r2_global']:.3f} | {r['r2_difference']:.3f} | {r['r2_local']:.3f} | "
-                  f"{r['align_local']:.3f} | {r['align_global']:.3f} | {r['bid_local']:+.3f} | {r['bid_difference']:+.3f} |")
+            print(
+                f"| `{m}` | {n} | {r['agent_steps']:,} | {r['r2_global']:.3f} | {r['r2_difference']:.3f} | {r['r2_local']:.3f} | "
+                f"{r['align_local']:.3f} | {r['align_global']:.3f} | {r['bid_local']:+.3f} | {r['bid_difference']:+.3f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -48,10 +48,12 @@ def main():
     args = ap.parse_args()
     print(f"{'task':<8} {'rewards':<28} {'agent-steps/s':>14} {'us/step':>9} {'us credit':>10}")
     for task in args.tasks:
-        for label, kw in (("difference only", dict(reward_scheme="difference", compute_all=False)),
-                          ("local only", dict(reward_scheme="local", compute_all=False)),
-                          ("difference + free (default)", dict(reward_scheme="difference")),
-                          ("every scheme (compute_all)", dict(reward_scheme="difference", compute_all=True))):
+        for label, kw in (
+            ("difference only", dict(reward_scheme="difference", compute_all=False)),
+            ("local only", dict(reward_scheme="local", compute_all=False)),
+            ("difference + free (default)", dict(reward_scheme="difference")),
+            ("every scheme (compute_all)", dict(reward_scheme="difference", compute_all=True)),
+        ):
             env = fleet_marl.parallel_env(task=task, **kw)
             env.reset(seed=0)
             pool = presample(env, np.random.default_rng(0))

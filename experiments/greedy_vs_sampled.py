@@ -110,7 +110,9 @@ def main(argv=None) -> None:
     print("| scheme | play | welfare | starvation events | top bid | mean request (GPUs) | demand / supply | oversubscribed rounds |")
     print("|---|---|---|---|---|---|---|---|")
     for scheme, play, m in rows:
-        print(f"| `{scheme}` | {play} | {m['welfare']:.1f} | {m['starvation']:.1f} | {m['top_bid']:.0%} | {m['request']:.2f} | {m['demand']:.2f} | {m['oversubscribed']:.0%} |")
+        print(
+            f"| `{scheme}` | {play} | {m['welfare']:.1f} | {m['starvation']:.1f} | {m['top_bid']:.0%} | {m['request']:.2f} | {m['demand']:.2f} | {m['oversubscribed']:.0%} |"
+        )
 
 
 if __name__ == "__main__":

@@ -39,7 +39,16 @@ def main() -> None:
     rng = np.random.default_rng(0)
     st = scenario(16)
     B = 1024
-    acts = check_actions(st, Actions(rng.integers(0, 9, (B, 16)), rng.choice([0.5, 1.0, 2.0], (B, 16)), rng.choice([0, 1, 2], (B, 16, 5)), rng.integers(1, 32, (B, 16))), "veto")
+    acts = check_actions(
+        st,
+        Actions(
+            rng.integers(0, 9, (B, 16)),
+            rng.choice([0.5, 1.0, 2.0], (B, 16)),
+            rng.choice([0, 1, 2], (B, 16, 5)),
+            rng.integers(1, 32, (B, 16)),
+        ),
+        "veto",
+    )
     s, d = RoundState.initial(st), Draws.expected(st)
     dt = median_time(lambda: evaluate(st, acts, s, d, validate=False), 5)
     print(f"N=16, batch {B}: {B / dt:,.0f} evaluations/s")
@@ -47,7 +56,7 @@ def main() -> None:
         st = scenario(n)
         a = check_actions(st, Actions(rng.integers(0, 9, n), np.ones(n), np.ones((n, 5), np.int64), np.ones(n, np.int64)))
         s, d = RoundState.initial(st), Draws.expected(st)
-        dt = median_time(lambda: evaluate_counterfactuals(st, a, s, d, validate=False), 300)
+        dt = median_time(lambda st=st, a=a, s=s, d=d: evaluate_counterfactuals(st, a, s, d, validate=False), 300)
         print(f"N={n}: evaluate_counterfactuals ({n + 1} rows) {dt * 1e6:,.0f} us per call")
 
 

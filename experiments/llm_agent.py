@@ -45,8 +45,8 @@ import json
 import re
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -84,7 +84,9 @@ def scripted_llm(temperature_seed: int) -> Callable[[str], str]:
             "request_gpus": int(min(most, max(1, round(most * rng.uniform(0.3, 0.7))))),
             "bid": str(rng.choice(["list", "high"])),
             "batch": int(rng.choice([8, 16, 32])),
-            "precision": {g: ("fp8" if g in ("attn", "mlp") and "fp8" in allowed else "bf16") for g in ("embed", "attn", "mlp", "norm", "head")},
+            "precision": {
+                g: ("fp8" if g in ("attn", "mlp") and "fp8" in allowed else "bf16") for g in ("embed", "attn", "mlp", "norm", "head")
+            },
         }
         if u < 0.10:
             answer["priority"] = "urgent"  # an unknown field: rejected, the fallback runs
@@ -141,8 +143,11 @@ class FleetTenantEnv:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="examples:\n  python experiments/llm_agent.py\n  python experiments/llm_agent.py --url http://127.0.0.1:8001 --group 8")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  python experiments/llm_agent.py\n  python experiments/llm_agent.py --url http://127.0.0.1:8001 --group 8",
+    )
     for name, default in vars(Args()).items():
         p.add_argument(f"--{name}", type=type(default) if default is not None else str, default=default)
     a = Args(**vars(p.parse_args(argv)))
@@ -154,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         for k in range(a.prompts):
             seed = a.seed + k
             group = [play_episode(session, scripted_llm(1000 * seed + g), seed, a.task, a.rounds) for g in range(a.group)]
-            for g, (ep, adv) in enumerate(zip(group, advantages([e["return"] for e in group]))):
+            for g, (ep, adv) in enumerate(zip(group, advantages([e["return"] for e in group]), strict=False)):
                 rows.append({"seed": seed, "sample": g, **ep, "advantage": adv})
         return rows
 
@@ -168,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
             rows = run(WebSocketSession(ws, mode="ego"))
     print(f"{'seed':>4} {'sample':>6} {'ego':>9} {'turns':>5} {'invalid':>7} {'return':>9} {'advantage':>9}")
     for r in rows:
-        print(f"{r['seed']:>4} {r['sample']:>6} {r['ego']:>9} {r['turns']:>5} {r['invalid']:>7} {r['return']:>9.3f} {r['advantage']:>+9.3f}")
+        print(
+            f"{r['seed']:>4} {r['sample']:>6} {r['ego']:>9} {r['turns']:>5} {r['invalid']:>7} {r['return']:>9.3f} {r['advantage']:>+9.3f}"
+        )
     return 0
 
 

@@ -35,9 +35,11 @@ def config(task: str, sharing: str, scheme: str) -> dict:
 
 
 def text(task: str, sharing: str, scheme: str) -> str:
-    head = (f"# PPO on {task}: sharing {sharing}, reward scheme {scheme}. Written by experiments/make_configs.py;\n"
-            f"# run with: fleet-marl train --config experiments/configs/{task}_{sharing}_{scheme}.yaml\n"
-            "# Any TrainConfig field can be added (docs/training.md); the rest keep their defaults.\n")
+    head = (
+        f"# PPO on {task}: sharing {sharing}, reward scheme {scheme}. Written by experiments/make_configs.py;\n"
+        f"# run with: fleet-marl train --config experiments/configs/{task}_{sharing}_{scheme}.yaml\n"
+        "# Any TrainConfig field can be added (docs/training.md); the rest keep their defaults.\n"
+    )
     return head + yaml.safe_dump(config(task, sharing, scheme), sort_keys=False)
 
 

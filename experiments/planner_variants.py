@@ -50,7 +50,9 @@ def cost(tasks, rounds: int = 20) -> None:
             ms.append((time.perf_counter() - t) * 1e3)
             rows.append(pl.rows)
             obs, _, _, _, infos = env.step(acts)
-        print(f"{task}: {np.median(ms):.1f} ms per plan (median of {rounds} rounds), {int(np.median(rows))} kernel rows, {env.kernel_static.T} tenants")
+        print(
+            f"{task}: {np.median(ms):.1f} ms per plan (median of {rounds} rounds), {int(np.median(rows))} kernel rows, {env.kernel_static.T} tenants"
+        )
 
 
 if __name__ == "__main__":

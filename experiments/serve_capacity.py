@@ -101,7 +101,9 @@ async def measure(n: int, seconds: float, mode: str, port: int, config: dict) ->
         await asyncio.sleep(1.0)
         idle = rss_mb(proc.pid)
         opened, latencies, ready = asyncio.Event(), [], []
-        tasks = [asyncio.create_task(session(f"ws://127.0.0.1:{port}/ws", i, seconds, mode, opened, latencies, ready, config)) for i in range(n)]
+        tasks = [
+            asyncio.create_task(session(f"ws://127.0.0.1:{port}/ws", i, seconds, mode, opened, latencies, ready, config)) for i in range(n)
+        ]
         while len(ready) < n:
             if any(t.done() and t.exception() for t in tasks):
                 raise next(t.exception() for t in tasks if t.done() and t.exception())
@@ -114,8 +116,15 @@ async def measure(n: int, seconds: float, mode: str, port: int, config: dict) ->
         proc.kill()
         proc.wait()
     lat = np.array(latencies) * 1000
-    return {"sessions": n, "steps": lat.size, "p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99)),
-            "idle_mb": idle, "rss_mb": peak, "per_session_mb": (peak - idle) / n}
+    return {
+        "sessions": n,
+        "steps": lat.size,
+        "p50": float(np.percentile(lat, 50)),
+        "p99": float(np.percentile(lat, 99)),
+        "idle_mb": idle,
+        "rss_mb": peak,
+        "per_session_mb": (peak - idle) / n,
+    }
 
 
 def main(argv=None) -> None:
@@ -133,8 +142,11 @@ def main(argv=None) -> None:
     for n in (int(x) for x in args.sessions.split(",")):
         config = {"max_cycles": 1000} if args.scenario == "easy" else largest()
         r = asyncio.run(measure(n, args.seconds, args.mode, args.port, config))
-        print(f"| {r['sessions']} | {r['steps']} | {r['p50']:.1f} | {r['p99']:.1f} | {r['idle_mb']:.0f} | {r['rss_mb']:.0f} | "
-              f"{r['per_session_mb']:.2f} |", flush=True)
+        print(
+            f"| {r['sessions']} | {r['steps']} | {r['p50']:.1f} | {r['p99']:.1f} | {r['idle_mb']:.0f} | {r['rss_mb']:.0f} | "
+            f"{r['per_session_mb']:.2f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

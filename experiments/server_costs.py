@@ -86,7 +86,11 @@ def main(argv=None) -> None:
             first, again = plan_seconds(env, name)
             cells += [f"{w:,}", f"{first:.3f}", f"{again:.3f}", f"{first / w * 1e6:.2f}"]
         kind = "servers" if serve_only else "easy's mix"
-        print(f"| {t} | {n} | {g} | {kind} | {env_work:,} | {env_s:.3f} | {env_s / env_work * 1e6:.2f} | " + " | ".join(cells) + " |", flush=True)
+        print(
+            f"| {t} | {n} | {g} | {kind} | {env_work:,} | {env_s:.3f} | {env_s / env_work * 1e6:.2f} | " + " | ".join(cells) + " |",
+            flush=True,
+        )
+
 
 if __name__ == "__main__":
     main()

@@ -11,6 +11,8 @@ from fleet_marl.kernel import Actions, Draws, KernelStatic, RoundState
 pytest_plugins = ["tests.skip_check"]  # FLEET_MARL_STRICT_SKIPS=1 (.ci/run): an unlisted skip fails the session
 
 MODELS = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "qwen2.5-0.5b", "gpt2"]
+
+
 def make_config(n_tenants=4, nodes=("h100-sxm", "h100-sxm"), mechanism="maxmin", safety="project", **cluster_kw) -> FleetConfig:
     pools = list(dict.fromkeys(nodes))
     tenants = []

@@ -57,6 +57,8 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     bad = [(node, reason) for node, reason in _skipped if not any(reason.startswith(a) for a in allowed)]
     if bad:
         lines = "\n".join(f"  {node}: {reason}" for node, reason in bad)
-        print(f"\n{STRICT_ENV}=1: {len(bad)} test(s) skipped for a reason not in {ALLOWED.name}:\n{lines}\n"
-              f"Fix what makes them skip (a missing extra: make install), or add the reason to {ALLOWED} with why it may skip.")
+        print(
+            f"\n{STRICT_ENV}=1: {len(bad)} test(s) skipped for a reason not in {ALLOWED.name}:\n{lines}\n"
+            f"Fix what makes them skip (a missing extra: make install), or add the reason to {ALLOWED} with why it may skip."
+        )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

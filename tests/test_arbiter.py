@@ -30,7 +30,12 @@ def arbitrate(st, req, bid, tiebreak):
     bids (B, T): BF16 everywhere, batch 1, budgets that never bind."""
     req = np.asarray(req)
     B, T = req.shape
-    acts = Actions(gpus=req, bid=np.asarray(bid, np.float64), precision=np.full((B, T, catalog.N_GROUPS), catalog.PRECISION_CODE["bf16"]), batch=np.ones((B, T), np.int64))
+    acts = Actions(
+        gpus=req,
+        bid=np.asarray(bid, np.float64),
+        precision=np.full((B, T, catalog.N_GROUPS), catalog.PRECISION_CODE["bf16"]),
+        batch=np.ones((B, T), np.int64),
+    )
     s0 = RoundState.initial(st)
     state = dataclasses.replace(s0, budget_left=np.full(T, 1e300))
     out = evaluate(st, acts, state, Draws(arrivals=np.zeros(T), tiebreak=np.asarray(tiebreak, np.float64)))

@@ -20,11 +20,24 @@ from fleet_marl.studies import bench
 ROOT = Path(__file__).resolve().parents[1]
 #: The keys the issue asks for, each a number.
 REQUIRED = (
-    "env_step_us_n16_difference", "env_step_us_n16_local", "difference_overhead_ratio", "kernel_evals_per_s_n16_b1024",
-    "kernel_eval_us_n16_b1", "reference_agent_steps_per_s", "agent_steps_per_s_n16_difference", "rss_growth_fraction",
-    "shapley_overhead_ratio_n8", "vector_agent_steps_per_s_n16_b256_local", "vector_agent_steps_per_s_n16_b256_difference",
-    "readme_env_ratio_max", "sampled_shapley_overhead_ratio_hard", "difference_overhead_ratio_n64", "vector_difference_over_local_n16_b256",
-    "vmas_agent_steps_per_s_n16_b256", "vector_over_vmas_local", "vector_over_vmas_difference",
+    "env_step_us_n16_difference",
+    "env_step_us_n16_local",
+    "difference_overhead_ratio",
+    "kernel_evals_per_s_n16_b1024",
+    "kernel_eval_us_n16_b1",
+    "reference_agent_steps_per_s",
+    "agent_steps_per_s_n16_difference",
+    "rss_growth_fraction",
+    "shapley_overhead_ratio_n8",
+    "vector_agent_steps_per_s_n16_b256_local",
+    "vector_agent_steps_per_s_n16_b256_difference",
+    "readme_env_ratio_max",
+    "sampled_shapley_overhead_ratio_hard",
+    "difference_overhead_ratio_n64",
+    "vector_difference_over_local_n16_b256",
+    "vmas_agent_steps_per_s_n16_b256",
+    "vector_over_vmas_local",
+    "vector_over_vmas_difference",
 )
 
 
@@ -36,7 +49,9 @@ def documented_keys() -> set[str]:
 @pytest.fixture(scope="module")
 def report():
     """One quick run, in a subprocess (it pins itself to one core)."""
-    out = subprocess.run([sys.executable, "-m", "fleet_marl.cli", "bench", "--quick", "--json"], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "fleet_marl.cli", "bench", "--quick", "--json"], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     assert "fleet-marl bench" in out.stderr  # the progress bar goes to stderr, not into the JSON
     return json.loads(out.stdout)
@@ -53,7 +68,9 @@ def test_quick_run_prints_every_required_key_as_a_number(report):
         assert report[f"kernel_evals_per_s_n16_b{b}"] > 0
     # derived figures are what they say
     assert report["difference_overhead_ratio"] == pytest.approx(report["env_step_us_n16_difference"] / report["env_step_us_n16_local"])
-    assert report["agent_steps_ratio_vs_reference"] == pytest.approx(report["agent_steps_per_s_n16_difference"] / report["reference_agent_steps_per_s"])
+    assert report["agent_steps_ratio_vs_reference"] == pytest.approx(
+        report["agent_steps_per_s_n16_difference"] / report["reference_agent_steps_per_s"]
+    )
     assert report["rss_agent_steps"] >= bench.RSS_AGENT_STEPS // 100
     # issue 31: every task's env as the README builds it, against the same env as the bench builds it
     ratios = []
@@ -64,13 +81,23 @@ def test_quick_run_prints_every_required_key_as_a_number(report):
             ratios.append(readme / built)
     assert set(bench.README_TASKS) == {"tiny", "easy", "medium", "hard", "trace", "trace_code"}
     assert report["readme_env_ratio_max"] == pytest.approx(max(ratios))
-    assert report["sampled_shapley_overhead_ratio_hard"] == pytest.approx(report["sampled_shapley_step_us_hard"] / report["env_step_us_hard_local"])
+    assert report["sampled_shapley_overhead_ratio_hard"] == pytest.approx(
+        report["sampled_shapley_step_us_hard"] / report["env_step_us_hard_local"]
+    )
     assert report["difference_overhead_ratio_n64"] == pytest.approx(report["env_step_us_n64_difference"] / report["env_step_us_n64_local"])
     assert set(report["targets"]) == set(bench.TARGETS)
-    assert report["vector_over_vmas_local"] == pytest.approx(report["vector_agent_steps_per_s_n16_b256_local"] / report["vmas_agent_steps_per_s_n16_b256"])
+    assert report["vector_over_vmas_local"] == pytest.approx(
+        report["vector_agent_steps_per_s_n16_b256_local"] / report["vmas_agent_steps_per_s_n16_b256"]
+    )
     # the kernel against another checkout's is measured only with --kernel-before: not measured, not met
     assert report["kernel_before"] is None and report["kernel_speedup_n16_b1024_vs_before"] is None
-    assert report["targets"]["kernel_speedup_n16_b1024_vs_before"] == {"measured": None, "target": 4.0, "kind": "min", "ratio": None, "met": False}
+    assert report["targets"]["kernel_speedup_n16_b1024_vs_before"] == {
+        "measured": None,
+        "target": 4.0,
+        "kind": "min",
+        "ratio": None,
+        "met": False,
+    }
     for key, t in report["targets"].items():
         if key != "kernel_speedup_n16_b1024_vs_before":
             assert t["ratio"] == pytest.approx(t["measured"] / t["target"]) and isinstance(t["met"], bool)
@@ -87,7 +114,22 @@ def test_every_key_is_documented(report):
 
 def test_table_shows_every_measure(report):
     table = bench.format_table(report)
-    for label in ("N=16  difference", "batch 16384", "difference overhead", "exact Shapley", "reference", "RSS", "one kernel evaluation", "vector env, N=16, B=256", "kernel_evals_per_s_n16_b1024", "as the README builds it", "vector trace_code", "sampled Shapley (hard", "VMAS simple_spread", "not measured"):
+    for label in (
+        "N=16  difference",
+        "batch 16384",
+        "difference overhead",
+        "exact Shapley",
+        "reference",
+        "RSS",
+        "one kernel evaluation",
+        "vector env, N=16, B=256",
+        "kernel_evals_per_s_n16_b1024",
+        "as the README builds it",
+        "vector trace_code",
+        "sampled Shapley (hard",
+        "VMAS simple_spread",
+        "not measured",
+    ):
         assert label in table, label
 
 
@@ -112,7 +154,7 @@ def test_bench_config_has_n_tenants_all_staying_the_episode():
     while env.agents:
         assert len(env.agents) == 16  # nobody leaves early: every step has N agents
         acts = {a: np.array([rng.choice(np.flatnonzero(d)) for d in infos[a]["action_mask"]]) for a in env.agents}
-        obs, rew, term, trunc, infos = env.step(acts)
+        _obs, _rew, _term, _trunc, infos = env.step(acts)
         assert set(scheme_rewards(next(iter(infos.values())))) == {"difference"}
         steps += 1
     assert steps == cfg["max_cycles"]
@@ -143,8 +185,13 @@ def test_train_throughput_quick_run(tmp_path):
     """``bench --train --quick``: the make-train config trains for a few iterations and the
     report has the end-to-end rate (wall time), the learning rate and the learner's share of
     waiting for batches, consistent with each other, and the target's verdict."""
-    out = subprocess.run([sys.executable, "-m", "fleet_marl.cli", "bench", "--train", "--quick", "--json", "--no-progress"],
-                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "fleet_marl.cli", "bench", "--train", "--quick", "--json", "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout)
     e2e, learn, wait = r["train_agent_steps_per_s_easy"], r["train_learn_agent_steps_per_s"], r["train_wait_share"]
@@ -163,8 +210,13 @@ def test_clients_quick_run_measures_every_route_and_rllib_before_and_after(tmp_p
     table shows them. No timing asserts."""
     from fleet_marl.studies import bench_clients
 
-    out = subprocess.run([sys.executable, "-m", "fleet_marl.cli", "bench", "--clients", "--quick", "--json", "--no-progress"],
-                         capture_output=True, text=True, timeout=1100, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "fleet_marl.cli", "bench", "--clients", "--quick", "--json", "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=1100,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout)
     rates = r["clients"]["agent_steps_per_s"]
@@ -178,7 +230,9 @@ def test_clients_quick_run_measures_every_route_and_rllib_before_and_after(tmp_p
         assert run["env_steps"] == 2000 * run["iterations_timed"]  # the default config's batch, every iteration
     assert set(r["targets"]) == set(bench_clients.TARGETS)
     speedup = r["targets"]["rllib_train_speedup"]
-    assert speedup["measured"] == pytest.approx(after["agent_steps_per_s"] / before["agent_steps_per_s"]) and isinstance(speedup["met"], bool)
+    assert speedup["measured"] == pytest.approx(after["agent_steps_per_s"] / before["agent_steps_per_s"]) and isinstance(
+        speedup["met"], bool
+    )
     assert r["targets"]["sb3_vecenv_over_supersuit"]["measured"] == pytest.approx(r["clients"]["ratios"]["sb3_vecenv_over_supersuit"])
     table = bench_clients.format_table(r)
     for label in ("rllib_vector", "torchrl_parallel", "before", "after", "rllib_train_speedup", "pufferlib_native_over_emulation"):

@@ -86,7 +86,9 @@ def test_benchmarl_algorithms_run_on_the_task_from_their_own_configs(algorithm):
 
 
 def test_a_large_task_and_dict_observations_run_too():
-    task = FleetTask.HARD.get_task(config={"max_cycles": 3, "obs_mode": "dict", "overrides": {"illegal_action": "raise", "reward_scheme": "global"}})
+    task = FleetTask.HARD.get_task(
+        config={"max_cycles": 3, "obs_mode": "dict", "overrides": {"illegal_action": "raise", "reward_scheme": "global"}}
+    )
     seen = run_experiment(task, "mappo", iterations=1, frames=16, n_envs=4)
     assert seen["ends"] >= 4 and seen["agent_steps"] == 16 * 16 and seen["rewards_finite"]
 
@@ -128,4 +130,4 @@ def test_the_extra_and_the_no_deps_install_are_named_when_benchmarl_is_missing(m
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "benchmarl", None)
     with pytest.raises(MissingExtra, match=r"pip install --no-deps benchmarl==1\.5\.2.*needs the \[benchmarl\] extra"):
-        adapter.FleetTask  # noqa: B018
+        adapter.FleetTask

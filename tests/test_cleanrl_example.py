@@ -33,9 +33,33 @@ def _module():
 def trained(tmp_path_factory):
     """The script run as a user runs it: a few updates on tiny, then graded on 3 seeds."""
     d = tmp_path_factory.mktemp("cleanrl")
-    cmd = [sys.executable, str(SCRIPT), "--task", "tiny", "--total-steps", "1536", "--num-envs", "16", "--num-steps", "32",
-           "--update-epochs", "2", "--eval-episodes", "3", "--eval-every", "2", "--reward-scheme", "difference", "--norm-obs",
-           "--critic", "state", "--save", str(d / "model.pt"), "--json", str(d / "run.json")]
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--task",
+        "tiny",
+        "--total-steps",
+        "1536",
+        "--num-envs",
+        "16",
+        "--num-steps",
+        "32",
+        "--update-epochs",
+        "2",
+        "--eval-episodes",
+        "3",
+        "--eval-every",
+        "2",
+        "--reward-scheme",
+        "difference",
+        "--norm-obs",
+        "--critic",
+        "state",
+        "--save",
+        str(d / "model.pt"),
+        "--json",
+        str(d / "run.json"),
+    ]
     env = {**os.environ, "FLEET_MARL_CACHE": str(d / "cache")}
     r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -95,8 +119,19 @@ def test_tenants_that_leave_are_left_out_of_the_loss():
     for t in tenants:
         t["budget"] = 1.0
     mod = _module()
-    args = mod.Args(task="tiny", env=json.dumps({"tenants": tenants}), total_steps=512, num_envs=16, num_steps=16, update_epochs=1,
-                    eval_every=1, eval_seeds=4, grade=False, log_every=1e9, time_limit=0)
+    args = mod.Args(
+        task="tiny",
+        env=json.dumps({"tenants": tenants}),
+        total_steps=512,
+        num_envs=16,
+        num_steps=16,
+        update_epochs=1,
+        eval_every=1,
+        eval_seeds=4,
+        grade=False,
+        log_every=1e9,
+        time_limit=0,
+    )
     run = mod.main(args)
     assert run["updates"] == 2 and run["losses_finite"]
     assert 0.5 < run["live_share"] < 1.0  # some samples were of agents that had left, and only those were dropped

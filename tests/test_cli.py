@@ -17,7 +17,23 @@ def run(capsys, *argv):
 
 
 def test_estimate_json_fields(capsys):
-    code, out, _ = run(capsys, "estimate", "--model", "llama-3.1-8b", "--mode", "train", "--gpus", "8", "--gpu-type", "h100-sxm", "--batch-size", "1", "--seq-len", "4096", "--json")
+    code, out, _ = run(
+        capsys,
+        "estimate",
+        "--model",
+        "llama-3.1-8b",
+        "--mode",
+        "train",
+        "--gpus",
+        "8",
+        "--gpu-type",
+        "h100-sxm",
+        "--batch-size",
+        "1",
+        "--seq-len",
+        "4096",
+        "--json",
+    )
     assert code == 0
     r = json.loads(out)
     m = catalog.model("llama-3.1-8b")
@@ -32,7 +48,23 @@ def test_estimate_json_fields(capsys):
 
 
 def test_estimate_serve_reports_kv_bytes_per_token(capsys):
-    code, out, _ = run(capsys, "estimate", "--model", "llama-3.1-70b", "--mode", "serve", "--precision", "attention=int4,mlp=int4", "--gpus", "2", "--gpu-type", "a100-80gb", "--batch-size", "8", "--json")
+    code, out, _ = run(
+        capsys,
+        "estimate",
+        "--model",
+        "llama-3.1-70b",
+        "--mode",
+        "serve",
+        "--precision",
+        "attention=int4,mlp=int4",
+        "--gpus",
+        "2",
+        "--gpu-type",
+        "a100-80gb",
+        "--batch-size",
+        "8",
+        "--json",
+    )
     assert code == 0
     r = json.loads(out)
     m = catalog.model("llama-3.1-70b")
@@ -64,7 +96,18 @@ def test_impossible_combination_says_why(capsys):
 
 
 def test_sweep_quick_writes_table_csv_and_plot(capsys, tmp_path):
-    code, out, _ = run(capsys, "sweep", "--quick", "--models", "qwen2.5-0.5b,llama-3.1-8b", "--gpu-types", "h100-sxm,a100-80gb", "--out", str(tmp_path), "--json")
+    code, out, _ = run(
+        capsys,
+        "sweep",
+        "--quick",
+        "--models",
+        "qwen2.5-0.5b,llama-3.1-8b",
+        "--gpu-types",
+        "h100-sxm,a100-80gb",
+        "--out",
+        str(tmp_path),
+        "--json",
+    )
     assert code == 0
     r = json.loads(out)
     assert r["summary"]["configs_evaluated"] > 1000

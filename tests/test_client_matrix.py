@@ -40,12 +40,12 @@ def one_torch_thread():
     torch.set_num_threads(n)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cell(client: str, task: str, obs_mode: str, mask_layout: str) -> Cell:
     return run_cell(client, task, obs_mode, mask_layout)
 
 
-@pytest.mark.parametrize("key", cells(), ids=lambda k: "-".join(k))
+@pytest.mark.parametrize("key", cells(), ids="-".join)
 def test_cell_runs_past_two_episode_ends_or_is_refused_naming_a_working_combination(key):
     client, task, obs_mode, mask_layout = key
     c = cell(*key)
@@ -67,7 +67,9 @@ def test_every_client_runs_somewhere_and_each_refusal_names_a_combination_that_r
         for c in mine.values():
             if c.status == "refused":
                 advice = c.message.rsplit("use ", 1)[1]
-                named = [(o, m) for (o, m) in mine if f"obs_mode={o!r}" in advice and (f"mask_layout={m!r}" in advice or "either" in advice)]
+                named = [
+                    (o, m) for (o, m) in mine if f"obs_mode={o!r}" in advice and (f"mask_layout={m!r}" in advice or "either" in advice)
+                ]
                 assert named and any(mine[k].status == "runs" for k in named), (name, c.message)
 
 
@@ -81,7 +83,12 @@ def test_the_docs_table_is_the_matrix():
 
 @pytest.mark.parametrize(
     "client,obs_mode,mask_layout",
-    [("torchrl_wrapper", "flat", "dims"), ("torchrl_wrapper", "dict", "flat"), ("torchrl_wrapper_mask", "flat", "dims"), ("sb3_supersuit", "dict", "flat")],
+    [
+        ("torchrl_wrapper", "flat", "dims"),
+        ("torchrl_wrapper", "dict", "flat"),
+        ("torchrl_wrapper_mask", "flat", "dims"),
+        ("sb3_supersuit", "dict", "flat"),
+    ],
 )
 def test_a_refused_third_party_cell_does_fail_without_the_refusal(client, obs_mode, mask_layout):
     """The refusals of the wrappers of the ParallelEnv are needed: built anyway, the wrapper
@@ -119,7 +126,7 @@ def test_cleanrl_example_policy_plays_every_cell(task, obs_mode, mask_layout):
         obs, infos = env.reset(seed=seed)
         policy.reset(seed)
         while env.agents:
-            obs, rew, term, trunc, infos = env.step(policy.act(obs, infos))  # illegal_action="raise": a masked choice raises
+            obs, rew, _term, _trunc, infos = env.step(policy.act(obs, infos))  # illegal_action="raise": a masked choice raises
             steps += 1
             assert all(np.isfinite(r) for r in rew.values())
         ends += 1
@@ -127,8 +134,10 @@ def test_cleanrl_example_policy_plays_every_cell(task, obs_mode, mask_layout):
 
 
 def test_importing_the_adapter_packages_loads_no_client_or_torch():
-    code = ("import sys, fleet_marl.sb3, fleet_marl.pufferlib, fleet_marl.benchmarl, fleet_marl.studies.clients; "
-            "print([m for m in ('torch', 'stable_baselines3', 'pufferlib', 'benchmarl', 'torchrl', 'ray') if m in sys.modules])")
+    code = (
+        "import sys, fleet_marl.sb3, fleet_marl.pufferlib, fleet_marl.benchmarl, fleet_marl.studies.clients; "
+        "print([m for m in ('torch', 'stable_baselines3', 'pufferlib', 'benchmarl', 'torchrl', 'ray') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
 
@@ -142,8 +151,17 @@ def test_clients_bench_measures_every_route_and_the_ratios():
     report = measure_clients(task="tiny", clusters=4, steps=3, repeats=1)
     rates = report["agent_steps_per_s"]
     assert set(rates) == {
-        "vector_env", "sb3_supersuit", "sb3_vecenv", "pufferlib_emulation", "pufferlib_native",
-        "torchrl_wrapper", "torchrl_native", "torchrl_serial", "torchrl_parallel", "rllib_env", "rllib_vector",
+        "vector_env",
+        "sb3_supersuit",
+        "sb3_vecenv",
+        "pufferlib_emulation",
+        "pufferlib_native",
+        "torchrl_wrapper",
+        "torchrl_native",
+        "torchrl_serial",
+        "torchrl_parallel",
+        "rllib_env",
+        "rllib_vector",
     }
     assert all(np.isfinite(v) and v > 0 for v in rates.values())
     assert set(report["ratios"]) == set(TARGETS) == set(report["met"])

@@ -88,7 +88,9 @@ def test_sb3_ppo_through_supersuit():
             return True
 
     ends = Ends()
-    model = PPO("MlpPolicy", venv, n_steps=32, batch_size=64, n_epochs=1, device="cpu", verbose=0)  # SB3's seed= needs VecEnv.seed, which SuperSuit lacks
+    model = PPO(
+        "MlpPolicy", venv, n_steps=32, batch_size=64, n_epochs=1, device="cpu", verbose=0
+    )  # SB3's seed= needs VecEnv.seed, which SuperSuit lacks
     with pytest.warns(UserWarning, match="no live agent"):  # black_death's extra step
         model.learn(total_timesteps=4 * 32 * 2, callback=ends)  # 4 agent slots (2 envs x 2 tenants), 2 PPO iterations
     assert model.num_timesteps >= 256
@@ -111,13 +113,24 @@ def test_torchrl_pettingzoo_wrapper(use_mask):
     from torchrl.envs.libs.pettingzoo import PettingZooWrapper
     from torchrl.envs.utils import check_env_specs
 
-    pe = uneven_tiny(mask_layout="flat", max_cycles=6) if use_mask else fleet_marl.parallel_env(task="tiny", mask_layout="flat", max_cycles=6)
+    pe = (
+        uneven_tiny(mask_layout="flat", max_cycles=6)
+        if use_mask
+        else fleet_marl.parallel_env(task="tiny", mask_layout="flat", max_cycles=6)
+    )
     spy = StepSpy(pe)
     with pytest.warns(UserWarning, match="tested using version"):  # TorchRL's note on the PettingZoo version
         env = PettingZooWrapper(pe, use_mask=use_mask, done_on_any=False if use_mask else None, seed=0)
     check_env_specs(env)
     info_keys = set(env.observation_spec["tenant", "info"].keys())
-    assert {"reward_difference", "welfare", "illegal", "illegal_fields", "degenerate", "oom"} <= info_keys and "action_mask" not in info_keys
+    assert {
+        "reward_difference",
+        "welfare",
+        "illegal",
+        "illegal_fields",
+        "degenerate",
+        "oom",
+    } <= info_keys and "action_mask" not in info_keys
     assert env.observation_spec["tenant", "action_mask"].shape == (2, 48)
 
     td = env.rollout(16, break_when_any_done=False)  # 6 rounds per episode: two episode ends and a third episode
@@ -149,7 +162,7 @@ def test_rllib_parallel_pettingzoo_env_runs_episodes():
     for seed in (0, 1):
         obs, infos = env.reset(seed=seed)
         rng = np.random.default_rng(seed)
-        for steps in range(1, 100):
+        for steps in range(1, 100):  # noqa: B007 -- the count is read after the loop
             acts = {a: np.array([rng.choice(np.flatnonzero(m)) for m in infos[a]["action_mask"]]) for a in obs}
             obs, rew, term, trunc, infos = env.step(acts)
             assert set(rew) == set(obs) and all(np.isfinite(r) for r in rew.values())
@@ -184,7 +197,7 @@ def test_rllib_parallel_pettingzoo_env_where_it_falls_short():
 
     ours = FleetRLlibEnv({"config": cfg, "render_mode": "ansi"})
     ours.reset(seed=0)
-    obs, rew, term, trunc, infos = ours.step({"tenant_0": act, "tenant_1": act})
+    _obs, _rew, term, trunc, _infos = ours.step({"tenant_0": act, "tenant_1": act})
     assert term["__all__"] is False and trunc["__all__"] is True  # every agent finished, however each ended
     assert "tenant_0" in ours.render()
     # either mask_layout is taken (the RLlib env's mask is always its own flat one); another is named

@@ -36,8 +36,8 @@ def test_scaled_four_under_maxmin_is_easy():
     # the same config but for the rack size, which changes nothing with easy's two nodes
     assert make_config("easy", **scaled(4, "maxmin"))[0] == make_config("easy", cluster={"nodes_per_rack": 2})[0]
     a, b = fleet_marl.parallel_env(task="easy"), fleet_marl.parallel_env(task="easy", **scaled(4, "maxmin"))
-    oa, _ = a.reset(seed=3)
-    ob, _ = b.reset(seed=3)
+    _oa, _ = a.reset(seed=3)
+    _ob, _ = b.reset(seed=3)
     for _ in range(5):
         act = {ag: a.default_action_index[a.agent_index[ag]] for ag in a.agents}
         ra = a.step(act)
@@ -108,22 +108,27 @@ def test_the_full_study_runs_every_scheme_at_every_n_with_three_seeds():
         assert all(tc.env == tcs[0].env for tc in tcs)
 
 
-@pytest.mark.parametrize("change, match", [
-    (dict(schemes=("local", "selfish")), "--schemes 'selfish'"),
-    (dict(ns=(2, 0)), "--n 0"),
-    (dict(ns=(2, 6)), "missing N=6"),
-    (dict(budgets={2: 10, 4: 24_000, 8: 16_000, 16: 16_000}), "--budget '2=10'"),
-    (dict(budgets={2: 25_000, 4: 24_000, 8: 16_000, 16: 16_000}), "a multiple of the 2,000"),
-    (dict(seeds=0), "--seeds 0"),
-    (dict(mechanism="lottery"), "--mechanism 'lottery'"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(schemes=("local", "selfish")), "--schemes 'selfish'"),
+        (dict(ns=(2, 0)), "--n 0"),
+        (dict(ns=(2, 6)), "missing N=6"),
+        (dict(budgets={2: 10, 4: 24_000, 8: 16_000, 16: 16_000}), "--budget '2=10'"),
+        (dict(budgets={2: 25_000, 4: 24_000, 8: 16_000, 16: 16_000}), "a multiple of the 2,000"),
+        (dict(seeds=0), "--seeds 0"),
+        (dict(mechanism="lottery"), "--mechanism 'lottery'"),
+    ],
+)
 def test_bad_settings_name_the_option(change, match):
     with pytest.raises(StudyError, match=match):
         Study(**change).check()
 
 
 def _cli(*args, cwd=None, engine="rllib"):
-    return subprocess.run([str(BIN / "fleet-marl"), "compare", "--engine", engine, *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+    return subprocess.run(
+        [str(BIN / "fleet-marl"), "compare", "--engine", engine, *args], capture_output=True, text=True, timeout=300, cwd=cwd
+    )
 
 
 def test_cli_errors_before_ray(tmp_path):
@@ -160,9 +165,11 @@ def test_the_command_module_on_its_own(tmp_path, capsys):
 
 
 def test_building_the_command_parsers_imports_no_ray_or_torch():
-    code = ("import argparse, sys; from fleet_marl.studies import bench, command; from fleet_marl.rllib import command as train; "
-            "[m.add_arguments(argparse.ArgumentParser()) for m in (bench, command, train)]; "
-            "print(sorted(m for m in ('ray', 'torch', 'matplotlib') if m in sys.modules))")
+    code = (
+        "import argparse, sys; from fleet_marl.studies import bench, command; from fleet_marl.rllib import command as train; "
+        "[m.add_arguments(argparse.ArgumentParser()) for m in (bench, command, train)]; "
+        "print(sorted(m for m in ('ray', 'torch', 'matplotlib') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
 
@@ -171,16 +178,39 @@ def test_building_the_command_parsers_imports_no_ray_or_torch():
 
 
 def _row(n, scheme, seed, welfare=10.0, **kw) -> dict:
-    base = {c: 0 for c in RESULT_COLUMNS}
-    base.update(n=n, scheme=scheme, seed=seed, eval_welfare=welfare, score=0.5, jain=0.9, run_seconds=10.0,
-                credit_seconds=1.0, credit_ms_per_step=0.5, finished="2026-11-21T20:00:00")
+    base = dict.fromkeys(RESULT_COLUMNS, 0)
+    base.update(
+        n=n,
+        scheme=scheme,
+        seed=seed,
+        eval_welfare=welfare,
+        score=0.5,
+        jain=0.9,
+        run_seconds=10.0,
+        credit_seconds=1.0,
+        credit_ms_per_step=0.5,
+        finished="2026-11-21T20:00:00",
+    )
     base.update(kw)
     return base
 
 
 def _curve(n, scheme, seed, iters=2) -> list[dict]:
-    return [{"n": n, "scheme": scheme, "seed": seed, "iteration": i, "env_steps": 100 * i, "welfare": 5.0 * i + seed,
-             "jain": 0.9, "starvation_events": 0, "degenerate": 0, "seconds": i} for i in range(1, iters + 1)]
+    return [
+        {
+            "n": n,
+            "scheme": scheme,
+            "seed": seed,
+            "iteration": i,
+            "env_steps": 100 * i,
+            "welfare": 5.0 * i + seed,
+            "jain": 0.9,
+            "starvation_events": 0,
+            "degenerate": 0,
+            "seconds": i,
+        }
+        for i in range(1, iters + 1)
+    ]
 
 
 def _write(path: Path, columns, rows):
@@ -249,7 +279,7 @@ def test_paired_differences_are_by_seed():
     m, h, wins, k = rllib_tables.paired(rows, "difference", "global")[2]
     assert (m, wins, k) == (pytest.approx(1.0), 2, 3)  # differences 2, 1, 0
     rows += [_row(2, "local", s, welfare=20.0) for s in range(3)]
-    m, h, wins, k = rllib_tables.paired(rows, "local", rllib_tables.OTHERS)[2]  # others: mean of difference and global per seed
+    m, _h, wins, k = rllib_tables.paired(rows, "local", rllib_tables.OTHERS)[2]  # others: mean of difference and global per seed
     assert m == pytest.approx(np.mean([20 - (10 + s + 8 + 2 * s) / 2 for s in range(3)])) and (wins, k) == (3, 3)
 
 
@@ -320,7 +350,10 @@ def test_docs_of_a_study_under_another_arbiter_go_to_their_own_block(tmp_path):
     assert (root / "docs" / "data" / "credit_assignment_auction" / "results.csv").read_text() == (out / "results.csv").read_text()
     assert report.docs_targets(Study().settings())["start"] == report.MARKERS["rllib"][0]
     # the reproducing commands name the study's folder, which is not the default one
-    assert f"--mechanism auction --out {out.as_posix()}`, then `fleet-marl compare --engine rllib --out {out.as_posix()} --report --docs`" in block
+    assert (
+        f"--mechanism auction --out {out.as_posix()}`, then `fleet-marl compare --engine rllib --out {out.as_posix()} --report --docs`"
+        in block
+    )
 
 
 def test_the_first_study_reproduces_from_its_committed_data(tmp_path, monkeypatch):

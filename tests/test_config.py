@@ -99,7 +99,7 @@ def test_scenarios_where_nothing_can_run_are_rejected():
 
 
 def test_every_name_still_imports_from_fleet_marl_config():
-    import fleet_marl.config as config
+    from fleet_marl import config
 
     for name in config.__all__:
         assert getattr(config, name) is not None

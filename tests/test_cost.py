@@ -60,7 +60,7 @@ def throughput(st, t, n, b, nodes) -> Thr:
 
 
 def test_bf16_weights_are_two_bytes_per_param():
-    st, t = terms_for("llama-3.1-8b", "serve", "bf16")
+    _st, t = terms_for("llama-3.1-8b", "serve", "bf16")
     m = catalog.model("llama-3.1-8b")
     assert t.weights == 2 * m.total_params
     mem = memory_per_gpu(t, 4, 1)
@@ -68,7 +68,7 @@ def test_bf16_weights_are_two_bytes_per_param():
 
 
 def test_mixed_precision_adam_is_16_bytes_per_param_sharded():
-    st, t = terms_for("mistral-7b", "train", "bf16")
+    _st, t = terms_for("mistral-7b", "train", "bf16")
     n = catalog.model("mistral-7b").total_params
     mem = memory_per_gpu(t, 8, 1)
     fixed = mem.weights + mem.grads + mem.master + mem.optimizer
@@ -77,7 +77,7 @@ def test_mixed_precision_adam_is_16_bytes_per_param_sharded():
 
 
 def test_fp32_training_has_no_separate_master_copy():
-    st, t = terms_for("gpt2", "train", "fp32", seq=1024)
+    _st, t = terms_for("gpt2", "train", "fp32", seq=1024)
     n = catalog.model("gpt2").total_params
     assert t.master == 0
     assert (t.weights + t.grads + t.optimizer)[0] == 16 * n  # 4 + 4 + 8
@@ -117,7 +117,7 @@ def test_activations_per_block_by_hand():
     # checkpointed: 2h per block plus one block and the logits
     m = catalog.model("gpt2")
     s, h, L, a = 1024, m.hidden, m.layers, m.heads
-    from fleet_marl.config import FleetConfig, ClusterSpec, TenantSpec, WorkloadSpec
+    from fleet_marl.config import ClusterSpec, FleetConfig, TenantSpec, WorkloadSpec
     from fleet_marl.kernel import KernelStatic
 
     def acts(**kw):
@@ -190,7 +190,7 @@ def test_activation_checkpointing_rejects_unknown_modes():
 def test_kv_cache_bytes_gqa_and_dtype():
     m = catalog.model("llama-3.1-8b")
     per_tok = 2 * m.layers * m.kv_heads * m.head_dim * 2  # bf16
-    st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=1000, out_tokens=24)
+    _st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=1000, out_tokens=24)
     mem = memory_per_gpu(t, 2, 10)
     assert mem.kv_cache == pytest.approx(10 * 1024 * per_tok / 2, rel=1e-12)
     # FP8 attention -> FP8 KV cache; INT4 weight-only keeps a BF16 cache
@@ -279,7 +279,7 @@ def test_fp8_faster_than_bf16_on_hopper_and_decode_is_memory_bound():
 
 def test_kv_cache_splits_over_at_most_kv_heads_gpus():
     # Qwen2.5-0.5B has 2 KV heads: on 8 GPUs each GPU still holds half the cache
-    st, t = terms_for("qwen2.5-0.5b", "serve", "bf16", seq=512, out_tokens=128)
+    _st, t = terms_for("qwen2.5-0.5b", "serve", "bf16", seq=512, out_tokens=128)
     two = memory_per_gpu(t, 2, 4).kv_cache
     eight = memory_per_gpu(t, 8, 4).kv_cache
     assert two == eight == pytest.approx(4 * t.per_seq_sharded / 2)
@@ -400,7 +400,7 @@ def test_a_pass_looks_up_its_embedding_rows_and_streams_the_rest():
     # an embedding lookup reads its tokens' rows; an untied table (Llama-3.1-8B: V = 128,256,
     # h = 4,096, BF16: 1.05 GB, 6.5 % of the weights) is not streamed, a tied one is (the LM head)
     m = catalog.model("llama-3.1-8b")
-    st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=512, out_tokens=128)
+    _st, t = terms_for("llama-3.1-8b", "serve", "bf16", seq=512, out_tokens=128)
     assert not m.tied_embeddings
     assert t.stream_bytes[0] == pytest.approx(t.weights[0] - 2.0 * 128_256 * 4096, rel=1e-12)
     _, tied = terms_for("qwen2.5-0.5b", "serve", "bf16", seq=512, out_tokens=128)

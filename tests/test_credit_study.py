@@ -61,7 +61,7 @@ def test_every_arm_has_the_same_budget_at_an_n(n):
     steps = {tc.num_envs * tc.rollout * tc.iterations for tc in tcs}
     assert steps == {s.env_steps("scaling", n)}
     assert s.num_envs(n) * n == s.agents_per_step  # the same agent steps per iteration at every N
-    for tc, arm in zip(tcs, ARMS):
+    for tc, arm in zip(tcs, ARMS, strict=False):
         assert (tc.reward_scheme, tc.sharing) == ARMS[arm] and tc.seed == 3 and tc.env["arbiter"]["mechanism"] == "auction"
         assert tc.collector == "sync" and tc.threads == 1 and tc.max_minutes == 0
         assert ("shapley_samples" in tc.env) == (arm == "shapley")
@@ -73,18 +73,21 @@ def test_the_grader_grades_at_the_fractions_including_80_percent():
     assert s.eval_at("sharing")[-1] == s.sharing_iterations and round(0.8 * s.sharing_iterations) in s.eval_at("sharing")
 
 
-@pytest.mark.parametrize("change,match", [
-    ({"arms": ("local", "nope")}, "--arms 'nope'"),
-    ({"mechanisms": ("vickrey",)}, "--mechanisms 'vickrey'"),
-    ({"sharing_tasks": ("nope",)}, "--sharing-tasks 'nope'"),
-    ({"ns": (2, 2)}, "without repeats"),
-    ({"ns": (0,)}, "--n 0"),
-    ({"seeds": 0}, "--seeds 0"),
-    ({"iterations": 2}, "--iterations 2: expected an integer >= 3"),
-    ({"eval_fractions": (0.5, 1.0)}, "with 0.8 and 1.0"),
-    ({"eval_fractions": (0.8, 0.5, 1.0)}, "increasing"),
-    ({"converge_tol": 2.0}, "--converge-tol"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"arms": ("local", "nope")}, "--arms 'nope'"),
+        ({"mechanisms": ("vickrey",)}, "--mechanisms 'vickrey'"),
+        ({"sharing_tasks": ("nope",)}, "--sharing-tasks 'nope'"),
+        ({"ns": (2, 2)}, "without repeats"),
+        ({"ns": (0,)}, "--n 0"),
+        ({"seeds": 0}, "--seeds 0"),
+        ({"iterations": 2}, "--iterations 2: expected an integer >= 3"),
+        ({"eval_fractions": (0.5, 1.0)}, "with 0.8 and 1.0"),
+        ({"eval_fractions": (0.8, 0.5, 1.0)}, "increasing"),
+        ({"converge_tol": 2.0}, "--converge-tol"),
+    ],
+)
 def test_bad_settings_name_the_option(change, match):
     with pytest.raises(StudyError, match=match):
         Study(**change).check()
@@ -95,12 +98,39 @@ def test_bad_settings_name_the_option(change, match):
 
 def _fake_run(curve_welfare, scores, iterations=30):
     def run(tc, eval_at, episodes):
-        curve = [{"iteration": it, "env_steps": it * 100, "agent_steps": it * 200, "train_welfare": "", "eval_welfare": w, "score": sc,
-                  "jain": 0.9, "starvation_events": 0.0, "degenerate": 0.0, "seconds": it} for it, w, sc in zip(eval_at, curve_welfare, scores)]
-        res = {"iterations": iterations, "env_steps": iterations * 100, "agent_steps": iterations * 200, "eval_welfare": curve_welfare[-1],
-               "score": scores[-1], "jain": 0.9, "starvation_events": 0.0, "degenerate": 0.0, "illegal": 0.0, "random_welfare": 0.0,
-               "planner_welfare": 1.0, "run_seconds": 1.0, "train_seconds": 0.5, "eval_seconds": 0.5, "credit_seconds": 0.1,
-               "credit_ms_per_step": 0.01}
+        curve = [
+            {
+                "iteration": it,
+                "env_steps": it * 100,
+                "agent_steps": it * 200,
+                "train_welfare": "",
+                "eval_welfare": w,
+                "score": sc,
+                "jain": 0.9,
+                "starvation_events": 0.0,
+                "degenerate": 0.0,
+                "seconds": it,
+            }
+            for it, w, sc in zip(eval_at, curve_welfare, scores, strict=False)
+        ]
+        res = {
+            "iterations": iterations,
+            "env_steps": iterations * 100,
+            "agent_steps": iterations * 200,
+            "eval_welfare": curve_welfare[-1],
+            "score": scores[-1],
+            "jain": 0.9,
+            "starvation_events": 0.0,
+            "degenerate": 0.0,
+            "illegal": 0.0,
+            "random_welfare": 0.0,
+            "planner_welfare": 1.0,
+            "run_seconds": 1.0,
+            "train_seconds": 0.5,
+            "eval_seconds": 0.5,
+            "credit_seconds": 0.1,
+            "credit_ms_per_step": 0.01,
+        }
         return res, curve
 
     return run
@@ -124,10 +154,26 @@ def test_convergence_is_the_rise_over_the_last_fifth(monkeypatch, welfare, conve
 def _row(key, score=0.5, **kw) -> dict:
     part, setting, n, arm, seed = key
     scheme, sharing = (ARMS if part == "scaling" else SHARING_ARMS)[arm]
-    base = {c: 0 for c in RESULT_COLUMNS}
-    base.update(part=part, setting=setting, n=n, arm=arm, seed=seed, scheme=scheme, sharing=sharing, score=score, eval_welfare=100 * score,
-                jain=0.9, converged=1, welfare_at_80=100 * score, run_seconds=10.0, credit_seconds=1.0, credit_ms_per_step=0.5,
-                agent_steps_to_90="", finished="2026-11-25T15:00:00")
+    base = dict.fromkeys(RESULT_COLUMNS, 0)
+    base.update(
+        part=part,
+        setting=setting,
+        n=n,
+        arm=arm,
+        seed=seed,
+        scheme=scheme,
+        sharing=sharing,
+        score=score,
+        eval_welfare=100 * score,
+        jain=0.9,
+        converged=1,
+        welfare_at_80=100 * score,
+        run_seconds=10.0,
+        credit_seconds=1.0,
+        credit_ms_per_step=0.5,
+        agent_steps_to_90="",
+        finished="2026-11-25T15:00:00",
+    )
     base.update(kw)
     return base
 
@@ -147,7 +193,7 @@ def test_prepare_resumes_drops_killed_runs_and_refuses_other_settings(tmp_path):
     _write(out / "results.csv", RESULT_COLUMNS, [_row(k1)])
     with (out / "results.csv").open("a") as f:
         f.write(",".join(map(str, k2)) + ",global")  # the process died in the middle of this row
-    _write(out / "curves.csv", CURVE_COLUMNS, [dict(zip(KEY, k)) | {"iteration": 1, "seconds": 1} for k in (k1, k2)])
+    _write(out / "curves.csv", CURVE_COLUMNS, [dict(zip(KEY, k, strict=False)) | {"iteration": 1, "seconds": 1} for k in (k1, k2)])
     out, done = runs.prepare(s)
     assert done == {k1}
     assert [tuple(r[c] for c in ("arm", "seed")) for r in _csv(out / "curves.csv")] == [(k1[3], str(k1[4]))]  # k2's curve dropped
@@ -173,8 +219,14 @@ def _rows(score_of, starvation_of=lambda arm, n, seed: 0.0, ms_of=lambda arm, n:
                 if arm == "shapley" and n > 16:
                     continue
                 for seed in range(seeds):
-                    rows.append(_row(("scaling", m, n, arm, seed), score=score_of(arm, n, seed), starvation_events=starvation_of(arm, n, seed),
-                                     credit_ms_per_step=ms_of(arm, n)))
+                    rows.append(
+                        _row(
+                            ("scaling", m, n, arm, seed),
+                            score=score_of(arm, n, seed),
+                            starvation_events=starvation_of(arm, n, seed),
+                            credit_ms_per_step=ms_of(arm, n),
+                        )
+                    )
     return rows
 
 
@@ -185,9 +237,11 @@ def _verdict(vs, prediction, setting):
 def test_the_verdicts_follow_their_rules():
     noise = lambda seed: 0.01 * ((seed * 7) % 5 - 2)  # noqa: E731 -- small, seed-dependent
     # global falls behind as N grows; local starves under the auction; shapley equals difference, and costs more
-    falls = _rows(lambda arm, n, s: (0.9 - 0.1 * (n.bit_length() - 2) if arm == "global" else 0.9) + noise(s),
-                  starvation_of=lambda arm, n, s: 5.0 + s % 3 if arm == "local" else 0.0,
-                  ms_of=lambda arm, n: 10.0 * n if arm == "shapley" else 1.0)
+    falls = _rows(
+        lambda arm, n, s: (0.9 - 0.1 * (n.bit_length() - 2) if arm == "global" else 0.9) + noise(s),
+        starvation_of=lambda arm, n, s: 5.0 + s % 3 if arm == "local" else 0.0,
+        ms_of=lambda arm, n: 10.0 * n if arm == "shapley" else 1.0,
+    )
     vs = torchrl_tables.verdicts(falls)
     for m in ("proportional", "auction"):
         assert _verdict(vs, torchrl_tables.PREDICTIONS[0], m) == "held"
@@ -204,8 +258,14 @@ def test_the_verdicts_follow_their_rules():
     wild = _rows(lambda arm, n, s: 0.5 + (0.4 if s == 0 else -0.4) * (1 if arm == "global" else -1), seeds=3)  # gaps +0.8, -0.8, -0.8
     assert _verdict(torchrl_tables.verdicts(wild), torchrl_tables.PREDICTIONS[0], "auction") == "undecided"
     # one seed has no interval: nothing is decided, however the numbers lean
-    one = torchrl_tables.verdicts(_rows(lambda arm, n, s: 0.9 - (0.3 if arm == "global" and n > 4 else 0.0), seeds=1,
-                                       starvation_of=lambda arm, n, s: 9.0 if arm == "local" else 0.0, ms_of=lambda arm, n: 9.0 if arm == "shapley" else 1.0))
+    one = torchrl_tables.verdicts(
+        _rows(
+            lambda arm, n, s: 0.9 - (0.3 if arm == "global" and n > 4 else 0.0),
+            seeds=1,
+            starvation_of=lambda arm, n, s: 9.0 if arm == "local" else 0.0,
+            ms_of=lambda arm, n: 9.0 if arm == "shapley" else 1.0,
+        )
+    )
     assert {v["verdict"] for v in one} == {"undecided"}
 
 
@@ -216,8 +276,11 @@ def test_a_study_at_other_n_gets_its_own_block_with_the_committed_verdicts_besid
     noise = lambda seed: 0.01 * ((seed * 7) % 5 - 2)  # noqa: E731 -- small, seed-dependent
     root = tmp_path / "checkout"
     (root / report.MAIN_DATA).mkdir(parents=True)
-    falls = _rows(lambda arm, n, s: (0.9 - 0.1 * (n.bit_length() - 2) if arm == "global" else 0.9) + noise(s),
-                  starvation_of=lambda arm, n, s: 5.0 + s % 3 if arm == "local" else 0.0, ms_of=lambda arm, n: 10.0 * n if arm == "shapley" else 1.0)
+    falls = _rows(
+        lambda arm, n, s: (0.9 - 0.1 * (n.bit_length() - 2) if arm == "global" else 0.9) + noise(s),
+        starvation_of=lambda arm, n, s: 5.0 + s % 3 if arm == "local" else 0.0,
+        ms_of=lambda arm, n: 10.0 * n if arm == "shapley" else 1.0,
+    )
     _write(root / report.MAIN_DATA / "results.csv", RESULT_COLUMNS, falls)  # the committed study: every prediction held
     start, end = report.MARKERS["torchrl"]
     (root / report.DOC).write_text(f"# Study\n\n{start}\nthe committed study\n{end}\n")
@@ -283,9 +346,14 @@ def test_ctrl_c_stops_the_study_and_its_workers_at_once(tmp_path):
     # SIGINT's default disposition in the command, as in a terminal: a test session started in the
     # background of a shell without job control (`cmd &` in a script) inherits SIGINT ignored, and
     # Python then installs no KeyboardInterrupt handler
-    p = subprocess.Popen([str(BIN / "fleet-marl"), "compare", "--quick", "--out", str(out), "--no-progress"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(
+        [str(BIN / "fleet-marl"), "compare", "--quick", "--out", str(out), "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 -- no threads run between fork and exec here; the child must take SIGINT
+    )
     try:
         deadline = time.monotonic() + 900
         while not (out / "results.csv").is_file() or len(_csv(out / "results.csv")) < 1:

@@ -65,10 +65,14 @@ _SETTINGS = {"both arbiters": ("proportional", "auction"), "proportional share":
 #: results their verdicts are decided on, the docs block their numbers are quoted from)
 _FINDINGS = {
     "**What the study found on the validated model**": (
-        "**On the 0.3 cost model**", ("credit_study_n8-32-64",), ("<!-- credit-study-n8-32-64:start -->", "<!-- credit-study-n8-32-64:end -->")
+        "**On the 0.3 cost model**",
+        ("credit_study_n8-32-64",),
+        ("<!-- credit-study-n8-32-64:start -->", "<!-- credit-study-n8-32-64:end -->"),
     ),
     "**On the 0.3 cost model**": (
-        "**What the first study found**", ("credit_study", "credit_study_followup"), ("<!-- credit-study:start -->", "<!-- credit-study:end -->")
+        "**What the first study found**",
+        ("credit_study", "credit_study_followup"),
+        ("<!-- credit-study:start -->", "<!-- credit-study:end -->"),
     ),
 }
 
@@ -114,14 +118,29 @@ def test_the_readme_states_the_credit_studys_verdicts_and_numbers(heading):
 def _run(tmp_path, trained, planner, seeds=(0, 1, 2), task="tiny"):
     """A run folder as fleet-marl train leaves it, with made-up welfare per seed."""
     ev = lambda policy, w: {  # noqa: E731
-        "policy": policy, "seeds": list(seeds), "welfare": w, "welfare_mean": sum(w) / len(w), "welfare_std": 0.5, "score": 0.9,
-        "gap_to_hindsight": 0.2, "jain_mean": 0.8,
+        "policy": policy,
+        "seeds": list(seeds),
+        "welfare": w,
+        "welfare_mean": sum(w) / len(w),
+        "welfare_std": 0.5,
+        "score": 0.9,
+        "gap_to_hindsight": 0.2,
+        "jain_mean": 0.8,
     }
     run = tmp_path / f"run-{task}"
     run.mkdir()
-    res = {"train_config": {"task": task, "reward_scheme": "difference"}, "env_steps": 1000, "seconds": 90.0,
-           "evaluations": [ev("PPO", trained), ev("greedy", [1.0] * 3), ev("fair_share", [5.0] * 3), ev("planner", planner),
-                           ev("hindsight", [9.0] * 3)]}
+    res = {
+        "train_config": {"task": task, "reward_scheme": "difference"},
+        "env_steps": 1000,
+        "seconds": 90.0,
+        "evaluations": [
+            ev("PPO", trained),
+            ev("greedy", [1.0] * 3),
+            ev("fair_share", [5.0] * 3),
+            ev("planner", planner),
+            ev("hindsight", [9.0] * 3),
+        ],
+    }
     (run / "results.json").write_text(json.dumps(res))
     (run / "metrics.csv").write_text("iteration,env_steps\n1,500\n2,1000\n")
     return run
@@ -163,8 +182,18 @@ def test_a_capped_run_is_published_with_the_iterations_it_ran(tmp_path):
 def _protocol_rows(task, policy, welfare):
     ci = lambda m: [m, 0.5]  # noqa: E731
     return [
-        {"task": task, "policy": policy, "protocol": p, "episodes": 2, "delta_welfare": None if p == "simultaneous" else ci(-1.0),
-         "welfare": ci(welfare), "jain": ci(0.9), "oversubscribed": ci(0.25), "price": ci(1.0), "by_quarter": [ci(0.1)] * 4}
+        {
+            "task": task,
+            "policy": policy,
+            "protocol": p,
+            "episodes": 2,
+            "delta_welfare": None if p == "simultaneous" else ci(-1.0),
+            "welfare": ci(welfare),
+            "jain": ci(0.9),
+            "oversubscribed": ci(0.25),
+            "price": ci(1.0),
+            "by_quarter": [ci(0.1)] * 4,
+        }
         for p in ("simultaneous", "sequential")
     ]
 
@@ -180,7 +209,10 @@ def test_the_protocol_tables_are_saved_with_their_command_and_rendered_from_the_
         protocols.write_docs(_protocol_rows(task, "trained", w), argv, tmp_path)
     text = (tmp_path / protocols.DOC).read_text()
     ref = _block(text, *protocols.BLOCKS["references"])
-    assert "python -m fleet_marl.studies.protocols --tasks medium --seeds 2\n" in ref and "| medium | greedy | sequential | 10.0 ± 0.5 | -1.0 ± 0.5 |" in ref
+    assert (
+        "python -m fleet_marl.studies.protocols --tasks medium --seeds 2\n" in ref
+        and "| medium | greedy | sequential | 10.0 ± 0.5 | -1.0 ± 0.5 |" in ref
+    )
     trained = _block(text, *protocols.BLOCKS["trained"])
     assert "--run 'simultaneous=runs/medium a'" in trained  # quoted as a shell would need it
     assert trained.index("| medium | trained | simultaneous | 20.0") < trained.index("| hard | trained | simultaneous | 30.0")

@@ -17,9 +17,9 @@ from fleet_marl.config import MOVED_TO_FAIRNESS, ConfigError
 from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS, ActionError
 from fleet_marl.environment.spaces import decode_actions
 from fleet_marl.fairness import jain
-from tests.oracle import fair_share
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
 from fleet_marl.tasks import task_dict
+from tests.oracle import fair_share
 
 BF, F8, I8, I4, F32 = (catalog.PRECISION_CODE[p] for p in ("bf16", "fp8", "int8", "int4", "fp32"))
 
@@ -44,8 +44,12 @@ def pre_step(env):
     st = env.kernel_static
     live = np.array([a in env.agents for a in env.possible_agents])
     requests = np.where(st.is_train, 0.0, env.arrival_schedule[env.round])
-    draws = Draws(arrivals=np.where(live, requests, 0.0), tiebreak=env._s.tiebreak[0, env.round].copy())  # white box: the round's tie-breaks, drawn at reset, have no public view
-    state = RoundState(**{k: np.array(getattr(env.round_state, k)) for k in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left")})
+    draws = Draws(
+        arrivals=np.where(live, requests, 0.0), tiebreak=env._s.tiebreak[0, env.round].copy()
+    )  # white box: the round's tie-breaks, drawn at reset, have no public view
+    state = RoundState(
+        **{k: np.array(getattr(env.round_state, k)) for k in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left")}
+    )
     return state, draws, live
 
 
@@ -70,7 +74,7 @@ def recorded_steps(env, seed, n):
         actions = masked_random(env, infos, rng)
         state, draws, live = pre_step(env)
         idx = index_matrix(env, actions)
-        obs, rew, term, trunc, infos = env.step(actions)
+        _obs, rew, _term, _trunc, infos = env.step(actions)
         yield actions, idx, state, draws, live, rew, infos
 
 
@@ -103,7 +107,7 @@ def test_shapley_matches_brute_force_over_all_permutations():
     """Exact Shapley (N=4) equals the average marginal contribution over all 4! orders, each
     coalition's welfare computed by its own kernel call; and the values sum to G(all) - G(none)."""
     env = fleet_marl.parallel_env(task="easy", compute_all=True)
-    for actions, idx, state, draws, live, rew, infos in recorded_steps(env, 4, 3):
+    for _actions, idx, state, draws, _live, _rew, infos in recorded_steps(env, 4, 3):
         T = env.kernel_static.T
         v = {}
         for S in itertools.product([False, True], repeat=T):
@@ -126,7 +130,7 @@ def test_sampled_shapley_is_efficient_above_eight_tenants():
     obs, infos = env.reset(seed=0)
     rng = np.random.default_rng(0)
     for _ in range(3):
-        obs, rew, term, trunc, infos = env.step(masked_random(env, infos, rng))
+        _obs, _rew, _term, _trunc, infos = env.step(masked_random(env, infos, rng))
         vals = [infos[a]["reward_shapley"] for a in infos]
         assert sum(vals) == pytest.approx(next(iter(infos.values()))["welfare"], abs=1e-9)
         assert len(set(np.round(vals, 12))) > 1  # not a uniform split
@@ -141,7 +145,7 @@ def test_rows_per_round_bounds_every_scheme_s_rows_exactly_where_nothing_is_shar
     env = fleet_marl.parallel_env(task="easy", compute_all=True)
     st = env.kernel_static
     engine = credit.CreditEngine(st, env.config.reward, tuple(credit.SCHEMES), env.default_actions)
-    for actions, idx, state, draws, live, rew, infos in recorded_steps(env, 0, 2):
+    for _actions, idx, state, draws, live, _rew, _infos in recorded_steps(env, 0, 2):
         acts = decode_actions(idx, env.bid_levels)
         batch = lambda x: np.asarray(x)[None]  # noqa: E731 -- one cluster
         got = engine.compute(
@@ -165,7 +169,7 @@ def test_sampled_shapley_evaluates_each_distinct_coalition_once():
     env = fleet_marl.parallel_env(task="hard", reward_scheme="shapley", compute_all=False)
     st, M = env.kernel_static, env.config.reward.shapley_samples
     engine = credit.CreditEngine(st, env.config.reward, ("shapley",), env.default_actions)
-    for actions, idx, state, draws, live, rew, infos in recorded_steps(env, 3, 2):
+    for _actions, idx, state, draws, live, _rew, _infos in recorded_steps(env, 3, 2):
         n = int(live.sum())
         assert n > credit.EXACT_SHAPLEY_MAX
         acts = decode_actions(idx, env.bid_levels)
@@ -201,7 +205,7 @@ def test_tenant_requesting_no_gpus_has_difference_equal_to_its_utility():
     obs, infos = env.reset(seed=1)
     for _ in range(3):
         actions = {a: act(0 if a == "tenant_1" else 6) for a in env.agents}
-        obs, rew, term, trunc, infos = env.step(actions)
+        _obs, _rew, _term, _trunc, infos = env.step(actions)
         zero = infos["tenant_1"]
         assert zero["alloc"] == 0
         assert zero["reward_difference"] == pytest.approx(zero["utility"], abs=1e-12)
@@ -248,19 +252,23 @@ def test_tiny_hand_computed_optimum_scores_highest():
     best_batch = int(np.searchsorted(BATCH_LEVELS, b_fit, side="right") - 1)
     assert BATCH_LEVELS[best_batch] == 8
 
-    maps = {"bf16": (BF,) * 5, "fp8 att+mlp": (BF, F8, F8, BF, BF), "fp8 att": (BF, F8, BF, BF, BF), "fp32": (F32,) * 5, "fp8 mlp": (BF, BF, F8, BF, BF)}
+    maps = {
+        "bf16": (BF,) * 5,
+        "fp8 att+mlp": (BF, F8, F8, BF, BF),
+        "fp8 att": (BF, F8, BF, BF, BF),
+        "fp32": (F32,) * 5,
+        "fp8 mlp": (BF, BF, F8, BF, BF),
+    }
     batches = [best_batch - 2, best_batch - 1, best_batch, best_batch + 1]
     rows = list(itertools.product(range(9), range(9), list(maps), list(maps), batches, batches))
     idx = np.zeros((len(rows), 2, len(ACTION_FIELDS)), np.int64)
     for r, (g0, g1, m0, m1, b0, b1) in enumerate(rows):
         idx[r, 0] = act(g0, 2, maps[m0], b0)
         idx[r, 1] = act(g1, 2, maps[m1], b1)
-    acts = Actions(
-        gpus=idx[..., 0], bid=env.bid_levels[idx[..., 1]], precision=idx[..., 2:7], batch=BATCH_LEVELS[idx[..., 7]]
-    )
+    acts = Actions(gpus=idx[..., 0], bid=env.bid_levels[idx[..., 1]], precision=idx[..., 2:7], batch=BATCH_LEVELS[idx[..., 7]])
     out = evaluate(st, acts, RoundState.initial(st), Draws.expected(st))
     G = out.welfare
-    top = np.flatnonzero(G >= G.max() - 1e-12)
+    top = np.flatnonzero(G.max() - 1e-12 <= G)
     for r in top:
         g0, g1, m0, m1, b0, b1 = rows[r]
         assert (g0, g1, m0, b0) == (8, 0, "fp8 mlp", best_batch), rows[r]
@@ -271,10 +279,16 @@ def test_tiny_hand_computed_optimum_scores_highest():
 
 
 def snapshot(env):
-    return pickle.dumps((
-        env.state(), env._rng.bit_generator.state, env.round, list(env.agents), env.fairness,
-        env._s,  # white box: the core's whole state (job queues, returns, the detector's arrays)
-    ))
+    return pickle.dumps(
+        (
+            env.state(),
+            env._rng.bit_generator.state,
+            env.round,
+            list(env.agents),
+            env.fairness,
+            env._s,  # white box: the core's whole state (job queues, returns, the detector's arrays)
+        )
+    )
 
 
 BAD = [
@@ -356,7 +370,7 @@ def test_actions_of_agents_that_left_are_ignored():
     ref = fleet_marl.parallel_env(config=cfg)
     env.reset(seed=0)
     ref.reset(seed=0)
-    obs, rew, term, trunc, infos = env.step({"tenant_0": act(2), "tenant_1": act(4)})
+    _obs, _rew, term, _trunc, _infos = env.step({"tenant_0": act(2), "tenant_1": act(4)})
     ref.step({"tenant_0": act(2), "tenant_1": act(4)})
     assert term["tenant_1"] and "tenant_1" not in env.agents
     out = env.step({"tenant_0": act(2), "tenant_1": act(4)})
@@ -385,8 +399,8 @@ def test_budget_spent_terminates_and_horizon_truncates():
     assert term == {"tenant_0": False, "tenant_1": True} and not any(trunc.values())
     assert env.episode_reports["tenant_1"]["rounds"] == 1 and "episode" not in infos["tenant_1"]
     assert env.agents == ["tenant_0"]
-    for k in range(3):
-        obs, rew, term, trunc, infos = env.step({"tenant_0": act(2)})
+    for _k in range(3):
+        _obs, _rew, term, trunc, infos = env.step({"tenant_0": act(2)})
     assert trunc == {"tenant_0": True} and term == {"tenant_0": False}
     assert env.agents == [] and set(env.episode_reports) == {"tenant_0", "tenant_1"}
 
@@ -397,7 +411,7 @@ def test_work_done_terminates_a_trainer():
         t["workload"].update(rate=0.0, job_tokens=1e6)  # one small job, nothing after it
     env = fleet_marl.parallel_env(config=cfg)
     env.reset(seed=0)
-    obs, rew, term, trunc, infos = env.step({"tenant_0": act(4), "tenant_1": act(0)})
+    _obs, _rew, term, _trunc, _infos = env.step({"tenant_0": act(4), "tenant_1": act(0)})
     assert term["tenant_0"] is True  # its job is done and none will come
     assert term["tenant_1"] is False  # asked for nothing, its job is still there
     ep = env.episode_reports["tenant_0"]
@@ -430,7 +444,7 @@ def test_masks_forbid_missing_precisions_weight_only_training_and_unaffordable_g
         i = env.agent_index[a]
         mask = infos[a]["action_mask"]
         assert isinstance(mask, tuple) and len(mask) == len(ACTION_FIELDS)
-        assert all(m.dtype == np.int8 and m.shape == (n,) for m, n in zip(mask, env.nvec[i]))
+        assert all(m.dtype == np.int8 and m.shape == (n,) for m, n in zip(mask, env.nvec[i], strict=False))
         prec = mask[2]
         gpu = env.config.tenants[i].gpu_type
         assert prec[F8] == (1 if gpu == "h100-sxm" else 0)  # A100 has no FP8
@@ -441,7 +455,7 @@ def test_masks_forbid_missing_precisions_weight_only_training_and_unaffordable_g
     cfg = task_dict("tiny")
     cfg["tenants"][0]["budget"] = 3.5 * catalog.gpu("h100-sxm").price_per_hour / 60  # three GPU-rounds (and a half) at list price
     env = fleet_marl.parallel_env(config=cfg)
-    obs, infos = env.reset(seed=0)
+    _obs, infos = env.reset(seed=0)
     assert infos["tenant_0"]["action_mask"][0].tolist() == [1, 1, 1, 1, 0, 0, 0, 0, 0]
     assert env.action_mask("tenant_0")[0].tolist() == [1, 1, 1, 1, 0, 0, 0, 0, 0]
 
@@ -451,7 +465,7 @@ def test_dict_observation_carries_the_mask():
     obs, infos = env.reset(seed=0)
     for a in env.agents:
         assert set(obs[a]) == {"observation", "action_mask"}
-        for m1, m2 in zip(obs[a]["action_mask"], infos[a]["action_mask"]):
+        for m1, m2 in zip(obs[a]["action_mask"], infos[a]["action_mask"], strict=False):
             assert np.array_equal(m1, m2)
         sample = env.action_space(a).sample(mask=obs[a]["action_mask"])
         assert env.action_space(a).contains(sample)
@@ -481,13 +495,14 @@ def test_flat_mask_layout_is_the_dims_tuple_concatenated(obs_mode):
                 assert flat.observation_space(a).contains(fo[a]) and dims.observation_space(a).contains(do[a])
                 assert isinstance(flat.observation_space(a)["action_mask"], gymnasium.spaces.MultiBinary)
             sample = flat.action_space(a).sample(mask=m)
-            assert all(d[k] for d, k in zip(di[a]["action_mask"], sample))
+            assert all(d[k] for d, k in zip(di[a]["action_mask"], sample, strict=False))
         acts = masked_random(dims, di, rng)
         do, dr, dt, dtr, di = dims.step(acts)
         fo, fr, ft, ftr, fi = flat.step(acts)
         assert (dr, dt, dtr) == (fr, ft, ftr)
-        assert {a: {k: v for k, v in i.items() if k not in ("action_mask", "illegal_fields")} for a, i in di.items()} == \
-               {a: {k: v for k, v in i.items() if k not in ("action_mask", "illegal_fields")} for a, i in fi.items()}
+        assert {a: {k: v for k, v in i.items() if k not in ("action_mask", "illegal_fields")} for a, i in di.items()} == {
+            a: {k: v for k, v in i.items() if k not in ("action_mask", "illegal_fields")} for a, i in fi.items()
+        }
     assert flat.agents == []
     assert fleet_marl.env(task="tiny", mask_layout="flat").unwrapped.mask_layout == "flat"  # the AEC env passes it on
 
@@ -512,7 +527,9 @@ def test_reset_and_step_infos_have_the_same_keys_and_fixed_shapes(layout):
         schemes = env.reward_schemes
         assert keys[: len(schemes)] == [f"reward_{s}" for s in schemes] and "episode" not in keys
         shapes = {k: np.shape(v) for k, v in infos["tenant_0"].items() if not (k == "action_mask" and layout == "dims")}
-        assert shapes["illegal_fields"] == (len(ACTION_FIELDS),) and all(shapes[k] == () for k in keys if k not in ("illegal_fields", "action_mask"))
+        assert shapes["illegal_fields"] == (len(ACTION_FIELDS),) and all(
+            shapes[k] == () for k in keys if k not in ("illegal_fields", "action_mask")
+        )
         rng = np.random.default_rng(4)
         while env.agents:
             for a, info in infos.items():
@@ -522,8 +539,11 @@ def test_reset_and_step_infos_have_the_same_keys_and_fixed_shapes(layout):
                         assert isinstance(v, tuple) and len(v) == len(ACTION_FIELDS)
                         continue
                     assert isinstance(v, (bool, int, float, np.ndarray)) and np.shape(v) == shapes[k], (k, v)
-            obs, rew, term, trunc, infos = env.step(masked_random(env, infos, rng) if layout == "dims" else
-                                                    {a: env.action_space(a).sample(infos[a]["action_mask"]) for a in env.agents})
+            _obs, _rew, _term, _trunc, infos = env.step(
+                masked_random(env, infos, rng)
+                if layout == "dims"
+                else {a: env.action_space(a).sample(infos[a]["action_mask"]) for a in env.agents}
+            )
         assert set(env.episode_reports) == set(env.possible_agents)
 
 
@@ -531,7 +551,7 @@ def test_illegal_action_is_vetoed_or_raises():
     env = fleet_marl.parallel_env(task="tiny")
     env.reset(seed=0)
     bad = act(4, prec=(BF, BF, I8, BF, BF))  # int8 is weight-only: not for a trainer
-    obs, rew, term, trunc, infos = env.step({"tenant_0": bad, "tenant_1": act(4)})
+    _obs, _rew, _term, _trunc, infos = env.step({"tenant_0": bad, "tenant_1": act(4)})
     assert infos["tenant_0"]["illegal"] is True
     assert infos["tenant_0"]["illegal_fields"].tolist() == [f == "precision.mlp" for f in ACTION_FIELDS]
     assert infos["tenant_0"]["vetoed"] is True and infos["tenant_0"]["alloc"] == 4
@@ -559,8 +579,8 @@ def test_starvation_streak_flag_and_penalty():
     env = starvation_env(starvation_penalty=0.5)
     env.reset(seed=0)
     seen = []
-    for k in range(4):
-        obs, rew, term, trunc, infos = env.step({"tenant_0": act(8), "tenant_1": act(4)})
+    for _k in range(4):
+        _obs, _rew, _term, _trunc, infos = env.step({"tenant_0": act(8), "tenant_1": act(4)})
         low = infos["tenant_1"]
         seen.append((low["alloc"], low["starvation_streak"], low["starved"]))
         pen = 0.5 if low["starved"] else 0.0
@@ -574,8 +594,8 @@ def test_hoarding_while_another_starves_is_degenerate():
     env = starvation_env(degenerate_floor=0.01, hoard_share=0.5)
     env.reset(seed=0)
     flags = []
-    for k in range(3):
-        obs, rew, term, trunc, infos = env.step({"tenant_0": act(8), "tenant_1": act(4)})
+    for _k in range(3):
+        _obs, rew, _term, _trunc, infos = env.step({"tenant_0": act(8), "tenant_1": act(4)})
         i0 = infos["tenant_0"]
         flags.append((i0["degenerate"], i0["lowest_precision"], i0["hoarding"]))
     assert flags == [(False, False, False), (False, False, False), (True, False, True)]
@@ -598,7 +618,7 @@ def test_lowest_precision_everywhere_is_degenerate():
     med = fleet_marl.parallel_env(task="medium")
     med.reset(seed=0)
     acts = {a: act(2) for a in med.agents}
-    obs, rew, term, trunc, infos = med.step(acts)
+    _obs, rew, _term, _trunc, infos = med.step(acts)
     assert degenerate(infos["tenant_4"]) == []
 
 
@@ -609,19 +629,46 @@ def test_episode_report():
     reports = {}
     total_welfare = 0.0
     while env.agents:
-        obs, rew, term, trunc, infos = env.step(masked_random(env, infos, rng))
+        _obs, _rew, _term, _trunc, infos = env.step(masked_random(env, infos, rng))
         total_welfare += next(iter(infos.values()))["welfare"]
     reports = env.episode_reports
     assert set(reports) == set(env.possible_agents)
-    keys = {"welfare", "jain", "max_starvation_streak", "rho", "p99_wait_s", "oom", "veto", "throttle", "degenerate", "starvation_events", "return"}
+    keys = {
+        "welfare",
+        "jain",
+        "max_starvation_streak",
+        "rho",
+        "p99_wait_s",
+        "oom",
+        "veto",
+        "throttle",
+        "degenerate",
+        "starvation_events",
+        "return",
+    }
     for r in reports.values():
         assert keys <= set(r)
         assert 0.0 < r["jain"] <= 1.0
     assert reports["tenant_0"]["welfare"] == pytest.approx(total_welfare)
 
 
-EPISODE_KEYS = ["welfare", "return", "utility", "rounds", "jain", "service", "max_starvation_streak", "starvation_events", "rho",
-                "jobs_done", "p99_wait_s", "oom", "veto", "throttle", "degenerate"]
+EPISODE_KEYS = [
+    "welfare",
+    "return",
+    "utility",
+    "rounds",
+    "jain",
+    "service",
+    "max_starvation_streak",
+    "starvation_events",
+    "rho",
+    "jobs_done",
+    "p99_wait_s",
+    "oom",
+    "veto",
+    "throttle",
+    "degenerate",
+]
 
 
 @pytest.mark.parametrize("task", ["easy", "hard"])
@@ -633,7 +680,7 @@ def test_summary_agrees_with_the_episode_reports(task):
     rng = np.random.default_rng(1)
     reports, finished_at = {}, {}
     while env.agents:
-        obs, rew, term, trunc, infos = env.step(masked_random(env, infos, rng))
+        _obs, _rew, _term, _trunc, infos = env.step(masked_random(env, infos, rng))
         for a in set(env.episode_reports) - set(reports):  # each report made on the step its agent finished
             reports[a], finished_at[a] = env.episode_reports[a], env.round
     s = env.fairness  # as of now, with the p99 waits
@@ -683,8 +730,17 @@ def test_p99_wait_follows_fifo_order():
     serving = np.array([[False, True, False, False]])
 
     def serve(t, arrivals, served):
-        fairness.serve_round(np.array([t]), serving, np.array([arrivals]), np.array([served]), fs.queue_born, fs.queue_left, fs.queue_head,
-                             fs.queue_tail, fs.waits)
+        fairness.serve_round(
+            np.array([t]),
+            serving,
+            np.array([arrivals]),
+            np.array([served]),
+            fs.queue_born,
+            fs.queue_left,
+            fs.queue_head,
+            fs.queue_tail,
+            fs.waits,
+        )
 
     serve(0, [0, 100.0, 0, 0], [0, 50.0, 0, 0])
     serve(1, [0, 0.0, 0, 0], [0, 49.0, 0, 0])
@@ -764,7 +820,7 @@ def test_auction_mask_and_starvation_respect_the_reserve():
     for _ in range(4):
         acts = {a: act(1, bid=2) for a in env.agents}
         acts["tenant_1"] = act(4, bid=0)  # 0.5 x list price, below the 0.75 reserve
-        obs, rew, term, trunc, infos = env.step(acts)
+        _obs, _rew, _term, _trunc, infos = env.step(acts)
         assert infos["tenant_1"]["alloc"] == 0
         assert infos["tenant_1"]["starvation_streak"] == 0
 
@@ -780,7 +836,7 @@ def test_rounds_alone_is_themis_t_independent():
     x = env.rounds_alone[0]
     rounds = 0
     while env.agents:
-        obs, rew, term, trunc, infos = env.step({"tenant_0": env.default_action_index[0]})
+        _obs, _rew, term, _trunc, _infos = env.step({"tenant_0": env.default_action_index[0]})
         rounds += 1
     assert term["tenant_0"] and rounds == int(np.ceil(x))
     assert env.episode_reports["tenant_0"]["rho"] == pytest.approx(np.ceil(x) / x)
@@ -803,7 +859,7 @@ def run_documented_example():
     a = np.array([4, 2, 1, 1, 1, 1, 1, 3])
     first = None
     while env.agents:
-        obs, rew, term, trunc, infos = env.step({x: a for x in env.agents})
+        _obs, _rew, _term, _trunc, infos = env.step(dict.fromkeys(env.agents, a))
         if first is None:
             first = {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in infos["tenant_1"].items() if k != "action_mask"}
     return first, env.episode_reports["tenant_0"]
@@ -834,7 +890,7 @@ def test_aec_checks_each_action_on_its_agents_turn():
     assert e.value.agent == first and "gpus" in str(e.value)
     # nothing was stored: the same agent tries again and the round completes
     assert aec.agent_selection == first
-    for agent in aec.agent_iter(len(aec.agents)):
+    for _agent in aec.agent_iter(len(aec.agents)):
         aec.step(act(2))
     assert aec.unwrapped.round == 1
 
@@ -865,7 +921,7 @@ def test_degenerate_strategy_never_gains():
     env.reset(seed=0)
     acts = {a: act(2) for a in env.agents}
     acts["tenant_0"] = act(8, prec=(F8,) * 5)
-    obs, rew, term, trunc, infos = env.step(acts)
+    _obs, rew, _term, _trunc, infos = env.step(acts)
     raw = infos["tenant_0"]["reward_local"]
     assert degenerate(infos["tenant_0"]) == ["lowest_precision"]
     assert rew["tenant_0"] == min(raw, 0.5) and raw < 0.5
@@ -884,7 +940,7 @@ def test_hoarding_needs_a_starved_tenant_in_the_same_pool():
     acts["tenant_4"] = act(8)  # A100 pool, alone there
     acts["tenant_6"] = act(8)  # A100 pool: tenant_4 and tenant_6 split 16 GPUs
     acts["tenant_7"] = act(8)  # A100 pool: 24 asked, 16 GPUs; someone is short
-    obs, rew, term, trunc, infos = env.step(acts)
+    _obs, _rew, _term, _trunc, infos = env.step(acts)
     a100_starved = [a for a in ("tenant_4", "tenant_6", "tenant_7") if infos[a]["starved"]]
     assert a100_starved, "the A100 pool must have a starved tenant for this test"
     assert infos["tenant_0"]["alloc"] == 8 and degenerate(infos["tenant_0"]) == []
@@ -897,7 +953,7 @@ def test_trainer_p99_wait_counts_jobs_still_queued():
     env = fleet_marl.parallel_env(config=cfg)
     env.reset(seed=0)
     while env.agents:
-        obs, rew, term, trunc, infos = env.step({a: act(0) for a in env.agents})
+        _obs, _rew, _term, _trunc, _infos = env.step({a: act(0) for a in env.agents})
     # tenant_0 asked for nothing, so every job that arrived is still queued; the earliest,
     # from round b, has waited 6 - b - 1 rounds (it could have started in round b + 1)
     first = int(np.flatnonzero(env.arrival_schedule[:, 0])[0])  # tenant_0 trains: its jobs
@@ -914,7 +970,7 @@ def test_sampled_shapley_converges_to_exact(monkeypatch):
         rng = np.random.default_rng(3)
         out = []
         for _ in range(2):
-            obs, rew, term, trunc, infos = env.step(masked_random(env, infos, rng))
+            _obs, _rew, _term, _trunc, infos = env.step(masked_random(env, infos, rng))
             out.append([infos[a]["reward_shapley"] for a in env.possible_agents])
         return np.array(out)
 
@@ -937,7 +993,7 @@ def test_one_kernel_call_per_step(monkeypatch):
         rng = np.random.default_rng(0)
         calls.clear()
         for _ in range(3):
-            obs, rew, term, trunc, infos = env.step(masked_random(env, infos, rng))
+            _obs, _rew, _term, _trunc, infos = env.step(masked_random(env, infos, rng))
         assert len(calls) == 3
 
 
@@ -955,7 +1011,7 @@ def test_episode_counts_oom_veto_throttle_and_starvation():
         {"tenant_0": act(4), "tenant_1": act(4, batch=8)},  # t1 OOM
     ]
     for acts in plan:
-        obs, rew, term, trunc, infos = env.step(acts)
+        _obs, _rew, _term, _trunc, _infos = env.step(acts)
     e0, e1 = env.episode_reports["tenant_0"], env.episode_reports["tenant_1"]
     assert (e1["veto"], e1["oom"]) == (1, 1), e1
     assert e1["max_starvation_streak"] == 2 and e0["max_starvation_streak"] == 0
@@ -965,30 +1021,32 @@ def test_episode_counts_oom_veto_throttle_and_starvation():
 def test_observation_features_mean_what_the_docs_say():
     from fleet_marl.environment import OBS_FIELDS
 
-    O = {name: i for i, (name, _) in enumerate(OBS_FIELDS)}
+    col = {name: i for i, (name, _) in enumerate(OBS_FIELDS)}
     env = fleet_marl.parallel_env(task="medium")
     obs, infos = env.reset(seed=1)
     rng = np.random.default_rng(1)
     st = env.kernel_static
     for _ in range(5):
-        obs, rew, term, trunc, infos = env.step(masked_random(env, infos, rng))
+        obs, _rew, _term, _trunc, infos = env.step(masked_random(env, infos, rng))
     o = env.last_outcome
     top = env.bid_levels[-1]
     for a, x in obs.items():
         i = env.agent_index[a]
-        assert x[O["held"]] == pytest.approx(o.alloc[i] / st.max_gpus[i], abs=1e-6)
-        assert x[O["budget_left"]] == pytest.approx(env.round_state.budget_left[i] / st.budget[i], abs=1e-6)
+        assert x[col["held"]] == pytest.approx(o.alloc[i] / st.max_gpus[i], abs=1e-6)
+        assert x[col["budget_left"]] == pytest.approx(env.round_state.budget_left[i] / st.budget[i], abs=1e-6)
         want_price = o.price[i] / (st.list_price[i] * top) if o.alloc[i] else 0.0
-        assert x[O["price"]] == pytest.approx(want_price, abs=1e-6)
+        assert x[col["price"]] == pytest.approx(want_price, abs=1e-6)
         if not st.is_train[i]:
             m = max(st.arrival_rate[i] * st.round_seconds, 1.0)
             q = env.round_state.queue[i]
-            assert x[O["queue"]] == pytest.approx(q / (q + m), abs=1e-6)
-        assert x[O["round"]] == pytest.approx(5 / env.max_cycles)
+            assert x[col["queue"]] == pytest.approx(q / (q + m), abs=1e-6)
+        assert x[col["round"]] == pytest.approx(5 / env.max_cycles)
     s = env.state()
-    tail = s[-(st.K + st.n_racks):]
-    np.testing.assert_allclose(tail[st.K:], np.clip(o.rack_power_w / st.rack_power_cap_w, 0, 1), atol=1e-6)
-    np.testing.assert_allclose(tail[: st.K], np.clip((env.node_temperatures - st.ambient_c) / (st.critical_temp_c - st.ambient_c), 0, 1), atol=1e-6)
+    tail = s[-(st.K + st.n_racks) :]
+    np.testing.assert_allclose(tail[st.K :], np.clip(o.rack_power_w / st.rack_power_cap_w, 0, 1), atol=1e-6)
+    np.testing.assert_allclose(
+        tail[: st.K], np.clip((env.node_temperatures - st.ambient_c) / (st.critical_temp_c - st.ambient_c), 0, 1), atol=1e-6
+    )
 
 
 def test_starvation_entitlement_is_the_smaller_of_fair_share_and_request_and_mixed_is_penalized():
@@ -998,7 +1056,7 @@ def test_starvation_entitlement_is_the_smaller_of_fair_share_and_request_and_mix
     obs, rew, term, trunc, infos = env.step({"tenant_0": act(7), "tenant_1": act(1)})
     assert infos["tenant_1"]["alloc"] == 1 and infos["tenant_1"]["starvation_streak"] == 0
     # asks for 4, gets 0: short, and starved at once (starvation_rounds=1)
-    obs, rew, term, trunc, infos = env.step({"tenant_0": act(8), "tenant_1": act(4)})
+    _obs, _rew, _term, _trunc, infos = env.step({"tenant_0": act(8), "tenant_1": act(4)})
     i1 = infos["tenant_1"]
     assert i1["starved"]
     w = env.config.reward.mixed_weight
@@ -1013,7 +1071,7 @@ def test_work_finished_on_the_last_round_is_truncation():
     env.max_cycles = int(np.ceil(env.rounds_alone[0]))
     env.reset(seed=0)
     while env.agents:
-        obs, rew, term, trunc, infos = env.step({"tenant_0": env.default_action_index[0]})
+        _obs, _rew, term, trunc, _infos = env.step({"tenant_0": env.default_action_index[0]})
     assert env.episode_reports["tenant_0"]["jobs_done"] == 1
     assert trunc["tenant_0"] is True and term["tenant_0"] is False
 

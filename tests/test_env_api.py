@@ -206,7 +206,7 @@ def test_the_default_computes_the_chosen_scheme_and_the_free_ones(scheme, comput
     assert env.reward_schemes == want
     obs, infos = env.reset(seed=0)
     assert tuple(scheme_rewards(infos["tenant_0"])) == want
-    obs, rew, term, trunc, infos = env.step({a: env.default_action_index[env.agent_index[a]] for a in env.agents})
+    _obs, _rew, _term, _trunc, infos = env.step({a: env.default_action_index[env.agent_index[a]] for a in env.agents})
     assert tuple(scheme_rewards(infos["tenant_0"])) == want
     if want == ("local", "global", "mixed"):
         assert env.last_credit.rows == 1
@@ -215,9 +215,11 @@ def test_the_default_computes_the_chosen_scheme_and_the_free_ones(scheme, comput
 def test_a_scheme_not_computed_is_a_key_error_that_says_how_to_get_it():
     env = fleet_marl.parallel_env(task="easy")
     obs, infos = env.reset(seed=0)
-    obs, rew, term, trunc, infos = env.step({a: env.default_action_index[env.agent_index[a]] for a in env.agents})
+    _obs, _rew, _term, _trunc, infos = env.step({a: env.default_action_index[env.agent_index[a]] for a in env.agents})
     info = infos["tenant_0"]
-    with pytest.raises(KeyError, match=r"'reward_shapley': this env computes local, global, mixed, difference; build it with compute_all=True"):
+    with pytest.raises(
+        KeyError, match=r"'reward_shapley': this env computes local, global, mixed, difference; build it with compute_all=True"
+    ):
         info["reward_shapley"]
     with pytest.raises(KeyError, match="^'no_such_key'$"):
         info["no_such_key"]
@@ -257,7 +259,7 @@ def test_public_views_are_what_the_env_used():
         before = env.round_state
         sched = env.arrival_schedule[env.round]
         acts = {a: np.array([rng.choice(np.flatnonzero(m)) for m in infos[a]["action_mask"]]) for a in env.agents}
-        obs, rew, term, trunc, infos = env.step(acts)
+        _obs, _rew, _term, _trunc, infos = env.step(acts)
         o, credit = env.last_outcome, env.last_credit
         assert credit.outcome is o and env.last_credit_seconds > 0.0
         total += env.last_credit_seconds

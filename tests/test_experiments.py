@@ -105,7 +105,12 @@ def test_credit_signal_global_reward_loses_own_action_signal_as_n_grows():
 def test_credit_signal_table_has_a_row_per_arbiter_and_n(capsys):
     _credit_signal().main(["--n", "2,3", "--episodes", "1", "--mechanism", "proportional,auction"])
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| `")]
-    assert [r.split(" | ")[:2] for r in rows] == [["| `proportional`", "2"], ["| `proportional`", "3"], ["| `auction`", "2"], ["| `auction`", "3"]]
+    assert [r.split(" | ")[:2] for r in rows] == [
+        ["| `proportional`", "2"],
+        ["| `proportional`", "3"],
+        ["| `auction`", "2"],
+        ["| `auction`", "3"],
+    ]
     with pytest.raises(SystemExit):
         _credit_signal().main(["--mechanism", "vickrey"])
 
@@ -117,12 +122,20 @@ def test_credit_cost_script_prints_a_row_per_scheme_permutations_and_n():
     import sys
 
     script = ROOT / "experiments" / "credit_cost.py"
-    r = subprocess.run([sys.executable, str(script), "--n", "2,9", "--schemes", "difference,shapley", "--samples", "2", "--steps", "2",
-                        "--repeats", "1"], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, str(script), "--n", "2,9", "--schemes", "difference,shapley", "--samples", "2", "--steps", "2", "--repeats", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     rows = [line.split(" | ") for line in r.stdout.splitlines() if line.startswith("| difference") or line.startswith("| shapley")]
-    assert [(c[0], c[1], c[2]) for c in rows] == [("| difference", "–", "2"), ("| difference", "–", "9"), ("| shapley", "exact", "2"),
-                                                   ("| shapley", "2", "9")]
+    assert [(c[0], c[1], c[2]) for c in rows] == [
+        ("| difference", "–", "2"),
+        ("| difference", "–", "9"),
+        ("| shapley", "exact", "2"),
+        ("| shapley", "2", "9"),
+    ]
     for c in rows:
         rate, ms, per_run = float(c[3].replace(",", "")), float(c[4]), float(c[5].rstrip(" |"))
         assert rate > 0 and ms > 0 and per_run == pytest.approx(ms / 1e3 * 393216 / int(c[2]), rel=0.02, abs=0.2)
@@ -147,9 +160,13 @@ def test_credit_followup_is_the_study_at_one_setting_and_reuses_its_rows(tmp_pat
     assert s.runs() == [("scaling", "proportional", 64, arm, seed) for seed in range(20) for arm in ("difference", "shapley")]
     src = tmp_path / "src"
     src.mkdir()
-    keys = [("scaling", "proportional", 64, "shapley", 0), ("scaling", "auction", 64, "shapley", 0), ("scaling", "proportional", 32, "difference", 1)]
-    store.append(src / "results.csv", torchrl_design.RESULT_COLUMNS, [dict(zip(torchrl_design.KEY, k)) for k in keys])
-    store.append(src / "curves.csv", torchrl_design.CURVE_COLUMNS, [dict(zip(torchrl_design.KEY, k)) for k in keys])
+    keys = [
+        ("scaling", "proportional", 64, "shapley", 0),
+        ("scaling", "auction", 64, "shapley", 0),
+        ("scaling", "proportional", 32, "difference", 1),
+    ]
+    store.append(src / "results.csv", torchrl_design.RESULT_COLUMNS, [dict(zip(torchrl_design.KEY, k, strict=False)) for k in keys])
+    store.append(src / "curves.csv", torchrl_design.CURVE_COLUMNS, [dict(zip(torchrl_design.KEY, k, strict=False)) for k in keys])
     assert mod.seed_from(src, tmp_path / "f", s) == 1
     got = store.read_rows(tmp_path / "f" / "results.csv")
     assert [(r["setting"], r["n"], r["arm"]) for r in got] == [("proportional", "64", "shapley")]
@@ -191,7 +208,7 @@ def test_serve_capacity_script_measures_sessions_stepping_once_a_second():
     with redirect_stdout(out):
         mod.main(["--sessions", "3", "--seconds", "2", "--port", str(port)])
     row = out.getvalue().splitlines()[2].strip("| ").split(" | ")
-    sessions, steps, p50, p99, idle, rss, per = row
+    sessions, steps, p50, p99, idle, rss, _per = row
     assert sessions == "3" and int(steps) >= 3 and 0 < float(p50) <= float(p99) and 0 < float(idle) <= float(rss)
 
 
@@ -212,12 +229,26 @@ def test_tiny_plays_partner_noise_plays_a_run_greedy_and_sampled(tmp_path):
     from fleet_marl.torchrl.train import TorchRLTrainConfig, train
 
     mod = _script("tiny_plays")
-    tc = TorchRLTrainConfig(task="tiny", iterations=1, num_envs=2, rollout=5, epochs=1, minibatch=10, hidden=[8],
-                            eval_interval=0, final_episodes=0, out=str(tmp_path))
+    tc = TorchRLTrainConfig(
+        task="tiny",
+        iterations=1,
+        num_envs=2,
+        rollout=5,
+        epochs=1,
+        minibatch=10,
+        hidden=[8],
+        eval_interval=0,
+        final_episodes=0,
+        out=str(tmp_path),
+    )
     run = train(tc, progress=False).run_dir
     rows = mod.partner_noise(str(run), 1).splitlines()
     assert rows[0].endswith("| the whole node (8) |")
     cells = [r.split("|")[1:5] for r in rows[2:]]
-    assert [(a.strip(), b.strip()) for a, b, _, _ in cells] == [("sampled", "sampled"), ("sampled", "greedy"), ("greedy", "sampled"),
-                                                                ("greedy", "greedy")]
+    assert [(a.strip(), b.strip()) for a, b, _, _ in cells] == [
+        ("sampled", "sampled"),
+        ("sampled", "greedy"),
+        ("greedy", "sampled"),
+        ("greedy", "greedy"),
+    ]
     assert all(float(c) == float(c) for _, _, x, y in cells for c in (x, y))  # numbers, not NaN

@@ -14,4 +14,6 @@ WANT = json.loads(golden.PATH.read_text())
 
 @pytest.mark.parametrize("key,args", list(golden.cases()), ids=[k for k, _ in golden.cases()])
 def test_episode_digest_unchanged(key, args):
-    assert golden.digest(*args) == WANT[key], f"{key}: the episode changed; if that is intended, run python tests/golden.py --write and say why"
+    assert golden.digest(*args) == WANT[key], (
+        f"{key}: the episode changed; if that is intended, run python tests/golden.py --write and say why"
+    )

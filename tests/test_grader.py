@@ -62,8 +62,23 @@ def test_damaged_cache_entries_are_recomputed(cache):
 
 def test_summary_has_the_documented_keys():
     s = evaluate("tiny", "fair_share", episodes=2, progress=False).summary()
-    for k in ("task", "policy", "episodes", "welfare_mean", "welfare_std", "score", "jain_mean", "starvation_events",
-              "max_starvation_streak", "oom", "veto", "throttle", "degenerate", "illegal", "agents"):
+    for k in (
+        "task",
+        "policy",
+        "episodes",
+        "welfare_mean",
+        "welfare_std",
+        "score",
+        "jain_mean",
+        "starvation_events",
+        "max_starvation_streak",
+        "oom",
+        "veto",
+        "throttle",
+        "degenerate",
+        "illegal",
+        "agents",
+    ):
         assert k in s
     assert s["task"] == "tiny" and s["policy"] == "fair_share" and s["episodes"] == 2
     assert set(s["agents"]) == {"tenant_0", "tenant_1"}
@@ -99,21 +114,34 @@ def test_user_policy_file_module_and_object_load(tmp_path):
     assert load_policy(obj, env) is obj
     ev = evaluate("tiny", str(f), episodes=1, progress=False)
     assert ev.policy == str(f) and ev.welfare.tolist() == [0.0]  # asking for nothing earns and spends nothing
-    factory = write(tmp_path, "factory.py", """
+    factory = write(
+        tmp_path,
+        "factory.py",
+        """
         from fleet_marl import policies
         def make_policy(env):
             return policies.make("fair_share", env)
-    """)
+    """,
+    )
     assert isinstance(load_policy(str(factory), env), policies.FairSharePolicy)
 
 
-@pytest.mark.parametrize("body, match", [
-    ("import nonexistent_module_xyz\n", r"mine\.py: failed to import: ModuleNotFoundError"),
-    ("def broken(:\n", r"mine\.py: failed to import: SyntaxError"),
-    ("class A:\n    def reset(self, seed=None): pass\n", r"defines no class with act\(\) and reset\(\)"),
-    ("class A:\n    def __init__(self, env): pass\n    def reset(self, seed=None): pass\ndef make_policy(env):\n    return A(env)\n", r"A lacks act\(\)"),
-    ("class A:\n    def __init__(self, env): raise RuntimeError('boom')\n    def reset(self, s=None): pass\n    def act(self, o, i): return {}\n", r"constructing it raised RuntimeError: boom"),
-])
+@pytest.mark.parametrize(
+    "body, match",
+    [
+        ("import nonexistent_module_xyz\n", r"mine\.py: failed to import: ModuleNotFoundError"),
+        ("def broken(:\n", r"mine\.py: failed to import: SyntaxError"),
+        ("class A:\n    def reset(self, seed=None): pass\n", r"defines no class with act\(\) and reset\(\)"),
+        (
+            "class A:\n    def __init__(self, env): pass\n    def reset(self, seed=None): pass\ndef make_policy(env):\n    return A(env)\n",
+            r"A lacks act\(\)",
+        ),
+        (
+            "class A:\n    def __init__(self, env): raise RuntimeError('boom')\n    def reset(self, s=None): pass\n    def act(self, o, i): return {}\n",
+            r"constructing it raised RuntimeError: boom",
+        ),
+    ],
+)
 def test_user_policy_load_errors_name_the_file_and_the_problem(tmp_path, body, match):
     env = fleet_marl.parallel_env(task="tiny")
     f = write(tmp_path, "mine.py", body)
@@ -134,16 +162,28 @@ def test_unknown_names_and_missing_files(tmp_path):
         load_policy("no_such_pkg_xyz:Thing", env)
 
 
-@pytest.mark.parametrize("act, match", [
-    ("return [0] * 8", r"act\(\) returned a list at round 0; expected a dict"),
-    ("return {}", r"agent tenant_0: act\(\) returned no action at round 0"),
-    ("return {a: np.zeros(3, np.int64) for a in self.env.agents}", r"agent tenant_0: malformed action at round 0: action.shape = \(3,\)"),
-    ("return {**{a: np.zeros(8, np.int64) for a in self.env.agents}, 'tenant_1': np.full(8, 99)}", r"agent tenant_1: malformed action at round 0: action\[0\] \(gpus\) = 99; expected an integer in \[0, 8\]"),
-    ("return {'ghost': np.zeros(8, np.int64)}", r"agent ghost: act\(\) returned an action for 'ghost'"),
-    ("raise ValueError('oops')", r"act\(\) raised ValueError at round 0: oops"),
-])
+@pytest.mark.parametrize(
+    "act, match",
+    [
+        ("return [0] * 8", r"act\(\) returned a list at round 0; expected a dict"),
+        ("return {}", r"agent tenant_0: act\(\) returned no action at round 0"),
+        (
+            "return {a: np.zeros(3, np.int64) for a in self.env.agents}",
+            r"agent tenant_0: malformed action at round 0: action.shape = \(3,\)",
+        ),
+        (
+            "return {**{a: np.zeros(8, np.int64) for a in self.env.agents}, 'tenant_1': np.full(8, 99)}",
+            r"agent tenant_1: malformed action at round 0: action\[0\] \(gpus\) = 99; expected an integer in \[0, 8\]",
+        ),
+        ("return {'ghost': np.zeros(8, np.int64)}", r"agent ghost: act\(\) returned an action for 'ghost'"),
+        ("raise ValueError('oops')", r"act\(\) raised ValueError at round 0: oops"),
+    ],
+)
 def test_malformed_actions_name_the_file_the_agent_and_the_problem(tmp_path, act, match):
-    f = write(tmp_path, "bad.py", f"""
+    f = write(
+        tmp_path,
+        "bad.py",
+        f"""
         import numpy as np
 
         class Bad:
@@ -153,7 +193,8 @@ def test_malformed_actions_name_the_file_the_agent_and_the_problem(tmp_path, act
                 pass
             def act(self, observations, infos):
                 {act}
-    """)
+    """,
+    )
     with pytest.raises(PolicyError, match=match) as info:
         evaluate("tiny", str(f), episodes=1, progress=False)
     assert "bad.py" in str(info.value)
@@ -192,7 +233,19 @@ def test_baselines_table_and_marked_blocks(tmp_path, capsys):
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\nbefore\n\n<!-- baselines:start -->\nold\n<!-- baselines:end -->\n\nafter\n")
     results = tmp_path / "docs" / "results.md"
-    args = ["baselines", "--tasks", "tiny", "--policies", "random,fair_share,planner", "--episodes", "2", "--results", str(results), "--readme", str(readme)]
+    args = [
+        "baselines",
+        "--tasks",
+        "tiny",
+        "--policies",
+        "random,fair_share,planner",
+        "--episodes",
+        "2",
+        "--results",
+        str(results),
+        "--readme",
+        str(readme),
+    ]
     assert cli.main(args) == 0  # a partial run writes nothing unless asked
     captured = capsys.readouterr()
     assert "| tiny | fair_share |" in captured.out and "pass --write" in captured.err
@@ -203,8 +256,15 @@ def test_baselines_table_and_marked_blocks(tmp_path, capsys):
     assert "--tasks tiny --policies random,fair_share,planner`" in text  # the command that reproduces it
     assert "| tiny | random |" in results.read_text()
     # a second run with the same results rewrites nothing
-    assert not baselines.write(readme, baselines.block(baselines.run_all(["tiny"], ["random", "fair_share", "planner"], 2, 0, progress=False), 2, 0,
-                                                          " --tasks tiny --policies random,fair_share,planner"))
+    assert not baselines.write(
+        readme,
+        baselines.block(
+            baselines.run_all(["tiny"], ["random", "fair_share", "planner"], 2, 0, progress=False),
+            2,
+            0,
+            " --tasks tiny --policies random,fair_share,planner",
+        ),
+    )
 
 
 def test_demo_prints_frames_and_a_summary_and_saves_a_gif(tmp_path, capsys):
@@ -234,12 +294,16 @@ def test_policy_objects_bound_elsewhere_are_refused_and_classes_are_built():
 
 def test_module_from_the_working_directory_and_sibling_imports(tmp_path, monkeypatch):
     write(tmp_path, "good_mod.py", GOOD)
-    sibling = write(tmp_path, "uses_sibling.py", """
+    sibling = write(
+        tmp_path,
+        "uses_sibling.py",
+        """
         from good_mod import Mine
 
         def make_policy(env):
             return Mine(env)
-    """)
+    """,
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
     env = fleet_marl.parallel_env(task="tiny")
@@ -248,7 +312,10 @@ def test_module_from_the_working_directory_and_sibling_imports(tmp_path, monkeyp
 
 
 def test_policies_that_sample_the_action_space_are_deterministic(tmp_path):
-    f = write(tmp_path, "sampler.py", """
+    f = write(
+        tmp_path,
+        "sampler.py",
+        """
         class Sampler:
             def __init__(self, env):
                 self.env = env
@@ -256,7 +323,8 @@ def test_policies_that_sample_the_action_space_are_deterministic(tmp_path):
                 pass
             def act(self, observations, infos):
                 return {a: self.env.action_space(a).sample(infos[a]["action_mask"]) for a in self.env.agents}
-    """)
+    """,
+    )
     a = evaluate("easy", str(f), episodes=2, progress=False).welfare.tolist()
     b = evaluate("easy", str(f), episodes=2, progress=False).welfare.tolist()
     assert a == b and a[0] != a[1]
@@ -281,8 +349,7 @@ def test_the_cache_follows_the_trace_files(tmp_path, monkeypatch):
 def test_policy_loader_plugins():
     """A package adds a kind of policy spec by registering a PolicyLoader (fleet_marl.rllib
     declares one for checkpoints as an entry point); the grader never imports the adapter."""
-    from fleet_marl.evaluation import PolicyLoader, loaders, register_loader
-    from fleet_marl.evaluation import loading
+    from fleet_marl.evaluation import PolicyLoader, loaders, loading, register_loader
 
     assert "rllib" in loaders() and loaders()["rllib"].accepts("no/such/run") is False
     env = fleet_marl.parallel_env(task="tiny")

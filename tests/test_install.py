@@ -28,8 +28,21 @@ EXTRAS = PYPROJECT["project"]["optional-dependencies"]
 #: The core's requirements: nothing heavier than these.
 CORE = {"numpy", "numba", "gymnasium", "pettingzoo", "pyyaml", "tqdm"}
 #: Importable module -> the distribution that provides it.
-DIST = {"ray": "ray", "torch": "torch", "torchrl": "torchrl", "tensordict": "tensordict", "tensorboardX": "tensorboardx", "matplotlib": "matplotlib", "PIL": "pillow", "mpe2": "mpe2",
-        "stable_baselines3": "stable-baselines3", "supersuit": "supersuit", "psutil": "psutil", "hydra": "hydra-core", "omegaconf": "omegaconf"}
+DIST = {
+    "ray": "ray",
+    "torch": "torch",
+    "torchrl": "torchrl",
+    "tensordict": "tensordict",
+    "tensorboardX": "tensorboardx",
+    "matplotlib": "matplotlib",
+    "PIL": "pillow",
+    "mpe2": "mpe2",
+    "stable_baselines3": "stable-baselines3",
+    "supersuit": "supersuit",
+    "psutil": "psutil",
+    "hydra": "hydra-core",
+    "omegaconf": "omegaconf",
+}
 
 
 def hint(what: str, extra: str) -> str:
@@ -74,11 +87,16 @@ def test_extras_and_what_each_holds():
     assert {"torch", "torchrl", "tensordict", "tensorboardx", "matplotlib"} == names["torchrl"]  # the run folder's logs and curve
     assert {"torchrl>=0.14,<0.15", "tensordict>=0.14,<0.15"} <= set(EXTRAS["torchrl"])
     assert {"matplotlib", "pillow"} == names["plot"]
-    assert names["bench"] == {"mpe2", "vmas", "torch"} and "torch==2.13.0" in EXTRAS["bench"] and "openenv" in names["openenv"] and EXTRAS["fast"] == []
+    assert (
+        names["bench"] == {"mpe2", "vmas", "torch"}
+        and "torch==2.13.0" in EXTRAS["bench"]
+        and "openenv" in names["openenv"]
+        and EXTRAS["fast"] == []
+    )
     # [all] is every feature extra: not test (tooling), not fast (empty)
     (all_,) = EXTRAS["all"]
     assert all_.startswith("fleet-marl[")
-    assert set(all_[len("fleet-marl["):-1].split(",")) == set(EXTRAS) - {"all", "test", "fast"}
+    assert set(all_[len("fleet-marl[") : -1].split(",")) == set(EXTRAS) - {"all", "test", "fast"}
 
 
 def test_torch_is_pinned_everywhere_it_appears():
@@ -110,9 +128,12 @@ def test_every_extra_a_message_names_exists_and_holds_what_it_checks():
     from fleet_marl.studies import command as compare_command
     from fleet_marl.torchrl import command as torchrl_command
 
-    modules_of = {("fleet_marl/rllib/command.py", "NEEDS"): train_command.NEEDS, ("fleet_marl/studies/command.py", "NEEDS"): compare_command.NEEDS,
-                  ("fleet_marl/studies/command.py", "RLLIB_NEEDS"): compare_command.RLLIB_NEEDS,
-                  ("fleet_marl/torchrl/command.py", "NEEDS"): torchrl_command.NEEDS}
+    modules_of = {
+        ("fleet_marl/rllib/command.py", "NEEDS"): train_command.NEEDS,
+        ("fleet_marl/studies/command.py", "NEEDS"): compare_command.NEEDS,
+        ("fleet_marl/studies/command.py", "RLLIB_NEEDS"): compare_command.RLLIB_NEEDS,
+        ("fleet_marl/torchrl/command.py", "NEEDS"): torchrl_command.NEEDS,
+    }
     for path, node in calls:
         extra = node.args[1].value
         assert extra in EXTRAS, f"{path}:{node.lineno}: no extra [{extra}]"

@@ -23,15 +23,27 @@ PKG = ROOT / "fleet_marl"
 
 #: Unit -> rank. A unit may import units of a strictly lower rank only (and itself).
 RANK = {
-    "errors": 0, "catalog": 0,
-    "config": 1, "traces": 1,
-    "workloads": 2, "kernel": 2,
-    "credit": 3, "fairness": 3, "tasks": 3, "validation": 3,
+    "errors": 0,
+    "catalog": 0,
+    "config": 1,
+    "traces": 1,
+    "workloads": 2,
+    "kernel": 2,
+    "credit": 3,
+    "fairness": 3,
+    "tasks": 3,
+    "validation": 3,
     "environment": 4,
     "policies": 5,
-    "evaluation": 6, "tools": 6,
+    "evaluation": 6,
+    "tools": 6,
     "training": 7,
-    "rllib": 8, "torchrl": 8, "openenv": 8, "sb3": 8, "pufferlib": 8, "benchmarl": 8,
+    "rllib": 8,
+    "torchrl": 8,
+    "openenv": 8,
+    "sb3": 8,
+    "pufferlib": 8,
+    "benchmarl": 8,
     "studies": 9,
     "cli": 10,
 }
@@ -52,9 +64,34 @@ FORBIDDEN = {
 }
 #: Optional dependencies: importing one (or a fleet_marl module that needs one) inside a
 #: function is how a module keeps it optional.
-OPTIONAL = ("ray", "torch", "openenv", "matplotlib", "uvicorn", "fastapi", "PIL", "mpe2", "vmas", "pettingzoo.classic", "tensorboardX", "resource",
-            "torchrl", "tensordict", "fleet_marl.rllib", "fleet_marl.torchrl", "fleet_marl.openenv", "fleet_marl.studies",
-            "stable_baselines3", "sb3_contrib", "supersuit", "pufferlib", "benchmarl", "fleet_marl.sb3", "fleet_marl.pufferlib", "fleet_marl.benchmarl")
+OPTIONAL = (
+    "ray",
+    "torch",
+    "openenv",
+    "matplotlib",
+    "uvicorn",
+    "fastapi",
+    "PIL",
+    "mpe2",
+    "vmas",
+    "pettingzoo.classic",
+    "tensorboardX",
+    "resource",
+    "torchrl",
+    "tensordict",
+    "fleet_marl.rllib",
+    "fleet_marl.torchrl",
+    "fleet_marl.openenv",
+    "fleet_marl.studies",
+    "stable_baselines3",
+    "sb3_contrib",
+    "supersuit",
+    "pufferlib",
+    "benchmarl",
+    "fleet_marl.sb3",
+    "fleet_marl.pufferlib",
+    "fleet_marl.benchmarl",
+)
 
 
 def _unit(path: Path) -> str:
@@ -88,7 +125,9 @@ def _imports():
                         local.add(id(n))
         for n in ast.walk(tree):
             for mod in _modules_of(n):
-                out.append((path, n.lineno, _unit(path), mod, id(n) in local, lines[n.lineno - 1], lines[n.lineno - 2] if n.lineno > 1 else ""))
+                out.append(
+                    (path, n.lineno, _unit(path), mod, id(n) in local, lines[n.lineno - 1], lines[n.lineno - 2] if n.lineno > 1 else "")
+                )
     return out
 
 
@@ -110,7 +149,7 @@ def test_kernel_modules_import_without_a_circle():
     done, stack = set(), []
 
     def visit(n):
-        assert n not in stack, f"kernel import circle: {' -> '.join(stack[stack.index(n):] + [n])}"
+        assert n not in stack, f"kernel import circle: {' -> '.join(stack[stack.index(n) :] + [n])}"
         if n in done:
             return
         stack.append(n)
@@ -157,14 +196,20 @@ def test_imports_point_down():
 
 
 def test_no_import_of_rllib_outside_rllib_studies_and_cli():
-    bad = [f"{p.relative_to(ROOT)}:{line}: {mod}" for p, line, unit, mod, _, _, _ in IMPORTS
-           if mod.startswith("fleet_marl.rllib") and unit not in ("rllib", "studies", "cli")]
+    bad = [
+        f"{p.relative_to(ROOT)}:{line}: {mod}"
+        for p, line, unit, mod, _, _, _ in IMPORTS
+        if mod.startswith("fleet_marl.rllib") and unit not in ("rllib", "studies", "cli")
+    ]
     assert not bad, "\n".join(bad)
 
 
 def test_no_import_of_torchrl_adapter_outside_it_studies_and_cli():
-    bad = [f"{p.relative_to(ROOT)}:{line}: {mod}" for p, line, unit, mod, _, _, _ in IMPORTS
-           if mod.startswith("fleet_marl.torchrl") and unit not in ("torchrl", "studies", "cli")]
+    bad = [
+        f"{p.relative_to(ROOT)}:{line}: {mod}"
+        for p, line, unit, mod, _, _, _ in IMPORTS
+        if mod.startswith("fleet_marl.torchrl") and unit not in ("torchrl", "studies", "cli")
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -185,8 +230,9 @@ def test_the_top_level_policies_folder_holds_examples_not_a_package():
 
 @pytest.mark.parametrize("unit", sorted(FORBIDDEN))
 def test_forbidden_third_party_imports(unit):
-    bad = [f"{p.relative_to(ROOT)}:{line}: {mod}" for p, line, u, mod, _, _, _ in IMPORTS
-           if u == unit and mod.split(".")[0] in FORBIDDEN[unit]]
+    bad = [
+        f"{p.relative_to(ROOT)}:{line}: {mod}" for p, line, u, mod, _, _, _ in IMPORTS if u == unit and mod.split(".")[0] in FORBIDDEN[unit]
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -210,8 +256,10 @@ def _loaded(code: str, modules=("ray", "torch", "pettingzoo", "gymnasium", "supe
 
 
 def test_kernel_layer_loads_no_rl_framework():
-    code = ("import fleet_marl, fleet_marl.kernel, fleet_marl.catalog, fleet_marl.config, fleet_marl.workloads, "
-            "fleet_marl.credit, fleet_marl.fairness, fleet_marl.tasks, fleet_marl.tools.estimate, fleet_marl.tools.sweep")
+    code = (
+        "import fleet_marl, fleet_marl.kernel, fleet_marl.catalog, fleet_marl.config, fleet_marl.workloads, "
+        "fleet_marl.credit, fleet_marl.fairness, fleet_marl.tasks, fleet_marl.tools.estimate, fleet_marl.tools.sweep"
+    )
     assert _loaded(code) == set()
 
 
@@ -227,34 +275,49 @@ def test_core_packages_load_no_extra():
     """Every module of the core packages (the env, the grader, the policies, estimate and sweep,
     the traces, the engines' shared training code) imports without Ray, torch, matplotlib or
     supersuit: ``pip install fleet-marl`` with no extra runs them (.ci/wheel_smoke checks it on the wheel)."""
-    code = ("import importlib, pkgutil, fleet_marl; "
-            "[importlib.import_module(m.name) for p in ('environment', 'evaluation', 'policies', 'tools', 'traces', 'training') "
-            "for m in pkgutil.walk_packages(importlib.import_module('fleet_marl.' + p).__path__, f'fleet_marl.{p}.')]; "
-            "assert 'fleet_marl.evaluation.demo' in sys.modules and 'fleet_marl.tools.sweep' in sys.modules")
+    code = (
+        "import importlib, pkgutil, fleet_marl; "
+        "[importlib.import_module(m.name) for p in ('environment', 'evaluation', 'policies', 'tools', 'traces', 'training') "
+        "for m in pkgutil.walk_packages(importlib.import_module('fleet_marl.' + p).__path__, f'fleet_marl.{p}.')]; "
+        "assert 'fleet_marl.evaluation.demo' in sys.modules and 'fleet_marl.tools.sweep' in sys.modules"
+    )
     assert _loaded(code, EXTRA_MODULES) == set()
 
 
 def test_env_policies_and_grader_load_no_ray_or_torch():
-    code = ("import fleet_marl, fleet_marl.policies; from fleet_marl.evaluation import evaluate; "
-            "evaluate('tiny', 'fair_share', episodes=1, progress=False, cache=False)")
+    code = (
+        "import fleet_marl, fleet_marl.policies; from fleet_marl.evaluation import evaluate; "
+        "evaluate('tiny', 'fair_share', episodes=1, progress=False, cache=False)"
+    )
     assert _loaded(code, EXTRA_MODULES) == set()
 
 
 def test_cli_and_adapter_packages_load_no_ray_until_used():
-    code = ("import fleet_marl.rllib, fleet_marl.rllib.loader, fleet_marl.studies, fleet_marl.openenv, fleet_marl.torchrl, "
-            "fleet_marl.torchrl.loader, fleet_marl.torchrl.command, fleet_marl.cli.train; "
-            "from fleet_marl.cli import build_parser; build_parser(); "
-            "from fleet_marl.evaluation import loaders; loaders()")
+    code = (
+        "import fleet_marl.rllib, fleet_marl.rllib.loader, fleet_marl.studies, fleet_marl.openenv, fleet_marl.torchrl, "
+        "fleet_marl.torchrl.loader, fleet_marl.torchrl.command, fleet_marl.cli.train; "
+        "from fleet_marl.cli import build_parser; build_parser(); "
+        "from fleet_marl.evaluation import loaders; loaders()"
+    )
     assert _loaded(code, ("ray", "torch", "torchrl", "tensordict", "openenv")) == set()
 
 
 #: ``(file, attribute)`` pairs allowed to read another object's private ``_name``, each with why.
 PRIVATE_ALLOWED = {
-    ("fleet_marl/rllib/env.py", "_cumulative_rewards"): "PettingZoo's AECEnv keeps what accrued since an agent's last turn there; last() reads it, and it has no public accessor",
+    (
+        "fleet_marl/rllib/env.py",
+        "_cumulative_rewards",
+    ): "PettingZoo's AECEnv keeps what accrued since an agent's last turn there; last() reads it, and it has no public accessor",
     ("fleet_marl/config/checks.py", "_getframe"): "sys._getframe: the deprecation warning's stack level, the standard library's way",
-    ("fleet_marl/torchrl/policy.py", "_empty_net"): "TorchRL's MultiAgentMLP runs its shared module template so; the rows of one agent have no public call",
+    (
+        "fleet_marl/torchrl/policy.py",
+        "_empty_net",
+    ): "TorchRL's MultiAgentMLP runs its shared module template so; the rows of one agent have no public call",
     ("fleet_marl/kernel/packing.py", "_groups"): "_Packed._groups: the class's own registry, read in the module that defines it",
-    ("fleet_marl/rllib/runner.py", "_forward_exploration"): "RLlib's RLModule API: the array env runner calls the module's forward pass without RLlib's per-call eval/train switch, as RLlib's own runner does inside forward_exploration",
+    (
+        "fleet_marl/rllib/runner.py",
+        "_forward_exploration",
+    ): "RLlib's RLModule API: the array env runner calls the module's forward pass without RLlib's per-call eval/train switch, as RLlib's own runner does inside forward_exploration",
     ("fleet_marl/rllib/runner.py", "_forward_inference"): "RLlib's RLModule API: as _forward_exploration, for greedy actions",
 }
 

@@ -59,7 +59,9 @@ def test_a_mechanism_registered_in_one_file_plays_an_episode(fair_pay_bid):
     # the readers of the registry: the cheapest GPU-round and the lowest winning bid are at the reserve
     levels = env.bid_levels
     at_reserve = int(np.flatnonzero(levels == 1.0)[0])
-    np.testing.assert_allclose(cheapest_gpu_round(st, levels), st.list_price * 1.0 * st.round_seconds / 3600.0, rtol=1e-15)  # equal up to the order of the products
+    np.testing.assert_allclose(
+        cheapest_gpu_round(st, levels), st.list_price * 1.0 * st.round_seconds / 3600.0, rtol=1e-15
+    )  # equal up to the order of the products
     assert make_policy("bidder", env).lowest_winning_bid() == at_reserve
     _obs, infos = env.reset(seed=0)
     rng = np.random.default_rng(0)

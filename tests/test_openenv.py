@@ -9,19 +9,24 @@ import numpy as np
 import pytest
 
 pytest.importorskip("openenv")
-from fastapi.testclient import TestClient  # noqa: E402
-from pettingzoo.test import parallel_api_test  # noqa: E402
-from starlette.websockets import WebSocketDisconnect  # noqa: E402
+from fastapi.testclient import TestClient
+from pettingzoo.test import parallel_api_test
+from starlette.websockets import WebSocketDisconnect
 
-import fleet_marl  # noqa: E402
-from fleet_marl import policies  # noqa: E402
-from fleet_marl.environment import ActionError, scheme_rewards  # noqa: E402
-from fleet_marl.evaluation import run_episode  # noqa: E402
-from fleet_marl.openenv import FleetEgoAction, RemoteParallelEnv, WebSocketSession, make_app  # noqa: E402
-from fleet_marl.openenv.base import task_names  # noqa: E402
-from fleet_marl.openenv.text_action import GROUP_KEYS  # noqa: E402
+import fleet_marl
+from fleet_marl import policies
+from fleet_marl.environment import ActionError, scheme_rewards
+from fleet_marl.evaluation import run_episode
+from fleet_marl.openenv import FleetEgoAction, RemoteParallelEnv, WebSocketSession, make_app
+from fleet_marl.openenv.base import task_names
+from fleet_marl.openenv.text_action import GROUP_KEYS
 
-GOOD = {"request_gpus": 4, "bid": "high", "batch": 8, "precision": {"embed": "bf16", "attn": "bf16", "mlp": "fp8", "norm": "bf16", "head": "bf16"}}
+GOOD = {
+    "request_gpus": 4,
+    "bid": "high",
+    "batch": 8,
+    "precision": {"embed": "bf16", "attn": "bf16", "mlp": "fp8", "norm": "bf16", "head": "bf16"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -166,13 +171,25 @@ def test_remote_env_wraps_a_client_and_is_not_a_fleet_env(multi):
         ws.__exit__(None, None, None)
 
 
-@pytest.mark.parametrize("actions, message", [
-    ({"tenant_0": [1, 2, 1, 1, 1, 1, 1, 3], "tenant_1": [1, 2, 1, 1, 1, 1, 1, 3], "tenant_9": [0] * 8}, "tenant_9: agent = 'tenant_9': expected a live agent"),
-    ({"tenant_0": [1, 2, 1], "tenant_1": [1, 2, 1, 1, 1, 1, 1, 3]}, "tenant_0: action.shape = (3,): expected (8,)"),
-    ({"tenant_0": [1, 2, 1, 1, 1, 1, 1, 30], "tenant_1": [1, 2, 1, 1, 1, 1, 1, 3]}, "tenant_0: action[7] (batch_level) = 30: expected an integer in [0, 8]"),
-    ({"tenant_0": [1, 2, 1, 1, 1, 1, 1, 3]}, "tenant_1: action = None: expected an action for every live agent; missing tenant_1"),
-    ({"tenant_0": [1, "a", 1, 1, 1, 1, 1, 3], "tenant_1": [1, 2, 1, 1, 1, 1, 1, 3]}, "tenant_0: action = [1, 'a', 1, 1, 1, 1, 1, 3]: expected a list of 8 integers (gpus, bid_level, precision.embedding"),
-])
+@pytest.mark.parametrize(
+    "actions, message",
+    [
+        (
+            {"tenant_0": [1, 2, 1, 1, 1, 1, 1, 3], "tenant_1": [1, 2, 1, 1, 1, 1, 1, 3], "tenant_9": [0] * 8},
+            "tenant_9: agent = 'tenant_9': expected a live agent",
+        ),
+        ({"tenant_0": [1, 2, 1], "tenant_1": [1, 2, 1, 1, 1, 1, 1, 3]}, "tenant_0: action.shape = (3,): expected (8,)"),
+        (
+            {"tenant_0": [1, 2, 1, 1, 1, 1, 1, 30], "tenant_1": [1, 2, 1, 1, 1, 1, 1, 3]},
+            "tenant_0: action[7] (batch_level) = 30: expected an integer in [0, 8]",
+        ),
+        ({"tenant_0": [1, 2, 1, 1, 1, 1, 1, 3]}, "tenant_1: action = None: expected an action for every live agent; missing tenant_1"),
+        (
+            {"tenant_0": [1, "a", 1, 1, 1, 1, 1, 3], "tenant_1": [1, 2, 1, 1, 1, 1, 1, 3]},
+            "tenant_0: action = [1, 'a', 1, 1, 1, 1, 1, 3]: expected a list of 8 integers (gpus, bid_level, precision.embedding",
+        ),
+    ],
+)
 def test_rejected_multi_step_changes_nothing_and_the_session_survives(multi, actions, message):
     good = {"tenant_0": [3, 2, 1, 1, 1, 1, 1, 3], "tenant_1": [2, 2, 1, 1, 1, 1, 1, 3]}
     with multi.websocket_connect("/ws") as ws:
@@ -326,10 +343,17 @@ def test_ego_prompt_is_deterministic_and_the_opponents_follow_config(ego):
 
 BAD = [
     ("malformed JSON", '{"request_gpus": 4, "bid": ', "input: invalid JSON at line 1 column 28: Expecting value"),
-    ("unknown field", json.dumps({**GOOD, "priority": "max"}), "priority: unknown field; expected only request_gpus, bid, batch, precision"),
+    (
+        "unknown field",
+        json.dumps({**GOOD, "priority": "max"}),
+        "priority: unknown field; expected only request_gpus, bid, batch, precision",
+    ),
     ("out of range", json.dumps({**GOOD, "request_gpus": 12}), "request_gpus = 12: expected an integer in [0, 8]"),
-    ("masked choice", json.dumps({**GOOD, "precision": {**GOOD["precision"], "mlp": "int4"}}),
-     "precision.mlp = 'int4': expected one of fp32, bf16, fp8 (masked: the tenant's GPU or job kind forbids it)"),
+    (
+        "masked choice",
+        json.dumps({**GOOD, "precision": {**GOOD["precision"], "mlp": "int4"}}),
+        "precision.mlp = 'int4': expected one of fp32, bf16, fp8 (masked: the tenant's GPU or job kind forbids it)",
+    ),
     ("oversized", json.dumps(GOOD) + "x" * 70_000, f"input: {len(json.dumps(GOOD)) + 70_000} characters; expected at most 65536"),
 ]
 
@@ -348,7 +372,7 @@ def test_ego_invalid_answer_gets_fallback_penalty_and_error_and_the_session_surv
         env = fleet_marl.parallel_env(task="tiny", compute_all=True)
         default = env.default_action_index[0]
         assert o["last_action"]["request_gpus"] == int(default[0])  # the env's default action ran
-        assert o["last_action"]["precision"] == {k: "bf16" for k in GROUP_KEYS}
+        assert o["last_action"]["precision"] == dict.fromkeys(GROUP_KEYS, "bf16")
         r = _ego_step(ws, json.dumps(GOOD))  # still alive; a valid answer clears the streak
         assert r["observation"]["last_action_error"] is None and r["observation"]["invalid_streak"] == 0
         assert r["observation"]["invalid_actions"] == 1 and r["observation"]["round"] == 2
@@ -373,8 +397,12 @@ def test_ego_reward_follows_the_configured_scheme_and_random_ego(ego):
         assert r["reward"] == r["observation"]["metadata"]["rewards"]["global"] == r["observation"]["metadata"]["welfare"]
         egos = {call(ws, "reset", {"seed": s, "ego": "random"})["data"]["observation"]["ego"] for s in range(8)}
         assert egos == {"tenant_0", "tenant_1"}
-        for bad, msg in [({"ego": "tenant_7"}, "ego = 'tenant_7'"), ({"opponents": "oracle"}, "opponents = 'oracle'"),
-                         ({"invalid_penalty": -1}, "invalid_penalty = -1"), ({"colour": 1}, "unknown argument 'colour'")]:
+        for bad, msg in [
+            ({"ego": "tenant_7"}, "ego = 'tenant_7'"),
+            ({"opponents": "oracle"}, "opponents = 'oracle'"),
+            ({"invalid_penalty": -1}, "invalid_penalty = -1"),
+            ({"colour": 1}, "unknown argument 'colour'"),
+        ]:
             err = call(ws, "reset", {"seed": 1, **bad})
             assert err["type"] == "error" and msg in err["data"]["message"]
         assert call(ws, "reset", {"seed": 1})["type"] == "observation"
@@ -459,8 +487,9 @@ def test_ego_under_the_sequential_protocol_sees_the_claims_before_its_turn(ego):
     with ego.websocket_connect("/ws") as ws:
         o = call(ws, "reset", {"seed": 4, "ego": "tenant_1", "opponents": "greedy", "config": seq_config})["data"]["observation"]
         assert o["cluster"]["turn"]["position"] == 2 and o["cluster"]["turn"]["after"] == []
-        assert o["cluster"]["turn"]["claims_before"] == [{"agent": "tenant_0", "gpu_type": "h100-sxm", "gpus": int(greedy0[0]),
-                                                           "bid": float(env.bid_levels[greedy0[1]])}]
+        assert o["cluster"]["turn"]["claims_before"] == [
+            {"agent": "tenant_0", "gpu_type": "h100-sxm", "gpus": int(greedy0[0]), "bid": float(env.bid_levels[greedy0[1]])}
+        ]
         assert f"- tenant_0 asked for {int(greedy0[0])} h100-sxm GPU(s) at x{env.bid_levels[greedy0[1]]:g} list price." in o["prompt"]
         assert "you claim 2 of 2" in o["prompt"] and "Still to claim after you: nobody." in o["prompt"]
         r = _ego_step(ws, json.dumps(GOOD))
@@ -473,7 +502,9 @@ def test_ego_under_the_sequential_protocol_sees_the_claims_before_its_turn(ego):
         assert "turn" not in plain["cluster"] and "claims so far" not in plain["prompt"]
     with TestClient(make_app(mode="multi", max_sessions=1, task="tiny")) as client, client.websocket_connect("/ws") as ws:
         err = call(ws, "reset", {"seed": 0, "config": seq_config})
-        assert err["type"] == "error" and "protocol = 'sequential'" in err["data"]["message"] and "fleet_marl.env(" in err["data"]["message"]
+        assert (
+            err["type"] == "error" and "protocol = 'sequential'" in err["data"]["message"] and "fleet_marl.env(" in err["data"]["message"]
+        )
 
 
 @pytest.mark.parametrize("mechanism", ["proportional", "auction"])

@@ -88,8 +88,10 @@ def test_slow_and_silent_connections_beyond_the_cap_leave_health_and_sessions_an
         assert health < 2.0 and session < 2.0
         # a 9 KB header line in a WebSocket upgrade: refused at once (the head is over the limit)
         big = socket.create_connection(addr, timeout=10)
-        big.sendall(b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nX-Long: " + b"a" * 9000 + b"\r\n\r\n")
+        big.sendall(
+            b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nX-Long: " + b"a" * 9000 + b"\r\n\r\n"
+        )
         big.settimeout(timeout + 2)
         assert big.recv(4096).startswith(b"HTTP/1.1 431"), "the oversized upgrade was not answered"
         big.close()
@@ -119,8 +121,7 @@ def test_slow_and_silent_connections_beyond_the_cap_leave_health_and_sessions_an
 def slow_body(addr, size: int) -> socket.socket:
     """A POST /reset declaring ``size`` bytes that sends all but the last one and waits."""
     s = socket.create_connection(addr, timeout=10)
-    s.sendall(b"POST /reset HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-              + f"Content-Length: {size}\r\n\r\n".encode())
+    s.sendall(b"POST /reset HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + f"Content-Length: {size}\r\n\r\n".encode())
     with contextlib.suppress(OSError):  # answered 503 and closed: the budget is spent
         s.sendall(b" " * (size - 1))
     return s
@@ -133,8 +134,20 @@ def test_slow_bodies_are_bounded_in_memory_and_time():
     --body-timeout, the server's memory stays within the budget plus a stated margin while they
     are open and comes back near where it started once they close."""
     budget, timeout, n = 8 << 20, 4, 300
-    proc, url = _serve("--task", "easy", "--max-bodies-bytes", str(budget), "--body-timeout", str(timeout), "--max-body-bytes", str(1 << 20),
-                       "--max-connections", "512", "--header-timeout", "30")
+    proc, url = _serve(
+        "--task",
+        "easy",
+        "--max-bodies-bytes",
+        str(budget),
+        "--body-timeout",
+        str(timeout),
+        "--max-body-bytes",
+        str(1 << 20),
+        "--max-connections",
+        "512",
+        "--header-timeout",
+        "30",
+    )
     socks: list[socket.socket] = []
     try:
         timed_session(url)
@@ -159,8 +172,10 @@ def test_slow_bodies_are_bounded_in_memory_and_time():
             s.close()
         time.sleep(1.0)
         after = rss_kib(proc.pid)
-        print(f"{n} slow bodies: {busy} answered 503, {slow} answered 408 in {elapsed:.1f} s; RSS {base / 1024:.0f} MB, "
-              f"peak +{(peak - base) / 1024:.1f} MB, after +{(after - base) / 1024:.1f} MB")
+        print(
+            f"{n} slow bodies: {busy} answered 503, {slow} answered 408 in {elapsed:.1f} s; RSS {base / 1024:.0f} MB, "
+            f"peak +{(peak - base) / 1024:.1f} MB, after +{(after - base) / 1024:.1f} MB"
+        )
         assert slow + busy == n and 1 <= slow <= budget // ((1 << 20) - 1)
         assert elapsed < timeout + 30
         assert peak - base < 64 << 10, "memory beyond the body budget's bound"
@@ -176,12 +191,13 @@ def worst_frames(limit: int) -> list:
     """Frames that cost a server most per byte, each just under (or over) ``limit`` bytes:
     many small numbers, nested lists, many keys, one long string, a binary frame, an over-long
     message, a lone surrogate."""
+
     def fill(prefix: str, unit: str, suffix: str) -> str:
         return prefix + unit.join([""] * ((limit - len(prefix) - len(suffix)) // len(unit))) + suffix
 
     ints = fill('{"type":"step","data":{"actions":{"tenant_0":[0', ",0", "]}}}")
     deep = fill('{"type":"reset","data":{"x":[[[1]]', ",[[[1]]]", "]}}")
-    keys = json.dumps({"type": "reset", "data": {"config": {f"k{i}": i for i in range(limit // 16)}}})[:limit - 2]
+    keys = json.dumps({"type": "reset", "data": {"config": {f"k{i}": i for i in range(limit // 16)}}})[: limit - 2]
     keys = keys[: keys.rfind(",")] + "}}}"
     text = json.dumps({"type": "step", "data": {"actions": {"tenant_0": "x" * (limit - 60)}}})
     return [ints, deep, keys, text, b"\x00" * limit, "x" * (2 * limit), '{"type":"reset","data":{"config":{"\\ud800":1}}}']
@@ -226,8 +242,9 @@ def test_four_attacking_sockets_do_not_stall_a_bystander():
         quiet = bystander(url, 300)
         limit = 256 << 10
         stop, sent = threading.Event(), []
-        threads = [threading.Thread(target=attacker, args=(url, worst_frames(limit)[k:] + worst_frames(limit)[:k], stop, sent))
-                   for k in range(4)]
+        threads = [
+            threading.Thread(target=attacker, args=(url, worst_frames(limit)[k:] + worst_frames(limit)[:k], stop, sent)) for k in range(4)
+        ]
         for t in threads:
             t.start()
         time.sleep(1.0)
@@ -236,9 +253,11 @@ def test_four_attacking_sockets_do_not_stall_a_bystander():
         for t in threads:
             t.join(timeout=60)
         p_quiet, p_loaded = np.percentile(quiet, 99), np.percentile(loaded, 99)
-        print(f"bystander step p50/p99: {statistics.median(quiet) * 1e3:.1f}/{p_quiet * 1e3:.1f} ms alone, "
-              f"{statistics.median(loaded) * 1e3:.1f}/{p_loaded * 1e3:.1f} ms beside 4 attackers ({len(sent)} frames, "
-              f"{sum(sent) / 2**20:.1f} MiB)")
+        print(
+            f"bystander step p50/p99: {statistics.median(quiet) * 1e3:.1f}/{p_quiet * 1e3:.1f} ms alone, "
+            f"{statistics.median(loaded) * 1e3:.1f}/{p_loaded * 1e3:.1f} ms beside 4 attackers ({len(sent)} frames, "
+            f"{sum(sent) / 2**20:.1f} MiB)"
+        )
         assert len(sent) >= 8, "the attackers did not attack"
         assert p_loaded <= 2 * p_quiet + 0.020
         assert timed_health(url) < 2.0
@@ -253,8 +272,12 @@ def test_session_ids_never_reach_the_log_and_no_server_header_is_sent():
 
     proc, url = _serve("--task", "tiny", "--allow-attach", "--log-level", "info")
     try:
-        req = urllib.request.Request(url + "/mcp", method="POST", headers={"Content-Type": "application/json"},
-                                     data=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create", "params": {}}).encode())
+        req = urllib.request.Request(
+            url + "/mcp",
+            method="POST",
+            headers={"Content-Type": "application/json"},
+            data=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create", "params": {}}).encode(),
+        )
         with urllib.request.urlopen(req, timeout=30) as r:
             sid = json.load(r)["result"]["session_id"]
             assert "server" not in {k.lower() for k in r.headers}
@@ -274,7 +297,9 @@ def test_session_ids_never_reach_the_log_and_no_server_header_is_sent():
 def _frame(payload: bytes, opcode: int = 0x1) -> bytes:
     """A masked client frame (RFC 6455) of a payload under 64 KiB."""
     mask = os.urandom(4)
-    head = bytes([0x80 | opcode]) + (bytes([0x80 | len(payload)]) if len(payload) < 126 else bytes([0x80 | 126]) + len(payload).to_bytes(2, "big"))
+    head = bytes([0x80 | opcode]) + (
+        bytes([0x80 | len(payload)]) if len(payload) < 126 else bytes([0x80 | 126]) + len(payload).to_bytes(2, "big")
+    )
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
@@ -295,8 +320,10 @@ def test_text_that_is_not_utf8_is_an_error_frame_and_the_session_lives():
     proc, url = _serve("--task", "tiny")
     try:
         s = socket.create_connection(hostport(url), timeout=30)
-        s.sendall(b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                  b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        s.sendall(
+            b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
         assert s.recv(4096).startswith(b"HTTP/1.1 101")
         s.sendall(_frame(b'{"type": "reset", "data": {"task": "\xff\xfe"}}'))
         r = json.loads(_read_frame(s))
@@ -317,8 +344,10 @@ def test_a_ping_flood_closes_its_own_connection_only():
             calm.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
             assert json.loads(calm.recv(timeout=30))["type"] == "observation"
             s = socket.create_connection(hostport(url), timeout=30)
-            s.sendall(b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                      b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+            s.sendall(
+                b"GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            )
             assert s.recv(4096).startswith(b"HTTP/1.1 101")
             with contextlib.suppress(OSError):  # the server closes it mid-flood
                 for _ in range(5000):
@@ -330,7 +359,7 @@ def test_a_ping_flood_closes_its_own_connection_only():
                     data += chunk
             s.close()
             close_at = data.find(b"\x88")
-            assert close_at >= 0 and int.from_bytes(data[close_at + 2:close_at + 4], "big") == 1008, data[-40:]
+            assert close_at >= 0 and int.from_bytes(data[close_at + 2 : close_at + 4], "big") == 1008, data[-40:]
             calm.send(json.dumps({"type": "state"}))
             assert json.loads(calm.recv(timeout=30))["type"] == "state"
     finally:

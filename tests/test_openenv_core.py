@@ -12,11 +12,15 @@ import numpy as np
 import pytest
 
 import fleet_marl
-from fleet_marl.openenv import text_action as ta
 from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS
+from fleet_marl.openenv import text_action as ta
 
-GOOD = {"request_gpus": 4, "bid": "high", "batch": 32,
-        "precision": {"embed": "bf16", "attn": "bf16", "mlp": "fp8", "norm": "bf16", "head": "bf16"}}
+GOOD = {
+    "request_gpus": 4,
+    "bid": "high",
+    "batch": 32,
+    "precision": {"embed": "bf16", "attn": "bf16", "mlp": "fp8", "norm": "bf16", "head": "bf16"},
+}
 
 
 def error_of(text, **kw) -> str:
@@ -29,7 +33,7 @@ def test_parse_takes_the_first_object_through_prose_and_fences():
     text = "Let me think.\nI'll ask for four GPUs.\n```json\n" + json.dumps(GOOD) + "\n```\nThat should work {not json}."
     a = fleet_marl.parse_tenant_action(text)
     assert a.to_dict() == GOOD
-    assert ta.parse_tenant_action(json.dumps({**GOOD, "precision": "BF16"})).precision == {k: "bf16" for k in ta.GROUP_KEYS}
+    assert ta.parse_tenant_action(json.dumps({**GOOD, "precision": "BF16"})).precision == dict.fromkeys(ta.GROUP_KEYS, "bf16")
 
 
 def test_indices_round_trip_in_the_env_layout():
@@ -38,24 +42,45 @@ def test_indices_round_trip_in_the_env_layout():
     assert len(idx) == len(ACTION_FIELDS)
     assert idx.tolist() == [4, 3, 1, 1, 2, 1, 1, int(np.flatnonzero(BATCH_LEVELS == 32)[0])]
     assert ta.from_indices(idx) == a
-    assert ta.BATCH_SIZES == tuple(BATCH_LEVELS.tolist())
+    assert tuple(BATCH_LEVELS.tolist()) == ta.BATCH_SIZES
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("no json here", 'input: no JSON object found; expected one JSON object such as {"request_gpus": 2, "bid": "list", "batch": 8, "precision": "bf16"}'),
-    ('{"request_gpus": 4, "bid": "high",', "input: invalid JSON at line 1 column 35: Expecting property name enclosed in double quotes"),
-    (json.dumps({**GOOD, "gpus": 3}), "gpus: unknown field; expected only request_gpus, bid, batch, precision"),
-    (json.dumps({k: v for k, v in GOOD.items() if k != "batch"}), "batch: missing; expected all of request_gpus, bid, batch, precision"),
-    (json.dumps({**GOOD, "request_gpus": 9}), "request_gpus = 9: expected an integer in [0, 8]"),
-    (json.dumps({**GOOD, "request_gpus": 2.5}), "request_gpus = 2.5: expected an integer"),
-    (json.dumps({**GOOD, "request_gpus": True}), "request_gpus = True: expected an integer"),
-    (json.dumps({**GOOD, "bid": "max"}), "bid = 'max': expected one of lowest, low, list, high, highest"),
-    (json.dumps({**GOOD, "batch": 48}), "batch = 48: expected one of 1, 2, 4, 8, 16, 32, 64, 128, 256"),
-    (json.dumps({**GOOD, "precision": {**GOOD["precision"], "mlp": "fp4"}}), "precision.mlp = 'fp4': expected one of fp32, bf16, fp8, int8, int4"),
-    (json.dumps({**GOOD, "precision": {**GOOD["precision"], "lm_head": "bf16"}}), "precision.lm_head: unknown field; expected only embed, attn, mlp, norm, head"),
-    (json.dumps({**GOOD, "precision": {"embed": "bf16"}}), "precision.attn: missing; expected all of embed, attn, mlp, norm, head"),
-    ("[1, 2]", "input: no JSON object found; expected one JSON object such as {\"request_gpus\": 2, \"bid\": \"list\", \"batch\": 8, \"precision\": \"bf16\"}"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "no json here",
+            'input: no JSON object found; expected one JSON object such as {"request_gpus": 2, "bid": "list", "batch": 8, "precision": "bf16"}',
+        ),
+        (
+            '{"request_gpus": 4, "bid": "high",',
+            "input: invalid JSON at line 1 column 35: Expecting property name enclosed in double quotes",
+        ),
+        (json.dumps({**GOOD, "gpus": 3}), "gpus: unknown field; expected only request_gpus, bid, batch, precision"),
+        (
+            json.dumps({k: v for k, v in GOOD.items() if k != "batch"}),
+            "batch: missing; expected all of request_gpus, bid, batch, precision",
+        ),
+        (json.dumps({**GOOD, "request_gpus": 9}), "request_gpus = 9: expected an integer in [0, 8]"),
+        (json.dumps({**GOOD, "request_gpus": 2.5}), "request_gpus = 2.5: expected an integer"),
+        (json.dumps({**GOOD, "request_gpus": True}), "request_gpus = True: expected an integer"),
+        (json.dumps({**GOOD, "bid": "max"}), "bid = 'max': expected one of lowest, low, list, high, highest"),
+        (json.dumps({**GOOD, "batch": 48}), "batch = 48: expected one of 1, 2, 4, 8, 16, 32, 64, 128, 256"),
+        (
+            json.dumps({**GOOD, "precision": {**GOOD["precision"], "mlp": "fp4"}}),
+            "precision.mlp = 'fp4': expected one of fp32, bf16, fp8, int8, int4",
+        ),
+        (
+            json.dumps({**GOOD, "precision": {**GOOD["precision"], "lm_head": "bf16"}}),
+            "precision.lm_head: unknown field; expected only embed, attn, mlp, norm, head",
+        ),
+        (json.dumps({**GOOD, "precision": {"embed": "bf16"}}), "precision.attn: missing; expected all of embed, attn, mlp, norm, head"),
+        (
+            "[1, 2]",
+            'input: no JSON object found; expected one JSON object such as {"request_gpus": 2, "bid": "list", "batch": 8, "precision": "bf16"}',
+        ),
+    ],
+)
 def test_bad_answers_name_the_field_the_value_and_the_expectation(text, expected):
     assert error_of(text, max_gpus=8) == expected
 
@@ -110,7 +135,8 @@ def test_core_import_loads_no_openenv_fastapi_or_server():
 
 def test_serve_without_the_extra_prints_how_to_install(tmp_path):
     # a meta-path blocker in sitecustomize makes 'openenv' (and so fleet_marl.openenv) unimportable
-    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent("""
+    (tmp_path / "sitecustomize.py").write_text(
+        textwrap.dedent("""
         import sys
         class _Block:
             def find_spec(self, name, path=None, target=None):
@@ -118,9 +144,12 @@ def test_serve_without_the_extra_prints_how_to_install(tmp_path):
                     raise ImportError("No module named 'openenv' (blocked by the test)")
                 return None
         sys.meta_path.insert(0, _Block())
-    """))
+    """)
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    r = subprocess.run([sys.executable, "-m", "fleet_marl.cli", "serve", "--port", "1"], capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "fleet_marl.cli", "serve", "--port", "1"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert r.returncode == 2, r.stderr
     assert "pip install 'fleet-marl[openenv]'" in r.stderr
     assert "fleet-marl serve needs the optional 'openenv' extra" in r.stderr

@@ -10,15 +10,15 @@ import time
 import pytest
 
 pytest.importorskip("openenv")
-from fastapi.testclient import TestClient  # noqa: E402
-from starlette.testclient import WebSocketDenialResponse  # noqa: E402
-from starlette.websockets import WebSocketDisconnect  # noqa: E402
+from fastapi.testclient import TestClient
+from starlette.testclient import WebSocketDenialResponse
+from starlette.websockets import WebSocketDisconnect
 
-from fleet_marl.openenv import make_app  # noqa: E402
-from fleet_marl.config import ConfigError  # noqa: E402
-from fleet_marl.openenv.limits import LOOPBACK_HOSTS, ServerLimits  # noqa: E402
-from fleet_marl.policies import POLICIES  # noqa: E402
-from fleet_marl.tasks import make_config, scaled, task_dict  # noqa: E402
+from fleet_marl.config import ConfigError
+from fleet_marl.openenv import make_app
+from fleet_marl.openenv.limits import LOOPBACK_HOSTS, ServerLimits
+from fleet_marl.policies import POLICIES
+from fleet_marl.tasks import make_config, scaled, task_dict
 
 SECRET = "fleet-marl-canary-7f3a9c"  # written into every file a test tries to read
 TRACE_FIELD = "tenants[0].workload.trace"
@@ -62,9 +62,23 @@ def trace_config(value) -> dict:
 
 def attempts(files) -> list[str]:
     return [
-        "/etc/passwd", "/proc/self/environ", "/proc/self/cmdline", "/proc/self/status", "../../../../etc/passwd",
-        "..", "~/.bashrc", str(files["secret"]), str(files["link"]), str(files["fake"]), "fleet_marl/traces/data/pollux_workload-1.csv",
-        "./pollux_workload-1.csv", "data/LICENSES.md", "LICENSES.md", "/nonexistent/file.csv", "file:///etc/passwd", "pollux-1/../../x",
+        "/etc/passwd",
+        "/proc/self/environ",
+        "/proc/self/cmdline",
+        "/proc/self/status",
+        "../../../../etc/passwd",
+        "..",
+        "~/.bashrc",
+        str(files["secret"]),
+        str(files["link"]),
+        str(files["fake"]),
+        "fleet_marl/traces/data/pollux_workload-1.csv",
+        "./pollux_workload-1.csv",
+        "data/LICENSES.md",
+        "LICENSES.md",
+        "/nonexistent/file.csv",
+        "file:///etc/passwd",
+        "pollux-1/../../x",
     ]
 
 
@@ -138,15 +152,18 @@ def largest(limits: ServerLimits) -> dict:
     return {**d, "max_cycles": limits.max_rounds, "reward": {"scheme": "shapley", "shapley_samples": limits.max_shapley_samples}}
 
 
-@pytest.mark.parametrize("change, field", [
-    (lambda c: c["tenants"].append(c["tenants"][0]), "tenants"),
-    (lambda c: c["cluster"]["gpu_types"].append("h100-sxm"), "cluster.gpu_types"),
-    (lambda c: c.update(max_cycles=c["max_cycles"] + 1), "max_cycles"),
-    (lambda c: c["reward"].update(shapley_samples=c["reward"]["shapley_samples"] + 1), "reward.shapley_samples"),
-    (lambda c: c["tenants"][3].update(max_gpus=c["tenants"][3]["max_gpus"] + 1), "tenants[3].max_gpus"),
-    (lambda c: c["tenants"][1]["workload"].update(rate=2e6), "tenants[1].workload.rate"),
-    (lambda c: c.update(tenants=[c["tenants"][0]] * 700), "tenants"),  # within --max-message-bytes and --max-items: named
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (lambda c: c["tenants"].append(c["tenants"][0]), "tenants"),
+        (lambda c: c["cluster"]["gpu_types"].append("h100-sxm"), "cluster.gpu_types"),
+        (lambda c: c.update(max_cycles=c["max_cycles"] + 1), "max_cycles"),
+        (lambda c: c["reward"].update(shapley_samples=c["reward"]["shapley_samples"] + 1), "reward.shapley_samples"),
+        (lambda c: c["tenants"][3].update(max_gpus=c["tenants"][3]["max_gpus"] + 1), "tenants[3].max_gpus"),
+        (lambda c: c["tenants"][1]["workload"].update(rate=2e6), "tenants[1].workload.rate"),
+        (lambda c: c.update(tenants=[c["tenants"][0]] * 700), "tenants"),  # within --max-message-bytes and --max-items: named
+    ],
+)
 def test_a_config_over_a_limit_is_refused_by_name(multi, change, field):
     config = largest(ServerLimits())
     change(config)
@@ -168,7 +185,9 @@ def test_the_largest_allowed_config_resets_and_steps_in_bounded_time(multi):
     text = json.dumps({"type": "reset", "data": {"seed": 1, "config": config}})
     items = count_items(without_strings(text))
     print(f"the largest allowed config's reset: {items} JSON values, {len(text) / 1000:.0f} KB")  # docs/llm_agents.md quotes it
-    assert items * 10 < ServerLimits().max_items and len(text) * 10 < ServerLimits().max_message_bytes  # far inside --max-items and the size
+    assert (
+        items * 10 < ServerLimits().max_items and len(text) * 10 < ServerLimits().max_message_bytes
+    )  # far inside --max-items and the size
     with multi.websocket_connect("/ws") as ws:
         t0 = time.perf_counter()
         r = call(ws, "reset", {"seed": 1, "config": config})
@@ -187,7 +206,10 @@ def test_limits_are_the_operators_to_set():
     app = make_app(mode="multi", task="tiny", limits=ServerLimits(max_tenants=1))
     with TestClient(app) as client, client.websocket_connect("/ws") as ws:
         r = call(ws, "reset", {})  # tiny has 2 tenants: over this operator's limit
-        assert r["type"] == "error" and r["data"]["message"] == "tenants = '2 tenants': expected at most 1 tenants (this server's limit, --max-tenants)"
+        assert (
+            r["type"] == "error"
+            and r["data"]["message"] == "tenants = '2 tenants': expected at most 1 tenants (this server's limit, --max-tenants)"
+        )
     with pytest.raises(ValueError, match="max_rounds = 0"):
         ServerLimits(max_rounds=0)
 
@@ -282,17 +304,32 @@ def test_a_token_guards_every_route_and_the_websocket():
     app = make_app(mode="multi", task="tiny", token="s3cret-token")
     good = {"Authorization": "Bearer s3cret-token"}
     with TestClient(app) as client:
-        for method, route in (("get", "/health"), ("get", "/metadata"), ("get", "/schema"), ("post", "/reset"), ("get", "/state"),
-                              ("post", "/mcp"), ("get", "/openapi.json"), ("get", "/docs"), ("post", "/fleet_marl/tasks"), ("get", "/nope")):
-            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-token"}, {"Authorization": "Basic s3cret-token"}):
+        for method, route in (
+            ("get", "/health"),
+            ("get", "/metadata"),
+            ("get", "/schema"),
+            ("post", "/reset"),
+            ("get", "/state"),
+            ("post", "/mcp"),
+            ("get", "/openapi.json"),
+            ("get", "/docs"),
+            ("post", "/fleet_marl/tasks"),
+            ("get", "/nope"),
+        ):
+            for headers in (
+                {},
+                {"Authorization": "Bearer wrong"},
+                {"Authorization": "s3cret-token"},
+                {"Authorization": "Basic s3cret-token"},
+            ):
                 r = getattr(client, method)(route, headers=headers)
                 assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", (route, headers)
         assert client.get("/health", headers=good).status_code == 200
         assert client.post("/reset", json={"seed": 0}, headers=good).status_code == 200
         for headers in ({}, {"Authorization": "Bearer wrong"}):
-            with pytest.raises(WebSocketDenialResponse) as refused:  # the handshake is answered 401, no socket opens
-                with client.websocket_connect("/ws", headers=headers) as ws:
-                    ws.receive_json()
+            # the handshake is answered 401, no socket opens
+            with pytest.raises(WebSocketDenialResponse) as refused, client.websocket_connect("/ws", headers=headers) as ws:
+                ws.receive_json()
             assert refused.value.status_code == 401
         with client.websocket_connect("/ws", headers=good) as ws:
             assert call(ws, "reset", {"seed": 0})["type"] == "observation"
@@ -313,10 +350,10 @@ def test_serve_warns_without_a_token_on_a_public_host_and_reads_the_token_variab
 
 @pytest.mark.parametrize("host, token, warned", [("0.0.0.0", None, True), ("0.0.0.0", "t0k", False), ("127.0.0.1", None, False)])
 def test_serve_warns_at_start_on_a_public_host_with_no_token(monkeypatch, capsys, host, token, warned):
+    import uvicorn
+
     from fleet_marl.cli import build_parser
     from fleet_marl.openenv import command
-
-    import uvicorn
 
     ran = {}
 
@@ -358,11 +395,21 @@ def test_bad_frames_get_error_frames_and_the_session_lives(multi):
     with multi.websocket_connect("/ws") as ws:
         assert call(ws, "reset", {"seed": 2})["type"] == "observation"
         frames = [
-            ("bytes", b"\x00\xff binary"), ("text", "[1, 2, 3]"), ("text", '"a string"'), ("text", "42"), ("text", "null"),
-            ("text", "[" * 100_000 + "]" * 100_000), ("text", '{"type": "reset", "data": ' + "[" * 500 + "]" * 500 + "}"),
-            ("text", "{not json"), ("text", '{"type": "reset", "data": {"seed": ' + "9" * 100_000 + "}}"), ("text", json.dumps({"type": "x" * 100_000})), ("text", json.dumps({"type": "reset", "data": [1]})),
-            ("text", json.dumps({"type": "step", "data": "x" * 100_000})), ("text", json.dumps({"type": "reset", "data": {"task": "y" * 100_000}})),
-            ("text", json.dumps({"type": "reset", "data": {"seed": -1}})), ("text", json.dumps({"type": "reset", "data": {"self": 1}})),
+            ("bytes", b"\x00\xff binary"),
+            ("text", "[1, 2, 3]"),
+            ("text", '"a string"'),
+            ("text", "42"),
+            ("text", "null"),
+            ("text", "[" * 100_000 + "]" * 100_000),
+            ("text", '{"type": "reset", "data": ' + "[" * 500 + "]" * 500 + "}"),
+            ("text", "{not json"),
+            ("text", '{"type": "reset", "data": {"seed": ' + "9" * 100_000 + "}}"),
+            ("text", json.dumps({"type": "x" * 100_000})),
+            ("text", json.dumps({"type": "reset", "data": [1]})),
+            ("text", json.dumps({"type": "step", "data": "x" * 100_000})),
+            ("text", json.dumps({"type": "reset", "data": {"task": "y" * 100_000}})),
+            ("text", json.dumps({"type": "reset", "data": {"seed": -1}})),
+            ("text", json.dumps({"type": "reset", "data": {"self": 1}})),
             ("text", json.dumps({"type": "mcp", "data": {"jsonrpc": "2.0", "method": "tools/list", "id": 1}})),
             ("text", json.dumps({"type": "step", "data": {"actions": {"tenant_0": "z" * 100_000}}})),
             ("text", json.dumps({"type": "reset", "data": {"config": {"cluster": {"rack_power_cap_w": "w" * 100_000}}}})),
@@ -374,14 +421,24 @@ def test_bad_frames_get_error_frames_and_the_session_lives(multi):
             assert len(json.dumps(r)) < 2000, (payload[:80], len(json.dumps(r)))
         # the episode goes on where it was
         assert call(ws, "state")["data"]["round"] == 0
-        assert call(ws, "step", {"actions": {"tenant_0": [1, 2, 1, 1, 1, 1, 1, 3], "tenant_1": [1, 2, 1, 1, 1, 1, 1, 3]}})["data"]["observation"]["round"] == 1
+        assert (
+            call(ws, "step", {"actions": {"tenant_0": [1, 2, 1, 1, 1, 1, 1, 3], "tenant_1": [1, 2, 1, 1, 1, 1, 1, 3]}})["data"][
+                "observation"
+            ]["round"]
+            == 1
+        )
 
 
 def test_http_argument_errors_are_4xx_naming_the_field(multi):
     cases = [
-        ({"seed": -3}, "seed"), ({"task": "nope"}, "task = 'nope'"), ({"config": {"max_cycles": 0}}, "max_cycles = 0"),
-        ({"config": {"nope": 1}}, "nope = 1"), ({"index": 99}, "index = 99"), ({"bogus": 1}, "unknown argument 'bogus'"),
-        ({"config": "x" * 100_000}, "config = 'xxx"), ({"episode_id": "e" * 300}, "episode_id"),
+        ({"seed": -3}, "seed"),
+        ({"task": "nope"}, "task = 'nope'"),
+        ({"config": {"max_cycles": 0}}, "max_cycles = 0"),
+        ({"config": {"nope": 1}}, "nope = 1"),
+        ({"index": 99}, "index = 99"),
+        ({"bogus": 1}, "unknown argument 'bogus'"),
+        ({"config": "x" * 100_000}, "config = 'xxx"),
+        ({"episode_id": "e" * 300}, "episode_id"),
     ]
     for body, needle in cases:
         r = multi.post("/reset", json=body)
@@ -417,8 +474,11 @@ def test_openenv_routes_that_reach_an_env_are_replaced_and_the_rest_dropped(monk
 def test_millions_of_queued_jobs_cost_no_more_than_a_few(multi):
     """A long round and the highest allowed rate queue ~3e10 jobs; the fairness report counted
     them one by one (hours of CPU per state frame). It adds them per arrival round now."""
-    config = {"cluster": {"round_seconds": 1e5}, "tenants": [{**t, "workload": {**t["workload"], "rate": 1e6}} for t in task_dict("tiny")["tenants"]],
-              "max_cycles": 3}
+    config = {
+        "cluster": {"round_seconds": 1e5},
+        "tenants": [{**t, "workload": {**t["workload"], "rate": 1e6}} for t in task_dict("tiny")["tenants"]],
+        "max_cycles": 3,
+    }
     with multi.websocket_connect("/ws") as ws:
         assert call(ws, "reset", {"seed": 0, "config": config})["type"] == "observation"
         for _ in range(3):
@@ -450,7 +510,9 @@ def test_p99_wait_adds_queued_jobs_as_the_job_by_job_count_did():
 def test_a_trace_of_the_wrong_kind_or_a_tiny_speedup_is_a_named_client_error(multi):
     with multi.websocket_connect("/ws") as ws:
         r = call(ws, "reset", {"config": trace_config("azure-conv-2023")})  # a request trace for a trainer
-        assert r["data"]["code"] == "EXECUTION_ERROR" and r["data"]["message"].startswith(f"{TRACE_FIELD} = 'azure-conv-2023': expected a jobs trace")
+        assert r["data"]["code"] == "EXECUTION_ERROR" and r["data"]["message"].startswith(
+            f"{TRACE_FIELD} = 'azure-conv-2023': expected a jobs trace"
+        )
         config = trace_config("pollux-1")
         config["tenants"][0]["workload"]["trace_speedup"] = 1e-300  # every job lands past the episode
         assert call(ws, "reset", {"seed": 0, "config": config})["type"] == "observation"
@@ -467,12 +529,21 @@ def test_the_task_api_and_unknown_routes_answer_4xx_without_echoing_the_request(
     assert r.status_code == 422 and len(r.text) < 800
 
 
-@pytest.mark.parametrize("text, error", [
-    ('{"request_gpus": ' + "[" * 30_000, "input: invalid JSON: nested too deeply"),
-    ('{"request_gpus": ' + "9" * 5000 + ', "bid": "list", "batch": 8, "precision": "bf16"}', "input: invalid JSON: a number too long to convert"),
-    ('{"' + "k" * 60_000 + '": 1}', "unknown field; expected only request_gpus, bid, batch, precision"),
-    ('{"request_gpus": 1, "bid": "list", "batch": 8, "precision": {"' + "p" * 60_000 + '": "bf16"}}', "unknown field; expected only embed"),
-])
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ('{"request_gpus": ' + "[" * 30_000, "input: invalid JSON: nested too deeply"),
+        (
+            '{"request_gpus": ' + "9" * 5000 + ', "bid": "list", "batch": 8, "precision": "bf16"}',
+            "input: invalid JSON: a number too long to convert",
+        ),
+        ('{"' + "k" * 60_000 + '": 1}', "unknown field; expected only request_gpus, bid, batch, precision"),
+        (
+            '{"request_gpus": 1, "bid": "list", "batch": 8, "precision": {"' + "p" * 60_000 + '": "bf16"}}',
+            "unknown field; expected only embed",
+        ),
+    ],
+)
 def test_a_hostile_ego_answer_is_an_invalid_answer_with_its_penalty(ego, text, error):
     with ego.websocket_connect("/ws") as ws:
         call(ws, "reset", {"seed": 0})
@@ -516,8 +587,12 @@ def costliest(opponents: str, limits: ServerLimits) -> dict:
             for g in (8, 16, 32, limits.max_gpus):
                 for servers in (False, True):
                     d = server_costs.scenario(t, n, g, servers)  # the sizes experiments/server_costs.py times
-                    c = {**d, "max_cycles": limits.max_rounds,
-                         "reward": {"scheme": "shapley", "shapley_samples": limits.max_shapley_samples}, "compute_all": True}
+                    c = {
+                        **d,
+                        "max_cycles": limits.max_rounds,
+                        "reward": {"scheme": "shapley", "shapley_samples": limits.max_shapley_samples},
+                        "compute_all": True,
+                    }
                     cfg, _ = make_config("easy", None, **copy.deepcopy(c))
                     w = work(cfg, opponents).step
                     if best_work < w <= limits.max_work:
@@ -544,8 +619,10 @@ def test_the_costliest_config_the_limits_allow_resets_and_steps_in_bounded_time(
             assert call(ws, "step", {"text": ANSWER})["type"] == "observation"
             steps.append(time.perf_counter() - t0)
     n = len(config["tenants"])
-    print(f"{opponents}: {n} tenants, {len(config['cluster']['gpu_types'])} nodes, max_gpus {config['tenants'][0]['max_gpus']}: "
-          f"reset {reset_s:.2f} s, steps {steps[0]:.2f} s and {steps[1]:.2f} s")
+    print(
+        f"{opponents}: {n} tenants, {len(config['cluster']['gpu_types'])} nodes, max_gpus {config['tenants'][0]['max_gpus']}: "
+        f"reset {reset_s:.2f} s, steps {steps[0]:.2f} s and {steps[1]:.2f} s"
+    )
     assert reset_s + sum(steps) < 30.0, (reset_s, steps)  # a cold, shared CI machine; here a few seconds at most
 
 
@@ -558,9 +635,16 @@ def test_numbers_no_float_holds_are_named_client_errors(multi):
     with multi.websocket_connect("/ws") as ws:
         r = call(ws, "reset", {"config": {"tenants": tenants, "cluster": {"round_seconds": 1e20, "restart_seconds": 0}}})
         assert r["type"] == "error" and r["data"]["code"] == "EXECUTION_ERROR"
-        assert r["data"]["message"].startswith("tenants[0].workload.rate = 1000000.0: expected at most") and "arrivals a round" in r["data"]["message"]
+        assert (
+            r["data"]["message"].startswith("tenants[0].workload.rate = 1000000.0: expected at most")
+            and "arrivals a round" in r["data"]["message"]
+        )
         r = call(ws, "reset", {"config": {"cluster": {"rack_power_cap_w": 10**400}}})
-        assert r["data"]["code"] == "EXECUTION_ERROR" and r["data"]["message"].startswith("cluster.rack_power_cap_w = 1000") and "(401 characters): expected a finite number" in r["data"]["message"]
+        assert (
+            r["data"]["code"] == "EXECUTION_ERROR"
+            and r["data"]["message"].startswith("cluster.rack_power_cap_w = 1000")
+            and "(401 characters): expected a finite number" in r["data"]["message"]
+        )
     r = multi.post("/reset", content=b'{"config": {"mixed_weight": ' + b"9" * 400 + b"}}", headers={"content-type": "application/json"})
     assert r.status_code == 422 and "mixed_weight" in r.text
 
@@ -572,8 +656,10 @@ def test_a_bug_s_text_is_internal_and_an_overlong_json_rpc_id_is_refused(multi):
     assert public_error(KeyError("tenant_3"))[1] == "INTERNAL_ERROR"
     assert public_error(ConfigError("x", 1, "2")) == ("x = 1: expected 2", "EXECUTION_ERROR")
     # a library's text (numpy's, Python's) never reaches the client: the project's generic message
-    for exc in (ValueError("setting an array element with a sequence. The requested array has an inhomogeneous shape"),
-                TypeError("'<' not supported between instances of 'str' and 'int'")):
+    for exc in (
+        ValueError("setting an array element with a sequence. The requested array has an inhomogeneous shape"),
+        TypeError("'<' not supported between instances of 'str' and 'int'"),
+    ):
         text, code = public_error(exc)
         assert code == "EXECUTION_ERROR" and text.startswith("invalid request:") and str(exc) not in text
     r = multi.post("/mcp", json={"jsonrpc": "2.0", "id": "i" * 200_000, "method": "tools/list", "params": {}})
@@ -586,7 +672,9 @@ def test_a_task_s_own_trace_name_on_a_tenant_of_the_wrong_kind_is_named(multi):
     server = next(i for i, t in enumerate(config["tenants"]) if t["kind"] == "serve")
     config["tenants"][server]["workload"]["trace"] = config["tenants"][trainer]["workload"]["trace"]  # a jobs trace for a server
     r = multi.post("/reset", json={"task": "trace", "config": config})
-    assert r.status_code == 422 and r.json()["detail"].startswith(f"tenants[{server}].workload.trace = 'pollux_workload-1.csv': expected a requests trace")
+    assert r.status_code == 422 and r.json()["detail"].startswith(
+        f"tenants[{server}].workload.trace = 'pollux_workload-1.csv': expected a requests trace"
+    )
 
 
 def test_a_bad_limit_on_the_command_line_is_named_by_its_option(capsys):
@@ -602,12 +690,15 @@ def test_a_bad_limit_on_the_command_line_is_named_by_its_option(capsys):
 # --- the LOW items of the third attack: each class closed -------------------------------------------
 
 
-@pytest.mark.parametrize("frame", [
-    '{"type": "reset", "data": {"config": {"\\ud800": 1}}}',
-    '{"type": "reset", "data": {"\\udfff": 1}}',
-    '{"type": "step", "data": {"actions": {"\\ud800": [1, 2, 1, 1, 1, 1, 1, 3]}}}',
-    '{"type": "reset", "data": {"task": "easy\\ud800"}}',
-])
+@pytest.mark.parametrize(
+    "frame",
+    [
+        '{"type": "reset", "data": {"config": {"\\ud800": 1}}}',
+        '{"type": "reset", "data": {"\\udfff": 1}}',
+        '{"type": "step", "data": {"actions": {"\\ud800": [1, 2, 1, 1, 1, 1, 1, 3]}}}',
+        '{"type": "reset", "data": {"task": "easy\\ud800"}}',
+    ],
+)
 def test_a_lone_surrogate_is_an_error_frame_and_the_session_lives(multi, frame):
     with multi.websocket_connect("/ws") as ws:
         assert call(ws, "reset", {"seed": 0})["type"] == "observation"
@@ -663,19 +754,25 @@ def test_host_and_origin_are_checked():
         assert client.get("/health", headers={"host": "[::1]:8000"}).status_code == 200
         bad = client.get("/health", headers={"host": "rebound.attacker.example:8000"})
         assert bad.status_code == 400 and bad.json()["code"] == "BAD_HOST"
-        with pytest.raises(WebSocketDenialResponse) as denied:
-            with client.websocket_connect("ws://rebound.attacker.example/ws"):
-                pass
+        with pytest.raises(WebSocketDenialResponse) as denied, client.websocket_connect("ws://rebound.attacker.example/ws"):
+            pass
         assert denied.value.status_code == 400
-        for origin, ok in [("http://evil.example", False), ("http://127.0.0.1:8000", True), ("http://app.example", True),
-                           ("http://127.0.0.1:9999", False), ("null", False)]:
+        for origin, ok in [
+            ("http://evil.example", False),
+            ("http://127.0.0.1:8000", True),
+            ("http://app.example", True),
+            ("http://127.0.0.1:9999", False),
+            ("null", False),
+        ]:
             if ok:
                 with client.websocket_connect("ws://127.0.0.1:8000/ws", headers={"origin": origin}) as ws:
                     assert call(ws, "reset", {"seed": 0})["type"] == "observation"
             else:
-                with pytest.raises(WebSocketDenialResponse) as denied:
-                    with client.websocket_connect("ws://127.0.0.1:8000/ws", headers={"origin": origin}):
-                        pass
+                with (
+                    pytest.raises(WebSocketDenialResponse) as denied,
+                    client.websocket_connect("ws://127.0.0.1:8000/ws", headers={"origin": origin}),
+                ):
+                    pass
                 assert denied.value.status_code == 403 and denied.value.json()["code"] == "BAD_ORIGIN"
         with client.websocket_connect("ws://127.0.0.1:8000/ws") as ws:  # no Origin: not a browser
             assert call(ws, "reset", {"seed": 0})["type"] == "observation"
@@ -700,6 +797,7 @@ def test_an_expired_http_session_cannot_be_attached_before_the_reaper_runs():
 
     async def run():
         table = SessionTable(lambda: None, ServerLimits(http_session_idle_s=5.0, allow_attach=True))
+
         class Env:
             def close(self):
                 pass
@@ -728,8 +826,12 @@ def test_the_docker_image_installs_pinned_packages_from_one_index_and_needs_a_to
     root = Path(__file__).resolve().parents[1]
     docker = (root / "Dockerfile").read_text()
     installs = [line for line in docker.replace("\\\n", " ").splitlines() if "pip install" in line]
-    assert installs and all(part.count("--index-url https://pypi.org/simple") == 1 and "--no-deps" in part
-                            for line in installs for part in line.split("&&") if "pip install" in part)
+    assert installs and all(
+        part.count("--index-url https://pypi.org/simple") == 1 and "--no-deps" in part
+        for line in installs
+        for part in line.split("&&")
+        if "pip install" in part
+    )
     assert "extra-index-url" not in docker and "download.pytorch.org" not in docker
     pins = [line for line in (root / "docker" / "requirements.txt").read_text().splitlines() if line and not line.startswith("#")]
     assert all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+!\-]+", line) for line in pins), pins

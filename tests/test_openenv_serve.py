@@ -16,10 +16,10 @@ import pytest
 
 pytest.importorskip("openenv")
 
-import fleet_marl  # noqa: E402
-from fleet_marl import policies  # noqa: E402
-from fleet_marl.evaluation import run_episode  # noqa: E402
-from fleet_marl.openenv import FleetEgoAction, FleetEgoClient, RemoteParallelEnv  # noqa: E402
+import fleet_marl
+from fleet_marl import policies
+from fleet_marl.evaluation import run_episode
+from fleet_marl.openenv import FleetEgoAction, FleetEgoClient, RemoteParallelEnv
 
 BIN = Path(sys.executable).parent
 
@@ -36,7 +36,10 @@ def _serve(*args: str, token: str | None = None):
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fleet_marl.cli"]
     proc = subprocess.Popen(
         [*cmd, "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -73,7 +76,9 @@ def test_serve_multi_passes_openenv_validate_and_runs_a_policy_remotely():
     try:
         openenv_cli = BIN / "openenv"
         assert openenv_cli.exists(), "the openenv extra installs the 'openenv' CLI"
-        r = subprocess.run([str(openenv_cli), "validate", "--url", url, "--json", "--timeout", "30"], capture_output=True, text=True, timeout=180)
+        r = subprocess.run(
+            [str(openenv_cli), "validate", "--url", url, "--json", "--timeout", "30"], capture_output=True, text=True, timeout=180
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         report = json.loads(r.stdout)
         assert report["passed"] is True and report["mode"] == "simulation"

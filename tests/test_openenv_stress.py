@@ -4,6 +4,7 @@ refused, a client killed mid-episode and its slot freed, 64 MB bodies refused un
 through it all the server answers, its memory stays bounded and no session sees another's
 episode. docs/llm_agents.md, "Security"."""
 
+import contextlib
 import json
 import os
 import random
@@ -19,10 +20,10 @@ import urllib.request
 import pytest
 
 pytest.importorskip("openenv")
-from websockets.exceptions import ConnectionClosed  # noqa: E402
-from websockets.sync.client import connect  # noqa: E402
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
-from tests.test_openenv_serve import _serve, _stop  # noqa: E402
+from tests.test_openenv_serve import _serve, _stop
 
 TOKEN = "stress-test-token-5e1d"
 CANARY = "canary-value-in-the-servers-environment-41b7"  # /proc/self/environ of the server holds it
@@ -38,8 +39,13 @@ def rss_kib(pid: int) -> int:
 
 
 def trace_reset(path: str) -> dict:
-    tenant = {"kind": "train", "model": "qwen2.5-0.5b", "gpu_type": "h100-sxm", "budget": 40.0,
-              "workload": {"pattern": "trace", "trace": path}}
+    tenant = {
+        "kind": "train",
+        "model": "qwen2.5-0.5b",
+        "gpu_type": "h100-sxm",
+        "budget": 40.0,
+        "workload": {"pattern": "trace", "trace": path},
+    }
     return {"type": "reset", "data": {"config": {"tenants": [tenant, tenant]}}}
 
 
@@ -70,6 +76,7 @@ def client_session(url: str, i: int, connected: threading.Barrier, release: thre
     rng = random.Random(i)
     try:
         with connect(url.replace("http", "ws") + "/ws", additional_headers=AUTH, max_size=None, open_timeout=60) as ws:
+
             def call(msg):
                 ws.send(json.dumps(msg))
                 return json.loads(ws.recv(timeout=60))
@@ -91,7 +98,10 @@ def client_session(url: str, i: int, connected: threading.Barrier, release: thre
                 r = call({"type": "step", "data": {"actions": {"tenant_0": ACTION, "tenant_1": ACTION}}})
                 if r["type"] == "error":  # the episode ended: start the next one of this session
                     assert "reset" in r["data"]["message"] or r["data"]["code"] == "EXECUTION_ERROR", r
-                    assert call({"type": "reset", "data": {"seed": i, "episode_id": episode, "config": {"max_cycles": 6}}})["type"] == "observation"
+                    assert (
+                        call({"type": "reset", "data": {"seed": i, "episode_id": episode, "config": {"max_cycles": 6}}})["type"]
+                        == "observation"
+                    )
                     rounds = 0
                     continue
                 rounds += 1
@@ -99,11 +109,14 @@ def client_session(url: str, i: int, connected: threading.Barrier, release: thre
                 assert obs["round"] == rounds, (i, obs["round"], rounds)  # only this session's steps count
                 if obs["round"] == 6:
                     assert r["data"]["done"] is True
-                    assert call({"type": "reset", "data": {"seed": i, "episode_id": episode, "config": {"max_cycles": 6}}})["type"] == "observation"
+                    assert (
+                        call({"type": "reset", "data": {"seed": i, "episode_id": episode, "config": {"max_cycles": 6}}})["type"]
+                        == "observation"
+                    )
                     rounds = 0
                 state = call({"type": "state"})["data"]
                 assert state["episode_id"] == episode and state["round"] == rounds, (i, state)
-    except BaseException as exc:  # reported by the main thread
+    except BaseException as exc:  # noqa: BLE001 -- any failure of a client thread, reported by the main thread
         errors.append((i, repr(exc)))
 
 
@@ -123,10 +136,8 @@ KILLED_CLIENT = textwrap.dedent("""
 def open_session(url: str):
     """``(socket, first answer)``: a reset's observation, or the error frame of a refused session."""
     ws = connect(url.replace("http", "ws") + "/ws", additional_headers=AUTH, open_timeout=60)
-    try:
+    with contextlib.suppress(ConnectionClosed):  # refused: the error frame is waiting
         ws.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
-    except ConnectionClosed:
-        pass  # refused: the error frame is waiting
     return ws, json.loads(ws.recv(timeout=60))
 
 
@@ -135,8 +146,11 @@ def big_body(url: str, size: int, chunked: bool) -> bytes:
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=60) as s:
         length = b"Transfer-Encoding: chunked\r\n" if chunked else f"Content-Length: {size}\r\n".encode()
-        s.sendall(b"POST /reset HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + length
-                  + f"Authorization: Bearer {TOKEN}\r\n\r\n".encode())
+        s.sendall(
+            b"POST /reset HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            + length
+            + f"Authorization: Bearer {TOKEN}\r\n\r\n".encode()
+        )
         block = b"x" * (1 << 20)
         try:
             for _ in range(size // len(block)):
@@ -163,8 +177,10 @@ def test_the_server_survives_a_hostile_load_with_bounded_memory(monkeypatch):
 
         connected, release = threading.Barrier(SESSIONS + 1), threading.Event()
         errors, answers = [], []
-        threads = [threading.Thread(target=client_session, args=(url, i, connected, release, errors, answers), daemon=True)
-                   for i in range(SESSIONS)]
+        threads = [
+            threading.Thread(target=client_session, args=(url, i, connected, release, errors, answers), daemon=True)
+            for i in range(SESSIONS)
+        ]
         for t in threads:
             t.start()
         connected.wait(timeout=180)
@@ -181,8 +197,12 @@ def test_the_server_survives_a_hostile_load_with_bounded_memory(monkeypatch):
 
         # a client killed mid-episode frees its slot
         holders = [open_session(url)[0] for _ in range(SESSIONS - 1)]
-        killed = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT, url.replace("http", "ws") + "/ws", TOKEN],
-                                  stdout=subprocess.PIPE, text=True, start_new_session=True)
+        killed = subprocess.Popen(
+            [sys.executable, "-c", KILLED_CLIENT, url.replace("http", "ws") + "/ws", TOKEN],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         assert killed.stdout.readline().strip() == "mid-episode"
         assert open_session(url)[1]["data"]["code"] == "CAPACITY_REACHED"
         os.killpg(killed.pid, signal.SIGKILL)
@@ -200,8 +220,12 @@ def test_the_server_survives_a_hostile_load_with_bounded_memory(monkeypatch):
 
         # file reads over HTTP, and bodies of 64 MB, declared and chunked
         for path in FILE_ATTEMPTS:
-            req = urllib.request.Request(url + "/reset", data=json.dumps(trace_reset(path)["data"]).encode(), method="POST",
-                                         headers={**AUTH, "Content-Type": "application/json"})
+            req = urllib.request.Request(
+                url + "/reset",
+                data=json.dumps(trace_reset(path)["data"]).encode(),
+                method="POST",
+                headers={**AUTH, "Content-Type": "application/json"},
+            )
             with pytest.raises(urllib.error.HTTPError) as bad:
                 urllib.request.urlopen(req, timeout=60)
             body = bad.value.read().decode()

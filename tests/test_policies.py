@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 
 import fleet_marl
-from fleet_marl import policies
-from fleet_marl import catalog
+from fleet_marl import catalog, policies
 from fleet_marl.environment import BATCH_LEVELS
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
-from fleet_marl.tasks import TASKS, task_dict
 from fleet_marl.policies.base import OBS, PREC
 from fleet_marl.policies.heuristics import EXPERT_MAP
+from fleet_marl.tasks import TASKS, task_dict
 
 TASK_NAMES = list(TASKS)
 FP32, BF16, FP8 = (catalog.PRECISION_CODE[p] for p in ("fp32", "bf16", "fp8"))
@@ -38,7 +37,7 @@ def play(task, name, seed=0, obs_mode="flat", check=None, **kw):
         if check is not None:
             check(env, obs, infos, actions)
         obs, _, _, _, infos = env.step(actions)
-        for a, info in infos.items():
+        for info in infos.values():
             assert info["illegal"] is False and not info["illegal_fields"].any()
     reports = env.episode_reports
     assert set(reports) == set(env.possible_agents)
@@ -67,7 +66,7 @@ def test_aec_loop_matches_the_parallel_loop(name):
     pol = policies.make(name, aec)
     aec.reset(seed=4)
     pol.reset(4)
-    aec_rewards = {a: 0.0 for a in aec.possible_agents}
+    aec_rewards = dict.fromkeys(aec.possible_agents, 0.0)
     for agent in aec.agent_iter():
         obs, r, term, trunc, info = aec.last()
         aec_rewards[agent] += r
@@ -76,7 +75,7 @@ def test_aec_loop_matches_the_parallel_loop(name):
     pol2 = policies.make(name, env)
     obs, infos = env.reset(seed=4)
     pol2.reset(4)
-    par_rewards = {a: 0.0 for a in env.possible_agents}
+    par_rewards = dict.fromkeys(env.possible_agents, 0.0)
     while env.agents:
         obs, rew, _, _, infos = env.step(pol2.act(obs, infos))
         for a, r in rew.items():
@@ -135,7 +134,9 @@ def fits_alone(env, i, act) -> bool:
     present = np.zeros(st.T, bool)
     present[i] = True
     state = RoundState.initial(st)
-    state = RoundState(prev_alloc=gpus, temp_c=state.temp_c, queue=state.queue, remaining_tokens=state.remaining_tokens, budget_left=np.full(st.T, 1e9))
+    state = RoundState(
+        prev_alloc=gpus, temp_c=state.temp_c, queue=state.queue, remaining_tokens=state.remaining_tokens, budget_left=np.full(st.T, 1e9)
+    )
     out = evaluate(st, Actions(gpus=gpus, bid=np.ones(st.T), precision=prec, batch=batch), state, Draws.expected(st), present)
     return bool(out.alloc[i] == act[0] and not out.oom[i] and not out.vetoed[i] and not out.projected[i])
 
@@ -242,23 +243,36 @@ def test_observed_round_inverts_the_observation_normalization():
             s = env.state()
             seen = env.observed_round()
             again = observed_round(st, s)  # the public function on the vector alone (as a remote client has it)
-            assert all(np.array_equal(getattr(seen.state, f), getattr(again.state, f)) for f in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left"))
+            assert all(
+                np.array_equal(getattr(seen.state, f), getattr(again.state, f))
+                for f in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left")
+            )
             true = env.round_state
             assert np.array_equal(seen.live, [a in env.agents for a in env.possible_agents])
             assert np.array_equal(seen.state.prev_alloc, true.prev_alloc)
             np.testing.assert_allclose(seen.state.budget_left, true.budget_left, rtol=1e-6)
             hot = true.temp_c >= st.critical_temp_c  # clipped at critical in the vector
             np.testing.assert_allclose(seen.state.temp_c[~hot], true.temp_c[~hot], atol=1e-3)
-            np.testing.assert_allclose(np.where(st.is_train, 0, seen.state.queue), np.where(st.is_train, 0, true.queue), rtol=1e-4, atol=1e-3)
+            np.testing.assert_allclose(
+                np.where(st.is_train, 0, seen.state.queue), np.where(st.is_train, 0, true.queue), rtol=1e-4, atol=1e-3
+            )
             job = seen.rows[:, OBS["job_left"]] > 0
-            np.testing.assert_allclose(np.where(st.is_train & job, seen.state.remaining_tokens, 0), np.where(st.is_train & job, true.remaining_tokens, 0), rtol=1e-5)
+            np.testing.assert_allclose(
+                np.where(st.is_train & job, seen.state.remaining_tokens, 0),
+                np.where(st.is_train & job, true.remaining_tokens, 0),
+                rtol=1e-5,
+            )
             if env.round > 0:
                 sched = env.arrival_schedule[env.round - 1]
                 np.testing.assert_allclose(np.where(st.is_train, 0, seen.arrivals), np.where(st.is_train, 0, sched), rtol=1e-4, atol=1e-3)
             # include_queued_jobs adds job_tokens per queued job to the trainers' work, nothing else
             more = env.observed_round(include_queued_jobs=True)
-            np.testing.assert_allclose(more.state.remaining_tokens - seen.state.remaining_tokens, seen.jobs_waiting * st.job_tokens * st.is_train, rtol=1e-9)
-            obs, _, _, _, infos = env.step({a: np.array([rng.choice(np.flatnonzero(d)) for d in infos[a]["action_mask"]]) for a in env.agents})
+            np.testing.assert_allclose(
+                more.state.remaining_tokens - seen.state.remaining_tokens, seen.jobs_waiting * st.job_tokens * st.is_train, rtol=1e-9
+            )
+            _obs, _, _, _, infos = env.step(
+                {a: np.array([rng.choice(np.flatnonzero(d)) for d in infos[a]["action_mask"]]) for a in env.agents}
+            )
 
 
 def test_policy_reset_makes_random_reproducible():
@@ -320,8 +334,22 @@ def test_policies_stay_legal_when_budgets_shrink_the_gpu_mask(task, name):
 def test_a_model_that_fits_nowhere_gets_no_gpus():
     """precision_expert and bidder ask for nothing rather than pay for GPUs that OOM."""
     tenants = [
-        {"kind": "train", "model": "llama-3.1-70b", "gpu_type": "l4", "budget": 100.0, "max_gpus": 2, "workload": {"seq_len": 2048, "job_tokens": 1e7, "rate": 6.0}},
-        {"kind": "train", "model": "qwen2.5-0.5b", "gpu_type": "l4", "budget": 100.0, "max_gpus": 8, "workload": {"seq_len": 2048, "job_tokens": 1e8, "rate": 6.0}},
+        {
+            "kind": "train",
+            "model": "llama-3.1-70b",
+            "gpu_type": "l4",
+            "budget": 100.0,
+            "max_gpus": 2,
+            "workload": {"seq_len": 2048, "job_tokens": 1e7, "rate": 6.0},
+        },
+        {
+            "kind": "train",
+            "model": "qwen2.5-0.5b",
+            "gpu_type": "l4",
+            "budget": 100.0,
+            "max_gpus": 8,
+            "workload": {"seq_len": 2048, "job_tokens": 1e8, "rate": 6.0},
+        },
     ]
     env = fleet_marl.parallel_env(task="tiny", tenants=tenants, cluster={"gpu_types": ["l4"]}, compute_all=False)
     for name in ("precision_expert", "bidder", "planner"):
@@ -356,7 +384,7 @@ def test_split_reads_the_mask_where_the_obs_mode_puts_it():
     from fleet_marl.policies.base import split
 
     env = fleet_marl.parallel_env(task="tiny", obs_mode="dict")
-    obs, infos = env.reset(seed=0)
+    obs, _infos = env.reset(seed=0)
     mask = tuple(np.zeros_like(m) for m in obs["tenant_0"]["action_mask"])
     vec, got = split({"observation": obs["tenant_0"]["observation"], "action_mask": mask}, "tenant_0", {"action_mask": None}, env)
     assert got is mask and vec.shape == (34,)
@@ -371,13 +399,15 @@ def test_aec_loop_in_dict_mode_with_early_terminations(name):
     d = task_dict("easy")
     for t in d["tenants"]:
         t["budget"] *= 0.02
-    aec = fleet_marl.env(task="easy", tenants=d["tenants"], reward={"cost_weight": 0.0}, compute_all=False, illegal_action="raise", obs_mode="dict")
+    aec = fleet_marl.env(
+        task="easy", tenants=d["tenants"], reward={"cost_weight": 0.0}, compute_all=False, illegal_action="raise", obs_mode="dict"
+    )
     pol = policies.make(name, aec)
     aec.reset(seed=1)
     pol.reset(1)
     finished_at = {}
     for agent in aec.agent_iter():
-        obs, r, term, trunc, info = aec.last()
+        obs, _r, term, trunc, info = aec.last()
         if term or trunc:
             finished_at.setdefault(agent, policies.fleet_env(aec).round)
         aec.step(None if term or trunc else pol.act_one(obs, agent, info))

@@ -16,20 +16,21 @@ from fleet_marl.environment import SEQUENTIAL_OBS_INDEX
 from fleet_marl.evaluation.loading import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
-IDLE = '''import numpy as np
+IDLE = """import numpy as np
 class Idle:
     def __init__(self, env): self.env = env
     def reset(self, seed=None): pass
     def act(self, observations, infos):
         return {a: np.array([0, 2, 1, 1, 1, 1, 1, 3]) for a in observations if a in self.env.agents}
-'''
+"""
 
 
 def grade(policy: str, *args: str) -> dict:
     exe = Path(sys.executable).parent / "fleet-marl"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fleet_marl.cli"]
-    r = subprocess.run([*cmd, "evaluate", "--policy", policy, "--episodes", "2", "--json", *args], capture_output=True, text=True,
-                       cwd=ROOT, timeout=600)
+    r = subprocess.run(
+        [*cmd, "evaluate", "--policy", policy, "--episodes", "2", "--json", *args], capture_output=True, text=True, cwd=ROOT, timeout=600
+    )
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -41,11 +42,14 @@ def idle(tmp_path_factory):
     return str(path)
 
 
-@pytest.mark.parametrize("example, args", [
-    ("fair_bf16.py", ("--task", "easy")),
-    ("kernel_lookahead.py", ("--task", "easy")),
-    ("claim_reader.py", ("--task", "medium", "--protocol", "sequential", "--turn-order", "rotating")),
-])
+@pytest.mark.parametrize(
+    "example, args",
+    [
+        ("fair_bf16.py", ("--task", "easy")),
+        ("kernel_lookahead.py", ("--task", "easy")),
+        ("claim_reader.py", ("--task", "medium", "--protocol", "sequential", "--turn-order", "rotating")),
+    ],
+)
 def test_each_example_is_graded_by_evaluate_well_above_asking_for_nothing(example, args, idle):
     assert (ROOT / "policies" / example).read_text().startswith('"""')  # a docstring says what it does and how to grade it
     got, nothing = grade(f"policies/{example}", *args), grade(idle, *args)
@@ -92,8 +96,15 @@ def test_the_lookahead_asks_for_the_count_the_kernel_scores_best():
         for k in np.flatnonzero(np.asarray(infos[agent]["action_mask"][0])):
             gpus = base.gpus.copy()
             gpus[i] = k
-            w = evaluate(st, Actions(gpus[None], base.bid[None], base.precision[None], base.batch[None]), seen.state, Draws.expected(st), seen.live).welfare[0]
+            w = evaluate(
+                st, Actions(gpus[None], base.bid[None], base.precision[None], base.batch[None]), seen.state, Draws.expected(st), seen.live
+            ).welfare[0]
             best = max(best, w)
         gpus = base.gpus.copy()
         gpus[i] = a[0]
-        assert evaluate(st, Actions(gpus[None], base.bid[None], base.precision[None], base.batch[None]), seen.state, Draws.expected(st), seen.live).welfare[0] == best
+        assert (
+            evaluate(
+                st, Actions(gpus[None], base.bid[None], base.precision[None], base.batch[None]), seen.state, Draws.expected(st), seen.live
+            ).welfare[0]
+            == best
+        )

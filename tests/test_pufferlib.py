@@ -40,7 +40,9 @@ def uneven(max_cycles: int = 4) -> dict:
 
 
 def test_native_make_returns_the_env_and_its_buffers_hold_the_vector_step():
-    env = pufferlib.vector.make(FleetPufferEnv, backend=pufferlib.PufferEnv, env_kwargs={"num_clusters": 3, "task": "easy", "max_cycles": 3})
+    env = pufferlib.vector.make(
+        FleetPufferEnv, backend=pufferlib.PufferEnv, env_kwargs={"num_clusters": 3, "task": "easy", "max_cycles": 3}
+    )
     assert isinstance(env, FleetPufferEnv) and env.num_agents == 12 and not env.emulated
     ref = FleetVectorEnv(3, "easy", max_cycles=3, compute_all=False)
     r_obs, infos = ref.reset(seed=0)
@@ -112,7 +114,7 @@ def test_pufferlib_vector_backends_run_several_envs_into_shared_buffers(backend)
         offsets = np.concatenate(([0], np.cumsum([9, 5, 5, 5, 5, 5, 5, 9])))
         done = 0
         for _ in range(7):
-            obs, rew, term, trunc, _ = vec.step(sample_masked(obs[:, 34:] > 0, offsets, rng))  # masks from the observation
+            obs, rew, _term, trunc, _ = vec.step(sample_masked(obs[:, 34:] > 0, offsets, rng))  # masks from the observation
             assert np.isfinite(rew).all()
             done += int(trunc.all())
         assert done == 2
@@ -135,7 +137,7 @@ def test_the_extra_and_the_no_deps_install_are_named_when_pufferlib_is_missing(m
 
     monkeypatch.setitem(sys.modules, "pufferlib", None)
     with pytest.raises(MissingExtra, match=r"pip install --no-deps pufferlib-core==3\.0\.23.*needs the \[pufferlib\] extra"):
-        adapter.FleetPufferEnv  # noqa: B018
+        adapter.FleetPufferEnv
 
 
 def test_pettingzoo_puffer_env_over_the_parallel_env_is_the_reference():

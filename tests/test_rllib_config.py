@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -64,8 +65,8 @@ def test_wrapper_full_episode_with_masked_sampling_is_legal_and_ends_with_all():
         acts = {}
         for a in env.agents:
             m = obs[a]["action_mask"]
-            acts[a] = np.array([rng.choice(np.flatnonzero(m[o:o + n])) for o, n in zip(env._offsets[:-1], env.nvec_max)])
-        obs, rew, term, trunc, infos = env.step(acts)
+            acts[a] = np.array([rng.choice(np.flatnonzero(m[o : o + n])) for o, n in zip(env._offsets[:-1], env.nvec_max, strict=False)])
+        obs, _rew, term, trunc, infos = env.step(acts)
         steps += 1
         assert all(not i["illegal"] for i in infos.values())
         if term["__all__"] or trunc["__all__"]:
@@ -82,11 +83,16 @@ def test_wrapper_mixed_terminated_and_truncated_ending_sets_all():
     mask = tuple(np.ones(n, np.int8) for n in env.nvec_max)
 
     class Ending:  # the last two agents end together, one broke (terminated), one at the horizon
-        agents: list = []
+        agents: ClassVar[list] = []
 
         def step(self, actions):
-            return ({a: o for a in actions}, {a: 0.0 for a in actions}, {"tenant_0": True, "tenant_1": False},
-                    {"tenant_0": False, "tenant_1": True}, {a: {"action_mask": mask} for a in actions})
+            return (
+                dict.fromkeys(actions, o),
+                dict.fromkeys(actions, 0.0),
+                {"tenant_0": True, "tenant_1": False},
+                {"tenant_0": False, "tenant_1": True},
+                {a: {"action_mask": mask} for a in actions},
+            )
 
     env.par_env = Ending()
     _, _, term, trunc, _ = env.step({"tenant_0": np.zeros(8, int), "tenant_1": np.zeros(8, int)})
@@ -152,7 +158,7 @@ def test_wrapper_seeding_mixes_the_worker_index():
         env.reset(seed=seed)
         out = []
         for _ in range(5):  # the arrivals differ by seed; compare a few rounds of the state
-            o, *_ = env.step({a: env.par_env.default_action_index[i] for i, a in enumerate(env.agents)})
+            _o, *_ = env.step({a: env.par_env.default_action_index[i] for i, a in enumerate(env.agents)})
             out.append(env.par_env.state())
         return np.concatenate(out)
 
@@ -192,19 +198,22 @@ def test_every_shipped_config_loads_and_matches_its_generator():
     assert len(seen) == 72
 
 
-@pytest.mark.parametrize("data, match", [
-    ({"tsk": "easy"}, r"unknown key 'tsk'; valid keys: task, reward_scheme"),
-    ({"reward_scheme": "selfish"}, r"reward_scheme = 'selfish': expected one of local, global, mixed"),
-    ({"sharing": "everyone"}, r"sharing = 'everyone': expected one of shared, per_tenant, per_kind, mappo"),
-    ({"task": "huge"}, r"task = 'huge': expected one of tiny, easy"),
-    ({"sharing": "mappo", "obs_mode": "flat"}, r"obs_mode = 'flat': expected 'dict' with sharing 'mappo'"),
-    ({"iterations": 0}, r"iterations = 0: expected an integer >= 1"),
-    ({"minibatch_size": 5000}, r"minibatch_size = 5000: expected at most train_batch_size"),
-    ({"lr": -1}, r"lr = -1: expected a number"),
-    ({"hidden": []}, r"hidden = \[\]: expected a non-empty list"),
-    ({"env": {"arbiter": {"mechanism": "lottery"}}}, r"env = .*lottery"),
-    ({"env": {"task": "hard"}}, r"env.task is set by the top-level key"),
-])
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        ({"tsk": "easy"}, r"unknown key 'tsk'; valid keys: task, reward_scheme"),
+        ({"reward_scheme": "selfish"}, r"reward_scheme = 'selfish': expected one of local, global, mixed"),
+        ({"sharing": "everyone"}, r"sharing = 'everyone': expected one of shared, per_tenant, per_kind, mappo"),
+        ({"task": "huge"}, r"task = 'huge': expected one of tiny, easy"),
+        ({"sharing": "mappo", "obs_mode": "flat"}, r"obs_mode = 'flat': expected 'dict' with sharing 'mappo'"),
+        ({"iterations": 0}, r"iterations = 0: expected an integer >= 1"),
+        ({"minibatch_size": 5000}, r"minibatch_size = 5000: expected at most train_batch_size"),
+        ({"lr": -1}, r"lr = -1: expected a number"),
+        ({"hidden": []}, r"hidden = \[\]: expected a non-empty list"),
+        ({"env": {"arbiter": {"mechanism": "lottery"}}}, r"env = .*lottery"),
+        ({"env": {"task": "hard"}}, r"env.task is set by the top-level key"),
+    ],
+)
 def test_bad_configs_name_the_field(data, match):
     with pytest.raises(TrainConfigError, match=match):
         TrainConfig.from_dict(data, source="my.yaml")
@@ -318,9 +327,15 @@ def test_flatten_keeps_finite_numbers_and_averages_the_learners():
 
     nan = float("nan")
     result = {
-        "training_iteration": 3, "num_env_steps_sampled_lifetime": 6000.0, "config": {"lr": 1.0},
+        "training_iteration": 3,
+        "num_env_steps_sampled_lifetime": 6000.0,
+        "config": {"lr": 1.0},
         "env_runners": {"fleet/welfare": 12.5, "fleet/jain": nan, "episode_return_mean": np.float32(2.0)},
-        "learners": {"train": {"vf_loss": 1.0, "entropy": nan}, "serve": {"vf_loss": 3.0, "entropy": 4.0}, "__all_modules__": {"vf_loss": 99.0}},
+        "learners": {
+            "train": {"vf_loss": 1.0, "entropy": nan},
+            "serve": {"vf_loss": 3.0, "entropy": 4.0},
+            "__all_modules__": {"vf_loss": 99.0},
+        },
     }
     flat = flatten(result)
     assert all(np.isfinite(v) for v in flat.values())
@@ -516,7 +531,10 @@ def test_a_checkpoint_is_graded_only_under_the_protocol_it_learned(tmp_path):
     from fleet_marl.training import check_trained_on
 
     seq = _fake_checkpoint(tmp_path / "seq", TrainConfig(task="tiny", env={"protocol": "sequential", "turn_order": "rotating"}))
-    with pytest.raises(PolicyError, match=r"trained with protocol = 'sequential' and this environment plays protocol = 'simultaneous'.*--protocol sequential"):
+    with pytest.raises(
+        PolicyError,
+        match=r"trained with protocol = 'sequential' and this environment plays protocol = 'simultaneous'.*--protocol sequential",
+    ):
         load_policy(str(seq.parent), fleet_marl.parallel_env(task="tiny"))
     sim = _fake_checkpoint(tmp_path / "sim", TrainConfig(task="tiny"))
     with pytest.raises(PolicyError, match=r"trained with protocol = 'simultaneous' and this environment plays protocol = 'sequential'"):

@@ -90,11 +90,11 @@ def test_masks_in_infos_in_their_layout_and_action_masks(layout):
 def test_a_tenant_that_leaves_early_is_done_once_then_dead_until_its_cluster_ends():
     venv = FleetSB3VecEnv(num_clusters=1, config=uneven(4), seed=0)
     ref = FleetVectorEnv(1, config=uneven(4), compute_all=False)
-    ref_obs, _ = ref.reset(seed=0)
+    _ref_obs, _ = ref.reset(seed=0)
     venv.reset()
     acts = np.stack([BROKE, BROKE])
     obs, rew, dones, infos = venv.step(acts)
-    r_obs, r_rew, r_term, _, r_infos = ref.step(acts[None])
+    r_obs, r_rew, r_term, _, _r_infos = ref.step(acts[None])
     assert dones.tolist() == [False, True] and r_term[0, 1]
     assert not infos[1]["TimeLimit.truncated"] and infos[1]["episode"] == {"r": pytest.approx(float(r_rew[0, 1])), "l": 1}
     assert np.array_equal(infos[1]["terminal_observation"], r_obs[0, 1])  # its last observation
@@ -161,7 +161,7 @@ def test_the_extra_is_named_when_sb3_is_missing(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "stable_baselines3", None)
     with pytest.raises(MissingExtra, match=r"needs the \[sb3\] extra: pip install 'fleet-marl\[sb3\]'"):
-        fleet_marl.sb3.FleetSB3VecEnv  # noqa: B018
+        fleet_marl.sb3.FleetSB3VecEnv
 
 
 def test_importing_the_package_loads_no_sb3_or_torch():

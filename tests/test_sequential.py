@@ -19,6 +19,7 @@ import subprocess
 import sys
 import types
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,10 +29,19 @@ import fleet_marl
 from fleet_marl import policies
 from fleet_marl.config import REWARD_SCHEMES, ConfigError
 from fleet_marl.environment import (
-    CLAIM_FIELDS, N_CLAIM, N_OBS, OBS_FIELDS, SEQUENTIAL_OBS_INDEX, ActionError, FleetParallelEnv, FleetSequentialEnv, scheme_rewards,
+    CLAIM_FIELDS,
+    N_CLAIM,
+    N_OBS,
+    OBS_FIELDS,
+    SEQUENTIAL_OBS_INDEX,
+    ActionError,
+    FleetParallelEnv,
+    FleetSequentialEnv,
+    scheme_rewards,
 )
 from fleet_marl.environment.observations import unsquash
-from fleet_marl.tasks import TASKS as REGISTRY, TURN_ORDERS
+from fleet_marl.tasks import TASKS as REGISTRY
+from fleet_marl.tasks import TURN_ORDERS
 
 TASKS = list(REGISTRY)
 EXPECTED_WARNINGS = (
@@ -104,7 +114,11 @@ def test_observation_sees_the_claims_before_its_turn_and_not_after():
     first = a.observe("tenant_2")
     assert first.shape == (N_OBS + N_CLAIM,) and first.dtype == np.float32
     np.testing.assert_array_equal(first[[CI["claimed"], CI["claimed_bid"], CI["claimants"]]], 0.0)
-    assert first[CI["unclaimed"]] == 1.0 and first[CI["position"]] == pytest.approx(2 / 3) and first[CI["after_in_pool"]] == pytest.approx(1 / 4)
+    assert (
+        first[CI["unclaimed"]] == 1.0
+        and first[CI["position"]] == pytest.approx(2 / 3)
+        and first[CI["after_in_pool"]] == pytest.approx(1 / 4)
+    )
     # the base features are the simultaneous protocol's
     par = fleet_marl.parallel_env(task="easy")
     pobs, _ = par.reset(seed=5)
@@ -170,7 +184,7 @@ def test_state_and_masks_in_dict_mode():
 
 
 def test_claim_fields_are_documented():
-    doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "environment.md")).read()
+    doc = Path(__file__).resolve().parents[1].joinpath("docs", "environment.md").read_text()
     for name, _ in CLAIM_FIELDS:
         assert f"`{name}`" in doc, name
     assert len(SEQUENTIAL_OBS_INDEX) == len(OBS_FIELDS) + len(CLAIM_FIELDS)
@@ -207,7 +221,9 @@ def test_turn_orders():
     assert _orders("medium", "fixed", 0, 3) == [names] * 3
     assert _orders("medium", "rotating", 0, 3) == [names, names[1:] + names[:1], names[2:] + names[:2]]
     prio = _orders("medium", "priority", 0, 2)
-    assert prio == [["tenant_2", "tenant_7", "tenant_0", "tenant_1", "tenant_3", "tenant_4", "tenant_5", "tenant_6"]] * 2  # priority 2 first
+    assert (
+        prio == [["tenant_2", "tenant_7", "tenant_0", "tenant_1", "tenant_3", "tenant_4", "tenant_5", "tenant_6"]] * 2
+    )  # priority 2 first
     rand = _orders("medium", "random", 0, 6)
     assert all(sorted(r) == names for r in rand)
     assert len({tuple(r) for r in rand}) > 1  # a new permutation each round
@@ -244,9 +260,11 @@ def test_dead_tenants_leave_the_order():
 
 def _policy_of(seed):
     """Actions that depend on (round, agent) only, never on the observation."""
+
     def act(round_, agent, mask):
         rng = np.random.default_rng([seed, round_, int(agent.split("_")[1])])
         return masked_choice(rng, mask)
+
     return act
 
 
@@ -270,7 +288,7 @@ def test_rewards_through_last_equal_the_simultaneous_rounds(scheme):
     u = env.unwrapped
     got = {a: [] for a in env.possible_agents}
     for agent in env.agent_iter():
-        obs, reward, term, trunc, info = env.last()
+        _obs, reward, term, trunc, info = env.last()
         r = u.round
         if r > 0:  # the reward of the round before this turn, or of the last round on the dead step
             assert reward == want_rewards[r - 1][agent]
@@ -368,8 +386,13 @@ def test_full_episode_is_identical_in_two_processes():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = []
     for hashseed in ("1", "2"):
-        r = subprocess.run([sys.executable, "-c", EPISODE, "medium", "4", root], capture_output=True, text=True,
-                           env=dict(os.environ, PYTHONHASHSEED=hashseed), timeout=600)
+        r = subprocess.run(
+            [sys.executable, "-c", EPISODE, "medium", "4", root],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHONHASHSEED=hashseed),
+            timeout=600,
+        )
         assert r.returncode == 0, r.stderr
         out.append(r.stdout.strip())
     assert out[0] == out[1] and len(out[0]) == 64
@@ -402,13 +425,17 @@ def test_bad_actions_name_the_agent_and_field_and_change_nothing():
     env.step(np.array([2, 0, 1, 1, 1, 1, 1, 0]))
     u = env.unwrapped
     before = (env.agent_selection, u.claims, env.observe("tenant_1").copy(), env.observe("tenant_2").copy(), env.state().copy())
-    for bad, field in ((np.array([99, 0, 1, 1, 1, 1, 1, 0]), r"action\[0\] \(gpus\)"), (np.array([1, 0, 1]), "action.shape"),
-                       (None, "action"), (np.array([1, 0, 9, 1, 1, 1, 1, 0]), r"action\[2\] \(precision.embedding\)")):
+    for bad, field in (
+        (np.array([99, 0, 1, 1, 1, 1, 1, 0]), r"action\[0\] \(gpus\)"),
+        (np.array([1, 0, 1]), "action.shape"),
+        (None, "action"),
+        (np.array([1, 0, 9, 1, 1, 1, 1, 0]), r"action\[2\] \(precision.embedding\)"),
+    ):
         with pytest.raises(ActionError, match=f"tenant_1: {field}"):
             env.step(bad)
         after = (env.agent_selection, u.claims, env.observe("tenant_1"), env.observe("tenant_2"), env.state())
         assert after[:2] == before[:2]
-        for x, y in zip(after[2:], before[2:]):
+        for x, y in zip(after[2:], before[2:], strict=False):
             np.testing.assert_array_equal(x, y)
     env.step(np.array([1, 0, 1, 1, 1, 1, 1, 0]))  # the agent tries again
     assert env.agent_selection == "tenant_2" and u.claims["tenant_1"]["gpus"] == 1
@@ -446,7 +473,7 @@ def _after_claims(task, claims, agent, name, warm_up=0, **kw):
     env.reset(seed=0)
     pol = policies.make(name, env)
     pol.reset(0)
-    for agent_ in env.agent_iter(warm_up * len(env.possible_agents)):
+    for _ in env.agent_iter(warm_up * len(env.possible_agents)):
         env.step(np.array([0, 0, 1, 1, 1, 1, 1, 0]))
     for a, act in claims.items():
         assert env.agent_selection == a
@@ -489,19 +516,39 @@ def test_bidder_reads_the_claims():
 
 
 def test_grader_and_command_under_the_sequential_protocol(capsys):
-    from fleet_marl.evaluation import evaluate, make_env
-    from fleet_marl.evaluation import command
-    from fleet_marl.errors import UsageError
     import argparse
 
+    from fleet_marl.errors import UsageError
+    from fleet_marl.evaluation import command, evaluate, make_env
+
     assert isinstance(make_env("tiny", protocol="sequential").unwrapped, FleetSequentialEnv)
-    s = evaluate("tiny", "fair_share", episodes=2, overrides={"protocol": "sequential", "turn_order": "rotating"}, progress=False, cache=False).summary()
+    s = evaluate(
+        "tiny", "fair_share", episodes=2, overrides={"protocol": "sequential", "turn_order": "rotating"}, progress=False, cache=False
+    ).summary()
     assert s["protocol"] == "sequential" and s["turn_order"] == "rotating" and 0.0 <= s["score"] <= 1.0
     assert evaluate("tiny", "fair_share", episodes=1, progress=False, cache=False).summary()["protocol"] == "simultaneous"
     parser = argparse.ArgumentParser()
     command.add_arguments(parser)
-    assert command.run(parser.parse_args(["--task", "tiny", "--policy", "bidder", "--episodes", "1", "--protocol", "sequential",
-                                          "--turn-order", "priority", "--no-cache"])) == 0
+    assert (
+        command.run(
+            parser.parse_args(
+                [
+                    "--task",
+                    "tiny",
+                    "--policy",
+                    "bidder",
+                    "--episodes",
+                    "1",
+                    "--protocol",
+                    "sequential",
+                    "--turn-order",
+                    "priority",
+                    "--no-cache",
+                ]
+            )
+        )
+        == 0
+    )
     assert "protocol sequential, turn order priority" in capsys.readouterr().out
     with pytest.raises(UsageError, match="--turn-order random: only with --protocol sequential"):
         command.run(parser.parse_args(["--task", "tiny", "--turn-order", "random"]))
@@ -540,7 +587,7 @@ def test_protocol_study_measures_both_protocols():
     env = make_env("easy", protocol="sequential", turn_order="rotating")
     assert seq_.welfare == pytest.approx(run_episode(env, policies.make("fair_share", env), 2).welfare, rel=1e-9)
     bid = protocols.episode("medium", "bidder", 0, "sequential")
-    assert 0.0 <= bid.oversubscribed <= 1.0 and 0.0 < bid.price and 0.0 < bid.jain <= 1.0
+    assert 0.0 <= bid.oversubscribed <= 1.0 and bid.price > 0.0 and 0.0 < bid.jain <= 1.0
     assert all(np.isfinite(bid.by_quarter))
     rows = protocols.study(["tiny"], ["random", "bidder"], [0, 1])
     table = protocols.markdown(rows)
@@ -564,7 +611,10 @@ def test_demo_under_the_sequential_protocol(capsys):
     ev = evaluate("tiny", "bidder", episodes=1, seed=0, overrides=SEQ_ROTATING, progress=False)
     assert s["welfare"] == pytest.approx(float(ev.welfare[0]), rel=1e-12)
     assert out.getvalue().count("fleet_v0 tiny  round") == s["rounds"] + 1  # each round's start, and the end
-    assert cli_main(["demo", "--task", "tiny", "--policy", "bidder", "--every", "10", "--protocol", "sequential", "--turn-order", "rotating"]) == 0
+    assert (
+        cli_main(["demo", "--task", "tiny", "--policy", "bidder", "--every", "10", "--protocol", "sequential", "--turn-order", "rotating"])
+        == 0
+    )
     assert "protocol sequential (rotating turns): 25 rounds" in capsys.readouterr().out
     assert cli_main(["demo", "--task", "tiny", "--turn-order", "rotating"]) == 2
     assert "--turn-order rotating: only with --protocol sequential" in capsys.readouterr().err
@@ -583,8 +633,23 @@ def test_baselines_under_the_sequential_protocol(tmp_path, capsys):
     results, readme = tmp_path / "results.md", tmp_path / "README.md"
     results.write_text("r\n")
     readme.write_text("x\n")
-    args = ["baselines", "--tasks", "tiny", "--policies", "bidder", "--episodes", "2", "--results", str(results), "--readme", str(readme),
-            "--protocol", "sequential", "--turn-order", "rotating"]
+    args = [
+        "baselines",
+        "--tasks",
+        "tiny",
+        "--policies",
+        "bidder",
+        "--episodes",
+        "2",
+        "--results",
+        str(results),
+        "--readme",
+        str(readme),
+        "--protocol",
+        "sequential",
+        "--turn-order",
+        "rotating",
+    ]
     assert cli_main(args) == 0
     cap = capsys.readouterr()
     assert "| tiny | bidder |" in cap.out and "left as they are" in cap.err

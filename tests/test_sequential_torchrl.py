@@ -117,19 +117,18 @@ torch = pytest.importorskip("torch")
 
 from fleet_marl.evaluation import evaluate  # noqa: E402
 from fleet_marl.evaluation.loading import PolicyError  # noqa: E402
-from fleet_marl.training import TrainConfigError  # noqa: E402
 from fleet_marl.torchrl import GROUP  # noqa: E402
 from fleet_marl.torchrl.policy import build_networks, turn_logits  # noqa: E402
 from fleet_marl.torchrl.sequential import TurnCollector, turns_to_rounds  # noqa: E402
 from fleet_marl.torchrl.train import Learner, TorchRLTrainConfig, train  # noqa: E402
+from fleet_marl.training import TrainConfigError  # noqa: E402
 
 SEQ = {"protocol": "sequential", "turn_order": "rotating"}
 
 
 def test_turns_to_rounds_against_hand_built_data():
     # 2 clusters, 2 rounds, 3 tenants; each turn's value is 100 * cluster + 10 * round + tenant
-    agent = torch.tensor([[0, 1, 2, 1, 2, 0],
-                          [2, 0, 1, 0, 2, 1]])
+    agent = torch.tensor([[0, 1, 2, 1, 2, 0], [2, 0, 1, 0, 2, 1]])
     B, RN = agent.shape
     x = torch.tensor([[100 * b + 10 * (t // 3) + int(agent[b, t]) for t in range(RN)] for b in range(B)])
     out = turns_to_rounds(x, agent, 3)
@@ -144,11 +143,15 @@ def test_turns_to_rounds_against_hand_built_data():
         turns_to_rounds(x, agent, 4)
 
 
-@pytest.mark.parametrize("sharing,agent_id", [("shared", True), ("shared", False), ("mappo", True), ("per_tenant", False), ("per_kind", True)])
+@pytest.mark.parametrize(
+    "sharing,agent_id", [("shared", True), ("shared", False), ("mappo", True), ("per_tenant", False), ("per_kind", True)]
+)
 def test_turn_logits_are_the_tenants_rows_of_the_full_network(sharing, agent_id):
     torch.manual_seed(0)
     N, F, nvec = 3, 40, [9, 5, 5, 5, 5, 5, 5, 9]
-    actor, _, _ = build_networks(sharing, N, F, 10, nvec, ["train", "serve", "train"], [16], "relu", autoregressive=False, agent_id=agent_id)
+    actor, _, _ = build_networks(
+        sharing, N, F, 10, nvec, ["train", "serve", "train"], [16], "relu", autoregressive=False, agent_id=agent_id
+    )
     obs, agent = torch.rand(5, F), torch.tensor([0, 2, 1, 1, 0])
     full = actor(torch.rand(5, N, F).index_put_((torch.arange(5), agent), obs))
     assert torch.allclose(turn_logits(actor, obs, agent, N), full[torch.arange(5), agent], atol=1e-6)
@@ -176,8 +179,22 @@ def test_the_collector_lays_each_tenants_turn_out_in_its_round():
 
 
 def test_train_under_the_sequential_protocol_and_grade_on_the_aec_env(tmp_path):
-    tc = TorchRLTrainConfig(task="tiny", iterations=2, num_envs=8, rollout=10, epochs=1, minibatch=40, hidden=[16], collector="sync",
-                            eval_interval=2, eval_episodes=1, final_episodes=1, checkpoint_interval=0, out=str(tmp_path), env=SEQ)
+    tc = TorchRLTrainConfig(
+        task="tiny",
+        iterations=2,
+        num_envs=8,
+        rollout=10,
+        epochs=1,
+        minibatch=40,
+        hidden=[16],
+        collector="sync",
+        eval_interval=2,
+        eval_episodes=1,
+        final_episodes=1,
+        checkpoint_interval=0,
+        out=str(tmp_path),
+        env=SEQ,
+    )
     assert tc.run_name == "tiny-shared-local-sequential-torchrl"
     res = train(tc, progress=False)
     assert res.agent_steps == 2 * 8 * 10 * 2 and res.rows[-1]["eval_welfare"] != ""
@@ -200,8 +217,20 @@ def test_bad_protocol_and_turn_order_in_the_training_config_are_named():
 
 
 def test_async_collection_under_the_sequential_protocol_runs_in_a_worker(tmp_path):
-    tc = TorchRLTrainConfig(task="tiny", iterations=2, num_envs=4, rollout=5, epochs=1, minibatch=20, hidden=[8], collector="async",
-                            eval_interval=0, final_episodes=0, out=str(tmp_path), env=SEQ)
+    tc = TorchRLTrainConfig(
+        task="tiny",
+        iterations=2,
+        num_envs=4,
+        rollout=5,
+        epochs=1,
+        minibatch=20,
+        hidden=[8],
+        collector="async",
+        eval_interval=0,
+        final_episodes=0,
+        out=str(tmp_path),
+        env=SEQ,
+    )
     res = train(tc, progress=False)
     assert res.iterations == 2 and all(np.isfinite(float(r["policy_loss"])) for r in res.rows)
 
@@ -210,13 +239,28 @@ def test_the_protocol_study_adds_a_trained_row_per_protocol(tmp_path, capsys):
     from fleet_marl.evaluation import make_env, run_episode
     from fleet_marl.studies import protocols
 
-    small = dict(task="tiny", iterations=1, num_envs=4, rollout=5, epochs=1, minibatch=20, hidden=[8], collector="sync", eval_interval=0,
-                 final_episodes=0, out=str(tmp_path))
+    small = dict(
+        task="tiny",
+        iterations=1,
+        num_envs=4,
+        rollout=5,
+        epochs=1,
+        minibatch=20,
+        hidden=[8],
+        collector="sync",
+        eval_interval=0,
+        final_episodes=0,
+        out=str(tmp_path),
+    )
     sim = str(train(TorchRLTrainConfig(**small), progress=False).run_dir)
     seq = str(train(TorchRLTrainConfig(**small, env=SEQ), progress=False).run_dir)
     rows = protocols.study(["tiny"], ["random"], [0, 1], runs={"simultaneous": sim, "sequential": seq})
-    assert [(r["policy"], r["protocol"]) for r in rows] == [("random", "simultaneous"), ("random", "sequential"),
-                                                           ("trained", "simultaneous"), ("trained", "sequential")]
+    assert [(r["policy"], r["protocol"]) for r in rows] == [
+        ("random", "simultaneous"),
+        ("random", "sequential"),
+        ("trained", "simultaneous"),
+        ("trained", "sequential"),
+    ]
     # graded as the grader grades: the same episodes, on the same seeds as the references
     env = make_env("tiny", protocol="sequential", turn_order="rotating")
     from fleet_marl.evaluation.loading import load_policy
@@ -235,10 +279,15 @@ def test_the_protocol_study_adds_a_trained_row_per_protocol(tmp_path, capsys):
         protocols.main(["--tasks", "tiny", "--run", f"turns={seq}"])
     assert "protocol = 'turns': expected one of simultaneous, sequential" in capsys.readouterr().err
     # --policies with no names: the trained rows alone; with no --run either, or an unknown name: refused by name
-    assert protocols.main(["--tasks", "tiny", "--seeds", "1", "--policies", "--run", f"simultaneous={sim}", "--run", f"sequential={seq}"]) == 0
+    assert (
+        protocols.main(["--tasks", "tiny", "--seeds", "1", "--policies", "--run", f"simultaneous={sim}", "--run", f"sequential={seq}"]) == 0
+    )
     out = capsys.readouterr().out
     assert "| tiny | trained | simultaneous |" in out and "| tiny | trained | sequential |" in out and "| tiny | random |" not in out
-    for argv, message in ((["--policies"], "nothing to play"), (["--policies", "random", "dealer"], "--policies dealer: expected names from")):
+    for argv, message in (
+        (["--policies"], "nothing to play"),
+        (["--policies", "random", "dealer"], "--policies dealer: expected names from"),
+    ):
         with pytest.raises(SystemExit):
             protocols.main(["--tasks", "tiny", *argv])
         assert message in capsys.readouterr().err

@@ -19,13 +19,21 @@ LISTED_SKIP = 'import pytest\n\n@pytest.mark.skipif(True, reason="no shared trac
 def run(tmp_path, body: str, strict: bool):
     (tmp_path / "test_sample.py").write_text(body)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FLEET_MARL_STRICT_SKIPS": "1" if strict else "0"}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.skip_check", "-p", "no:cacheprovider", str(tmp_path / "test_sample.py")],
-                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "tests.skip_check", "-p", "no:cacheprovider", str(tmp_path / "test_sample.py")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
 
 
 def test_an_unlisted_skip_fails_only_under_strictness(tmp_path):
     r = run(tmp_path, MODULE_SKIP, strict=True)
-    assert r.returncode == 1 and "skipped for a reason not in allowed_skips.txt" in r.stdout and "no_such_module_fleet_marl" in r.stdout, r.stdout
+    assert r.returncode == 1 and "skipped for a reason not in allowed_skips.txt" in r.stdout and "no_such_module_fleet_marl" in r.stdout, (
+        r.stdout
+    )
     r = run(tmp_path, MODULE_SKIP, strict=False)
     assert r.returncode == pytest.ExitCode.NO_TESTS_COLLECTED and "1 skipped" in r.stdout  # pytest's own verdict, untouched
 

@@ -61,7 +61,7 @@ def test_equals_the_vector_env_step_by_step_across_resets():
         a = _actions(ref, infos, rng)
         td.set((GROUP, "action"), torch.from_numpy(a))
         td = env.step(td)
-        obs, rew, term, trunc, infos = ref.step(a)
+        obs, rew, _term, _trunc, infos = ref.step(a)
         nxt = td["next"]
         np.testing.assert_array_equal(nxt[GROUP, "reward"].squeeze(-1).numpy(), rew.astype(np.float32))
         done = infos["_final"]
@@ -106,12 +106,12 @@ def test_masked_multicategorical_samples_log_probs_and_entropy():
     assert s.shape == (4000, 3, 4, 8)
     ref_lp, ref_ent = 0.0, 0.0
     for k, n in enumerate(NVEC):
-        seg = logits[..., offsets[k]: offsets[k + 1]].masked_fill(~mask[..., offsets[k]: offsets[k + 1]], -1e9)
+        seg = logits[..., offsets[k] : offsets[k + 1]].masked_fill(~mask[..., offsets[k] : offsets[k + 1]], -1e9)
         lp = torch.log_softmax(seg, -1)
-        ref_lp = ref_lp + lp.gather(-1, s[0][..., k: k + 1]).squeeze(-1)
+        ref_lp = ref_lp + lp.gather(-1, s[0][..., k : k + 1]).squeeze(-1)
         ref_ent = ref_ent - (lp.exp() * lp).sum(-1)
         freq = torch.bincount(s[:, 0, 0, k], minlength=n).float() / len(s)
-        assert (freq[~mask[0, 0, offsets[k]: offsets[k + 1]]] == 0).all()  # a masked choice is never drawn
+        assert (freq[~mask[0, 0, offsets[k] : offsets[k + 1]]] == 0).all()  # a masked choice is never drawn
         assert (freq - lp[0, 0].exp()).abs().max() < 0.04
         assert d.mode[0, 0, k] == lp[0, 0].argmax()
     torch.testing.assert_close(d.log_prob(s[0]), ref_lp)
@@ -211,16 +211,36 @@ def test_a_tenant_that_left_adds_nothing_to_the_loss():
         learner.optim.step = lambda: None  # keep the weights; look at the gradients
         learner.update(data)
         grads.append([p.grad.clone() for p in learner.loss.parameters() if p.grad is not None])
-    for g0, g1 in zip(*grads):
+    for g0, g1 in zip(*grads, strict=False):
         torch.testing.assert_close(g0, g1)
 
 
 def test_train_writes_a_run_folder_that_the_grader_loads(tmp_path):
-    tc = TorchRLTrainConfig(task="tiny", iterations=2, num_envs=8, rollout=10, epochs=1, minibatch=40, hidden=[16],
-                            eval_interval=2, eval_episodes=1, final_episodes=1, checkpoint_interval=1, out=str(tmp_path))
+    tc = TorchRLTrainConfig(
+        task="tiny",
+        iterations=2,
+        num_envs=8,
+        rollout=10,
+        epochs=1,
+        minibatch=40,
+        hidden=[16],
+        eval_interval=2,
+        eval_episodes=1,
+        final_episodes=1,
+        checkpoint_interval=1,
+        out=str(tmp_path),
+    )
     res = train(tc, progress=False)
     run = res.run_dir
-    for name in ("checkpoint/model.pt", "checkpoint/fleet_marl_torchrl.json", "metrics.csv", "learning_curve.png", "results.md", "results.json", "config.yaml"):
+    for name in (
+        "checkpoint/model.pt",
+        "checkpoint/fleet_marl_torchrl.json",
+        "metrics.csv",
+        "learning_curve.png",
+        "results.md",
+        "results.json",
+        "config.yaml",
+    ):
         assert (run / name).is_file(), name
     assert list((run / "tb").iterdir())
     rows = (run / "metrics.csv").read_text().splitlines()
@@ -239,16 +259,40 @@ def test_train_writes_a_run_folder_that_the_grader_loads(tmp_path):
 
 
 def test_the_grader_refuses_a_run_on_another_task(tmp_path):
-    tc = TorchRLTrainConfig(task="tiny", iterations=1, num_envs=2, rollout=5, epochs=1, minibatch=10, hidden=[8],
-                            eval_interval=0, final_episodes=0, out=str(tmp_path))
+    tc = TorchRLTrainConfig(
+        task="tiny",
+        iterations=1,
+        num_envs=2,
+        rollout=5,
+        epochs=1,
+        minibatch=10,
+        hidden=[8],
+        eval_interval=0,
+        final_episodes=0,
+        out=str(tmp_path),
+    )
     run = train(tc, progress=False).run_dir
     with pytest.raises(Exception, match="trained on task 'tiny'"):
         evaluate("easy", str(run), episodes=1, progress=False)
 
 
 def test_cli_train_with_the_torchrl_engine(tmp_path, capsys):
-    code = cli_main(["train", "--task", "tiny", "--iterations", "1", "--num-envs", "4", "--final-episodes", "1", "--out", str(tmp_path),
-                     "--no-progress"])
+    code = cli_main(
+        [
+            "train",
+            "--task",
+            "tiny",
+            "--iterations",
+            "1",
+            "--num-envs",
+            "4",
+            "--final-episodes",
+            "1",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert "trained tiny-shared-local-torchrl with TorchRL" in out and "| tiny | planner |" in out
@@ -265,8 +309,19 @@ def test_learning_on_tiny_beats_greedy(tmp_path):
     model a vetoed request is still paid for, so PPO first learns to ask for nothing (training
     welfare -9.7 -> 0 over 40 iterations) and only then to run: 20.1 after 60 iterations from
     seed 0 (seeds 1 and 3: 19.9 and 21.2; seed 2 stays at 10.9, one tenant running, after 100)."""
-    tc = TorchRLTrainConfig(task="tiny", iterations=60, num_envs=1024, rollout=8, minibatch=2048, eval_interval=0, final_episodes=3,
-                            out=str(tmp_path), threads=1, collector="sync", max_minutes=0)
+    tc = TorchRLTrainConfig(
+        task="tiny",
+        iterations=60,
+        num_envs=1024,
+        rollout=8,
+        minibatch=2048,
+        eval_interval=0,
+        final_episodes=3,
+        out=str(tmp_path),
+        threads=1,
+        collector="sync",
+        max_minutes=0,
+    )
     res = train(tc, progress=False)
     ppo = res.final[0]
     ref = {s["policy"]: s["welfare_mean"] for s in res.final[1:]}
@@ -282,8 +337,19 @@ def test_async_collection_sends_the_new_weights_to_its_worker(tmp_path):
     after each update: then the welfare of the episodes it collects on ``tiny`` climbs from the
     random policy's (-9.7) towards 0 within 40 iterations; with stale weights it would stay
     where it started."""
-    tc = TorchRLTrainConfig(task="tiny", iterations=40, num_envs=1024, rollout=8, minibatch=2048, eval_interval=0, final_episodes=1,
-                            out=str(tmp_path), threads=1, collector="async", max_minutes=0)
+    tc = TorchRLTrainConfig(
+        task="tiny",
+        iterations=40,
+        num_envs=1024,
+        rollout=8,
+        minibatch=2048,
+        eval_interval=0,
+        final_episodes=1,
+        out=str(tmp_path),
+        threads=1,
+        collector="async",
+        max_minutes=0,
+    )
     res = train(tc, progress=False)
     welfare = [float(r["welfare"]) for r in res.rows if r["welfare"] not in ("", None)]
     assert len(welfare) >= 8, welfare
@@ -294,8 +360,19 @@ def test_async_collection_trains_in_a_worker_process(tmp_path):
     """collector="async": the env and the sampling policy run in a worker process that collects
     the next batch while this one learns; the run trains, counts its steps and grades as the
     synchronous one does."""
-    tc = TorchRLTrainConfig(task="tiny", iterations=3, num_envs=8, rollout=10, epochs=1, minibatch=40, hidden=[16], collector="async",
-                            eval_interval=0, final_episodes=1, out=str(tmp_path))
+    tc = TorchRLTrainConfig(
+        task="tiny",
+        iterations=3,
+        num_envs=8,
+        rollout=10,
+        epochs=1,
+        minibatch=40,
+        hidden=[16],
+        collector="async",
+        eval_interval=0,
+        final_episodes=1,
+        out=str(tmp_path),
+    )
     res = train(tc, progress=False)
     assert res.iterations == 3 and res.env_steps == 3 * 8 * 10
     assert all(np.isfinite(float(r["policy_loss"])) for r in res.rows)
@@ -323,12 +400,19 @@ def test_the_shipped_torchrl_configs_load():
     """experiments/torchrl_configs/: the runs of docs/results.md, each a valid config of the
     torchrl engine that names the iterations it trains (so it trains the same run on any machine),
     with a max_minutes safety cap above the 15 minutes the runs may take here."""
-    import yaml
     from pathlib import Path
+
+    import yaml
 
     files = sorted((Path(__file__).resolve().parents[1] / "experiments" / "torchrl_configs").glob("*.yaml"))
     assert [f.stem for f in files] == [
-        "hard_15min", "hard_seq_15min", "medium_15min", "medium_seq_15min", "tiny_5min", "tiny_per_tenant", "trace_15min",
+        "hard_15min",
+        "hard_seq_15min",
+        "medium_15min",
+        "medium_seq_15min",
+        "tiny_5min",
+        "tiny_per_tenant",
+        "trace_15min",
         "trace_code_15min",
     ]  # tiny_per_tenant: the run behind results.md's "why PPO asks for 7 GPUs of 8" (experiments/tiny_plays.py --run)
     for f in files:
@@ -345,8 +429,22 @@ def test_the_shipped_torchrl_configs_load():
 
 
 #: The columns of metrics.csv that learning writes (not the clock's).
-LEARNING_COLUMNS = ("iteration", "env_steps", "agent_steps", "episodes", "lr", "welfare", "eval_welfare", "score", "policy_loss", "vf_loss",
-                    "entropy", "kl_approx", "clip_fraction", "explained_variance")
+LEARNING_COLUMNS = (
+    "iteration",
+    "env_steps",
+    "agent_steps",
+    "episodes",
+    "lr",
+    "welfare",
+    "eval_welfare",
+    "score",
+    "policy_loss",
+    "vf_loss",
+    "entropy",
+    "kl_approx",
+    "clip_fraction",
+    "explained_variance",
+)
 
 
 def test_the_sync_collector_trains_bit_for_bit_the_same_twice(tmp_path):
@@ -356,9 +454,24 @@ def test_the_sync_collector_trains_bit_for_bit_the_same_twice(tmp_path):
     import csv
 
     def run(name):
-        tc = TorchRLTrainConfig(task="tiny", iterations=3, max_minutes=0, num_envs=16, rollout=10, epochs=2, minibatch=40, hidden=[16], seed=3,
-                                collector="sync", eval_interval=2, eval_episodes=1, final_episodes=0, checkpoint_interval=1,
-                                out=str(tmp_path), name=name)
+        tc = TorchRLTrainConfig(
+            task="tiny",
+            iterations=3,
+            max_minutes=0,
+            num_envs=16,
+            rollout=10,
+            epochs=2,
+            minibatch=40,
+            hidden=[16],
+            seed=3,
+            collector="sync",
+            eval_interval=2,
+            eval_episodes=1,
+            final_episodes=0,
+            checkpoint_interval=1,
+            out=str(tmp_path),
+            name=name,
+        )
         res = train(tc, progress=False)
         with open(res.run_dir / "metrics.csv") as fh:
             rows = [{k: r[k] for k in LEARNING_COLUMNS} for r in csv.DictReader(fh)]
@@ -366,14 +479,31 @@ def test_the_sync_collector_trains_bit_for_bit_the_same_twice(tmp_path):
 
     (rows_a, ckpt_a), (rows_b, ckpt_b) = run("a"), run("b")
     assert len(rows_a) == 3 and rows_a == rows_b
-    assert rows_a[-1]["welfare"] != "" and any(r["eval_welfare"] != "" for r in rows_a)  # episodes ended and were graded: the check covers them
+    assert rows_a[-1]["welfare"] != "" and any(
+        r["eval_welfare"] != "" for r in rows_a
+    )  # episodes ended and were graded: the check covers them
     for part in ("actor", "critic"):
         assert ckpt_a[part].keys() == ckpt_b[part].keys()
         for k in ckpt_a[part]:
             assert torch.equal(ckpt_a[part][k], ckpt_b[part][k]), (part, k)
     # another seed learns something else
-    tc = TorchRLTrainConfig(task="tiny", iterations=1, max_minutes=0, num_envs=16, rollout=10, epochs=2, minibatch=40, hidden=[16], seed=4,
-                            collector="sync", eval_interval=0, final_episodes=0, checkpoint_interval=0, out=str(tmp_path), name="c")
+    tc = TorchRLTrainConfig(
+        task="tiny",
+        iterations=1,
+        max_minutes=0,
+        num_envs=16,
+        rollout=10,
+        epochs=2,
+        minibatch=40,
+        hidden=[16],
+        seed=4,
+        collector="sync",
+        eval_interval=0,
+        final_episodes=0,
+        checkpoint_interval=0,
+        out=str(tmp_path),
+        name="c",
+    )
     assert float(train(tc, progress=False).rows[0]["policy_loss"]) != float(rows_a[0]["policy_loss"])
 
 

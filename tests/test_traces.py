@@ -26,10 +26,26 @@ import pytest
 import fleet_marl
 from fleet_marl import workloads
 from fleet_marl.errors import UsageError
-from fleet_marl.traces import (CACHE_ENV, DATA_DIR, TRACES, TRACES_ENV, JobTrace, TraceError, cache_dir, read_azure,
-                               read_burstgpt, read_helios, read_pai, read_philly, read_pollux, read_trace, resolve_trace,
-                               trace_stats, traces_dir)
-from fleet_marl.traces import command
+from fleet_marl.traces import (
+    CACHE_ENV,
+    DATA_DIR,
+    TRACES,
+    TRACES_ENV,
+    JobTrace,
+    TraceError,
+    cache_dir,
+    command,
+    read_azure,
+    read_burstgpt,
+    read_helios,
+    read_pai,
+    read_philly,
+    read_pollux,
+    read_trace,
+    resolve_trace,
+    trace_stats,
+    traces_dir,
+)
 from fleet_marl.traces.download import FetchError, fetch
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "traces"
@@ -56,8 +72,7 @@ def test_the_samples_are_the_ones_documented():
     with its registry name, byte count, SHA-256 and licence, whose text ships beside it."""
     assert {t.sample for t in SAMPLED} == {p.name for p in DATA_DIR.glob("*.csv")}
     assert {p.name for p in DATA_DIR.iterdir() if p.suffix != ".csv"} == {"LICENSES.md", "LICENSE-Apache-2.0.txt", "LICENSE-CC-BY-4.0.txt"}
-    table = {line.split("|")[1].strip(" `"): line for line in (DATA_DIR / "LICENSES.md").read_text().splitlines()
-             if line.startswith("| `")}
+    table = {line.split("|")[1].strip(" `"): line for line in (DATA_DIR / "LICENSES.md").read_text().splitlines() if line.startswith("| `")}
     for t in SAMPLED:
         row = table[t.sample]
         p = t.sample_path
@@ -78,10 +93,12 @@ def test_whole_file_samples_are_the_pinned_full_traces(info):
 
 
 # (rows, first time, last time, sum of GPUs, sum of batch sizes, first name, last name), read off the files
-POLLUX = {1: (160, 107.0, 27695.0, 1092, 2467520, "cifar10-0", "ncf-159"),
-          2: (160, 498.0, 27131.0, 1077, 2153664, "cifar10-0", "ncf-159"),
-          3: (160, 791.0, 28739.0, 921, 2362368, "ncf-0", "cifar10-159"),
-          4: (160, 259.0, 27731.0, 1043, 2480128, "bert-0", "cifar10-159")}
+POLLUX = {
+    1: (160, 107.0, 27695.0, 1092, 2467520, "cifar10-0", "ncf-159"),
+    2: (160, 498.0, 27131.0, 1077, 2153664, "cifar10-0", "ncf-159"),
+    3: (160, 791.0, 28739.0, 921, 2362368, "ncf-0", "cifar10-159"),
+    4: (160, 259.0, 27731.0, 1043, 2480128, "bert-0", "cifar10-159"),
+}
 
 
 @pytest.mark.parametrize("i", POLLUX)
@@ -118,8 +135,10 @@ def test_azure_code_2023_sample_is_its_first_half_hour():
     assert (tr.context_tokens[0], tr.generated_tokens[0]) == (4808, 10)
     assert (tr.context_tokens.sum(), tr.generated_tokens.sum()) == (11_638_599, 157_030)
     # the full file's next row, 2023-11-16 18:47:07.0687220, is 1803.09 s in: past the cut
-    assert sha256(DATA_DIR / "azure_llm_inference_code_2023_first30min.csv") == \
-        "0abf8a2071e63ffdd15d8345471eff5d9cf3d141db9459fc191119261420bf37"
+    assert (
+        sha256(DATA_DIR / "azure_llm_inference_code_2023_first30min.csv")
+        == "0abf8a2071e63ffdd15d8345471eff5d9cf3d141db9459fc191119261420bf37"
+    )
 
 
 # --- readers of the formats with no sample (hand-written fixtures) -------------------------
@@ -147,8 +166,10 @@ def test_pai_reader():
 
 def test_pai_reader_takes_the_header_line_too(tmp_path):
     p = tmp_path / "tasks.csv"
-    p.write_text("job_name,task_name,inst_num,status,start_time,end_time,plan_cpu,plan_mem,plan_gpu,gpu_type\n"
-                 + (FIXTURES / "pai_task_table.csv").read_text())
+    p.write_text(
+        "job_name,task_name,inst_num,status,start_time,end_time,plan_cpu,plan_mem,plan_gpu,gpu_type\n"
+        + (FIXTURES / "pai_task_table.csv").read_text()
+    )
     tr = read_trace(p)
     assert tr.format == "pai" and tr.gpus.tolist() == [2, 1, 0]
 
@@ -168,15 +189,20 @@ def test_azure_2024_reader_takes_utc_offsets(tmp_path):
     assert tr.time_s.tolist() == pytest.approx([0.0, 0.007405, 0.012384, 0.027915, 0.07396, 0.99007], abs=1e-12)
     assert tr.context_tokens.tolist() == [2162, 2399, 76, 2376, 7670, 100] and tr.generated_tokens[-1] == 0
     p = tmp_path / "tz.csv"  # the same instant written in two zones, then one second later
-    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 07:00:00-07:00,1,1\n"
-                 "2024-05-10 14:00:00+00:00,1,1\n2024-05-10 16:30:01.5+02:30,1,1\n")
+    p.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 07:00:00-07:00,1,1\n"
+        "2024-05-10 14:00:00+00:00,1,1\n2024-05-10 16:30:01.5+02:30,1,1\n"
+    )
     assert read_azure(p).time_s.tolist() == [0.0, 0.0, 1.5]
 
 
-@pytest.mark.parametrize("name,times,ctx,gen,models,model,conv", [
-    ("burstgpt_v1.csv", [5, 45, 118, 120], [472, 1087, 417, 300], [18, 230, 276, 0], ("ChatGPT", "GPT-4"), [0, 0, 1, 1], [1, 1, 1, 0]),
-    ("burstgpt_v2.csv", [0.5, 0.5, 7.25], [1200, 64, 1400], [80, 0, 120], ("GPT-4", "ChatGPT"), [0, 1, 0], [1, 0, 1]),
-])
+@pytest.mark.parametrize(
+    "name,times,ctx,gen,models,model,conv",
+    [
+        ("burstgpt_v1.csv", [5, 45, 118, 120], [472, 1087, 417, 300], [18, 230, 276, 0], ("ChatGPT", "GPT-4"), [0, 0, 1, 1], [1, 1, 1, 0]),
+        ("burstgpt_v2.csv", [0.5, 0.5, 7.25], [1200, 64, 1400], [80, 0, 120], ("GPT-4", "ChatGPT"), [0, 1, 0], [1, 0, 1]),
+    ],
+)
 def test_burstgpt_reader(name, times, ctx, gen, models, model, conv):
     tr = read_burstgpt(FIXTURES / name)
     assert tr is read_trace(FIXTURES / name) and tr.format == "burstgpt"
@@ -184,8 +210,10 @@ def test_burstgpt_reader(name, times, ctx, gen, models, model, conv):
     assert tr.models == models and tr.model.tolist() == model and tr.conversation.tolist() == [bool(c) for c in conv]
 
 
-@pytest.mark.parametrize("name", ["philly_cluster_job_log.json", "pai_task_table.csv", "helios_cluster_log.csv",
-                                  "azure_llm_inference_2024.csv", "burstgpt_v1.csv"])
+@pytest.mark.parametrize(
+    "name",
+    ["philly_cluster_job_log.json", "pai_task_table.csv", "helios_cluster_log.csv", "azure_llm_inference_2024.csv", "burstgpt_v1.csv"],
+)
 def test_arrays_are_read_only(name):
     tr = read_trace(FIXTURES / name)
     arrays = [v for v in vars(tr).values() if isinstance(v, np.ndarray)]
@@ -210,17 +238,37 @@ def philly(job: str, before: str = "") -> str:
 
 
 def attempt(start='"2017-10-07 01:00:00"', end='"2017-10-07 02:00:00"', gpus='["gpu0"]') -> str:
-    job = ('{{"status": "Pass", "vc": "v", "jobid": "j1", "submitted_time": "2017-10-07 01:00:00", "user": "u", '
-           '"attempts": [{{"start_time": {s}, "end_time": {e}, "detail": [{{"ip": "m1", "gpus": {g}}}]}}]}}')
+    job = (
+        '{{"status": "Pass", "vc": "v", "jobid": "j1", "submitted_time": "2017-10-07 01:00:00", "user": "u", '
+        '"attempts": [{{"start_time": {s}, "end_time": {e}, "detail": [{{"ip": "m1", "gpus": {g}}}]}}]}}'
+    )
     return job.format(s=start, e=end, g=gpus)
 
 
 BAD = [
     # (reader, file name, text, line, column)
-    ("philly", "log.json", philly('{"status": "Lost", "vc": "v", "jobid": "j1", "attempts": [], "submitted_time": "2017-10-07 01:00:00", "user": "u"}'), 3, "status"),
+    (
+        "philly",
+        "log.json",
+        philly('{"status": "Lost", "vc": "v", "jobid": "j1", "attempts": [], "submitted_time": "2017-10-07 01:00:00", "user": "u"}'),
+        3,
+        "status",
+    ),
     ("philly", "log.json", philly('{"status": "Pass", "vc": "v", "jobid": "j1", "attempts": []}'), 3, "submitted_time"),
-    ("philly", "log.json", philly('{"status": "Pass", "vc": "v", "jobid": "", "attempts": [], "submitted_time": "2017-10-07 01:00:00", "user": "u"}'), 3, "jobid"),
-    ("philly", "log.json", philly(attempt().replace('"submitted_time": "2017-10-07 01:00:00"', '"submitted_time": "2017-10-07T01:00"'), "\n\n"), 5, "submitted_time"),
+    (
+        "philly",
+        "log.json",
+        philly('{"status": "Pass", "vc": "v", "jobid": "", "attempts": [], "submitted_time": "2017-10-07 01:00:00", "user": "u"}'),
+        3,
+        "jobid",
+    ),
+    (
+        "philly",
+        "log.json",
+        philly(attempt().replace('"submitted_time": "2017-10-07 01:00:00"', '"submitted_time": "2017-10-07T01:00"'), "\n\n"),
+        5,
+        "submitted_time",
+    ),
     ("philly", "log.json", philly(attempt(start='"2017-13-07 01:00:00"')), 3, "attempts[0].start_time"),
     ("philly", "log.json", philly(attempt(end="17")), 3, "attempts[0].end_time"),
     ("philly", "log.json", philly(attempt(end='"2017-10-07 00:59:59"')), 3, "attempts[0].end_time"),
@@ -241,12 +289,30 @@ BAD = [
     ("pai", "pai_task_table.csv", "j2,worker,1.0,Waiting,,,600.0,29.3,100.0,\n", 1, "start_time"),
     ("helios", "log.csv", HELIOS_HEAD + HELIOS_OK + HELIOS_OK.replace(",1,1,1,", ",-1,1,1,"), 3, "gpu_num"),
     ("helios", "log.csv", HELIOS_HEAD + HELIOS_OK + HELIOS_OK.replace("COMPLETED", "RUNNING"), 3, "state"),
-    ("helios", "log.csv", HELIOS_HEAD + HELIOS_OK + HELIOS_OK.replace(",2020-06-09 18:41:01,2020", ",2020-06-09 25:41:01,2020"), 3, "submit_time"),
+    (
+        "helios",
+        "log.csv",
+        HELIOS_HEAD + HELIOS_OK + HELIOS_OK.replace(",2020-06-09 18:41:01,2020", ",2020-06-09 25:41:01,2020"),
+        3,
+        "submit_time",
+    ),
     ("helios", "log.csv", HELIOS_HEAD + HELIOS_OK + HELIOS_OK.replace(",60,0", ",-60,0"), 3, "duration"),
     ("helios", "log.csv", HELIOS_HEAD + HELIOS_OK + HELIOS_OK.replace("1,u,", "x,u,"), 3, "job_id"),
     ("helios", "log.csv", HELIOS_HEAD.replace("gpu_num", "gpus") + HELIOS_OK, 1, "header"),
-    ("azure", "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00.1+00:00,1,1\n2024-05-10 00:00:00+25:00,1,1\n", 3, "TIMESTAMP"),
-    ("azure", "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00.1+00:00,1,1\n2024-05-10 00:00:00+00:00,1,1\n", 3, "TIMESTAMP"),
+    (
+        "azure",
+        "a.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00.1+00:00,1,1\n2024-05-10 00:00:00+25:00,1,1\n",
+        3,
+        "TIMESTAMP",
+    ),
+    (
+        "azure",
+        "a.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00.1+00:00,1,1\n2024-05-10 00:00:00+00:00,1,1\n",
+        3,
+        "TIMESTAMP",
+    ),
     ("azure", "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n1969-12-31 23:59:59,1,1\n", 2, "TIMESTAMP"),
     ("burstgpt", "b.csv", B1 + B_OK + "4,ChatGPT,1,1,2,API log\n", 3, "Timestamp"),
     ("burstgpt", "b.csv", B1 + B_OK + "6,,1,1,2,API log\n", 3, "Model"),
@@ -278,8 +344,14 @@ def test_unknown_first_line_lists_every_format(tmp_path):
     p.write_text("a,b\n1,2\n")
     with pytest.raises(TraceError, match=r":1: header = 'a,b'") as ei:
         read_trace(p)
-    for head in ("TIMESTAMP,ContextTokens,GeneratedTokens", "Timestamp,Model,Request tokens", "job_id,user,vc,gpu_num",
-                 "name,time,application", "job_name,task_name", "JSON list"):
+    for head in (
+        "TIMESTAMP,ContextTokens,GeneratedTokens",
+        "Timestamp,Model,Request tokens",
+        "job_id,user,vc,gpu_num",
+        "name,time,application",
+        "job_name,task_name",
+        "JSON list",
+    ):
         assert head in str(ei.value)
 
 
@@ -368,7 +440,7 @@ def play(env, seed=0, rounds=None):
     out = []
     while env.agents and (rounds is None or len(out) < rounds):
         acts = {a: np.array([rng.choice(np.flatnonzero(m)) for m in infos[a]["action_mask"]]) for a in env.agents}
-        obs, rew, term, trunc, infos = env.step(acts)
+        _obs, rew, _term, _trunc, infos = env.step(acts)
         out.append(rew)
     return out
 
@@ -387,7 +459,7 @@ def test_trace_task_runs_from_the_samples_alone(tmp_path, monkeypatch):
         wl = t.workload
         path = resolve_trace(wl.trace)
         assert path.parent == DATA_DIR
-        times = (times_by_csv(path)[wl.trace_shard::wl.trace_shards] - wl.trace_offset_s) / wl.trace_speedup
+        times = (times_by_csv(path)[wl.trace_shard :: wl.trace_shards] - wl.trace_offset_s) / wl.trace_speedup
         expected = np.bincount((times // rs).astype(int), minlength=n)[:n]
         np.testing.assert_array_equal(env.arrival_schedule[:, i], expected)
         assert expected.sum() > 30
@@ -442,7 +514,7 @@ class Server:
                     self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
                 self.send_header("Content-Length", str(len(body) - start))
                 self.end_headers()
-                self.wfile.write(body[start:] if mode != "truncate" else body[start:start + (len(body) - start) // 2])
+                self.wfile.write(body[start:] if mode != "truncate" else body[start : start + (len(body) - start) // 2])
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
@@ -525,8 +597,17 @@ def test_fetch_reports_a_server_error(server, tmp_path):
 
 
 def test_fetch_without_pins_is_reported_unverified(server, tmp_path):
-    got = fetch(entry(server, name="azure-code-2024", body=b"TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00+00:00,1,1\n",
-                      size=None, sha256=None), tmp_path, progress=False)
+    got = fetch(
+        entry(
+            server,
+            name="azure-code-2024",
+            body=b"TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00+00:00,1,1\n",
+            size=None,
+            sha256=None,
+        ),
+        tmp_path,
+        progress=False,
+    )
     assert not got.verified and got.sha256 == sha256(got.path) and read_trace(got.path).format == "azure"
 
 
@@ -578,7 +659,7 @@ def test_traces_list(capsys, tmp_path):
     assert cli("list", "--dir", str(tmp_path)) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["name", "kind", "sample", "rows", "sample", "full", "licence", "fetched"]
-    rows = {line.split()[0]: line.split() for line in out[1:len(TRACES) + 1]}
+    rows = {line.split()[0]: line.split() for line in out[1 : len(TRACES) + 1]}
     assert list(rows) == list(TRACES)
     assert rows["pollux-1"] == ["pollux-1", "jobs", "160", "4.8", "kB", "4.8", "kB", "Apache-2.0", "no"]
     assert rows["azure-conv-2023"][2] == "19,366" and rows["azure-code-2023"][2] == "5,740"
@@ -621,10 +702,14 @@ def test_serving_tenants_are_priced_at_the_lengths_of_their_rounds_requests(monk
         wl = env.config.tenants[i].workload
         path = resolve_trace(wl.trace)
         with open(path, newline="") as fh:
-            rows = list(csv.DictReader(fh))[wl.trace_shard::wl.trace_shards]
-        times = (times_by_csv(path)[wl.trace_shard::wl.trace_shards] - wl.trace_offset_s) / wl.trace_speedup
+            rows = list(csv.DictReader(fh))[wl.trace_shard :: wl.trace_shards]
+        times = (times_by_csv(path)[wl.trace_shard :: wl.trace_shards] - wl.trace_offset_s) / wl.trace_speedup
         rounds = (times // rs).astype(int)
-        kept = [(r, float(row["ContextTokens"]), max(float(row["GeneratedTokens"]), 1.0)) for r, row, t in zip(rounds, rows, times) if t >= 0 and r < n]
+        kept = [
+            (r, float(row["ContextTokens"]), max(float(row["GeneratedTokens"]), 1.0))
+            for r, row, t in zip(rounds, rows, times, strict=False)
+            if t >= 0 and r < n
+        ]
         mean_p = np.mean([p for _, p, _ in kept])
         for r in range(3):
             mine = [(p, o) for rr, p, o in kept if rr == r]

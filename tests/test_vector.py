@@ -18,7 +18,9 @@ def _mask_pick(mask_dims, b, t, rng):
     return np.array([rng.choice(np.flatnonzero(m[b, t])) for m in mask_dims], np.int64)
 
 
-@pytest.mark.parametrize("task,scheme,B", [("tiny", "difference", 3), ("medium", "shapley", 2), ("trace", "difference_default", 2), ("hard", "global", 2)])
+@pytest.mark.parametrize(
+    "task,scheme,B", [("tiny", "difference", 3), ("medium", "shapley", 2), ("trace", "difference_default", 2), ("hard", "global", 2)]
+)
 def test_vector_clusters_equal_parallel_envs_bit_for_bit(task, scheme, B):
     """Two episodes of each cluster (the second after an automatic reset): observations,
     rewards of every scheme, terminations, truncations, alive and state equal exactly."""
@@ -31,12 +33,16 @@ def test_vector_clusters_equal_parallel_envs_bit_for_bit(task, scheme, B):
     episodes = np.zeros(B, int)
     steps = 0
     while episodes.min() < 2:
-        for b, (e, (pobs, pinfos)) in enumerate(zip(envs, pouts)):
+        for b, (e, (pobs, pinfos)) in enumerate(zip(envs, pouts, strict=False)):
             for a in e.agents:
                 i = e.agent_index[a]
                 assert np.array_equal(vobs[b, i], pobs[a]), (b, a, steps)
-                assert np.array_equal(np.concatenate(pinfos[a]["action_mask"]).astype(bool),
-                                      np.concatenate([m[b, i, : len(pm)] for m, pm in zip(vinfos["action_mask_dims"], pinfos[a]["action_mask"])]))
+                assert np.array_equal(
+                    np.concatenate(pinfos[a]["action_mask"]).astype(bool),
+                    np.concatenate(
+                        [m[b, i, : len(pm)] for m, pm in zip(vinfos["action_mask_dims"], pinfos[a]["action_mask"], strict=False)]
+                    ),
+                )
             assert np.array_equal(venv.state()[b], e.state())
             assert vinfos["alive"][b].tolist() == [a in e.agents for a in e.possible_agents]
         acts = np.zeros((B, venv.num_agents, N_ACT), np.int64)
@@ -102,7 +108,9 @@ def test_bad_actions_name_cluster_tenant_and_field_and_change_nothing():
     before = pickle.dumps((venv._s, [r.bit_generator.state for r in venv._rngs]))
     bad = acts.copy()
     bad[2, 1, 3] = 99
-    with pytest.raises(ActionError, match=r"cluster 2, tenant_1: action\[3\] \(precision.attention\) = 99: expected an integer in \[0, 4\]"):
+    with pytest.raises(
+        ActionError, match=r"cluster 2, tenant_1: action\[3\] \(precision.attention\) = 99: expected an integer in \[0, 4\]"
+    ):
         venv.step(bad)
     with pytest.raises(ActionError, match=r"actions: shape = \(3, 4\): expected \(3, 4, 8\)"):
         venv.step(acts[..., 0])
@@ -114,11 +122,13 @@ def test_bad_actions_name_cluster_tenant_and_field_and_change_nothing():
         venv.step(frac)
     assert pickle.dumps((venv._s, [r.bit_generator.state for r in venv._rngs])) == before
     strict = fleet_marl.vector_env(num_envs=2, task="medium", illegal_action="raise")
-    obs, infos = strict.reset(seed=0)
+    _obs, infos = strict.reset(seed=0)
     acts = strict.sample_actions(infos, np.random.default_rng(0))
     a100 = int(np.flatnonzero(~strict._core.masks.prec_legal[:, 2])[0])  # a tenant on a GPU without FP8
     acts[1, a100, 2] = 2
-    with pytest.raises(ActionError, match=rf"cluster 1, tenant_{a100}: action\[2\] \(precision.embedding\) = 2: expected a choice the action mask allows"):
+    with pytest.raises(
+        ActionError, match=rf"cluster 1, tenant_{a100}: action\[2\] \(precision.embedding\) = 2: expected a choice the action mask allows"
+    ):
         strict.step(acts)
     with pytest.raises(RuntimeError, match="before reset"):
         fleet_marl.vector_env(num_envs=1, task="tiny").step(np.zeros((1, 2, 8), int))
@@ -134,7 +144,7 @@ def test_masks_state_seeds_and_spaces():
     dims = infos["action_mask_dims"]
     assert len(dims) == N_ACT and np.array_equal(np.concatenate(dims, axis=-1), mask)
     for t in range(venv.num_agents):  # nothing beyond a tenant's own range is allowed
-        assert not dims[0][:, t, venv.nvec[t, 0]:].any()
+        assert not dims[0][:, t, venv.nvec[t, 0] :].any()
     acts = venv.sample_actions(infos, np.random.default_rng(0))
     assert venv.single_action_space.contains(acts[0]) and venv.observation_space.contains(obs)
     with pytest.raises(ValueError, match="seed"):

@@ -70,9 +70,9 @@ def _local(mean: float, h: float) -> str:
     """Verdict of "local starves" when local − difference starvation events per episode have
     mean ``mean`` and half-width ``h`` (the same at every N)."""
     a = noise_for(h)
-    return tt.verdict_local(_rows(lambda arm, n, s: 0.8, starvation_of=lambda arm, n, s: 2.0 + mean + a * Z[s] if arm == "local" else 2.0), "auction")[
-        "verdict"
-    ]
+    return tt.verdict_local(
+        _rows(lambda arm, n, s: 0.8, starvation_of=lambda arm, n, s: 2.0 + mean + a * Z[s] if arm == "local" else 2.0), "auction"
+    )["verdict"]
 
 
 @pytest.mark.parametrize(

@@ -290,7 +290,7 @@ def test_trace_counts_match_rows_in_window():
     offset, n = 600.0, 20
     x = sched(kind="serve", n=n, pattern="trace", trace=AZURE, trace_offset_s=offset)
     expect = sum(offset <= s < offset + n * RS for s in t)  # 7-digit fractions cut to 6: no row sits that close to an edge
-    assert x.sum() == expect and 20 * 60 * 4 < expect
+    assert x.sum() == expect and expect > 20 * 60 * 4
     assert x[3] == sum(offset + 3 * RS <= s < offset + 4 * RS for s in t)
     assert np.array_equal(x, sched(99, kind="serve", n=n, pattern="trace", trace=AZURE, trace_offset_s=offset))
 
