@@ -25,25 +25,17 @@ The environment names are imported lazily, so ``import fleet_marl.kernel`` does 
 PettingZoo.
 """
 
-_ENV_NAMES = ("ActionError", "FleetParallelEnv", "FleetSequentialEnv", "FleetVectorEnv", "env", "parallel_env", "raw_env", "vector_env")
-_TASK_NAMES = ("TASKS", "make_config")
-_TEXT_NAMES = ("parse_tenant_action", "TenantAction", "TextActionError")
+from fleet_marl._lazy import lazy_exports
 
+_NAMES = {
+    **dict.fromkeys(
+        ("ActionError", "FleetParallelEnv", "FleetSequentialEnv", "FleetVectorEnv", "env", "parallel_env", "raw_env", "vector_env"),
+        "environment",
+    ),
+    **dict.fromkeys(("TASKS", "make_config"), "tasks"),
+    **dict.fromkeys(("parse_tenant_action", "TenantAction", "TextActionError"), "openenv.text_action"),
+}
 
-def __getattr__(name):
-    if name in _ENV_NAMES:
-        from fleet_marl import environment
+__getattr__, __dir__ = lazy_exports(__name__, _NAMES)
 
-        return getattr(environment, name)
-    if name in _TASK_NAMES:
-        from fleet_marl import tasks
-
-        return getattr(tasks, name)
-    if name in _TEXT_NAMES:
-        from fleet_marl.openenv import text_action
-
-        return getattr(text_action, name)
-    raise AttributeError(f"module 'fleet_marl' has no attribute {name!r}")
-
-
-__all__ = list(_ENV_NAMES + _TASK_NAMES + _TEXT_NAMES)
+__all__ = list(_NAMES)

@@ -23,6 +23,7 @@ PKG = ROOT / "fleet_marl"
 
 #: Unit -> rank. A unit may import units of a strictly lower rank only (and itself).
 RANK = {
+    "_lazy": 0,
     "errors": 0,
     "catalog": 0,
     "config": 1,

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import importlib
 
+from fleet_marl._lazy import lazy_exports
+
 #: Public names -> the submodule that defines them (imported on first use).
 _NAMES = {
     "MODES": "app",
@@ -57,11 +59,7 @@ def require() -> None:
         raise ImportError(f"{INSTALL_HINT}. Import failed: {exc}") from exc
 
 
-def __getattr__(name):
-    if name in _NAMES:
-        require()
-        return getattr(importlib.import_module(f"fleet_marl.openenv.{_NAMES[name]}"), name)
-    raise AttributeError(f"module 'fleet_marl.openenv' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _NAMES, check=lambda _name: require())
 
 
 #: The names of _NAMES (a literal list, so tools read it without running the module).

@@ -32,7 +32,7 @@ This is the adapter only: the credit-assignment study that trains with it lives 
 import Ray. See ``docs/training.md``.
 """
 
-import importlib
+from fleet_marl._lazy import lazy_exports
 
 _NAMES = {
     "FleetRLlibEnv": "env",
@@ -55,11 +55,7 @@ _NAMES = {
     "init_ray": "train",
 }
 
-
-def __getattr__(name):
-    if name in _NAMES:
-        return getattr(importlib.import_module(f"fleet_marl.rllib.{_NAMES[name]}"), name)
-    raise AttributeError(f"module 'fleet_marl.rllib' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _NAMES)
 
 
 __all__ = [

@@ -19,7 +19,7 @@ Modules without lazy names: ``command`` (the torchrl engine of ``fleet-marl trai
 ``pyproject.toml``). Names are imported lazily: ``import fleet_marl.torchrl`` imports no torch.
 """
 
-import importlib
+from fleet_marl._lazy import lazy_exports
 
 _NAMES = {
     "FleetTorchEnv": "env",
@@ -36,11 +36,7 @@ _NAMES = {
     "turns_to_rounds": "sequential",
 }
 
-
-def __getattr__(name):
-    if name in _NAMES:
-        return getattr(importlib.import_module(f"fleet_marl.torchrl.{_NAMES[name]}"), name)
-    raise AttributeError(f"module 'fleet_marl.torchrl' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _NAMES)
 
 
 __all__ = [
