@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleet_marl.config import ConfigError, FleetConfig, from_dict
+from fleet_marl.config.turn_orders import TURN_ORDERS as BUILTIN_TURN_ORDERS
+from fleet_marl.config.turn_orders import turn_order as registered_turn_order
 
 #: Options of the environment itself (not part of the scenario).
 ENV_OPTIONS = ("obs_mode", "render_mode", "illegal_action", "mask_layout", "protocol", "turn_order")
@@ -47,16 +49,17 @@ ENV_OPTIONS = ("obs_mode", "render_mode", "illegal_action", "mask_layout", "prot
 #: default; every tenant decides blind, the ParallelEnv) or ``"sequential"`` (one at a time,
 #: each seeing the claims made before its turn; the AEC env ``fleet_marl.env(protocol="sequential")``).
 PROTOCOLS = ("simultaneous", "sequential")
-#: The order of the tenants' turns within a round under the sequential protocol (the env option
-#: ``turn_order``): ``fixed`` (tenant index), ``rotating`` (the first turn moves one tenant on
-#: each round), ``random`` (a permutation per round from the env's seeded generator) and
-#: ``priority`` (highest priority first, ties by index).
-TURN_ORDERS = ("fixed", "rotating", "random", "priority")
+#: The built-in orders of the tenants' turns within a round under the sequential protocol (the
+#: env option ``turn_order``): ``fixed`` (tenant index), ``rotating`` (the first turn moves one
+#: tenant on each round), ``random`` (a permutation per round from the env's seeded generator)
+#: and ``priority`` (highest priority first, ties by index). They are the first rows of
+#: :data:`fleet_marl.config.turn_orders.REGISTRY`; ``turn_order`` accepts any name registered there.
+TURN_ORDERS = BUILTIN_TURN_ORDERS
 
 
 def check_protocol(opts: dict) -> tuple[str, str]:
     """``(protocol, turn_order)`` of the env options ``opts``, checked: each one of
-    :data:`PROTOCOLS` and :data:`TURN_ORDERS` (defaults ``"simultaneous"`` and ``"fixed"``), and
+    :data:`PROTOCOLS` and the registered turn orders (defaults ``"simultaneous"`` and ``"fixed"``), and
     ``turn_order`` only with the sequential protocol. A bad value is a :class:`ConfigError`
     naming the option and the value."""
     protocol = opts.get("protocol", "simultaneous")
@@ -68,8 +71,8 @@ def check_protocol(opts: dict) -> tuple[str, str]:
             "'sequential' (one tenant at a time within a round; fleet_marl.env only)",
         )
     turn_order = opts.get("turn_order")
-    if turn_order is not None and (not isinstance(turn_order, str) or turn_order not in TURN_ORDERS):
-        raise ConfigError("turn_order", turn_order, f"one of {', '.join(map(repr, TURN_ORDERS))}")
+    if turn_order is not None:
+        registered_turn_order(turn_order)  # a ConfigError listing the registered ones
     if turn_order is not None and protocol != "sequential":
         raise ConfigError(
             "turn_order",

@@ -7,8 +7,8 @@ ParallelEnv has every tenant act at once). The full reference is ``docs/environm
 
 ===============  ===========================================================================
 agents           ``tenant_0`` ... ``tenant_{N-1}``, as in the simultaneous protocol
-turns            one per live tenant per round, in the order ``turn_order`` gives
-                 (``fleet_marl.tasks.TURN_ORDERS``): ``fixed`` (tenant index), ``rotating``
+turns            one per live tenant per round, in the order ``turn_order`` gives (a name in
+                 ``fleet_marl.config.turn_orders.REGISTRY``): ``fixed`` (tenant index), ``rotating``
                  (round r starts at tenant ``r mod N`` and goes on by index), ``random`` (a
                  permutation per round from the env's seeded generator, a third stream of the
                  reset seed, so the env's arrivals and the credit draws are the same as under
@@ -32,26 +32,27 @@ termination      as in the simultaneous protocol, at the end of a round; finishe
                  step ``None`` once each (``_deads_step_first``) before the next round's turns
 ===============  ===========================================================================
 
-The env's read-only views (``round``, ``episode_reports``, ``last_outcome``, ``config``, ...,
-``VIEWS``) are the round engine's, on ``env(...).unwrapped``; ``claims`` is the round's
-claims so far. ``state()`` is the simultaneous protocol's state vector followed by four
-columns per tenant: claimed this round (0/1), GPUs requested / max_gpus, bid multiplier /
+The turn order, the claims and the claim features are the protocol's array core
+(:class:`~fleet_marl.environment.turns.Turns`) for one cluster, the same code the per-turn
+vector env plays for B; this env adds the agent names, PettingZoo's turn bookkeeping and the
+round engine. The env's read-only views (``round``, ``episode_reports``, ``last_outcome``,
+``config``, ..., ``VIEWS``) are the round engine's, on ``env(...).unwrapped``; ``claims`` is
+the round's claims so far. ``state()`` is the simultaneous protocol's state vector followed by
+four columns per tenant: claimed this round (0/1), GPUs requested / max_gpus, bid multiplier /
 highest level, place in the order / (tenants in the order - 1).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 from pettingzoo import AECEnv
-from pettingzoo.utils import AgentSelector
 
-from fleet_marl.environment.observations import claim_features
 from fleet_marl.environment.parallel import FleetParallelEnv
 from fleet_marl.environment.render import render_frame
 from fleet_marl.environment.spaces import N_CLAIM, N_OBS, OBS_MODES, AgentSpaces, build_spaces
+from fleet_marl.environment.turns import STATE_CLAIM_COLUMNS, Turns
 from fleet_marl.tasks import require_sequential
 
 #: The round engine's read-only views and helpers the sequential env shows as its own.
@@ -83,8 +84,6 @@ VIEWS = (
     "last_credit_seconds",
     "steps_taken",
 )
-#: Columns per tenant that ``state()`` appends to the simultaneous protocol's state vector.
-STATE_CLAIM_COLUMNS = ("claimed", "gpus", "bid", "position")
 
 
 class FleetSequentialEnv(AgentSpaces, AECEnv):
@@ -126,7 +125,6 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
         self.possible_agents = self.env.possible_agents[:]
         self.agents: list[str] = []
         self._build()
-        self._order_rng: np.random.Generator | None = None
         self._ready = False
         self._figure = None
 
@@ -141,12 +139,12 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
             e.mask_layout,
             N_OBS + N_CLAIM,
         )
-        st = e.kernel_static
-        self._priority_order = sorted(range(T), key=lambda i: (-float(st.priority[i]), i))
-        self._position = np.full(T, -1, np.int64)  # (T,) place in this round's order, -1 not in it
-        self._joint = np.zeros((T, e.nvec.shape[1]), np.int64)  # (T, 8) the round's claims (action indices)
-        self._claimed = np.zeros(T, bool)  # (T,) claimed this round
-        self._claim_rows: np.ndarray | None = None  # (T, N_CLAIM) cache of the claim features
+        before: Turns | None = self.__dict__.get("_turns")
+        #: the protocol's array core for this one cluster (B = 1): the order, the claims, the claim features
+        self._turns = Turns(1, e.kernel_static, e.bid_levels, self.turn_order)
+        if before is not None:
+            self._turns.rngs = before.rngs  # the order's stream goes on across a rebuild (max_cycles)
+        self._order: list[str] = []  # this round's turn order (the live tenants' names)
 
     def __getattr__(self, name: str):
         if name in VIEWS and "env" in self.__dict__:
@@ -167,10 +165,8 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         obs, infos = self.env.reset(seed=seed, options=options)  # checks the seed
-        if seed is not None or self._order_rng is None:
-            # the turn order's own stream (the third child of the seed; the engine spawns the first
-            # two for the arrivals and the credit draws), so the order never shifts their draws
-            self._order_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(3)[2])
+        if seed is not None or self._turns.rngs is None:
+            self._turns.seed([seed])  # the turn order's own stream of the seed
         self._ready = True
         self.agents = self.env.agents[:]
         self._base = obs
@@ -185,35 +181,15 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
             self.render()
 
     def _start_round(self) -> None:
-        """This round's turn order over the live tenants; no claims yet."""
-        live = self.env.agents
-        self._order = self._turn_order(live)
-        self._position[:] = -1
-        idx = self.env.agent_index
-        for k, a in enumerate(self._order):
-            self._position[idx[a]] = k
-        self._joint[:] = 0
-        self._claimed[:] = False
-        self._claim_rows = None
+        """This round's turn order over the live tenants (the array core's, for one cluster); no
+        claims yet; the first of them has the turn."""
+        t, idx = self._turns, self.env.agent_index
+        alive = np.zeros((1, len(self.possible_agents)), bool)
+        alive[0, [idx[a] for a in self.env.agents]] = True
+        t.start(np.zeros(1, np.int64), np.array([self.env.round], np.int64), alive)
+        self._order = [self.possible_agents[i] for i in t.order[0, : t.n_live[0]]]
         if self._order:
-            self._selector = AgentSelector(self._order)
-            self.agent_selection = self._selector.reset()
-
-    def _turn_order(self, live: list[str]) -> list[str]:
-        idx, T = self.env.agent_index, len(self.possible_agents)
-        rows: Sequence[int]
-        if self.turn_order == "fixed":
-            rows = range(T)
-        elif self.turn_order == "rotating":
-            start = self.env.round % T
-            rows = [(start + k) % T for k in range(T)]
-        elif self.turn_order == "random":
-            assert self._order_rng is not None  # reset() draws it before the first turn
-            rows = self._order_rng.permutation(T).tolist()  # drawn over all tenants: the stream does not depend on who is live
-        else:
-            rows = self._priority_order
-        alive = {idx[a] for a in live}
-        return [self.possible_agents[i] for i in rows if i in alive]
+            self.agent_selection = self._order[0]
 
     def step(self, action) -> None:
         self._need_reset("step()")
@@ -222,17 +198,17 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
             self._was_dead_step(action)
             return
         idx = self.env.check_action(agent, action)  # an ActionError naming the agent and the field; nothing changes
-        i = self.env.agent_index[agent]
+        t = self._turns
         self._cumulative_rewards[agent] = 0.0
-        self._joint[i] = idx
-        self._claimed[i] = True
-        self._claim_rows = None
-        if not self._selector.is_last():
+        t.claim(np.zeros(1, np.int64), np.array([self.env.agent_index[agent]]), np.asarray(idx, np.int64)[None])
+        if t.turn + 1 < t.n_live[0]:
             self._clear_rewards()
-            self.agent_selection = self._selector.next()
+            t.advance()
+            self.agent_selection = self._order[t.turn]
             return
         # the last claim: the round clears once, with the joint action, in the round engine
-        obs, rewards, terms, truncs, infos = self.env.step({a: self._joint[self.env.agent_index[a]] for a in self._order})
+        joint = t.joint[0]
+        obs, rewards, terms, truncs, infos = self.env.step({a: joint[self.env.agent_index[a]] for a in self._order})
         self._base = obs
         self.rewards = {a: rewards[a] for a in self.agents}
         self.terminations = {a: terms[a] for a in self.agents}
@@ -244,21 +220,12 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
         if self.render_mode == "human":
             self.render()
 
-    def _claims(self) -> np.ndarray:
-        if self._claim_rows is None:
-            bids = self.env.bid_levels[self._joint[:, 1]]
-            gpus = np.where(self._claimed, self._joint[:, 0], 0)
-            self._claim_rows = claim_features(
-                self.env.kernel_static, float(self.env.bid_levels[-1]), self._position, gpus, bids, self._claimed
-            )
-        return self._claim_rows
-
     def observe(self, agent: str):
         """``agent``'s observation now: its ``OBS_FIELDS`` at the round's start and its
         ``CLAIM_FIELDS`` (the claims of the tenants before it in this round's order)."""
         self._need_reset("observe()")
         i = self.env.agent_index[self._known(agent)]
-        vec = np.concatenate([self._base[agent], self._claims()[i]])
+        vec = np.concatenate([self._base[agent], self._turns.features()[0, i]])
         if self.obs_mode == "flat":
             return vec
         mask = self.infos[agent]["action_mask"] if agent in self.infos else self.env.action_mask(agent)
@@ -270,17 +237,17 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
         "bid_level", "bid"}}`` (``bid`` the multiplier of the list price). What every tenant
         after them sees, summed per pool, in its ``CLAIM_FIELDS``."""
         self._need_reset("claims")
-        st = self.env.kernel_static
+        st, t = self.env.kernel_static, self._turns
         out = {}
         for a in self._order:
             i = self.env.agent_index[a]
-            if self._claimed[i]:
+            if t.claimed[0, i]:
                 out[a] = {
-                    "position": int(self._position[i]),
+                    "position": int(t.position[0, i]),
                     "pool": st.pools[st.pool[i]],
-                    "gpus": int(self._joint[i, 0]),
-                    "bid_level": int(self._joint[i, 1]),
-                    "bid": float(self.env.bid_levels[self._joint[i, 1]]),
+                    "gpus": int(t.joint[0, i, 0]),
+                    "bid_level": int(t.joint[0, i, 1]),
+                    "bid": float(self.env.bid_levels[t.joint[0, i, 1]]),
                 }
         return out
 
@@ -294,15 +261,7 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
         """The simultaneous protocol's ``state()`` then, per tenant, ``STATE_CLAIM_COLUMNS``
         (claimed, GPUs / max_gpus, bid / highest level, place / (tenants in the order - 1))."""
         self._need_reset("state()")
-        e = self.env
-        T = len(self.possible_agents)
-        extra = np.zeros((T, len(STATE_CLAIM_COLUMNS)))
-        c = self._claimed
-        extra[:, 0] = c
-        extra[:, 1] = np.where(c, self._joint[:, 0] / e.kernel_static.max_gpus, 0.0)
-        extra[:, 2] = np.where(c, e.bid_levels[self._joint[:, 1]] / e.bid_levels[-1], 0.0)
-        extra[:, 3] = np.where(self._position >= 0, self._position / max(len(self._order) - 1, 1), 0.0)
-        return np.concatenate([e.state(), np.clip(extra, 0.0, 1.0).ravel().astype(np.float32)])
+        return np.concatenate([self.env.state(), self._turns.state_columns()[0]])
 
     def _claims_line(self) -> str:
         if not self.agents:

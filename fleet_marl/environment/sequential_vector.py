@@ -1,6 +1,7 @@
-"""``FleetSequentialVectorEnv``: the sequential protocol for B clusters, one turn per array step,
-over :class:`~fleet_marl.environment.vector.FleetVectorEnv` (which clears each round); and
-``vector_env()``, which builds the vector env of either protocol."""
+"""``FleetSequentialVectorEnv``: the sequential protocol for B clusters, one turn per array step:
+the protocol's array core (:class:`~fleet_marl.environment.turns.Turns`: the order, the turn
+slots, the claims) over :class:`~fleet_marl.environment.vector.FleetVectorEnv` (which clears
+each round); and ``vector_env()``, which builds the vector env of either protocol."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import gymnasium
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from fleet_marl.environment.observations import claim_features
 from fleet_marl.environment.spaces import ACTION_FIELDS, N_ACT, N_CLAIM, N_OBS, ActionError
+from fleet_marl.environment.turns import STATE_CLAIM_COLUMNS, Turns
 from fleet_marl.environment.vector import FleetVectorEnv, sample_masked
 from fleet_marl.tasks import require_sequential
 
@@ -23,13 +24,14 @@ class FleetSequentialVectorEnv:
 
     Every round has N turn slots in every cluster (N = tenants), so the clusters stay aligned:
     slot k of a round is the k-th tenant of the cluster's turn order among its live tenants
-    (:class:`~fleet_marl.environment.FleetSequentialEnv`'s order), and the slots after the live
+    (the array core's order, the one :class:`~fleet_marl.environment.FleetSequentialEnv` plays
+    for one cluster), and the slots after the live
     ones belong to the tenants that left (``infos["active"]`` False: their actions are ignored,
     not checked). A step takes ``(B, 8)`` actions, one per cluster for the tenant whose turn it
     is (``infos["agent"]``), records the claim, and returns the next tenant's observation
     ``(B, 34 + 6)``: its ``OBS_FIELDS`` of the round's start and its ``CLAIM_FIELDS`` (the claims
-    before it, :func:`~fleet_marl.environment.observations.claim_features`, the AEC env's own
-    function). After the N-th turn the joint action goes through :class:`FleetVectorEnv`'s
+    before it, :meth:`Turns.features <fleet_marl.environment.turns.Turns.features>`, the AEC
+    env's own). After the N-th turn the joint action goes through :class:`FleetVectorEnv`'s
     round (one kernel call for every cluster, counterfactual rows included), and that step
     returns the round's rewards, terminations and truncations ``(B, N)`` (zeros on the other
     turns) and the round's infos (``FleetVectorEnv.step``'s: ``alive``, ``utility``,
@@ -77,24 +79,15 @@ class FleetSequentialVectorEnv:
         self._offsets = v.mask_offsets
         B, T = self.num_envs, self.num_agents
         F = N_OBS + N_CLAIM
-        S = v.state_space.shape[-1] + 4 * T
+        S = v.state_space.shape[-1] + len(STATE_CLAIM_COLUMNS) * T
         self.single_observation_space = gymnasium.spaces.Box(0.0, 1.0, (F,), np.float32)
         self.observation_space = gymnasium.spaces.Box(0.0, 1.0, (B, F), np.float32)
         self.action_space = gymnasium.spaces.MultiDiscrete(np.broadcast_to(self.nvec_max, (B, N_ACT)))
         self.state_space = gymnasium.spaces.Box(0.0, 1.0, (B, S), np.float32)
-        st = self.kernel_static
-        self._bid_levels = v.bid_levels
-        self._top_bid = float(self._bid_levels[-1])
-        self._priority = np.array(sorted(range(T), key=lambda i: (-float(st.priority[i]), i)), np.int64)
-        self._order = np.zeros((B, T), np.int64)  # (B, T) the tenant of each turn slot: the live ones in turn order, then those that left
-        self._position = np.full((B, T), -1, np.int64)  # (B, T) each tenant's place in this round's order (-1: not in it)
-        self._n_live = np.zeros(B, np.int64)  # (B,) tenants in this round's order
-        self._joint = np.zeros((B, T, N_ACT), np.int64)  # (B, T, 8) this round's claims (action indices)
-        self._claimed = np.zeros((B, T), bool)  # (B, T)
+        #: the protocol's array core: the order, the turn slots, the claims and their features
+        self._turns = Turns(B, self.kernel_static, v.bid_levels, self.turn_order)
         self._base = np.zeros((B, T, N_OBS), np.float32)  # (B, T, 34) the round's start observations
         self._mask = np.zeros((B, T, self.mask_size), bool)  # (B, T, M) the round's flat action masks
-        self.turn = 0
-        self._order_rngs: list[np.random.Generator] | None = None
 
     # --- the API --------------------------------------------------------------------------------
 
@@ -102,12 +95,11 @@ class FleetSequentialVectorEnv:
         """Start a new episode in every cluster (``seed`` as :meth:`FleetVectorEnv.reset` takes
         it). Returns ``(obs (B, 40), infos)`` of the first turn."""
         v = self.venv
-        fresh = seed is not None or self._order_rngs is None
+        fresh = seed is not None or self._turns.rngs is None
         seeds = v.check_seeds(seed) if fresh else None  # checks the seed before anything changes
         obs, infos = v.reset(seed=seed, options=options)
         if seeds is not None:
-            # the turn order's own stream: the third child of each cluster's seed, as the AEC env draws it
-            self._order_rngs = [np.random.default_rng(np.random.SeedSequence(s).spawn(3)[2]) for s in seeds]
+            self._turns.seed(seeds)  # the turn order's own stream of each cluster's seed, as the AEC env draws it
         self._base, self._mask = obs, infos["action_mask"]
         self._start_round(np.arange(self.num_envs))
         out = {"alive": infos["alive"]}
@@ -118,8 +110,7 @@ class FleetSequentialVectorEnv:
         (ignored where ``infos["active"]`` is False). Returns ``(obs (B, 40) float32, rewards
         (B, N), terminated (B, N), truncated (B, N), infos)``; a rejected step (an
         :class:`ActionError` naming the cluster, the tenant and the field) changes nothing."""
-        if self._order_rngs is None:
-            raise RuntimeError("step() called before reset(): call venv.reset(seed=...) first")
+        self._need_reset("step()")
         B, T = self.num_envs, self.num_agents
         a = np.asarray(actions) if actions is not None else None
         if a is None or a.dtype in (object, bool) or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
@@ -128,28 +119,26 @@ class FleetSequentialVectorEnv:
             raise ActionError(
                 "actions", "shape", a.shape, f"({B}, {N_ACT}): clusters, {', '.join(ACTION_FIELDS)} of the tenant whose turn it is"
             )
-        rows = np.arange(B)
-        agent, active = self._order[:, self.turn], self.turn < self._n_live
+        rows, turns = np.arange(B), self._turns
+        agent, active = turns.agent, turns.active
         full = np.zeros((B, T, N_ACT), a.dtype)
         full[rows, agent] = a
         who = np.zeros((B, T), bool)
         who[rows, agent] = active
         idx, _ = self.venv.validate_actions(full, who)  # an ActionError naming the cluster, the tenant and the field; nothing changed
-        self._joint[rows[active], agent[active]] = idx[rows[active], agent[active]]
-        self._claimed[rows[active], agent[active]] = True
-        if self.turn + 1 < T:
-            self.turn += 1
+        turns.claim(rows[active], agent[active], idx[rows[active], agent[active]])
+        if turns.turn + 1 < T:
+            turns.advance()
             z = np.zeros((B, T))
             return self._turn_obs(), z, z.astype(bool), z.astype(bool), self._turn_infos({"alive": self.venv.alive}, False)
         # the last turn: the round clears once, with the joint action, in the round engine
-        obs, rew, term, trunc, infos = self.venv.step(self._joint)
+        obs, rew, term, trunc, infos = self.venv.step(turns.joint)
         if "final_obs" in infos:
-            none = np.full((B, T), -1, np.int64)  # after the last round nobody is in an order: no claims, place 0
-            claims = claim_features(self.kernel_static, self._top_bid, none, np.zeros((B, T)), np.zeros((B, T)), np.zeros((B, T), bool))
-            infos["final_obs"] = np.concatenate([infos["final_obs"], claims], -1)
+            # after the last round nobody is in an order: no claims, place 0
+            infos["final_obs"] = np.concatenate([infos["final_obs"], turns.empty_features()], -1)
             infos["_final_obs"] = infos["_final"]
             last = infos["final_state"]
-            infos["final_state"] = np.concatenate([last, np.zeros((B, 4 * T), np.float32)], -1)
+            infos["final_state"] = np.concatenate([last, np.zeros((B, len(STATE_CLAIM_COLUMNS) * T), np.float32)], -1)
         self._base, self._mask = obs, infos["action_mask"]
         ended = np.flatnonzero(infos["_final"])
         self._start_round(np.arange(B))  # the AEC env starts a round after every clearing (the last one too) ...
@@ -162,29 +151,14 @@ class FleetSequentialVectorEnv:
         vector, then per tenant claimed (0/1), GPUs / max_gpus, bid / highest level, place /
         (tenants in the order - 1)."""
         self._need_reset("state()")
-        B, T = self.num_envs, self.num_agents
-        extra = np.zeros((B, T, 4))
-        c = self._claimed
-        extra[..., 0] = c
-        extra[..., 1] = np.where(c, self._joint[..., 0] / self.kernel_static.max_gpus, 0.0)
-        extra[..., 2] = np.where(c, self._bid_levels[self._joint[..., 1]] / self._bid_levels[-1], 0.0)
-        extra[..., 3] = np.where(self._position >= 0, self._position / np.maximum(self._n_live[:, None] - 1, 1), 0.0)
-        return np.concatenate([self.venv.state(), np.clip(extra, 0.0, 1.0).reshape(B, 4 * T).astype(np.float32)], -1)
+        return np.concatenate([self.venv.state(), self._turns.state_columns()], -1)
 
     def observations(self) -> np.ndarray:
         """(B, N, 40) every tenant's observation now, as ``FleetSequentialEnv.observe`` gives it:
         its round-start row and the claims made before its place (a tenant whose turn is still to
         come sees the claims so far that come before it)."""
         self._need_reset("observations()")
-        claims = claim_features(
-            self.kernel_static,
-            self._top_bid,
-            self._position,
-            np.where(self._claimed, self._joint[..., 0], 0),
-            self._bid_levels[self._joint[..., 1]],
-            self._claimed,
-        )
-        return np.concatenate([self._base, claims], -1)
+        return np.concatenate([self._base, self._turns.features()], -1)
 
     def sample_actions(self, infos: dict, rng: np.random.Generator | None = None) -> np.ndarray:
         """(B, 8) random actions allowed by ``infos["action_mask"]`` (the acting tenants')."""
@@ -201,61 +175,35 @@ class FleetSequentialVectorEnv:
     @property
     def order(self) -> np.ndarray:
         """(B, N) the tenant of each turn slot of this round (the live ones first, in turn order; a copy)."""
-        return self._order.copy()
+        return self._turns.order.copy()
+
+    @property
+    def turn(self) -> int:
+        """This round's turn slot, 0 .. N-1 (the same in every cluster)."""
+        return self._turns.turn
 
     # --- internals ------------------------------------------------------------------------------
 
     def _need_reset(self, what: str) -> None:
-        if self._order_rngs is None:
+        if self._turns.rngs is None:
             raise RuntimeError(f"{what} called before reset(): call venv.reset(seed=...) first")
 
     def _start_round(self, clusters: np.ndarray) -> None:
-        """This round's order in ``clusters`` (the random order draws one permutation of all the
-        tenants per cluster and round, as the AEC env does); no claims yet; turn slot 0."""
-        T = self.num_agents
-        rounds, alive = self.venv.rounds, self.venv.alive
-        if self.turn_order == "random":
-            assert self._order_rngs is not None  # reset() draws them before the first round
-            seq = np.stack([self._order_rngs[b].permutation(T) for b in clusters]) if len(clusters) else np.zeros((0, T), np.int64)
-        elif self.turn_order == "rotating":
-            seq = (rounds[clusters, None] + np.arange(T)) % T
-        elif self.turn_order == "priority":
-            seq = np.broadcast_to(self._priority, (len(clusters), T))
-        else:
-            seq = np.broadcast_to(np.arange(T), (len(clusters), T))
-        live = np.take_along_axis(alive[clusters], seq, 1)
-        order = np.take_along_axis(seq, np.argsort(~live, axis=1, kind="stable"), 1)  # live first, each part in turn order
-        n = live.sum(1)
-        pos = np.full((len(clusters), T), -1, np.int64)
-        k = np.broadcast_to(np.arange(T), pos.shape)
-        np.put_along_axis(pos, order, np.where(k < n[:, None], k, -1), 1)
-        self._order[clusters], self._position[clusters], self._n_live[clusters] = order, pos, n
-        self._joint[clusters] = 0
-        self._claimed[clusters] = False
-        self.turn = 0
+        """This round's order in ``clusters`` (the array core's); no claims yet; turn slot 0."""
+        self._turns.start(clusters, self.venv.rounds[clusters], self.venv.alive[clusters])
 
     def _turn_obs(self) -> np.ndarray:
-        rows = np.arange(self.num_envs)
-        agent = self._order[:, self.turn]
-        claims = claim_features(
-            self.kernel_static,
-            self._top_bid,
-            self._position,
-            np.where(self._claimed, self._joint[..., 0], 0),
-            self._bid_levels[self._joint[..., 1]],
-            self._claimed,
-            rows=agent,
-        )
-        return np.concatenate([self._base[rows, agent], claims], -1)
+        rows, agent = np.arange(self.num_envs), self._turns.agent
+        return np.concatenate([self._base[rows, agent], self._turns.features(rows=agent)], -1)
 
     def _turn_infos(self, infos: dict, round_end: bool) -> dict:
-        rows = np.arange(self.num_envs)
-        agent = self._order[:, self.turn]
+        rows, turns = np.arange(self.num_envs), self._turns
+        agent = turns.agent
         mask = self._mask[rows, agent]
         infos.update(
             agent=agent.copy(),
-            active=self.turn < self._n_live,
-            turn=self.turn,
+            active=turns.active,
+            turn=turns.turn,
             round_end=round_end,
             action_mask=mask,
             action_mask_dims=tuple(mask[..., self._offsets[d] : self._offsets[d + 1]] for d in range(N_ACT)),
