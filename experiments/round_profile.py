@@ -81,7 +81,7 @@ def capture(scheme: str, out: Path) -> None:
     """Pickle the arguments of the kernel call of one vector-env step (after 10 warm-up steps)."""
     import fleet_marl
     from fleet_marl.kernel import engine
-    from fleet_marl.studies.bench import VECTOR_B, bench_config
+    from fleet_marl.studies.bench.measures import VECTOR_B, bench_config
 
     venv = fleet_marl.vector_env(num_envs=VECTOR_B, config=bench_config(16), reward_scheme=scheme, compute_all=False)
     _obs, infos = venv.reset(seed=0)
@@ -140,7 +140,7 @@ def profile_steps(scheme: str) -> None:
     import pstats
 
     import fleet_marl
-    from fleet_marl.studies.bench import VECTOR_B, bench_config
+    from fleet_marl.studies.bench.measures import VECTOR_B, bench_config
 
     venv = fleet_marl.vector_env(num_envs=VECTOR_B, config=bench_config(16), reward_scheme=scheme, compute_all=False)
     _obs, infos = venv.reset(seed=0)
@@ -188,7 +188,7 @@ def _kept(out, present: np.ndarray, row: int, base: int, who: np.ndarray) -> np.
 def reuse_report() -> None:
     import fleet_marl
     from fleet_marl.kernel import evaluate_welfare
-    from fleet_marl.studies.bench import bench_config
+    from fleet_marl.studies.bench.measures import bench_config
 
     def difference(n: int):
         def make():
@@ -249,9 +249,8 @@ def layers_report() -> None:
     import statistics
 
     import fleet_marl
-    from fleet_marl.studies.bench import bench_config
-    from fleet_marl.studies.bench_measures import _vector_pool, _vector_step_s
-    from fleet_marl.studies.bench_timing import presample, time_steps
+    from fleet_marl.studies.bench.measures import _vector_pool, _vector_step_s, bench_config
+    from fleet_marl.studies.bench.timing import presample, time_steps
 
     env = fleet_marl.parallel_env(config=bench_config(16), reward_scheme="difference", compute_all=False)
     env.reset(seed=0)

@@ -4,6 +4,8 @@ number; the scenario family, the reference fallback and bad options. No timing a
 from __future__ import annotations
 
 import argparse
+import ast
+import graphlib
 import json
 import math
 import re
@@ -15,7 +17,7 @@ import numpy as np
 import pytest
 
 from fleet_marl.environment import scheme_rewards
-from fleet_marl.studies import bench
+from fleet_marl.studies.bench import clients, command, measures, suite, targets
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The keys the issue asks for, each a number.
@@ -61,31 +63,31 @@ def test_quick_run_prints_every_required_key_as_a_number(report):
     for key in REQUIRED:
         assert isinstance(report[key], (int, float)) and math.isfinite(report[key]), key
     assert report["quick"] is True and report["machine"]["numba"]
-    for n in bench.ENV_SIZES:
-        for s in bench.SCHEMES:
+    for n in measures.ENV_SIZES:
+        for s in measures.SCHEMES:
             assert report[f"env_step_us_n{n}_{s}"] > 0 and report[f"agent_steps_per_s_n{n}_{s}"] > 0
-    for b in bench.KERNEL_BATCHES:
+    for b in measures.KERNEL_BATCHES:
         assert report[f"kernel_evals_per_s_n16_b{b}"] > 0
     # derived figures are what they say
     assert report["difference_overhead_ratio"] == pytest.approx(report["env_step_us_n16_difference"] / report["env_step_us_n16_local"])
     assert report["agent_steps_ratio_vs_reference"] == pytest.approx(
         report["agent_steps_per_s_n16_difference"] / report["reference_agent_steps_per_s"]
     )
-    assert report["rss_agent_steps"] >= bench.RSS_AGENT_STEPS // 100
+    assert report["rss_agent_steps"] >= measures.RSS_AGENT_STEPS // 100
     # issue 31: every task's env as the README builds it, against the same env as the bench builds it
     ratios = []
     for form in ("parallel", "vector"):
-        for task in bench.README_TASKS:
+        for task in measures.README_TASKS:
             readme, built = report[f"readme_{form}_step_us_{task}"], report[f"readme_{form}_bench_step_us_{task}"]
             assert readme > 0 and built > 0 and report[f"readme_{form}_ratio_{task}"] == pytest.approx(readme / built)
             ratios.append(readme / built)
-    assert set(bench.README_TASKS) == {"tiny", "easy", "medium", "hard", "trace", "trace_code"}
+    assert set(measures.README_TASKS) == {"tiny", "easy", "medium", "hard", "trace", "trace_code"}
     assert report["readme_env_ratio_max"] == pytest.approx(max(ratios))
     assert report["sampled_shapley_overhead_ratio_hard"] == pytest.approx(
         report["sampled_shapley_step_us_hard"] / report["env_step_us_hard_local"]
     )
     assert report["difference_overhead_ratio_n64"] == pytest.approx(report["env_step_us_n64_difference"] / report["env_step_us_n64_local"])
-    assert set(report["targets"]) == set(bench.TARGETS)
+    assert set(report["targets"]) == set(targets.TARGETS)
     assert report["vector_over_vmas_local"] == pytest.approx(
         report["vector_agent_steps_per_s_n16_b256_local"] / report["vmas_agent_steps_per_s_n16_b256"]
     )
@@ -113,7 +115,7 @@ def test_every_key_is_documented(report):
 
 
 def test_table_shows_every_measure(report):
-    table = bench.format_table(report)
+    table = suite.format_table(report)
     for label in (
         "N=16  difference",
         "batch 16384",
@@ -136,16 +138,16 @@ def test_table_shows_every_measure(report):
 def test_kernel_before_measures_another_checkout_in_a_subprocess():
     """--kernel-before: this checkout against itself (the ratio is not asserted: speed lives in the
     bench); a folder without the engine is a clear error."""
-    now, then = bench.kernel_before_rates(str(ROOT), None, repeats=1, min_time=0.005, rounds=1)
+    now, then = measures.kernel_before_rates(str(ROOT), None, repeats=1, min_time=0.005, rounds=1)
     assert now > 0 and then > 0
     with pytest.raises(ValueError, match="--kernel-before .*expected a checkout of the engine"):
-        bench.kernel_before_rates(str(ROOT / "docs"), None, repeats=1, min_time=0.005)
+        measures.kernel_before_rates(str(ROOT / "docs"), None, repeats=1, min_time=0.005)
 
 
 def test_bench_config_has_n_tenants_all_staying_the_episode():
     import fleet_marl
 
-    cfg = bench.bench_config(16)
+    cfg = measures.bench_config(16)
     assert len(cfg["tenants"]) == 16 and len(cfg["cluster"]["gpu_types"]) == 8
     env = fleet_marl.parallel_env(config=cfg, reward_scheme="difference", compute_all=False)
     obs, infos = env.reset(seed=0)
@@ -159,21 +161,39 @@ def test_bench_config_has_n_tenants_all_staying_the_episode():
         steps += 1
     assert steps == cfg["max_cycles"]
     with pytest.raises(ValueError, match=r"n = 0: expected an integer >= 1"):
-        bench.bench_config(0)
+        measures.bench_config(0)
 
 
 def test_reference_falls_back_to_a_bundled_pettingzoo_env(monkeypatch):
     monkeypatch.setitem(sys.modules, "mpe2", None)
-    name, timing = bench.reference_rate(steps=20, repeats=1)
+    name, timing = measures.reference_rate(steps=20, repeats=1)
     assert name == "pettingzoo.classic.rps_v2" and timing.agent_steps_per_s > 0 and timing.agents == 2
 
 
 def test_bad_cpu_is_a_clear_error(capsys):
-    parser = argparse.ArgumentParser(epilog=bench.EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    bench.add_arguments(parser)  # the bench entry of the CLI's command table, on its own
-    code = bench.run(parser.parse_args(["--quick", "--cpu", "9999", "--no-progress"]))
+    parser = argparse.ArgumentParser(epilog=command.EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    command.add_arguments(parser)  # the bench entry of the CLI's command table, on its own
+    code = command.run(parser.parse_args(["--quick", "--cpu", "9999", "--no-progress"]))
     err = capsys.readouterr().err
     assert code == 2 and "--cpu 9999: expected one of the cores" in err
+
+
+def test_the_bench_modules_import_without_a_circle():
+    """The modules of fleet_marl.studies.bench import one another in one order (the command, the
+    runs, the targets, the measurements, the timing helpers): none imports one that imports it
+    back, at module level or in a function, and none imports the command."""
+    pkg = ROOT / "fleet_marl" / "studies" / "bench"
+    graph: dict[str, set[str]] = {p.stem: set() for p in pkg.glob("*.py") if p.stem != "__init__"}
+    for name, deps in graph.items():
+        for node in ast.walk(ast.parse((pkg / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "fleet_marl.studies.bench":
+                deps |= {a.name for a in node.names}
+            mods = [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            mods += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            deps |= {m.split(".")[3] for m in mods if m.startswith("fleet_marl.studies.bench.")}
+    order = list(graphlib.TopologicalSorter(graph).static_order())  # raises CycleError on a circle
+    assert order[-1] == "command" and not any("command" in deps for deps in graph.values())
+    assert graph["command"] >= {"suite", "train", "clients"} and "routes" in graph["clients"]
 
 
 def test_help_has_examples():
@@ -208,8 +228,6 @@ def test_clients_quick_run_measures_every_route_and_rllib_before_and_after(tmp_p
     false``, as no checkout is named) and after (the vector env), both through ``fleet-marl
     train --engine rllib``, and each target of issue 32 with its measurement and verdict; the
     table shows them. No timing asserts."""
-    from fleet_marl.studies import bench_clients
-
     out = subprocess.run(
         [sys.executable, "-m", "fleet_marl.cli", "bench", "--clients", "--quick", "--json", "--no-progress"],
         capture_output=True,
@@ -228,20 +246,18 @@ def test_clients_quick_run_measures_every_route_and_rllib_before_and_after(tmp_p
         assert run["agent_steps"] > 0 and run["seconds_timed"] > 0
         assert run["agent_steps_per_s"] == pytest.approx(run["agent_steps"] / run["seconds_timed"])
         assert run["env_steps"] == 2000 * run["iterations_timed"]  # the default config's batch, every iteration
-    assert set(r["targets"]) == set(bench_clients.TARGETS)
+    assert set(r["targets"]) == set(targets.CLIENT_TARGETS)
     speedup = r["targets"]["rllib_train_speedup"]
     assert speedup["measured"] == pytest.approx(after["agent_steps_per_s"] / before["agent_steps_per_s"]) and isinstance(
         speedup["met"], bool
     )
     assert r["targets"]["sb3_vecenv_over_supersuit"]["measured"] == pytest.approx(r["clients"]["ratios"]["sb3_vecenv_over_supersuit"])
-    table = bench_clients.format_table(r)
+    table = clients.format_table(r)
     for label in ("rllib_vector", "torchrl_parallel", "before", "after", "rllib_train_speedup", "pufferlib_native_over_emulation"):
         assert label in table, label
     assert not list(tmp_path.iterdir())  # the runs' folders were temporary
 
 
 def test_clients_refuses_a_before_checkout_without_fleet_marl(tmp_path):
-    from fleet_marl.studies.bench_clients import rllib_train_rate
-
     with pytest.raises(ValueError, match="no fleet_marl package there"):
-        rllib_train_rate(1, 1, checkout=str(tmp_path))
+        clients.rllib_train_rate(1, 1, checkout=str(tmp_path))

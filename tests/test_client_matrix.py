@@ -3,7 +3,7 @@ x obs_mode x mask_layout x a small and a large task (tiny, hard) either runs a r
 episode ends with finite rewards and every action allowed by its masks (illegal_action="raise":
 a masked choice is an ActionError), or is refused when it is built, with an error that names a
 combination that works. The CleanRL example's cells play its policy on the ParallelEnv; the
-other clients' are fleet_marl.studies.clients'. Also: the docs' table is the matrix's, and the
+other clients' are tests/client_harness.py's. Also: the docs' table is the matrix's, and the
 clients' bench runs."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import fleet_marl
-from fleet_marl.studies.clients import CLIENTS, ENDS, MASK_LAYOUTS, OBS_MODES, TASKS, Cell, cells, markdown, run_cell, scenario
+from tests.client_harness import CLIENTS, ENDS, MASK_LAYOUTS, OBS_MODES, TASKS, Cell, cells, markdown, run_cell, scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "cleanrl_ppo.py"
@@ -93,7 +93,7 @@ def test_the_docs_table_is_the_matrix():
 def test_a_refused_third_party_cell_does_fail_without_the_refusal(client, obs_mode, mask_layout):
     """The refusals of the wrappers of the ParallelEnv are needed: built anyway, the wrapper
     fails (so a refused cell is never one that works)."""
-    from fleet_marl.studies.client_runs import RUNS
+    from tests.client_runs import RUNS
 
     with pytest.raises(Exception):  # noqa: B017 (each wrapper fails its own way: ValueError, TypeError, AssertionError)
         RUNS[client](scenario("tiny", obs_mode, mask_layout), ENDS, 10, np.random.default_rng(0))
@@ -135,10 +135,10 @@ def test_cleanrl_example_policy_plays_every_cell(task, obs_mode, mask_layout):
 
 def test_importing_the_adapter_packages_loads_no_client_or_torch():
     code = (
-        "import sys, fleet_marl.sb3, fleet_marl.pufferlib, fleet_marl.benchmarl, fleet_marl.studies.clients; "
+        "import sys, fleet_marl.sb3, fleet_marl.pufferlib, fleet_marl.benchmarl, tests.client_harness; "
         "print([m for m in ('torch', 'stable_baselines3', 'pufferlib', 'benchmarl', 'torchrl', 'ray') if m in sys.modules])"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout.strip()
     assert out == "[]"
 
 
@@ -146,7 +146,7 @@ def test_importing_the_adapter_packages_loads_no_client_or_torch():
 
 
 def test_clients_bench_measures_every_route_and_the_ratios():
-    from fleet_marl.studies.clients_bench import TARGETS, measure_clients
+    from fleet_marl.studies.bench.routes import TARGETS, measure_clients
 
     report = measure_clients(task="tiny", clusters=4, steps=3, repeats=1)
     rates = report["agent_steps_per_s"]

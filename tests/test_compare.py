@@ -166,7 +166,8 @@ def test_the_command_module_on_its_own(tmp_path, capsys):
 
 def test_building_the_command_parsers_imports_no_ray_or_torch():
     code = (
-        "import argparse, sys; from fleet_marl.studies import bench, command; from fleet_marl.rllib import command as train; "
+        "import argparse, sys; from fleet_marl.studies import command; from fleet_marl.studies.bench import command as bench; "
+        "from fleet_marl.rllib import command as train; "
         "[m.add_arguments(argparse.ArgumentParser()) for m in (bench, command, train)]; "
         "print(sorted(m for m in ('ray', 'torch', 'matplotlib') if m in sys.modules))"
     )

@@ -37,7 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "estimate": ("fleet_marl.tools.estimate", "memory per GPU, fit and throughput of one configuration"),
     "validate": ("fleet_marl.validation.command", "the cost model against published measurements: each case, its error, the targets"),
     "sweep": ("fleet_marl.tools.sweep", "batched-kernel search for the best safe configuration of catalog models"),
-    "bench": ("fleet_marl.studies.bench", "how fast the env and the batched kernel are, against a stock PettingZoo env"),
+    "bench": ("fleet_marl.studies.bench.command", "how fast the env and the batched kernel are, against a stock PettingZoo env"),
     "serve": ("fleet_marl.openenv.command", "serve the env over HTTP/WebSocket with OpenEnv (for LLM agents and remote policies)"),
     "traces": ("fleet_marl.traces.command", "list the public traces and fetch full ones into the cache"),
 }

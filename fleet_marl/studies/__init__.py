@@ -7,7 +7,8 @@ benchmarks.
                                the first study): its designs, runs, tables, plots and report
 ``store``                      the studies' resumable CSV store and :class:`StudyError`
 ``command``                    the ``compare`` command
-``bench``                      ``fleet-marl bench``: env and kernel speed on one core
+``bench``                      ``fleet-marl bench``: env, kernel, training and outside-client
+                               speed against targets (a package: ``bench.command`` is the command)
 ``protocols``                  the reference policies under the simultaneous and the sequential
                                protocols (``python -m fleet_marl.studies.protocols``)
 =============================  ==================================================================

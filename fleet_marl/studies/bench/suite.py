@@ -1,22 +1,16 @@
-"""``fleet-marl bench``: how fast the environment and the batched kernel are, on one core.
+"""The main run of ``fleet-marl bench``: how fast the environment and the batched kernel are,
+on one core.
 
 Every figure is a median over repeats, measured in one process pinned to one CPU core, with
 actions sampled from the action masks beforehand (sampling is never timed) and a stock
-PettingZoo environment measured in the same run as the reference. The keys of the JSON
-report are documented in ``docs/benchmarks.md``; the targets are the ones of the performance
-issue (``TARGETS``). :func:`measure` runs every measurement; :data:`DESCRIPTION`,
-:data:`EXAMPLES`, :func:`add_arguments` and :func:`run` are the ``bench`` command.
-
-The scenario family (``bench_config``) and the measurements are
-:mod:`fleet_marl.studies.bench_measures`'s, the timing helpers
-:mod:`fleet_marl.studies.bench_timing`'s; the names they define that docs and scripts use
-(``bench_config``, ``VECTOR_B``, ``reference_rate`` ...) are importable from here too.
+PettingZoo environment measured in the same run as the reference. :func:`measure` runs every
+measurement of :mod:`~fleet_marl.studies.bench.measures` under a plan (:data:`FULL` or
+:data:`QUICK`) and returns the report, whose keys ``docs/benchmarks.md`` documents, with each
+target's verdict (:mod:`~fleet_marl.studies.bench.targets`); :func:`format_table` is its table.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import sys
@@ -28,7 +22,7 @@ import numba
 import numpy as np
 from tqdm import tqdm
 
-from fleet_marl.studies.bench_measures import (
+from fleet_marl.studies.bench.measures import (
     ENV_SIZES,
     KERNEL_BATCHES,
     KERNEL_N,
@@ -39,7 +33,6 @@ from fleet_marl.studies.bench_measures import (
     SCHEMES,
     SHAPLEY_N,
     VECTOR_B,
-    bench_config,
     env_step,
     kernel_before_rates,
     kernel_rate,
@@ -51,35 +44,8 @@ from fleet_marl.studies.bench_measures import (
     vector_timing,
     vmas_timing,
 )
-from fleet_marl.studies.bench_timing import pin_to_one_core, verdict
-from fleet_marl.studies.bench_train import TRAIN_TARGETS, format_train_table, train_throughput
-
-#: The targets: key -> (target, "min" or "max"). Those of the "One engine" issue, then those of
-#: issue 31 ("Fast by default, and counterfactual credit nearly free") measured so far: every
-#: env built as the README builds it within 1.25x of the same env built as the bench builds it,
-#: the vector env's difference rewards at half its local throughput or more, the N = 64 difference
-#: step within 1.5x of the local one, sampled Shapley on hard within 3x, and 8x (was 5x) the
-#: stock env's agent-steps.
-TARGETS = {
-    f"vector_agent_steps_per_s_n16_b{VECTOR_B}_local": (1_000_000.0, "min"),
-    f"vector_agent_steps_per_s_n16_b{VECTOR_B}_difference": (500_000.0, "min"),
-    "kernel_evals_per_s_n16_b1024": (1_000_000.0, "min"),
-    "kernel_eval_us_n16_b1": (20.0, "max"),
-    "env_step_us_n16_difference": (150.0, "max"),
-    "difference_overhead_ratio": (1.5, "max"),
-    f"shapley_overhead_ratio_n{SHAPLEY_N}": (3.0, "max"),
-    "rss_growth_fraction": (0.05, "max"),
-    "readme_env_ratio_max": (1.25, "max"),
-    f"vector_difference_over_local_n16_b{VECTOR_B}": (0.5, "min"),
-    "difference_overhead_ratio_n64": (1.5, "max"),
-    f"sampled_shapley_overhead_ratio_{SAMPLED_SHAPLEY_TASK}": (3.0, "max"),
-    "agent_steps_ratio_vs_reference": (8.0, "min"),
-    f"kernel_speedup_n{KERNEL_N}_b1024_vs_before": (4.0, "min"),
-}
-#: The commit whose kernel ``--kernel-before`` is meant to measure: the last one before issue 30
-#: changed the model (the package's version was 0.3.0 then; no tag was made).
-KERNEL_BEFORE_COMMIT = "12a23ba"
-
+from fleet_marl.studies.bench.targets import targets
+from fleet_marl.studies.bench.timing import pin_to_one_core
 
 # --- the run -------------------------------------------------------------------------------------
 
@@ -243,12 +209,6 @@ def measure(quick: bool = False, cpu: int | None = None, progress: bool = True, 
     return r
 
 
-def targets(r: dict) -> dict:
-    """Each target of the issue: the measured figure, the target, the ratio measured / target,
-    and whether it is met."""
-    return {key: verdict(r[key], target, kind) for key, (target, kind) in TARGETS.items()}
-
-
 def format_table(r: dict) -> str:
     lines = [f"fleet-marl bench: pinned to CPU {r['cpu']}, medians of {r['repeats']} repeats{' (quick)' if r['quick'] else ''}", ""]
     lines.append(f"{'env step':<28}{'us/step':>10}{'agent-steps/s':>16}")
@@ -311,106 +271,4 @@ def format_table(r: dict) -> str:
     return "\n".join(lines)
 
 
-# --- the command ---------------------------------------------------------------------------------
-
-EXAMPLES = """examples:
-  fleet-marl bench                      # the full run (under 3 minutes): a table on stdout, progress on stderr
-  fleet-marl bench --quick --json       # the CI smoke run (under 30 s), one JSON object
-  fleet-marl bench --cpu 0 --json > bench.json
-  git worktree add --detach ../v030 12a23ba && fleet-marl bench --kernel-before ../v030   # the kernel against 0.3.0's
-  fleet-marl bench --train              # end-to-end training throughput of make train's config (about 1 min)
-  fleet-marl bench --clients --json     # every outside client's route and RLlib's training before/after (issue 32; about 5 min)
-  fleet-marl bench --clients --before ../before   # RLlib's "before": a checkout of the engine before issue 32
-
-Every key of the JSON report is documented in docs/benchmarks.md.
-"""
-DESCRIPTION = (
-    "Measure env steps (N = 4, 16, 64; local and difference rewards), the vector env (N = 16, B = 256), the batched "
-    "kernel (N = 16, batch 1 to 16384), the difference, exact- and sampled-Shapley overheads, every task's env as the "
-    "README builds it against the same env with compute_all=False, RSS over a long vector-env run and a "
-    "stock PettingZoo env, on one pinned core; "
-    "medians over repeats, actions pre-sampled."
-)
-
-
-def add_arguments(b: argparse.ArgumentParser) -> None:
-    """The options of ``fleet-marl bench``."""
-    b.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    b.add_argument("--quick", action="store_true", help="fewer steps and repeats (under 30 s; the CI smoke test)")
-    b.add_argument("--cpu", type=int, default=None, help="core to pin to (default: the last core this process may use)")
-    b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    b.add_argument(
-        "--train", action="store_true", help="measure end-to-end training throughput instead (the torchrl engine on easy, every core)"
-    )
-    b.add_argument(
-        "--clients",
-        action="store_true",
-        help="measure every outside client's route and fleet-marl train --engine rllib before and after instead (issue 32's targets; pinned)",
-    )
-    b.add_argument(
-        "--kernel-before",
-        default=None,
-        metavar="DIR",
-        help=f"also measure the kernel of a checkout of the engine (a folder holding its fleet_marl package, e.g. a git worktree of "
-        f"{KERNEL_BEFORE_COMMIT}, the 0.3.0 kernel) at N = 16, batch 1024, interleaved with this one (issue 31's 4x target)",
-    )
-    b.add_argument(
-        "--before",
-        default=None,
-        metavar="DIR",
-        help="with --clients: a checkout of the engine to compare RLlib's training with (a folder holding its fleet_marl package; "
-        "default: this package with vector: false)",
-    )
-
-
-def run(args) -> int:
-    """Run ``fleet-marl bench`` with parsed ``args``; print the report; return the exit code."""
-    if args.train:
-        r = train_throughput(quick=args.quick, progress=not args.no_progress)
-        print(json.dumps(r, indent=2) if args.json else format_train_table(r))
-        return 0
-    if args.clients:
-        from fleet_marl.studies import bench_clients  # the clients' extras: only for --clients
-
-        try:
-            c = bench_clients.measure(quick=args.quick, cpu=args.cpu, progress=not args.no_progress, before=args.before)
-        except ValueError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        print(json.dumps(c, indent=2) if args.json else bench_clients.format_table(c))
-        return 0
-    try:
-        r = measure(quick=args.quick, cpu=args.cpu, progress=not args.no_progress, kernel_before=args.kernel_before)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        print("run 'fleet-marl bench --help' for the options", file=sys.stderr)
-        return 2
-    print(json.dumps(r, indent=2) if args.json else format_table(r))
-    return 0
-
-
-__all__ = [
-    "DESCRIPTION",
-    "ENV_SIZES",
-    "EXAMPLES",
-    "KERNEL_BATCHES",
-    "KERNEL_BEFORE_COMMIT",
-    "KERNEL_N",
-    "RSS_AGENT_STEPS",
-    "SCHEMES",
-    "SHAPLEY_N",
-    "TARGETS",
-    "TRAIN_TARGETS",
-    "VECTOR_B",
-    "add_arguments",
-    "bench_config",
-    "format_table",
-    "format_train_table",
-    "kernel_before_rates",
-    "measure",
-    "reference_rate",
-    "run",
-    "targets",
-    "train_throughput",
-    "verdict",
-]
+__all__ = ["FULL", "QUICK", "Plan", "format_table", "measure"]

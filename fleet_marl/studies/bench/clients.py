@@ -4,7 +4,7 @@ the vector env's speed").
 
 Two parts, one report:
 
-- **The routes** (:func:`fleet_marl.studies.clients_bench.measure_clients`): agent-steps/s of the
+- **The routes** (:func:`fleet_marl.studies.bench.routes.measure_clients`): agent-steps/s of the
   env through each client, the array adapters against the PettingZoo routes they replace, only
   the step call timed.
 - **RLlib's training** (:func:`rllib_train_rate`): ``fleet-marl train --engine rllib`` run as a
@@ -24,8 +24,9 @@ Two parts, one report:
   and reports its fastest run (``tries``: every run's rate). A checkout whose ``metrics.csv`` has no ``agent_steps``
   counts N tenant-steps per env step.
 
-:data:`TARGETS` are the issue's; ``targets`` in the report holds each one's measured figure,
-target and ``met`` (:func:`fleet_marl.studies.bench.verdict`).
+:data:`~fleet_marl.studies.bench.targets.CLIENT_TARGETS` are the issue's; ``targets`` in the
+report holds each one's measured figure, target and ``met``
+(:func:`~fleet_marl.studies.bench.targets.verdict`).
 """
 
 from __future__ import annotations
@@ -40,14 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from fleet_marl.errors import require
-from fleet_marl.studies.bench_timing import pin_to_one_core
+from fleet_marl.studies.bench.routes import measure_clients
+from fleet_marl.studies.bench.targets import CLIENT_TARGETS, verdict
+from fleet_marl.studies.bench.timing import pin_to_one_core
 
-#: The issue's targets: key -> (target, "min").
-TARGETS = {
-    "rllib_train_speedup": (10.0, "min"),
-    "sb3_vecenv_over_supersuit": (20.0, "min"),
-    "pufferlib_native_over_emulation": (20.0, "min"),
-}
 #: (warm-up, timed) iterations of each RLlib run: (before, after), full and quick.
 RLLIB_ITERATIONS = {False: ((1, 4), (2, 30)), True: ((1, 2), (2, 6))}
 #: Runs of each side (full; quick runs one), interleaved before, after, before, after; each side
@@ -104,10 +101,6 @@ def rllib_train_rate(warmup: int, timed: int, vector: bool = True, checkout: str
 
 def measure(quick: bool = False, cpu: int | None = None, progress: bool = True, before: str | None = None) -> dict[str, Any]:
     """The whole ``--clients`` report (see the module docstring and docs/benchmarks.md)."""
-    # bench.py imports this module for --clients: its verdict and the client rates are read when measuring
-    from fleet_marl.studies.bench import verdict
-    from fleet_marl.studies.clients_bench import measure_clients  # imports the clients' extras when it runs
-
     pinned = pin_to_one_core(cpu)
     t0 = time.perf_counter()
     steps, repeats = (40, 3) if quick else (200, 5)
@@ -133,7 +126,7 @@ def measure(quick: bool = False, cpu: int | None = None, progress: bool = True, 
         "cpu": pinned,
         "clients": clients,
         "rllib_train": runs,
-        "targets": {k: verdict(measured[k], *TARGETS[k]) for k in TARGETS},
+        "targets": {k: verdict(measured[k], *CLIENT_TARGETS[k]) for k in CLIENT_TARGETS},
         "seconds": time.perf_counter() - t0,
     }
 
@@ -161,4 +154,4 @@ def format_table(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["RLLIB_ITERATIONS", "RLLIB_ROUNDS", "TARGETS", "format_table", "measure", "rllib_train_rate"]
+__all__ = ["RLLIB_ITERATIONS", "RLLIB_ROUNDS", "format_table", "measure", "rllib_train_rate"]

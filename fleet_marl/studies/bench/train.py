@@ -1,6 +1,6 @@
 """``fleet-marl bench --train``: end-to-end training throughput of ``make train``'s config (the
-torchrl engine on ``easy``), against the target of the "Every client works, and training is
-fast" issue, and its table. :mod:`fleet_marl.studies.bench` runs it and re-exports its names.
+torchrl engine on ``easy``), against its target (:data:`~fleet_marl.studies.bench.targets.TRAIN_TARGETS`),
+and its table.
 """
 
 from __future__ import annotations
@@ -9,10 +9,7 @@ import tempfile
 from typing import Any
 
 from fleet_marl.errors import require
-from fleet_marl.studies.bench_timing import verdict
-
-#: The training target of the "Every client works, and training is fast" issue (``--train``).
-TRAIN_TARGETS = {"train_agent_steps_per_s_easy": (50_000.0, "min")}
+from fleet_marl.studies.bench.targets import TRAIN_TARGETS, verdict
 
 
 def train_throughput(quick: bool = False, progress: bool = True) -> dict:
@@ -77,4 +74,4 @@ def format_train_table(r: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["TRAIN_TARGETS", "format_train_table", "train_throughput"]
+__all__ = ["format_train_table", "train_throughput"]

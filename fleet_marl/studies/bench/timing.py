@@ -1,6 +1,6 @@
-"""How ``fleet-marl bench`` (:mod:`fleet_marl.studies.bench`) times things: the process pinned
-to one core, its resident set size, joint actions sampled from the action masks beforehand, and
-the medians over repeats of env steps (only ``step`` timed) and of calls of any function.
+"""How ``fleet-marl bench`` times things: the process pinned to one core, its resident set size,
+joint actions sampled from the action masks beforehand, and the medians over repeats of env
+steps (only ``step`` timed), of calls of any function and of a step callback's agent-steps.
 """
 
 from __future__ import annotations
@@ -116,13 +116,22 @@ def median_call_time(fn: Callable[[], object], repeats: int, min_time: float) ->
     return statistics.median(times)
 
 
-def verdict(v: float | None, target: float, kind: str) -> dict:
-    """A measured figure ``v`` against its target: ``kind`` ``"min"`` (v >= target meets it) or
-    ``"max"``. ``v`` None (not measured in this run: the kernel comparison without
-    ``--kernel-before``, VMAS not installed): ratio None and not met."""
-    if v is None:
-        return {"measured": None, "target": target, "kind": kind, "ratio": None, "met": False}
-    return {"measured": v, "target": target, "kind": kind, "ratio": v / target, "met": bool(v >= target if kind == "min" else v <= target)}
+def median_rate(step: Callable[[int], int], steps: int, repeats: int) -> float:
+    """Median over ``repeats`` of agent-steps per second; ``step(k)`` takes the k-th step and
+    returns the agent-steps it counts (or -1 for an untimed reset step)."""
+    for k in range(min(steps, 5)):  # warm-up (untimed): the compiled round's first calls, the first buffers
+        step(k)
+    rates = []
+    for _ in range(repeats):
+        spent, agent_steps = 0.0, 0
+        for k in range(steps):
+            t = time.perf_counter()
+            n = step(k)
+            dt = time.perf_counter() - t
+            if n >= 0:
+                spent, agent_steps = spent + dt, agent_steps + n
+        rates.append(agent_steps / spent)
+    return statistics.median(rates)
 
 
-__all__ = ["StepTiming", "median_call_time", "pin_to_one_core", "presample", "rss_bytes", "time_steps", "verdict"]
+__all__ = ["StepTiming", "median_call_time", "median_rate", "pin_to_one_core", "presample", "rss_bytes", "time_steps"]

@@ -6,10 +6,10 @@ names a combination that works.
 :func:`build_check` is the refusal (:class:`Refused`, a ``ValueError``): for the clients of
 this package it is the adapter's own ``check_options`` (the constructor raises the same
 error); for the third-party wrappers of the ParallelEnv it says what the wrapper cannot take.
-:func:`run_cell` plays one cell (:mod:`fleet_marl.studies.client_runs` has a rollout per
-client), :func:`matrix` all of them, :func:`markdown` the table of ``docs/environment.md``
-("Outside clients"). ``tests/test_client_matrix.py`` runs the whole matrix (and the CleanRL
-example's cells, which live beside the script).
+:func:`run_cell` plays one cell (``tests/client_runs.py`` has a rollout per client), :func:`matrix`
+all of them, :func:`markdown` the table of ``docs/environment.md`` ("Outside clients").
+``tests/test_client_matrix.py`` runs the whole matrix (and the CleanRL example's cells, which
+live beside the script); the harness is the tests', not the package's.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fleet_marl.studies.client_runs import RUNS
+from tests.client_runs import RUNS
 
 OBS_MODES = ("flat", "dict")
 MASK_LAYOUTS = ("dims", "flat")

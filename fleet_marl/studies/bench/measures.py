@@ -1,6 +1,6 @@
-"""What ``fleet-marl bench`` (:mod:`fleet_marl.studies.bench`) measures: the scenario family,
-the sizes it is measured at, and one function per measurement (env steps, the batched and the
-single kernel evaluation, the vector env, RSS over a long run, the stock PettingZoo reference).
+"""What ``fleet-marl bench`` measures: the scenario family, the sizes it is measured at, and one
+function per measurement (env steps, the batched and the single kernel evaluation, the vector
+env, RSS over a long run, the stock PettingZoo reference, VMAS, another checkout's kernel).
 
 The scenario family (``bench_config``): N tenants on N/2 H100 nodes (4 GPUs per tenant against
 a demand of up to 8, so the arbiter always has contention), alternating trainers and servers
@@ -30,7 +30,7 @@ from fleet_marl.config import FleetConfig, from_dict
 from fleet_marl.environment import parallel_env
 from fleet_marl.errors import require
 from fleet_marl.kernel import Actions, Draws, KernelStatic, RoundState, check_actions, evaluate
-from fleet_marl.studies.bench_timing import StepTiming, median_call_time, presample, rss_bytes, time_steps
+from fleet_marl.studies.bench.timing import StepTiming, median_call_time, presample, rss_bytes, time_steps
 from fleet_marl.tasks import TASKS
 
 _H100 = "h100-sxm"
@@ -289,24 +289,36 @@ def vmas_timing(steps: int, repeats: int) -> tuple[float, float] | None:
     return dt * 1e3, VECTOR_B * KERNEL_N / dt
 
 
+#: Where a checkout of the engine keeps ``kernel_rate``: this layout's module, then the one
+#: before the bench became a package (:data:`~fleet_marl.studies.bench.targets.KERNEL_BEFORE_COMMIT`'s).
+MEASURES_MODULES = ("fleet_marl.studies.bench.measures", "fleet_marl.studies.bench_measures")
+
+
+def _measures_module(checkout: Path) -> str | None:
+    """The first of :data:`MEASURES_MODULES` that ``checkout`` holds, or None."""
+    return next((m for m in MEASURES_MODULES if (checkout / f"{m.replace('.', '/')}.py").is_file()), None)
+
+
 def kernel_before_rates(before: str, cpu: int | None, repeats: int, min_time: float, rounds: int = 3) -> tuple[float, float]:
     """(this kernel's, ``before``'s kernel's) evaluations/s at N = ``KERNEL_N``, batch 1024: each
     checkout's own ``kernel_rate`` in a fresh subprocess pinned to the same core (``before`` is a
     folder holding its ``fleet_marl`` package, e.g. a ``git worktree`` of
-    ``bench.KERNEL_BEFORE_COMMIT``), ``rounds`` times each, interleaved; the best of each. Both run
-    in fresh processes because the figure depends on the process's allocator state: the outputs of
+    :data:`~fleet_marl.studies.bench.targets.KERNEL_BEFORE_COMMIT`; its ``kernel_rate`` is read from
+    the first of :data:`MEASURES_MODULES` it holds), ``rounds`` times each, interleaved; the best of
+    each. Both run in fresh processes because the figure depends on the process's allocator state: the outputs of
     a 1024-row call are fresh multi-megabyte arrays, and what the process allocated and freed
     before (importing torch, for one) decides whether they come with page faults."""
     root = Path(before).resolve()
-    if not (root / "fleet_marl" / "studies" / "bench_measures.py").is_file():
-        raise ValueError(f"--kernel-before {before!r}: no fleet_marl/studies/bench_measures.py there; expected a checkout of the engine")
-    code = (
-        "import json, os; "
-        + (f"os.sched_setaffinity(0, {{{cpu}}}); " if cpu is not None else "")
-        + f"from fleet_marl.studies.bench_measures import kernel_rate; print(json.dumps(kernel_rate(1024, {repeats}, {min_time})))"
-    )
+    if _measures_module(root) is None:
+        where = " or ".join(f"{m.replace('.', '/')}.py" for m in MEASURES_MODULES)
+        raise ValueError(f"--kernel-before {before!r}: no {where} there; expected a checkout of the engine")
 
     def rate(checkout: Path) -> float:
+        code = (
+            "import json, os; "
+            + (f"os.sched_setaffinity(0, {{{cpu}}}); " if cpu is not None else "")
+            + f"from {_measures_module(checkout)} import kernel_rate; print(json.dumps(kernel_rate(1024, {repeats}, {min_time})))"
+        )
         env = {**os.environ, "PYTHONPATH": str(checkout), "PYTHONHASHSEED": "0"}
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=checkout, timeout=1800, check=False)
         if out.returncode != 0:
@@ -335,6 +347,7 @@ __all__ = [
     "ENV_SIZES",
     "KERNEL_BATCHES",
     "KERNEL_N",
+    "MEASURES_MODULES",
     "README_TASKS",
     "README_VECTOR_B",
     "RSS_AGENT_STEPS",

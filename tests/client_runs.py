@@ -1,4 +1,4 @@
-"""One rollout per outside client (the cells of :mod:`fleet_marl.studies.clients`).
+"""One rollout per outside client (the cells of the client matrix, ``tests/client_harness.py``).
 
 Each function builds its client on the scenario ``opts`` (``task``, ``obs_mode``,
 ``mask_layout``, ``max_cycles``, ``illegal_action="raise"``: a masked choice is an

@@ -24,23 +24,21 @@ PettingZoo routes they replace, measured in one process (pin it: ``taskset -c 1`
 =========================  ======================================================================
 
 RLlib's training end to end, before and after (``fleet-marl train --engine rllib``), is
-:mod:`fleet_marl.studies.bench_clients`'s; so is the command's report.
+:mod:`fleet_marl.studies.bench.clients`'s; so is the command's report.
 
 Each rate is agent-steps per second (slots stepped: a tenant that left its episode still fills
 its slot, on both sides), the median over ``repeats`` runs of ``steps`` calls; only the step
 call is timed, with actions drawn from the masks beforehand (the default ``illegal_action="veto"``
 handles a count a budget no longer affords). :func:`measure_clients` returns the rates and the
 two ratios of the issue's targets (:data:`TARGETS`); ``fleet-marl bench --clients`` reports them
-and ``python -m fleet_marl.studies.clients_bench [--cpu 1]`` prints them as JSON.
+and ``python -m fleet_marl.studies.bench.routes [--cpu 1]`` prints them as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 import warnings
 from collections.abc import Callable
 from functools import partial
@@ -51,30 +49,13 @@ import numpy as np
 import fleet_marl
 from fleet_marl.environment.vector import sample_masked
 from fleet_marl.errors import require
-from fleet_marl.studies.bench_timing import pin_to_one_core
+from fleet_marl.studies.bench.targets import CLIENT_TARGETS
+from fleet_marl.studies.bench.timing import median_rate, pin_to_one_core
 
 #: The issue's targets: each adapter's rate over the route it replaces.
-TARGETS = {"sb3_vecenv_over_supersuit": 20.0, "pufferlib_native_over_emulation": 20.0}
+TARGETS = {k: CLIENT_TARGETS[k][0] for k in ("sb3_vecenv_over_supersuit", "pufferlib_native_over_emulation")}
 #: What a missing extra's message says needs it.
 WHAT = "the outside clients' bench (fleet-marl bench --clients)"
-
-
-def _rate(step: Callable[[int], int], steps: int, repeats: int) -> float:
-    """Median over ``repeats`` of agent-steps per second; ``step(k)`` takes the k-th step and
-    returns the agent-steps it counts (or -1 for an untimed reset step)."""
-    for k in range(min(steps, 5)):  # warm-up (untimed): the compiled round's first calls, the first buffers
-        step(k)
-    rates = []
-    for _ in range(repeats):
-        spent, agent_steps = 0.0, 0
-        for k in range(steps):
-            t = time.perf_counter()
-            n = step(k)
-            dt = time.perf_counter() - t
-            if n >= 0:
-                spent, agent_steps = spent + dt, agent_steps + n
-        rates.append(agent_steps / spent)
-    return statistics.median(rates)
 
 
 def _parallel_pool(task: str, rng: np.random.Generator) -> list[np.ndarray]:
@@ -90,6 +71,16 @@ def _pool(masks: np.ndarray, offsets: np.ndarray, rng: np.random.Generator, n: i
     return [sample_masked(masks, offsets, rng) for _ in range(n)]
 
 
+def _pool_rate(env: Any, pool: list, agents: int, steps: int, repeats: int) -> float:
+    """``env.step`` with the actions of ``pool`` in turn, each call ``agents`` agent-steps."""
+
+    def step(k: int) -> int:
+        env.step(pool[k % len(pool)])
+        return agents
+
+    return median_rate(step, steps, repeats)
+
+
 def sb3_supersuit(task: str, steps: int, repeats: int, rng: np.random.Generator) -> float:
     """SB3 through SuperSuit's chain over one ParallelEnv."""
     import supersuit as ss  # the [test] extra's
@@ -98,27 +89,16 @@ def sb3_supersuit(task: str, steps: int, repeats: int, rng: np.random.Generator)
     venv = ss.concat_vec_envs_v1(ss.pettingzoo_env_to_vec_env_v1(ss.black_death_v3(env)), 1, num_cpus=0, base_class="stable_baselines3")
     venv.reset()
     pool = _parallel_pool(task, rng)
-
-    def step(k: int) -> int:
-        venv.step(pool[k % len(pool)])
-        return venv.num_envs
-
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "step\\(\\) called with no live agent")  # black_death's step after the last agent left
-        return _rate(step, steps, repeats)
+        return _pool_rate(venv, pool, venv.num_envs, steps, repeats)
 
 
 def vector_env(task: str, clusters: int, steps: int, repeats: int, rng: np.random.Generator) -> float:
     """The vector env alone, for scale: what the array adapters wrap."""
     venv = fleet_marl.vector_env(num_envs=clusters, task=task, compute_all=False)
     _, infos = venv.reset(seed=0)
-    pool = _pool(infos["action_mask"], venv.mask_offsets, rng)
-
-    def step(k: int) -> int:
-        venv.step(pool[k % len(pool)])
-        return clusters * venv.num_agents
-
-    return _rate(step, steps, repeats)
+    return _pool_rate(venv, _pool(infos["action_mask"], venv.mask_offsets, rng), clusters * venv.num_agents, steps, repeats)
 
 
 def sb3_vecenv(task: str, clusters: int, steps: int, repeats: int, rng: np.random.Generator) -> float:
@@ -126,13 +106,7 @@ def sb3_vecenv(task: str, clusters: int, steps: int, repeats: int, rng: np.rando
 
     venv = FleetSB3VecEnv(num_clusters=clusters, task=task, seed=0)
     venv.reset()
-    pool = _pool(venv.action_masks(), venv.offsets, rng)
-
-    def step(k: int) -> int:
-        venv.step(pool[k % len(pool)])
-        return venv.num_envs
-
-    return _rate(step, steps, repeats)
+    return _pool_rate(venv, _pool(venv.action_masks(), venv.offsets, rng), venv.num_envs, steps, repeats)
 
 
 def pufferlib_emulation(task: str, steps: int, repeats: int, rng: np.random.Generator) -> float:
@@ -149,7 +123,7 @@ def pufferlib_emulation(task: str, steps: int, repeats: int, rng: np.random.Gene
         env.step(pool[k % len(pool)])
         return env.num_agents
 
-    return _rate(step, steps, repeats)
+    return median_rate(step, steps, repeats)
 
 
 def pufferlib_native(task: str, clusters: int, steps: int, repeats: int, rng: np.random.Generator) -> float:
@@ -160,13 +134,7 @@ def pufferlib_native(task: str, clusters: int, steps: int, repeats: int, rng: np
 
     env = pufferlib.vector.make(FleetPufferEnv, backend=pufferlib.PufferEnv, env_kwargs={"num_clusters": clusters, "task": task, "seed": 0})
     env.reset()
-    pool = _pool(env.action_masks(), env.offsets, rng)
-
-    def step(k: int) -> int:
-        env.step(pool[k % len(pool)])
-        return env.num_agents
-
-    return _rate(step, steps, repeats)
+    return _pool_rate(env, _pool(env.action_masks(), env.offsets, rng), env.num_agents, steps, repeats)
 
 
 def _torch_actions(pool: list[np.ndarray]) -> list:
@@ -186,7 +154,7 @@ def _torchrl_rate(env: Any, key: tuple, pool: list, agents: int, steps: int, rep
         return agents
 
     try:
-        return _rate(step, steps, repeats)
+        return median_rate(step, steps, repeats)
     finally:
         env.close()
 
@@ -247,7 +215,7 @@ def rllib_env(task: str, steps: int, repeats: int, rng: np.random.Generator) -> 
         env.step({a: act[a] for a in env.agents})
         return len(act)
 
-    return _rate(step, steps, repeats)
+    return median_rate(step, steps, repeats)
 
 
 def rllib_vector(task: str, clusters: int, steps: int, repeats: int, rng: np.random.Generator) -> float:
@@ -266,7 +234,7 @@ def rllib_vector(task: str, clusters: int, steps: int, repeats: int, rng: np.ran
         done = [{a for a in o if t.get(a) or u.get(a)} for o, t, u in zip(obs, term, trunc, strict=True)]
         return sum(len(a) for a in actions)
 
-    return _rate(step, steps, repeats)
+    return median_rate(step, steps, repeats)
 
 
 def measure_clients(
@@ -319,7 +287,7 @@ def measure_clients(
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(prog="python -m fleet_marl.studies.clients_bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m fleet_marl.studies.bench.routes", description=__doc__.split("\n\n")[0])
     p.add_argument("--task", default="easy")
     p.add_argument("--clusters", type=int, default=256)
     p.add_argument("--steps", type=int, default=200)
