@@ -1,4 +1,4 @@
-"""fleet_marl.benchmarl: fleet_marl as a BenchMARL task (benchmarl 1.5.2 on torchrl 0.14; issue
+"""fleet_marl.clients.benchmarl: fleet_marl as a BenchMARL task (benchmarl 1.5.2 on torchrl 0.14; issue
 32). The menu env's specs and its mapping to the vector env's actions and masks; partial resets
 as the collector makes them; MAPPO, IPPO, MASAC and QMIX each run a short experiment from
 BenchMARL's own configs, with a masked choice an error; the task's config; refusals."""
@@ -12,8 +12,8 @@ import pytest
 import torch
 from torchrl.envs.utils import check_env_specs
 
-from fleet_marl.benchmarl import DEFAULT_FIELDS, TASK_DEFAULTS, FleetMenuEnv, FleetTask, FleetTaskClass
-from fleet_marl.benchmarl.run import ALGORITHMS, run_experiment
+from fleet_marl.clients.benchmarl import DEFAULT_FIELDS, TASK_DEFAULTS, FleetMenuEnv, FleetTask, FleetTaskClass
+from fleet_marl.clients.benchmarl.run import ALGORITHMS, run_experiment
 from fleet_marl.environment import ACTION_FIELDS
 from fleet_marl.environment.vector import FleetVectorEnv
 from fleet_marl.errors import MissingExtra
@@ -124,9 +124,9 @@ def test_refused_combinations_name_a_working_one():
 
 
 def test_the_extra_and_the_no_deps_install_are_named_when_benchmarl_is_missing(monkeypatch):
-    import fleet_marl.benchmarl as adapter
+    import fleet_marl.clients.benchmarl as adapter
 
-    for name in [m for m in sys.modules if m == "benchmarl" or m.startswith("benchmarl.")]:
+    for name in [m for m in sys.modules if m in ("benchmarl", "fleet_marl.clients.benchmarl.task") or m.startswith("benchmarl.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "benchmarl", None)
     with pytest.raises(MissingExtra, match=r"pip install --no-deps benchmarl==1\.5\.2.*needs the \[benchmarl\] extra"):

@@ -42,9 +42,7 @@ RANK = {
     "rllib": 8,
     "torchrl": 8,
     "openenv": 8,
-    "sb3": 8,
-    "pufferlib": 8,
-    "benchmarl": 8,
+    "clients": 8,
     "studies": 9,
     "cli": 10,
 }
@@ -59,9 +57,7 @@ FORBIDDEN = {
     "evaluation": {"ray", "torch"},
     "training": {"ray", "torch", "torchrl", "tensordict"},
     "torchrl": {"ray"},
-    "sb3": {"ray", "torchrl"},
-    "pufferlib": {"ray", "torchrl"},
-    "benchmarl": {"ray"},
+    "clients": {"ray"},
 }
 #: Optional dependencies: importing one (or a fleet_marl module that needs one) inside a
 #: function is how a module keeps it optional.
@@ -89,9 +85,7 @@ OPTIONAL = (
     "supersuit",
     "pufferlib",
     "benchmarl",
-    "fleet_marl.sb3",
-    "fleet_marl.pufferlib",
-    "fleet_marl.benchmarl",
+    "fleet_marl.clients",
 )
 
 

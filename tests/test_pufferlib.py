@@ -1,4 +1,4 @@
-"""fleet_marl.pufferlib: the vector env as a native PufferLib env (issue 32). It writes the
+"""fleet_marl.clients.pufferlib: the vector env as a native PufferLib env (issue 32). It writes the
 vector env's step into PufferLib's buffers (its own, or the slices pufferlib.vector's Serial and
 Multiprocessing backends hand it); dead rows as PufferLib's emulation marks them; the mask in
 the observation with obs_mode="dict"; seeds that never overlap across envs; refusals that name
@@ -6,6 +6,7 @@ a working combination; PettingZooPufferEnv over the ParallelEnv as the reference
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import numpy as np
@@ -15,10 +16,10 @@ import pytest
 
 import fleet_marl
 from fleet_marl import catalog
+from fleet_marl.clients.pufferlib import FleetPufferEnv
 from fleet_marl.config import FleetConfig
 from fleet_marl.environment.vector import FleetVectorEnv, sample_masked
 from fleet_marl.errors import MissingExtra
-from fleet_marl.pufferlib import FleetPufferEnv
 from fleet_marl.tasks import task_dict
 
 BROKE = np.array([4, 3, 1, 1, 1, 1, 1, 3])  # tenant_1 of uneven() goes broke after one round of it
@@ -133,11 +134,10 @@ def test_refused_combinations_name_a_working_one():
 
 
 def test_the_extra_and_the_no_deps_install_are_named_when_pufferlib_is_missing(monkeypatch):
-    import fleet_marl.pufferlib as adapter
-
+    monkeypatch.delitem(sys.modules, "fleet_marl.clients.pufferlib")  # imported above: import it afresh
     monkeypatch.setitem(sys.modules, "pufferlib", None)
     with pytest.raises(MissingExtra, match=r"pip install --no-deps pufferlib-core==3\.0\.23.*needs the \[pufferlib\] extra"):
-        adapter.FleetPufferEnv
+        importlib.import_module("fleet_marl.clients.pufferlib")
 
 
 def test_pettingzoo_puffer_env_over_the_parallel_env_is_the_reference():

@@ -1,10 +1,11 @@
-"""fleet_marl.sb3: the vector env as an SB3 VecEnv (issue 32). Its slots are the vector env's
+"""fleet_marl.clients.sb3: the vector env as an SB3 VecEnv (issue 32). Its slots are the vector env's
 tenants bit for bit; masks in infos (both layouts) and action_masks(); a tenant that leaves
 early is done once, its slot dead until the cluster ends; MaskablePPO and PPO train on it with
 masked choices an error; refused combinations name a working one."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
@@ -14,10 +15,10 @@ import torch
 
 import fleet_marl
 from fleet_marl import catalog
+from fleet_marl.clients.sb3 import FleetSB3VecEnv
 from fleet_marl.config import FleetConfig
 from fleet_marl.environment.vector import FleetVectorEnv, sample_masked
 from fleet_marl.errors import MissingExtra
-from fleet_marl.sb3 import FleetSB3VecEnv
 from fleet_marl.tasks import task_dict
 
 #: tenant_1 goes broke after one round of 4 GPUs at a high bid; tenant_0 plays on to the horizon
@@ -157,15 +158,14 @@ def test_refused_combinations_name_a_working_one():
 
 
 def test_the_extra_is_named_when_sb3_is_missing(monkeypatch):
-    import fleet_marl.sb3
-
+    monkeypatch.delitem(sys.modules, "fleet_marl.clients.sb3")  # imported above: import it afresh
     monkeypatch.setitem(sys.modules, "stable_baselines3", None)
-    with pytest.raises(MissingExtra, match=r"needs the \[sb3\] extra: pip install 'fleet-marl\[sb3\]'"):
-        fleet_marl.sb3.FleetSB3VecEnv
+    with pytest.raises(MissingExtra, match=r"fleet_marl.clients.sb3 needs the \[sb3\] extra: pip install 'fleet-marl\[sb3\]'"):
+        importlib.import_module("fleet_marl.clients.sb3")
 
 
-def test_importing_the_package_loads_no_sb3_or_torch():
-    code = "import sys, fleet_marl.sb3; print([m for m in ('torch', 'stable_baselines3') if m in sys.modules])"
+def test_importing_the_clients_package_loads_no_sb3_or_torch():
+    code = "import sys, fleet_marl.clients, fleet_marl.clients.base; print([m for m in ('torch', 'stable_baselines3') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
 

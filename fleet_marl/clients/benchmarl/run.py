@@ -1,8 +1,8 @@
 """A short BenchMARL run on a fleet_marl task: BenchMARL's own algorithm, model and experiment
 configs (its YAML files), with the budget cut to a few iterations.
 
->>> from fleet_marl.benchmarl import FleetTask
->>> from fleet_marl.benchmarl.run import run_experiment
+>>> from fleet_marl.clients.benchmarl import FleetTask
+>>> from fleet_marl.clients.benchmarl.run import run_experiment
 >>> seen = run_experiment(FleetTask.TINY.get_task(config={"max_cycles": 3}), "qmix")  # doctest: +SKIP
 >>> seen["ends"] >= 2 and seen["rewards_finite"]  # doctest: +SKIP
 True
@@ -16,9 +16,9 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from fleet_marl.benchmarl.compat import bridge
+from fleet_marl.clients.benchmarl.compat import load_benchmarl
 
-bridge()  # benchmarl 1.5.2 on torchrl 0.14 (fleet_marl.benchmarl.compat), before the imports below
+load_benchmarl()  # the extra, then benchmarl 1.5.2 on torchrl 0.14 (fleet_marl.clients.benchmarl.compat), before the imports below
 
 from benchmarl.algorithms import IppoConfig, IqlConfig, IsacConfig, MappoConfig, MasacConfig, QmixConfig, VdnConfig  # noqa: E402
 from benchmarl.experiment import Experiment, ExperimentConfig  # noqa: E402

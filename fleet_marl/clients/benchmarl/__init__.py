@@ -1,6 +1,6 @@
 """fleet_marl on BenchMARL (benchmarl 1.5.x; the ``[benchmarl]`` extra, then
 ``pip install --no-deps benchmarl==1.5.2``: it pins torchrl < 0.12, and runs on the extra's
-torchrl 0.14 with the one rename :func:`~fleet_marl.benchmarl.task.load_benchmarl` bridges;
+torchrl 0.14 with the two bridges of :func:`~fleet_marl.clients.benchmarl.compat.bridge`;
 ``docs/environment.md``, "Outside clients").
 
 =====================================  ==========================================================
@@ -12,14 +12,13 @@ torchrl 0.14 with the one rename :func:`~fleet_marl.benchmarl.task.load_benchmar
 ``check_options``                      the ``obs_mode`` / ``mask_layout`` combinations it takes
 =====================================  ==========================================================
 
-Names are imported lazily: ``import fleet_marl.benchmarl`` imports neither BenchMARL nor torch;
-the first name asked for checks the extra (a :class:`~fleet_marl.errors.MissingExtra` naming
-the install commands if benchmarl or torchrl is missing).
+Names are imported lazily: ``import fleet_marl.clients.benchmarl`` imports neither BenchMARL nor
+torch; the module of the first name asked for checks the extra (a
+:class:`~fleet_marl.errors.MissingExtra` naming the install commands if benchmarl or torchrl is
+missing; ``FleetMenuEnv`` needs torchrl only).
 """
 
-import importlib
-
-from fleet_marl.errors import MissingExtra, require
+from fleet_marl._lazy import lazy_exports
 
 _NAMES = {
     "FleetTask": "task",
@@ -30,23 +29,8 @@ _NAMES = {
     "check_options": "env",
     "DEFAULT_FIELDS": "env",
 }
-#: The install line of the extra: benchmarl 1.5.2 pins torchrl < 0.12, so it goes in without its dependencies.
-INSTALL = "pip install 'fleet-marl[benchmarl]' && pip install --no-deps benchmarl==1.5.2"
 
-
-def __getattr__(name):
-    if name in _NAMES:
-        what = f"fleet_marl.benchmarl.{name} ({INSTALL})"
-        require(("torch", "torchrl", "tensordict"), "benchmarl", what)
-        if _NAMES[name] != "env":
-            require(("hydra", "omegaconf"), "benchmarl", what)
-            try:
-                importlib.import_module("fleet_marl.benchmarl.compat").bridge()  # benchmarl 1.5.2 on torchrl 0.14
-            except ImportError as exc:
-                raise MissingExtra(what, "benchmarl", exc.name or "benchmarl", str(exc)) from exc
-        return getattr(importlib.import_module(f"fleet_marl.benchmarl.{_NAMES[name]}"), name)
-    raise AttributeError(f"module 'fleet_marl.benchmarl' has no attribute {name!r}")
-
+__getattr__, __dir__ = lazy_exports(__name__, _NAMES)
 
 __all__ = [
     "DEFAULT_FIELDS",

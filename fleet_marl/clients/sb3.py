@@ -1,4 +1,6 @@
-"""``FleetSB3VecEnv``: the vector env as a Stable-Baselines3 ``VecEnv``, one slot per tenant per cluster.
+"""``FleetSB3VecEnv``: the vector env as a Stable-Baselines3 ``VecEnv``, one slot per tenant per cluster
+(the ``[sb3]`` extra; importing this module without it is a :class:`~fleet_marl.errors.MissingExtra`
+naming the pip command).
 
 SB3's learners see ``num_envs = B * N`` single-agent slots, slot ``b * N + t`` being tenant t of
 cluster b; one ``step_wait`` is one array step of :class:`~fleet_marl.environment.vector.FleetVectorEnv`
@@ -38,18 +40,18 @@ from typing import Any
 
 import gymnasium
 import numpy as np
-from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
-from fleet_marl.environment import MASK_LAYOUTS, OBS_MODES
-from fleet_marl.environment.vector import FleetVectorEnv
+from fleet_marl.clients.base import VectorClient, check_modes, split_dims
+from fleet_marl.errors import require
+
+require("stable_baselines3", "sb3", "fleet_marl.clients.sb3")
+
+from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvObs, VecEnvStepReturn  # noqa: E402 (after the extra's check)
 
 
 def check_options(obs_mode: str, mask_layout: str) -> None:
     """The ValueError of a combination SB3 cannot take, naming one it can."""
-    if obs_mode not in OBS_MODES:
-        raise ValueError(f"obs_mode = {obs_mode!r}: expected one of {', '.join(map(repr, OBS_MODES))}")
-    if mask_layout not in MASK_LAYOUTS:
-        raise ValueError(f"mask_layout = {mask_layout!r}: expected one of {', '.join(map(repr, MASK_LAYOUTS))}")
+    check_modes(obs_mode, mask_layout)
     if obs_mode == "dict" and mask_layout == "dims":
         raise ValueError(
             "obs_mode='dict' with mask_layout='dims': SB3 has no Tuple observation space for the 8 per-dimension masks; "
@@ -57,11 +59,11 @@ def check_options(obs_mode: str, mask_layout: str) -> None:
         )
 
 
-class FleetSB3VecEnv(VecEnv):
+class FleetSB3VecEnv(VectorClient, VecEnv):
     """B clusters of ``task`` (or ``config``, plus overrides, as :func:`fleet_marl.vector_env`
     takes them) as ``B * N`` SB3 slots; see the module docstring.
 
-    >>> from fleet_marl.sb3 import FleetSB3VecEnv
+    >>> from fleet_marl.clients.sb3 import FleetSB3VecEnv
     >>> venv = FleetSB3VecEnv(num_clusters=4, task="tiny", seed=0)
     >>> venv.num_envs, venv.reset().shape, venv.action_masks().shape
     (8, (8, 34), (8, 48))
@@ -78,15 +80,9 @@ class FleetSB3VecEnv(VecEnv):
         **overrides: Any,
     ):
         check_options(obs_mode, mask_layout)
-        overrides.setdefault("compute_all", False)  # only the configured scheme's rewards reach a learner
-        self.venv = venv = FleetVectorEnv(num_clusters, task, config, **overrides)
-        self.obs_mode, self.mask_layout = obs_mode, mask_layout
-        self.num_clusters, self.n_agents = venv.num_envs, venv.num_agents
-        self.config, self.task = venv.config, venv.task
-        self.render_mode = None
+        venv = self.open_clusters(num_clusters, task, config, obs_mode, mask_layout, overrides)
         B, N = self.num_clusters, self.n_agents
         F, M = venv.single_observation_space.shape[-1], venv.mask_size
-        self.offsets = venv.mask_offsets
         box = gymnasium.spaces.Box(0.0, 1.0, (F,), np.float32)
         obs_space: gymnasium.spaces.Space = box
         if obs_mode == "dict":
@@ -155,9 +151,6 @@ class FleetSB3VecEnv(VecEnv):
             self._rounds[ended] = 0
         return self._obs(next_obs), rew.reshape(S).astype(np.float32), dones, slot_infos
 
-    def close(self) -> None:
-        self.venv.close()
-
     def action_masks(self) -> np.ndarray:
         """(B*N, M) bool: every slot's flat mask (what ``MaskablePPO`` reads; a dead slot's allows every choice)."""
         return self._mask.copy()
@@ -196,11 +189,7 @@ class FleetSB3VecEnv(VecEnv):
         alive = self._alive.reshape(-1).tolist()
         if self.mask_layout == "flat":
             return [{"action_mask": m, "alive": a} for m, a in zip(self._mask, alive, strict=True)]
-        o = self.offsets
-        return [
-            {"action_mask": tuple(m[o[d] : o[d + 1]] for d in range(len(o) - 1)), "alive": a}
-            for m, a in zip(self._mask, alive, strict=True)
-        ]
+        return [{"action_mask": split_dims(m, self.offsets), "alive": a} for m, a in zip(self._mask, alive, strict=True)]
 
 
 __all__ = ["FleetSB3VecEnv", "check_options"]

@@ -33,13 +33,18 @@ import itertools
 from typing import Any
 
 import numpy as np
-import torch
-from tensordict import TensorDict, TensorDictBase
-from torchrl.data import Bounded, Categorical, Composite, Unbounded
-from torchrl.envs import EnvBase
 
-from fleet_marl.environment import ACTION_FIELDS, MASK_LAYOUTS, OBS_MODES, core
-from fleet_marl.environment.vector import FleetVectorEnv
+from fleet_marl.clients.base import check_modes, open_vector
+from fleet_marl.clients.benchmarl.compat import WHAT
+from fleet_marl.environment import ACTION_FIELDS, core
+from fleet_marl.errors import require
+
+require(("torch", "torchrl", "tensordict"), "benchmarl", WHAT)
+
+import torch  # noqa: E402 (after the extra's check)
+from tensordict import TensorDict, TensorDictBase  # noqa: E402 (after the extra's check)
+from torchrl.data import Bounded, Categorical, Composite, Unbounded  # noqa: E402 (after the extra's check)
+from torchrl.envs import EnvBase  # noqa: E402 (after the extra's check)
 
 #: The agent group's name.
 GROUP = "agents"
@@ -51,10 +56,7 @@ MAX_MENU = 4096
 
 def check_options(obs_mode: str, mask_layout: str, action_fields=DEFAULT_FIELDS) -> tuple[str, ...]:
     """The ValueError of a combination BenchMARL cannot take, naming one it can; else the fields."""
-    if obs_mode not in OBS_MODES:
-        raise ValueError(f"obs_mode = {obs_mode!r}: expected one of {', '.join(map(repr, OBS_MODES))}")
-    if mask_layout not in MASK_LAYOUTS:
-        raise ValueError(f"mask_layout = {mask_layout!r}: expected one of {', '.join(map(repr, MASK_LAYOUTS))}")
+    check_modes(obs_mode, mask_layout)
     if mask_layout == "dims":
         raise ValueError(
             f"obs_mode={obs_mode!r} with mask_layout='dims': BenchMARL's algorithms mask one categorical per agent (the menu), not 8 "
@@ -74,7 +76,7 @@ class FleetMenuEnv(EnvBase):
     takes them), each tenant choosing one entry of the menu of ``action_fields``; see the module
     docstring.
 
-    >>> from fleet_marl.benchmarl import FleetMenuEnv
+    >>> from fleet_marl.clients.benchmarl import FleetMenuEnv
     >>> env = FleetMenuEnv(num_envs=4, task="tiny")
     >>> env.menu_size, env.rollout(3)["next", "agents", "reward"].shape
     (45, torch.Size([4, 3, 2, 1]))
@@ -95,8 +97,7 @@ class FleetMenuEnv(EnvBase):
         **overrides: Any,
     ):
         fields = check_options(obs_mode, mask_layout, action_fields)
-        overrides.setdefault("compute_all", False)  # only the configured scheme's rewards reach a learner
-        venv = FleetVectorEnv(num_envs, task, config, **overrides)
+        venv = open_vector(num_envs, task, config, overrides)
         dims = [ACTION_FIELDS.index(f) for f in fields]
         size = int(np.prod([venv.nvec_max[d] for d in dims]))
         if size > MAX_MENU:

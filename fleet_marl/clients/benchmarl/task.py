@@ -3,14 +3,14 @@
 Each registered task is a member of :class:`FleetTask` (``FleetTask.TINY`` ... ``FleetTask.HARD``);
 ``FleetTask.EASY.get_task()`` is the :class:`FleetTaskClass` with the default config
 (:data:`TASK_DEFAULTS`), ``get_task(config={...})`` with yours. BenchMARL builds the envs
-through ``get_env_fun``: :class:`~fleet_marl.benchmarl.env.FleetMenuEnv` with ``num_envs``
+through ``get_env_fun``: :class:`~fleet_marl.clients.benchmarl.env.FleetMenuEnv` with ``num_envs``
 clusters (a vectorized env: BenchMARL wraps it in no ``SerialEnv``). Any algorithm of a
 discrete action space runs on it, from BenchMARL's own configs::
 
     from benchmarl.algorithms import MappoConfig
     from benchmarl.experiment import Experiment, ExperimentConfig
     from benchmarl.models.mlp import MlpConfig
-    from fleet_marl.benchmarl import FleetTask
+    from fleet_marl.clients.benchmarl import FleetTask
 
     experiment = Experiment(
         task=FleetTask.EASY.get_task(),
@@ -36,13 +36,15 @@ from collections.abc import Callable
 from typing import Any
 
 import yaml
-from torchrl.data import Composite
-from torchrl.envs import EnvBase
 
-from fleet_marl.benchmarl.compat import load_benchmarl
-from fleet_marl.benchmarl.env import DEFAULT_FIELDS, GROUP, FleetMenuEnv
+from fleet_marl.clients.benchmarl.compat import load_benchmarl
 
-_common: Any = load_benchmarl()  # benchmarl.environments.common, on torchrl 0.14
+_common: Any = load_benchmarl()  # the extra's check, then benchmarl.environments.common on torchrl 0.14
+
+from torchrl.data import Composite  # noqa: E402 (after the extra's check)
+from torchrl.envs import EnvBase  # noqa: E402 (after the extra's check)
+
+from fleet_marl.clients.benchmarl.env import DEFAULT_FIELDS, GROUP, FleetMenuEnv  # noqa: E402 (after the extra's check)
 
 #: Every key of a task's config, with its default: the scenario (``task``; ``max_cycles``,
 #: ``reward_scheme`` and any override of ``fleet_marl.vector_env`` in ``overrides``), the

@@ -18,6 +18,13 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from fleet_marl.clients.base import import_unlisted
+from fleet_marl.errors import require
+
+#: The install line of the extra: benchmarl 1.5.2 pins torchrl < 0.12, so it goes in without its dependencies.
+INSTALL = "pip install 'fleet-marl[benchmarl]' && pip install --no-deps benchmarl==1.5.2"
+#: What a missing package's :class:`~fleet_marl.errors.MissingExtra` names.
+WHAT = f"fleet_marl.clients.benchmarl ({INSTALL})"
 #: benchmarl's value-based algorithms, which build a ``QValueModule`` from the group's action spec.
 VALUE_BASED = ("qmix", "vdn", "iql")
 
@@ -47,9 +54,17 @@ def _loose_q_value_module(base: type) -> type:
 
 
 def load_benchmarl() -> ModuleType:
-    """``benchmarl.environments.common`` (the Task and TaskClass bases), after :func:`bridge`."""
-    bridge()
-    return importlib.import_module("benchmarl.environments.common")
+    """``benchmarl.environments.common`` (the Task and TaskClass bases), after :func:`bridge`;
+    without the extra or benchmarl a :class:`~fleet_marl.errors.MissingExtra` naming the
+    install commands."""
+    require(("torch", "torchrl", "tensordict"), "benchmarl", WHAT)
+    require(("hydra", "omegaconf"), "benchmarl", WHAT)
+
+    def load() -> ModuleType:
+        bridge()
+        return importlib.import_module("benchmarl.environments.common")
+
+    return import_unlisted(WHAT, "benchmarl", load)
 
 
-__all__ = ["VALUE_BASED", "bridge", "load_benchmarl"]
+__all__ = ["INSTALL", "VALUE_BASED", "WHAT", "bridge", "load_benchmarl"]

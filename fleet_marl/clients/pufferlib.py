@@ -1,4 +1,7 @@
-"""``FleetPufferEnv``: the vector env as a native PufferLib env, writing into PufferLib's buffers.
+"""``FleetPufferEnv``: the vector env as a native PufferLib env, writing into PufferLib's buffers
+(pufferlib-core 3.x: the ``[pufferlib]`` extra, then ``pip install --no-deps pufferlib-core==3.0.23``:
+its wheel pins torch 2.9.0, and the env needs only its numpy side; importing this module without
+them is a :class:`~fleet_marl.errors.MissingExtra` naming both install commands).
 
 A native ``pufferlib.PufferEnv`` handles its own vectorization: one instance holds B clusters
 of N tenants, ``num_agents = B * N`` rows (row ``b * N + t`` is tenant t of cluster b), and one
@@ -33,22 +36,29 @@ infos, one dict of episode means when some cluster ended (``episode_return``, ``
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import gymnasium
 import numpy as np
-import pufferlib
 
-from fleet_marl.environment import MASK_LAYOUTS, OBS_MODES
-from fleet_marl.environment.vector import FleetVectorEnv
+from fleet_marl.clients.base import VectorClient, check_modes, import_unlisted, split_dims
+from fleet_marl.errors import require
+
+#: The install line of the extra: pufferlib-core's wheel pins torch==2.9.0, so it goes in without its dependencies.
+INSTALL = "pip install 'fleet-marl[pufferlib]' && pip install --no-deps pufferlib-core==3.0.23"
+WHAT = f"fleet_marl.clients.pufferlib ({INSTALL})"
+
+require(("torch", "psutil"), "pufferlib", WHAT)
+# the parent first: a loaded submodule hides a missing parent
+import_unlisted(WHAT, "pufferlib", lambda: [importlib.import_module(m) for m in ("pufferlib", "pufferlib.vector")])
+
+import pufferlib  # noqa: E402 (after the extra's check)
 
 
 def check_options(obs_mode: str, mask_layout: str) -> None:
     """The ValueError of a combination a native PufferEnv cannot take, naming one it can."""
-    if obs_mode not in OBS_MODES:
-        raise ValueError(f"obs_mode = {obs_mode!r}: expected one of {', '.join(map(repr, OBS_MODES))}")
-    if mask_layout not in MASK_LAYOUTS:
-        raise ValueError(f"mask_layout = {mask_layout!r}: expected one of {', '.join(map(repr, MASK_LAYOUTS))}")
+    check_modes(obs_mode, mask_layout)
     if obs_mode == "dict" and mask_layout == "dims":
         raise ValueError(
             "obs_mode='dict' with mask_layout='dims': a native PufferEnv observes one Box, which holds the mask as one flat vector "
@@ -57,7 +67,7 @@ def check_options(obs_mode: str, mask_layout: str) -> None:
         )
 
 
-class FleetPufferEnv(pufferlib.PufferEnv):
+class FleetPufferEnv(VectorClient, pufferlib.PufferEnv):
     """B clusters of ``task`` (or ``config``, plus overrides, as :func:`fleet_marl.vector_env`
     takes them) as one native PufferEnv of ``B * N`` agents; see the module docstring.
 
@@ -66,7 +76,7 @@ class FleetPufferEnv(pufferlib.PufferEnv):
     (B = ``num_clusters``; with B = 1, cluster s: the parallel env reset with seed s), so the envs
     ``pufferlib.vector`` seeds s, s+1, ... never share a cluster's seed.
 
-    >>> from fleet_marl.pufferlib import FleetPufferEnv
+    >>> from fleet_marl.clients.pufferlib import FleetPufferEnv
     >>> env = FleetPufferEnv(num_clusters=4, task="tiny")
     >>> obs, infos = env.reset(seed=0)
     >>> obs.shape, env.actions.shape
@@ -85,20 +95,14 @@ class FleetPufferEnv(pufferlib.PufferEnv):
         **overrides: Any,
     ):
         check_options(obs_mode, mask_layout)
-        overrides.setdefault("compute_all", False)  # only the configured scheme's rewards reach a learner
-        self.venv = venv = FleetVectorEnv(num_clusters, task, config, **overrides)
-        self.obs_mode, self.mask_layout = obs_mode, mask_layout
-        self.num_clusters, self.n_agents = venv.num_envs, venv.num_agents
-        self.config, self.task = venv.config, venv.task
+        venv = self.open_clusters(num_clusters, task, config, obs_mode, mask_layout, overrides)
         self.num_agents = self.num_clusters * self.n_agents
         F, M = venv.single_observation_space.shape[-1], venv.mask_size
         self.n_features, self.mask_size = F, M
         width = F + M if obs_mode == "dict" else F
         self.single_observation_space = gymnasium.spaces.Box(0.0, 1.0, (width,), np.float32)
         self.single_action_space = gymnasium.spaces.MultiDiscrete(venv.nvec_max)
-        self.render_mode = None
         super().__init__(buf)
-        self.offsets = venv.mask_offsets
         self._seed = seed
         self._mask = np.ones((self.num_agents, M), bool)
         self._return = np.zeros((self.num_clusters, self.n_agents))
@@ -136,16 +140,12 @@ class FleetPufferEnv(pufferlib.PufferEnv):
         self._write(obs, infos, rew, infos["alive"], term, trunc)
         return self.observations, self.rewards, self.terminals, self.truncations, stats
 
-    def close(self) -> None:
-        self.venv.close()
-
     def action_masks(self) -> np.ndarray | tuple[np.ndarray, ...]:
         """Every row's action mask: (B*N, M) bool (``mask_layout="flat"``), or 8 arrays (B*N,
         nvec_max[d]) (``"dims"``); a dead row's allows every choice."""
         if self.mask_layout == "flat":
             return self._mask.copy()
-        o = self.offsets
-        return tuple(self._mask[:, o[d] : o[d + 1]].copy() for d in range(len(o) - 1))
+        return tuple(m.copy() for m in split_dims(self._mask, self.offsets))
 
     # --- internals ------------------------------------------------------------------------------
 
