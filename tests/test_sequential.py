@@ -28,6 +28,8 @@ from pettingzoo.test import api_test, max_cycles_test, render_test, seed_test
 import fleet_marl
 from fleet_marl import policies
 from fleet_marl.config import REWARD_SCHEMES, ConfigError
+from fleet_marl.config.turn_orders import REGISTRY as ORDER_REGISTRY
+from fleet_marl.config.turn_orders import TurnRound, register_turn_order
 from fleet_marl.environment import (
     CLAIM_FIELDS,
     N_CLAIM,
@@ -41,7 +43,7 @@ from fleet_marl.environment import (
 )
 from fleet_marl.environment.observations import unsquash
 from fleet_marl.tasks import TASKS as REGISTRY
-from fleet_marl.tasks import TURN_ORDERS
+from fleet_marl.tasks import TURN_ORDERS, check_protocol
 
 TASKS = list(REGISTRY)
 EXPECTED_WARNINGS = (
@@ -229,6 +231,44 @@ def test_turn_orders():
     assert len({tuple(r) for r in rand}) > 1  # a new permutation each round
     assert rand == _orders("medium", "random", 0, 6)  # from the seed
     assert rand != _orders("medium", "random", 1, 6)
+
+
+@pytest.fixture
+def reverse_index():
+    """A throwaway turn order registered from this file (the highest index first): one
+    registration is the whole of a new order. Removed again after the test."""
+
+    def reverse(r: TurnRound) -> np.ndarray:
+        return np.broadcast_to(np.arange(r.n_tenants)[::-1], (r.n_clusters, r.n_tenants))
+
+    register_turn_order("reverse_index", reverse, "the highest index first")
+    yield "reverse_index"
+    ORDER_REGISTRY.pop("reverse_index")
+
+
+def test_a_new_turn_order_is_one_registration(reverse_index):
+    """Registered from here, it is checked by the config, and the AEC env and the per-turn
+    vector env play it (the two are one array core)."""
+    names = [f"tenant_{i}" for i in range(8)]
+    assert check_protocol({"protocol": "sequential", "turn_order": reverse_index}) == ("sequential", reverse_index)
+    assert _orders("medium", reverse_index, 0, 2) == [names[::-1]] * 2
+    venv = fleet_marl.vector_env(num_envs=2, task="medium", protocol="sequential", turn_order=reverse_index)
+    _, infos = venv.reset(seed=0)
+    assert infos["agent"].tolist() == [7, 7] and venv.order.tolist() == [list(range(8))[::-1]] * 2
+    with pytest.raises(ConfigError, match="turn_order = 'reverse_index': expected a new turn order name"):
+        register_turn_order(reverse_index, lambda r: r.alive)
+    with pytest.raises(ConfigError, match="turn_order = 'bad name': expected a turn order name that is a Python identifier"):
+        register_turn_order("bad name", lambda r: r.alive)
+
+
+def test_a_turn_order_that_is_not_a_permutation_is_named():
+    register_turn_order("everyone_first", lambda r: np.zeros(r.alive.shape, np.int64))
+    try:
+        env = seq(task="tiny", turn_order="everyone_first")
+        with pytest.raises(ValueError, match=r"turn order 'everyone_first' gave \(1, 2\) \[\[0, 0\]\]: expected a permutation of the 2"):
+            env.reset(seed=0)
+    finally:
+        ORDER_REGISTRY.pop("everyone_first")
 
 
 def test_dead_tenants_leave_the_order():

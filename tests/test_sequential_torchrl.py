@@ -9,6 +9,7 @@ import pytest
 import fleet_marl
 from fleet_marl.config import ConfigError
 from fleet_marl.environment import ActionError, FleetSequentialVectorEnv
+from fleet_marl.tasks import TURN_ORDERS
 
 
 def _skip_dead(e):
@@ -72,7 +73,7 @@ def _play_both(task: str, order: str, B: int = 3, seed: int = 5, episodes: int =
     return turns, inactive
 
 
-@pytest.mark.parametrize("order", ["fixed", "rotating", "random", "priority"])
+@pytest.mark.parametrize("order", TURN_ORDERS)
 def test_the_per_turn_vector_env_is_the_aec_env_bit_for_bit(order):
     turns, _ = _play_both("tiny", order)
     assert turns == 2 * 2 * 25  # 2 episodes of 25 rounds of 2 turns

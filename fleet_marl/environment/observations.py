@@ -343,8 +343,8 @@ def claim_features(
     st, top_bid: float, position: np.ndarray, gpus: np.ndarray, bid: np.ndarray, claimed: np.ndarray, rows: np.ndarray | None = None
 ) -> np.ndarray:
     """(..., T, N_CLAIM) float32: each tenant's ``CLAIM_FIELDS`` (the sequential protocol) from the
-    round's claims so far, for any leading batch axes (the AEC env passes one cluster, (T,); the
-    per-turn vector env B clusters, (B, T)). ``position`` (..., T) int64 each tenant's place in
+    round's claims so far, for any leading batch axes (the sequential protocol's array core,
+    ``environment.turns.Turns``, passes B clusters, (B, T); B = 1 under the AEC env). ``position`` (..., T) int64 each tenant's place in
     this round's order (-1: not in it), ``gpus`` (..., T) GPUs requested and ``bid`` (..., T) bid
     multipliers of the claims made, ``claimed`` (..., T) bool who has claimed; ``top_bid`` the
     highest bid level. A tenant's features count only the claims of tenants before it in the
