@@ -92,7 +92,12 @@ CLIENTS: dict[str, Client] = {
             "parallel",
             _flat_obs("SB3 through SuperSuit", "black_death_v3 needs a Box observation, and SB3 has no Tuple space"),
         ),
-        Client("sb3_vecenv", "fleet_marl.sb3.FleetSB3VecEnv (SB3 VecEnv over the vector env)", "vector", _adapter("fleet_marl.sb3")),
+        Client(
+            "sb3_vecenv",
+            "fleet_marl.clients.sb3.FleetSB3VecEnv (SB3 VecEnv over the vector env)",
+            "vector",
+            _adapter("fleet_marl.clients.sb3"),
+        ),
         Client(
             "torchrl_wrapper", "TorchRL PettingZooWrapper (default)", "parallel", _flat_only("TorchRL's PettingZooWrapper", _TORCHRL_WHY)
         ),
@@ -107,12 +112,15 @@ CLIENTS: dict[str, Client] = {
         Client("pufferlib_vector", "pufferlib.vector.make(PettingZooPufferEnv, backend=Serial)", "parallel", _anything),
         Client(
             "pufferlib_native",
-            "fleet_marl.pufferlib.FleetPufferEnv (native PufferEnv over the vector env, pufferlib.vector.make)",
+            "fleet_marl.clients.pufferlib.FleetPufferEnv (native PufferEnv over the vector env, pufferlib.vector.make)",
             "vector",
-            _adapter("fleet_marl.pufferlib"),
+            _adapter("fleet_marl.clients.pufferlib"),
         ),
         Client(
-            "benchmarl", "fleet_marl.benchmarl.FleetTask (BenchMARL MAPPO, its own configs)", "vector", _adapter("fleet_marl.benchmarl")
+            "benchmarl",
+            "fleet_marl.clients.benchmarl.FleetTask (BenchMARL MAPPO, its own configs)",
+            "vector",
+            _adapter("fleet_marl.clients.benchmarl"),
         ),
         Client("rllib_env", "fleet_marl.rllib.FleetRLlibEnv (RLlib MultiAgentEnv, one cluster)", "parallel", _anything),
         Client(

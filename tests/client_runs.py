@@ -188,8 +188,8 @@ def pufferlib_vector(opts: dict, ends: int, limit: int, rng: np.random.Generator
 
 
 def sb3_vecenv(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
-    """``fleet_marl.sb3.FleetSB3VecEnv``: the masks of ``infos`` in its layout; cluster 0's ends."""
-    from fleet_marl.sb3 import FleetSB3VecEnv  # the [sb3] extra's
+    """``fleet_marl.clients.sb3.FleetSB3VecEnv``: the masks of ``infos`` in its layout; cluster 0's ends."""
+    from fleet_marl.clients.sb3 import FleetSB3VecEnv  # the [sb3] extra's
 
     venv = FleetSB3VecEnv(num_clusters=2, seed=0, **opts)
     sizes, n = venv.venv.nvec_max, venv.n_agents
@@ -205,12 +205,12 @@ def sb3_vecenv(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> R
 
 
 def pufferlib_native(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
-    """``fleet_marl.pufferlib.FleetPufferEnv`` through ``pufferlib.vector.make`` (native
+    """``fleet_marl.clients.pufferlib.FleetPufferEnv`` through ``pufferlib.vector.make`` (native
     vectorization): masks from the observation (``"dict"``) or ``action_masks()``."""
     import pufferlib  # the [pufferlib] extra's
     import pufferlib.vector  # the [pufferlib] extra's
 
-    from fleet_marl.pufferlib import FleetPufferEnv  # the [pufferlib] extra's
+    from fleet_marl.clients.pufferlib import FleetPufferEnv  # the [pufferlib] extra's
 
     env = pufferlib.vector.make(FleetPufferEnv, backend=pufferlib.PufferEnv, env_kwargs={"num_clusters": 2, "seed": 0, **opts})
     sizes = env.venv.nvec_max
@@ -232,8 +232,8 @@ def pufferlib_native(opts: dict, ends: int, limit: int, rng: np.random.Generator
 def benchmarl_mappo(opts: dict, ends: int, limit: int, rng: np.random.Generator, algorithm: str = "mappo") -> Rollout:
     """A BenchMARL experiment (``algorithm``'s own config, a tiny budget) on ``FleetTask``: two
     iterations of 4 clusters x 8 steps; the collected batches' episode ends and rewards."""
-    from fleet_marl.benchmarl import FleetTask  # the [benchmarl] extra's
-    from fleet_marl.benchmarl.run import run_experiment  # the [benchmarl] extra's
+    from fleet_marl.clients.benchmarl import FleetTask  # the [benchmarl] extra's
+    from fleet_marl.clients.benchmarl.run import run_experiment  # the [benchmarl] extra's
 
     task = opts["task"].upper()
     config = {k: opts[k] for k in ("obs_mode", "mask_layout", "max_cycles")}

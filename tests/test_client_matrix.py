@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "cleanrl_ppo.py"
 #: The adapters of this package: a refused cell is the constructor's own error.
 ADAPTERS = {
-    "sb3_vecenv": lambda **kw: __import__("fleet_marl.sb3", fromlist=["x"]).FleetSB3VecEnv(num_clusters=1, **kw),
-    "pufferlib_native": lambda **kw: __import__("fleet_marl.pufferlib", fromlist=["x"]).FleetPufferEnv(num_clusters=1, **kw),
-    "benchmarl": lambda **kw: __import__("fleet_marl.benchmarl", fromlist=["x"]).FleetMenuEnv(num_envs=1, **kw),
+    "sb3_vecenv": lambda **kw: __import__("fleet_marl.clients.sb3", fromlist=["x"]).FleetSB3VecEnv(num_clusters=1, **kw),
+    "pufferlib_native": lambda **kw: __import__("fleet_marl.clients.pufferlib", fromlist=["x"]).FleetPufferEnv(num_clusters=1, **kw),
+    "benchmarl": lambda **kw: __import__("fleet_marl.clients.benchmarl", fromlist=["x"]).FleetMenuEnv(num_envs=1, **kw),
 }
 
 
@@ -133,9 +133,9 @@ def test_cleanrl_example_policy_plays_every_cell(task, obs_mode, mask_layout):
     assert ends == ENDS and steps == ENDS * 3
 
 
-def test_importing_the_adapter_packages_loads_no_client_or_torch():
+def test_importing_the_clients_packages_loads_no_client_or_torch():
     code = (
-        "import sys, fleet_marl.sb3, fleet_marl.pufferlib, fleet_marl.benchmarl, tests.client_harness; "
+        "import sys, fleet_marl.clients, fleet_marl.clients.base, fleet_marl.clients.benchmarl, tests.client_harness; "
         "print([m for m in ('torch', 'stable_baselines3', 'pufferlib', 'benchmarl', 'torchrl', 'ray') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout.strip()

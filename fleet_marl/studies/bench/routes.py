@@ -6,11 +6,11 @@ PettingZoo routes they replace, measured in one process (pin it: ``taskset -c 1`
 ``sb3_supersuit``          SB3 ``VecEnv`` through SuperSuit (``black_death_v3``,
                            ``pettingzoo_env_to_vec_env_v1``, ``concat_vec_envs_v1``) over the
                            ParallelEnv: ``venv.step`` of one slot per tenant
-``sb3_vecenv``             :class:`fleet_marl.sb3.FleetSB3VecEnv` over B clusters (``step``: the
+``sb3_vecenv``             :class:`fleet_marl.clients.sb3.FleetSB3VecEnv` over B clusters (``step``: the
                            slots' infos with their masks included)
 ``pufferlib_emulation``    PufferLib's ``PettingZooPufferEnv`` over the ParallelEnv (``step``, and
                            its reset when the episode ends)
-``pufferlib_native``       :class:`fleet_marl.pufferlib.FleetPufferEnv` over B clusters, through
+``pufferlib_native``       :class:`fleet_marl.clients.pufferlib.FleetPufferEnv` over B clusters, through
                            ``pufferlib.vector.make`` (native), writing into PufferLib's buffers
 ``torchrl_wrapper``        TorchRL's ``PettingZooWrapper`` (``use_mask=True, done_on_any=False``)
                            over the ParallelEnv (``mask_layout="flat"``): ``step_and_maybe_reset``
@@ -102,7 +102,7 @@ def vector_env(task: str, clusters: int, steps: int, repeats: int, rng: np.rando
 
 
 def sb3_vecenv(task: str, clusters: int, steps: int, repeats: int, rng: np.random.Generator) -> float:
-    from fleet_marl.sb3 import FleetSB3VecEnv  # the [sb3] extra's
+    from fleet_marl.clients.sb3 import FleetSB3VecEnv  # the [sb3] extra's
 
     venv = FleetSB3VecEnv(num_clusters=clusters, task=task, seed=0)
     venv.reset()
@@ -130,7 +130,7 @@ def pufferlib_native(task: str, clusters: int, steps: int, repeats: int, rng: np
     import pufferlib  # the [pufferlib] extra's
     import pufferlib.vector  # the [pufferlib] extra's
 
-    from fleet_marl.pufferlib import FleetPufferEnv  # the [pufferlib] extra's
+    from fleet_marl.clients.pufferlib import FleetPufferEnv  # the [pufferlib] extra's
 
     env = pufferlib.vector.make(FleetPufferEnv, backend=pufferlib.PufferEnv, env_kwargs={"num_clusters": clusters, "task": task, "seed": 0})
     env.reset()
@@ -247,9 +247,8 @@ def measure_clients(
     require("supersuit", "test", WHAT)  # the route SB3's VecEnv is measured against
     require(("torch", "torchrl", "tensordict"), "torchrl", WHAT)
     require("ray.rllib", "rllib", WHAT)
-    import fleet_marl.pufferlib as adapter  # its names check the [pufferlib] extra and pufferlib-core
+    import fleet_marl.clients.pufferlib  # noqa: F401 (its import checks the [pufferlib] extra and pufferlib-core)
 
-    _ = adapter.FleetPufferEnv
     rng = np.random.default_rng(seed)
     slow_steps = 5 * steps
     jobs: dict[str, Callable[[], float]] = {
