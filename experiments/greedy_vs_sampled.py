@@ -3,9 +3,9 @@
 How to run:  .venv/bin/python experiments/greedy_vs_sampled.py [--n 8] [--mechanism auction]
              [--schemes local,difference] [--seed 0] [--episodes 5]
 
-For each reward scheme it trains one run exactly as the credit-assignment study does
-(``RLlibStudy(mechanism=...).train_config(n, scheme, seed)``: same scenario, budget and PPO
-settings), then grades the policy twice with the grader on seeds 0 .. episodes-1: greedy (the
+For each reward scheme it trains one run exactly as the first credit-assignment study did
+(:class:`Setup`, the settings of ``docs/data/credit_assignment/study.json``: same scenario, budget
+and PPO settings, under ``--mechanism``), then grades the policy twice with the grader on seeds 0 .. episodes-1: greedy (the
 mode of every action dimension, what ``fleet-marl compare`` grades) and sampled
 (``ModulePolicy(explore=True)``, what the env runners play in training). It prints one row
 per (scheme, play):
@@ -28,6 +28,42 @@ import argparse
 import os
 
 import numpy as np
+
+from fleet_marl.studies.credit.first_study import DEFAULTS
+from fleet_marl.tasks import scaled
+
+
+class Setup:
+    """A run of the first credit-assignment study (RLlib): its scenario at N tenants under
+    ``mechanism`` and its PPO settings (:data:`~fleet_marl.studies.credit.first_study.DEFAULTS`)."""
+
+    def __init__(self, mechanism: str = "auction", max_cycles: int = DEFAULTS["max_cycles"]):
+        self.mechanism, self.max_cycles = mechanism, max_cycles
+
+    def env(self, n: int) -> dict:
+        """The ``parallel_env`` overrides of the N-tenant scenario (task ``easy``)."""
+        return {**scaled(n, self.mechanism), "max_cycles": self.max_cycles}
+
+    def train_config(self, n: int, scheme: str, seed: int):
+        from fleet_marl.rllib.config import TrainConfig  # Ray: only when a run trains
+
+        d = DEFAULTS
+        return TrainConfig(
+            task="easy",
+            reward_scheme=scheme,
+            sharing=d["sharing"],
+            env={**self.env(n), "shapley_samples": d["shapley_samples"]},
+            iterations=d["budgets"][str(n)] // d["train_batch_size"],
+            seed=seed,
+            train_batch_size=d["train_batch_size"],
+            minibatch_size=d["minibatch_size"],
+            num_epochs=d["num_epochs"],
+            lr=d["lr"],
+            eval_interval=0,
+            checkpoint_interval=0,
+            out="runs/credit_assignment",
+            name=f"n{n}-{scheme}-{seed}",
+        )
 
 
 class Recorder:
@@ -86,10 +122,8 @@ def main(argv=None) -> None:
 
     from fleet_marl.rllib.config import build
     from fleet_marl.rllib.train import quiet
-    from fleet_marl.studies.credit.rllib_design import RLlibStudy
 
-    study = RLlibStudy(mechanism=args.mechanism)
-    study.check()
+    study = Setup(mechanism=args.mechanism)
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     quiet()
     rows = []

@@ -282,7 +282,7 @@ def test_a_study_at_other_n_gets_its_own_block_with_the_committed_verdicts_besid
         ms_of=lambda arm, n: 10.0 * n if arm == "shapley" else 1.0,
     )
     _write(root / report.MAIN_DATA / "results.csv", RESULT_COLUMNS, falls)  # the committed study: every prediction held
-    start, end = report.MARKERS["torchrl"]
+    start, end = report.MARKERS
     (root / report.DOC).write_text(f"# Study\n\n{start}\nthe committed study\n{end}\n")
     s = Study(ns=(8, 32, 64), seeds=3, out=str(tmp_path / "retest"))
     out, _ = runs.prepare(s)
@@ -319,11 +319,11 @@ def _cli(*args):
     return subprocess.run([str(BIN / "fleet-marl"), "compare", *args], capture_output=True, text=True, timeout=900)
 
 
-def test_options_of_the_other_engine_are_refused_before_anything_runs(tmp_path):
+def test_the_first_studys_options_and_an_engine_without_runs_are_refused_before_anything_runs(tmp_path):
     r = _cli("--schemes", "local", "--out", str(tmp_path / "s"))
-    assert r.returncode == 2 and "--schemes is an option of --engine rllib" in r.stderr and "--arms" in r.stderr
+    assert r.returncode == 2 and "unrecognized arguments: --schemes" in r.stderr
     r = _cli("--engine", "rllib", "--arms", "local", "--out", str(tmp_path / "s"))
-    assert r.returncode == 2 and "--arms is an option of --engine torchrl" in r.stderr
+    assert r.returncode == 2 and "--engine rllib: the study has runs for torchrl only" in r.stderr
     r = _cli("--arms", "local,nope", "--out", str(tmp_path / "s"))
     assert r.returncode == 2 and "--arms 'nope'" in r.stderr
     assert not (tmp_path / "s").exists()
@@ -411,7 +411,7 @@ def test_compare_quick_runs_the_whole_pipeline_and_a_rerun_trains_nothing(tmp_pa
     (root / "docs" / "credit_assignment.md").write_text("# The study\n\ntext before\n")
     report.write_docs(out, root=root, allow_quick=True, echo=lambda *_: None)
     doc = (root / "docs" / "credit_assignment.md").read_text()
-    assert doc.startswith("# The study\n\ntext before\n") and report.MARKERS["torchrl"][0] in doc
+    assert doc.startswith("# The study\n\ntext before\n") and report.MARKERS[0] in doc
     assert f"`fleet-marl compare --quick --out {out.as_posix()}`" in doc  # the command names the folder it ran in
     assert "(img/credit_study_scaling_auction.png)" in doc and (root / "docs" / "img" / "credit_study_scaling_auction.png").is_file()
     assert _csv(root / "docs" / "data" / "credit_study" / "results.csv") == rows
@@ -432,7 +432,7 @@ def test_the_study_reproduces_its_docs_from_its_committed_data(tmp_path, monkeyp
     shutil.copytree(root / "docs" / "data" / "credit_study", tmp_path / "runs" / "credit_study")
     report.write_docs("runs/credit_study", root=scratch, echo=lambda *_: None)
     assert (scratch / report.DOC).read_text() == committed
-    start, end = report.MARKERS["torchrl"]
+    start, end = report.MARKERS
     block = committed.split(start)[1].split(end)[0]
     rep = report.report("runs/credit_study", echo=lambda *_: None)
     assert torchrl_tables.verdict_table(rep["verdicts"]) in block and "### Verdicts" in rep["text"]

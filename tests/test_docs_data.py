@@ -1,6 +1,7 @@
-"""The docs are tied to their data (issue 34, item 4): every generated block of the README and
-``docs/`` is re-rendered here from the data committed beside it, and must equal what the docs
-say. A rerun that changes a number changes the data and the block together, or this fails."""
+"""The docs are tied to their data: every generated block of the README and ``docs/`` is
+rendered by the publisher (``fleet-marl docs``, ``fleet_marl.studies.publish``) from the data
+committed under ``docs/data/``, and must equal what the docs say. A rerun that changes a number
+changes the data and the block together, or this fails."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fleet_marl.evaluation import baselines
-from fleet_marl.studies import learned
+from fleet_marl.studies import learned, publish
 from fleet_marl.studies.credit.report import DOC, docs_targets, write_docs
 from fleet_marl.studies.store import StudyError
 
@@ -25,6 +26,43 @@ def _block(text: str, start: str, end: str) -> str:
     return m.group(0)
 
 
+def test_the_committed_docs_are_what_the_publisher_renders_from_their_data():
+    """``fleet-marl docs --check``: every generated block of every doc equals what its data renders."""
+    rendered = publish.render(ROOT)
+    assert {p.relative_to(ROOT).as_posix() for p in rendered} >= {"README.md", "docs/results.md", "docs/training.md", DOC}
+    for path, text in rendered.items():
+        assert path.read_text() == text, f"{path} differs from what its data renders: run fleet-marl docs"
+    assert publish.stale(ROOT) == []
+
+
+def test_the_publisher_writes_blocks_in_place_and_only_what_changes(tmp_path):
+    doc = tmp_path / "docs" / "results.md"
+    assert publish.write_block(doc, "<!-- x:start -->", "<!-- x:end -->", "<!-- x:start -->\nnew\n<!-- x:end -->")
+    assert doc.read_text() == "<!-- x:start -->\nnew\n<!-- x:end -->\n"  # a new file: the block alone
+    doc.write_text("before\n\n<!-- x:start -->\nold\n<!-- x:end -->\n\nafter\n")
+    assert publish.write_block(doc, "<!-- x:start -->", "<!-- x:end -->", "<!-- x:start -->\nnew\n<!-- x:end -->")
+    assert doc.read_text() == "before\n\n<!-- x:start -->\nnew\n<!-- x:end -->\n\nafter\n"
+    assert not publish.write_block(doc, "<!-- x:start -->", "<!-- x:end -->", "<!-- x:start -->\nnew\n<!-- x:end -->")
+    # a checkout with no data renders nothing: its docs stay as they are
+    (tmp_path / "README.md").write_text("# x\n")
+    assert publish.render(tmp_path) == {} and publish.publish(tmp_path, echo=lambda *_: None) == []
+
+
+def test_fleet_marl_docs_checks_a_checkout(tmp_path, capsys):
+    from fleet_marl.cli import main
+
+    root = tmp_path / "checkout"
+    shutil.copytree(ROOT / "docs" / "data" / "learned", root / learned.DATA)
+    (root / "docs").mkdir(exist_ok=True)
+    for doc in learned.DOCS:
+        (root / doc).write_text("# prose\n")
+    assert main(["docs", "--check", "--root", str(root)]) == 1
+    assert "README.md: differs from what its data renders" in capsys.readouterr().err
+    assert main(["docs", "--root", str(root)]) == 0
+    assert main(["docs", "--check", "--root", str(root)]) == 0
+    assert (root / "README.md").read_text().startswith("# prose\n\n" + learned.START)
+
+
 @pytest.mark.parametrize("doc", ["README.md", "docs/results.md"])
 def test_the_baseline_table_is_its_data(doc):
     data = json.loads((ROOT / "docs" / baselines.DATA).read_text())
@@ -33,17 +71,17 @@ def test_the_baseline_table_is_its_data(doc):
     assert shown == baselines.block(data)
 
 
-#: each committed study -> the folder its reproduce line names (the study ran there)
+#: each committed study of the credit study's design -> the folder its reproduce line names (the study ran there)
 STUDIES = {
     "docs/data/credit_study": "runs/credit_study",
     "docs/data/credit_study_n8-32-64": "runs/credit_study_n8-32-64",
-    "docs/data/credit_assignment": "runs/credit_assignment",
-    "docs/data/credit_assignment_auction": "runs/credit_auction",
 }
 
 
 @pytest.mark.parametrize("data", sorted(STUDIES))
 def test_each_credit_study_block_is_its_data(data, tmp_path):
+    """``fleet-marl compare --report --docs`` of the committed study (from the folder it ran in)
+    saves the same data and publishes the same block."""
     (tmp_path / "docs" / "img").mkdir(parents=True)
     shutil.copyfile(ROOT / DOC, tmp_path / DOC)
     study = shutil.copytree(ROOT / data, tmp_path / "study")  # a report writes into its study folder: a copy, not the checkout
@@ -55,6 +93,8 @@ def test_each_credit_study_block_is_its_data(data, tmp_path):
     assert where["data"] == data
     rendered = _block((tmp_path / DOC).read_text(), where["start"], where["end"])
     assert _block((ROOT / DOC).read_text(), where["start"], where["end"]) == rendered
+    for name in ("results.csv", "curves.csv", "study.json", "sessions.csv", "published.json"):
+        assert (tmp_path / data / name).read_bytes() == (ROOT / data / name).read_bytes(), name
 
 
 #: the README's settings phrases -> the arbiters they name
@@ -159,6 +199,13 @@ def test_a_learned_row_pairs_the_seeds_and_names_the_best_heuristic(tmp_path, ca
         learned.row(rec)
     assert main(["train", "--docs", str(tmp_path / "nothing")]) == 2
     assert "no results.json" in capsys.readouterr().err
+    # a saved run is data; the publisher renders it, and the tasks without a run as "not trained yet"
+    root = tmp_path / "checkout"
+    learned.save([str(tmp_path / "run-tiny")], root, echo=lambda *_: None)
+    (text,) = {t for _doc, _s, _e, t in learned.blocks(root)}
+    assert "| tiny (`difference`) | 8.0 ± 0.5 |" in text
+    for task in ("easy", "medium", "hard"):
+        assert f"| {task} | {learned.NOT_TRAINED} | – |" in text
 
 
 def test_a_capped_run_is_published_with_the_iterations_it_ran(tmp_path):
@@ -222,12 +269,17 @@ def test_the_protocol_tables_are_saved_with_their_command_and_rendered_from_the_
 
 
 @pytest.mark.parametrize("doc", learned.DOCS)
-def test_the_learned_rows_are_their_data_and_cover_every_task(doc):
+def test_the_learned_rows_are_their_data(doc):
+    """Every published run's row is its data (a task without one says "not trained yet")."""
     from fleet_marl.tasks import TASKS
 
     recs = learned.load(ROOT)
-    assert [r["train_config"]["task"] for r in recs] == list(TASKS)  # one published run per task, in task order
-    assert _block((ROOT / doc).read_text(), learned.START, learned.END) == learned.block(recs)
+    tasks = [r["train_config"]["task"] for r in recs]
+    assert tasks == [t for t in TASKS if t in tasks] and len(set(tasks)) == len(tasks)  # at most one run per task, in task order
+    shown = _block((ROOT / doc).read_text(), learned.START, learned.END)
+    assert shown == learned.block(recs)
+    for t in TASKS:
+        assert (f"| {t} (`" in shown) == (t in tasks) and (f"| {t} | {learned.NOT_TRAINED}" in shown) == (t not in tasks)
     for r in recs:  # each run's config trains it again: the iterations it ran, and a learning rate that does not anneal when capped
         assert r["train_config"]["iterations"] == r["iterations"]
         assert "capped_at" not in r or not r["train_config"].get("anneal_lr", False)

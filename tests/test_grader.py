@@ -256,8 +256,12 @@ def test_baselines_table_and_marked_blocks(tmp_path, capsys):
     assert "--tasks tiny --policies random,fair_share,planner`" in text  # the command that reproduces it
     assert "| tiny | random |" in results.read_text()
     # a second run with the same results rewrites nothing
-    assert not baselines.write(
+    from fleet_marl.studies.publish import write_block
+
+    assert not write_block(
         readme,
+        baselines.START,
+        baselines.END,
         baselines.block(
             baselines.run_all(["tiny"], ["random", "fair_share", "planner"], 2, 0, progress=False),
             2,

@@ -367,72 +367,7 @@ def test_address_without_a_cluster_says_how_to_start_one(tmp_path):
     assert "ray start --head" in r.stderr
 
 
-# --- the credit-assignment study (fleet-marl compare) -------------------------------------------
-
-
-def _csv(path: Path) -> list[dict]:
-    with path.open() as f:
-        return list(csv.DictReader(f))
-
-
-@pytest.mark.timeout(1200)
-def test_compare_quick_runs_the_whole_pipeline_and_a_rerun_trains_nothing(tmp_path):
-    """What CI runs: `fleet-marl compare --quick` (its own Ray), then the same command again."""
-    from fleet_marl.config import REWARD_SCHEMES
-
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    env.pop("RAY_ADDRESS", None)
-    cmd = [
-        str(Path(sys.executable).parent / "fleet-marl"),
-        "compare",
-        "--engine",
-        "rllib",
-        "--quick",
-        "--out",
-        str(tmp_path / "q"),
-        "--no-progress",
-    ]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1100)
-    assert r.returncode == 0, r.stderr[-3000:]
-    rows = _csv(tmp_path / "q" / "results.csv")
-    assert {(int(x["n"]), x["scheme"], int(x["seed"])) for x in rows} == {(n, s, k) for n in (2, 4) for s in REWARD_SCHEMES for k in (0, 1)}
-    assert len(rows) == 24
-    for x in rows:
-        assert int(x["env_steps"]) == 400  # the same budget for every scheme
-        assert 400 <= int(x["agent_steps"]) <= 400 * int(x["n"])  # tenants that finish early stop stepping
-        assert 0.0 <= float(x["score"]) <= 1.0 and 0.0 < float(x["jain"]) <= 1.0
-        assert float(x["credit_seconds"]) > 0.0 and float(x["run_seconds"]) >= float(x["train_seconds"]) > 0.0
-    curves = _csv(tmp_path / "q" / "curves.csv")
-    assert len(curves) == 24 * 2  # two iterations of 200 env steps each
-    for name in ("summary.md", "curves_n2.png", "curves_n4.png", "scaling.png"):
-        assert (tmp_path / "q" / name).is_file()
-    assert "| 4 | `shapley` | 2 |" in (tmp_path / "q" / "summary.md").read_text()
-    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0 and "24 done, 0 to go" in again.stdout
-    assert _csv(tmp_path / "q" / "results.csv") == rows
-
-
-def test_a_killed_study_resumes_where_it_stopped(ray_session, tmp_path):
-    from fleet_marl.studies.credit.rllib_design import RESULT_COLUMNS
-    from fleet_marl.studies.credit.rllib_design import RLlibStudy as Study
-    from fleet_marl.studies.credit.runs import run
-
-    study = Study.quick(ns=(2,), schemes=("local", "difference"), seeds=1, budgets={2: 200}, out=str(tmp_path / "s"))
-    run(study, progress=False, echo=lambda *_: None)
-    rows = _csv(tmp_path / "s" / "results.csv")  # in the order the two parallel runs finished
-    assert sorted(x["scheme"] for x in rows) == ["difference", "local"]
-    # killed after the second run's curve was written but before its results row
-    with (tmp_path / "s" / "results.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(RESULT_COLUMNS))
-        w.writeheader()
-        w.writerow(rows[0])
-    said = []
-    run(study, progress=False, echo=said.append)
-    assert "1 done, 1 to go" in said[0]
-    again = _csv(tmp_path / "s" / "results.csv")
-    assert again[0] == rows[0] and [x["scheme"] for x in again] == [rows[0]["scheme"], rows[1]["scheme"]]
-    curves = _csv(tmp_path / "s" / "curves.csv")
-    assert sorted((c["scheme"], c["iteration"]) for c in curves) == [("difference", "1"), ("local", "1")]
+# --- the policy's plays (experiments/greedy_vs_sampled.py) ---------------------------------------
 
 
 def test_module_policy_explore_samples_legal_reproducible_actions(ray_session):
@@ -470,12 +405,10 @@ def test_module_policy_explore_samples_legal_reproducible_actions(ray_session):
 def test_greedy_vs_sampled_script_measures_both_plays(ray_session):
     import importlib.util
 
-    from fleet_marl.studies.credit.rllib_design import RLlibStudy as Study
-
     spec = importlib.util.spec_from_file_location("greedy_vs_sampled", ROOT / "experiments" / "greedy_vs_sampled.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    study = Study(mechanism="auction", max_cycles=20)
+    study = mod.Setup(mechanism="auction", max_cycles=20)
     algo = build(small(task="easy", env=study.env(2))).build_algo()
     try:
         greedy, again = (mod.measure(algo, 2, study, False, 2) for _ in range(2))

@@ -381,7 +381,7 @@ def test_async_collection_trains_in_a_worker_process(tmp_path):
 
 def test_the_engine_follows_the_config_the_run_and_the_ray_options(tmp_path):
     from fleet_marl.cli import build_parser
-    from fleet_marl.cli.train import engine_of
+    from fleet_marl.training.engines import engine_of
 
     def engine(*argv):
         return engine_of(build_parser(["train"]).parse_args(["train", *argv]))

@@ -32,7 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "the credit-assignment study: PPO under 7 reward and critic arms, N = 2..64 tenants, two arbiters",
     ),
     "evaluate": ("fleet_marl.evaluation.command", "grade a policy on a task over K seeds"),
-    "baselines": ("fleet_marl.evaluation.baselines", "every reference policy on every task, as a table"),
+    "baselines": ("fleet_marl.studies.baselines", "every reference policy on every task, as a table"),
+    "docs": ("fleet_marl.studies.publish", "render every generated block of README.md and docs/ from the data in docs/data/"),
     "demo": ("fleet_marl.evaluation.demo", "one rendered episode with a summary"),
     "estimate": ("fleet_marl.tools.estimate", "memory per GPU, fit and throughput of one configuration"),
     "validate": ("fleet_marl.validation.command", "the cost model against published measurements: each case, its error, the targets"),
@@ -53,6 +54,7 @@ EPILOG = """examples:
   fleet-marl bench --quick
   fleet-marl serve --mode ego
   fleet-marl traces list
+  fleet-marl docs --check
 
 Run 'fleet-marl <command> --help' for each command's options."""
 

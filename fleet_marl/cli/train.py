@@ -6,33 +6,31 @@ GAE and clipped PPO over the vector env, in this process. ``rllib``
 run folder (checkpoint, ``metrics.csv``, TensorBoard, learning curve, the grader's table) and
 both runs grade with ``fleet-marl evaluate --policy RUN``. The options are the RLlib engine's
 (unchanged) plus ``--engine`` and the torchrl engine's own (``--num-envs``, ``--max-minutes``,
-``--collector``, ``--collectors``, ``--device``); the Ray-only ones are refused with torchrl. Without ``--engine``, :func:`engine_of` picks it.
+``--collector``, ``--collectors``, ``--device``); the Ray-only ones are refused with torchrl. The engines are those
+of the registry (:data:`fleet_marl.training.engines.ENGINES`: each one's command module, named
+as a string); without ``--engine``, :func:`fleet_marl.training.engines.engine_of` picks one.
+``--docs RUN`` saves finished runs as the learned rows' data and publishes the docs
+(:mod:`fleet_marl.studies.publish`).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+from types import ModuleType
 
-import yaml
-
-from fleet_marl.evaluation.baselines import checkout
-from fleet_marl.rllib import command as rllib_command
-from fleet_marl.rllib.loader import checkpoint_folder as rllib_run
+from fleet_marl.errors import UsageError
 from fleet_marl.studies import learned
+from fleet_marl.studies.publish import checkout_root, publish
 from fleet_marl.studies.store import StudyError
-from fleet_marl.torchrl import command as torchrl_command  # imports no torch
-from fleet_marl.torchrl.loader import checkpoint_folder as torchrl_run
-from fleet_marl.training import config_path
+from fleet_marl.training.engines import DEFAULT, ENGINES, engine_of
 
 DESCRIPTION = (
     "Train PPO tenants. --engine torchrl (the default): IPPO/MAPPO on TorchRL over the vector env, in this process. "
     "--engine rllib: RLlib's PPO, the route to a Ray cluster (chosen by itself for an RLlib --config or run, "
     "--address or --num-env-runners). Both write the same run folder; grade it with 'fleet-marl evaluate --policy RUN'."
 )
-
-#: The engines, the default first.
-ENGINES = ("torchrl", "rllib")
 
 EXAMPLES = """examples:
   fleet-marl train                                   # the default run (make train): IPPO with TorchRL on easy, about 6 min + grading
@@ -61,7 +59,7 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument(
         "--engine",
         default=None,
-        choices=ENGINES,
+        choices=tuple(ENGINES),
         help="torchrl (fast, one process) or rllib (Ray; clusters). Default: the engine of --config or --resume "
         "(an RLlib config or run: rllib), rllib with --address or --num-env-runners, else torchrl",
     )
@@ -73,39 +71,22 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
         help="train nothing: publish finished runs (their graded results.json) as the learned rows of README.md, "
         "docs/results.md and docs/training.md, with their data in docs/data/learned/<task>.json (fleet_marl.studies.learned)",
     )
-    rllib_command.add_arguments(t)
-    torchrl_command.add_arguments(t)
+    for name in reversed(ENGINES):  # each engine's own options (the default engine's last, as --help has always listed them)
+        command(name).add_arguments(t)
 
 
-def engine_of(args) -> str:
-    """The engine: ``--engine``, else the one of ``--config`` (its ``engine`` key; RLlib's
-    configs have none) or of the run ``--resume`` names, else rllib when a Ray-only option is
-    given, else torchrl."""
-    if args.engine:
-        return args.engine
-    if args.address is not None or args.num_env_runners is not None:
-        return "rllib"
-    if args.config:
-        p = config_path(args.config)
-        try:
-            data = yaml.safe_load(p.read_text()) if p.is_file() else None
-        except yaml.YAMLError:
-            data = None  # the engine's own parser reports it
-        return data.get("engine", "rllib") if isinstance(data, dict) else ENGINES[0]
-    if args.resume and torchrl_run(args.resume) is None and rllib_run(args.resume) is not None:
-        return "rllib"
-    return ENGINES[0]
+def command(engine: str) -> ModuleType:
+    """The command module of ``engine`` (from the registry; none imports its framework at import time)."""
+    return importlib.import_module(ENGINES[engine].command)
 
 
-def publish(runs: list[str]) -> int:
-    """``--docs RUN ...``: the runs' graded results into the checkout's learned rows."""
-    root = checkout()
-    if root is None:
-        print("error: --docs: this fleet_marl is not a source checkout (no README.md and docs/ to write)", file=sys.stderr)
-        return 2
+def publish_runs(runs: list[str]) -> int:
+    """``--docs RUN ...``: save the runs' graded results as the learned rows' data, then publish the docs."""
     try:
-        learned.publish(runs, root, echo=lambda m: print(m, file=sys.stderr))
-    except (StudyError, KeyError, OSError) as exc:
+        root = checkout_root("--docs")
+        learned.save(runs, root, echo=lambda m: print(m, file=sys.stderr))
+        publish(root, echo=lambda m: print(m, file=sys.stderr))
+    except (StudyError, UsageError, KeyError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         print("run 'fleet-marl train --help' for the options", file=sys.stderr)
         return 2
@@ -114,19 +95,18 @@ def publish(runs: list[str]) -> int:
 
 def run(args) -> int:
     if args.docs:
-        return publish(args.docs)
+        return publish_runs(args.docs)
     args.engine = engine_of(args)
-    if args.engine == "torchrl":
-        return torchrl_command.run(args)
-    for flag in torchrl_command.TORCHRL_ONLY:
-        if getattr(args, flag) is not None:
-            print(
-                f"error: --{flag.replace('_', '-')} is an option of --engine torchrl; RLlib's batch, budget and workers are set in its "
-                "--config (train_batch_size, iterations, num_env_runners) or with --num-env-runners and --address",
-                file=sys.stderr,
-            )
-            return 2
-    return rllib_command.run(args)
+    if args.engine != DEFAULT:
+        for flag in ENGINES[DEFAULT].only:
+            if getattr(args, flag) is not None:
+                print(
+                    f"error: --{flag.replace('_', '-')} is an option of --engine {DEFAULT}; RLlib's batch, budget and workers are set in its "
+                    "--config (train_batch_size, iterations, num_env_runners) or with --num-env-runners and --address",
+                    file=sys.stderr,
+                )
+                return 2
+    return int(command(args.engine).run(args) or 0)
 
 
-__all__ = ["DESCRIPTION", "ENGINES", "EXAMPLES", "add_arguments", "publish", "run"]
+__all__ = ["DESCRIPTION", "EXAMPLES", "add_arguments", "command", "publish_runs", "run"]

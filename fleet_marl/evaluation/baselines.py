@@ -1,40 +1,31 @@
 """The baseline table: every reference policy on every task (``make baselines``).
 
 For each task and policy: the mean and standard deviation of the episode welfare over the
-seeds, the grader's score, the gap to the hindsight reference and the mean Jain index. The table is written to
-``docs/results.md`` and into the README, between the markers ``<!-- baselines:start -->``
-and ``<!-- baselines:end -->``, and its data to ``docs/data/baselines.json`` (:data:`DATA`),
-from which the tests re-render both blocks.
+seeds, the grader's score, the gap to the hindsight reference and the mean Jain index.
+:func:`run_all` plays them, :func:`data` is the table's data (``docs/data/baselines.json``,
+:data:`DATA`) and :func:`block` the table with the command that reproduces it, which
+:func:`blocks` renders from the committed data into ``docs/results.md`` and the README, between
+the markers ``<!-- baselines:start -->`` and ``<!-- baselines:end -->`` (for ``fleet-marl docs``,
+:mod:`fleet_marl.studies.publish`). The ``baselines`` command is :mod:`fleet_marl.studies.baselines`.
 """
 
 from __future__ import annotations
 
 import json
 import platform
-import re
 import sys
 from pathlib import Path
 
 from tqdm import tqdm
 
-from fleet_marl.errors import UsageError
-from fleet_marl.evaluation.command import add_protocol_arguments, positive, protocol_overrides
-from fleet_marl.evaluation.loading import PolicyError
-from fleet_marl.evaluation.score import Evaluation, GraderError, evaluate
-from fleet_marl.policies import POLICIES
-from fleet_marl.tasks import TASKS
+from fleet_marl.evaluation.score import Evaluation, evaluate
 
 START, END = "<!-- baselines:start -->", "<!-- baselines:end -->"
 #: Where a written table's data goes, relative to the folder of the results file (docs/): the
 #: test that ties the docs to their data re-renders the README's and results.md's block from it.
 DATA = "data/baselines.json"
-#: User errors this command reports as ``error: ...`` (exit code 2).
-ERRORS = (UsageError, PolicyError, GraderError)
-EXAMPLES = """examples:
-  fleet-marl baselines                          # 10 seeds, every task and policy; updates README.md and docs/results.md
-  fleet-marl baselines --tasks tiny,easy --episodes 3  # a partial run prints the table and writes nothing (--write to force)
-  fleet-marl baselines --tasks medium --protocol sequential --turn-order rotating  # the AEC loop; prints the table only
-"""
+#: The files the table goes into, relative to the checkout.
+DOCS = ("README.md", "docs/results.md")
 
 
 def run_all(tasks, policies, episodes: int = 10, seed: int = 0, progress: bool = True, overrides: dict | None = None) -> list[Evaluation]:
@@ -106,94 +97,14 @@ def block(evals: list[Evaluation] | dict, episodes: int = 0, seed: int = 0, extr
     )
 
 
-def checkout() -> Path | None:
-    """The fleet_marl source checkout this package runs from (None for an installed wheel)."""
-    root = Path(__file__).resolve().parents[2]
-    return root if (root / "pyproject.toml").is_file() and (root / "README.md").is_file() else None
+def blocks(root: Path) -> list[tuple[str, str, str, str]]:
+    """The table's block of each of :data:`DOCS` under the checkout ``root``, from its data
+    (:data:`DATA`), for the publisher (:mod:`fleet_marl.studies.publish`)."""
+    path = Path(root) / "docs" / DATA
+    if not path.is_file():
+        return []
+    text = block(json.loads(path.read_text()))
+    return [(doc, START, END, text) for doc in DOCS]
 
 
-def write(path: Path, text: str) -> bool:
-    """Replace the marked block in ``path`` (or append it); True when the file changed."""
-    old = path.read_text() if path.is_file() else ""
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
-    new = pattern.sub(lambda _: text, old) if pattern.search(old) else (old.rstrip() + "\n\n" + text + "\n" if old else text + "\n")
-    if new != old:
-        path.write_text(new)
-        return True
-    return False
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("--tasks", default="", help="comma-separated tasks (default: all of " + ", ".join(TASKS) + ")")
-    parser.add_argument("--policies", default="", help="comma-separated reference policies (default: all)")
-    parser.add_argument("--episodes", type=int, default=10, help="seeds per cell (default 10)")
-    parser.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
-    parser.add_argument("--results", default=None, help="markdown file to update (default: docs/results.md of the fleet_marl checkout)")
-    parser.add_argument("--readme", default=None, help="README to update (default: README.md of the fleet_marl checkout)")
-    add_protocol_arguments(parser)
-    w = parser.add_mutually_exclusive_group()
-    w.add_argument("--write", action="store_true", help="update the files even for a partial run (--tasks/--policies)")
-    w.add_argument("--no-write", action="store_true", help="print the table only")
-
-
-def run(args) -> int:
-    tasks = [t for t in args.tasks.split(",") if t] or list(TASKS)
-    names = [p for p in args.policies.split(",") if p] or list(POLICIES)
-    for t in tasks:
-        if t not in TASKS:
-            raise UsageError(f"--tasks: {t!r}: expected tasks from {', '.join(TASKS)}")
-    for n in names:
-        if n not in POLICIES:
-            raise UsageError(f"--policies: {n!r}: expected reference policies from {', '.join(POLICIES)}")
-    positive("episodes", args.episodes)
-    positive("seed", args.seed, 0)
-    overrides = protocol_overrides(args)
-    if overrides and args.write:
-        raise UsageError(
-            f"--write with --protocol {overrides['protocol']}: the README's and docs/results.md's table is the simultaneous "
-            "protocol's; the sequential protocol's table is printed only (docs/results.md, 'The sequential protocol', has the study's)"
-        )
-    full = tasks == list(TASKS) and names == list(POLICIES) and not overrides
-    do_write = not args.no_write and (full or args.write)
-    root = checkout()
-    results = Path(args.results) if args.results else (root / "docs" / "results.md" if root else None)
-    readme = Path(args.readme) if args.readme else (root / "README.md" if root else None)
-    if do_write and (results is None or readme is None):
-        raise UsageError(
-            "no fleet_marl checkout found to write README.md and docs/results.md into; pass --results and --readme, or --no-write"
-        )
-    evals = run_all(tasks, names, episodes=args.episodes, seed=args.seed, overrides=overrides)
-    print(table(evals))
-    if not do_write:
-        if overrides and not args.no_write:
-            print(
-                f"--protocol {overrides['protocol']}: the README and docs/results.md are left as they are (their table is the simultaneous "
-                "protocol's)",
-                file=sys.stderr,
-            )
-        elif not args.no_write:
-            print(
-                "partial run (--tasks/--policies): the README and docs/results.md are left as they are; pass --write to update them",
-                file=sys.stderr,
-            )
-        return 0
-    extra = ("" if tasks == list(TASKS) else f" --tasks {','.join(tasks)}") + (
-        "" if names == list(POLICIES) else f" --policies {','.join(names)}"
-    )
-    d = data(evals, args.episodes, args.seed, extra)
-    text = block(d)
-    assert results is not None and readme is not None  # do_write: both were found or given (checked above)
-    dest = results.parent / DATA
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(d, indent=1) + "\n")
-    print(f"wrote {dest}", file=sys.stderr)
-    for path in (results, readme):
-        if path.name == "results.md" and not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("# Results\n\n## Baselines: the reference policies\n\n")
-        if write(path, text):
-            print(f"updated {path}", file=sys.stderr)
-    return 0
-
-
-__all__ = ["DATA", "EXAMPLES", "ROW_FIELDS", "add_arguments", "block", "checkout", "data", "rows", "run", "run_all", "table", "write"]
+__all__ = ["DATA", "DOCS", "END", "ROW_FIELDS", "START", "block", "blocks", "data", "rows", "run_all", "table"]

@@ -13,10 +13,11 @@ from typing import Any
 
 from fleet_marl.errors import require
 from fleet_marl.evaluation.loading import PolicyError, PolicyLoader
-from fleet_marl.training import Engine, check_trained_on
+from fleet_marl.training import check_trained_on
+from fleet_marl.training.engines import ENGINES
 
-#: The RLlib engine's checkpoints: ``fleet_marl.json`` next to RLlib's checkpoint files.
-ENGINE = Engine(name="rllib", sidecar="fleet_marl.json", command="fleet-marl train --engine rllib", native="rllib_checkpoint.json")
+#: The RLlib engine's checkpoints (named in the registry of engines): ``fleet_marl.json`` next to RLlib's checkpoint files.
+ENGINE = ENGINES["rllib"].checkpoints
 SIDECAR = ENGINE.sidecar
 checkpoint_folder = ENGINE.checkpoint_folder
 

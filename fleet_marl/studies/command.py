@@ -1,15 +1,16 @@
 """``fleet-marl compare``: the command-line front of the credit-assignment study (:mod:`fleet_marl.studies.credit`).
 
-One study, two engines. ``--engine torchrl`` (the default) runs its design on TorchRL (7 arms,
-N up to 64, both arbiters, the sharing schemes); ``--engine rllib`` runs the first study on
-RLlib, which still reproduces; the same code runs, resumes and reports both
-(:mod:`fleet_marl.studies.credit.runs`, :mod:`fleet_marl.studies.credit.report`). The
-``compare`` entry of the CLI's command table: :data:`EXAMPLES` (the
-epilog), :func:`add_arguments` and :func:`run`; :func:`study_from_args` turns the arguments into
-a checked study. Importing this module imports neither Ray nor torch, and every option is
-checked before either starts. Training needs the engine's extra (:data:`NEEDS`: ``[torchrl]``;
-:data:`RLLIB_NEEDS`: ``[rllib]``), ``--report`` only the ``[plot]`` extra; without it the command
-says which to install and exits with code 2.
+One study (7 arms, N up to 64, both arbiters, the sharing schemes), run on the engine
+``--engine`` names: an engine of the registry (:data:`fleet_marl.training.engines.ENGINES`) that
+the study has runs for (:data:`fleet_marl.studies.credit.runs.ENGINES`: today ``torchrl``; another
+is refused by name before anything runs). :mod:`fleet_marl.studies.credit.runs` runs and resumes
+it, :mod:`fleet_marl.studies.credit.report` reports it. The ``compare`` entry of the CLI's command
+table: :data:`EXAMPLES` (the epilog), :func:`add_arguments` and :func:`run`;
+:func:`study_from_args` turns the arguments into a checked study. Importing this module imports
+neither Ray nor torch, and every option is checked before either starts. Training needs the
+engine's extra (:data:`NEEDS`: ``[torchrl]``), ``--report`` only the ``[plot]`` extra; without it
+the command says which to install and exits with code 2. ``--docs`` saves the study under
+``docs/data/`` and publishes the docs (:func:`fleet_marl.studies.credit.report.write_docs`).
 """
 
 from __future__ import annotations
@@ -19,30 +20,16 @@ import os
 import sys
 from typing import Any
 
-from fleet_marl.config import MECHANISMS, REWARD_SCHEMES
 from fleet_marl.errors import require
 from fleet_marl.studies.credit import report, runs
-from fleet_marl.studies.credit.rllib_design import FULL_BUDGETS, RLlibStudy
 from fleet_marl.studies.credit.torchrl_design import ARMS, Study
 from fleet_marl.studies.store import StudyError
-from fleet_marl.training import TrainConfigError
+from fleet_marl.training import TrainConfigError, engines
 
-#: What the torchrl study imports: torch, TorchRL and matplotlib for the plots (the ``[torchrl]`` extra).
+#: What the study's runs on TorchRL import: torch, TorchRL and matplotlib for the plots (the ``[torchrl]`` extra).
 NEEDS = ("torch", "torchrl", "tensordict", "matplotlib")
-#: What the rllib study imports: RLlib and torch to train, matplotlib for the plots (the ``[rllib]`` extra).
-RLLIB_NEEDS = ("ray.rllib", "torch", "matplotlib")
+#: The engines the study runs on (of the registry), the default first.
 ENGINES = runs.ENGINES
-#: Options of one engine only: option -> (engine, what to use with the other).
-ONLY = {
-    "schemes": ("rllib", "--arms"),
-    "budget": ("rllib", "--iterations"),
-    "mechanism": ("rllib", "--mechanisms"),
-    "arms": ("torchrl", "--schemes"),
-    "mechanisms": ("torchrl", "--mechanism"),
-    "iterations": ("torchrl", "--budget"),
-    "device": ("torchrl", "its config's settings"),
-    "gpus_per_run": ("torchrl", "its config's settings"),
-}
 
 EXAMPLES = """examples:
   fleet-marl compare --quick                      # the whole pipeline in about a minute (CI runs it)
@@ -52,8 +39,6 @@ EXAMPLES = """examples:
   fleet-marl compare --report --docs              # ... and into docs/credit_assignment.md
   fleet-marl compare --address auto               # each run a Ray task on the cluster this machine joined (ray start)
   fleet-marl compare --address ray://head:10001 --device cuda --gpus-per-run 0.25   # learners on the cluster's GPUs
-  fleet-marl compare --engine rllib               # the first study (RLlib, N = 2..16, 72 runs)
-  fleet-marl compare --engine rllib --report --docs
 
 A stopped study resumes: run the same command again and the runs already in
 <out>/results.csv are skipped (sessions.csv adds up the wall time). Every run trains with the
@@ -66,43 +51,44 @@ and the plots. See docs/credit_assignment.md.
 
 def add_arguments(c: argparse.ArgumentParser) -> None:
     """The options of ``fleet-marl compare``."""
-    c.add_argument("--engine", default="torchrl", choices=ENGINES, help="torchrl (default): the study to N = 64; rllib: the first study")
-    c.add_argument("--quick", action="store_true", help="N = 2, 4, two seeds, tiny budgets: checks the pipeline, not the science")
-    c.add_argument("--n", default=None, metavar="N,N", help="tenant counts (default 2,4,8,16,32,64; rllib 2,4,8,16; quick 2,4)")
-    c.add_argument("--arms", default=None, metavar="A,A", help="torchrl: scaling arms (default all: " + ",".join(ARMS) + ")")
-    c.add_argument("--mechanisms", default=None, metavar="M,M", help="torchrl: arbiters of the scaling part (default proportional,auction)")
-    c.add_argument("--iterations", type=int, default=None, help="torchrl: PPO iterations per scaling run (default 24; sharing runs 32)")
-    c.add_argument("--schemes", default=None, metavar="S,S", help=f"rllib: reward schemes (default all: {','.join(REWARD_SCHEMES)})")
     c.add_argument(
-        "--budget",
-        default=None,
-        metavar="N=STEPS,...",
-        help="rllib: env steps per run for each N (default " + ",".join(f"{n}={b}" for n, b in FULL_BUDGETS.items()) + ")",
+        "--engine",
+        default=ENGINES[0],
+        choices=tuple(engines.ENGINES),
+        help=f"the engine that trains the runs: one the study has runs for ({', '.join(ENGINES)}; default {ENGINES[0]})",
     )
-    c.add_argument("--mechanism", default=None, help=f"rllib: arbiter, one of {', '.join(MECHANISMS)} (default proportional)")
+    c.add_argument("--quick", action="store_true", help="N = 2, 4, two seeds, tiny budgets: checks the pipeline, not the science")
+    c.add_argument("--n", default=None, metavar="N,N", help="tenant counts (default 2,4,8,16,32,64; quick 2,4)")
+    c.add_argument("--arms", default=None, metavar="A,A", help="scaling arms (default all: " + ",".join(ARMS) + ")")
+    c.add_argument("--mechanisms", default=None, metavar="M,M", help="arbiters of the scaling part (default proportional,auction)")
+    c.add_argument("--iterations", type=int, default=None, help="PPO iterations per scaling run (default 24; sharing runs 32)")
     c.add_argument(
         "--address",
         default=None,
         help="run on an existing Ray cluster ('auto', host:port or ray://host:port): each run a Ray task of one CPU, the results "
         "streamed into the same resumable store (the same results as this machine's processes, bit for bit, on nodes with the same software)",
     )
-    c.add_argument("--device", default=None, help="torchrl: where each run's learner runs: cpu (default) or cuda; the env stays on CPU")
+    c.add_argument("--device", default=None, help="where each run's learner runs: cpu (default) or cuda; the env stays on CPU")
     c.add_argument(
         "--gpus-per-run",
         type=float,
         default=None,
         metavar="G",
-        help="torchrl, with --address: the GPUs each run's Ray task asks for (default 1 with --device cuda, else 0; 0.25 packs 4 runs on a GPU)",
+        help="with --address: the GPUs each run's Ray task asks for (default 1 with --device cuda, else 0; 0.25 packs 4 runs on a GPU)",
     )
-    c.add_argument("--seeds", type=int, default=None, help="seeds per arm and N: 0 .. K-1 (default 10; rllib 3; quick 2)")
-    c.add_argument("--episodes", type=int, default=None, help="grader episodes per evaluation (default 4; rllib 5; quick fewer)")
+    c.add_argument("--seeds", type=int, default=None, help="seeds per arm and N: 0 .. K-1 (default 10; quick 2)")
+    c.add_argument("--episodes", type=int, default=None, help="grader episodes per evaluation (default 4; quick fewer)")
     c.add_argument(
         "--jobs", type=int, default=None, help="runs at once, one CPU each (default 2; with --address as many as the cluster fits)"
     )
-    c.add_argument("--out", default=None, help="study folder (default runs/credit_study; rllib runs/credit_assignment; quick: ..._quick)")
+    c.add_argument("--out", default=None, help="study folder (default runs/credit_study; quick: runs/credit_study_quick)")
     c.add_argument("--overwrite", action="store_true", help="start the study folder over")
     c.add_argument("--report", action="store_true", help="no training: rebuild the tables and plots from the CSVs in --out")
-    c.add_argument("--docs", action="store_true", help="also write the tables, plots and CSVs into docs/credit_assignment.md")
+    c.add_argument(
+        "--docs",
+        action="store_true",
+        help="also save the CSVs in docs/data/ and the plots in docs/img/, then publish the docs (docs/credit_assignment.md)",
+    )
     c.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -121,43 +107,27 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def _check_engine(args: argparse.Namespace) -> None:
-    for name, (engine, instead) in ONLY.items():
-        if getattr(args, name, None) is not None and args.engine != engine:
-            raise StudyError(
-                f"--{name} is an option of --engine {engine}; the {args.engine} study takes {instead} instead "
-                "(see fleet-marl compare --help)"
-            )
+    if args.engine not in ENGINES:
+        raise StudyError(
+            f"--engine {args.engine}: the study has runs for {', '.join(ENGINES)} only (--engine {args.engine} trains with "
+            "fleet-marl train; the study's runs on it are not written yet)"
+        )
 
 
-def study_from_args(args: argparse.Namespace) -> Study | RLlibStudy:
-    """The study the arguments describe (checked): a :class:`~fleet_marl.studies.credit.torchrl_design.Study`
-    for the torchrl engine, a :class:`~fleet_marl.studies.credit.rllib_design.RLlibStudy` for rllib."""
+def study_from_args(args: argparse.Namespace) -> Study:
+    """The study the arguments describe (checked), after checking that it runs on ``--engine``."""
     _check_engine(args)
     changes: dict[str, Any] = {}
     if args.n:
         changes["ns"] = _ints(args.n, "--n")
-    if args.engine == "torchrl":
-        if args.arms:
-            changes["arms"] = _names(args.arms)
-        if args.mechanisms:
-            changes["mechanisms"] = _names(args.mechanisms)
-        options: tuple[str, ...] = ("seeds", "episodes", "iterations", "device", "out")
-    else:
-        if args.schemes:
-            changes["schemes"] = _names(args.schemes)
-        options = ("seeds", "episodes", "mechanism", "out")
-    for name in options:
+    if args.arms:
+        changes["arms"] = _names(args.arms)
+    if args.mechanisms:
+        changes["mechanisms"] = _names(args.mechanisms)
+    for name in ("seeds", "episodes", "iterations", "device", "out"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
-    study = runs.make_study(args.engine, args.quick, **changes)
-    if isinstance(study, RLlibStudy) and args.budget:
-        budgets = dict(study.budgets)
-        for part in args.budget.split(","):
-            n, sep, steps = part.partition("=")
-            if not sep or not n.strip().isdigit() or not steps.strip().isdigit():
-                raise StudyError(f"--budget {args.budget!r}: expected N=STEPS pairs of integers, e.g. 2=24000,4=24000")
-            budgets[int(n)] = int(steps)
-        study.budgets = budgets
+    study = runs.make_study(args.quick, **changes)
     study.check()
     return study
 
@@ -165,28 +135,35 @@ def study_from_args(args: argparse.Namespace) -> Study | RLlibStudy:
 def run(args: argparse.Namespace) -> int:
     """Run ``fleet-marl compare`` with parsed ``args``: the missing runs (unless ``--report``),
     then the report (and ``--docs``); returns the exit code (2: a bad option)."""
-    # for the Ray the rllib study starts: no token auth, no usage stats
+    # for a Ray cluster (--address): no token auth, no usage stats
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    # MissingExtra: the CLI prints how to install it (exit code 2)
-    if args.report:
-        require("matplotlib", "plot", "fleet-marl compare --report")
-    elif args.engine == "torchrl":
-        require(NEEDS, "torchrl", "fleet-marl compare")
-        if args.address is not None:
-            require("ray", "rllib", "fleet-marl compare --address (Ray)")
-    else:
-        require(RLLIB_NEEDS, "rllib", "fleet-marl compare --engine rllib")
     out = args.out
     try:
+        _check_engine(args)
+        # MissingExtra: the CLI prints how to install it (exit code 2)
+        if args.report:
+            require("matplotlib", "plot", "fleet-marl compare --report")
+        else:
+            require(NEEDS, engines.ENGINES[args.engine].extra, "fleet-marl compare")
+            if args.address is not None:
+                require("ray", "rllib", "fleet-marl compare --address (Ray)")
         study = study_from_args(args)
         out = study.out
         progress = not args.no_progress
         if not args.report:
-            runs.run(study, jobs=args.jobs, address=args.address, gpus=args.gpus_per_run, overwrite=args.overwrite, progress=progress)
-        report.report(study.out, engine=args.engine, echo=print if progress or args.report else (lambda *_: None))
+            runs.run(
+                study,
+                engine=args.engine,
+                jobs=args.jobs,
+                address=args.address,
+                gpus=args.gpus_per_run,
+                overwrite=args.overwrite,
+                progress=progress,
+            )
+        report.report(study.out, echo=print if progress or args.report else (lambda *_: None))
         if args.docs:
-            report.write_docs(study.out, engine=args.engine)
+            report.write_docs(study.out)
     except (StudyError, TrainConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         print("run 'fleet-marl compare --help' for the options", file=sys.stderr)
@@ -197,4 +174,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["ENGINES", "EXAMPLES", "NEEDS", "RLLIB_NEEDS", "add_arguments", "run", "study_from_args"]
+__all__ = ["ENGINES", "EXAMPLES", "NEEDS", "add_arguments", "run", "study_from_args"]

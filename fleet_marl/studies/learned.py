@@ -2,12 +2,12 @@
 same seeds, as the table of the README, ``docs/results.md`` and ``docs/training.md`` between the markers
 ``<!-- learned-rows:start -->`` and ``<!-- learned-rows:end -->``.
 
-``fleet-marl train --docs RUN [RUN ...]`` publishes finished runs (:func:`publish`): each run's
+``fleet-marl train --docs RUN [RUN ...]`` saves finished runs (:func:`save`): each run's
 ``results.json`` (its final evaluation: the trained policy and every reference policy, each
 episode's welfare) and its iteration count from ``metrics.csv`` go to
-``docs/data/learned/<task>.json``, and the block is rendered from every file there
-(:func:`block`); ``tests/test_docs_data.py`` renders the block again from those files, and
-checks that every task has its run.
+``docs/data/learned/<task>.json``; the block is rendered from every file there (:func:`block`,
+:func:`blocks`, by ``fleet-marl docs``), a task without a published run as a row "not trained
+yet"; ``tests/test_docs_data.py`` renders the block again from those files.
 
 Each row: the trained policy's welfare (mean ± std over the seeds), its score and its gap to
 the hindsight reference, its welfare minus the planner's paired by seed (mean ± 95% interval,
@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 
 from fleet_marl.studies.credit.stats import mean_ci
-from fleet_marl.studies.store import StudyError, write_block
+from fleet_marl.studies.store import StudyError
 from fleet_marl.tasks import TASKS
 
 START, END = "<!-- learned-rows:start -->", "<!-- learned-rows:end -->"
@@ -88,14 +88,23 @@ def row(rec: dict) -> dict:
     }
 
 
+#: A task's row before a run of it is published.
+NOT_TRAINED = "not trained yet (`fleet-marl train --docs RUN` publishes a run)"
+
+
 def table(recs: list[dict]) -> str:
-    """The markdown table of published runs, in task order."""
+    """The markdown table of published runs, in task order; a task without one is "not trained yet"."""
     lines = [
         "| task (reward) | PPO welfare | score | gap to hindsight | − planner, paired (seeds ahead) | Jain | best heuristic | planner "
         "| hindsight | training |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in sorted((row(x) for x in recs), key=lambda r: list(TASKS).index(r["task"])):
+    by_task = {r["task"]: r for r in (row(x) for x in recs)}
+    for task in TASKS:
+        if task not in by_task:
+            lines.append(f"| {task} | {NOT_TRAINED} | – | – | – | – | – | – | – | – |")
+            continue
+        r = by_task[task]
         (w, sd), (m, h, ahead, k) = r["welfare"], r["vs_planner"]
         steps, iters, minutes = r["training"]
         gap = "–" if r["gap"] is None else f"{r['gap']:.2f}"
@@ -128,23 +137,31 @@ def load(root: str | Path) -> list[dict]:
     return sorted(recs, key=lambda r: list(TASKS).index(r["train_config"]["task"]))
 
 
-def publish(runs: list[str], root: str | Path, echo=print) -> list[Path]:
-    """Publish ``runs`` (run folders) into the checkout ``root``: their data into :data:`DATA`
-    (one file per task: a later run of a task replaces it), then the block into :data:`DOCS`."""
-    root = Path(root)
-    dest = root / DATA
+def save(runs: list[str], root: str | Path, echo=print) -> list[Path]:
+    """Save ``runs`` (run folders) as data in the checkout ``root``'s :data:`DATA` (one file per
+    task: a later run of a task replaces it); ``fleet-marl docs`` renders them. Every run is
+    checked before any is written."""
+    dest = Path(root) / DATA
+    recs = [record(run) for run in runs]
+    for rec in recs:
+        row(rec)  # refuse a run whose evaluation lacks what a row needs before writing anything
     dest.mkdir(parents=True, exist_ok=True)
-    for run in runs:
-        rec = record(run)
-        row(rec)  # refuse a run whose evaluation lacks what a row needs before writing anything of it
-        (dest / f"{rec['train_config']['task']}.json").write_text(json.dumps(rec, indent=1) + "\n")
-    text = block(load(root))
     written = []
-    for name in DOCS:
-        write_block(root / name, START, END, text)
-        written.append(root / name)
-    echo(f"wrote {dest}/ and the learned rows of {', '.join(DOCS)}")
+    for rec in recs:
+        path = dest / f"{rec['train_config']['task']}.json"
+        path.write_text(json.dumps(rec, indent=1) + "\n")
+        written.append(path)
+    echo(f"wrote {', '.join(str(p) for p in written)}")
     return written
 
 
-__all__ = ["DATA", "DOCS", "END", "HEURISTICS", "START", "block", "load", "publish", "record", "row", "table"]
+def blocks(root: Path) -> list[tuple[str, str, str, str]]:
+    """The learned rows' block of each of :data:`DOCS`, from the published runs under ``root``
+    (for the publisher, :mod:`fleet_marl.studies.publish`); none without a :data:`DATA` folder."""
+    if not (Path(root) / DATA).is_dir():
+        return []
+    text = block(load(root))
+    return [(doc, START, END, text) for doc in DOCS]
+
+
+__all__ = ["DATA", "DOCS", "END", "HEURISTICS", "NOT_TRAINED", "START", "block", "blocks", "load", "record", "row", "save", "table"]

@@ -36,8 +36,8 @@ How to run (about 15 minutes on one core for medium and hard, 10 seeds)::
         --run sequential=runs/train/medium-shared-difference-sequential-torchrl > trained.md
 
 (``--policies`` with no names: the trained rows alone.) ``--docs`` also saves the rows in
-``docs/data/protocols/`` (:func:`save`) and writes their block of ``docs/results.md``
-(:func:`block`; ``tests/test_docs_data.py`` renders the blocks again from those files).
+``docs/data/protocols/`` (:func:`save`) and publishes the docs (:mod:`fleet_marl.studies.publish`,
+which renders the blocks of ``docs/results.md`` from those files: :func:`block`, :func:`blocks`).
 
 Results to expect: docs/results.md, "The sequential protocol".
 """
@@ -54,10 +54,10 @@ from pathlib import Path
 import numpy as np
 
 import fleet_marl
-from fleet_marl.evaluation.baselines import checkout
+from fleet_marl.errors import UsageError
 from fleet_marl.evaluation.loading import PolicyError, load_policy
 from fleet_marl.policies import POLICIES
-from fleet_marl.studies.store import write_block
+from fleet_marl.studies.publish import checkout_root, publish
 from fleet_marl.tasks import PROTOCOLS, TASKS
 
 #: The places in the order are grouped into this many quarters (Q1 first).
@@ -270,11 +270,17 @@ def block(kind: str, root: str | Path) -> str:
     )
 
 
+def blocks(root: Path) -> list[tuple[str, str, str, str]]:
+    """The blocks of :data:`DOC` whose data is under ``root`` (for the publisher, :mod:`fleet_marl.studies.publish`)."""
+    d = Path(root) / DATA
+    kinds = [k for k, pattern in (("references", "references.json"), ("trained", "trained_*.json")) if any(d.glob(pattern))]
+    return [(DOC, *BLOCKS[kind], block(kind, root)) for kind in kinds]
+
+
 def write_docs(rows: list[dict], argv: list[str], root: str | Path) -> Path:
-    """Save ``rows`` (:func:`save`) and render their block into :data:`DOC` under ``root``."""
+    """Save ``rows`` (:func:`save`) and publish the docs under ``root`` from the data (:func:`fleet_marl.studies.publish.publish`)."""
     saved = save(rows, argv, root)
-    kind = "trained" if saved.stem.startswith("trained_") else "references"
-    write_block(Path(root) / DOC, *BLOCKS[kind], block(kind, root))
+    publish(root, echo=lambda m: print(m, file=sys.stderr))
     return saved
 
 
@@ -329,10 +335,11 @@ def main(argv=None) -> int:
     )
     print(markdown(rows))
     if a.docs:
-        root = checkout()
-        if root is None:
-            p.error("--docs: this fleet_marl is not a source checkout (no docs/ to write); drop --docs")
-        print(f"wrote {write_docs(rows, argv, root)} and its block of {root / DOC}", file=sys.stderr)
+        try:
+            root = checkout_root("--docs")
+        except UsageError as exc:
+            p.error(f"{exc}; drop --docs")
+        print(f"wrote {write_docs(rows, argv, root)}", file=sys.stderr)
     return 0
 
 
@@ -349,6 +356,7 @@ __all__ = [
     "EpisodeStats",
     "StudyError",
     "block",
+    "blocks",
     "check_runs",
     "episode",
     "markdown",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -105,12 +104,4 @@ def resume(
     return done
 
 
-def write_block(path: Path, start: str, end: str, block: str) -> None:
-    """Put ``block`` (which begins with ``start`` and ends with ``end``) in place of the text
-    between those markers in ``path``, or at its end when they are not there yet."""
-    old = path.read_text() if path.is_file() else ""
-    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
-    path.write_text(pattern.sub(lambda _: block, old) if pattern.search(old) else (old.rstrip() + "\n\n" + block + "\n"))
-
-
-__all__ = ["StudyError", "append", "complete", "open_folder", "read_rows", "resume", "rewrite", "write_block"]
+__all__ = ["StudyError", "append", "complete", "open_folder", "read_rows", "resume", "rewrite"]

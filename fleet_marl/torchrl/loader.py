@@ -12,10 +12,11 @@ from typing import Any
 
 from fleet_marl.errors import require
 from fleet_marl.evaluation.loading import PolicyError, PolicyLoader
-from fleet_marl.training import Engine, check_trained_on
+from fleet_marl.training import check_trained_on
+from fleet_marl.training.engines import ENGINES
 
-#: The TorchRL engine's checkpoints: ``fleet_marl_torchrl.json`` next to ``model.pt``.
-ENGINE = Engine(name="torchrl", sidecar="fleet_marl_torchrl.json", command="fleet-marl train --engine torchrl")
+#: The TorchRL engine's checkpoints (named in the registry of engines): ``fleet_marl_torchrl.json`` next to ``model.pt``.
+ENGINE = ENGINES["torchrl"].checkpoints
 SIDECAR = ENGINE.sidecar
 checkpoint_folder = ENGINE.checkpoint_folder
 

@@ -5,7 +5,8 @@
 module         what it owns
 =============  ============================================================================
 ``config``     :class:`TrainConfigError`, the config fields every engine checks the same way
-               (``check_common``, ``check_env``), a resumed run's iterations left, ``--config NAME``
+               (``check_common``, ``check_env``), a resumed run's iterations left, ``--config NAME``,
+               the source checkout (``checkout``)
 ``folder``     the run folder: the engine's checkpoint name and sidecar (:class:`Engine`),
                checking and claiming the folder (``prepare_run``, ``start_run``), the atomic
                checkpoint swap, ``metrics.csv`` (:class:`MetricsLog`), the progress bar,
@@ -13,16 +14,19 @@ module         what it owns
 ``results``    the loaders' check that a run learned the env it is graded on
                (``check_trained_on``), the final evaluation, ``results.md``/``.json`` and the
                learning curve (``finish``), the end-of-run summary
+``engines``    the registry of engines (:data:`~fleet_marl.training.engines.ENGINES`): each
+               one's command and study modules, its checkpoints, which engine a config, a
+               run folder or a command line names
 =============  ============================================================================
 
 To add an engine: an adapter package with its config (fields checked by ``check_common``), a
 ``train()`` that uses the folder and results here, a ``command`` module (``fleet-marl train
---engine NAME``, in ``fleet_marl/cli/train.py``) and a grader loader that calls
+--engine NAME``), its entry in ``engines.ENGINES``, and a grader loader that calls
 ``check_trained_on`` (an entry point of ``fleet_marl.policy_loaders``); see
 ``docs/architecture.md``. No training framework is imported here.
 """
 
-from fleet_marl.training.config import TrainConfigError, check_common, check_env, check_iterations_left, config_path
+from fleet_marl.training.config import TrainConfigError, check_common, check_env, check_iterations_left, checkout, config_path
 from fleet_marl.training.folder import (
     CHECKPOINT,
     OUTPUTS,
@@ -56,6 +60,7 @@ __all__ = [
     "check_env",
     "check_iterations_left",
     "check_trained_on",
+    "checkout",
     "claim_run_folder",
     "config_path",
     "final_evaluation",

@@ -7,6 +7,7 @@
 :func:`check_env`             the config's env can be built (its overrides, its trace files)
 :func:`check_iterations_left` a resumed run has iterations left to train
 :func:`config_path`           a run config named by ``--config NAME``
+:func:`checkout`              the source checkout the package runs from (None for a wheel)
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from fleet_marl.config import REWARD_SCHEMES, ConfigError
-from fleet_marl.evaluation.baselines import checkout
 from fleet_marl.tasks import TASKS
 
 
@@ -65,6 +65,13 @@ def check_iterations_left(resume: str, meta: dict, iterations: int) -> None:
         )
 
 
+def checkout() -> Path | None:
+    """The fleet_marl source checkout this package runs from (None for an installed wheel): where
+    ``--config NAME`` finds ``experiments/configs/`` and ``fleet-marl docs`` the README and ``docs/``."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() and (root / "README.md").is_file() else None
+
+
 def config_path(name: str) -> Path:
     """A training ``--config`` as given, or ``experiments/configs/<name>.yaml`` of the checkout."""
     p = Path(name)
@@ -75,4 +82,4 @@ def config_path(name: str) -> Path:
     return cand if cand.is_file() else p
 
 
-__all__ = ["TrainConfigError", "check_common", "check_env", "check_iterations_left", "config_path"]
+__all__ = ["TrainConfigError", "check_common", "check_env", "check_iterations_left", "checkout", "config_path"]

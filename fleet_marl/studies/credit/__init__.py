@@ -1,31 +1,32 @@
 """The credit-assignment study (``fleet-marl compare``): which reward should each tenant learn
-from? One study, two engines (``--engine``): its design on TorchRL, the default (7 arms, N up
-to 64, two arbiters, the sharing schemes), and the first study on RLlib (six reward schemes,
-N = 2..16), which still reproduces from its committed data. See ``docs/credit_assignment.md``.
+from? One design (7 arms, N up to 64, two arbiters, the sharing schemes), run on an engine of the
+registry (``--engine``; the study has runs for TorchRL). The first study (on RLlib: six reward
+schemes, N = 2..16) is its committed data and the renderer of its section. See
+``docs/credit_assignment.md``.
 
 ====================  ===========================================================================
 module                what it owns
 ====================  ===========================================================================
-``runs``              the study on either engine: :func:`make_study`, :func:`prepare` (the
-                      folder, ``study.json``, resuming), :func:`run` (the missing runs)
-``torchrl_design``    :class:`Study`: the design on TorchRL (arms, parts, budgets, columns)
+``runs``              the study on an engine: :func:`make_study`, :func:`prepare` (the folder,
+                      ``study.json``, resuming), :func:`run` (the missing runs)
+``torchrl_design``    :class:`Study`: the design (arms, parts, budgets, columns)
 ``torchrl_runs``      one run on TorchRL (the trainer's loop, graded along the way) and the
                       process pool that runs them
-``rllib_design``      :class:`RLlibStudy`: the first study's design (schemes, env-step budgets)
-``rllib_runs``        one run on RLlib and the Ray scheduler that runs them
+``torchrl_ray``       the same runs as Ray tasks on a cluster (``--address``)
 ``stats``             means and 95% Student-t intervals across seeds
-``torchrl_tables``    the TorchRL study's tables and verdicts
-``rllib_tables``      the first study's tables
-``plots``             both studies' plots
-``report``            :func:`report` (``summary.md`` and the plots) and :func:`write_docs` (the
-                      block of ``docs/credit_assignment.md``), for either engine
+``torchrl_tables``    the study's tables and verdicts
+``plots``             the study's plots
+``report``            :func:`report` (``summary.md`` and the plots), :func:`write_docs` (a study
+                      into ``docs/data/`` and ``docs/img/``, then the docs published) and the
+                      blocks of ``docs/credit_assignment.md`` rendered from the committed data
+``first_study``       the first study's tables and blocks, from its committed CSVs
 ====================  ===========================================================================
 
 The study's CSV store is :mod:`fleet_marl.studies.store`. The names of ``runs`` and the
-designs are imported lazily from here; nothing imports torch or Ray until a run trains.
+design are imported lazily from here; nothing imports torch or Ray until a run trains.
 
 >>> from fleet_marl.studies.credit import make_study, report, run
->>> out = run(make_study("torchrl", ns=(2, 4), seeds=3))  # doctest: +SKIP
+>>> out = run(make_study(ns=(2, 4), seeds=3))  # doctest: +SKIP
 >>> report.report(out)  # doctest: +SKIP
 """
 
@@ -34,11 +35,9 @@ from typing import Any
 
 _NAMES = {
     "Study": "torchrl_design",
-    "RLlibStudy": "rllib_design",
     "StudyError": "runs",
     "ENGINES": "runs",
     "make_study": "runs",
-    "engine_of": "runs",
     "prepare": "runs",
     "run": "runs",
 }
@@ -50,4 +49,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'fleet_marl.studies.credit' has no attribute {name!r}")
 
 
-__all__ = ["ENGINES", "RLlibStudy", "Study", "StudyError", "engine_of", "make_study", "prepare", "run"]  # the lazy names of _NAMES
+__all__ = ["ENGINES", "Study", "StudyError", "make_study", "prepare", "run"]  # the lazy names of _NAMES

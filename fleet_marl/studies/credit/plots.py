@@ -1,22 +1,17 @@
-"""The study's plots, on either engine (PNG; matplotlib is imported only when plotting).
-
-The TorchRL study (:mod:`fleet_marl.studies.credit.torchrl_tables`' rows):
-:func:`plot_curves` (score against agent steps, a panel per N, per arbiter),
-:func:`plot_scaling` (the final score against N, per arbiter), :func:`plot_sharing` (the
-sharing schemes' scores). The first study (RLlib): :func:`plot_rllib_curves` (training
-welfare against env steps at one N) and :func:`plot_rllib_scaling` (the score against N). Every
-band and error bar is the mean and 95% interval across seeds.
+"""The study's plots (PNG; matplotlib is imported only when plotting), of
+:mod:`fleet_marl.studies.credit.torchrl_tables`' rows: :func:`plot_curves` (score against agent
+steps, a panel per N, per arbiter), :func:`plot_scaling` (the final score against N, per
+arbiter), :func:`plot_sharing` (the sharing schemes' scores). Every band and error bar is the
+mean and 95% interval across seeds. (The first study's plots are committed in ``docs/img/``.)
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from fleet_marl.config import REWARD_SCHEMES
 from fleet_marl.studies.credit.stats import mean_ci
 from fleet_marl.studies.credit.torchrl_design import ARMS, SHARING_ARMS
 from fleet_marl.studies.credit.torchrl_tables import arms_of, select, settings_of, value
@@ -146,67 +141,4 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _save_with_legend(fig: Any, ax: Any, path: Path) -> Path:
-    """Grid, legend, and the PNG at ``path``; closes the figure."""
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _save(fig, path)
-
-
-def plot_rllib_curves(curves: list[dict], n: int, path: Path, label: str = "") -> Path | None:
-    """Training welfare against env steps at one N: mean and 95% interval across seeds, per scheme."""
-    plt = _plt()
-    rows = [c for c in curves if int(c["n"]) == n and c["welfare"] not in ("", None)]
-    if not rows:
-        return None
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for s in REWARD_SCHEMES:
-        rs = [c for c in rows if c["scheme"] == s]
-        if not rs:
-            continue
-        its = sorted({int(c["iteration"]) for c in rs})
-        x, m, lo, hi = [], [], [], []
-        for it in its:
-            pts = [c for c in rs if int(c["iteration"]) == it]
-            mu, h = mean_ci([c["welfare"] for c in pts])
-            h = 0.0 if math.isnan(h) else h
-            x.append(np.mean([float(c["env_steps"]) for c in pts]))
-            m.append(mu)
-            lo.append(mu - h)
-            hi.append(mu + h)
-        (line,) = ax.plot(x, m, marker="o", ms=3, label=s)
-        ax.fill_between(x, lo, hi, alpha=0.15, color=line.get_color())
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("training welfare per episode")
-    ax.set_title(f"N = {n} tenants{label}\nPPO, shared policy: training welfare, mean and 95% interval across seeds", fontsize=9)
-    return _save_with_legend(fig, ax, path)
-
-
-def plot_rllib_scaling(rows: list[dict], path: Path) -> Path | None:
-    """The grader's score of each scheme against N (mean, 95% interval across seeds)."""
-    plt = _plt()
-    if not rows:
-        return None
-    ns = sorted({int(r["n"]) for r in rows})
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    schemes = [s for s in REWARD_SCHEMES if any(r["scheme"] == s for r in rows)]
-    for j, s in enumerate(schemes):
-        xs, ms, hs = [], [], []
-        for n in ns:
-            v = [r["score"] for r in rows if int(r["n"]) == n and r["scheme"] == s]
-            if v:
-                mu, h = mean_ci(v)
-                xs.append(ns.index(n) + (j - (len(schemes) - 1) / 2) * 0.08)
-                ms.append(mu)
-                hs.append(0.0 if math.isnan(h) else h)
-        lo = [m - max(m - h, 0.0) for m, h in zip(ms, hs, strict=True)]  # the score lives in [0, 1]: so do its intervals
-        hi = [min(m + h, 1.0) - m for m, h in zip(ms, hs, strict=True)]
-        ax.errorbar(xs, ms, yerr=[lo, hi], marker="o", ms=4, capsize=3, label=s)
-    ax.set_xticks(range(len(ns)), [str(n) for n in ns])
-    ax.set_xlabel("tenants N")
-    ax.set_ylabel("grader score (0 = random, 1 = planner)")
-    ax.set_title("Greedy policy after the same env-step budget (mean, 95% interval across seeds, clipped to [0, 1])", fontsize=9)
-    return _save_with_legend(fig, ax, path)
-
-
-__all__ = ["plot_curves", "plot_rllib_curves", "plot_rllib_scaling", "plot_scaling", "plot_sharing"]
+__all__ = ["plot_curves", "plot_scaling", "plot_sharing"]
