@@ -8,8 +8,10 @@ grader, ``estimate``, ``sweep``, ``traces``); Ray, torch, matplotlib, OpenEnv an
 with extras (``pyproject.toml``, README "Install"). A feature that needs one calls
 :func:`require` before it starts, so a missing extra is one line that names the pip command:
 
->>> require("matplotlib", "plot", "fleet-marl demo --gif")        # doctest: +SKIP
-MissingExtra: fleet-marl demo --gif needs the [plot] extra: pip install 'fleet-marl[plot]' ...
+>>> require("a_module_that_is_not_installed", "plot", "fleet-marl demo --gif")
+Traceback (most recent call last):
+    ...
+fleet_marl.errors.MissingExtra: fleet-marl demo --gif needs the [plot] extra: pip install 'fleet-marl[plot]' ...
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
     >>> actions = {a: env.action_space(a).sample(infos[a]["action_mask"]) for a in env.agents}
     >>> obs, rewards, terms, truncs, infos = env.step(actions)
     >>> sorted(fleet_marl.environment.scheme_rewards(infos["tenant_0"]))
-    ['difference', 'difference_default', 'global', 'local', 'mixed', 'shapley']
+    ['difference', 'global', 'local', 'mixed']
 
     Read-only views of the scenario (set when it is built; do not write to them):
     ``config`` (the :class:`~fleet_marl.config.FleetConfig`), ``kernel_static`` (its

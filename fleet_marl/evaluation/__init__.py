@@ -13,8 +13,9 @@ module                 what it owns
 =====================  ====================================================================
 
 >>> from fleet_marl.evaluation import evaluate
->>> ev = evaluate("tiny", "precision_expert", episodes=2, progress=False)  # doctest: +SKIP
->>> round(ev.score, 2)  # doctest: +SKIP
+>>> ev = evaluate("tiny", "precision_expert", episodes=2, progress=False)
+>>> round(ev.score, 2)
+1.0
 
 This layer sits on the env and the reference policies; it knows no RLlib (trained checkpoints
 arrive through a loader plug-in that ``fleet_marl.rllib`` declares).

@@ -11,7 +11,7 @@ An optional extra (``pip install fleet-marl[openenv]``). Two views of
            raw text out, parsed by :func:`fleet_marl.parse_tenant_action`; the other tenants
            are played by a reference policy.
 
->>> from fleet_marl.openenv import make_app          # doctest: +SKIP
+>>> from fleet_marl.openenv import make_app
 >>> app = make_app(mode="ego", max_sessions=4)       # a FastAPI app; uvicorn serves it
 
 ``fleet-marl serve --mode multi|ego`` runs it with uvicorn.

@@ -1,7 +1,7 @@
 """The FastAPI app: OpenEnv's read-only routes and this package's session routes, over one of
 the two views.
 
->>> app = make_app(mode="multi", task="easy", limits=ServerLimits(max_sessions=8), token="s3cret")  # doctest: +SKIP
+>>> app = make_app(mode="multi", task="easy", limits=ServerLimits(max_sessions=8), token="s3cret")
 
 Episodes live on the WebSocket endpoint ``/ws`` (one env per connection; every live session,
 WebSocket or HTTP, counts once against ``limits.max_sessions``, and one more is refused with an

@@ -1,7 +1,7 @@
 """Clients of the two views, and :class:`RemoteParallelEnv`, a PettingZoo ``ParallelEnv`` over
 a server of the multi view.
 
->>> from fleet_marl.openenv import RemoteParallelEnv                     # doctest: +SKIP
+>>> from fleet_marl.openenv import RemoteParallelEnv
 >>> env = RemoteParallelEnv.connect("http://127.0.0.1:8000", task="easy")  # doctest: +SKIP
 >>> import fleet_marl.policies; policy = fleet_marl.policies.make("precision_expert", env)     # doctest: +SKIP
 >>> obs, infos = env.reset(seed=0); policy.reset(0)                      # doctest: +SKIP

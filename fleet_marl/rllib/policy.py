@@ -11,8 +11,12 @@ action is always legal with a masking module.
 the env runners do in training), with a numpy generator seeded by ``reset(seed)``, so the
 grader's episodes stay reproducible. Masked choices have probability 0.
 
->>> policy = ModulePolicy.from_checkpoint("runs/train/easy-shared-difference/checkpoint", env)
->>> fleet_marl.evaluation.evaluate("easy", lambda env: ModulePolicy.from_checkpoint(ckpt, env))
+>>> import fleet_marl
+>>> from fleet_marl.evaluation import evaluate
+>>> env = fleet_marl.parallel_env(task="easy")
+>>> ckpt = "runs/train/easy-shared-difference/checkpoint"  # a trained RLlib run's checkpoint folder
+>>> policy = ModulePolicy.from_checkpoint(ckpt, env)  # doctest: +SKIP
+>>> evaluate("easy", lambda env: ModulePolicy.from_checkpoint(ckpt, env))  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ from ray.rllib.core.rl_module.rl_module import RLModule
 from fleet_marl.environment.spaces import mask_dims
 from fleet_marl.policies.base import fleet_env
 from fleet_marl.rllib.env import flat_mask, mask_offsets
-from fleet_marl.rllib.loader import ENGINE  # the sidecar fleet-marl train writes next to RLlib's checkpoint files
 from fleet_marl.rllib.sharing import mapping_for
+from fleet_marl.training.engines import ENGINES
 
 #: Where a fleet-marl checkpoint keeps each module, relative to the checkpoint folder.
 MODULE_DIR = ("learner_group", "learner", "rl_module")
@@ -117,7 +121,7 @@ class ModulePolicy:
     def from_checkpoint(cls, checkpoint: str | Path, env, explore: bool = False) -> ModulePolicy:
         """Load the modules of a ``fleet-marl train`` checkpoint (no Ray cluster needed)."""
         path = Path(checkpoint).resolve()  # RLlib's loader takes absolute paths only
-        sig = ENGINE.read_sidecar(path)["signature"]
+        sig = ENGINES["rllib"].checkpoints.read_sidecar(path)["signature"]  # the sidecar fleet-marl train writes beside RLlib's files
         root = path.joinpath(*MODULE_DIR)
         # TorchRLModules (torch modules: eval() switches off dropout and the like); RLModule's type does not say so
         modules: dict[str, Any] = {mid: RLModule.from_checkpoint(str(root / mid)) for mid in sig["modules"]}

@@ -153,9 +153,12 @@ class Loop:
     holds (:attr:`restored` says whether they were); else a resumed run starts fresh episodes
     seeded ``seed + RESUME_STRIDE * first``.
 
+    >>> from fleet_marl.torchrl import Learner, TorchRLTrainConfig
+    >>> tc = TorchRLTrainConfig(task="tiny", iterations=2, num_envs=4, rollout=6, epochs=1, minibatch=24, hidden=[8])
     >>> loop = Loop(tc, Learner(tc, tc.signature()))
-    >>> for row in loop:
-    ...     print(row["iteration"], row["welfare"])
+    >>> [row["iteration"] for row in loop]
+    [1, 2]
+    >>> loop.close()
     """
 
     def __init__(
