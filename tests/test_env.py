@@ -14,7 +14,7 @@ import pytest
 import fleet_marl
 from fleet_marl import catalog, fairness
 from fleet_marl.config import MOVED_TO_FAIRNESS, ConfigError
-from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS, ActionError
+from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS, ActionError, core
 from fleet_marl.environment.spaces import decode_actions
 from fleet_marl.fairness import jain
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
@@ -726,28 +726,33 @@ def test_the_compiled_fair_shares_equal_the_numpy_oracle_bit_for_bit():
 
 
 def test_p99_wait_follows_fifo_order():
-    fs = fairness.FairnessState.zeros(1, 4, 10)
-    serving = np.array([[False, True, False, False]])
+    B, T, n = 1, 4, 10
+    q = core.Queues(
+        waiting=np.zeros((B, T, n)),
+        waiting_head=np.zeros((B, T), np.int64),
+        has_job=np.zeros((B, T), bool),
+        job_born=np.full((B, T), -1, np.int64),
+        pending=np.zeros((B, T, n), np.int64),
+        backlog_n=np.zeros((B, T), np.int64),
+        remaining=np.zeros((B, T)),
+    )
+    fs = fairness.FairnessState.zeros(B, T, n)
+    live, is_train, no = np.ones((B, T), bool), np.array([True, False, True, True]), np.zeros((B, T), bool)
 
     def serve(t, arrivals, served):
-        fairness.serve_round(
-            np.array([t]),
-            serving,
-            np.array([arrivals]),
-            np.array([served]),
-            fs.queue_born,
-            fs.queue_left,
-            fs.queue_head,
-            fs.queue_tail,
-            fs.waits,
+        jobs = np.zeros((B, T), np.int64)
+        queues = fairness.QueueRound(
+            *core.advance_queues(np.array([t]), live, is_train, np.array([arrivals]), np.array([served]), jobs, np.zeros(T), q)
         )
+        fairness.record(fs, live, np.zeros(B), (no, no, no, no), queues, np.zeros(T))
 
     serve(0, [0, 100.0, 0, 0], [0, 50.0, 0, 0])
     serve(1, [0, 0.0, 0, 0], [0, 49.0, 0, 0])
     # 50 waited 0 rounds, 49 waited 1, and 1 is still queued at round 3 (waited 3)
-    summary = fairness.summary(fs, 0, now=3, round_seconds=60.0)
+    summary = fairness.summary(fs, 0, now=3, round_seconds=60.0, queued_requests=q.waiting[0])
     assert summary.p99_wait_s[1] == pytest.approx(1 * 60.0)
     assert summary.waits[1] == {0: 50.0, 1: 49.0}
+    assert q.waiting[0, 1, 0] == pytest.approx(1.0) and q.waiting_head[0, 1] == 0  # the core's FIFO, by arrival round
     assert fairness.summary(fs, 0).p99_wait_s is None  # only on request
 
 

@@ -504,7 +504,7 @@ def test_p99_wait_adds_queued_jobs_as_the_job_by_job_count_did():
                 w[now - r - 1] += 1.0
         keys = np.flatnonzero(w)
         want = 0.0 if keys.size == 0 else float(keys[np.searchsorted(np.cumsum(w[keys]), 0.99 * w[keys].sum())] * 60.0)
-        assert _p99_wait_s(waits, np.zeros(0, int), np.zeros(0), 0, 0, now, queued, 60.0) == want
+        assert _p99_wait_s(waits, now, np.zeros(0), queued, 60.0) == want
 
 
 def test_a_trace_of_the_wrong_kind_or_a_tiny_speedup_is_a_named_client_error(multi):

@@ -8,9 +8,11 @@ below (the kernel, ``credit``, ``fairness``, ``workloads``), once.
 
 Per round, for every cluster at once: the arrivals of the round, the tie-break draws, ONE
 kernel call with every counterfactual row of every cluster (:class:`~fleet_marl.credit.CreditEngine`),
-fair shares and the fairness detector, reward shaping, request and job queues (one home each:
-serving requests in the kernel's ``queue`` plus the detector's FIFO of their arrival rounds;
-training jobs in ``pending``, counts by arrival round), terminations and observations.
+fair shares and the fairness detector's verdicts (``fairness.detect``), reward shaping, one
+compiled step of both queues (:class:`~fleet_marl.environment.state.Queues` in the
+:class:`EnvState`: each server's FIFO of requests and each trainer's jobs, counted by arrival
+round; the kernel's ``queue`` is the servers' total), the fairness record of the round, its
+waits and finished jobs (``fairness.record``), terminations and observations.
 Randomness comes from one ``numpy.random.Generator`` per cluster for the env and one for credit
 (sampled Shapley permutations), so a cluster's trajectory depends on nothing but its own seed.
 :func:`reset` draws an episode's arrival schedules and every round's tie-breaks in one compiled
@@ -27,7 +29,7 @@ import numpy as np
 
 from fleet_marl import fairness
 from fleet_marl.environment import observations
-from fleet_marl.environment.state import CoreStatic, EnvState, StepResult
+from fleet_marl.environment.state import CoreStatic, EnvState, Queues, StepResult
 from fleet_marl.kernel import Draws
 from fleet_marl.workloads import draw_cluster
 
@@ -61,6 +63,8 @@ def reset(cs: CoreStatic, s: EnvState, clusters, rngs) -> None:
     s.job_born[clusters] = -1
     s.pending[clusters] = 0
     s.backlog_n[clusters] = 0
+    s.waiting[clusters] = 0.0
+    s.waiting_head[clusters] = 0
     s.has_last[clusters] = False
     s.ret[clusters] = 0.0
     s.utility_sum[clusters] = 0.0
@@ -148,23 +152,18 @@ def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, credit_rngs) -> StepResul
     rf = fairness.detect(
         cfg.fairness, st.pool, st.pool_capacity, cs.lowest, s.fairness, live, work, o.requested, o.alloc, acts.gpus, acts.precision, fair
     )
-    degenerate = rf.lowest_precision | rf.hoarding
+    degenerate = rf.degenerate
     reward = cs.credit.shape(credit, cs.scheme, live, rf.starved, degenerate)
-    fairness.record_round(s.fairness, credit.welfare, live, o.oom, o.vetoed, o.power_throttled | o.thermal_throttled, degenerate)
-    fs = s.fairness
-    fairness.serve_round(t, live & ~st.is_train, arrivals, o.served, fs.queue_born, fs.queue_left, fs.queue_head, fs.queue_tail, fs.waits)
-    # carry the state over, then the job streams
+    # carry the state over, then the queues; the fairness state records the round once
     s.prev_alloc = np.array(o.alloc)
     s.temp_c = np.array(o.temp_next)
     s.queue = np.array(o.queue_next)
     s.remaining = np.array(o.remaining_next)
     s.budget = np.array(o.budget_next)
     jobs = np.where(st.is_train, scheduled, 0.0).astype(np.int64)
-    started, finished_jobs = _advance_jobs(t, live, jobs, s.has_job, s.job_born, s.pending, s.backlog_n, s.remaining, st.job_tokens)
-    for b, i, wait in started:
-        fairness.job_started(fs, b, i, wait)
-    for b, i, taken in finished_jobs:
-        fairness.job_finished(fs, b, i, taken, cs.rounds_alone[i])
+    queues = fairness.QueueRound(*advance_queues(t, live, st.is_train, arrivals, o.served, jobs, st.job_tokens, s.queues()))
+    events = (o.oom, o.vetoed, o.power_throttled | o.thermal_throttled, degenerate)
+    fairness.record(s.fairness, live, credit.welfare, events, queues, cs.rounds_alone)
     s.round = t + 1
     # the observation shows last round's serving arrivals of every tenant, live or not
     s.last, s.last_arrivals, s.fair, s.has_last = o, requests, fair.copy(), np.ones(B, bool)  # a copy: a reset writes s.fair in place
@@ -253,43 +252,84 @@ def finish(s: EnvState, result: StepResult) -> None:
 
 
 @nb.njit(cache=True, nogil=True)
-def _jobs(t, live, jobs, has_job, job_born, pending, backlog_n, remaining, job_tokens, started, finished):
+def advance_queues(t, live, is_train, arrivals, served, jobs, job_tokens, q):
+    """One round of both queues of B clusters (``q`` the :class:`Queues` of :class:`EnvState`,
+    written in place), for the live tenants. A server's ``arrivals`` join its FIFO, then its
+    ``served`` requests leave from the front, each with its wait in whole rounds. A trainer's
+    finished job (no tokens left) leaves, this round's ``jobs`` queue behind it, and the oldest
+    queued job starts, with ``job_tokens`` to do and its wait (a job of round b could start in
+    round b + 1). Returns the completed waits in the order they completed, ``(wait_at (N, 3)
+    [cluster, tenant, rounds waited], wait_n (N,) how many)``, and the finished jobs,
+    ``(M, 3) [cluster, tenant, rounds taken]``: a :class:`~fleet_marl.fairness.QueueRound`."""
     B, T = live.shape
-    ns = 0
+    wait_at = np.empty((B * T, 3), np.int64)
+    wait_n = np.empty(B * T)
+    finished = np.empty((B * T, 3), np.int64)
+    nw = 0
     nf = 0
     for b in range(B):
+        tb = t[b]
         for i in range(T):
-            done = live[b, i] and has_job[b, i] and remaining[b, i] <= 0
-            if not (done or (jobs[b, i] > 0 and live[b, i])):
+            if not live[b, i]:
+                continue
+            if not is_train[i]:  # a server: its FIFO of requests, by arrival round
+                if not (arrivals[b, i] > 0 or served[b, i] > 0):
+                    continue
+                if arrivals[b, i] > 0:
+                    q.waiting[b, i, tb] = arrivals[b, i]
+                rest = served[b, i]
+                h = q.waiting_head[b, i]
+                while rest > 1e-9 and h <= tb:
+                    n = q.waiting[b, i, h]
+                    if n == 0.0:  # no request of round h waits
+                        h += 1
+                        continue
+                    take = min(n, rest)
+                    wait_at, wait_n = _room(wait_at, wait_n, nw)
+                    wait_at[nw, 0], wait_at[nw, 1], wait_at[nw, 2], wait_n[nw] = b, i, tb - h, take
+                    nw += 1
+                    rest -= take
+                    if take >= n - 1e-9:
+                        q.waiting[b, i, h] = 0.0
+                        h += 1
+                    else:
+                        q.waiting[b, i, h] = n - take
+                q.waiting_head[b, i] = h
+                continue
+            done = q.has_job[b, i] and q.remaining[b, i] <= 0
+            if not (done or jobs[b, i] > 0):
                 continue
             if done:
-                finished[nf, 0], finished[nf, 1], finished[nf, 2] = b, i, t[b] - job_born[b, i]
+                finished[nf, 0], finished[nf, 1], finished[nf, 2] = b, i, tb - q.job_born[b, i]
                 nf += 1
-                has_job[b, i] = False
-            pending[b, i, t[b]] += jobs[b, i]
-            backlog_n[b, i] += jobs[b, i]
-            if not has_job[b, i] and backlog_n[b, i] > 0:
+                q.has_job[b, i] = False
+            q.pending[b, i, tb] += jobs[b, i]
+            q.backlog_n[b, i] += jobs[b, i]
+            if not q.has_job[b, i] and q.backlog_n[b, i] > 0:
                 born = 0
-                while pending[b, i, born] == 0:
+                while q.pending[b, i, born] == 0:
                     born += 1
-                pending[b, i, born] -= 1
-                backlog_n[b, i] -= 1
-                job_born[b, i] = born
-                has_job[b, i] = True
-                remaining[b, i] = job_tokens[i]
-                started[ns, 0], started[ns, 1], started[ns, 2] = b, i, t[b] + 1 - (born + 1)
-                ns += 1
-    return ns, nf
+                q.pending[b, i, born] -= 1
+                q.backlog_n[b, i] -= 1
+                q.job_born[b, i] = born
+                q.has_job[b, i] = True
+                q.remaining[b, i] = job_tokens[i]
+                wait_at, wait_n = _room(wait_at, wait_n, nw)
+                wait_at[nw, 0], wait_at[nw, 1], wait_at[nw, 2], wait_n[nw] = b, i, tb + 1 - (born + 1), 1.0
+                nw += 1
+    return wait_at[:nw], wait_n[:nw], finished[:nf]
 
 
-def _advance_jobs(t, live, jobs, has_job, job_born, pending, backlog_n, remaining, job_tokens):
-    """Trainers: record finished jobs, queue this round's arrivals, start the next job.
-    Returns ([(cluster, tenant, wait rounds)] started, [(cluster, tenant, rounds taken)] finished)."""
-    B, T = live.shape
-    started = np.empty((B * T, 3), np.int64)
-    finished = np.empty((B * T, 3), np.int64)
-    ns, nf = _jobs(t, live, jobs, has_job, job_born, pending, backlog_n, remaining, np.asarray(job_tokens, np.float64), started, finished)
-    return started[:ns].tolist(), finished[:nf].tolist()
+@nb.njit(cache=True, nogil=True)
+def _room(wait_at, wait_n, k):
+    """The wait records with room for record ``k`` (doubled when full)."""
+    if k < wait_n.shape[0]:
+        return wait_at, wait_n
+    at = np.empty((2 * k, 3), np.int64)
+    n = np.empty(2 * k)
+    at[:k] = wait_at[:k]
+    n[:k] = wait_n[:k]
+    return at, n
 
 
 def observe(cs: CoreStatic, s: EnvState, live: np.ndarray | None = None) -> np.ndarray:
@@ -324,7 +364,9 @@ def afford(cs: CoreStatic, s: EnvState) -> np.ndarray:
 __all__ = [
     "CoreStatic",
     "EnvState",
+    "Queues",
     "StepResult",
+    "advance_queues",
     "afford",
     "finish",
     "has_work",

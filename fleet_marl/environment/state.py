@@ -1,10 +1,12 @@
 """The array core's data: :class:`CoreStatic` (what no step changes), :class:`EnvState` (the
-state of B clusters) and :class:`StepResult` (what one step of B clusters produced). The round
-on them is :mod:`fleet_marl.environment.core`, which re-exports the three."""
+state of B clusters, with its :class:`Queues`) and :class:`StepResult` (what one step of B
+clusters produced). The round on them is :mod:`fleet_marl.environment.core`, which re-exports
+the four."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -81,6 +83,20 @@ class CoreStatic:
         return decode_actions(idx, self.bid_levels)
 
 
+class Queues(NamedTuple):
+    """The queues of B clusters, the arrays of :class:`EnvState` (not copies) that the core's
+    compiled queue step writes: each server's FIFO of requests and each trainer's jobs, both
+    counted by arrival round (``n`` = max_cycles)."""
+
+    waiting: np.ndarray  # (B, T, n) float64 a server's requests of each arrival round still waiting
+    waiting_head: np.ndarray  # (B, T) int64 the earliest arrival round that may still wait
+    has_job: np.ndarray  # (B, T) bool a trainer has a job in progress
+    job_born: np.ndarray  # (B, T) int64 arrival round of the current job (-1: none yet)
+    pending: np.ndarray  # (B, T, n) int64 jobs queued behind it, by arrival round
+    backlog_n: np.ndarray  # (B, T) int64 jobs queued behind it
+    remaining: np.ndarray  # (B, T) float64 tokens left in the current job
+
+
 @dataclass
 class EnvState:
     """The state of B clusters (the shape beside every field; ``n`` = max_cycles)."""
@@ -89,13 +105,15 @@ class EnvState:
     live: np.ndarray  # (B, T) bool tenants still in the episode
     prev_alloc: np.ndarray  # (B, T) int64 GPUs held last round   -- the kernel's RoundState
     temp_c: np.ndarray  # (B, K) float64 node temperatures
-    queue: np.ndarray  # (B, T) float64 serving requests waiting
+    queue: np.ndarray  # (B, T) float64 serving requests waiting (the kernel's count; by arrival round in waiting)
     remaining: np.ndarray  # (B, T) float64 tokens left in each trainer's current job
     budget: np.ndarray  # (B, T) float64 USD left
     has_job: np.ndarray  # (B, T) bool a trainer has a job in progress
     job_born: np.ndarray  # (B, T) int64 arrival round of the current job (-1: none yet)
     pending: np.ndarray  # (B, T, n) int64 jobs queued behind it, by arrival round
     backlog_n: np.ndarray  # (B, T) int64 jobs queued behind it
+    waiting: np.ndarray  # (B, T, n) float64 serving requests of each arrival round still waiting (the FIFO)
+    waiting_head: np.ndarray  # (B, T) int64 the earliest arrival round that may still wait
     schedule: np.ndarray  # (B, n, T) float64 arrivals per round drawn at reset (requests or jobs)
     tiebreak: np.ndarray  # (B, n, T) float64 each round's tie-break draws, drawn at reset after the schedule
     future: np.ndarray  # (B, n + 1, T) float64 arrivals in rounds t .. n-1
@@ -124,6 +142,8 @@ class EnvState:
             job_born=np.full((B, T), -1, np.int64),
             pending=np.zeros((B, T, n), np.int64),
             backlog_n=np.zeros((B, T), np.int64),
+            waiting=np.zeros((B, T, n)),
+            waiting_head=np.zeros((B, T), np.int64),
             schedule=np.zeros((B, n, T)),
             tiebreak=np.zeros((B, n, T)),
             future=np.zeros((B, n + 1, T)),
@@ -147,6 +167,10 @@ class EnvState:
             prev_alloc=self.prev_alloc, temp_c=self.temp_c, queue=self.queue, remaining_tokens=self.remaining, budget_left=self.budget
         )
 
+    def queues(self) -> Queues:
+        """The :class:`Queues` of the B clusters: this state's own arrays."""
+        return Queues(self.waiting, self.waiting_head, self.has_job, self.job_born, self.pending, self.backlog_n, self.remaining)
+
 
 @dataclass
 class StepResult:
@@ -165,4 +189,4 @@ class StepResult:
     credit_seconds: float  # wall time of the credit engine (the kernel call and the schemes) this round
 
 
-__all__ = ["CoreStatic", "EnvState", "StepResult"]
+__all__ = ["CoreStatic", "EnvState", "Queues", "StepResult"]

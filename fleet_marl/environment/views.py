@@ -71,7 +71,7 @@ class EnvViews:
         core writes the detector's state; everyone else reads this."""
         self._need_reset("fairness")
         s = self._s
-        return fairness.summary(s.fairness, 0, int(s.round[0]), s.pending[0], self.kernel_static.round_seconds)
+        return fairness.summary(s.fairness, 0, int(s.round[0]), s.pending[0], self.kernel_static.round_seconds, s.waiting[0])
 
     @property
     def episode_reports(self) -> dict[str, dict]:

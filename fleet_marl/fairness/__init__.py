@@ -20,9 +20,10 @@ detector's knobs are :class:`~fleet_marl.config.FairnessSpec` (config key ``fair
   ``hoard_share`` of the GPUs of its pool (the part of the cluster it can use) while another
   tenant is starved.
 * **State**: :class:`FairnessState` holds the detector's arrays for B clusters (streaks,
-  sums, event counts, the FIFO of waiting requests, the histogram of waits, Themis ratios);
-  the env core writes it once per round (:func:`fair_shares`, :func:`detect`,
-  :func:`serve_round`, :func:`job_started`, :func:`job_finished`).
+  sums, event counts, the histogram of completed waits, Themis ratios); the env core enters
+  it twice per round: :func:`detect` before the rewards are shaped (the verdicts), then
+  :func:`record` once the round is played (its events, welfare, and the waits and finished
+  jobs of the core's queues, :class:`QueueRound`). :func:`fair_shares` are the detector's input.
 * **Summary**: :func:`summary` is the one read API -- a frozen :class:`FairnessSummary` of one
   cluster's episode so far; the env's ``env.episode_reports[agent]``
   (:meth:`FairnessSummary.episode_report`), the OpenEnv fairness report and the RLlib
@@ -37,20 +38,18 @@ from __future__ import annotations
 from fleet_marl.fairness.detector import detect, lowest_precision
 from fleet_marl.fairness.report import FairnessSummary, jain, summary
 from fleet_marl.fairness.shares import fair_shares
-from fleet_marl.fairness.state import COUNTS, FairnessState, RoundFairness, job_finished, job_started, record_round, serve_round
+from fleet_marl.fairness.state import COUNTS, FairnessState, QueueRound, RoundFairness, record
 
 __all__ = [
     "COUNTS",
     "FairnessState",
     "FairnessSummary",
+    "QueueRound",
     "RoundFairness",
     "detect",
     "fair_shares",
     "jain",
-    "job_finished",
-    "job_started",
     "lowest_precision",
-    "record_round",
-    "serve_round",
+    "record",
     "summary",
 ]

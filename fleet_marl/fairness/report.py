@@ -50,7 +50,9 @@ class FairnessSummary:
         """Tenant ``i``'s ``env.episode_reports[agent]`` (docs/environment.md): the summary's
         figures for ``i`` plus its return, utility and rounds played. Needs ``p99_wait_s``."""
         if self.p99_wait_s is None:
-            raise ValueError("episode_report: a summary with p99_wait_s (summary(now=..., queued_jobs=..., round_seconds=...))")
+            raise ValueError(
+                "episode_report: a summary with p99_wait_s (summary(now=..., queued_jobs=..., round_seconds=..., queued_requests=...))"
+            )
         return {
             "welfare": float(self.welfare),
             "return": float(agent_return),
@@ -70,13 +72,14 @@ class FairnessSummary:
         }
 
 
-def p99_wait_s(waits: np.ndarray, born, left, head: int, tail: int, now: int, queued_jobs: np.ndarray, round_seconds: float) -> float:
-    """99th percentile wait in seconds, counting requests still queued at ``now`` and the jobs
-    queued since ``queued_jobs`` (count per arrival round) as having waited until now (a lower
-    bound on their wait). A job that arrived in round b could start in round b + 1."""
+def p99_wait_s(waits: np.ndarray, now: int, queued_requests: np.ndarray, queued_jobs: np.ndarray, round_seconds: float) -> float:
+    """99th percentile wait in seconds, counting the requests still queued at ``now`` and the
+    jobs queued (``queued_requests`` and ``queued_jobs``: counts per arrival round) as having
+    waited until now (a lower bound on their wait). A job that arrived in round b could start
+    in round b + 1."""
     w = waits.copy()
-    for h in range(head, tail):
-        w[now - born[h]] += left[h]
+    rs = np.flatnonzero(queued_requests)
+    w[now - rs] += queued_requests[rs]  # one arrival round per wait: each entry added once
     rs = np.flatnonzero(queued_jobs)
     np.add.at(w, now - rs - 1, np.floor(queued_jobs[rs]))  # whole jobs, added at once (a job-by-job loop cost O(jobs))
     keys = np.flatnonzero(w)
@@ -87,11 +90,17 @@ def p99_wait_s(waits: np.ndarray, born, left, head: int, tail: int, now: int, qu
 
 
 def summary(
-    fs: FairnessState, b: int, now: int | None = None, queued_jobs: np.ndarray | None = None, round_seconds: float = 0.0
+    fs: FairnessState,
+    b: int,
+    now: int | None = None,
+    queued_jobs: np.ndarray | None = None,
+    round_seconds: float = 0.0,
+    queued_requests: np.ndarray | None = None,
 ) -> FairnessSummary:
     """Cluster ``b``'s fairness so far. With ``now`` (rounds played), ``p99_wait_s`` is filled
-    in, counting requests still queued and each tenant's queued jobs (``queued_jobs`` (T, n),
-    counts by arrival round) as having waited until ``now``."""
+    in, counting each tenant's requests and jobs still queued (``queued_requests`` and
+    ``queued_jobs`` (T, n), counts by arrival round, the env core's queues) as having waited
+    until ``now``."""
     if now is not None and not round_seconds > 0:
         raise ValueError(
             f"summary: round_seconds = {round_seconds!r}: the p99 wait (asked for by now = {now}) needs the round length in seconds > 0"
@@ -107,11 +116,8 @@ def summary(
             [
                 p99_wait_s(
                     fs.waits[b, i],
-                    fs.queue_born[b, i],
-                    fs.queue_left[b, i],
-                    int(fs.queue_head[b, i]),
-                    int(fs.queue_tail[b, i]),
                     now,
+                    np.zeros(0) if queued_requests is None else queued_requests[i],
                     np.zeros(0, np.int64) if queued_jobs is None else queued_jobs[i],
                     round_seconds,
                 )

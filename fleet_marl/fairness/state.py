@@ -1,6 +1,6 @@
-"""The fairness detector's state for B clusters (:class:`FairnessState`) and the per-round
-updates the env core writes it with: the event counts, the FIFO of waiting requests, job waits
-and Themis ratios."""
+"""The fairness detector's state for B clusters (:class:`FairnessState`) and its record of a
+round (:func:`record`): the event counts, the welfare, the completed waits and the Themis ratios
+of the jobs that finished (the queues themselves are the env core's)."""
 
 from __future__ import annotations
 
@@ -25,16 +25,29 @@ class RoundFairness(NamedTuple):
     hoarding: np.ndarray  # bool: the hoarding degenerate strategy
     streak: np.ndarray  # int64: consecutive short rounds so far
 
+    @property
+    def degenerate(self) -> np.ndarray:
+        """(B, T) bool: either degenerate strategy."""
+        return self.lowest_precision | self.hoarding
+
+
+class QueueRound(NamedTuple):
+    """What one round of B clusters did in the queues (the env core's queue step): the waits
+    it completed, in the order they completed, and the jobs it finished."""
+
+    wait_at: np.ndarray  # (N, 3) int64 [cluster, tenant, rounds waited] of each completed wait
+    wait_n: np.ndarray  # (N,) float64 the requests that waited that long (1.0 for a job started)
+    finished: np.ndarray  # (M, 3) int64 [cluster, tenant, rounds taken] of each finished job
+
 
 @dataclass
 class FairnessState:
     """The fairness detector's state for B clusters of T tenants over episodes of at most
-    ``n`` rounds (arrays written by the env core, read through :func:`summary`).
+    ``n`` rounds (arrays written by :func:`detect` and :func:`record`, read through
+    :func:`summary`).
 
-    ``queue_born`` / ``queue_left`` hold each serving tenant's FIFO of waiting requests (one
-    entry per arrival round, the requests of that round still waiting), ``queue_head`` and
-    ``queue_tail`` its bounds; ``waits`` (B, T, n + 1) the completed waits by rounds waited;
-    ``rho`` (B, T, n) each finished job's Themis ratio, ``rho_n`` how many.
+    ``waits`` (B, T, n + 1) holds the completed waits by rounds waited (requests served,
+    jobs started); ``rho`` (B, T, n) each finished job's Themis ratio, ``rho_n`` how many.
     """
 
     streak: np.ndarray  # (B, T) int64 consecutive short rounds
@@ -45,10 +58,6 @@ class FairnessState:
     fair_sum: np.ndarray  # (B, T) float64 fair shares, summed over the same rounds
     counts: np.ndarray  # (len(COUNTS), B, T) int64 tenant-rounds per event
     welfare_sum: np.ndarray  # (B,) float64
-    queue_born: np.ndarray  # (B, T, n) int64
-    queue_left: np.ndarray  # (B, T, n) float64
-    queue_head: np.ndarray  # (B, T) int64
-    queue_tail: np.ndarray  # (B, T) int64
     waits: np.ndarray  # (B, T, n + 1) float64
     rho: np.ndarray  # (B, T, n) float64
     rho_n: np.ndarray  # (B, T) int64
@@ -65,10 +74,6 @@ class FairnessState:
             fair_sum=np.zeros((B, T), f),
             counts=np.zeros((len(COUNTS), B, T), i),
             welfare_sum=np.zeros(B, f),
-            queue_born=np.zeros((B, T, n), i),
-            queue_left=np.zeros((B, T, n), f),
-            queue_head=np.zeros((B, T), i),
-            queue_tail=np.zeros((B, T), i),
             waits=np.zeros((B, T, n + 1), f),
             rho=np.zeros((B, T, n), f),
             rho_n=np.zeros((B, T), i),
@@ -84,49 +89,22 @@ class FairnessState:
                 a[clusters] = 0
 
 
-def record_round(fs: FairnessState, welfare, live, oom, vetoed, throttled, degenerate) -> None:
-    """Count the round of B clusters: its welfare (B,), and each live tenant's events (``COUNTS``)."""
-    for k, flag in enumerate((oom, vetoed, throttled, degenerate)):
+def record(fs: FairnessState, live, welfare, events, queues: QueueRound, rounds_alone) -> None:
+    """Record the round of B clusters after it was played: its welfare (B,); each live tenant's
+    ``events``, one (B, T) bool per name of ``COUNTS`` (oom, veto, throttle, degenerate); the
+    waits the queues completed and, for each job that finished, its Themis ratio, rounds taken
+    over ``rounds_alone`` (T,) (a tenant whose job could not run alone gets none)."""
+    for k, flag in enumerate(events):
         fs.counts[k] += live & flag
     fs.welfare_sum += welfare
+    at = queues.wait_at
+    np.add.at(fs.waits, (at[:, 0], at[:, 1], at[:, 2]), queues.wait_n)
+    b, i, taken = queues.finished.T
+    alone = rounds_alone[i]
+    ok = (alone > 0) & (alone < np.inf)
+    b, i = b[ok], i[ok]
+    fs.rho[b, i, fs.rho_n[b, i]] = taken[ok] / alone[ok]  # a tenant finishes at most one job a round
+    fs.rho_n[b, i] += 1
 
 
-@jit
-def serve_round(t, serving, arrivals, served, born, left, head, tail, waits):
-    """FIFO accounting of serving requests for B clusters in round ``t`` (per cluster):
-    this round's arrivals join the queue, then ``served`` requests leave from the front; each
-    records its wait in whole rounds. ``serving`` (B, T) bool; the rest the FairnessState's
-    queue arrays."""
-    B, T = serving.shape
-    for b in range(B):
-        for i in range(T):
-            if not serving[b, i] or not (arrivals[b, i] > 0 or served[b, i] > 0):
-                continue
-            if arrivals[b, i] > 0:
-                born[b, i, tail[b, i]] = t[b]
-                left[b, i, tail[b, i]] = arrivals[b, i]
-                tail[b, i] += 1
-            rest = served[b, i]
-            while rest > 1e-9 and head[b, i] < tail[b, i]:
-                h = head[b, i]
-                n = left[b, i, h]
-                take = min(n, rest)
-                waits[b, i, t[b] - born[b, i, h]] += take
-                rest -= take
-                if take >= n - 1e-9:
-                    head[b, i] += 1
-                else:
-                    left[b, i, h] = n - take
-
-
-def job_started(fs: FairnessState, b: int, i: int, wait_rounds: int) -> None:
-    fs.waits[b, i, wait_rounds] += 1.0
-
-
-def job_finished(fs: FairnessState, b: int, i: int, rounds_taken: float, rounds_alone: float) -> None:
-    if 0 < rounds_alone < np.inf:
-        fs.rho[b, i, fs.rho_n[b, i]] = rounds_taken / rounds_alone
-        fs.rho_n[b, i] += 1
-
-
-__all__ = ["COUNTS", "FairnessState", "RoundFairness", "jit", "job_finished", "job_started", "record_round", "serve_round"]
+__all__ = ["COUNTS", "FairnessState", "QueueRound", "RoundFairness", "jit", "record"]
