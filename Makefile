@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: train test lint bench install clean baselines demo wheel-smoke docker-lock
+.PHONY: train test lint bench install clean baselines docs demo wheel-smoke docker-lock
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no python3.11 or python3 on PATH; install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
@@ -40,9 +40,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check fleet_marl tests experiments
 	$(VENV)/bin/mypy
 
-## make baselines: every reference policy on every task, 10 seeds; updates README.md and docs/results.md
+## make baselines: every reference policy on every task, 10 seeds; saves docs/data/baselines.json and publishes README.md and docs/ from the data
 baselines: $(STAMP)
 	$(VENV)/bin/fleet-marl baselines --episodes 10 --seed 0
+
+## make docs: every generated block of README.md and docs/ (tables, learned rows, study reports) from the data in docs/data/
+docs: $(STAMP)
+	$(VENV)/bin/fleet-marl docs
 
 ## make demo: one rendered episode of easy with precision_expert
 demo: $(STAMP)
