@@ -165,11 +165,7 @@ def _module_name(path: Path) -> str:
 
 
 #: Import circles between modules still allowed, each (its modules) with why.
-CIRCLES_ALLOWED: dict[frozenset[str], str] = {
-    frozenset({"fleet_marl.rllib.loader", "fleet_marl.rllib.policy"}): (
-        "the policy reads the engine's sidecar from the loader, which builds the policy (function-locally); being broken now"
-    ),
-}
+CIRCLES_ALLOWED: dict[frozenset[str], str] = {}
 
 
 def _circles(graph: dict[str, set[str]]) -> list[set[str]]:

@@ -24,8 +24,7 @@ modules imports neither Ray nor torch; running a study does. See ``docs/credit_a
 and ``docs/benchmarks.md``.
 """
 
-import importlib
-from typing import Any
+from fleet_marl._lazy import lazy_exports
 
 _NAMES = {
     "Study": "credit.torchrl_design",
@@ -35,11 +34,7 @@ _NAMES = {
     "run": "credit.runs",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _NAMES:
-        return getattr(importlib.import_module(f"fleet_marl.studies.{_NAMES[name]}"), name)
-    raise AttributeError(f"module 'fleet_marl.studies' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _NAMES)
 
 
 __all__ = ["Study", "StudyError", "make_study", "prepare", "run"]  # the lazy names of _NAMES

@@ -30,8 +30,7 @@ design are imported lazily from here; nothing imports torch or Ray until a run t
 >>> report.report(out)  # doctest: +SKIP
 """
 
-import importlib
-from typing import Any
+from fleet_marl._lazy import lazy_exports
 
 _NAMES = {
     "Study": "torchrl_design",
@@ -42,11 +41,7 @@ _NAMES = {
     "run": "runs",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _NAMES:
-        return getattr(importlib.import_module(f"fleet_marl.studies.credit.{_NAMES[name]}"), name)
-    raise AttributeError(f"module 'fleet_marl.studies.credit' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _NAMES)
 
 
 __all__ = ["ENGINES", "Study", "StudyError", "make_study", "prepare", "run"]  # the lazy names of _NAMES
