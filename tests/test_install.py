@@ -1,4 +1,4 @@
-"""An install that takes only what you use (pyproject.toml, README "Install").
+"""An install that takes only what you use (pyproject.toml, docs/install.md).
 
 ``pip install fleet-marl`` is the core: the env, the kernel, the policies, the grader,
 ``estimate``, ``sweep``, ``traces``. Ray, torch, matplotlib, OpenEnv and mpe2 are extras, and
@@ -131,7 +131,6 @@ def test_every_extra_a_message_names_exists_and_holds_what_it_checks():
     modules_of = {
         ("fleet_marl/rllib/command.py", "NEEDS"): train_command.NEEDS,
         ("fleet_marl/studies/command.py", "NEEDS"): compare_command.NEEDS,
-        ("fleet_marl/studies/command.py", "RLLIB_NEEDS"): compare_command.RLLIB_NEEDS,
         ("fleet_marl/torchrl/command.py", "NEEDS"): torchrl_command.NEEDS,
     }
     for path, node in calls:
@@ -149,10 +148,11 @@ def test_every_extra_a_message_names_exists_and_holds_what_it_checks():
             assert DIST[m.split(".")[0]] in declared, f"{path}:{node.lineno}: [{extra}] does not declare {m}"
 
 
-def test_readme_lists_every_extra():
-    readme = (ROOT / "README.md").read_text()
+def test_the_install_page_lists_every_extra():
+    page = (ROOT / "docs" / "install.md").read_text()
+    assert "docs/install.md" in (ROOT / "README.md").read_text()  # the README sends readers there
     for extra in EXTRAS:
-        assert f"`[{extra}]`" in readme, f"README's install table lacks [{extra}]"
+        assert f"| `[{extra}]` |" in page, f"docs/install.md's table of extras lacks [{extra}]"
 
 
 # --- require and MissingExtra ------------------------------------------------------------------
@@ -208,10 +208,11 @@ def test_train_without_the_torchrl_extra(monkeypatch, capsys, tmp_path, module):
     assert "Traceback" not in err and not (tmp_path / "runs").exists()
 
 
-def test_compare_without_the_rllib_extra(monkeypatch, capsys, tmp_path):
+def test_compare_on_an_engine_without_the_studys_runs(monkeypatch, capsys, tmp_path):
+    """The study has runs for torchrl only: --engine rllib is refused by name before any extra is asked for."""
     absent(monkeypatch, "ray")
     code, _, err = run(capsys, "compare", "--engine", "rllib", "--quick", "--out", str(tmp_path / "study"))
-    assert code == 2 and f"error: {hint('fleet-marl compare --engine rllib', 'rllib')}" in err and "Traceback" not in err
+    assert code == 2 and "--engine rllib: the study has runs for torchrl only" in err and "Traceback" not in err
     assert not (tmp_path / "study").exists()
 
 

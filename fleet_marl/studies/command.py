@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         if args.report:
             require("matplotlib", "plot", "fleet-marl compare --report")
         else:
-            require(NEEDS, engines.ENGINES[args.engine].extra, "fleet-marl compare")
+            require(NEEDS, "torchrl", "fleet-marl compare")  # the study's runs on torchrl, its one engine (ENGINES)
             if args.address is not None:
                 require("ray", "rllib", "fleet-marl compare --address (Ray)")
         study = study_from_args(args)
