@@ -14,8 +14,7 @@ resume, the CPUs asked for), then trains with a progress bar and writes, under
                      the same seeds; ``results.json`` has the summaries
 ===================  ==========================================================================
 
-:func:`init_ray` starts Ray on this machine or joins a cluster (``--address``); the
-credit-assignment study (:mod:`fleet_marl.studies.credit.rllib_runs`) uses it too. The run
+:func:`init_ray` starts Ray on this machine or joins a cluster (``--address``). The run
 folder, its checks and the end of the run are every engine's (:mod:`fleet_marl.training`).
 
 Nothing here runs at import time; ``import fleet_marl.rllib.train`` imports Ray but does not
