@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --upgrade pip
 	# torch is pinned to the CPU wheel these machines provide; an unpinned torch pulls GBs of CUDA packages.
 	$(PY) -m pip install "torch==2.13.0"
-	# the core plus the extras make train and make test use (pyproject.toml, README "Install"):
+	# the core plus the extras make train and make test use (pyproject.toml, docs/install.md):
 	# rllib: fleet-marl train and compare (Ray, torch, matplotlib); torchrl: fleet_marl.torchrl and train --engine torchrl; plot: rgb_array frames, demo --gif, sweep's plot;
 	# bench: the reference env of fleet-marl bench; openenv: fleet-marl serve and fleet_marl.openenv (its tests skip without it);
 	# test: pytest, hypothesis and build (the sdist and wheel of .ci/wheel_smoke);

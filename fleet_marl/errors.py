@@ -5,7 +5,7 @@ CLI.
 
 ``pip install fleet-marl`` installs the core only (the env, the kernel, the policies, the
 grader, ``estimate``, ``sweep``, ``traces``); Ray, torch, matplotlib, OpenEnv and mpe2 come
-with extras (``pyproject.toml``, README "Install"). A feature that needs one calls
+with extras (``pyproject.toml``, ``docs/install.md``). A feature that needs one calls
 :func:`require` before it starts, so a missing extra is one line that names the pip command:
 
 >>> require("a_module_that_is_not_installed", "plot", "fleet-marl demo --gif")

@@ -97,11 +97,11 @@ def test_each_credit_study_block_is_its_data(data, tmp_path):
         assert (tmp_path / data / name).read_bytes() == (ROOT / data / name).read_bytes(), name
 
 
-#: the README's settings phrases -> the arbiters they name
+#: the study summary's settings phrases -> the arbiters they name
 _SETTINGS = {"both arbiters": ("proportional", "auction"), "proportional share": ("proportional",), "the auction": ("auction",)}
 
 
-#: the README's "What the study found" sections -> (the next section's opening, the committed
+#: the "What the study found" sections of docs/credit_assignment.md's summary ("In short") -> (the next section's opening, the committed
 #: results their verdicts are decided on, the docs block their numbers are quoted from)
 _FINDINGS = {
     "**What the study found on the validated model**": (
@@ -118,8 +118,8 @@ _FINDINGS = {
 
 
 @pytest.mark.parametrize("heading", sorted(_FINDINGS))
-def test_the_readme_states_the_credit_studys_verdicts_and_numbers(heading):
-    """The README's "What the study found" bullets, on the validated model (the re-test at
+def test_the_summary_states_the_credit_studys_verdicts_and_numbers(heading):
+    """The "What the study found" bullets of docs/credit_assignment.md's summary ("In short"), on the validated model (the re-test at
     N = 8, 32, 64) and on the 0.3 model: each prediction's verdicts are the ones the decision
     rules give on that section's committed results (the 0.3 study with its 20-seed follow-up,
     docs/data/credit_study_followup), and every "mean ± interval" it quotes is in that study's
@@ -129,8 +129,8 @@ def test_the_readme_states_the_credit_studys_verdicts_and_numbers(heading):
     from fleet_marl.studies.credit import torchrl_tables
 
     until, studies, (start, end) = _FINDINGS[heading]
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index(heading) : readme.index(until)]
+    doc = (ROOT / DOC).read_text()
+    section = doc[doc.index(heading) : doc.index(until)]
     rows = [r for d in studies for r in store.read_rows(ROOT / "docs" / "data" / d / "results.csv")]
     decided = torchrl_tables.verdicts(rows)
     verdicts = {(v["prediction"], v["setting"]): v["verdict"] for v in decided}
@@ -150,7 +150,7 @@ def test_the_readme_states_the_credit_studys_verdicts_and_numbers(heading):
     shown = [(float(m.replace("−", "-")), float(h)) for m, _, h in re.findall(pair, block)]
     quoted = re.findall(pair, section)
     assert len(quoted) >= 5
-    for m, digits, h in quoted:  # the README may round the docs' figure (+16.20 ± 10.29 -> +16.2 ± 10.3)
+    for m, digits, h in quoted:  # the summary may round the block's figure (+16.20 ± 10.29 -> +16.2 ± 10.3)
         want, d = (float(m.replace("−", "-")), float(h)), len(digits)
         assert any((round(a, d), round(b, d)) == want for a, b in shown), f"{m} ± {h} is in no table of the study"
 

@@ -1,4 +1,4 @@
-"""Shipped configs load, validate and evaluate; the README's Python snippets run."""
+"""Shipped configs load, validate and evaluate; the README's Python snippets, and those of the docs they moved to, run."""
 
 import re
 from pathlib import Path
@@ -24,8 +24,17 @@ def test_every_experiment_yaml_loads_and_evaluates():
         assert np.isfinite(out.welfare).all()
 
 
-def test_readme_python_snippets_run():
-    text = (ROOT / "README.md").read_text()
+#: the pages whose Python examples run, each from the start of the part that holds them to the
+#: next "## " heading (None: the whole page): the README's, and those moved out of it
+SNIPPET_PAGES = {"README.md": None, "docs/policies.md": "### Writing one", "docs/configuration.md": None}
+
+
+@pytest.mark.parametrize("page", sorted(SNIPPET_PAGES))
+def test_the_python_snippets_run(page):
+    text = (ROOT / page).read_text()
+    if (start := SNIPPET_PAGES[page]) is not None:
+        text = text[text.index(start) :]
+        text = text[: text.index("\n## ")] if "\n## " in text else text
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert blocks
     ns: dict = {}  # one namespace, top to bottom: a snippet may use what an earlier one defined
@@ -36,13 +45,13 @@ def test_readme_python_snippets_run():
             from fleet_marl.config import ConfigError
 
             try:
-                exec(compile("\n".join(lines[:-1]), "README.md", "exec"), ns)
+                exec(compile("\n".join(lines[:-1]), page, "exec"), ns)
             except ConfigError as e:
                 assert lines[-1].removeprefix("# ConfigError: ") == str(e)
             else:
-                raise AssertionError("the README's error example did not raise")
+                raise AssertionError(f"{page}'s error example did not raise")
         else:
-            exec(compile(code, "README.md", "exec"), ns)
+            exec(compile(code, page, "exec"), ns)
 
 
 def test_planner_variants_script_runs():

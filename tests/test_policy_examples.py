@@ -1,6 +1,6 @@
 """The example policies of the top-level ``policies/`` folder (written as a user writes one,
 against the plain PettingZoo APIs) are graded by ``fleet-marl evaluate --policy policies/<file>.py``
-as the README says, and each does what its docstring says, well above a policy that asks for
+as docs/policies.md says, and each does what its docstring says, well above a policy that asks for
 nothing."""
 
 import json
