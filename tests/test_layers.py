@@ -26,6 +26,7 @@ PKG = ROOT / "fleet_marl"
 RANK = {
     "_lazy": 0,
     "errors": 0,
+    "checks": 0,
     "catalog": 0,
     "config": 1,
     "traces": 1,

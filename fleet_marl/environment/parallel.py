@@ -10,6 +10,7 @@ import gymnasium
 import numpy as np
 from pettingzoo import ParallelEnv
 
+from fleet_marl.checks import is_seed
 from fleet_marl.config import REWARD_SCHEMES, FleetConfig
 from fleet_marl.credit import Credit
 from fleet_marl.environment import core
@@ -195,7 +196,7 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
             self._ready = False
 
     def reset(self, seed: int | None = None, options: dict | None = None):
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        if seed is not None and not is_seed(seed):
             raise ClientError(f"reset: seed = {seed!r}: expected None or a non-negative integer")
         if seed is not None or self._seed_seq is None:
             self._seed_seq = np.random.SeedSequence(seed)

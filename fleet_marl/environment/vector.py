@@ -34,6 +34,7 @@ import numba as nb
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from fleet_marl.checks import is_integer, is_seed
 from fleet_marl.environment import core
 from fleet_marl.environment.spaces import (
     ACTION_FIELDS,
@@ -79,7 +80,7 @@ class FleetVectorEnv:
     metadata: ClassVar[dict[str, Any]] = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(self, num_envs: int = 1, task: str | None = None, config=None, **overrides: Any):
-        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+        if not is_integer(num_envs) or num_envs < 1:
             raise ValueError(f"num_envs = {num_envs!r}: expected an integer >= 1")
         cfg, opts = make_config(task, config, **overrides)
         if check_protocol(opts)[0] == "sequential":  # a bad protocol or turn_order is a ConfigError naming it
@@ -247,12 +248,12 @@ class FleetVectorEnv:
         B = self.num_envs
         if seed is None:
             return [None] * B
-        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        if is_integer(seed):
             if seed < 0:
                 raise ValueError(f"reset: seed = {seed!r}: expected None, a non-negative integer or a list of {B} of them")
             return [int(seed) + b for b in range(B)]
         seeds = list(seed)
-        if len(seeds) != B or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0 for x in seeds):
+        if len(seeds) != B or not all(is_seed(x) for x in seeds):
             raise ValueError(f"reset: seed = {seed!r}: expected None, a non-negative integer or a list of {B} of them")
         return [int(x) for x in seeds]
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fleet_marl import fairness
+from fleet_marl.checks import is_integer
 from fleet_marl.environment import core, observations
 from fleet_marl.kernel import Draws, RoundState
 
@@ -115,7 +116,7 @@ class EnvViews:
         self._need_reset("round_draws")
         now = self.round
         r = now if r is None else r
-        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not now <= r < self._core.max_cycles:
+        if not is_integer(r) or not now <= r < self._core.max_cycles:
             raise ValueError(f"round_draws: r = {r!r}: expected a round from {now} (the round ahead) to {self._core.max_cycles - 1}")
         _, _, d = core.round_draws(self._core, self._s, np.array([r]), self._s.live)
         lengths = [None if v is None else _read_only(np.asarray(v)[0]) for v in (d.prompt_tokens, d.output_tokens)]

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from fleet_marl.checks import is_integer, is_seed
 from fleet_marl.evaluation.loading import load_policy, source_name
 from fleet_marl.evaluation.reference import HINDSIGHT, RANDOM, REFERENCE, reference_episodes
 from fleet_marl.evaluation.runner import EVENTS, Episode, make_env, run_episode
@@ -143,9 +144,9 @@ def evaluate(
     simultaneous protocol only) the hindsight reference for ``gap_to_hindsight``."""
     if task not in TASKS:
         raise ValueError(f"task = {task!r}: expected one of {', '.join(TASKS)}")
-    if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 1:
+    if not is_integer(episodes) or episodes < 1:
         raise ValueError(f"episodes = {episodes!r}: expected an integer >= 1")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    if not is_seed(seed):
         raise ValueError(f"seed = {seed!r}: expected a non-negative integer")
     overrides = dict(overrides or {})
     seeds = list(range(int(seed), int(seed) + int(episodes)))

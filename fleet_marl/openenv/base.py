@@ -15,8 +15,7 @@ from collections.abc import Set as AbstractSet
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-import numpy as np
-
+from fleet_marl.checks import is_seed
 from fleet_marl.config import FleetConfig
 from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
 from fleet_marl.errors import ClientError, short_repr
@@ -202,7 +201,7 @@ def check_episode_id(episode_id: Any) -> str | None:
 
 
 def check_seed(seed: Any) -> int | None:
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+    if seed is not None and not is_seed(seed):
         raise ClientError(f"reset: seed = {short_repr(seed)}: expected None or a non-negative integer")
     return None if seed is None else int(seed)
 

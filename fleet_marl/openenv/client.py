@@ -25,6 +25,7 @@ from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 from pettingzoo import ParallelEnv
 
+from fleet_marl.checks import is_seed
 from fleet_marl.config import FleetConfig, from_dict
 from fleet_marl.environment import OBS_MODES, REWARD_PREFIX, ActionError, FleetParallelEnv
 from fleet_marl.environment.observations import ObservedRound, observed_round
@@ -280,7 +281,7 @@ class RemoteParallelEnv(ParallelEnv):
     def reset(self, seed: int | None = None, options: dict | None = None):
         """Reset on the server. ``options`` may set ``task`` and ``config`` (overrides) for this
         and later episodes; other keys are ignored, as the local env ignores ``options``."""
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        if seed is not None and not is_seed(seed):
             raise ValueError(f"reset: seed = {seed!r}: expected None or a non-negative integer")
         options = dict(options or {})
         if "task" in options:
