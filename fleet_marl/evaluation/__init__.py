@@ -4,7 +4,7 @@
 module                 what it owns
 =====================  ====================================================================
 ``loading``            policy specs -> policy objects; the ``PolicyLoader`` plug-in hook
-``runner``             one episode, every action checked (``run_episode``, ``Episode``)
+``runner``             one episode, every action checked (``run_episode``, ``Episode``, ``episode_means``)
 ``reference``          the ``random``, ``planner`` and ``hindsight`` reference episodes, cached on disk
 ``score``              the score and ``evaluate`` (``fleet-marl evaluate``)
 ``baselines``          every reference policy on every task (``fleet-marl baselines``)
@@ -23,7 +23,7 @@ arrive through a loader plug-in that ``fleet_marl.rllib`` declares).
 
 from fleet_marl.evaluation.loading import PolicyError, PolicyLoader, load_policy, loaders, register_loader, source_name
 from fleet_marl.evaluation.reference import HINDSIGHT, RANDOM, REFERENCE, code_version, data_version, reference_episodes
-from fleet_marl.evaluation.runner import EVENTS, Episode, make_env, run_episode
+from fleet_marl.evaluation.runner import EVENTS, Episode, episode_means, make_env, run_episode
 from fleet_marl.evaluation.score import Evaluation, GraderError, evaluate, score
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "PolicyLoader",
     "code_version",
     "data_version",
+    "episode_means",
     "evaluate",
     "load_policy",
     "loaders",

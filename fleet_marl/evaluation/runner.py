@@ -22,8 +22,10 @@ an agent that left is a bug in the policy, and the grader names it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from pettingzoo import AECEnv
 
 from fleet_marl.environment import ActionError, FleetParallelEnv, parallel_env
@@ -158,6 +160,20 @@ def _episode(env, seed: int, illegal: int) -> Episode:
     )
 
 
+def episode_means(eps: Sequence[Episode]) -> dict[str, float]:
+    """The mean over the episodes ``eps`` of each one's measures: ``welfare``, ``jain``,
+    ``starvation_events``, ``degenerate`` (its degenerate tenant-rounds), ``illegal`` (its masked
+    choices) and ``rounds``."""
+    return {
+        "welfare": float(np.mean([e.welfare for e in eps])),
+        "jain": float(np.mean([e.jain for e in eps])),
+        "starvation_events": float(np.mean([e.starvation_events for e in eps])),
+        "degenerate": float(np.mean([e.events["degenerate"] for e in eps])),
+        "illegal": float(np.mean([e.illegal for e in eps])),
+        "rounds": float(np.mean([e.rounds for e in eps])),
+    }
+
+
 def make_env(task: str, **overrides) -> FleetParallelEnv | AECEnv:
     """The evaluation env: ``task`` with ``overrides``; only the configured reward scheme is
     computed (welfare, the score's measure, does not depend on the schemes). With
@@ -168,4 +184,4 @@ def make_env(task: str, **overrides) -> FleetParallelEnv | AECEnv:
     return parallel_env(task=task, **overrides)
 
 
-__all__ = ["EVENTS", "Episode", "make_env", "run_episode"]
+__all__ = ["EVENTS", "Episode", "episode_means", "make_env", "run_episode"]

@@ -27,7 +27,7 @@ from tqdm import tqdm
 from fleet_marl.checks import is_integer, is_seed
 from fleet_marl.evaluation.loading import load_policy, source_name
 from fleet_marl.evaluation.reference import HINDSIGHT, RANDOM, REFERENCE, reference_episodes
-from fleet_marl.evaluation.runner import EVENTS, Episode, make_env, run_episode
+from fleet_marl.evaluation.runner import EVENTS, Episode, episode_means, make_env, run_episode
 from fleet_marl.tasks import TASKS
 
 
@@ -67,6 +67,7 @@ class Evaluation:
     def summary(self) -> dict:
         """The JSON report (``fleet-marl evaluate --json``)."""
         eps = self.episodes
+        means = episode_means(eps)
         rho = [r["rho"] for e in eps for r in e.agents.values() if r.get("rho") is not None]
         waits = [r["p99_wait_s"] for e in eps for r in e.agents.values() if r.get("p99_wait_s") is not None]
         return {
@@ -84,12 +85,12 @@ class Evaluation:
             "reference_welfare_mean": float(np.mean(self.reference_welfare)),
             "hindsight_welfare_mean": None if self.hindsight_welfare is None else float(np.mean(self.hindsight_welfare)),
             "gap_to_hindsight": self.gap_to_hindsight,
-            "jain_mean": float(np.mean([e.jain for e in eps])),
+            "jain_mean": means["jain"],
             "starvation_events": int(sum(e.starvation_events for e in eps)),
             "max_starvation_streak": int(max(e.max_starvation_streak for e in eps)),
             "rho_mean": float(np.mean(rho)) if rho else None,
             "p99_wait_s_max": float(np.max(waits)) if waits else None,
-            "rounds_mean": float(np.mean([e.rounds for e in eps])),
+            "rounds_mean": means["rounds"],
             "illegal": int(sum(e.illegal for e in eps)),
             **{k: int(sum(e.events[k] for e in eps)) for k in EVENTS},
             "agents": _agent_table(eps),

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 from ray.rllib.callbacks.callbacks import RLlibCallback
 
-from fleet_marl.evaluation import RANDOM, REFERENCE, reference_episodes, score
+from fleet_marl.evaluation import RANDOM, REFERENCE, episode_means, reference_episodes, score
 from fleet_marl.rllib.env import fleet_envs
 from fleet_marl.rllib.evaluation import grader_task, take_grades
 
@@ -94,6 +94,6 @@ def reference_welfare(algorithm) -> tuple[float, float] | None:
     task, overrides = grader_task(algorithm.config.env_config)
     n = int(algorithm.config.evaluation_duration) if algorithm.config.evaluation_interval else 3
     seeds = list(range(n))
-    rand = np.mean([e.welfare for e in reference_episodes(task, RANDOM, seeds, overrides)])
-    ref = np.mean([e.welfare for e in reference_episodes(task, REFERENCE, seeds, overrides)])
-    return (float(rand), float(ref)) if ref > rand else None
+    rand = episode_means(reference_episodes(task, RANDOM, seeds, overrides))["welfare"]
+    ref = episode_means(reference_episodes(task, REFERENCE, seeds, overrides))["welfare"]
+    return (rand, ref) if ref > rand else None

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 from weakref import WeakKeyDictionary
 
-import numpy as np
-
-from fleet_marl.evaluation import evaluate
+from fleet_marl.evaluation import episode_means, evaluate
 from fleet_marl.rllib.env import WRAPPER_KEYS
 from fleet_marl.rllib.policy import ModulePolicy
 from fleet_marl.tasks import SHORTCUTS
@@ -63,13 +61,11 @@ def grade(algorithm, eval_env_runner_group=None):
         hindsight=False,  # RLlib's periodic evaluation reports the score; the final evaluation the gap
     )
     eps = ev.episodes
+    means = episode_means(eps)
     metrics = {
         "fleet/score": ev.score,
         "fleet/eval_welfare": float(ev.welfare.mean()),
-        "fleet/eval_jain": float(np.mean([e.jain for e in eps])),
-        "fleet/eval_starvation_events": float(np.mean([e.starvation_events for e in eps])),
-        "fleet/eval_degenerate": float(np.mean([e.events["degenerate"] for e in eps])),
-        "fleet/eval_illegal": float(np.mean([e.illegal for e in eps])),
+        **{f"fleet/eval_{k}": means[k] for k in ("jain", "starvation_events", "degenerate", "illegal")},
     }
     _GRADES[algorithm] = metrics  # for FleetCallbacks.on_evaluate_end (see the module docstring)
     steps = int(sum(e.rounds for e in eps))
