@@ -32,52 +32,10 @@ its columns and how they map onto tenants.
 (19366,)
 """
 
+from fleet_marl.traces import registry
 from fleet_marl.traces.readers import FORMATS, AzureTrace, BurstGPTTrace, JobTrace, PolluxTrace, RequestTrace, TraceError
-from fleet_marl.traces.registry import (
-    CACHE_ENV,
-    DATA_DIR,
-    TRACES,
-    TRACES_ENV,
-    TraceInfo,
-    cache_dir,
-    read_azure,
-    read_burstgpt,
-    read_helios,
-    read_pai,
-    read_philly,
-    read_pollux,
-    read_trace,
-    registry_file,
-    registry_names,
-    resolve_trace,
-    trace_stats,
-    traces_dir,
-)
+from fleet_marl.traces.registry import *  # noqa: F403 -- the package re-exports the registry's public names, its __all__
 
-__all__ = [
-    "CACHE_ENV",
-    "DATA_DIR",
-    "FORMATS",
-    "TRACES",
-    "TRACES_ENV",
-    "AzureTrace",
-    "BurstGPTTrace",
-    "JobTrace",
-    "PolluxTrace",
-    "RequestTrace",
-    "TraceError",
-    "TraceInfo",
-    "cache_dir",
-    "read_azure",
-    "read_burstgpt",
-    "read_helios",
-    "read_pai",
-    "read_philly",
-    "read_pollux",
-    "read_trace",
-    "registry_file",
-    "registry_names",
-    "resolve_trace",
-    "trace_stats",
-    "traces_dir",
-]
+#: The formats' names and the registry's.
+__all__ = ["FORMATS", "AzureTrace", "BurstGPTTrace", "JobTrace", "PolluxTrace", "RequestTrace", "TraceError"]
+__all__ += registry.__all__

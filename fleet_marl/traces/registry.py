@@ -26,8 +26,10 @@ format's cached parser (:mod:`fleet_marl.traces.readers`).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from fleet_marl.traces.readers import (
     FORMATS,
@@ -338,34 +340,26 @@ def read_trace(path: str | os.PathLike) -> JobTrace | RequestTrace:
     return FORMATS[sniff(key[0])].parse(*key)
 
 
-def read_pollux(path: str | os.PathLike) -> PolluxTrace:
-    """Parse and validate a Pollux job trace (a path or a trace name)."""
-    return parse_pollux(*_key(path))
+_Trace = TypeVar("_Trace")
 
 
-def read_azure(path: str | os.PathLike) -> AzureTrace:
-    """Parse and validate an Azure LLM inference trace, 2023 or 2024 (a path or a trace name)."""
-    return parse_azure(*_key(path))
+def _reader(parse: Callable[[str, int, int], _Trace], name: str, what: str) -> Callable[[str | os.PathLike], _Trace]:
+    """The reader ``name`` of one format: its parser ``parse`` on a path or a trace name."""
+
+    def read(path: str | os.PathLike) -> _Trace:
+        return parse(*_key(path))
+
+    read.__name__ = read.__qualname__ = name
+    read.__doc__ = f"Parse and validate {what} (a path or a trace name)."
+    return read
 
 
-def read_burstgpt(path: str | os.PathLike) -> BurstGPTTrace:
-    """Parse and validate a BurstGPT trace (a path or a trace name)."""
-    return parse_burstgpt(*_key(path))
-
-
-def read_philly(path: str | os.PathLike) -> JobTrace:
-    """Parse and validate Philly's ``cluster_job_log`` (a path or a trace name)."""
-    return parse_philly(*_key(path))
-
-
-def read_pai(path: str | os.PathLike) -> JobTrace:
-    """Parse and validate Alibaba PAI 2020's ``pai_task_table.csv`` (a path or a trace name)."""
-    return parse_pai(*_key(path))
-
-
-def read_helios(path: str | os.PathLike) -> JobTrace:
-    """Parse and validate a Helios ``cluster_log.csv`` (a path or a trace name)."""
-    return parse_helios(*_key(path))
+read_pollux: Callable[[str | os.PathLike], PolluxTrace] = _reader(parse_pollux, "read_pollux", "a Pollux job trace")
+read_azure: Callable[[str | os.PathLike], AzureTrace] = _reader(parse_azure, "read_azure", "an Azure LLM inference trace, 2023 or 2024")
+read_burstgpt: Callable[[str | os.PathLike], BurstGPTTrace] = _reader(parse_burstgpt, "read_burstgpt", "a BurstGPT trace")
+read_philly = _reader(parse_philly, "read_philly", "Philly's ``cluster_job_log``")
+read_pai = _reader(parse_pai, "read_pai", "Alibaba PAI 2020's ``pai_task_table.csv``")
+read_helios = _reader(parse_helios, "read_helios", "a Helios ``cluster_log.csv``")
 
 
 def trace_stats(path: str | os.PathLike) -> dict:
