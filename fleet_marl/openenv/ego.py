@@ -39,19 +39,15 @@ from typing import Any
 
 import numpy as np
 from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import EnvironmentMetadata
 
 from fleet_marl.config import FleetConfig
 from fleet_marl.environment import ACTION_FIELDS, FleetParallelEnv, FleetSequentialEnv, scheme_rewards
 from fleet_marl.errors import ClientError, short_repr
 from fleet_marl.openenv.base import (
     SessionEnv,
-    TaskAPI,
     check_episode_id,
     check_seed,
     config_digest,
-    fairness_report,
-    package_version,
     resolve_task,
 )
 from fleet_marl.openenv.cost import check_work
@@ -59,6 +55,7 @@ from fleet_marl.openenv.limits import ServerLimits, trace_values
 from fleet_marl.openenv.models import FleetEgoAction, FleetEgoObservation, FleetState, encode
 from fleet_marl.openenv.prompt import describe, render_prompt
 from fleet_marl.openenv.text_action import TextActionError, action_json_schema, check_mask, from_indices, parse_tenant_action, to_indices
+from fleet_marl.openenv.view import SessionView
 from fleet_marl.policies import POLICIES, BasePolicy
 from fleet_marl.policies import make as make_policy
 
@@ -67,12 +64,14 @@ FALLBACKS = ("default", "idle")
 StepDicts = tuple[dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict]]
 
 
-class FleetEgoEnvironment(TaskAPI, Environment):
+class FleetEgoEnvironment(SessionView, Environment):
     """One WebSocket session of the single-tenant view. The constructor's arguments are the
     defaults of a reset that does not name them; ``limits`` bound what a reset may build
     (:class:`~fleet_marl.openenv.limits.ServerLimits`, its defaults when None)."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
+    MODE = "ego"
+    DESCRIPTION = "Tenants negotiate for one shared GPU cluster; single-tenant view for LLM agents: a text prompt in, JSON text out."
 
     def __init__(
         self,
@@ -111,11 +110,6 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         self._infos: dict[str, dict] = {}
         self._invalid = self._streak = 0
         self._last_action: dict | None = None
-
-    @property
-    def env(self) -> FleetParallelEnv | None:
-        """The session's round engine (under the sequential protocol, the AEC env's)."""
-        return self._session.env
 
     @staticmethod
     def _check_options(opponents: Any, fallback: Any, invalid_penalty: Any, max_invalid_streak: Any) -> None:
@@ -248,31 +242,7 @@ class FleetEgoEnvironment(TaskAPI, Environment):
         env = self.env
         if env is None or self.ego is None:
             return FleetState(episode_id=self._episode_id, step_count=0, mode="ego")
-        return FleetState(
-            episode_id=self._episode_id,
-            step_count=self._steps,
-            mode="ego",
-            task=self._session.task,
-            round=env.round,
-            max_rounds=env.max_cycles,
-            agents=list(env.agents),
-            config_digest=config_digest(env),
-            fairness=encode(fairness_report(env)),
-            ego=self.ego,
-            invalid_actions=self._invalid,
-        )
-
-    def get_metadata(self) -> EnvironmentMetadata:
-        return EnvironmentMetadata(
-            name="fleet_marl",
-            description="Tenants negotiate for one shared GPU cluster; single-tenant view for LLM agents: a text prompt in, JSON text out.",
-            version=package_version(),
-            documentation_url="docs/llm_agents.md",
-        )
-
-    def close(self) -> None:
-        if self.env is not None:
-            self.env.close()
+        return self._state(env, ego=self.ego, invalid_actions=self._invalid)
 
     # --- the sequential protocol --------------------------------------------------------------------
 

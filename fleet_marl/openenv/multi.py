@@ -23,30 +23,29 @@ from typing import Any
 
 import numpy as np
 from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import EnvironmentMetadata
 
 from fleet_marl.environment import ACTION_FIELDS, N_ACT, REWARD_PREFIX, ActionError, FleetParallelEnv, scheme_rewards
 from fleet_marl.errors import ClientError, short_repr
 from fleet_marl.openenv.base import (
     SessionEnv,
-    TaskAPI,
     check_episode_id,
     check_seed,
     config_digest,
-    fairness_report,
-    package_version,
     resolve_task,
 )
 from fleet_marl.openenv.limits import ServerLimits, trace_values
 from fleet_marl.openenv.models import FleetJointAction, FleetMultiObservation, FleetState, encode
+from fleet_marl.openenv.view import SessionView
 
 
-class FleetMultiEnvironment(TaskAPI, Environment):
+class FleetMultiEnvironment(SessionView, Environment):
     """One WebSocket session of the multi-agent view. ``task`` and ``config`` are the
     defaults of a reset that names none; ``limits`` bound what a reset may build
     (:class:`~fleet_marl.openenv.limits.ServerLimits`, its defaults when None)."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
+    MODE = "multi"
+    DESCRIPTION = "Tenants negotiate for one shared GPU cluster (PettingZoo fleet_v0); multi-agent view: a joint action per round."
 
     def __init__(self, task: str = "easy", config: dict | None = None, limits: ServerLimits | None = None):
         super().__init__()
@@ -55,10 +54,6 @@ class FleetMultiEnvironment(TaskAPI, Environment):
         self._session = SessionEnv(limits, trace_values(self.default_config))
         self._episode_id: str | None = None
         self._steps = 0
-
-    @property
-    def env(self) -> FleetParallelEnv | None:
-        return self._session.env
 
     def reset(
         self,
@@ -136,29 +131,7 @@ class FleetMultiEnvironment(TaskAPI, Environment):
         env = self.env
         if env is None:
             return FleetState(episode_id=self._episode_id, step_count=0, mode="multi", task=None)
-        return FleetState(
-            episode_id=self._episode_id,
-            step_count=self._steps,
-            mode="multi",
-            task=self._session.task,
-            round=env.round,
-            max_rounds=env.max_cycles,
-            agents=list(env.agents),
-            config_digest=config_digest(env),
-            fairness=encode(fairness_report(env)),
-        )
-
-    def get_metadata(self) -> EnvironmentMetadata:
-        return EnvironmentMetadata(
-            name="fleet_marl",
-            description="Tenants negotiate for one shared GPU cluster (PettingZoo fleet_v0); multi-agent view: a joint action per round.",
-            version=package_version(),
-            documentation_url="docs/llm_agents.md",
-        )
-
-    def close(self) -> None:
-        if self.env is not None:
-            self.env.close()
+        return self._state(env)
 
 
 __all__ = ["FleetMultiEnvironment"]
