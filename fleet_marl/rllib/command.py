@@ -22,7 +22,7 @@ from fleet_marl.rllib.config import TrainConfig, TrainConfigError
 from fleet_marl.rllib.loader import ENGINE
 from fleet_marl.rllib.sharing import SHARING
 from fleet_marl.tasks import TASKS
-from fleet_marl.training import config_path, print_result, usage_error
+from fleet_marl.training import config_path, from_command, print_result, usage_error
 
 #: What training imports, all from the ``[rllib]`` extra: RLlib, torch, TensorBoard's writer
 #: and matplotlib (the learning curve).
@@ -79,26 +79,11 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
 
 def resolve(args: argparse.Namespace) -> tuple[TrainConfig, Any]:
     """(TrainConfig, resume) from the arguments; raises TrainConfigError."""
-    if args.config:
-        tc = TrainConfig.from_yaml(config_path(args.config))
-    elif args.resume:
-        meta = ENGINE.read_sidecar(ENGINE.find(args.resume))
-        tc = TrainConfig.from_dict(meta.get("train_config", {}), source=f"{args.resume} (the run's config)")
-    else:
-        tc = TrainConfig()
-    if args.final_episodes is not None and args.final_episodes < 0:
-        raise TrainConfigError(f"--final-episodes {args.final_episodes}: expected an integer >= 0")
-    changes = {
-        "task": args.task,
-        "reward_scheme": args.reward_scheme,
-        "sharing": args.sharing,
-        "iterations": args.iterations,
-        "seed": args.seed,
-        "num_env_runners": args.num_env_runners,
-        "out": args.out,
-        "name": args.name,
-    }
-    return tc.replace(source="command line", **changes), args.resume
+    return from_command(args, TrainConfig, ENGINE, _read_config, {"num_env_runners": args.num_env_runners})
+
+
+def _read_config(name: str) -> TrainConfig:
+    return TrainConfig.from_yaml(config_path(name))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -29,7 +29,7 @@ import yaml
 
 from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
 from fleet_marl.rllib.sharing import SHARING, mapping_for, module_ids
-from fleet_marl.training import TrainConfigError, check_common, check_env
+from fleet_marl.training import TrainConfigError, check_common, check_env, replaced
 
 OBS_MODES = ("dict", "flat")
 #: The most clusters per env runner when ``num_envs_per_env_runner`` is left out and the vector env
@@ -114,9 +114,7 @@ class TrainConfig:
 
     def replace(self, source: str = "override", **changes: Any) -> TrainConfig:
         """A copy with ``changes`` (``None`` values are ignored), checked."""
-        data = dataclasses.asdict(self)
-        data.update({k: v for k, v in changes.items() if v is not None})
-        return type(self).from_dict(data, source)
+        return replaced(self, source, changes)
 
     def check(self, source: str = "config") -> None:
         def bad(name, expected):

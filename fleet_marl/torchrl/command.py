@@ -14,7 +14,7 @@ import yaml
 
 from fleet_marl.errors import require
 from fleet_marl.torchrl.loader import ENGINE
-from fleet_marl.training import TrainConfigError, config_path, print_result, usage_error
+from fleet_marl.training import TrainConfigError, config_path, from_command, print_result, usage_error
 
 #: What training imports, all from the ``[torchrl]`` extra.
 NEEDS = ("torch", "torchrl", "tensordict", "tensorboardX", "matplotlib")
@@ -71,42 +71,33 @@ def resolve(args: argparse.Namespace) -> tuple[Any, Any]:
             raise TrainConfigError(
                 f"--{name.replace('_', '-')} is an option of --engine rllib (Ray); the torchrl engine trains in this process"
             )
-    if args.config:
-        p = config_path(args.config)
-        if not p.is_file():
-            raise TrainConfigError(f"--config {args.config!r}: no such file")
-        try:
-            data = yaml.safe_load(Path(p).read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise TrainConfigError(f"--config {args.config!r}: not valid YAML ({exc})") from None
-        if data.get("engine", "rllib") != "torchrl":
-            raise TrainConfigError(
-                f"--config {args.config!r} is a config of the RLlib engine (no 'engine: torchrl' in it); "
-                "pass --engine rllib, or add 'engine: torchrl' and the torchrl engine's keys"
-            )
-        tc = TorchRLTrainConfig.from_dict(data, source=str(p))
-    elif args.resume:
-        meta = ENGINE.read_sidecar(ENGINE.find(args.resume))
-        tc = TorchRLTrainConfig.from_dict(meta.get("train_config", {}), source=f"{args.resume} (the run's config)")
-    else:
-        tc = TorchRLTrainConfig()
-    if args.final_episodes is not None and args.final_episodes < 0:
-        raise TrainConfigError(f"--final-episodes {args.final_episodes}: expected an integer >= 0")
-    changes = {
-        "task": args.task,
-        "reward_scheme": args.reward_scheme,
-        "sharing": args.sharing,
-        "iterations": args.iterations,
-        "seed": args.seed,
+    options = {
         "num_envs": args.num_envs,
         "max_minutes": args.max_minutes,
         "collector": getattr(args, "collector", None),
         "collectors": getattr(args, "collectors", None),
         "device": getattr(args, "device", None),
-        "out": args.out,
-        "name": args.name,
     }
-    return tc.replace(source="command line", **changes), args.resume
+    return from_command(args, TorchRLTrainConfig, ENGINE, _read_config, options)
+
+
+def _read_config(name: str) -> Any:
+    """The torchrl engine's config of ``--config NAME`` (a file with ``engine: torchrl``)."""
+    from fleet_marl.torchrl.config import TorchRLTrainConfig  # torch: only once the extra is checked
+
+    p = config_path(name)
+    if not p.is_file():
+        raise TrainConfigError(f"--config {name!r}: no such file")
+    try:
+        data = yaml.safe_load(Path(p).read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise TrainConfigError(f"--config {name!r}: not valid YAML ({exc})") from None
+    if data.get("engine", "rllib") != "torchrl":
+        raise TrainConfigError(
+            f"--config {name!r} is a config of the RLlib engine (no 'engine: torchrl' in it); "
+            "pass --engine rllib, or add 'engine: torchrl' and the torchrl engine's keys"
+        )
+    return TorchRLTrainConfig.from_dict(data, source=str(p))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
 from fleet_marl.torchrl.policy import ACTIVATIONS, SHARING
-from fleet_marl.training import TrainConfigError, check_common, check_env
+from fleet_marl.training import TrainConfigError, check_common, check_env, replaced
 
 #: The default run's iterations (``make train``): about 6 minutes of training (5.8 measured) on the 2-core machine of docs/training.md.
 ITERATIONS = 700
@@ -97,9 +97,8 @@ class TorchRLTrainConfig:
         return tc
 
     def replace(self, source: str = "override", **changes: Any) -> TorchRLTrainConfig:
-        data = dataclasses.asdict(self)
-        data.update({k: v for k, v in changes.items() if v is not None})
-        return type(self).from_dict(data, source)
+        """A copy with ``changes`` (``None`` values are ignored), checked."""
+        return replaced(self, source, changes)
 
     def check(self, source: str = "config") -> None:
         def bad(name, expected):

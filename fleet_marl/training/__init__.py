@@ -6,7 +6,8 @@ module         what it owns
 =============  ============================================================================
 ``config``     :class:`TrainConfigError`, the config fields every engine checks the same way
                (``check_common``, ``check_env``), a resumed run's iterations left, ``--config NAME``,
-               the source checkout (``checkout``)
+               the source checkout (``checkout``), a config with fields changed (``replaced``) and
+               the config ``fleet-marl train``'s options give (``from_command``)
 ``folder``     the run folder: the engine's checkpoint name and sidecar (:class:`Engine`),
                checking and claiming the folder (``prepare_run``, ``start_run``), the atomic
                checkpoint swap, ``metrics.csv`` (:class:`MetricsLog`), the progress bar,
@@ -26,7 +27,16 @@ To add an engine: an adapter package with its config (fields checked by ``check_
 ``docs/architecture.md``. No training framework is imported here.
 """
 
-from fleet_marl.training.config import TrainConfigError, check_common, check_env, check_iterations_left, checkout, config_path
+from fleet_marl.training.config import (
+    TrainConfigError,
+    check_common,
+    check_env,
+    check_iterations_left,
+    checkout,
+    config_path,
+    from_command,
+    replaced,
+)
 from fleet_marl.training.folder import (
     CHECKPOINT,
     OUTPUTS,
@@ -65,11 +75,13 @@ __all__ = [
     "config_path",
     "final_evaluation",
     "finish",
+    "from_command",
     "learning_curve",
     "prepare_run",
     "print_result",
     "print_summary",
     "progress_bar",
+    "replaced",
     "start_run",
     "swap_in_checkpoint",
     "usage_error",

@@ -7,11 +7,14 @@
 :func:`check_env`             the config's env can be built (its overrides, its trace files)
 :func:`check_iterations_left` a resumed run has iterations left to train
 :func:`config_path`           a run config named by ``--config NAME``
+:func:`replaced`              a copy of a config with some fields changed, checked
+:func:`from_command`          the config and the run to resume that ``fleet-marl train``'s options give
 :func:`checkout`              the source checkout the package runs from (None for a wheel)
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -82,4 +85,49 @@ def config_path(name: str) -> Path:
     return cand if cand.is_file() else p
 
 
-__all__ = ["TrainConfigError", "check_common", "check_env", "check_iterations_left", "checkout", "config_path"]
+def replaced(cfg: Any, source: str, changes: dict[str, Any]) -> Any:
+    """A copy of the engine's config ``cfg`` (a dataclass with ``from_dict``) with ``changes``
+    (``None`` values are ignored), checked by its ``from_dict``."""
+    data = dataclasses.asdict(cfg)
+    data.update({k: v for k, v in changes.items() if v is not None})
+    return type(cfg).from_dict(data, source)
+
+
+def from_command(args: Any, cls: Any, engine: Any, read: Callable[[str], Any], options: dict[str, Any]) -> tuple[Any, Any]:
+    """``(config, resume)`` of ``fleet-marl train``'s parsed ``args`` for an engine whose config
+    class is ``cls``: the config ``read(args.config)`` gives, or the one of the run
+    ``args.resume`` (its sidecar, through the engine's ``engine``), or ``cls()``; then the
+    options every engine takes and the engine's own ``options`` (None: not given) replace its
+    fields."""
+    if args.config:
+        tc = read(args.config)
+    elif args.resume:
+        meta = engine.read_sidecar(engine.find(args.resume))
+        tc = cls.from_dict(meta.get("train_config", {}), source=f"{args.resume} (the run's config)")
+    else:
+        tc = cls()
+    if args.final_episodes is not None and args.final_episodes < 0:
+        raise TrainConfigError(f"--final-episodes {args.final_episodes}: expected an integer >= 0")
+    changes = {
+        "task": args.task,
+        "reward_scheme": args.reward_scheme,
+        "sharing": args.sharing,
+        "iterations": args.iterations,
+        "seed": args.seed,
+        **options,
+        "out": args.out,
+        "name": args.name,
+    }
+    return tc.replace(source="command line", **changes), args.resume
+
+
+__all__ = [
+    "TrainConfigError",
+    "check_common",
+    "check_env",
+    "check_iterations_left",
+    "checkout",
+    "config_path",
+    "from_command",
+    "replaced",
+]
