@@ -287,8 +287,8 @@ def test_kv_cache_splits_over_at_most_kv_heads_gpus():
 
 def roofline_at(st, t, n, b, tp_calls) -> Thr:
     """The serving roofline on one node with a given number of all-reduces per forward pass."""
-    fixed = (tp_calls, cost.kernel_stall_seconds(st)[0], t.dequant_bytes[0], float(st.dequant_tokens[0]), 0.0)
-    return Thr(*engine.roofline(False, *_serve_args(st, t), *fixed, n, b, 1))
+    job, hw, terms = engine.tenant_groups(st, t, 0)
+    return Thr(*engine.roofline(job, hw, terms._replace(tp_calls=float(tp_calls), optimizer=0.0), n, b, 1))
 
 
 def test_serve_elementwise_bytes_by_hand():
@@ -319,15 +319,14 @@ def test_norms_run_whole_on_every_tensor_parallel_gpu():
     # on n GPUs a step of m tokens pays (1 - 1 / n) of them more than an even split would
     n, b = 4, 64
     m_tok = b * (1 + 512 / 128)
-    args = _serve_args(st, t)
-    even = list(args)
-    even[args.index(rep)] = 0.0
-    fixed = (cost.tp_allreduces(st)[0], cost.kernel_stall_seconds(st)[0], t.dequant_bytes[0], float(st.dequant_tokens[0]), 0.0)
-    whole = Thr(*engine.roofline(False, *args, *fixed, n, b, 1))
-    split = Thr(*engine.roofline(False, *even, *fixed, n, b, 1))
+    job, hw, terms = engine.tenant_groups(st, t, 0, optimizer=0.0)
+    assert terms.replicated_s == rep
+    even = terms._replace(replicated_s=0.0)
+    whole = Thr(*engine.roofline(job, hw, terms, n, b, 1))
+    split = Thr(*engine.roofline(job, hw, even, n, b, 1))
     assert whole.tpot_s - split.tpot_s == pytest.approx(m_tok * rep * (1 - 1 / n), rel=1e-9)
     # one GPU runs them once either way; training replicates nothing
-    assert Thr(*engine.roofline(False, *args, *fixed, 1, b, 1)) == Thr(*engine.roofline(False, *even, *fixed, 1, b, 1))
+    assert Thr(*engine.roofline(job, hw, terms, 1, b, 1)) == Thr(*engine.roofline(job, hw, even, 1, b, 1))
     st_train, _ = terms_for("llama-3.1-70b", "train", "bf16")
     assert cost.replicated_seconds(st_train)[0] == 0.0
 
@@ -389,7 +388,8 @@ def test_every_forward_pass_stalls_at_its_kernels_boundaries():
     calls = cost.tp_allreduces(st)[0]
     for n, b in ((1, 1), (1, 64), (4, 16)):  # every GPU of the replica runs every kernel
         base = roofline_at(st, t, n, b, calls)
-        none = Thr(*engine.roofline(False, *_serve_args(st, t), calls, 0.0, t.dequant_bytes[0], 0.0, 0.0, n, b, 1))
+        job, hw, terms = engine.tenant_groups(st, t, 0)
+        none = Thr(*engine.roofline(job, hw, terms._replace(tp_calls=calls, kernel_s=0.0, dequant_tokens=0.0, optimizer=0.0), n, b, 1))
         assert base.tpot_s - none.tpot_s == pytest.approx(stall, rel=1e-9)
         assert base.ttft_s - none.ttft_s == pytest.approx(stall * (1.0 + (1.0 - np.exp(1.0 - b)) * 0.5), rel=1e-9)
     st_train, _ = terms_for("llama-3.1-8b", "train", "bf16")
@@ -407,32 +407,6 @@ def test_a_pass_looks_up_its_embedding_rows_and_streams_the_rest():
     assert catalog.model("qwen2.5-0.5b").tied_embeddings and tied.stream_bytes[0] == tied.weights[0]
     # the memory still holds the whole table
     assert engine.memory_per_gpu(t.weights[0], 0.0, 0.0, 0.0, 0.0, 0.0, 8.0, 1, 1)[0] == t.weights[0]
-
-
-def _serve_args(st, t):
-    args = (
-        st.seq_len[0],
-        st.prompt_tokens[0],
-        st.output_tokens[0],
-        st.bw[0],
-        st.intra_bw[0],
-        st.inter_bw[0],
-        st.ar_lat[0],
-        st.ar_bus[0],
-        st.nvlink[0],
-        st.mbu,
-        st.comm_overlap,
-    )
-    return (
-        *args,
-        t.stream_bytes[0],
-        t.time_per_token[0],
-        t.head_time_per_token[0],
-        cost.replicated_seconds(st)[0],
-        t.kv_read_per_seq[0],
-        t.comm_bytes[0],
-        t.kv_heads[0],
-    )
 
 
 def test_in_flight_step_carries_the_prompts_share():

@@ -528,44 +528,15 @@ def test_server_latency_is_that_of_the_load_it_carries():
     """A server's capacity is its roofline at its whole batch; its TTFT and TPOT are those of the
     requests it really has in flight (load x batch, at least 1): a light load meets a TPOT target
     that its full batch would miss, a load past its capacity does not."""
-    from fleet_marl.kernel import cost, engine, stage1
+    from fleet_marl.kernel import engine, stage1
 
     cfg = make_config(n_tenants=2)
     st = KernelStatic.from_config(cfg)
     t, batch = 1, 256
     tt = stage1(st, np.full((st.T, 5), P["bf16"]))
-    args = (
-        st.seq_len[t],
-        st.prompt_tokens[t],
-        st.output_tokens[t],
-        st.bw[t],
-        st.intra_bw[t],
-        st.inter_bw[t],
-        st.ar_lat[t],
-        st.ar_bus[t],
-        st.nvlink[t],
-        st.mbu,
-        st.comm_overlap,
-    )
-    terms = (
-        tt.stream_bytes[t],
-        tt.time_per_token[t],
-        tt.head_time_per_token[t],
-        cost.replicated_seconds(st)[t],
-        tt.kv_read_per_seq[t],
-        tt.comm_bytes[t],
-        tt.kv_heads[t],
-    )
-    terms = (
-        *terms,
-        cost.tp_allreduces(st)[t],
-        cost.kernel_stall_seconds(st)[t],
-        tt.dequant_bytes[t],
-        float(st.dequant_tokens[t]),
-        tt.optimizer[t],
-    )
-    rate, _, _, _, full = engine.roofline(False, *args, *terms, 8, batch, 1)
-    one = engine.roofline(False, *args, *terms, 8, 1, 1)[4]
+    job, hw, terms = engine.tenant_groups(st, tt, t)
+    rate, _, _, _, full = engine.roofline(job, hw, terms, 8, batch, 1)
+    one = engine.roofline(job, hw, terms, 8, 1, 1)[4]
     assert one < full
     serve = dataclasses.replace(cfg.tenants[t], workload=dataclasses.replace(cfg.tenants[t].workload, slo_tpot_s=0.5 * (one + full)))
     st = KernelStatic.from_config(dataclasses.replace(cfg, tenants=(cfg.tenants[0], serve)))

@@ -403,3 +403,14 @@ def test_no_file_in_the_package_is_over_450_lines():
     """A module that outgrows 450 lines is split along a seam and named for what it holds."""
     long = {str(p.relative_to(ROOT)): n for p in PKG.rglob("*.py") if (n := len(p.read_text().splitlines())) > 450}
     assert not long, f"files over 450 lines: {long}"
+
+
+def test_no_function_in_the_kernel_is_over_80_lines():
+    """Every function of ``fleet_marl/kernel/`` is at most 80 lines (its ``def`` line to its last,
+    docstring included): a compiled stage that outgrows it splits by what it computes."""
+    long = []
+    for path in sorted((PKG / "kernel").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (n := node.end_lineno - node.lineno + 1) > 80:
+                long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, f"functions over 80 lines: {long}"

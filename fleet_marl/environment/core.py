@@ -261,6 +261,8 @@ def advance_queues(t, live, is_train, arrivals, served, jobs, job_tokens, q):
     round b + 1). Returns the completed waits in the order they completed, ``(wait_at (N, 3)
     [cluster, tenant, rounds waited], wait_n (N,) how many)``, and the finished jobs,
     ``(M, 3) [cluster, tenant, rounds taken]``: a :class:`~fleet_marl.fairness.QueueRound`."""
+    # unpacked once: each read of an array from the tuple inside the loop costs a reference count
+    waiting, waiting_head, has_job, job_born, pending, backlog_n, remaining = q
     B, T = live.shape
     wait_at = np.empty((B * T, 3), np.int64)
     wait_n = np.empty(B * T)
@@ -276,59 +278,60 @@ def advance_queues(t, live, is_train, arrivals, served, jobs, job_tokens, q):
                 if not (arrivals[b, i] > 0 or served[b, i] > 0):
                     continue
                 if arrivals[b, i] > 0:
-                    q.waiting[b, i, tb] = arrivals[b, i]
+                    waiting[b, i, tb] = arrivals[b, i]
                 rest = served[b, i]
-                h = q.waiting_head[b, i]
+                h = waiting_head[b, i]
                 while rest > 1e-9 and h <= tb:
-                    n = q.waiting[b, i, h]
+                    n = waiting[b, i, h]
                     if n == 0.0:  # no request of round h waits
                         h += 1
                         continue
                     take = min(n, rest)
-                    wait_at, wait_n = _room(wait_at, wait_n, nw)
+                    if nw == wait_n.shape[0]:
+                        wait_at, wait_n = _grow(wait_at, wait_n)
                     wait_at[nw, 0], wait_at[nw, 1], wait_at[nw, 2], wait_n[nw] = b, i, tb - h, take
                     nw += 1
                     rest -= take
                     if take >= n - 1e-9:
-                        q.waiting[b, i, h] = 0.0
+                        waiting[b, i, h] = 0.0
                         h += 1
                     else:
-                        q.waiting[b, i, h] = n - take
-                q.waiting_head[b, i] = h
+                        waiting[b, i, h] = n - take
+                waiting_head[b, i] = h
                 continue
-            done = q.has_job[b, i] and q.remaining[b, i] <= 0
+            done = has_job[b, i] and remaining[b, i] <= 0
             if not (done or jobs[b, i] > 0):
                 continue
             if done:
-                finished[nf, 0], finished[nf, 1], finished[nf, 2] = b, i, tb - q.job_born[b, i]
+                finished[nf, 0], finished[nf, 1], finished[nf, 2] = b, i, tb - job_born[b, i]
                 nf += 1
-                q.has_job[b, i] = False
-            q.pending[b, i, tb] += jobs[b, i]
-            q.backlog_n[b, i] += jobs[b, i]
-            if not q.has_job[b, i] and q.backlog_n[b, i] > 0:
+                has_job[b, i] = False
+            pending[b, i, tb] += jobs[b, i]
+            backlog_n[b, i] += jobs[b, i]
+            if not has_job[b, i] and backlog_n[b, i] > 0:
                 born = 0
-                while q.pending[b, i, born] == 0:
+                while pending[b, i, born] == 0:
                     born += 1
-                q.pending[b, i, born] -= 1
-                q.backlog_n[b, i] -= 1
-                q.job_born[b, i] = born
-                q.has_job[b, i] = True
-                q.remaining[b, i] = job_tokens[i]
-                wait_at, wait_n = _room(wait_at, wait_n, nw)
+                pending[b, i, born] -= 1
+                backlog_n[b, i] -= 1
+                job_born[b, i] = born
+                has_job[b, i] = True
+                remaining[b, i] = job_tokens[i]
+                if nw == wait_n.shape[0]:
+                    wait_at, wait_n = _grow(wait_at, wait_n)
                 wait_at[nw, 0], wait_at[nw, 1], wait_at[nw, 2], wait_n[nw] = b, i, tb + 1 - (born + 1), 1.0
                 nw += 1
     return wait_at[:nw], wait_n[:nw], finished[:nf]
 
 
 @nb.njit(cache=True, nogil=True)
-def _room(wait_at, wait_n, k):
-    """The wait records with room for record ``k`` (doubled when full)."""
-    if k < wait_n.shape[0]:
-        return wait_at, wait_n
+def _grow(wait_at, wait_n):
+    """The wait records, copied into arrays twice their size."""
+    k = wait_n.shape[0]
     at = np.empty((2 * k, 3), np.int64)
     n = np.empty(2 * k)
-    at[:k] = wait_at[:k]
-    n[:k] = wait_n[:k]
+    at[:k] = wait_at
+    n[:k] = wait_n
     return at, n
 
 

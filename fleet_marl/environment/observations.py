@@ -22,6 +22,7 @@ server's state vector. The planner (``fleet_marl.policies.planner``) plans from 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numba as nb
 import numpy as np
@@ -48,6 +49,55 @@ def unsquash(y, scale=1.0):
 def mean_arrivals(st) -> np.ndarray:
     """(T,) the scale of ``queue`` and ``arrivals``: mean arrivals per round, at least 1."""
     return np.maximum(st.arrival_rate * st.round_seconds, 1.0)
+
+
+class ObsScene(NamedTuple):
+    """What :func:`_observe` reads of the scenario, built once by :class:`Observer`."""
+
+    static: np.ndarray  # (T, N_OBS) float64 the static features
+    consts: np.ndarray  # (T + 1, 6) float64 per-tenant constants, then a row of scalars (``Observer.consts``)
+    is_train: np.ndarray  # (T,) bool
+    pool: np.ndarray  # (T,) int64 each tenant's GPU pool
+    node_pool: np.ndarray  # (K,) int64 each node's pool
+    pool_cap: np.ndarray  # (Q,) float64 GPUs per pool
+
+
+class Ahead(NamedTuple):
+    """The round ahead of B clusters, as :func:`_observe` reads it (``Observer.matrix``'s arguments)."""
+
+    live: np.ndarray  # (B, T) bool
+    round_: np.ndarray  # (B,) int64 rounds played
+    budget: np.ndarray  # (B, T) float64 USD left
+    remaining: np.ndarray  # (B, T) float64 tokens left in each trainer's job
+    queue: np.ndarray  # (B, T) float64 serving requests waiting
+    prev_alloc: np.ndarray  # (B, T) int64 GPUs held
+    temp: np.ndarray  # (B, K) float64 node temperatures
+    has_job: np.ndarray  # (B, T) bool
+    backlog_n: np.ndarray  # (B, T) int64 jobs queued behind the current one
+    fair: np.ndarray  # (B, T) float64 fair shares
+    streak: np.ndarray  # (B, T) int64 starvation streaks
+
+
+class LastRound(NamedTuple):
+    """The last round of B clusters, as :func:`_observe` reads it (its Outcome's fields, read
+    only where ``has_last``)."""
+
+    has_last: np.ndarray  # (B,) bool
+    arrivals: np.ndarray  # (B, T) float64 its serving arrivals
+    price: np.ndarray  # (B, T) float64
+    value: np.ndarray
+    utility: np.ndarray
+    slo: np.ndarray
+    throttle: np.ndarray
+    mem_total: np.ndarray
+    mem_capacity: np.ndarray
+    requested: np.ndarray  # (B, T) int64
+    alloc: np.ndarray  # (B, T) int64
+    oom: np.ndarray  # (B, T) bool
+    vetoed: np.ndarray
+    unsafe: np.ndarray
+    restarted: np.ndarray
+    rack_power: np.ndarray  # (B, R) float64
 
 
 class Observer:
@@ -82,6 +132,8 @@ class Observer:
             st.rack_power_cap_w,
         )
         self.consts = consts
+        self._no_last: dict[int, LastRound] = {}  # the zero last round of B clusters, per B (read only)
+        self.scene = ObsScene(static, consts, st.is_train, st.pool, st.node_pool, st.pool_capacity.astype(np.float64))
 
     def matrix(self, *, live, round_, state: RoundState, has_job, backlog_n, fair, last, has_last, arrivals_last, streak) -> np.ndarray:
         """(B, T, N_OBS) float32 for B clusters: ``live`` (B, T) bool, ``round_`` (B,) rounds
@@ -90,117 +142,53 @@ class Observer:
         (B, T) fair shares, ``last`` the last round's Outcome (leading (B,); read only where
         ``has_last`` (B,)), ``arrivals_last`` (B, T) its serving arrivals and ``streak`` (B, T)
         the starvation streaks. One compiled pass (:func:`_observe`), the formulas in the
-        module doc."""
-        st = self.st
+        module doc. The arrays are read as they are, C-contiguous with the dtypes the
+        ``EnvState`` and the kernel's ``Outcome`` hold (bool, int64 for GPU counts, rounds and
+        streaks, float64 for the rest): a cast or a copy here cost each call more than the pass."""
         B, T = live.shape
         out = np.empty((B, T, N_OBS), np.float32)
         s = state
+        ahead = Ahead(live, round_, s.budget_left, s.remaining_tokens, s.queue, s.prev_alloc, s.temp_c, has_job, backlog_n, fair, streak)
         if last is None:
-            z = np.zeros((B, T))
-            zi = np.zeros((B, T), np.int64)
-            zb = np.zeros((B, T), bool)
-            lastf = (z, z, z, z, z, z, z)
-            lasti = (zi, zi)
-            lastb = (zb, zb, zb, zb)
-            rack = np.zeros((B, st.n_racks))
-            has = np.zeros(B, bool)
-            arr = z
+            lr = self._no_last.get(B)
+            if lr is None:
+                z, zi, zb = np.zeros((B, T)), np.zeros((B, T), np.int64), np.zeros((B, T), bool)
+                lr = self._no_last[B] = LastRound(
+                    np.zeros(B, bool), z, z, z, z, z, z, z, z, zi, zi, zb, zb, zb, zb, np.zeros((B, self.st.n_racks))
+                )
         else:
-            lastf = (last.price, last.value, last.utility, last.slo_attainment, last.throttle, last.mem_total, last.mem_capacity)
-            lasti = (last.requested, last.alloc)
-            lastb = (last.oom, last.vetoed, last.unsafe_numerics, last.restarted)
-            rack = last.rack_power_w
-            has = np.asarray(has_last, bool)
-            arr = arrivals_last
-        _observe(
-            self.static,
-            self.consts,
-            st.is_train,
-            st.pool,
-            st.node_pool,
-            st.pool_capacity.astype(np.float64),
-            np.asarray(live, bool),
-            np.asarray(round_, np.int64),
-            np.ascontiguousarray(s.budget_left, np.float64),
-            np.ascontiguousarray(s.remaining_tokens, np.float64),
-            np.ascontiguousarray(s.queue, np.float64),
-            np.ascontiguousarray(s.prev_alloc, np.int64),
-            np.ascontiguousarray(s.temp_c, np.float64),
-            np.asarray(has_job, bool),
-            np.asarray(backlog_n, np.int64),
-            np.asarray(fair, np.float64),
-            has,
-            np.asarray(arr, np.float64),
-            np.asarray(streak, np.int64),
-            *(np.ascontiguousarray(a, np.float64) for a in lastf),
-            *(np.ascontiguousarray(a, np.int64) for a in lasti),
-            *(np.ascontiguousarray(a, np.bool_) for a in lastb),
-            np.ascontiguousarray(rack, np.float64),
-            out,
-        )
+            lr = LastRound(
+                has_last,
+                arrivals_last,
+                last.price,
+                last.value,
+                last.utility,
+                last.slo_attainment,
+                last.throttle,
+                last.mem_total,
+                last.mem_capacity,
+                last.requested,
+                last.alloc,
+                last.oom,
+                last.vetoed,
+                last.unsafe_numerics,
+                last.restarted,
+                last.rack_power_w,
+            )
+        _observe(self.scene, ahead, lr, out)
         return out
 
 
 # observation columns, as compile-time constants of _observe
-(
-    _ALIVE,
-    _ROUND,
-    _BUDGET,
-    _JOB,
-    _WAIT,
-    _QUEUE,
-    _ARR,
-    _HELD,
-    _GRANT,
-    _PRICE,
-    _VALUE,
-    _UTIL,
-    _SLO,
-    _OOM,
-    _VETO,
-    _UNSAFE,
-    _THR,
-    _RESTART,
-    _MEM,
-    _STARVE,
-    _FAIR,
-    _PFREE,
-    _PDEM,
-    _PPRICE,
-    _TEMP,
-    _RACK,
-    _ASHARE,
-) = (
+_ALIVE, _ROUND, _BUDGET, _JOB, _WAIT, _QUEUE, _ARR, _HELD, _GRANT = (
+    _O[k] for k in ("alive", "round", "budget_left", "job_left", "jobs_waiting", "queue", "arrivals", "held", "granted")
+)
+_PRICE, _VALUE, _UTIL, _SLO, _OOM, _VETO, _UNSAFE, _THR, _RESTART = (
+    _O[k] for k in ("price", "value", "utility", "slo", "oom", "vetoed", "unsafe", "throttle", "restarted")
+)
+_MEM, _STARVE, _FAIR, _PFREE, _PDEM, _PPRICE, _TEMP, _RACK, _ASHARE = (
     _O[k]
-    for k in (
-        "alive",
-        "round",
-        "budget_left",
-        "job_left",
-        "jobs_waiting",
-        "queue",
-        "arrivals",
-        "held",
-        "granted",
-        "price",
-        "value",
-        "utility",
-        "slo",
-        "oom",
-        "vetoed",
-        "unsafe",
-        "throttle",
-        "restarted",
-        "memory",
-        "starvation",
-        "fair_share",
-        "pool_free",
-        "pool_demand",
-        "pool_price",
-        "temperature",
-        "rack_power",
-        "alive_share",
-    )
+    for k in ("memory", "starvation", "fair_share", "pool_free", "pool_demand", "pool_price", "temperature", "rack_power", "alive_share")
 )
 #: Per-tenant constants of _observe, columns of ``Observer.consts``.
 _C_MAXG, _C_BUDGET, _C_JOBT, _C_MEAN, _C_LIST = range(5)
@@ -212,62 +200,63 @@ def _sq(x, scale):
     return x / (x + scale)
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def _pools(b, pool, consts, alloc, requested, price, rack_power, alloc_q, req_q, paid_q):
+    """Cluster ``b``'s last round by pool (GPUs granted, requested, and granted at their price
+    over list price, into ``alloc_q``, ``req_q``, ``paid_q`` (Q,)); returns its hottest rack's
+    power over the cap."""
+    for q in range(alloc_q.shape[0]):
+        alloc_q[q] = 0.0
+        req_q[q] = 0.0
+        paid_q[q] = 0.0
+    for t in range(pool.shape[0]):
+        alloc_q[pool[t]] += float(alloc[b, t])
+        req_q[pool[t]] += float(requested[b, t])
+        paid_q[pool[t]] += alloc[b, t] * price[b, t] / consts[t, _C_LIST]
+    rack_cap = consts[pool.shape[0], 5]
+    rack_max = -np.inf
+    for r in range(rack_power.shape[1]):
+        v = rack_power[b, r] / rack_cap
+        rack_max = max(rack_max, v)
+    return rack_max
+
+
 @nb.njit(cache=True, nogil=True)
-def _observe(
-    static,
-    consts,
-    is_train,
-    pool,
-    node_pool,
-    pool_cap,
-    live,
-    round_,
-    budget,
-    remaining,
-    queue,
-    prev_alloc,
-    temp,
-    has_job,
-    backlog_n,
-    fair,
-    has_last,
-    arrivals_last,
-    streak,
-    price,
-    value,
-    utility,
-    slo,
-    throttle,
-    mem_total,
-    mem_capacity,
-    requested,
-    alloc,
-    oom,
-    vetoed,
-    unsafe,
-    restarted,
-    rack_power,
-    out,
-):
-    """The observation matrices of B clusters (``Observer.matrix``), each feature computed
-    with the same operations in the same order as the numpy formulas of the module doc."""
+def _observe(scene, ahead, last, out):
+    """The observation matrices of B clusters (``Observer.matrix``) from the scenario's
+    :class:`ObsScene`, the round :class:`Ahead` and the :class:`LastRound`, each feature
+    computed with the same operations in the same order as the numpy formulas of the module doc."""
+    static, consts, is_train, pool, node_pool, pool_cap = scene
+    live, round_, budget, remaining, queue, prev_alloc, temp, has_job, backlog_n, fair, streak = ahead
+    (
+        has_last,
+        arrivals,
+        price,
+        value,
+        utility,
+        slo,
+        throttle,
+        mem_total,
+        mem_capacity,
+        requested,
+        alloc,
+        oom,
+        vetoed,
+        unsafe,
+        restarted,
+        rack,
+    ) = last
     B, T = live.shape
     F = static.shape[1]
     Q = pool_cap.shape[0]
     K = node_pool.shape[0]
-    max_cycles, top, starvation_rounds, ambient, span, rack_cap = (
-        consts[T, 0],
-        consts[T, 1],
-        consts[T, 2],
-        consts[T, 3],
-        consts[T, 4],
-        consts[T, 5],
-    )
+    max_cycles, top, starvation_rounds, ambient, span = consts[T, 0], consts[T, 1], consts[T, 2], consts[T, 3], consts[T, 4]
     m = np.empty(F)
     alloc_q = np.empty(Q)
     req_q = np.empty(Q)
     paid_q = np.empty(Q)
     hot = np.empty(Q)
+    rack_max = -np.inf
     for b in range(B):
         n_live = 0
         for t in range(T):
@@ -275,18 +264,7 @@ def _observe(
                 n_live += 1
         h = has_last[b]
         if h:
-            for q in range(Q):
-                alloc_q[q] = 0.0
-                req_q[q] = 0.0
-                paid_q[q] = 0.0
-            for t in range(T):
-                alloc_q[pool[t]] += float(alloc[b, t])
-                req_q[pool[t]] += float(requested[b, t])
-                paid_q[pool[t]] += alloc[b, t] * price[b, t] / consts[t, _C_LIST]
-            rack_max = -np.inf
-            for r in range(rack_power.shape[1]):
-                v = rack_power[b, r] / rack_cap
-                rack_max = max(rack_max, v)
+            rack_max = _pools(b, pool, consts, alloc, requested, price, rack, alloc_q, req_q, paid_q)
         for q in range(Q):
             hot[q] = -np.inf
         for k in range(K):
@@ -308,7 +286,7 @@ def _observe(
             m[_FAIR] = fair[b, t] / maxg
             m[_ASHARE] = n_live / T
             if h:
-                m[_ARR] = 0.0 if train else _sq(arrivals_last[b, t], mean)
+                m[_ARR] = 0.0 if train else _sq(arrivals[b, t], mean)
                 m[_GRANT] = alloc[b, t] / max(requested[b, t], 1) if requested[b, t] > 0 else 1.0
                 m[_PRICE] = price[b, t] / (consts[t, _C_LIST] * top) if alloc[b, t] > 0 else 0.0
                 m[_VALUE] = _sq(value[b, t], 1.0)
@@ -438,4 +416,16 @@ def observed_round(st, s: np.ndarray, include_queued_jobs: bool = False) -> Obse
     return ObservedRound(live=live, state=state, arrivals=arrivals, jobs_waiting=np.where(st.is_train, waiting, 0.0), rows=rows)
 
 
-__all__ = ["ObservedRound", "Observer", "claim_features", "mean_arrivals", "observed_round", "squash", "state_vector", "unsquash"]
+__all__ = [
+    "Ahead",
+    "LastRound",
+    "ObsScene",
+    "ObservedRound",
+    "Observer",
+    "claim_features",
+    "mean_arrivals",
+    "observed_round",
+    "squash",
+    "state_vector",
+    "unsquash",
+]

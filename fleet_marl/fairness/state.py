@@ -97,14 +97,21 @@ def record(fs: FairnessState, live, welfare, events, queues: QueueRound, rounds_
     for k, flag in enumerate(events):
         fs.counts[k] += live & flag
     fs.welfare_sum += welfare
-    at = queues.wait_at
-    np.add.at(fs.waits, (at[:, 0], at[:, 1], at[:, 2]), queues.wait_n)
-    b, i, taken = queues.finished.T
-    alone = rounds_alone[i]
-    ok = (alone > 0) & (alone < np.inf)
-    b, i = b[ok], i[ok]
-    fs.rho[b, i, fs.rho_n[b, i]] = taken[ok] / alone[ok]  # a tenant finishes at most one job a round
-    fs.rho_n[b, i] += 1
+    _record_queues(queues.wait_at, queues.wait_n, queues.finished, rounds_alone, fs.waits, fs.rho, fs.rho_n)
+
+
+@jit
+def _record_queues(wait_at, wait_n, finished, rounds_alone, waits, rho, rho_n):
+    """Add the completed waits to the histograms ``waits``, in order; append each finished
+    job's Themis ratio to ``rho``."""
+    for k in range(wait_n.shape[0]):
+        waits[wait_at[k, 0], wait_at[k, 1], wait_at[k, 2]] += wait_n[k]
+    for k in range(finished.shape[0]):
+        b, i = finished[k, 0], finished[k, 1]
+        alone = rounds_alone[i]
+        if 0 < alone < np.inf:
+            rho[b, i, rho_n[b, i]] = finished[k, 2] / alone
+            rho_n[b, i] += 1
 
 
 __all__ = ["COUNTS", "FairnessState", "QueueRound", "RoundFairness", "jit", "record"]

@@ -61,7 +61,7 @@ from fleet_marl.kernel.layout import (
 from fleet_marl.kernel.outcome import outcome
 from fleet_marl.kernel.placement import place
 from fleet_marl.kernel.power_heat import power_heat, throttle
-from fleet_marl.kernel.roofline import roofline, tenant_roofline
+from fleet_marl.kernel.roofline import roofline, tenant_groups, tenant_roofline
 from fleet_marl.kernel.safety import check
 from fleet_marl.kernel.tenant_cost import fitting_batch, memory_per_gpu, peak_bytes, tenant_stage1, tenant_terms, throughput
 
@@ -221,6 +221,7 @@ __all__ = [
     "roofline",
     "round_one",
     "round_rows",
+    "tenant_groups",
     "tenant_roofline",
     "tenant_terms",
 ]

@@ -1,7 +1,8 @@
 """The round's per-tenant cost, compiled: each tenant's stage 1 under its precision map
 (:func:`tenant_terms`, memoised per row by :func:`tenant_stage1`), its bytes per GPU
 (:func:`memory_per_gpu`, :func:`fitting_batch`) and its throughput on the GPUs it was granted
-(``roofline.roofline``, the stage :func:`throughput`).
+(``roofline.roofline`` on the groups :func:`roofline_groups` reads from the packed arrays, the
+stage :func:`throughput`).
 
 Stage 1 is the sum of per-group table entries built once per scenario
 (``cost.stage1_tables``); every equation is in ``docs/model.md`` sections 2-3 with its source.
@@ -57,7 +58,7 @@ from fleet_marl.kernel.layout import (
     T_WIN,
     G,
 )
-from fleet_marl.kernel.roofline import roofline
+from fleet_marl.kernel.roofline import Hardware, Job, Terms, roofline
 
 #: Rows of the memoised stage 1 ``c_terms`` (12, T): bytes of weights, gradients, fp32 master
 #: copy and optimizer, bytes per sequence kept on each GPU and split over the GPUs, seconds per
@@ -222,6 +223,31 @@ def restart_time(fixed_s, ckpt_bytes, n, nodes, gpu_bps, node_bps):
     return fixed_s + ckpt_bytes / min(n * gpu_bps, max(nodes, 1) * node_bps)
 
 
+@jit_inline
+def roofline_groups(b, t, tf, ti, sc, ins_f, c_terms):
+    """The roofline's :class:`~fleet_marl.kernel.roofline.Job`, ``Hardware`` and ``Terms`` of
+    tenant ``t`` in row ``b``, from the packed arrays (``roofline.tenant_groups`` builds the same
+    from a ``KernelStatic``): its request lengths this round, its GPU type and the cluster's
+    efficiencies, its memoised stage 1 (``c_terms``) and its static costs."""
+    job = Job(ti[t, T_TRAIN] != 0, tf[t, T_SEQ], ins_f[F_PROMPT, b, t], ins_f[F_OUT, b, t])
+    hw = Hardware(tf[t, T_HBM], tf[t, T_INTRA], tf[t, T_INTER], tf[t, T_ARL], tf[t, T_ARB], tf[t, T_NVL], sc[S_MBU], sc[S_OVERLAP])
+    terms = Terms(
+        c_terms[C_WS, t],
+        c_terms[C_TPT, t],
+        c_terms[C_HD, t],
+        tf[t, T_REPL],
+        c_terms[C_KVR, t],
+        c_terms[C_COMM, t],
+        c_terms[C_KVH, t],
+        tf[t, T_TPL],
+        tf[t, T_KST],
+        c_terms[C_DQ, t],
+        tf[t, T_DQT],
+        c_terms[C_O, t],
+    )
+    return job, hw, terms
+
+
 @jit
 def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf, ri, rb, work_rate, prefill_a, t_dec_a, avail_s, activity):
     """Each tenant's throughput in row ``b`` on its GPUs and nodes, before throttling: writes
@@ -231,7 +257,6 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
     restart (:func:`restart_time`) longer than the round leaves none of it. A server's capacity
     is its roofline at its batch; its TTFT and TPOT are the roofline's at the load it carries,
     ``load x batch`` requests in flight (at least 1)."""
-    mbu, overlap = sc[S_MBU], sc[S_OVERLAP]
     round_s, restart_s = sc[S_ROUND], sc[S_RESTART]
     for t in range(alloc.shape[0]):
         n = alloc[t]
@@ -240,36 +265,9 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
         ri[OI_NODES, t] = nodes
         restarted = (n != ins_i[I_PREV, b, t]) and has
         rb[OB_RESTART, t] = restarted
-        train = ti[t, T_TRAIN] != 0
-        rate, tps, eff, prefill, t_dec = roofline(
-            train,
-            tf[t, T_SEQ],
-            ins_f[F_PROMPT, b, t],
-            ins_f[F_OUT, b, t],
-            tf[t, T_HBM],
-            tf[t, T_INTRA],
-            tf[t, T_INTER],
-            tf[t, T_ARL],
-            tf[t, T_ARB],
-            tf[t, T_NVL],
-            mbu,
-            overlap,
-            c_terms[C_WS, t],
-            c_terms[C_TPT, t],
-            c_terms[C_HD, t],
-            tf[t, T_REPL],
-            c_terms[C_KVR, t],
-            c_terms[C_COMM, t],
-            c_terms[C_KVH, t],
-            tf[t, T_TPL],
-            tf[t, T_KST],
-            c_terms[C_DQ, t],
-            tf[t, T_DQT],
-            c_terms[C_O, t],
-            n,
-            ri[OI_BATCH, t],
-            nodes,
-        )
+        job, hw, terms = roofline_groups(b, t, tf, ti, sc, ins_f, c_terms)
+        train = job.is_train
+        rate, tps, eff, prefill, t_dec = roofline(job, hw, terms, n, ri[OI_BATCH, t], nodes)
         work_rate[t] = rate
         rf[O_TPS, t] = tps
         rf[O_EFF, t] = eff if has else 0.0
@@ -289,35 +287,7 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
             busy = min(demand / capacity, 1.0) if capacity > 0 else 0.0
             if busy < 1.0:
                 # the latencies at the load carried: busy x batch requests in flight (Little's law)
-                _, _, _, prefill, t_dec = roofline(
-                    False,
-                    tf[t, T_SEQ],
-                    ins_f[F_PROMPT, b, t],
-                    ins_f[F_OUT, b, t],
-                    tf[t, T_HBM],
-                    tf[t, T_INTRA],
-                    tf[t, T_INTER],
-                    tf[t, T_ARL],
-                    tf[t, T_ARB],
-                    tf[t, T_NVL],
-                    mbu,
-                    overlap,
-                    c_terms[C_WS, t],
-                    c_terms[C_TPT, t],
-                    c_terms[C_HD, t],
-                    tf[t, T_REPL],
-                    c_terms[C_KVR, t],
-                    c_terms[C_COMM, t],
-                    c_terms[C_KVH, t],
-                    tf[t, T_TPL],
-                    tf[t, T_KST],
-                    c_terms[C_DQ, t],
-                    tf[t, T_DQT],
-                    c_terms[C_O, t],
-                    n,
-                    max(busy * ri[OI_BATCH, t], 1.0),
-                    nodes,
-                )
+                _, _, _, prefill, t_dec = roofline(job, hw, terms, n, max(busy * ri[OI_BATCH, t], 1.0), nodes)
                 prefill_a[t] = prefill
                 t_dec_a[t] = t_dec
         activity[t] = busy if running[t] else 0.0
@@ -340,6 +310,7 @@ __all__ = [
     "memory_per_gpu",
     "peak_bytes",
     "restart_time",
+    "roofline_groups",
     "tenant_stage1",
     "tenant_terms",
     "throughput",
