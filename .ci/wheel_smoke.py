@@ -274,6 +274,7 @@ def installed() -> None:
     needs_extra(["train"], "fleet-marl train --engine torchrl", "torchrl")  # the default engine
     needs_extra(["train", "--engine", "rllib"], "fleet-marl train", "rllib")
     needs_extra(["compare", "--quick"], "fleet-marl compare", "torchrl")  # the default engine
+    needs_extra(["compare", "--engine", "rllib", "--quick"], "fleet-marl compare --engine rllib", "rllib")
     needs_extra(["compare", "--report"], "fleet-marl compare --report", "plot")
     needs_extra(["demo", "--gif", "demo.gif"], "fleet-marl demo --gif", "plot")
     needs_extra(["serve"], "fleet-marl serve", "openenv", hint="pip install 'fleet-marl[openenv]'")

@@ -1,5 +1,6 @@
 """``fleet-marl compare`` as a command (its options, the engines it runs on, the parsers it
-builds without Ray or torch), the scaled scenario the study grows, the statistics, and the first
+builds without Ray or torch), the study's runs on RLlib (their config against the TorchRL
+run's, a small study end to end and resumed), the scaled scenario the study grows, the statistics, and the first
 credit-assignment study (RLlib), which is its committed data (``docs/data/credit_assignment*/``)
 and the renderer of its blocks (``fleet_marl.studies.credit.first_study``). The study's design,
 runs and report are in ``tests/test_credit_study.py``."""
@@ -7,6 +8,7 @@ runs and report are in ``tests/test_credit_study.py``."""
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import subprocess
 import sys
@@ -18,8 +20,9 @@ import pytest
 import fleet_marl
 from fleet_marl.config import ConfigError
 from fleet_marl.studies import command
-from fleet_marl.studies.credit import first_study, stats
-from fleet_marl.studies.store import StudyError, read_rows
+from fleet_marl.studies.credit import first_study, report, rllib_runs, runs, stats
+from fleet_marl.studies.credit.torchrl_design import CURVE_COLUMNS, RESULT_COLUMNS, Study
+from fleet_marl.studies.store import StudyError, append, read_rows
 from fleet_marl.tasks import make_config, scaled
 from fleet_marl.training import engines
 
@@ -87,15 +90,19 @@ def _cli(*args, cwd=None):
 
 
 def test_the_study_runs_on_the_engines_it_has_runs_for():
-    """--engine picks an engine of the registry for the one study; an engine the study has no runs
-    for is refused by name, before anything is imported or written."""
-    assert command.ENGINES == ("torchrl",) and set(command.ENGINES) <= set(engines.ENGINES)
-    assert "rllib" in engines.ENGINES  # an engine of fleet-marl train, not (yet) of the study
+    """--engine picks an engine of the registry for the one study, the registry's default first."""
+    assert command.ENGINES == ("torchrl", "rllib") and command.ENGINES[0] == engines.DEFAULT
+    assert set(runs.RUNNERS) == set(engines.ENGINES) and runs.RUNNERS["rllib"] is rllib_runs
 
 
 def test_cli_errors_before_anything_runs(tmp_path):
-    r = _cli("--engine", "rllib", "--out", str(tmp_path / "s"))
-    assert r.returncode == 2 and "the study has runs for torchrl only" in r.stderr and "fleet-marl compare --help" in r.stderr
+    for args, says in (
+        (("--engine", "rllib", "--jobs", "3"), "--jobs 3: the study's RLlib runs are Ray tasks of one CPU on a Ray of 2 CPUs"),
+        (("--engine", "rllib", "--address", "auto"), "--address 'auto': the study's RLlib runs train on this machine's Ray"),
+        (("--engine", "rllib", "--docs"), "--docs with --engine rllib: the docs publish the study's runs on torchrl"),
+    ):
+        r = _cli(*args, "--out", str(tmp_path / "s"))
+        assert r.returncode == 2 and says in r.stderr and "fleet-marl compare --help" in r.stderr, (args, r.stderr)
     r = _cli("--engine", "nope", "--out", str(tmp_path / "s"))
     assert r.returncode == 2 and "invalid choice" in r.stderr
     r = _cli("--jobs", "0", "--out", str(tmp_path / "s"))
@@ -118,10 +125,14 @@ def test_the_command_module_on_its_own(tmp_path, capsys):
     assert "error: --arms 'nope'" in capsys.readouterr().err
     assert command.run(parser.parse_args(["--n", "2,x", "--out", str(tmp_path / "s")])) == 2
     assert "--n '2,x': expected comma-separated integers" in capsys.readouterr().err
-    assert command.run(parser.parse_args(["--engine", "rllib", "--out", str(tmp_path / "s")])) == 2
-    assert "--engine rllib: the study has runs for torchrl only" in capsys.readouterr().err
+    assert command.run(parser.parse_args(["--engine", "rllib", "--device", "cuda", "--out", str(tmp_path / "s")])) == 2
+    assert "--device 'cuda': the study's RLlib runs learn on cpu" in capsys.readouterr().err
     study = command.study_from_args(parser.parse_args(["--quick", "--n", "2", "--out", str(tmp_path / "q")]))
     assert study.ns == (2,) and study.out == str(tmp_path / "q")
+    # the study on another engine than the default: a folder of its own unless --out names one
+    assert command.study_from_args(parser.parse_args(["--quick", "--engine", "rllib"])).out == "runs/credit_study_quick_rllib"
+    assert command.study_from_args(parser.parse_args(["--engine", "rllib"])).out == "runs/credit_study_rllib"
+    assert command.study_from_args(parser.parse_args(["--engine", "torchrl"])).out == "runs/credit_study"
     assert not (tmp_path / "s").exists() and not (tmp_path / "q").exists()
 
 
@@ -132,6 +143,88 @@ def test_building_the_command_parsers_imports_no_ray_or_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
+
+
+# --- the study on RLlib --------------------------------------------------------------------------
+
+
+def test_an_rllib_run_is_the_torchrl_run_field_by_field():
+    """Every field both engines' run configs have is the same; the RLlib iteration is the TorchRL
+    iteration's env steps, so the budget is the study's on both."""
+    pytest.importorskip("torchrl")  # the TorchRL run's config, to compare with
+    study = Study.quick()
+    keys = [("scaling", "auction", 4, "shapley", 1), ("scaling", "proportional", 2, "mappo", 0), ("sharing", "medium", 8, "per_kind", 1)]
+    for key in keys:
+        t, r = study.train_config(key), rllib_runs.train_config(study, key)
+        assert {f: getattr(t, f) for f in rllib_runs.FIELDS} == {f: getattr(r, g) for f, g in rllib_runs.FIELDS.items()}, key
+        assert r.num_env_runners == 0 and r.vectorized and r.envs_per_runner == t.num_envs
+        assert r.train_batch_size == t.num_envs * t.rollout and r.iterations * r.train_batch_size == study.env_steps(key[0], key[2])
+        assert (r.eval_interval, r.checkpoint_interval) == (0, 0)
+
+
+def test_an_rllib_study_names_its_engine(tmp_path):
+    """study.json names an engine other than the default: a folder of the other engine's runs is
+    refused by name, the reproducing command says --engine, and --docs refuses it."""
+    s = Study.quick(out=str(tmp_path / "s"))
+    assert runs.settings(s) == s.settings() and runs.settings(s, "rllib") == {**s.settings(), "engine": "rllib"}
+    runs.prepare(s)
+    with pytest.raises(StudyError, match=r"other settings \(differs in: engine\)"):
+        runs.prepare(s, engine="rllib")
+    assert report.command(runs.settings(s, "rllib")) == "fleet-marl compare --engine rllib --quick"
+    assert report.command(runs.settings(Study(seeds=3), "rllib"), "runs/r") == "fleet-marl compare --engine rllib --seeds 3 --out runs/r"
+    s2 = Study.quick(out=str(tmp_path / "r"))
+    runs.prepare(s2, engine="rllib")
+    with pytest.raises(StudyError, match="run on rllib: the docs publish the study's runs on the default engine"):
+        report.write_docs(s2.out, root=tmp_path)
+
+
+@pytest.mark.slow
+def test_the_study_runs_on_rllib_and_resumes(tmp_path):
+    """A small study on RLlib (the tiny task, two runs): the TorchRL runs' CSV columns, the
+    study's budget, one row per run; a run missing from results.csv is run again, the others are
+    kept."""
+    pytest.importorskip("ray.rllib")
+    import ray
+
+    study = runs.make_study(
+        quick=True, arms=("global",), mechanisms=("proportional",), ns=(2,), sharing_tasks=("tiny",), sharing_arms=("per_tenant",), seeds=1
+    )
+    study.out = str(tmp_path / "s")
+    said: list[str] = []
+    try:
+        out = runs.run(study, engine="rllib", progress=False, echo=said.append)
+        assert said == [f"credit-assignment study in {out} on rllib: 2 runs, 0 done, 2 to go"]
+        with (out / "results.csv").open() as f:
+            assert tuple(next(csv.reader(f))) == RESULT_COLUMNS
+        with (out / "curves.csv").open() as f:
+            assert tuple(next(csv.reader(f))) == CURVE_COLUMNS
+        rows = read_rows(out / "results.csv")
+        assert sorted(Study.key(r) for r in rows) == sorted(study.runs())  # two at a time: in the order they finished
+        for r in rows:
+            key = Study.key(r)
+            assert int(r["env_steps"]) == study.env_steps(key[0], key[2]) and int(r["agent_steps"]) == 2 * int(r["env_steps"])
+            assert 0.0 <= float(r["score"]) <= 1.0 and r["credit_seconds"] != "" and r["finished"]
+        curves = read_rows(out / "curves.csv")
+        assert sorted(int(c["iteration"]) for c in curves) == sorted(study.eval_at("scaling") + study.eval_at("sharing"))
+        assert json.loads((out / "study.json").read_text())["engine"] == "rllib"
+        # a session that stopped after the first run: the second is run again, the first kept
+        first, second = rows[0], Study.key(rows[1])
+        keep = [c for c in curves if Study.key(c) != second]
+        for name, columns, kept in (("results.csv", RESULT_COLUMNS, [first]), ("curves.csv", CURVE_COLUMNS, keep)):
+            (out / name).unlink()
+            append(out / name, columns, kept)
+        said.clear()
+        runs.run(study, engine="rllib", progress=False, echo=said.append)
+        assert said == [f"credit-assignment study in {out} on rllib: 2 runs, 1 done, 1 to go"]
+        again = read_rows(out / "results.csv")
+        assert again[0] == first and [Study.key(r) for r in again] == [Study.key(first), second]
+        said.clear()
+        runs.run(study, engine="rllib", progress=False, echo=said.append)
+        assert said == [f"credit-assignment study in {out} on rllib: 2 runs, 2 done, 0 to go"]
+        assert len(read_rows(out / "sessions.csv")) == 2 and "ray " in read_rows(out / "sessions.csv")[0]["version"]
+        assert "# Credit-assignment study (RLlib)" in report.report(out, echo=lambda *_: None)["summary"].read_text()
+    finally:
+        ray.shutdown()  # run_all keeps the Ray it started for the process's later studies
 
 
 # --- statistics ---------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The credit-assignment study on the TorchRL engine (``fleet_marl.studies.credit``: its design,
 runs, tables, verdicts and report) and ``fleet-marl compare`` (whose default engine it is), and
-its docs reproduced from its committed data. The first study's (RLlib) tests are in
-``tests/test_compare.py`` and ``tests/test_rllib.py``."""
+its docs reproduced from its committed data. The study's runs on RLlib and the first study's
+(RLlib) tests are in ``tests/test_compare.py`` (and ``tests/test_rllib.py``)."""
 
 from __future__ import annotations
 
@@ -319,11 +319,11 @@ def _cli(*args):
     return subprocess.run([str(BIN / "fleet-marl"), "compare", *args], capture_output=True, text=True, timeout=900)
 
 
-def test_the_first_studys_options_and_an_engine_without_runs_are_refused_before_anything_runs(tmp_path):
+def test_the_first_studys_options_and_what_rllib_does_not_do_are_refused_before_anything_runs(tmp_path):
     r = _cli("--schemes", "local", "--out", str(tmp_path / "s"))
     assert r.returncode == 2 and "unrecognized arguments: --schemes" in r.stderr
-    r = _cli("--engine", "rllib", "--arms", "local", "--out", str(tmp_path / "s"))
-    assert r.returncode == 2 and "--engine rllib: the study has runs for torchrl only" in r.stderr
+    r = _cli("--engine", "rllib", "--arms", "local", "--device", "cuda", "--out", str(tmp_path / "s"))
+    assert r.returncode == 2 and "--device 'cuda': the study's RLlib runs learn on cpu" in r.stderr
     r = _cli("--arms", "local,nope", "--out", str(tmp_path / "s"))
     assert r.returncode == 2 and "--arms 'nope'" in r.stderr
     assert not (tmp_path / "s").exists()

@@ -131,6 +131,7 @@ def test_every_extra_a_message_names_exists_and_holds_what_it_checks():
     modules_of = {
         ("fleet_marl/rllib/command.py", "NEEDS"): train_command.NEEDS,
         ("fleet_marl/studies/command.py", "NEEDS"): compare_command.NEEDS,
+        ("fleet_marl/studies/command.py", "RLLIB_NEEDS"): compare_command.RLLIB_NEEDS,
         ("fleet_marl/torchrl/command.py", "NEEDS"): torchrl_command.NEEDS,
     }
     for path, node in calls:
@@ -208,11 +209,10 @@ def test_train_without_the_torchrl_extra(monkeypatch, capsys, tmp_path, module):
     assert "Traceback" not in err and not (tmp_path / "runs").exists()
 
 
-def test_compare_on_an_engine_without_the_studys_runs(monkeypatch, capsys, tmp_path):
-    """The study has runs for torchrl only: --engine rllib is refused by name before any extra is asked for."""
+def test_compare_without_the_rllib_extra(monkeypatch, capsys, tmp_path):
     absent(monkeypatch, "ray")
     code, _, err = run(capsys, "compare", "--engine", "rllib", "--quick", "--out", str(tmp_path / "study"))
-    assert code == 2 and "--engine rllib: the study has runs for torchrl only" in err and "Traceback" not in err
+    assert code == 2 and f"error: {hint('fleet-marl compare --engine rllib', 'rllib')}" in err and "Traceback" not in err
     assert not (tmp_path / "study").exists()
 
 

@@ -2,15 +2,19 @@
 
 One study (7 arms, N up to 64, both arbiters, the sharing schemes), run on the engine
 ``--engine`` names: an engine of the registry (:data:`fleet_marl.training.engines.ENGINES`) that
-the study has runs for (:data:`fleet_marl.studies.credit.runs.ENGINES`: today ``torchrl``; another
-is refused by name before anything runs). :mod:`fleet_marl.studies.credit.runs` runs and resumes
-it, :mod:`fleet_marl.studies.credit.report` reports it. The ``compare`` entry of the CLI's command
-table: :data:`EXAMPLES` (the epilog), :func:`add_arguments` and :func:`run`;
+the study has runs for (:data:`fleet_marl.studies.credit.runs.ENGINES`: ``torchrl``, the
+default, and ``rllib``; another is refused by name before anything runs). A study on ``rllib``
+has a folder of its own by default (``runs/credit_study_rllib``, quick
+``runs/credit_study_quick_rllib``), runs on this machine, on cpu, one or two runs at a time, and
+is not published to the docs (``--docs``). :mod:`fleet_marl.studies.credit.runs` runs and
+resumes it, :mod:`fleet_marl.studies.credit.report` reports it. The ``compare`` entry of the
+CLI's command table: :data:`EXAMPLES` (the epilog), :func:`add_arguments` and :func:`run`;
 :func:`study_from_args` turns the arguments into a checked study. Importing this module imports
 neither Ray nor torch, and every option is checked before either starts. Training needs the
-engine's extra (:data:`NEEDS`: ``[torchrl]``), ``--report`` only the ``[plot]`` extra; without it
-the command says which to install and exits with code 2. ``--docs`` saves the study under
-``docs/data/`` and publishes the docs (:func:`fleet_marl.studies.credit.report.write_docs`).
+engine's extra (:data:`NEEDS`: ``[torchrl]``; :data:`RLLIB_NEEDS`: ``[rllib]``), ``--report``
+only the ``[plot]`` extra; without it the command says which to install and exits with code 2.
+``--docs`` saves the study under ``docs/data/`` and publishes the docs
+(:func:`fleet_marl.studies.credit.report.write_docs`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from fleet_marl.training import TrainConfigError, engines
 
 #: What the study's runs on TorchRL import: torch, TorchRL and matplotlib for the plots (the ``[torchrl]`` extra).
 NEEDS = ("torch", "torchrl", "tensordict", "matplotlib")
+#: What the study's runs on RLlib import: Ray's RLlib, torch and matplotlib for the plots (the ``[rllib]`` extra).
+RLLIB_NEEDS = ("ray.rllib", "torch", "matplotlib")
 #: The engines the study runs on (of the registry), the default first.
 ENGINES = runs.ENGINES
 
@@ -39,6 +45,7 @@ EXAMPLES = """examples:
   fleet-marl compare --report --docs              # ... and into docs/credit_assignment.md
   fleet-marl compare --address auto               # each run a Ray task on the cluster this machine joined (ray start)
   fleet-marl compare --address ray://head:10001 --device cuda --gpus-per-run 0.25   # learners on the cluster's GPUs
+  fleet-marl compare --engine rllib --quick       # the same study on RLlib (its own folder, runs/credit_study_quick_rllib)
 
 A stopped study resumes: run the same command again and the runs already in
 <out>/results.csv are skipped (sessions.csv adds up the wall time). Every run trains with the
@@ -55,7 +62,8 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
         "--engine",
         default=ENGINES[0],
         choices=tuple(engines.ENGINES),
-        help=f"the engine that trains the runs: one the study has runs for ({', '.join(ENGINES)}; default {ENGINES[0]})",
+        help=f"the engine that trains the runs ({', '.join(ENGINES)}; default {ENGINES[0]}); the same design, budgets and "
+        "CSV columns on each, a folder of its own (default <out>_<engine>); rllib: on this machine, on cpu, --jobs 1 or 2",
     )
     c.add_argument("--quick", action="store_true", help="N = 2, 4, two seeds, tiny budgets: checks the pipeline, not the science")
     c.add_argument("--n", default=None, metavar="N,N", help="tenant counts (default 2,4,8,16,32,64; quick 2,4)")
@@ -81,7 +89,11 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument(
         "--jobs", type=int, default=None, help="runs at once, one CPU each (default 2; with --address as many as the cluster fits)"
     )
-    c.add_argument("--out", default=None, help="study folder (default runs/credit_study; quick: runs/credit_study_quick)")
+    c.add_argument(
+        "--out",
+        default=None,
+        help="study folder (default runs/credit_study; quick: runs/credit_study_quick; with --engine rllib, _rllib after either)",
+    )
     c.add_argument("--overwrite", action="store_true", help="start the study folder over")
     c.add_argument("--report", action="store_true", help="no training: rebuild the tables and plots from the CSVs in --out")
     c.add_argument(
@@ -112,6 +124,11 @@ def _check_engine(args: argparse.Namespace) -> None:
             f"--engine {args.engine}: the study has runs for {', '.join(ENGINES)} only (--engine {args.engine} trains with "
             "fleet-marl train; the study's runs on it are not written yet)"
         )
+    if args.engine != ENGINES[0] and args.docs:
+        raise StudyError(
+            f"--docs with --engine {args.engine}: the docs publish the study's runs on {ENGINES[0]}; drop --docs "
+            "(the report is in the study folder)"
+        )
 
 
 def study_from_args(args: argparse.Namespace) -> Study:
@@ -127,6 +144,8 @@ def study_from_args(args: argparse.Namespace) -> Study:
     for name in ("seeds", "episodes", "iterations", "device", "out"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
+    if args.out is None and args.engine != ENGINES[0]:  # a folder of its own: study.json names the engine
+        changes["out"] = f"{runs.make_study(args.quick).out}_{args.engine}"
     study = runs.make_study(args.quick, **changes)
     study.check()
     return study
@@ -144,8 +163,10 @@ def run(args: argparse.Namespace) -> int:
         # MissingExtra: the CLI prints how to install it (exit code 2)
         if args.report:
             require("matplotlib", "plot", "fleet-marl compare --report")
+        elif args.engine == "rllib":
+            require(RLLIB_NEEDS, "rllib", "fleet-marl compare --engine rllib")
         else:
-            require(NEEDS, "torchrl", "fleet-marl compare")  # the study's runs on torchrl, its one engine (ENGINES)
+            require(NEEDS, "torchrl", "fleet-marl compare")
             if args.address is not None:
                 require("ray", "rllib", "fleet-marl compare --address (Ray)")
         study = study_from_args(args)
@@ -174,4 +195,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["ENGINES", "EXAMPLES", "NEEDS", "add_arguments", "run", "study_from_args"]
+__all__ = ["ENGINES", "EXAMPLES", "NEEDS", "RLLIB_NEEDS", "add_arguments", "run", "study_from_args"]

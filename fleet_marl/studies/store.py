@@ -75,7 +75,8 @@ def open_folder(out: Path, settings: dict, overwrite: bool, files: tuple[str, ..
         except ValueError:
             old = None
         if old != settings:
-            diff = sorted(k for k in settings if not isinstance(old, dict) or old.get(k) != settings[k])
+            keys = settings.keys() | old.keys() if isinstance(old, dict) else settings.keys()  # a key either side lacks differs too
+            diff = sorted(k for k in keys if not isinstance(old, dict) or old.get(k) != settings.get(k))
             raise StudyError(
                 f"--out {str(out)!r} holds a study with other settings (differs in: {', '.join(diff) or 'study.json unreadable'}); "
                 "resume it with the same options, pass --overwrite to start again, or give another --out"

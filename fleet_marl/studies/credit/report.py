@@ -64,7 +64,9 @@ def report(out: str | Path, echo: Callable[..., Any] = print) -> dict:
     img = torchrl_plots(data, data["out"])
     body = text(data, img)
     path = data["out"] / "summary.md"
-    path.write_text(f"# Credit-assignment study (TorchRL): {data['out']}\n\n{body}")
+    engine = data["settings"].get("engine", "torchrl")  # study.json names the engine when it is not the default
+    name = {"torchrl": "TorchRL", "rllib": "RLlib"}.get(engine, engine)
+    path.write_text(f"# Credit-assignment study ({name}): {data['out']}\n\n{body}")
     echo(body + f"\nwrote {path}" + "".join(f", {p}" for p in img.values()))
     return {"summary": path, "plots": img, "text": body, "verdicts": tt.verdicts(data["rows"])}
 
@@ -80,7 +82,8 @@ def write_docs(
     :func:`docs_targets`) with the folder the reproducing command names (``run_out``, default
     ``out``: the study ran there), its plots into ``docs/img/``; then publish every block of the
     docs from the data (:func:`fleet_marl.studies.publish.publish`). A ``--quick`` study is
-    refused (it would replace the full study's numbers) unless ``allow_quick``."""
+    refused (it would replace the full study's numbers) unless ``allow_quick``, and so is a
+    study run on another engine than the default (``study.json`` names it)."""
     try:
         root = Path(root) if root else checkout_root("--docs")
     except UsageError as exc:
@@ -89,6 +92,11 @@ def write_docs(
     if not (out / "study.json").is_file():
         raise StudyError(f"--out {str(out)!r}: no study.json; --docs needs a study run by fleet-marl compare")
     settings = json.loads((out / "study.json").read_text())
+    if "engine" in settings:
+        raise StudyError(
+            f"--docs with the study in {str(out)!r}, run on {settings['engine']}: the docs publish the study's runs on the "
+            "default engine; drop --docs (the report is in the study folder)"
+        )
     if "--quick" in command(settings).split() and not allow_quick:
         raise StudyError(
             f"--docs with the quick study in {str(out)!r}: its numbers mean nothing and would replace the full study's "
@@ -210,14 +218,16 @@ FLAGS: dict[str, tuple[str, Callable[[Any], str]]] = {
 def command(settings: dict, out: str | Path | None = None) -> str:
     """The ``fleet-marl compare`` command that runs the study of ``settings`` (its study.json;
     ``out``: its folder, when not the default); settings that no option takes are named, to be
-    set from Python."""
+    set from Python; the engine (``study.json``'s ``engine``, when not the default) as ``--engine``."""
     out = None if out is None else Path(out).as_posix()
     suffix = f" --out {out}" if out else ""
+    head = "fleet-marl compare" + (f" --engine {settings['engine']}" if "engine" in settings else "")
+    settings = {k: v for k, v in settings.items() if k != "engine"}
     if settings == Study.quick().settings():
-        return "fleet-marl compare --quick" + suffix
+        return head + " --quick" + suffix
     base = Study().settings()
     norm = {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}
-    parts = ["fleet-marl compare"] + [f"{flag} {fmt(norm[k])}" for k, (flag, fmt) in FLAGS.items() if k in norm and norm[k] != base[k]]
+    parts = [head] + [f"{flag} {fmt(norm[k])}" for k, (flag, fmt) in FLAGS.items() if k in norm and norm[k] != base[k]]
     rest = {k: v for k, v in norm.items() if k not in FLAGS and base.get(k) != v}
     text = " ".join(parts) + suffix
     return text + (", with Study(" + ", ".join(f"{k}={v!r}" for k, v in rest.items()) + ") from Python" if rest else "")

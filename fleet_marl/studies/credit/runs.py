@@ -2,9 +2,12 @@
 
 The study is one design (:class:`~fleet_marl.studies.credit.torchrl_design.Study`) whose runs an
 engine's module trains (:data:`RUNNERS`: the engines of the registry,
-:data:`fleet_marl.training.engines.ENGINES`, that the study has runs for; today TorchRL's,
-:mod:`~fleet_marl.studies.credit.torchrl_runs`), on this machine's processes or, with
-``address``, as Ray tasks on a cluster (:mod:`~fleet_marl.studies.credit.torchrl_ray`).
+:data:`fleet_marl.training.engines.ENGINES`, that the study has runs for: TorchRL's,
+:mod:`~fleet_marl.studies.credit.torchrl_runs`, the default, on this machine's processes or,
+with ``address``, as Ray tasks on a cluster (:mod:`~fleet_marl.studies.credit.torchrl_ray`);
+RLlib's, :mod:`~fleet_marl.studies.credit.rllib_runs`, as Ray tasks on this machine). Every
+engine writes the same columns (:mod:`~fleet_marl.studies.credit.rows`); ``study.json`` names
+the engine when it is not the default, so a study folder holds one engine's runs.
 
 :func:`make_study`  the design (``quick`` for the pipeline check), with changes
 :func:`prepare`     checks the study and its folder, records ``study.json`` and returns the runs
@@ -15,6 +18,7 @@ engine's module trains (:data:`RUNNERS`: the engines of the registry,
 
     out = run(make_study(ns=(2, 4), seeds=3))              # the missing runs
     out = run(make_study(), address="auto")                 # ... on the Ray cluster this machine joined
+    out = run(make_study(quick=True, out="runs/q_rllib"), engine="rllib")   # ... on RLlib
     report(out)                                            # fleet_marl.studies.credit.report
 
 Nothing here imports torch or Ray; a run does.
@@ -26,13 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from fleet_marl.studies import store
-from fleet_marl.studies.credit import torchrl_ray, torchrl_runs
+from fleet_marl.studies.credit import rllib_runs, torchrl_ray, torchrl_runs
 from fleet_marl.studies.credit.torchrl_design import Study
 from fleet_marl.studies.store import StudyError
 from fleet_marl.training import engines
 
 #: The engines the study runs on: engine (of the registry) -> the module that trains its runs (``run_all``).
-RUNNERS = {"torchrl": torchrl_runs}
+RUNNERS = {"torchrl": torchrl_runs, "rllib": rllib_runs}
 #: Those engines, in the registry's order (the default first).
 ENGINES = tuple(e for e in engines.ENGINES if e in RUNNERS)
 
@@ -42,12 +46,19 @@ def make_study(quick: bool = False, **changes: Any) -> Study:
     return Study.quick(**changes) if quick else Study(**changes)
 
 
-def prepare(study: Study, overwrite: bool = False) -> tuple[Path, set]:
-    """Check the study and its folder; returns (folder, runs already done). Nothing is
-    deleted unless ``overwrite``, and only after every check passed."""
+def settings(study: Study, engine: str = ENGINES[0]) -> dict:
+    """What ``study.json`` records: the study's settings, and ``engine`` when it is not the
+    default (the folders of the default engine's studies stay as they were)."""
+    return study.settings() if engine == ENGINES[0] else {**study.settings(), "engine": engine}
+
+
+def prepare(study: Study, overwrite: bool = False, engine: str = ENGINES[0]) -> tuple[Path, set]:
+    """Check the study and its folder (a folder of another engine's runs is refused too);
+    returns (folder, runs already done). Nothing is deleted unless ``overwrite``, and only
+    after every check passed."""
     study.check()
     out = Path(study.out)
-    store.open_folder(out, study.settings(), overwrite, study.FILES)
+    store.open_folder(out, settings(study, engine), overwrite, study.FILES)
 
     def complete(row: dict, columns: tuple[str, ...]) -> bool:
         return store.complete(row, study.KEY, columns, study.key)
@@ -69,7 +80,8 @@ def run(
     """Run every missing run of ``study`` on ``engine``, ``jobs`` at a time (default 2 on this
     machine; on a Ray cluster, ``address``, as many as fit), and return the study folder (for
     the report). On a cluster each TorchRL run is a Ray task of one CPU and ``gpus`` GPUs
-    (default: 1 when the study's runs learn on ``cuda``, else 0)."""
+    (default: 1 when the study's runs learn on ``cuda``, else 0). The RLlib runs train on this
+    machine only, on cpu, at most :data:`~fleet_marl.studies.credit.rllib_runs.RAY_CPUS` at once."""
     if engine not in RUNNERS:
         raise StudyError(
             f"--engine {engine!r}: the study runs on {', '.join(ENGINES)} (the engines it has runs for; "
@@ -81,12 +93,15 @@ def run(
         raise StudyError(f"--gpus-per-run {gpus!r}: expected a number >= 0 (a fraction shares a GPU between runs)")
     if gpus is not None and address is None:
         raise StudyError(f"--gpus-per-run {gpus!r} is the Ray request of a run on a cluster: give --address too")
+    if engine == "rllib":
+        rllib_runs.check(study, jobs, address)  # before the folder is touched
     if address is not None:
         torchrl_ray.check_address(address)  # before the folder is touched
-    out, done = prepare(study, overwrite)
+    out, done = prepare(study, overwrite, engine)
     todo = [k for k in study.runs() if k not in done]
     where = f" on the Ray cluster at {address}" if address else ""
-    echo(f"credit-assignment study in {out}{where}: {len(study.runs())} runs, {len(done)} done, {len(todo)} to go{study.budget_note()}")
+    on = "" if engine == ENGINES[0] else f" on {engine}"
+    echo(f"credit-assignment study in {out}{where}{on}: {len(study.runs())} runs, {len(done)} done, {len(todo)} to go{study.budget_note()}")
     if not todo:
         return out
     if address is not None:
@@ -97,4 +112,4 @@ def run(
     return out
 
 
-__all__ = ["ENGINES", "RUNNERS", "make_study", "prepare", "run"]
+__all__ = ["ENGINES", "RUNNERS", "make_study", "prepare", "run", "settings"]

@@ -7,7 +7,8 @@ at the iterations ``eval_at``: the learning curve in graded welfare, whose last 
 run's result. It writes nothing. Timing: ``train_seconds`` (collection and learning),
 ``eval_seconds`` (the grader), ``credit_seconds`` (the env's credit engine: the one kernel
 call per step and the scheme's arithmetic, part of ``train_seconds``). :func:`run_one` adds
-the study's measures (convergence, steps to 90% of the final score) to one run's row.
+the study's measures (convergence, steps to 90% of the final score) to one run's row; the rows
+are every engine's (:mod:`~fleet_marl.studies.credit.rows`).
 
 :func:`run_all` runs a study's missing runs in ``jobs`` worker processes (one torch thread
 each). Each finished run appends a row to ``results.csv`` and its curve to ``curves.csv``;
@@ -29,12 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from tqdm import tqdm
 
 from fleet_marl.evaluation import reference_episodes
 from fleet_marl.studies import store
-from fleet_marl.studies.credit.torchrl_design import CURVE_COLUMNS, KEY, RESULT_COLUMNS, SESSION_COLUMNS, Study
+from fleet_marl.studies.credit import rows
+from fleet_marl.studies.credit.torchrl_design import CURVE_COLUMNS, RESULT_COLUMNS, SESSION_COLUMNS, Study
 from fleet_marl.studies.store import StudyError
 
 
@@ -64,20 +65,8 @@ def train_and_grade(tc: Any, eval_at: list[int], episodes: int) -> tuple[dict, l
                 te = time.perf_counter()
                 ev = grade(learner, tc, episodes)
                 eval_seconds += time.perf_counter() - te
-                eps = ev.episodes
                 curve.append(
-                    {
-                        "iteration": row["iteration"],
-                        "env_steps": row["env_steps"],
-                        "agent_steps": row["agent_steps"],
-                        "train_welfare": float(np.mean(welfare_since)) if welfare_since else "",
-                        "eval_welfare": float(ev.welfare.mean()),
-                        "score": float(ev.score),
-                        "jain": float(np.mean([e.jain for e in eps])),
-                        "starvation_events": float(np.mean([e.starvation_events for e in eps])),
-                        "degenerate": float(np.mean([e.events["degenerate"] for e in eps])),
-                        "seconds": round(time.perf_counter() - t0, 2),
-                    }
+                    rows.point(row["iteration"], row["env_steps"], row["agent_steps"], welfare_since, ev, time.perf_counter() - t0)
                 )
                 welfare_since = []
         env_steps = loop.frames * tc.iterations
@@ -86,56 +75,22 @@ def train_and_grade(tc: Any, eval_at: list[int], episodes: int) -> tuple[dict, l
         loop.close()
     seconds = time.perf_counter() - t0
     assert ev is not None  # eval_at ends with the last iteration: the run was graded there
-    eps = ev.episodes
-    result = {
-        "iterations": tc.iterations,
-        "env_steps": env_steps,
-        "agent_steps": env_steps * len(learner.sig["possible_agents"]),
-        "eval_welfare": float(ev.welfare.mean()),
-        "score": float(ev.score),
-        "jain": float(np.mean([e.jain for e in eps])),
-        "starvation_events": float(np.mean([e.starvation_events for e in eps])),
-        "degenerate": float(np.mean([e.events["degenerate"] for e in eps])),
-        "illegal": float(np.mean([e.illegal for e in eps])),
-        "random_welfare": float(np.mean(ev.random_welfare)),
-        "planner_welfare": float(np.mean(ev.reference_welfare)),
-        "run_seconds": round(seconds, 2),
-        "train_seconds": round(seconds - eval_seconds, 2),
-        "eval_seconds": round(eval_seconds, 2),
-        "credit_seconds": round(credit_seconds, 3),
-        "credit_ms_per_step": round(1e3 * credit_seconds / max(env_steps, 1), 4),
-    }
+    n_agents = len(learner.sig["possible_agents"])
+    result = rows.result(tc.iterations, env_steps, env_steps * n_agents, ev, seconds, eval_seconds, credit_seconds)
     return result, curve
 
 
 def run_one(study: Study, key: tuple) -> tuple[dict, list[dict]]:
     """Train and grade the run ``key``; returns its results row and its curve rows."""
     res, curve = train_and_grade(study.train_config(key), study.eval_at(key[0]), study.episodes)
-    ids = dict(zip(KEY, key, strict=True))
-    scheme, sharing = study.arm(key)
-    at80 = next(c for c in curve if c["iteration"] == max(1, round(0.8 * res["iterations"])))
-    w80, final = at80["eval_welfare"], res["eval_welfare"]
-    improvement = (final - w80) / max(abs(w80), 1e-9)
-    reached = next((c for c in curve if res["score"] > 0 and c["score"] >= 0.9 * res["score"]), None)
-    row = {
-        **ids,
-        "scheme": scheme,
-        "sharing": sharing,
-        **res,
-        "welfare_at_80": w80,
-        "improvement_last_20": improvement,
-        "converged": int(improvement < study.converge_tol),
-        "env_steps_to_90": reached["env_steps"] if reached else "",
-        "agent_steps_to_90": reached["agent_steps"] if reached else "",
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
-    return row, [{**ids, **c} for c in curve]
+    return rows.study_row(study, key, res, curve)
 
 
-def versions() -> str:
-    """fleet_marl's version, the git commit of its checkout (if it is one), and torch's and torchrl's."""
+def versions(dists: tuple[str, ...] = ("fleet_marl", "torch", "torchrl")) -> str:
+    """The versions of ``dists`` (fleet_marl's, torch's and torchrl's) and the git commit of
+    fleet_marl's checkout (if it is one)."""
     parts = []
-    for dist in ("fleet_marl", "torch", "torchrl"):
+    for dist in dists:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             parts.append(f"{dist} {importlib.metadata.version(dist)}")
     try:
@@ -158,11 +113,7 @@ def run_caught(args: tuple) -> tuple[tuple, tuple | str]:
     """``run_one`` in a worker (a process of the pool, or a Ray task): ``(key, (row, curve))``, or
     ``(key, message)`` when the run failed."""
     study, key = args
-    try:
-        return key, run_one(study, key)
-    except Exception as exc:  # noqa: BLE001 -- the parent names the run and keeps the others going
-        text = str(exc).strip()
-        return key, text.splitlines()[-1] if text else type(exc).__name__
+    return rows.caught(run_one, study, key)
 
 
 def _init_worker() -> None:
@@ -177,13 +128,14 @@ class Session:
     (this machine's worker processes, or a Ray cluster: :mod:`~fleet_marl.studies.credit.torchrl_ray`):
     :meth:`add` appends a finished run to ``curves.csv`` and ``results.csv`` (or notes a failed
     one), and this session's row of ``sessions.csv`` is rewritten after each, so a kill loses at
-    most the time since the last; :meth:`close` raises the failures."""
+    most the time since the last; :meth:`close` raises the failures. ``dists``: the
+    distributions whose versions the session records (:func:`versions`)."""
 
-    def __init__(self, out: Path, jobs: int):
+    def __init__(self, out: Path, jobs: int, dists: tuple[str, ...] = ("fleet_marl", "torch", "torchrl")):
         self.out, self.jobs = out, jobs
         self.started = time.time()
         self.earlier = store.read_rows(out / "sessions.csv")
-        self.version = versions()
+        self.version = versions(dists)
         self.finished = 0
         self.failed: list[str] = []
 

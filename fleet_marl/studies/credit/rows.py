@@ -1,0 +1,110 @@
+"""The rows a run of the credit-assignment study writes, whatever engine trained it.
+
+Every engine's runs module (:data:`~fleet_marl.studies.credit.runs.RUNNERS`) trains a run and
+grades it with the grader (:func:`fleet_marl.evaluation.evaluate`) at the iterations
+``study.eval_at(part)``; these functions turn what it measured into the study's columns
+(:data:`~fleet_marl.studies.credit.torchrl_design.RESULT_COLUMNS`, ``CURVE_COLUMNS``), so the
+CSVs mean the same on every engine:
+
+:func:`point`      one row of ``curves.csv``: a graded iteration
+:func:`result`     the engine's part of a ``results.csv`` row: budget, the last grading, timing
+:func:`study_row`  the study's part: the run's key, its arm, convergence and steps to 90% of
+                   the final score; returns the run's ``(row, curve rows)``
+:func:`caught`     a run in a worker: its ``(key, (row, curve))``, or ``(key, message)``
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fleet_marl.studies.credit.torchrl_design import KEY, Study
+
+
+def graded(ev: Any) -> dict:
+    """The grader's figures of one evaluation ``ev`` that a curve point and a result share."""
+    eps = ev.episodes
+    return {
+        "eval_welfare": float(ev.welfare.mean()),
+        "score": float(ev.score),
+        "jain": float(np.mean([e.jain for e in eps])),
+        "starvation_events": float(np.mean([e.starvation_events for e in eps])),
+        "degenerate": float(np.mean([e.events["degenerate"] for e in eps])),
+    }
+
+
+def point(iteration: int, env_steps: int, agent_steps: int, train_welfare: list[float], ev: Any, seconds: float) -> dict:
+    """The curve row of a graded iteration: ``train_welfare`` the training welfare the engine
+    reported since the last graded point (their mean; empty for none), ``ev`` the grader's
+    evaluation, ``seconds`` since the run started."""
+    return {
+        "iteration": iteration,
+        "env_steps": env_steps,
+        "agent_steps": agent_steps,
+        "train_welfare": float(np.mean(train_welfare)) if train_welfare else "",
+        **graded(ev),
+        "seconds": round(seconds, 2),
+    }
+
+
+def result(iterations: int, env_steps: int, agent_steps: int, ev: Any, seconds: float, eval_seconds: float, credit_seconds: float) -> dict:
+    """A run's measures: its budget, the grader's last evaluation ``ev`` (and its references),
+    and its timing (``seconds`` in all, ``eval_seconds`` of them grading, ``credit_seconds`` in
+    the env's credit engine, also per env step)."""
+    eps = ev.episodes
+    return {
+        "iterations": iterations,
+        "env_steps": env_steps,
+        "agent_steps": agent_steps,
+        **graded(ev),
+        "illegal": float(np.mean([e.illegal for e in eps])),
+        "random_welfare": float(np.mean(ev.random_welfare)),
+        "planner_welfare": float(np.mean(ev.reference_welfare)),
+        "run_seconds": round(seconds, 2),
+        "train_seconds": round(seconds - eval_seconds, 2),
+        "eval_seconds": round(eval_seconds, 2),
+        "credit_seconds": round(credit_seconds, 3),
+        "credit_ms_per_step": round(1e3 * credit_seconds / max(env_steps, 1), 4),
+    }
+
+
+def study_row(study: Study, key: tuple, res: dict, curve: list[dict]) -> tuple[dict, list[dict]]:
+    """The results row and curve rows of the run ``key``, from what its engine measured
+    (``res``: :func:`result`; ``curve``: a :func:`point` per graded iteration, the 80% point
+    among them). Converged: the graded welfare rose by less than ``study.converge_tol`` over
+    the last 20% of the budget."""
+    ids = dict(zip(KEY, key, strict=True))
+    scheme, sharing = study.arm(key)
+    at80 = next(c for c in curve if c["iteration"] == max(1, round(0.8 * res["iterations"])))
+    w80, final = at80["eval_welfare"], res["eval_welfare"]
+    improvement = (final - w80) / max(abs(w80), 1e-9)
+    reached = next((c for c in curve if res["score"] > 0 and c["score"] >= 0.9 * res["score"]), None)
+    row = {
+        **ids,
+        "scheme": scheme,
+        "sharing": sharing,
+        **res,
+        "welfare_at_80": w80,
+        "improvement_last_20": improvement,
+        "converged": int(improvement < study.converge_tol),
+        "env_steps_to_90": reached["env_steps"] if reached else "",
+        "agent_steps_to_90": reached["agent_steps"] if reached else "",
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    return row, [{**ids, **c} for c in curve]
+
+
+def caught(run_one: Callable[[Study, tuple], tuple[dict, list[dict]]], study: Study, key: tuple) -> tuple[tuple, tuple | str]:
+    """``run_one(study, key)`` in a worker (a process of a pool, or a Ray task): ``(key, (row,
+    curve))``, or ``(key, message)`` when the run failed."""
+    try:
+        return key, run_one(study, key)
+    except Exception as exc:  # noqa: BLE001 -- the parent names the run and keeps the others going
+        text = str(exc).strip()
+        return key, text.splitlines()[-1] if text else type(exc).__name__
+
+
+__all__ = ["caught", "graded", "point", "result", "study_row"]
