@@ -21,7 +21,8 @@ both engines have the field (:data:`FIELDS`):
   ``minibatch_size <= train_batch_size``, in env steps, which rules out N times larger ones);
 - not mapped (the RLlib engine has no such setting; its own apply): the learning rate's
   annealing, the gradient-norm clip, the activation (RLlib's modules use tanh), the tenant's
-  one-hot index in a shared network, the centralized critic's layers. The learner is on CPU:
+  one-hot index in a shared network, the centralized critic's layers; RLlib's KL penalty and
+  value-loss clip, which TorchRL's loss has not, stay. The learner is on CPU:
   ``device`` other than ``cpu`` is refused (:func:`check`).
 
 :func:`train_and_grade` trains with RLlib's ``Algorithm.train()`` (what ``fleet-marl train
