@@ -72,6 +72,13 @@ class Scheme:
         """(B, T) float64 rewards, 0 for tenants not live."""
         raise NotImplementedError
 
+    def counterfactual(self, r: Rows) -> np.ndarray:
+        """The counterfactual rows this scheme needs (its ``rows``), which the engine evaluated:
+        ``removal``, ``default``, or the Shapley values of the ``coalitions``."""
+        rows = {"removal": r.removal, "default": r.default, "coalitions": r.shapley}[str(self.rows)]
+        assert rows is not None, f"rows = {self.rows!r}: the engine evaluated them"
+        return rows
+
 
 class Local(Scheme):
     name = "local"
@@ -96,21 +103,20 @@ class Mixed(Scheme):
 
 
 class Difference(Scheme):
+    """The grand coalition's welfare minus the welfare without the tenant."""
+
     name = "difference"
     rows = "removal"
 
     def reward(self, r: Rows) -> np.ndarray:
-        assert r.removal is not None  # rows = "removal": the engine evaluated them
-        return np.where(r.live, r.G[:, None] - r.removal, 0.0)
+        return np.where(r.live, r.G[:, None] - self.counterfactual(r), 0.0)
 
 
-class DifferenceDefault(Scheme):
+class DifferenceDefault(Difference):
+    """The grand coalition's welfare minus the welfare with the tenant on its default action."""
+
     name = "difference_default"
     rows = "default"
-
-    def reward(self, r: Rows) -> np.ndarray:
-        assert r.default is not None  # rows = "default": the engine evaluated them
-        return np.where(r.live, r.G[:, None] - r.default, 0.0)
 
 
 class Shapley(Scheme):
@@ -118,8 +124,7 @@ class Shapley(Scheme):
     rows = "coalitions"
 
     def reward(self, r: Rows) -> np.ndarray:
-        assert r.shapley is not None  # rows = "coalitions": the engine evaluated them
-        return r.shapley
+        return self.counterfactual(r)
 
 
 #: The reward schemes by name, in ``config.REWARD_SCHEMES`` order.
