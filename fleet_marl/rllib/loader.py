@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from fleet_marl.errors import require
-from fleet_marl.evaluation.loading import PolicyError, PolicyLoader
-from fleet_marl.training import check_trained_on
+from fleet_marl.evaluation.loading import PolicyError
+from fleet_marl.training import check_trained_on, engine_loader
 from fleet_marl.training.engines import ENGINES
 
 #: The RLlib engine's checkpoints (named in the registry of engines): ``fleet_marl.json`` next to RLlib's checkpoint files.
@@ -36,11 +36,6 @@ def load(spec: str, env: Any) -> Any:
         raise PolicyError(spec, f"failed to load the checkpoint: {type(exc).__name__}: {exc}") from exc
 
 
-LOADER = PolicyLoader(
-    name="rllib",
-    accepts=lambda spec: checkpoint_folder(spec) is not None,
-    load=load,
-    description="a fleet-marl train --engine rllib run folder or checkpoint",
-)
+LOADER = engine_loader("rllib", load, "a fleet-marl train --engine rllib run folder or checkpoint")
 
 __all__ = ["ENGINE", "LOADER", "SIDECAR", "checkpoint_folder", "load"]

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from fleet_marl.errors import require
-from fleet_marl.evaluation.loading import PolicyError, PolicyLoader
-from fleet_marl.training import check_trained_on
+from fleet_marl.evaluation.loading import PolicyError
+from fleet_marl.training import check_trained_on, engine_loader
 from fleet_marl.training.engines import ENGINES
 
 #: The TorchRL engine's checkpoints (named in the registry of engines): ``fleet_marl_torchrl.json`` next to ``model.pt``.
@@ -52,11 +52,6 @@ def load(spec: str, env: Any, explore: bool = False) -> Any:
     return TrainedPolicy(env, actor, sig["nvec"], explore=explore)
 
 
-LOADER = PolicyLoader(
-    name="torchrl",
-    accepts=lambda spec: checkpoint_folder(spec) is not None,
-    load=load,
-    description="a fleet-marl train --engine torchrl run folder or its checkpoint/ folder",
-)
+LOADER = engine_loader("torchrl", load, "a fleet-marl train --engine torchrl run folder or its checkpoint/ folder")
 
 __all__ = ["ENGINE", "LOADER", "SIDECAR", "checkpoint_folder", "load"]

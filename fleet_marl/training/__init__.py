@@ -12,8 +12,8 @@ module         what it owns
                checking and claiming the folder (``prepare_run``, ``start_run``), the atomic
                checkpoint swap, ``metrics.csv`` (:class:`MetricsLog`), the progress bar,
                :class:`TrainResult`
-``results``    the loaders' check that a run learned the env it is graded on
-               (``check_trained_on``), the final evaluation, ``results.md``/``.json`` and the
+``results``    the engines' grader loaders (``engine_loader``) and their check that a run
+               learned the env it is graded on (``check_trained_on``), the final evaluation, ``results.md``/``.json`` and the
                learning curve (``finish``), the end-of-run summary
 ``engines``    the registry of engines (:data:`~fleet_marl.training.engines.ENGINES`): each
                one's command and study modules, its checkpoints, which engine a config, a
@@ -51,6 +51,7 @@ from fleet_marl.training.folder import (
 )
 from fleet_marl.training.results import (
     check_trained_on,
+    engine_loader,
     final_evaluation,
     finish,
     learning_curve,
@@ -73,6 +74,7 @@ __all__ = [
     "checkout",
     "claim_run_folder",
     "config_path",
+    "engine_loader",
     "final_evaluation",
     "finish",
     "from_command",

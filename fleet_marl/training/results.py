@@ -2,6 +2,7 @@
 
 :func:`check_trained_on`  a trained run may be graded only on the agents, action spaces and
                           scenario it learned (the engines' grader loaders call it)
+:func:`engine_loader`     an engine's grader loader: a spec that is one of its run folders
 :func:`final_evaluation`  the trained policy and every reference policy on the same seeds
 :func:`learning_curve`    ``learning_curve.png`` from the rows of ``metrics.csv``
 :func:`finish`            the end of a run: the final evaluation into ``results.md`` and
@@ -24,14 +25,23 @@ from typing import Any
 from tqdm import tqdm
 
 from fleet_marl.evaluation.baselines import table
-from fleet_marl.evaluation.loading import PolicyError, fleet_env_or_none
+from fleet_marl.evaluation.loading import PolicyError, PolicyLoader, fleet_env_or_none
 from fleet_marl.evaluation.score import Evaluation, evaluate
 from fleet_marl.policies import POLICIES
 from fleet_marl.tasks import make_config
+from fleet_marl.training.engines import ENGINES
 from fleet_marl.training.folder import TrainResult
 
 #: The reference policies a learning curve draws as horizontal lines.
 CURVE_REFERENCES = ("random", "fair_share", "precision_expert", "planner")
+
+
+def engine_loader(name: str, load: Callable[..., Any], description: str) -> PolicyLoader:
+    """The grader's loader of the engine ``name`` of :data:`~fleet_marl.training.engines.ENGINES`:
+    it accepts a spec that is one of the engine's run folders or checkpoints (its sidecar
+    beside), and loads it with ``load(spec, env)``."""
+    folder = ENGINES[name].checkpoints.checkpoint_folder
+    return PolicyLoader(name=name, accepts=lambda spec: folder(spec) is not None, load=load, description=description)
 
 
 def check_trained_on(spec: str, meta: dict, env: Any) -> None:
@@ -202,6 +212,7 @@ def usage_error(exc: Exception) -> int:
 __all__ = [
     "CURVE_REFERENCES",
     "check_trained_on",
+    "engine_loader",
     "final_evaluation",
     "finish",
     "learning_curve",
