@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-import gymnasium
 import numpy as np
 from pettingzoo import ParallelEnv
 
@@ -25,6 +24,7 @@ from fleet_marl.environment.spaces import (
     PREC,
     ActionError,
     AgentSpaces,
+    EmptyStep,
     build_spaces,
     check_agent,
     check_indices,
@@ -179,7 +179,7 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
         self._s = core.EnvState.zeros(cs, 1)  # the episode: one cluster of the array core
         self._last_credit: Credit | None = None
         self._reports: dict[str, dict] = {}  # episode_reports
-        self._warned_empty = False  # step() with no live agent warned this episode
+        self._empty_step = EmptyStep()  # step() with no live agent: five empty dicts, warned once per episode
 
     # --- PettingZoo API ---------------------------------------------------------------------------
 
@@ -206,7 +206,7 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
         core.reset(self._core, self._s, [0], [self._rng])
         self._last_credit = None
         self._reports = {}
-        self._warned_empty = False
+        self._empty_step.warned = False
         self.agents = self.possible_agents[:]
         self._ready = True
         obs_m = self._obs_matrix()
@@ -237,13 +237,7 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
                         a,
                         f"an agent of this env, one of {', '.join(self.possible_agents)} (none is live: every agent finished)",
                     )
-            if not self._warned_empty:
-                self._warned_empty = True
-                gymnasium.logger.warn(
-                    "step() called with no live agent (every agent finished): it returns five empty dicts; "
-                    "call env.reset() to start a new episode"
-                )
-            return {}, {}, {}, {}, {}
+            return self._empty_step()
         idx, illegal = self._validate(actions)
         cs, s = self._core, self._s
         r = core.step(cs, s, idx[None], [self._credit_rng])

@@ -327,6 +327,25 @@ def departed(actions: dict, agent_index: dict, live: set) -> dict:
     return {a: v for a, v in actions.items() if a in live or a not in agent_index}
 
 
+class EmptyStep:
+    """The answer to a ``step()`` with no live agent (every agent finished): five empty dicts, as
+    PettingZoo's envs give (SuperSuit's ``black_death`` and RLlib's ``ParallelPettingZooEnv``
+    rely on it to see the end of the episode), with a warning the first time in an episode
+    (``reset()`` sets ``warned`` back to False)."""
+
+    def __init__(self) -> None:
+        self.warned = False
+
+    def __call__(self) -> tuple[dict, dict, dict, dict, dict]:
+        if not self.warned:
+            self.warned = True
+            gymnasium.logger.warn(
+                "step() called with no live agent (every agent finished): it returns five empty dicts; "
+                "call env.reset() to start a new episode"
+            )
+        return {}, {}, {}, {}, {}
+
+
 class AgentSpaces:
     """What the parallel and the sequential env share of PettingZoo's per-agent API: ``observation_space(agent)``
     and ``action_space(agent)`` over their ``observation_spaces``/``action_spaces`` dicts, the
@@ -376,6 +395,7 @@ __all__ = [
     "ActionError",
     "ActionMasks",
     "AgentSpaces",
+    "EmptyStep",
     "FlatMaskMultiDiscrete",
     "action_nvec",
     "build_spaces",

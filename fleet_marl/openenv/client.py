@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 from typing import Any, ClassVar, TypeVar
 
-import gymnasium
 import numpy as np
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
@@ -29,7 +28,7 @@ from fleet_marl.checks import is_seed
 from fleet_marl.config import FleetConfig, from_dict
 from fleet_marl.environment import OBS_MODES, REWARD_PREFIX, ActionError, FleetParallelEnv
 from fleet_marl.environment.observations import ObservedRound, observed_round
-from fleet_marl.environment.spaces import check_agent, departed, parse_action
+from fleet_marl.environment.spaces import EmptyStep, check_agent, departed, parse_action
 from fleet_marl.openenv.base import config_digest
 from fleet_marl.openenv.models import (
     FleetEgoAction,
@@ -175,7 +174,7 @@ class RemoteParallelEnv(ParallelEnv):
         self._ready = False
         self._round = 0
         self._reports: dict = {}
-        self._warned_empty = False
+        self._empty_step = EmptyStep()  # step() with no live agent: five empty dicts, warned once per episode
         self._remote_reset(seed=None)  # learn the scenario: spaces must exist before reset()
         self._ready = False
         self.agents: list[str] = []
@@ -246,7 +245,7 @@ class RemoteParallelEnv(ParallelEnv):
             self._digest = obs.config_digest
         self._ready = True
         self._reports = {}
-        self._warned_empty = False
+        self._empty_step.warned = False
         return self._apply(obs, with_rewards=False)
 
     def _apply(self, obs: FleetMultiObservation, with_rewards: bool) -> tuple[dict, dict]:
@@ -301,13 +300,7 @@ class RemoteParallelEnv(ParallelEnv):
         if not self.agents:
             for a in actions:
                 check_agent(a, self.agent_index, self.possible_agents, set())
-            if not self._warned_empty:
-                self._warned_empty = True
-                gymnasium.logger.warn(
-                    "step() called with no live agent (every agent finished): it returns five empty dicts; "
-                    "call env.reset() to start a new episode"
-                )
-            return {}, {}, {}, {}, {}
+            return self._empty_step()
         checked = {a: self.check_action(a, act, live).tolist() for a, act in actions.items()}
         missing = [a for a in self.agents if a not in actions]
         if missing:
