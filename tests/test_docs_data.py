@@ -292,3 +292,16 @@ def test_the_protocol_tables_are_their_data(kind):
     block = protocols.block(kind, ROOT)
     assert "| medium |" in block and "| hard |" in block
     assert _block((ROOT / protocols.DOC).read_text(), *protocols.BLOCKS[kind]) == block
+
+
+def test_the_manifest_declares_the_task_count_the_registry_holds(tmp_path):
+    """openenv.yaml's task count is a generated block: a stale count is rewritten by the publisher, the rest of the file kept."""
+    from fleet_marl.studies import manifest, publish
+    from fleet_marl.tasks import TASKS
+
+    text = (ROOT / "openenv.yaml").read_text()
+    assert manifest.block(len(TASKS)) in text
+    (tmp_path / "openenv.yaml").write_text(text.replace(f"train: {len(TASKS)}\n", f"train: {len(TASKS) + 3}\n"))
+    assert publish.stale(tmp_path, renderers=("fleet_marl.studies.manifest",)) == [tmp_path / "openenv.yaml"]
+    publish.publish(tmp_path, echo=lambda *_: None, renderers=("fleet_marl.studies.manifest",))
+    assert (tmp_path / "openenv.yaml").read_text() == text

@@ -16,6 +16,7 @@ has ``blocks(root) -> [(doc, start, end, text), ...]``:
 ``fleet_marl.studies.credit.report``        the credit study's blocks of credit_assignment.md from
                                             ``docs/data/credit_study*/``
 ``fleet_marl.studies.credit.first_study``   the first study's blocks from ``docs/data/credit_assignment*/``
+``fleet_marl.studies.manifest``             ``openenv.yaml``'s declared task count, from the task registry
 ==========================================  ========================================================
 
 :func:`render` is what the docs should say, :func:`publish` writes it (only the files that
@@ -45,6 +46,7 @@ RENDERERS = (
     "fleet_marl.studies.protocols",
     "fleet_marl.studies.credit.report",
     "fleet_marl.studies.credit.first_study",
+    "fleet_marl.studies.manifest",
 )
 
 EXAMPLES = """examples:
