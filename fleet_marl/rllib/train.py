@@ -27,7 +27,6 @@ import contextlib
 import logging
 import math
 import os
-import socket
 import time
 import warnings
 from pathlib import Path
@@ -41,7 +40,7 @@ from fleet_marl.rllib.config import TrainConfig, TrainConfigError, build, check_
 from fleet_marl.rllib.evaluation import grader_task
 from fleet_marl.rllib.loader import ENGINE
 from fleet_marl.rllib.policy import ModulePolicy
-from fleet_marl.training import MetricsLog, TrainResult, finish, prepare_run, progress_bar, start_run
+from fleet_marl.training import MetricsLog, TrainResult, finish, prepare_run, progress_bar, show_progress, start_run, unreachable
 
 #: RLlib's lifetime agent-steps, one leaf per agent (``.../tenant_0`` ...): ``agent_steps`` is their sum.
 AGENT_STEPS = "env_runners/num_agent_steps_sampled_lifetime"
@@ -149,14 +148,12 @@ def _check_reachable(address: str) -> None:
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or address.startswith(("ray://", "auto")):
         return  # "auto" and ray:// addresses: ray.init reports them itself
-    try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=5):
-            pass
-    except OSError as exc:
+    why = unreachable(host, port)
+    if why is not None:
         raise TrainConfigError(
-            f"--address {address!r}: no Ray cluster found (nothing answers on {host}:{port}: {exc.strerror or exc}). "
+            f"--address {address!r}: no Ray cluster found (nothing answers on {host}:{port}: {why}). "
             "Start one with 'ray start --head --port PORT' (see docs/training.md), or leave out --address to train on this machine"
-        ) from None
+        )
 
 
 def _save(algo: Any, run_dir: Path, tc: TrainConfig, iteration: int, env_steps: int, seconds: float = 0.0) -> Path:
@@ -218,14 +215,7 @@ def train(
             writer.flush()
             if tc.checkpoint_interval and (it + 1) % tc.checkpoint_interval == 0 and it + 1 < tc.iterations:
                 last_ckpt = _save(algo, run_dir, tc, it + 1, step, offset + time.time() - t0)
-            if bar is not None:
-                post: dict[str, Any] = {"steps": step}
-                if row["welfare"] != "":
-                    post["welfare"] = f"{row['welfare']:.1f}"
-                if row["score"] != "":
-                    post["score"] = f"{row['score']:.2f}"
-                bar.set_postfix(post)
-                bar.update(1)
+            show_progress(bar, step, row, (("welfare", "welfare", ".1f"), ("score", "score", ".2f")))
         if bar is not None:
             bar.close()
         last_ckpt = _save(algo, run_dir, tc, tc.iterations, env_steps, offset + time.time() - t0)

@@ -66,7 +66,7 @@ from fleet_marl.torchrl.env import GROUP
 from fleet_marl.torchrl.loader import ENGINE
 from fleet_marl.torchrl.loop import RESUME_STRIDE, Loop
 from fleet_marl.torchrl.policy import MaskedMultiCategorical, TrainedPolicy, build_networks
-from fleet_marl.training import MetricsLog, TrainConfigError, TrainResult, finish, prepare_run, progress_bar, start_run
+from fleet_marl.training import MetricsLog, TrainConfigError, TrainResult, finish, prepare_run, progress_bar, show_progress, start_run
 
 
 class Learner:
@@ -318,14 +318,7 @@ def train(
                     writer.add_scalar(k, v, env_steps)
             if tc.checkpoint_interval and it % tc.checkpoint_interval == 0 and it < tc.iterations:
                 last = _save(loop, run_dir, tc, sig, it, env_steps, offset + time.time() - t0)
-            if bar is not None:
-                post: dict[str, Any] = {"steps": env_steps}
-                if row["welfare"] != "":
-                    post["welfare"] = f"{row['welfare']:.1f}"
-                if row["eval_welfare"] != "":
-                    post["graded"] = f"{row['eval_welfare']:.1f}"
-                bar.set_postfix(post)
-                bar.update(1)
+            show_progress(bar, env_steps, row, (("welfare", "welfare", ".1f"), ("eval_welfare", "graded", ".1f")))
         last = _save(loop, run_dir, tc, sig, it, env_steps, offset + time.time() - t0)
     finally:
         loop.close()

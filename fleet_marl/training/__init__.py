@@ -36,6 +36,7 @@ from fleet_marl.training.config import (
     config_path,
     from_command,
     replaced,
+    unreachable,
 )
 from fleet_marl.training.folder import (
     CHECKPOINT,
@@ -46,6 +47,7 @@ from fleet_marl.training.folder import (
     claim_run_folder,
     prepare_run,
     progress_bar,
+    show_progress,
     start_run,
     swap_in_checkpoint,
 )
@@ -84,7 +86,9 @@ __all__ = [
     "print_summary",
     "progress_bar",
     "replaced",
+    "show_progress",
     "start_run",
     "swap_in_checkpoint",
+    "unreachable",
     "usage_error",
 ]

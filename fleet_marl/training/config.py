@@ -9,12 +9,14 @@
 :func:`config_path`           a run config named by ``--config NAME``
 :func:`replaced`              a copy of a config with some fields changed, checked
 :func:`from_command`          the config and the run to resume that ``fleet-marl train``'s options give
+:func:`unreachable`           why nothing answers at an ``--address``'s host and port (a Ray cluster's)
 :func:`checkout`              the source checkout the package runs from (None for a wheel)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -121,6 +123,17 @@ def from_command(args: Any, cls: Any, engine: Any, read: Callable[[str], Any], o
     return tc.replace(source="command line", **changes), args.resume
 
 
+def unreachable(host: str, port: str) -> str | None:
+    """Why nothing answers on ``host:port`` (no TCP connection within 5 s; an empty host is this
+    machine), or None when something does: a command fails fast on an ``--address`` where no Ray
+    cluster listens, since ``ray.init`` would retry for minutes."""
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=5):
+            return None
+    except OSError as exc:
+        return str(exc.strerror or exc)
+
+
 __all__ = [
     "TrainConfigError",
     "check_common",
@@ -130,4 +143,5 @@ __all__ = [
     "config_path",
     "from_command",
     "replaced",
+    "unreachable",
 ]

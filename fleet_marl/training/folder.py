@@ -225,6 +225,19 @@ def progress_bar(tc: Any, first: int, progress: bool) -> Any:
     return tqdm(total=tc.iterations, initial=first, desc=f"train {tc.run_name}", unit="iter", file=sys.stderr, dynamic_ncols=True)
 
 
+def show_progress(bar: Any, steps: int, row: dict, shown: tuple[tuple[str, str, str], ...]) -> None:
+    """One iteration more on the progress bar ``bar`` (None: no bar), with the env ``steps`` and
+    each ``(column, label, format)`` of ``shown`` whose column of the metrics ``row`` has a value."""
+    if bar is None:
+        return
+    post: dict[str, Any] = {"steps": steps}
+    for column, label, fmt in shown:
+        if row[column] != "":
+            post[label] = format(row[column], fmt)
+    bar.set_postfix(post)
+    bar.update(1)
+
+
 __all__ = [
     "CHECKPOINT",
     "OUTPUTS",
@@ -234,6 +247,7 @@ __all__ = [
     "claim_run_folder",
     "prepare_run",
     "progress_bar",
+    "show_progress",
     "start_run",
     "swap_in_checkpoint",
 ]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from tqdm import tqdm
 from fleet_marl.studies.credit.torchrl_design import Study
 from fleet_marl.studies.credit.torchrl_runs import Session, run_caught
 from fleet_marl.studies.store import StudyError
+from fleet_marl.training import unreachable
 
 
 def check_address(address: str) -> None:
@@ -39,14 +39,12 @@ def check_address(address: str) -> None:
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not port.isdigit():
         raise StudyError(f"--address {address!r}: expected 'auto', host:port or ray://host:port")
-    try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=5):
-            pass
-    except OSError as exc:
+    why = unreachable(host, port)
+    if why is not None:
         raise StudyError(
-            f"--address {address!r}: nothing answers there ({exc.strerror or exc}); start a cluster with 'ray start --head' "
+            f"--address {address!r}: nothing answers there ({why}); start a cluster with 'ray start --head' "
             "(docs/training.md), or leave out --address to run on this machine"
-        ) from None
+        )
 
 
 def connect(address: str) -> bool:
