@@ -33,7 +33,7 @@ DESCRIPTION = (
 )
 
 EXAMPLES = """examples:
-  fleet-marl train                                   # the default run (make train): IPPO with TorchRL on easy, about 6 min + grading
+  fleet-marl train                                   # the default run (make train): IPPO with TorchRL on easy, then its grading
   fleet-marl train --task tiny --iterations 3 --seed 3  # twice: the same metrics.csv and checkpoint, bit for bit (collector sync)
   fleet-marl train --collector async                 # faster on 2 cores, not reproducible
   fleet-marl train --collectors 4 --device cuda      # collect in 4 processes, learn on the GPU
@@ -41,7 +41,7 @@ EXAMPLES = """examples:
   fleet-marl train --task medium --sharing mappo --reward-scheme difference
   fleet-marl train --config my_run.yaml                 # a YAML of TorchRLTrainConfig keys with 'engine: torchrl'
   fleet-marl train --resume runs/train/easy-shared-local-torchrl --iterations 2000   # on to 2000 in all, as if never stopped
-  fleet-marl train --engine rllib                    # RLlib's PPO on easy (about 13 min on 2 cores)
+  fleet-marl train --engine rllib                    # RLlib's PPO on easy
   fleet-marl train --docs runs/train/trace-shared-difference-torchrl   # publish a graded run as the task's learned row
   fleet-marl train --config medium_per_kind_difference   # an RLlib config (experiments/configs/): the rllib engine
   fleet-marl train --config experiments/torchrl_configs/medium_seq_15min.yaml  # env: {protocol: sequential}: one policy call per turn

@@ -18,8 +18,8 @@ from fleet_marl.policies import POLICIES
 @dataclass(frozen=True)
 class Work:
     """What a session on one scenario commits the server to, in the kernel's row-columns
-    (:func:`fleet_marl.kernel.work.kernel_work`; 0.1-0.5 µs each on one core here, measured by
-    ``experiments/server_costs.py``): ``env`` for the round itself (the grand coalition and
+    (:func:`fleet_marl.kernel.work.kernel_work`; ``experiments/server_costs.py`` times one on
+    the machine it runs on): ``env`` for the round itself (the grand coalition and
     every counterfactual row of the schemes it computes: removals, defaults, Shapley's
     coalitions), ``opponents`` for the reference policy that plays the other tenants (its
     ``work``: nothing for a heuristic's steps once its fit tables are filled, a search for the

@@ -29,7 +29,7 @@ from fleet_marl.training import config_path, from_command, print_result, usage_e
 NEEDS = ("ray.rllib", "torch", "tensorboardX", "matplotlib")
 
 EXAMPLES = """examples:
-  fleet-marl train                                   # the default run: PPO on easy, about 13 min on 2 cores
+  fleet-marl train                                   # the default run: PPO on easy
   fleet-marl train --iterations 5 --final-episodes 3 # a quick look
   fleet-marl train --config experiments/configs/medium_per_kind_difference.yaml
   fleet-marl train --config medium_per_kind_difference   # the same, by name

@@ -1,5 +1,5 @@
 """The protocol study: the reference policies under the simultaneous and the sequential
-protocols, on the same seeds (issue 21, part 4).
+protocols, on the same seeds.
 
 For each task, policy and protocol it plays ``seeds`` episodes (the sequential protocol with
 ``turn_order``, default ``rotating``, so that every tenant claims at every place in turn) and
@@ -28,7 +28,7 @@ is against the simultaneous run's, paired by seed (each protocol with the policy
 A run trained on another task or under the other protocol is refused by name before any
 episode is played (the grader's check, ``fleet_marl.training.check_trained_on``).
 
-How to run (about 15 minutes on one core for medium and hard, 10 seeds)::
+How to run::
 
     python -m fleet_marl.studies.protocols --tasks medium hard --seeds 10 > table.md
     python -m fleet_marl.studies.protocols --tasks medium --seeds 10 --policies \

@@ -15,7 +15,8 @@ from statistics import median
 from fleet_marl.validation.cases import GROUP_ORDER, Case, load
 from fleet_marl.validation.predict import predict
 
-#: The targets of issue 30: the median absolute relative error of each quantity, and every case.
+#: The targets the cost model is held to: the median absolute relative error of each quantity
+#: (``MEDIAN_TARGET``), and the error of every case (``CASE_TARGET``).
 MEDIAN_TARGET = 0.10
 CASE_TARGET = 0.30
 
