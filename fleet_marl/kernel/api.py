@@ -3,7 +3,7 @@
 checked in :mod:`~fleet_marl.kernel.checks` and packed for the compiled round
 (:mod:`~fleet_marl.kernel.engine`) in :mod:`~fleet_marl.kernel.packing`.
 
-The kernel runs in two stages (``DESIGN.md`` section 5):
+The kernel runs in two stages (their equations and sources are in ``docs/model.md``):
 
 1. per-tenant terms that depend only on a tenant's own action (bytes, FLOPs, numerics), sums
    of per-layer-group tables built once per scenario (``cost.stage1_tables``);

@@ -14,7 +14,7 @@ from fleet_marl.catalog import ModelArch
 #: GPU's work: scheduling, sampling and detokenising. vLLM v0.6 measured its CPU overhead at up
 #: to 62 % of a decode step of Llama-3-8B on one H100 before v0.6 cut it (vLLM blog, 2024-09-05,
 #: "vLLM v0.6.0: 2.7x throughput improvement and 5x latency reduction"). 1 ms, an assumption.
-#: The kernels' own launches and stalls are :data:`KERNEL_STALL_S` (since issue 30).
+#: The kernels' own launches and stalls are :data:`KERNEL_STALL_S`, apart from it.
 STEP_OVERHEAD_S = 1e-3
 #: Seconds of a serving forward pass's memory pipeline stalled at each kernel boundary, when no
 #: weight is being loaded: "even with an optimistic 5 us of stalling per kernel (counting

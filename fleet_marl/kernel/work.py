@@ -1,5 +1,5 @@
 """What kernel calls cost, in one unit: a *row-column*, one batch row of one round over one
-tenant or node (about 0.2-0.5 µs on one core here; ``experiments/server_costs.py`` measures it).
+tenant or node (``experiments/server_costs.py`` times one on the machine it runs on).
 A call of ``rows`` rows on a scenario of ``T`` tenants and ``N`` nodes costs
 ``rows * (T + N) + CALL_OVERHEAD``: the fixed part is what one call costs before its first row
 (argument checks, packing, the compiled round's dispatch), which dominates the many small calls
