@@ -200,6 +200,17 @@ def check_episode_id(episode_id: Any) -> str | None:
     return episode_id
 
 
+#: The arguments of a reset that both views take (the ego view takes its own after them).
+RESET_ARGS = ("seed", "episode_id", "task", "config", "split", "index")
+
+
+def check_reset_args(unknown: dict, own: tuple[str, ...] = ()) -> None:
+    """A reset's ``unknown`` arguments (beyond :data:`RESET_ARGS` and the view's ``own``) are an
+    error that names the first."""
+    if unknown:
+        raise ClientError(f"reset: unknown argument {short_repr(sorted(unknown)[0])}: expected {', '.join(RESET_ARGS + own)}")
+
+
 def check_seed(seed: Any) -> int | None:
     if seed is not None and not is_seed(seed):
         raise ClientError(f"reset: seed = {short_repr(seed)}: expected None or a non-negative integer")
@@ -208,10 +219,12 @@ def check_seed(seed: Any) -> int | None:
 
 __all__ = [
     "MAX_EPISODE_ID",
+    "RESET_ARGS",
     "SPLIT",
     "SessionEnv",
     "TaskAPI",
     "check_episode_id",
+    "check_reset_args",
     "check_seed",
     "config_digest",
     "fairness_report",

@@ -62,12 +62,16 @@ _Obs = TypeVar("_Obs")
 
 
 class _TokenClient(EnvClient[_Act, _Obs, FleetState]):
-    """OpenEnv's ``EnvClient`` with ``token=``: sent as a bearer token when the socket opens."""
+    """OpenEnv's ``EnvClient`` with ``token=``: sent as a bearer token when the socket opens; both
+    views' clients read the same :class:`FleetState`."""
 
     def __init__(
         self, base_url: str | None = None, *args: Any, token: str | None = None, headers: dict[str, str] | None = None, **kwargs: Any
     ):
         super().__init__(base_url, *args, headers=auth_headers(token, headers), **kwargs)
+
+    def _parse_state(self, payload: dict[str, Any]) -> FleetState:
+        return FleetState.model_validate(payload)
 
 
 class FleetEnvClient(_TokenClient[FleetJointAction, FleetMultiObservation]):
@@ -80,9 +84,6 @@ class FleetEnvClient(_TokenClient[FleetJointAction, FleetMultiObservation]):
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[FleetMultiObservation]:
         return _parse(FleetMultiObservation, payload)
 
-    def _parse_state(self, payload: dict[str, Any]) -> FleetState:
-        return FleetState.model_validate(payload)
-
 
 class FleetEgoClient(_TokenClient[FleetEgoAction, FleetEgoObservation]):
     """Client of the ego view: ``client.step(FleetEgoAction(text=model_output))`` (``token="..."``
@@ -93,9 +94,6 @@ class FleetEgoClient(_TokenClient[FleetEgoAction, FleetEgoObservation]):
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[FleetEgoObservation]:
         return _parse(FleetEgoObservation, payload)
-
-    def _parse_state(self, payload: dict[str, Any]) -> FleetState:
-        return FleetState.model_validate(payload)
 
 
 class WebSocketSession:

@@ -46,6 +46,7 @@ from fleet_marl.errors import ClientError, short_repr
 from fleet_marl.openenv.base import (
     SessionEnv,
     check_episode_id,
+    check_reset_args,
     check_seed,
     config_digest,
     resolve_task,
@@ -144,11 +145,7 @@ class FleetEgoEnvironment(SessionView, Environment):
         max_invalid_streak: int | None = None,
         **kwargs: Any,
     ) -> FleetEgoObservation:
-        if kwargs:
-            raise ClientError(
-                f"reset: unknown argument {short_repr(sorted(kwargs)[0])}: expected seed, episode_id, task, config, split, index, "
-                "ego, opponents, fallback, invalid_penalty, max_invalid_streak"
-            )
+        check_reset_args(kwargs, ("ego", "opponents", "fallback", "invalid_penalty", "max_invalid_streak"))
         d = self.defaults
         opponents = d["opponents"] if opponents is None else opponents
         fallback = d["fallback"] if fallback is None else fallback

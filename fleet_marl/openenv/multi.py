@@ -29,6 +29,7 @@ from fleet_marl.errors import ClientError, short_repr
 from fleet_marl.openenv.base import (
     SessionEnv,
     check_episode_id,
+    check_reset_args,
     check_seed,
     config_digest,
     resolve_task,
@@ -65,10 +66,7 @@ class FleetMultiEnvironment(SessionView, Environment):
         index: int | None = None,
         **kwargs: Any,
     ) -> FleetMultiObservation:
-        if kwargs:
-            raise ClientError(
-                f"reset: unknown argument {short_repr(sorted(kwargs)[0])}: expected seed, episode_id, task, config, split, index"
-            )
+        check_reset_args(kwargs)
         seed, episode_id = check_seed(seed), check_episode_id(episode_id)
         name = resolve_task(task, split, index, self.default_task)
         if config is not None and not isinstance(config, dict):
