@@ -132,7 +132,7 @@ IMPORTS = _imports()
 
 
 def test_kernel_modules_import_without_a_circle():
-    """Inside the kernel the modules form a chain (jit, mechanisms, activations, serving, cost, layout,
+    """Inside the kernel the modules form a chain (jit, mechanisms, activations, serving, constants, flops, cost, layout,
     roofline, the stages clearing, placement, tenant_cost, safety, power_heat and outcome, then engine, types,
     static, checks, packing, api): no module imports one that imports it back."""
     kernel = PKG / "kernel"

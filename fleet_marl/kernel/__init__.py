@@ -11,8 +11,9 @@
 Modules, each importing only the ones before it: ``jit`` (numba's options, numpy's pairwise
 sum, small sorts), ``mechanisms`` (the arbiter's mechanisms as data, from
 ``fleet_marl.config.mechanisms``, and their codes), ``activations`` (the bytes per token a
-training tenant's blocks keep for the backward pass, by checkpointing mode and loss), ``cost``
-(stage 1: bytes, FLOPs, the tables by layer group), ``layout`` (the packed arrays and their columns); the round's stages, each
+training tenant's blocks keep for the backward pass, by checkpointing mode and loss), ``constants``
+(the cost model's constants, each with its source), ``flops`` (a model's work per token by layer
+group), ``cost`` (stage 1: bytes, FLOPs, the tables by layer group), ``layout`` (the packed arrays and their columns); the round's stages, each
 compiled: ``clearing``, ``placement``, ``tenant_cost`` (stage 1 and the roofline), ``safety``
 (numerics and memory), ``power_heat``, ``outcome`` (progress, service, money, utility); then
 ``engine`` (the round: the stages in order, per batch row), ``types`` (the array containers),

@@ -24,7 +24,9 @@ turns them into bytes per GPU, throughput and power on the GPUs it was granted. 
   ``2 (n-1)/n`` (nccl-tests bus-bandwidth factors); over NVLink inside a node and over the
   network across nodes.
 
-They run once per scenario, in numpy; they never import PettingZoo or Ray.
+They run once per scenario, in numpy; they never import PettingZoo or Ray. The constants
+they use, each with its source, are ``constants.py``'s; a model's work per token (forward FLOPs,
+linear widths, one linear layer's seconds) is ``flops.py``'s; this module re-exports both.
 Stage 2 (bytes per GPU on ``n`` GPUs, the roofline) is ``engine.memory_per_gpu`` and
 ``engine.roofline``.
 """
@@ -34,8 +36,37 @@ from __future__ import annotations
 import numpy as np
 
 from fleet_marl import catalog
-from fleet_marl.catalog import ModelArch
 from fleet_marl.kernel.activations import ACT_ATTN, CKPT_FULL, CKPT_NONE, CKPT_SELECTIVE
+from fleet_marl.kernel.constants import (
+    ADAM_BYTES,
+    ATT,
+    ATTN_EFF,
+    ATTN_EFF_FA2_HOPPER,
+    BF16,
+    CAST_BW_EFF,
+    CAST_BYTES_SERVE,
+    CAST_BYTES_TRAIN,
+    CKPT_TRAIN_BYTES,
+    DEQUANT_BYTES,
+    EMB,
+    EW_BYTES,
+    FA2_OVER_FA1,
+    FA_BWD_FACTOR,
+    FP8,
+    FP32,
+    GEMM_EFF,
+    GRAD_BYTES,
+    HEAD,
+    HOPPER,
+    KV_BYTES,
+    MASTER_BYTES,
+    MLP,
+    NORM,
+    OPT_STEP_BYTES,
+    TRAIN_BYTES,
+    TRAIN_FLOPS_FACTOR,
+)
+from fleet_marl.kernel.flops import attention_efficiency, forward_flops_per_token, linear_dims, linear_seconds
 from fleet_marl.kernel.serving import (
     KERNEL_STALL_S,
     KERNELS_PER_LAYER,
@@ -44,159 +75,6 @@ from fleet_marl.kernel.serving import (
     serve_elementwise_bytes,
     serve_replicated_bytes,
 )
-
-_G = {g: i for i, g in enumerate(catalog.GROUPS)}
-EMB, ATT, MLP, NORM, HEAD = (_G[g] for g in ("embedding", "attention", "mlp", "norm", "head"))
-FP32 = catalog.PRECISION_CODE["fp32"]
-BF16 = catalog.PRECISION_CODE["bf16"]
-#: Bytes of the KV cache by the attention group's precision: weight-only formats keep a BF16 cache.
-KV_BYTES = np.where(catalog.WEIGHT_ONLY, 2.0, catalog.PRECISION_BYTES)
-#: Gradient bytes by precision: FP32 groups keep FP32 gradients, others BF16 (FP8 GEMMs
-#: produce BF16 weight gradients in Transformer Engine and torchao).
-GRAD_BYTES = np.where(np.arange(catalog.N_PRECISIONS) == FP32, 4.0, 2.0)
-#: Bytes of the fp32 master copy per parameter: none when the group already trains in fp32.
-MASTER_BYTES = np.where(np.arange(catalog.N_PRECISIONS) == FP32, 0.0, 4.0)
-FP8 = catalog.PRECISION_CODE["fp8"]
-#: Bytes per weight and per activation value while TRAINING, by precision: FP8 recipes keep
-#: BF16 weights (cast to FP8 per GEMM) and save BF16 activations (Transformer Engine, torchao
-#: float8), so an FP8 group trains with BF16 bytes; other formats use their own width.
-TRAIN_BYTES = np.where(np.arange(catalog.N_PRECISIONS) == FP8, 2.0, catalog.PRECISION_BYTES)
-ADAM_BYTES = 8.0  # two fp32 moments
-#: HBM bytes per parameter one optimizer step moves, with FP32 master weights, gradients and
-#: moments (4 B an element): PyTorch's AdamW without ``fused`` (pytorch/pytorch@002d2f0b, ``torch/optim/adamw.py``,
-#: ``_multi_tensor_adamw``, one kernel per op over all tensors: ``_foreach_lerp_`` of the first
-#: moment towards the gradient (read m, g, write m: 12), ``_foreach_mul_`` and ``_foreach_addcmul_``
-#: of the second moment (8 + 12), the decoupled weight decay ``_foreach_mul_`` of the weights (8),
-#: ``_foreach_sqrt``, ``_foreach_div_`` and ``_foreach_add_`` building the denominator (3 x 8) and
-#: ``_foreach_addcdiv_`` of the weights (read w, m, denominator, write w: 16): 80 B; Composer's
-#: ``DecoupledAdamW`` (llm-foundry) runs the same ops one tensor at a time, 80 B with its weight
-#: decay of 0 (``mul_`` then ``add_`` of the first moment, 20, for the lerp's 12 and no decay) --
-#: plus clipping the gradients by their norm (torchtitan ``max_norm`` 1.0, llm-foundry
-#: ``gradient_clipping`` 1.0: read each gradient for the norm, read and write it to scale, 12): 92.
-#: Memory-bound: at ``CAST_BW_EFF`` of the HBM bandwidth, on each GPU's ``1 / n`` shard (FSDP), once
-#: per step, after the backward (``roofline.roofline``). BF16 states move half (the kernel
-#: scales it with the optimizer's bytes, ``OPT_STEP_BYTES / ADAM_BYTES`` x the moments' bytes).
-OPT_STEP_BYTES = 92.0
-#: Bytes per parameter of a training checkpoint, what a restarted trainer reads back: the fp32
-#: master weights and Adam's two fp32 moments (ZeRO's K = 12, Rajbhandari et al. 2020); the
-#: 16-bit weights and the gradients are rebuilt from them. A server reads its weights at their
-#: precision (stage 1's weight bytes).
-CKPT_TRAIN_BYTES = 12.0
-TRAIN_FLOPS_FACTOR = 3.0  # forward + backward (2x forward) = 6N per token (Kaplan et al. 2020)
-#: Achieved share of the tensor-core peak of a large dense GEMM, BF16 and FP8 alike, and of the
-#: HBM bandwidth of a pointwise (cast) kernel: torchao's float8 roofline
-#: (pytorch/ao, torchao/testing/training/roofline_utils.py: pct_achievable_gemm_tops 0.78,
-#: pct_achievable_mem_bw 0.92, H100).
-GEMM_EFF = 0.78
-CAST_BW_EFF = 0.92
-#: Bytes moved per element to cast a BF16 GEMM operand to FP8 with a dynamic tensorwise scale in
-#: training (read for the amax, read again, write row- and column-major FP8: 2 + 2 + 2 x 1), for
-#: the input and the output gradient of every linear layer; in serving, one rowwise cast of the
-#: input (read 2, write 1). Same source.
-CAST_BYTES_TRAIN = 6.0
-CAST_BYTES_SERVE = 3.0
-#: Achieved share of the BF16 peak in attention's scores and weighted sum: FlashAttention-2
-#: reaches 50-73 % of the A100's peak forward and 35-50 % of the H100's, FlashAttention-3
-#: 75 % of the H100's (Dao 2023, arXiv 2307.08691, sec. 4.1; Shah et al. 2024, arXiv 2407.08608).
-ATTN_EFF = 0.55
-#: Achieved share of the BF16 peak of FlashAttention-2 on Hopper (H100, H200): PyTorch's
-#: ``scaled_dot_product_attention`` dispatches FlashAttention-2 first ("picks its backend by a fixed
-#: priority that puts FlashAttention first", huggingface/transformers PR #48163, 2026), which
-#: runs Ampere's MMA instructions on Hopper: pytorch/pytorch issue #142132 (nightly
-#: 2.6.0.dev20241204, H100, batch 1, 24 heads, 4608 tokens, head dim 128) measured SDPA at
-#: 329.483 TFLOPS against cuDNN's 631.338 and FlashAttention-3's 631.827; Shah et al. 2024
-#: (FlashAttention-3, arXiv 2407.08608, abstract): FlashAttention-2 reaches "only 35%
-#: utilization on the H100". 329.483 / 989.4 = 0.333. A training tenant on a Hopper GPU runs its
-#: attention at this share (the PyTorch training stacks -- torchtitan, torchao, torchtune,
-#: llm-foundry -- call SDPA or flash-attn 2); serving engines run their own kernels (unchanged).
-ATTN_EFF_FA2_HOPPER = 329.483 / 989.4
-#: Speed of FlashAttention-2 over FlashAttention(-1) at the same work: "around 2x speedup compared to
-#: FlashAttention, reaching 50-73% of the theoretical maximum FLOPs/s on A100", where FlashAttention
-#: reaches "only 25-40%" (Dao 2023, FlashAttention-2, arXiv 2307.08691, abstract). A tenant whose
-#: attention runs a FlashAttention-1-class kernel runs it at ``1 / FA2_OVER_FA1`` of the share its GPU
-#: gets with FlashAttention-2 (:func:`attention_efficiency`): llm-foundry's Triton FlashAttention
-#: (``attn_impl: triton``, ``llmfoundry/models/layers/flash_attn_triton.py``: "Overall Triton forward +
-#: backward is slightly slower than CUDA forward + backward", the CUDA FlashAttention-1 of
-#: HazyResearch/flash-attention@eff9fe6b). Validation cases only; the environment's tenants run
-#: FlashAttention-2.
-FA2_OVER_FA1 = 2.0
-#: Catalog GPU types of the Hopper architecture (sm_90), where :data:`ATTN_EFF_FA2_HOPPER` applies.
-HOPPER = ("h100-sxm", "h200")
-#: FLOPs of FlashAttention's backward pass over its forward's: the backward recomputes the scores
-#: (``Q K^T``) from the saved log-sum-exp and runs 5 matmuls against the forward's 2
-#: (Dao 2023, FlashAttention-2, arXiv 2307.08691, Algorithm 2; flash-attn's benchmark counts
-#: ``bwd = 2.5 x fwd``, ``benchmarks/benchmark_flash_attention.py``). A training step's ``3 x``
-#: forward counts 2; the extra 0.5 is priced with the recomputation
-#: (:func:`recompute_seconds_table`) whenever the tenant runs FlashAttention.
-FA_BWD_FACTOR = 2.5
-#: HBM bytes the memory-bound elementwise kernels move per byte of activation a block saves for
-#: the backward pass (each saved tensor is written once by its producer and read by the next
-#: kernel; eager PyTorch, partly fused).
-EW_BYTES = 4.0
-#: HBM bytes per weight of converting a weight-only weight to BF16 before a BF16 GEMM: the
-#: conversion writes 2 B and the GEMM reads them back (on top of reading the stored weight), as
-#: vLLM's AWQ layer does at 256 tokens or more (``ops.awq_dequantize`` then ``torch.matmul``:
-#: vllm-project/vllm@000796ac, vllm/model_executor/layers/quantization/awq.py) and torchao's
-#: INT8 weight-only linear always (``torch.mm(x, w_int8.t().to(x.dtype))``:
-#: pytorch/ao@694dab34, torchao/dtypes/affine_quantized_tensor.py, ``_linear_fp_act_int8_weight_impl``).
-DEQUANT_BYTES = 4.0
-
-
-def forward_flops_per_token(m: ModelArch, ctx: float) -> np.ndarray:
-    """Forward FLOPs per token by layer group (G,), at context length ``ctx``.
-
-    Matmuls cost 2 FLOPs per parameter and attention adds ``2 L ctx d_attn`` for the scores
-    and the weighted sum (Kaplan et al. 2020, sec. 2.1: ``C_forward = 2N + 2 n_layer n_ctx
-    d_attn``). The output head costs ``2 V h`` even when its weights are tied to the
-    embedding, since the matmul still runs; embedding lookups and norms are not matmuls and
-    count 0. A sliding window (Mistral) caps the keys each query attends to at ``m.sliding_window``
-    (``m.kv_tokens(ctx)``); ``m.head_dim`` is config.json's where the model sets it.
-    """
-    pg = m.params_by_group
-    out = np.zeros(catalog.N_GROUPS)
-    out[ATT] = 2.0 * pg["attention"] + 2.0 * m.layers * m.kv_tokens(ctx) * m.heads * m.head_dim
-    out[MLP] = 2.0 * pg["mlp"]
-    out[HEAD] = 2.0 * m.vocab * m.hidden
-    return out
-
-
-def attention_efficiency(gpu_type: str, train: bool) -> float:
-    """The achieved share of the BF16 peak of a tenant's attention scores and weighted sum on a
-    ``gpu_type`` GPU: FlashAttention-2 on Hopper for a training tenant
-    (:data:`ATTN_EFF_FA2_HOPPER`), else :data:`ATTN_EFF`."""
-    return ATTN_EFF_FA2_HOPPER if train and gpu_type in HOPPER else ATTN_EFF
-
-
-def linear_dims(m: ModelArch) -> tuple[np.ndarray, np.ndarray]:
-    """``(inputs, outputs)`` by layer group (G,), each a sum over the group's linear layers (one
-    ``nn.Linear`` each: q, k, v, o; gate, up, down or fc, proj; the LM head) of its input and
-    output widths: the elements per token an FP8 recipe casts."""
-    h, f, q, k, L = m.hidden, m.ffn, m.heads * m.head_dim, m.kv_heads * m.head_dim, m.layers
-    ins, outs = np.zeros(catalog.N_GROUPS), np.zeros(catalog.N_GROUPS)
-    ins[ATT], outs[ATT] = L * (3 * h + q), L * (q + 2 * k + h)
-    if m.mlp == "gated":
-        ins[MLP], outs[MLP] = L * (2 * h + f), L * (2 * f + h)
-    else:
-        ins[MLP], outs[MLP] = L * (h + f), L * (f + h)
-    ins[HEAD], outs[HEAD] = h, m.vocab
-    return ins, outs
-
-
-def linear_seconds(M: float, K: float, N: float, gpu, precision: str, train: bool = True) -> float:
-    """Seconds of one linear layer ``(M x K) @ (K x N)`` on ``gpu`` (a ``catalog.GPUType``) in
-    ``precision``, forward and, when ``train``, backward (3 GEMMs): the GEMMs at ``GEMM_EFF`` of
-    the precision's peak and, in FP8, the casts of the input (M x K), the output gradient (M x N)
-    and the weight (K x N, 8 bytes per element: its two casts) at ``CAST_BW_EFF`` of the HBM
-    bandwidth -- the per-token terms of :func:`stage1_tables` plus the weight's cast, which a
-    training step amortises over its tokens."""
-    code = catalog.PRECISION_CODE[precision]
-    passes = 3.0 if train else 1.0
-    peak = float(gpu.peak_flops()[code])
-    t = passes * 2.0 * M * K * N / (peak * GEMM_EFF)
-    if code == FP8:
-        cast = CAST_BYTES_TRAIN * (M * K + M * N) + 8.0 * K * N if train else CAST_BYTES_SERVE * M * K
-        t += cast / (gpu.bandwidth_tbs * 1e12 * CAST_BW_EFF)
-    return t
 
 
 def reference_rate(st) -> np.ndarray:
@@ -389,22 +267,32 @@ def stage1_tables(st) -> tuple[np.ndarray, np.ndarray]:
 
 __all__ = [
     "ADAM_BYTES",
+    "ATT",
     "ATTN_EFF",
     "ATTN_EFF_FA2_HOPPER",
+    "BF16",
     "CAST_BW_EFF",
     "CAST_BYTES_SERVE",
     "CAST_BYTES_TRAIN",
     "CKPT_TRAIN_BYTES",
     "DEQUANT_BYTES",
+    "EMB",
     "EW_BYTES",
     "FA2_OVER_FA1",
     "FA_BWD_FACTOR",
+    "FP8",
+    "FP32",
     "GEMM_EFF",
+    "GRAD_BYTES",
     "GROUP_TERMS",
+    "HEAD",
     "HOPPER",
     "KERNELS_PER_LAYER",
     "KERNEL_STALL_S",
     "KV_BYTES",
+    "MASTER_BYTES",
+    "MLP",
+    "NORM",
     "OPT_STEP_BYTES",
     "STEP_OVERHEAD_S",
     "TENANT_TERMS",
