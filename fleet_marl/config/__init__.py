@@ -19,34 +19,10 @@ The default value of each scenario parameter is a modelling choice; the default 
 physical constant is cited in ``docs/model.md``.
 """
 
+from fleet_marl.config import specs
 from fleet_marl.config.checks import ConfigError, from_dict, to_dict
-from fleet_marl.config.specs import (
-    MECHANISMS,
-    MOVED_TO_FAIRNESS,
-    REWARD_SCHEMES,
-    ArbiterSpec,
-    ClusterSpec,
-    FairnessSpec,
-    FleetConfig,
-    RewardSpec,
-    SafetySpec,
-    TenantSpec,
-    WorkloadSpec,
-)
+from fleet_marl.config.specs import *  # noqa: F403 -- the package re-exports the specs' public names, their __all__
 
-__all__ = [
-    "MECHANISMS",
-    "MOVED_TO_FAIRNESS",
-    "REWARD_SCHEMES",
-    "ArbiterSpec",
-    "ClusterSpec",
-    "ConfigError",
-    "FairnessSpec",
-    "FleetConfig",
-    "RewardSpec",
-    "SafetySpec",
-    "TenantSpec",
-    "WorkloadSpec",
-    "from_dict",
-    "to_dict",
-]
+#: The checks' names and the specs'.
+__all__ = ["ConfigError", "from_dict", "to_dict"]
+__all__ += specs.__all__
