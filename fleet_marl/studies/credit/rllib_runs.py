@@ -216,29 +216,9 @@ def run_all(study: Study, out: Path, todo: list[tuple], jobs: int, progress: boo
         reference_episodes(task, name, seeds, overrides, progress=None)
     start_ray()
     session = Session(out, jobs, DISTS)
-    task = ray.remote(num_cpus=1, max_retries=0)(run_caught)
-    pending = list(todo)
-    running: dict[Any, tuple] = {}  # the runs in flight: object ref -> key
     try:
-        with tqdm(total=len(todo), desc="runs (RLlib)", unit="run", disable=not progress, smoothing=0.02) as bar:
-            while pending or running:
-                while pending and len(running) < jobs:
-                    key = pending.pop(0)
-                    running[task.remote((study, key))] = key
-                ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
-                for ref in ready:
-                    key = running.pop(ref)
-                    result: Any
-                    try:
-                        _, result = ray.get(ref)
-                    except Exception as exc:  # noqa: BLE001 -- a lost worker: name the run, keep the others going
-                        text = str(exc).strip()
-                        result = text.splitlines()[-1] if text else type(exc).__name__
-                    bar.update(1)
-                    bar.set_postfix_str(session.add(key, result))
+        session.run_on_ray(ray.remote(num_cpus=1, max_retries=0)(run_caught), study, todo, jobs, "runs (RLlib)", progress)
     finally:
-        for ref in running:  # interrupted: stop the runs in flight
-            ray.cancel(ref, force=True)
         session.close()
 
 

@@ -21,18 +21,17 @@ from typing import Any
 
 import numpy as np
 
+from fleet_marl.evaluation import episode_means
 from fleet_marl.studies.credit.torchrl_design import KEY, Study
 
 
 def graded(ev: Any) -> dict:
     """The grader's figures of one evaluation ``ev`` that a curve point and a result share."""
-    eps = ev.episodes
+    means = episode_means(ev.episodes)
     return {
         "eval_welfare": float(ev.welfare.mean()),
         "score": float(ev.score),
-        "jain": float(np.mean([e.jain for e in eps])),
-        "starvation_events": float(np.mean([e.starvation_events for e in eps])),
-        "degenerate": float(np.mean([e.events["degenerate"] for e in eps])),
+        **{k: means[k] for k in ("jain", "starvation_events", "degenerate")},
     }
 
 
@@ -54,13 +53,12 @@ def result(iterations: int, env_steps: int, agent_steps: int, ev: Any, seconds: 
     """A run's measures: its budget, the grader's last evaluation ``ev`` (and its references),
     and its timing (``seconds`` in all, ``eval_seconds`` of them grading, ``credit_seconds`` in
     the env's credit engine, also per env step)."""
-    eps = ev.episodes
     return {
         "iterations": iterations,
         "env_steps": env_steps,
         "agent_steps": agent_steps,
         **graded(ev),
-        "illegal": float(np.mean([e.illegal for e in eps])),
+        "illegal": episode_means(ev.episodes)["illegal"],
         "random_welfare": float(np.mean(ev.random_welfare)),
         "planner_welfare": float(np.mean(ev.reference_welfare)),
         "run_seconds": round(seconds, 2),

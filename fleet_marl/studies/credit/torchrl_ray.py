@@ -21,9 +21,6 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
-
-from tqdm import tqdm
 
 from fleet_marl.studies.credit.torchrl_design import Study
 from fleet_marl.studies.credit.torchrl_runs import Session, run_caught
@@ -91,28 +88,9 @@ def run_all(
         limit = min(jobs, fits) if jobs else fits
         session = Session(out, limit)
         task = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=0)(run_caught)
-        pending = list(todo)
-        running: dict[Any, tuple] = {}  # the runs in flight: object ref -> key
         try:
-            with tqdm(total=len(todo), desc=f"runs on {address}", unit="run", disable=not progress, smoothing=0.02) as bar:
-                while pending or running:
-                    while pending and len(running) < limit:
-                        key = pending.pop(0)
-                        running[task.remote((study, key))] = key
-                    ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
-                    for ref in ready:
-                        key = running.pop(ref)
-                        result: Any
-                        try:
-                            _, result = ray.get(ref)
-                        except Exception as exc:  # noqa: BLE001 -- a lost node or worker: name the run, keep the others going
-                            text = str(exc).strip()
-                            result = text.splitlines()[-1] if text else type(exc).__name__
-                        bar.update(1)
-                        bar.set_postfix_str(session.add(key, result))
+            session.run_on_ray(task, study, todo, limit, f"runs on {address}", progress)
         finally:
-            for ref in running:  # interrupted: stop the runs in flight on the cluster
-                ray.cancel(ref, force=True)
             session.close()
     finally:
         if started:

@@ -164,6 +164,35 @@ class Session:
         self.record()
         return f"last {key[1]} N={key[2]} {key[3]} seed {key[4]}: score {row['score']:.2f}, {row['run_seconds']:.0f}s"
 
+    def run_on_ray(self, task: Any, study: Study, todo: list[tuple], limit: int, desc: str, progress: bool) -> None:
+        """The runs ``todo`` of ``study`` as the Ray tasks ``task`` (a ``run_caught`` made remote),
+        at most ``limit`` at once, each added (:meth:`add`) as it finishes; a run whose worker or
+        node was lost fails with its error's last line. Interrupted, it cancels the runs in flight."""
+        import ray  # Ray: only for a study's runs on Ray (the rllib engine's, or a cluster's)
+
+        pending = list(todo)
+        running: dict[Any, tuple] = {}  # the runs in flight: object ref -> key
+        try:
+            with tqdm(total=len(todo), desc=desc, unit="run", disable=not progress, smoothing=0.02) as bar:
+                while pending or running:
+                    while pending and len(running) < limit:
+                        key = pending.pop(0)
+                        running[task.remote((study, key))] = key
+                    ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
+                    for ref in ready:
+                        key = running.pop(ref)
+                        result: Any
+                        try:
+                            _, result = ray.get(ref)
+                        except Exception as exc:  # noqa: BLE001 -- a lost node or worker: name the run, keep the others going
+                            text = str(exc).strip()
+                            result = text.splitlines()[-1] if text else type(exc).__name__
+                        bar.update(1)
+                        bar.set_postfix_str(self.add(key, result))
+        finally:
+            for ref in running:  # interrupted: stop the runs in flight
+                ray.cancel(ref, force=True)
+
     def close(self) -> None:
         if self.finished:
             self.record()
