@@ -29,7 +29,7 @@ import yaml
 
 from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
 from fleet_marl.rllib.sharing import SHARING, mapping_for, module_ids
-from fleet_marl.training import TrainConfigError, check_common, check_env, replaced
+from fleet_marl.training import TrainConfigError, check_common, check_env, check_integers, replaced
 
 OBS_MODES = ("dict", "flat")
 #: The most clusters per env runner when ``num_envs_per_env_runner`` is left out and the vector env
@@ -128,21 +128,9 @@ class TrainConfig:
         for k in ("task", "reward_scheme", "obs_mode", "with_state"):
             if k in self.env:
                 raise TrainConfigError(f"{source}: env.{k} is set by the top-level key; remove it from env")
-        for name, lo in (
-            ("iterations", 1),
-            ("train_batch_size", 1),
-            ("minibatch_size", 1),
-            ("num_epochs", 1),
-            ("final_episodes", 1),
-            ("eval_episodes", 1),
-            ("seed", 0),
-            ("num_env_runners", 0),
-            ("eval_interval", 0),
-            ("checkpoint_interval", 0),
-        ):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                bad(name, f"an integer >= {lo}")
+        ones = ("iterations", "train_batch_size", "minibatch_size", "num_epochs", "final_episodes", "eval_episodes")
+        zeros = ("seed", "num_env_runners", "eval_interval", "checkpoint_interval")
+        check_integers(self, [(name, 1) for name in ones] + [(name, 0) for name in zeros], bad)
         n = self.num_envs_per_env_runner
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             bad(

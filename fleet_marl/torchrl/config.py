@@ -16,7 +16,7 @@ from typing import Any
 
 from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
 from fleet_marl.torchrl.policy import ACTIVATIONS, SHARING
-from fleet_marl.training import TrainConfigError, check_common, check_env, replaced
+from fleet_marl.training import TrainConfigError, check_common, check_env, check_integers, replaced
 
 #: The default run's iterations (``make train``): about 6 minutes of training (5.8 measured) on the 2-core machine of docs/training.md.
 ITERATIONS = 700
@@ -105,14 +105,9 @@ class TorchRLTrainConfig:
             raise TrainConfigError(f"{source}: {name} = {getattr(self, name)!r}: expected {expected}")
 
         check_common(self, source, SHARING, bad)
-        for name in ("iterations", "num_envs", "rollout", "epochs", "minibatch"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                bad(name, "an integer >= 1")
-        for name in ("eval_interval", "eval_episodes", "final_episodes", "checkpoint_interval", "threads", "seed"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                bad(name, "an integer >= 0")
+        ones = ("iterations", "num_envs", "rollout", "epochs", "minibatch")
+        zeros = ("eval_interval", "eval_episodes", "final_episodes", "checkpoint_interval", "threads", "seed")
+        check_integers(self, [(name, 1) for name in ones] + [(name, 0) for name in zeros], bad)
         for name, lo, hi in (
             ("max_minutes", 0, 1e6),
             ("lr", 0, 1),

@@ -4,6 +4,7 @@
                               value and what to do); every engine raises it
 :func:`check_common`          the fields every engine's config has (task, reward scheme, sharing,
                               env overrides, layer widths, run folder name)
+:func:`check_integers`        integer fields with their least values
 :func:`check_env`             the config's env can be built (its overrides, its trace files)
 :func:`check_iterations_left` a resumed run has iterations left to train
 :func:`config_path`           a run config named by ``--config NAME``
@@ -50,6 +51,15 @@ def check_common(cfg: Any, source: str, sharing: Sequence[str], bad: Callable[[s
         bad("out", "a folder path")
     if not isinstance(cfg.name, str) or "/" in cfg.name:
         bad("name", "a folder name without '/'")
+
+
+def check_integers(cfg: Any, lows: Sequence[tuple[str, int]], bad: Callable[[str, str], None]) -> None:
+    """Each field ``name`` of ``lows`` is an integer (a bool is not one) of at least its ``lo``:
+    ``bad(name, "an integer >= lo")`` raises for the first that is not, in the order of ``lows``."""
+    for name, lo in lows:
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            bad(name, f"an integer >= {lo}")
 
 
 def check_env(cfg: Any, source: str) -> None:
@@ -138,6 +148,7 @@ __all__ = [
     "TrainConfigError",
     "check_common",
     "check_env",
+    "check_integers",
     "check_iterations_left",
     "checkout",
     "config_path",
