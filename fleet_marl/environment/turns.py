@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fleet_marl.config.turn_orders import TurnRound, turn_order
-from fleet_marl.environment.observations import claim_features
+from fleet_marl.environment.claims import claim_features
 from fleet_marl.environment.spaces import N_ACT
 
 #: Columns per tenant that the protocol's ``state()`` appends to the simultaneous protocol's state vector.
@@ -107,7 +107,7 @@ class Turns:
 
     def features(self, rows: np.ndarray | None = None) -> np.ndarray:
         """Every tenant's ``CLAIM_FIELDS`` now, (B, N, N_CLAIM), from the claims made before its
-        place on its pool (:func:`~fleet_marl.environment.observations.claim_features`); ``rows``
+        place on its pool (:func:`~fleet_marl.environment.claims.claim_features`); ``rows``
         (B,): only those tenants' rows, (B, N_CLAIM) (the same bits)."""
         if rows is None and self._features is not None:
             return self._features
