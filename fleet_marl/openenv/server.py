@@ -26,43 +26,32 @@ registers is dropped (deny by default). What they guarantee (docs/llm_agents.md,
   on ``/ws``, and the HTTP bodies (size, read deadline, the bytes held over all requests).
   The connections themselves are bounded below the app (:mod:`fleet_marl.openenv.transport`).
 
-The session table is :mod:`fleet_marl.openenv.sessions`.
+The session table is :mod:`fleet_marl.openenv.sessions`; the frames of one WebSocket session
+are :mod:`fleet_marl.openenv.protocol`'s; what a client may read of an error is
+:mod:`fleet_marl.openenv.public_errors`' (this module re-exports its public names).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import logging
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import Body, FastAPI, Request, WebSocket
+from fastapi import Body, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from openenv.core.env_server.mcp_types import JsonRpcErrorCode, JsonRpcRequest, JsonRpcResponse
 from openenv.core.env_server.serialization import serialize_observation
-from openenv.core.env_server.types import (
-    ResetRequest,
-    ResetResponse,
-    StepRequest,
-    StepResponse,
-    WSErrorResponse,
-    WSObservationResponse,
-    WSStateResponse,
-)
-from pydantic import BaseModel, ValidationError
+from openenv.core.env_server.types import ResetRequest, ResetResponse, StepRequest, StepResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.websockets import WebSocketDisconnect
 
-from fleet_marl.errors import ClientError, short_repr
-from fleet_marl.openenv.limits import ServerLimits, count_items, json_depth, without_strings
-from fleet_marl.openenv.sessions import CapacityError, Pace, Session, SessionTable
-from fleet_marl.traces import TraceError
-
-log = logging.getLogger("fleet_marl.openenv")
+from fleet_marl.errors import short_repr
+from fleet_marl.openenv.limits import ServerLimits
+from fleet_marl.openenv.protocol import Protocol
+from fleet_marl.openenv.public_errors import CLIENT_ERRORS, http_error, public_error, validation_errors
+from fleet_marl.openenv.sessions import CapacityError, Session, SessionTable
 
 #: The routes of OpenEnv's app that are kept: read-only, no env, no session.
 KEPT_ROUTES = frozenset(
@@ -82,219 +71,6 @@ KEPT_ROUTES = frozenset(
         "/{env_name}/task_range",
     }
 )
-#: The longest error message sent back (the values in it are cut at the source; this is the backstop).
-MAX_MESSAGE_CHARS = 1000
-#: Error codes of this server beyond OpenEnv's ``WSErrorCode`` values.
-INTERNAL_ERROR = "INTERNAL_ERROR"
-ATTACH_REFUSED = "ATTACH_REFUSED"
-IDLE_TIMEOUT = "IDLE_TIMEOUT"
-MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
-#: Exceptions a client may cause (the HTTP routes answer them as errors, not crashes).
-CLIENT_ERRORS = (ValueError, TypeError)
-#: A lone UTF-16 surrogate written as a JSON escape (``"\\ud800"``): the one way a message of valid
-#: UTF-8 text decodes to a string that cannot be encoded back (a valid pair decodes to one character).
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-
-
-def _raised_here(exc: BaseException) -> bool:
-    """Whether ``exc`` was raised by fleet_marl's own Python code (its text is the project's)."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb is not None and str(tb.tb_frame.f_globals.get("__name__", "")).startswith("fleet_marl.")
-
-
-def public_error(exc: BaseException) -> tuple[str, str]:
-    """``(message, code)`` to send for ``exc``. Only the project's own messages reach a client:
-    a :class:`~fleet_marl.errors.ClientError` (``ConfigError``, ``ActionError``, the views'
-    argument checks: each names the field, the value and what was expected) and a
-    ``RuntimeError`` raised by fleet_marl's code (a step before a reset). Any other bad value
-    (a library's ``ValueError`` or ``TypeError``) is a generic ``EXECUTION_ERROR``; a trace or
-    file error, a recursion error or anything unexpected is ``INTERNAL_ERROR`` with no detail.
-    Both are logged here: their text may quote a library's internals, a file or the server's state."""
-    if isinstance(exc, ClientError) or (type(exc) is RuntimeError and _raised_here(exc)):
-        text = str(exc)
-        if len(text) > MAX_MESSAGE_CHARS:
-            text = text[: MAX_MESSAGE_CHARS - 20] + f"... ({len(text)} characters)"
-        return text, "EXECUTION_ERROR"
-    if isinstance(exc, CLIENT_ERRORS) and not isinstance(exc, (TraceError, UnicodeError)):
-        log.info("a client's request failed: %s", type(exc).__name__, exc_info=exc)
-        return (
-            "invalid request: a value of this request has the wrong type or shape for its field "
-            "(docs/llm_agents.md lists every message and field)",
-            "EXECUTION_ERROR",
-        )
-    log.warning("internal error while serving a request: %s", type(exc).__name__, exc_info=exc)
-    return "internal error: the server could not carry out this request (its log has the details)", INTERNAL_ERROR
-
-
-def validation_errors(exc: ValidationError | RequestValidationError) -> list[dict]:
-    """Pydantic's errors without the client's input echoed: location (each part cut), message and type."""
-
-    def part(x):
-        return x if isinstance(x, int) or len(str(x)) <= 60 else short_repr(str(x), 60)
-
-    return [
-        {"loc": [part(x) for x in e.get("loc", ())][:10], "msg": str(e.get("msg", ""))[:200], "type": e.get("type")}
-        for e in exc.errors()[:20]
-    ]
-
-
-def _error_frame(message: str, code: str, **extra: Any) -> str:
-    return WSErrorResponse(data={"message": message, "code": code, **extra}).model_dump_json()
-
-
-class Protocol:
-    """The frames of one WebSocket session (OpenEnv's protocol: reset, step, state, close)."""
-
-    TYPES = ("reset", "step", "state", "close")
-
-    def __init__(self, table: SessionTable, action_cls: type[BaseModel], limits: ServerLimits):
-        self.table, self.action_cls, self.limits = table, action_cls, limits
-
-    def decode(self, text: str) -> dict | str:
-        """The message object of ``text``, or the error frame that answers it (run on the
-        session's thread: parsing a large message does not hold the event loop)."""
-        if not text.isascii():
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:  # bytes that are not UTF-8 (fleet-marl serve hands them on as lone surrogates)
-                return _error_frame("Invalid text: the message is not valid UTF-8; nothing was run", "INVALID_JSON")
-        bare = without_strings(text)
-        items = count_items(bare)
-        if items > self.limits.max_items:
-            return _error_frame(
-                f"message of up to {items} JSON values: expected at most {self.limits.max_items} (--max-items)", MESSAGE_TOO_LARGE
-            )
-        try:
-            msg = json.loads(text)
-        except json.JSONDecodeError as exc:
-            return _error_frame(f"Invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", "INVALID_JSON")
-        except ValueError:  # an integer literal of more digits than Python converts
-            return _error_frame("Invalid JSON: a number too long to convert", "INVALID_JSON")
-        except RecursionError:
-            return _error_frame(f"JSON nested too deeply: expected at most {self.limits.max_depth} levels", "INVALID_JSON")
-        if not isinstance(msg, dict):
-            return _error_frame(
-                f'a message is a JSON object such as {{"type": "reset", "data": {{}}}}; got a JSON {type(msg).__name__}', "INVALID_JSON"
-            )
-        depth = json_depth(bare)
-        if depth > self.limits.max_depth + 2:  # the message and its data wrap the arguments
-            return _error_frame(
-                f"JSON nested {depth} levels deep: expected at most {self.limits.max_depth} levels in data", "VALIDATION_ERROR"
-            )
-        if _SURROGATE_ESCAPE.search(text) is not None:
-            try:
-                json.dumps(msg, ensure_ascii=False).encode("utf-8")
-            except UnicodeEncodeError:
-                return _error_frame(
-                    "Invalid text: a string holds a lone UTF-16 surrogate (an escape \\ud800-\\udfff not in a pair): "
-                    "expected valid Unicode; nothing was run",
-                    "INVALID_JSON",
-                )
-        return msg
-
-    def run(self, session: Session, kind: str, data: Any) -> str:
-        """The frame answering a ``reset``, ``step`` or ``state`` with ``data`` (on the session's thread)."""
-        if kind == "state":
-            return WSStateResponse(data=session.env.state.model_dump()).model_dump_json()
-        if not isinstance(data, dict):
-            return _error_frame(f"data = {short_repr(data, 40)}: expected a JSON object", "VALIDATION_ERROR")
-        if kind == "reset":
-            obs = session.env.reset(**data)
-        else:
-            obs = session.env.step(self.action_cls.model_validate(data))
-        return WSObservationResponse(data=serialize_observation(obs)).model_dump_json()
-
-    async def answer(self, session: Session, message: Mapping[str, Any]) -> tuple[str | None, bool]:
-        """``(frame, close)`` for one message (``frame`` None: send nothing). Every error is a
-        frame and the session lives on."""
-        if "text" not in message or message.get("text") is None:
-            return _error_frame("binary frames are not part of the protocol: send each message as JSON text", "INVALID_JSON"), False
-        text = message["text"]
-        if len(text) > self.limits.max_message_bytes:
-            return _error_frame(
-                f"message of {len(text)} characters: expected at most {self.limits.max_message_bytes}", MESSAGE_TOO_LARGE
-            ), False
-        try:
-            msg = await self.table.run(session, self.decode, text)
-            if isinstance(msg, str):
-                return msg, False
-            kind, data = msg.get("type"), msg.get("data", {})
-            if kind not in self.TYPES:
-                return _error_frame(
-                    f"Unknown message type: type = {short_repr(kind, 40)}: expected one of {', '.join(self.TYPES)}", "UNKNOWN_TYPE"
-                ), False
-            if kind == "close":
-                return None, True
-            return await self.table.run(session, self.run, session, kind, data), False
-        except ValidationError as exc:
-            return _error_frame("Invalid message", "VALIDATION_ERROR", errors=validation_errors(exc)), False
-        except Exception as exc:  # noqa: BLE001 - every error is a frame (public_error picks what a client may read); the session lives on
-            text, code = public_error(exc)
-            return _error_frame(text, code), False
-
-    async def serve(self, websocket: WebSocket) -> None:
-        """The ``/ws`` endpoint."""
-        await websocket.accept()
-        session = None
-        try:
-            requested = websocket.query_params.get("session_id")
-            if requested is not None:
-                if not self.limits.allow_attach:
-                    await websocket.send_text(
-                        _error_frame(
-                            "attaching to a session from another connection is off on this server (its operator enables it with "
-                            "--allow-attach): open /ws without session_id for a session of your own",
-                            ATTACH_REFUSED,
-                        )
-                    )
-                    return
-                try:
-                    session = await self.table.attach(requested)
-                except LookupError as exc:
-                    await websocket.send_text(_error_frame(str(exc), ATTACH_REFUSED))
-                    return
-            else:
-                try:
-                    session = await self.table.open("ws")
-                except CapacityError as exc:
-                    await websocket.send_text(
-                        _error_frame(str(exc), "CAPACITY_REACHED", active_sessions=exc.active, max_sessions=exc.limit)
-                    )
-                    return
-            pace = Pace(self.limits.max_bytes_per_s, max(self.limits.max_bytes_per_s, 4 * self.limits.max_message_bytes))
-            while True:
-                try:
-                    message = await asyncio.wait_for(websocket.receive(), timeout=self.limits.ws_idle_s)
-                except TimeoutError:
-                    await websocket.send_text(
-                        _error_frame(f"no message for {self.limits.ws_idle_s:g} s: the session is closed", IDLE_TIMEOUT)
-                    )
-                    return
-                if message["type"] == "websocket.disconnect":
-                    return
-                await pace.wait(len(message.get("text") or message.get("bytes") or b""))
-                frame, stop = await self.answer(session, message)
-                if frame is not None:
-                    await websocket.send_text(frame)
-                if stop:
-                    return
-        except (WebSocketDisconnect, RuntimeError):
-            pass  # the client went away
-        finally:
-            await self.table.close(session)
-            with contextlib.suppress(RuntimeError, WebSocketDisconnect):  # already closed by the client
-                await websocket.close()
-
-
-def _http_error(exc: BaseException) -> JSONResponse:
-    if isinstance(exc, CapacityError):
-        return JSONResponse({"detail": str(exc), "code": "CAPACITY_REACHED"}, status_code=503, headers={"Retry-After": "1"})
-    if isinstance(exc, ValidationError):
-        return JSONResponse({"detail": validation_errors(exc), "code": "VALIDATION_ERROR"}, status_code=422)
-    text, code = public_error(exc)
-    return JSONResponse({"detail": text, "code": code}, status_code=500 if code == INTERNAL_ERROR else 422)
 
 
 def add_routes(
@@ -331,7 +107,7 @@ def add_routes(
 
     async def _raised(request: Request, exc: Exception) -> JSONResponse:
         # what a kept route of OpenEnv's raises (a bad split of the task API: a ValueError), as /reset answers it
-        return _http_error(exc)
+        return http_error(exc)
 
     for cls in (*CLIENT_ERRORS, RuntimeError, Exception):  # Exception last: Starlette logs it, then sends this answer
         app.add_exception_handler(cls, _raised)
@@ -356,8 +132,8 @@ def add_routes(
             async with one_at_a_time:
                 session = await table.open("request")
                 return await call(session)
-        except Exception as exc:  # noqa: BLE001 - every error is an HTTP answer (_http_error picks what a client may read)
-            return _http_error(exc)
+        except Exception as exc:  # noqa: BLE001 - every error is an HTTP answer (http_error picks what a client may read)
+            return http_error(exc)
         finally:
             await table.close(session)
 

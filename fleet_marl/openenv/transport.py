@@ -189,7 +189,7 @@ class TextTolerantWebSockets(WebSocketsSansIOProtocol):
     """uvicorn's WebSocket protocol, except that a text message that is not valid UTF-8 reaches
     the app (its bad bytes as lone surrogates, ``surrogateescape``) instead of closing the
     connection with 1007: the session answers it with an error frame and lives
-    (:meth:`fleet_marl.openenv.server.Protocol.decode`), as it does every other bad frame; and
+    (:meth:`fleet_marl.openenv.protocol.Protocol.decode`), as it does every other bad frame; and
     that a client's pings are answered at most ``PINGS_PER_S`` a second (bursts of
     ``PING_BURST``): a flood of them, which the event loop would answer one by one, closes the
     connection with 1008 (policy violation)."""
