@@ -29,7 +29,7 @@ import yaml
 
 from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
 from fleet_marl.rllib.sharing import SHARING, mapping_for, module_ids
-from fleet_marl.training import TrainConfigError, check_common, check_env, check_integers, replaced
+from fleet_marl.training import TrainConfigError, check_common, check_env, check_integers, check_numbers, replaced
 
 OBS_MODES = ("dict", "flat")
 #: The most clusters per env runner when ``num_envs_per_env_runner`` is left out and the vector env
@@ -141,7 +141,7 @@ class TrainConfig:
             bad("vector", "true (B clusters stepped as arrays) or false (one env per cluster)")
         if self.minibatch_size > self.train_batch_size:
             bad("minibatch_size", f"at most train_batch_size ({self.train_batch_size})")
-        for name, low, hi in (
+        ranges = (
             ("lr", 0.0, 1.0),
             ("gamma", 0.0, 1.0),
             ("lambda_", 0.0, 1.0),
@@ -149,10 +149,11 @@ class TrainConfig:
             ("vf_clip_param", 0.0, float("inf")),
             ("entropy_coeff", 0.0, 1.0),
             ("vf_loss_coeff", 0.0, float("inf")),
-        ):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= hi or (name in ("lr", "clip_param") and v == 0):
-                bad(name, f"a number in [{low}, {hi}]" + (" and > 0" if name in ("lr", "clip_param") else ""))
+        )
+        positive = ("lr", "clip_param")
+        check_numbers(
+            self, ranges, positive, bad, lambda name, low, hi: f"a number in [{low}, {hi}]" + (" and > 0" if name in positive else "")
+        )
         check_env(self, source)
 
     # --- derived --------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 
 from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
 from fleet_marl.torchrl.policy import ACTIVATIONS, SHARING
-from fleet_marl.training import TrainConfigError, check_common, check_env, check_integers, replaced
+from fleet_marl.training import TrainConfigError, check_common, check_env, check_integers, check_numbers, replaced
 
 #: The default run's iterations (``make train``): about 6 minutes of training (5.8 measured) on the 2-core machine of docs/training.md.
 ITERATIONS = 700
@@ -108,7 +108,7 @@ class TorchRLTrainConfig:
         ones = ("iterations", "num_envs", "rollout", "epochs", "minibatch")
         zeros = ("eval_interval", "eval_episodes", "final_episodes", "checkpoint_interval", "threads", "seed")
         check_integers(self, [(name, 1) for name in ones] + [(name, 0) for name in zeros], bad)
-        for name, lo, hi in (
+        ranges = (
             ("max_minutes", 0, 1e6),
             ("lr", 0, 1),
             ("gamma", 0, 1),
@@ -117,10 +117,9 @@ class TorchRLTrainConfig:
             ("entropy_coeff", -1, 10),
             ("critic_coeff", 0, 100),
             ("max_grad_norm", 0, 1e6),
-        ):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi) or (name in ("lr", "clip") and v == 0):
-                bad(name, f"a number in {'(' if name in ('lr', 'clip') else '['}{lo}, {hi}]")
+        )
+        positive = ("lr", "clip")
+        check_numbers(self, ranges, positive, bad, lambda name, lo, hi: f"a number in {'(' if name in positive else '['}{lo}, {hi}]")
         if self.collector not in ("sync", "async"):
             bad("collector", "'sync' or 'async'")
         if isinstance(self.collectors, bool) or not isinstance(self.collectors, int) or self.collectors < 1:

@@ -5,6 +5,7 @@
 :func:`check_common`          the fields every engine's config has (task, reward scheme, sharing,
                               env overrides, layer widths, run folder name)
 :func:`check_integers`        integer fields with their least values
+:func:`check_numbers`         number fields with their ranges
 :func:`check_env`             the config's env can be built (its overrides, its trace files)
 :func:`check_iterations_left` a resumed run has iterations left to train
 :func:`config_path`           a run config named by ``--config NAME``
@@ -60,6 +61,22 @@ def check_integers(cfg: Any, lows: Sequence[tuple[str, int]], bad: Callable[[str
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             bad(name, f"an integer >= {lo}")
+
+
+def check_numbers(
+    cfg: Any,
+    ranges: Sequence[tuple[str, float, float]],
+    positive: Sequence[str],
+    bad: Callable[[str, str], None],
+    expected: Callable[[str, float, float], str],
+) -> None:
+    """Each field ``name`` of ``ranges`` is a number (a bool is not one) in ``[lo, hi]``, and not
+    0 if it is one of ``positive``: ``bad(name, expected(name, lo, hi))`` raises for the first
+    that is not, in the order of ``ranges``."""
+    for name, lo, hi in ranges:
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi or (name in positive and v == 0):
+            bad(name, expected(name, lo, hi))
 
 
 def check_env(cfg: Any, source: str) -> None:
@@ -150,6 +167,7 @@ __all__ = [
     "check_env",
     "check_integers",
     "check_iterations_left",
+    "check_numbers",
     "checkout",
     "config_path",
     "from_command",
