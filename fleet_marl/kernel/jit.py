@@ -111,17 +111,8 @@ def sort_by(order, k1, k2, k3, n_keys):
 
 @jit
 def argsort_asc(order, key):
-    """Stable ascending argsort of a float key (ties by index)."""
-    n = order.shape[0]
-    for i in range(n):
-        order[i] = i
-    for i in range(1, n):
-        x = order[i]
-        j = i - 1
-        while j >= 0 and key[x] < key[order[j]]:
-            order[j + 1] = order[j]
-            j -= 1
-        order[j + 1] = x
+    """Stable ascending argsort of a float key (ties by index): :func:`sort_by` on that one key."""
+    sort_by(order, key, key, key, 1)
 
 
 __all__ = ["argsort_asc", "before", "jit", "jit_inline", "numpy_sum", "sort_by"]
