@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: train test lint bench install clean baselines docs demo wheel-smoke docker-lock
+.PHONY: train test test-fast lint bench install clean baselines docs demo wheel-smoke docker-lock
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no python3.11 or python3 on PATH; install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
@@ -33,6 +33,10 @@ train: $(STAMP)
 ## make test: the whole test suite
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+## make test-fast: the core's tests and the doctests, without the tests marked slow (the adapters, the training studies, the server's stress and attack tests); a few minutes on 2 cores, CI still runs make test
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
 
 ## make lint: ruff (lint and format check) over fleet_marl, tests and experiments, and mypy over fleet_marl, zero findings (.ci/run runs it before the tests; .pre-commit-config.yaml runs the same on commit)
 lint: $(STAMP)

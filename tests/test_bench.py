@@ -59,6 +59,7 @@ def report():
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_quick_run_prints_every_required_key_as_a_number(report):
     for key in REQUIRED:
         assert isinstance(report[key], (int, float)) and math.isfinite(report[key]), key
@@ -105,6 +106,7 @@ def test_quick_run_prints_every_required_key_as_a_number(report):
             assert t["ratio"] == pytest.approx(t["measured"] / t["target"]) and isinstance(t["met"], bool)
 
 
+@pytest.mark.slow
 def test_every_key_is_documented(report):
     doc = documented_keys()
     missing = [k for k in report if k not in doc]
@@ -114,6 +116,7 @@ def test_every_key_is_documented(report):
             assert k in doc, f"{sub}.{k} is not documented"
 
 
+@pytest.mark.slow
 def test_table_shows_every_measure(report):
     table = suite.format_table(report)
     for label in (
@@ -135,6 +138,7 @@ def test_table_shows_every_measure(report):
         assert label in table, label
 
 
+@pytest.mark.slow
 def test_kernel_before_measures_another_checkout_in_a_subprocess():
     """--kernel-before: this checkout against itself (the ratio is not asserted: speed lives in the
     bench); a folder without the engine is a clear error."""
@@ -201,6 +205,7 @@ def test_help_has_examples():
     assert "examples:" in out and "fleet-marl bench --quick --json" in out and "docs/benchmarks.md" in out
 
 
+@pytest.mark.slow
 def test_train_throughput_quick_run(tmp_path):
     """``bench --train --quick``: the make-train config trains for a few iterations and the
     report has the end-to-end rate (wall time), the learning rate and the learner's share of
@@ -222,6 +227,7 @@ def test_train_throughput_quick_run(tmp_path):
     assert not list(tmp_path.iterdir())  # the run folder was temporary
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_clients_quick_run_measures_every_route_and_rllib_before_and_after(tmp_path):
     """``bench --clients --quick``: every route's rate, RLlib's training before (``vector:

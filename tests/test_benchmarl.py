@@ -18,6 +18,8 @@ from fleet_marl.environment import ACTION_FIELDS
 from fleet_marl.environment.vector import FleetVectorEnv
 from fleet_marl.errors import MissingExtra
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(autouse=True)
 def one_torch_thread():

@@ -17,6 +17,8 @@ import torch
 import fleet_marl
 from fleet_marl.evaluation import evaluate
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "cleanrl_ppo.py"
 

@@ -21,6 +21,8 @@ import torch
 import fleet_marl
 from tests.client_harness import CLIENTS, ENDS, MASK_LAYOUTS, OBS_MODES, TASKS, Cell, cells, markdown, run_cell, scenario
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "cleanrl_ppo.py"
 #: The adapters of this package: a refused cell is the constructor's own error.

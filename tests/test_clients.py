@@ -19,6 +19,8 @@ from fleet_marl.config import FleetConfig
 from fleet_marl.environment import ACTION_FIELDS, FleetParallelEnv
 from fleet_marl.tasks import task_dict
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(autouse=True)
 def one_torch_thread():

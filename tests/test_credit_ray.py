@@ -16,6 +16,8 @@ import pytest
 
 from fleet_marl.studies.credit.torchrl_design import CURVE_COLUMNS, KEY, RESULT_COLUMNS, Study
 
+pytestmark = pytest.mark.slow
+
 BIN = Path(sys.executable).parent
 #: The smallest study of the tests: the quick study at N = 2 under one arbiter, two arms, one seed (and its sharing part).
 ARGS = ("compare", "--quick", "--n", "2", "--arms", "local,difference", "--mechanisms", "proportional", "--seeds", "1", "--no-progress")

@@ -338,6 +338,7 @@ def test_study_from_args_builds_the_torchrl_study():
     assert q.settings() == Study.quick().settings()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_ctrl_c_stops_the_study_and_its_workers_at_once(tmp_path):
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) mid-study: the command
@@ -379,6 +380,7 @@ def test_ctrl_c_stops_the_study_and_its_workers_at_once(tmp_path):
     assert [int(x["runs_done"]) for x in _csv(out / "sessions.csv")] == [len(done)]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_compare_quick_runs_the_whole_pipeline_and_a_rerun_trains_nothing(tmp_path):
     """What CI runs: `fleet-marl compare --quick` (TorchRL, two worker processes), then again."""

@@ -54,6 +54,7 @@ def test_the_python_snippets_run(page):
             exec(compile(code, page, "exec"), ns)
 
 
+@pytest.mark.slow
 def test_planner_variants_script_runs():
     import subprocess
     import sys
@@ -202,6 +203,7 @@ def test_server_costs_script_prints_a_row_per_size_with_the_servers_work_estimat
     assert all(len(r) == 15 and float(x.replace(",", "")) >= 0 for r in rows for x in r[4:])
 
 
+@pytest.mark.slow
 def test_serve_capacity_script_measures_sessions_stepping_once_a_second():
     # experiments/serve_capacity.py (docs/llm_agents.md, "Capacity": the default --max-sessions)
     import io

@@ -43,6 +43,7 @@ def test_random_scores_zero_and_planner_scores_one():
     assert e.score == pytest.approx(min(max(expected, 0.0), 1.0))
 
 
+@pytest.mark.slow
 def test_evaluation_is_deterministic_and_the_cache_changes_nothing(cache):
     a = evaluate("easy", "bidder", episodes=2, seed=3, progress=False, cache=False).summary()
     b = evaluate("easy", "bidder", episodes=2, seed=3, progress=False).summary()  # fills the cache
@@ -315,6 +316,7 @@ def test_module_from_the_working_directory_and_sibling_imports(tmp_path, monkeyp
     assert type(load_policy(str(sibling), env)).__name__ == "Mine"
 
 
+@pytest.mark.slow
 def test_policies_that_sample_the_action_space_are_deterministic(tmp_path):
     f = write(
         tmp_path,

@@ -78,6 +78,7 @@ def test_hindsight_refuses_an_env_that_hides_its_future():
         HindsightPolicy(NoFuture(task="tiny"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["easy", "trace"])
 def test_hindsight_beats_the_planner_where_the_forecast_misses(task):
     # measured: easy seeds 0-1 247.0 against 231.5; trace 394.5-like gains (329 against 270)
@@ -94,6 +95,7 @@ def test_the_hindsight_reference_is_the_best_of_its_horizons():
     assert each[0] > max(each[1:])  # on tiny a one-round search wins: 29.4 against 21.2 (seed 2)
 
 
+@pytest.mark.slow
 def test_gap_to_hindsight():
     assert gap(5.0, 0.0, 10.0) == 0.5 and gap(12.0, 0.0, 10.0) == -0.2 and gap(1.0, 2.0, 2.0) is None
     r = evaluate("easy", "random", episodes=2, progress=False)

@@ -21,6 +21,8 @@ from websockets.sync.client import connect
 from tests.test_openenv_serve import _serve, _stop
 from tests.test_openenv_stress import rss_kib
 
+pytestmark = pytest.mark.slow
+
 ACTIONS = {"actions": {f"tenant_{i}": [1, 2, 1, 1, 1, 1, 1, 3] for i in range(4)}}  # legal for easy's four tenants
 
 

@@ -601,6 +601,7 @@ def costliest(opponents: str, limits: ServerLimits) -> dict:
     return best
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("opponents", sorted(POLICIES))
 def test_the_costliest_config_the_limits_allow_resets_and_steps_in_bounded_time(opponents):
     """For every opponent, the costliest scenario the default limits admit: its reset and two

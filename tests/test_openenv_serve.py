@@ -21,6 +21,8 @@ from fleet_marl import policies
 from fleet_marl.evaluation import run_episode
 from fleet_marl.openenv import FleetEgoAction, FleetEgoClient, RemoteParallelEnv
 
+pytestmark = pytest.mark.slow
+
 BIN = Path(sys.executable).parent
 
 

@@ -25,6 +25,8 @@ from websockets.sync.client import connect
 
 from tests.test_openenv_serve import _serve, _stop
 
+pytestmark = pytest.mark.slow
+
 TOKEN = "stress-test-token-5e1d"
 CANARY = "canary-value-in-the-servers-environment-41b7"  # /proc/self/environ of the server holds it
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

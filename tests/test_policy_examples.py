@@ -15,6 +15,8 @@ import fleet_marl
 from fleet_marl.environment import SEQUENTIAL_OBS_INDEX
 from fleet_marl.evaluation.loading import load_policy
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 IDLE = """import numpy as np
 class Idle:

@@ -22,6 +22,8 @@ from fleet_marl.environment.vector import FleetVectorEnv, sample_masked
 from fleet_marl.errors import MissingExtra
 from fleet_marl.tasks import task_dict
 
+pytestmark = pytest.mark.slow
+
 BROKE = np.array([4, 3, 1, 1, 1, 1, 1, 3])  # tenant_1 of uneven() goes broke after one round of it
 
 

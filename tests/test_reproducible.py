@@ -18,6 +18,8 @@ from fleet_marl.torchrl.config import TorchRLTrainConfig
 from fleet_marl.torchrl.train import train
 from fleet_marl.training import TrainConfigError
 
+pytestmark = pytest.mark.slow
+
 #: The columns of metrics.csv that learning writes (the others are the clock's).
 LEARNING = (
     "iteration",

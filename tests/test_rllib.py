@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 import torch  # noqa: E402
 from ray.rllib.core.columns import Columns  # noqa: E402

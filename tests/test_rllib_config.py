@@ -16,6 +16,8 @@ from fleet_marl.rllib.config import TrainConfig, TrainConfigError, check_signatu
 from fleet_marl.rllib.env import FleetRLlibEnv
 from fleet_marl.rllib.sharing import KindMapping, mapping_for, module_ids
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 import torch  # noqa: E402
 from ray.rllib.core.columns import Columns  # noqa: E402

@@ -21,6 +21,8 @@ from fleet_marl.environment.vector import FleetVectorEnv, sample_masked
 from fleet_marl.errors import MissingExtra
 from fleet_marl.tasks import task_dict
 
+pytestmark = pytest.mark.slow
+
 #: tenant_1 goes broke after one round of 4 GPUs at a high bid; tenant_0 plays on to the horizon
 BROKE = np.array([4, 3, 1, 1, 1, 1, 1, 3])
 

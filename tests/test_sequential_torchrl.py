@@ -11,6 +11,8 @@ from fleet_marl.config import ConfigError
 from fleet_marl.environment import ActionError, FleetSequentialVectorEnv
 from fleet_marl.tasks import TURN_ORDERS
 
+pytestmark = pytest.mark.slow
+
 
 def _skip_dead(e):
     """Play the AEC env's dead steps; the observation of the agent whose turn it is (None: episode over)."""

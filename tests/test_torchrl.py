@@ -17,6 +17,8 @@ from fleet_marl.torchrl import GROUP, FleetTorchEnv
 from fleet_marl.torchrl.policy import Coupling, MaskedMultiCategorical, build_networks
 from fleet_marl.torchrl.train import Learner, TorchRLTrainConfig, train
 
+pytestmark = pytest.mark.slow
+
 NVEC = [9, 5, 5, 5, 5, 5, 5, 9]
 
 

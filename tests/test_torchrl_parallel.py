@@ -11,7 +11,7 @@ from functools import partial
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 import torch  # noqa: E402
 from tensordict.nn import TensorDictModule  # noqa: E402
