@@ -164,27 +164,19 @@ _ENTRIES = [
         cut="the header and the rows with TIMESTAMP in the first 30 minutes ([first, first + 1800 s)): "
         "lines 1-5741 of the file, byte for byte",
     ),
-    TraceInfo(
-        name="azure-conv-2024",
-        format="azure",
-        title="Azure LLM inference, conversation service, one week of May 2024",
-        file="AzureLLMInferenceTrace_conv_1week.csv",
-        url="https://azurepublicdatasettraces.blob.core.windows.net/azurellminfererencetrace/AzureLLMInferenceTrace_conv_1week.csv",
-        source=f"Azure/AzurePublicDataset@{_AZURE} AzureLLMInferenceDataset2024.md (the file is hosted outside the repository)",
-        licence=CC_BY,
-        citation=_DYNAMOLLM,
-        cut=_NOT_REACHED,
-    ),
-    TraceInfo(
-        name="azure-code-2024",
-        format="azure",
-        title="Azure LLM inference, coding service, one week of May 2024",
-        file="AzureLLMInferenceTrace_code_1week.csv",
-        url="https://azurepublicdatasettraces.blob.core.windows.net/azurellminfererencetrace/AzureLLMInferenceTrace_code_1week.csv",
-        source=f"Azure/AzurePublicDataset@{_AZURE} AzureLLMInferenceDataset2024.md (the file is hosted outside the repository)",
-        licence=CC_BY,
-        citation=_DYNAMOLLM,
-        cut=_NOT_REACHED,
+    *(
+        TraceInfo(
+            name=f"azure-{service}-2024",
+            format="azure",
+            title=f"Azure LLM inference, {what} service, one week of May 2024",
+            file=f"AzureLLMInferenceTrace_{service}_1week.csv",
+            url=f"https://azurepublicdatasettraces.blob.core.windows.net/azurellminfererencetrace/AzureLLMInferenceTrace_{service}_1week.csv",
+            source=f"Azure/AzurePublicDataset@{_AZURE} AzureLLMInferenceDataset2024.md (the file is hosted outside the repository)",
+            licence=CC_BY,
+            citation=_DYNAMOLLM,
+            cut=_NOT_REACHED,
+        )
+        for service, what in (("conv", "conversation"), ("code", "coding"))
     ),
     TraceInfo(
         name="burstgpt-1",
