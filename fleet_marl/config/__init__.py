@@ -8,7 +8,9 @@ expected. Unknown keys are an error. Configs round-trip through plain dicts and 
     cfg = FleetConfig.from_yaml("experiments/mixed_cluster.yaml")
     assert FleetConfig.from_dict(cfg.to_dict()) == cfg
 
-The specs are in :mod:`fleet_marl.config.specs`, the field checks and the dict round trip in
+The specs are in :mod:`fleet_marl.config.specs` (``FleetConfig``, re-exporting the families it is
+made of: :mod:`~fleet_marl.config.cluster`, :mod:`~fleet_marl.config.tenants`,
+:mod:`~fleet_marl.config.rules`), the field checks and the dict round trip in
 :mod:`fleet_marl.config.checks`; every name is importable from ``fleet_marl.config``.
 
 The fairness detector's knobs (``starvation_fraction``, ``starvation_rounds``,
