@@ -27,9 +27,9 @@ A new task is one call of :func:`register_task`, in this file or in your own mod
 ``scaled(n)`` grows ``easy`` to ``n`` tenants on ``ceil(n / 2)`` nodes (the credit-assignment
 study's scenarios): ``parallel_env(task="easy", **scaled(8))``.
 
-The scenario numbers below (budgets, rates, job sizes, caps) are scenario choices, not
-facts; the physical constants they sit on are cited in ``docs/model.md``. The design of each
-task and the reasoning behind its numbers are in ``docs/environment.md``.
+The built-in tasks' builders are :mod:`fleet_marl.builtin_tasks` (their numbers are scenario
+choices, not facts); this module registers them. The design of each task and the reasoning
+behind its numbers are in ``docs/environment.md``.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fleet_marl import builtin_tasks
+from fleet_marl.builtin_tasks import scaled
 from fleet_marl.config import ConfigError, FleetConfig, from_dict
 from fleet_marl.config.turn_orders import TURN_ORDERS as BUILTIN_TURN_ORDERS
 from fleet_marl.config.turn_orders import turn_order as registered_turn_order
@@ -107,187 +109,6 @@ SHORTCUTS = {
 }
 
 
-def _tenant(kind, model, gpu, budget, max_gpus=8, priority=1.0, **wl) -> dict:
-    return {
-        "kind": kind,
-        "model": model,
-        "gpu_type": gpu,
-        "budget": budget,
-        "max_gpus": max_gpus,
-        "priority": priority,
-        "workload": wl,
-    }
-
-
-def _tiny() -> dict:
-    # Two trainers of one small model on one 8-GPU node. Priority 2 vs 1 makes the one-round
-    # optimum unique: every GPU to tenant_0 at the fastest safe precision (FP8 on the MLP only:
-    # the attention GEMMs of a 896-wide model lose more to FP8's casts than they gain) and the
-    # largest batch level that fits (8). Each budget ($23) is 1.75x the cost of
-    # the whole node for the whole episode ($13.16 at $3.9492 per GPU-hour), so money never binds.
-    wl = dict(seq_len=2048, job_tokens=2.0e8, rate=6.0)
-    return {
-        "cluster": {"gpu_types": ["h100-sxm"]},
-        "tenants": [
-            _tenant("train", "qwen2.5-0.5b", "h100-sxm", 23.0, priority=2.0, **wl),
-            _tenant("train", "qwen2.5-0.5b", "h100-sxm", 23.0, priority=1.0, **wl),
-        ],
-        "arbiter": {"mechanism": "maxmin"},
-        "safety": {"mode": "veto"},
-        "max_cycles": 25,
-    }
-
-
-def _easy_tenants() -> list[dict]:
-    return [
-        _tenant("train", "qwen2.5-0.5b", "h100-sxm", 172.0, seq_len=2048, job_tokens=2.0e8, rate=6.0),
-        _tenant("serve", "llama-3.1-8b", "h100-sxm", 172.0, rate=6.0, prompt_tokens=1024, output_tokens=256),
-        _tenant("train", "qwen2.5-7b", "h100-sxm", 172.0, seq_len=2048, job_tokens=2.0e7, rate=6.0),
-        _tenant("serve", "qwen2.5-7b", "h100-sxm", 172.0, rate=4.0, prompt_tokens=512, output_tokens=256),
-    ]
-
-
-def _easy() -> dict:
-    # 16 H100s, demand 32: the arbiter matters, money hardly does.
-    return {
-        "cluster": {"gpu_types": ["h100-sxm", "h100-sxm"]},
-        "tenants": _easy_tenants(),
-        "arbiter": {"mechanism": "maxmin"},
-        "max_cycles": 100,
-    }
-
-
-def _medium() -> dict:
-    bursty = dict(pattern="bursty", burst_factor=4.0, burst_fraction=0.2, burst_rounds=3.0)
-    h, a = "h100-sxm", "a100-80gb"
-    return {
-        "cluster": {"gpu_types": [h, h, a, a]},
-        "tenants": [
-            _tenant("train", "qwen2.5-0.5b", h, 57.0, seq_len=2048, job_tokens=2.0e8, rate=6.0, pattern="bursty"),
-            _tenant("serve", "llama-3.1-8b", h, 57.0, rate=6.0, **bursty),
-            _tenant("train", "qwen2.5-7b", h, 57.0, seq_len=2048, job_tokens=2.0e7, rate=6.0, priority=2.0),
-            _tenant("serve", "mistral-7b", h, 57.0, rate=4.0, prompt_tokens=512, **bursty),
-            _tenant("train", "gpt2", a, 44.0, seq_len=1024, job_tokens=2.0e8, rate=6.0, pattern="bursty"),
-            _tenant("serve", "qwen2.5-7b", a, 44.0, rate=4.0, **bursty),
-            _tenant("train", "qwen2.5-0.5b", a, 44.0, seq_len=2048, job_tokens=1.0e8, rate=6.0),
-            _tenant("serve", "qwen2.5-0.5b", a, 44.0, rate=10.0, prompt_tokens=512, output_tokens=128, priority=2.0, **bursty),
-        ],
-        "arbiter": {"mechanism": "proportional"},
-        "max_cycles": 100,
-    }
-
-
-def _hard() -> dict:
-    # One rack of four H100 nodes: 32 x 700 W = 22.4 kW at TDP against a 15 kW cap, in a hall
-    # whose cooling has degraded: inlet air at 45 C (the top of ASHRAE class A4's allowable
-    # range) leaves 42 C to the 87 C throttle point, less than the 47 C a node's hottest
-    # air-cooled GPU rises at TDP (docs/model.md section 6), so a node loaded past 89 % of its TDP
-    # throttles. All servers burst together.
-    # A $34 budget buys 2.6x its 2-GPU fair share for the episode at list price (2 x 100
-    # rounds x $3.9492/h / 60 = $13.16); 8 GPUs at twice list price spend it in 32 rounds.
-    # hoard_share 0.2 of the 32-GPU pool: holding 7 or 8 GPUs while another starves.
-    h = "h100-sxm"
-    storm = dict(pattern="bursty", burst_factor=8.0, burst_fraction=0.15, burst_rounds=4.0, burst_shared=True)
-    trainers = [("gpt2", 4.0e8), ("qwen2.5-0.5b", 1.0e8), ("qwen2.5-7b", 1.0e7), ("llama-3.1-8b", 1.0e7)]
-    servers = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "qwen2.5-0.5b"]
-    tenants = []
-    for i in range(16):
-        if i % 2 == 0:
-            m, tokens = trainers[(i // 2) % 4]
-            seq = 1024 if m == "gpt2" else 2048
-            t = _tenant("train", m, h, 34.0, seq_len=seq, job_tokens=tokens, rate=6.0, priority=1.0 + (i % 3 == 0))
-            t["activation_checkpointing"] = m in ("qwen2.5-7b", "llama-3.1-8b")  # else they need 4+ GPUs
-            tenants.append(t)
-        else:
-            m = servers[(i // 2) % 4]
-            tenants.append(
-                _tenant("serve", m, h, 34.0, rate=3.0, prompt_tokens=1024, output_tokens=256, priority=1.0 + (i % 4 == 1), **storm)
-            )
-    return {
-        "cluster": {"gpu_types": [h] * 4, "nodes_per_rack": 4, "rack_power_cap_w": 15_000.0, "ambient_c": 45.0},
-        "tenants": tenants,
-        "arbiter": {"mechanism": "auction", "reserve_price": 0.75},
-        "fairness": {"hoard_share": 0.2},
-        "max_cycles": 100,
-    }
-
-
-def _trace_config(jobs: dict, reqs: dict) -> dict:
-    """The trace tasks' scenario: 2 H100 and 2 A100 nodes under max-min, four trainers replaying
-    the job trace ``jobs`` (one shard each) and two servers replaying the request trace ``reqs``."""
-    h, a = "h100-sxm", "a100-80gb"
-    return {
-        "cluster": {"gpu_types": [h, h, a, a]},
-        "tenants": [
-            _tenant("train", "qwen2.5-0.5b", h, 144.0, job_tokens=1.0e8, trace_shard=0, **jobs),
-            _tenant("train", "gpt2", a, 109.0, job_tokens=2.0e8, trace_shard=1, **{**jobs, "seq_len": 1024}),
-            _tenant("train", "qwen2.5-0.5b", a, 109.0, job_tokens=1.0e8, trace_shard=2, **jobs),
-            _tenant("train", "qwen2.5-7b", h, 144.0, job_tokens=2.0e7, trace_shard=3, **jobs),
-            _tenant("serve", "llama-3.1-8b", h, 144.0, trace_shard=0, **reqs),
-            _tenant("serve", "qwen2.5-7b", a, 109.0, trace_shard=1, **reqs),
-        ],
-        "arbiter": {"mechanism": "maxmin"},
-        "max_cycles": 100,
-    }
-
-
-def _trace() -> dict:
-    # Pollux workload 1 (160 jobs over 7.7 h) replayed 4.6x faster so it spans the 100-round
-    # episode, dealt round-robin to four trainers; the Azure conversation trace (19,366
-    # requests in one hour) split between two servers. Prompt and output lengths are the
-    # trace's means (fleet_marl.workloads.trace_stats; checked by tests/test_workloads.py).
-    jobs = dict(pattern="trace", trace="pollux_workload-1.csv", trace_speedup=4.6, trace_shards=4, seq_len=2048)
-    # rate: the trace's 5.53 requests/s split in two, the denominator of a server's value
-    reqs = dict(
-        pattern="trace", trace="azure_llm_inference_conv_2023.csv", trace_shards=2, rate=2.77, prompt_tokens=1155, output_tokens=211
-    )
-    return _trace_config(jobs, reqs)
-
-
-def _trace_code() -> dict:
-    # The trace task's cluster and arbiter with another pair of traces: Pollux workload 2 (160
-    # jobs over 7.5 h) replayed 4.52x faster, and the first 30 minutes of Azure's 2023 *code*
-    # trace (5,740 requests, long prompts and short outputs: means of 2,028 and 27 tokens)
-    # stretched 3.3x (trace_speedup 0.3) over the 100 rounds and split between two servers.
-    # Each round is priced at its own requests' lengths, so serving is prefill-bound here.
-    jobs = dict(pattern="trace", trace="pollux_workload-2.csv", trace_speedup=4.52, trace_shards=4, seq_len=2048)
-    # rate: the sample's 3.21 requests/s x 0.3, split in two (the scale of a server's value and queue features)
-    reqs = dict(
-        pattern="trace",
-        trace="azure_llm_inference_code_2023_first30min.csv",
-        trace_speedup=0.3,
-        trace_shards=2,
-        rate=0.48,
-        prompt_tokens=2028,
-        output_tokens=27,
-    )
-    return _trace_config(jobs, reqs)
-
-
-def scaled(n: int, mechanism: str = "proportional") -> dict:
-    """Overrides of task ``easy`` that give it ``n`` tenants and a cluster that grows with them.
-
-    ``parallel_env(task="easy", **scaled(8))``. The tenants cycle through easy's four (a small
-    trainer, an 8B server, a 7B trainer, a 7B server), and the cluster has ``ceil(n / 2)``
-    H100 nodes: 4 GPUs per tenant against requests of up to 8, so demand is about twice the
-    supply at every ``n``, as in ``easy``. Racks hold 2 nodes (16 x 700 W = 11.2 kW at TDP
-    against the 16 kW cap), so, as in ``easy``, the power cap never binds at any ``n``: with
-    racks of 4 it would bind from ``n = 8`` on and the scenarios would differ by more than
-    ``n``. ``mechanism`` is the arbiter's; the credit-assignment study uses ``proportional``, where
-    a tenant's bid takes GPUs from the others (under ``maxmin`` nobody's request can push
-    another below its max-min share, so there is little externality for credit to assign).
-    ``scaled(4, "maxmin")`` is ``easy`` itself (one rack of two nodes either way).
-    """
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 256:
-        raise ConfigError("n", n, "an integer number of tenants in [1, 256]")
-    base = _easy_tenants()
-    return {
-        "cluster": {"gpu_types": ["h100-sxm"] * -(-n // 2), "nodes_per_rack": 2},
-        "tenants": [copy.deepcopy(base[i % len(base)]) for i in range(n)],
-        "arbiter": {"mechanism": mechanism},
-    }
-
-
 @dataclass(frozen=True)
 class Task:
     """A named scenario: ``builder()`` returns its plain-dict config (``FleetConfig`` fields)."""
@@ -316,18 +137,18 @@ def register_task(name: str, builder: Callable[[], dict], description: str) -> T
     return task
 
 
-register_task("tiny", _tiny, "2 trainers on one 8-GPU H100 node; the one-round optimum is known")
-register_task("easy", _easy, "2 trainers and 2 servers on two H100 nodes, Poisson arrivals, max-min fair arbiter")
-register_task("medium", _medium, "8 tenants on H100 and A100 nodes, bursty arrivals, proportional-share arbiter")
+register_task("tiny", builtin_tasks.tiny, "2 trainers on one 8-GPU H100 node; the one-round optimum is known")
+register_task("easy", builtin_tasks.easy, "2 trainers and 2 servers on two H100 nodes, Poisson arrivals, max-min fair arbiter")
+register_task("medium", builtin_tasks.medium, "8 tenants on H100 and A100 nodes, bursty arrivals, proportional-share arbiter")
 register_task(
     "hard",
-    _hard,
+    builtin_tasks.hard,
     "16 tenants, four H100 nodes under a tight power cap in a 45 C hall (heat binds), correlated bursts, uniform-price auction",
 )
-register_task("trace", _trace, "6 tenants replaying Pollux jobs and Azure LLM inference requests")
+register_task("trace", builtin_tasks.trace, "6 tenants replaying Pollux jobs and Azure LLM inference requests")
 register_task(
     "trace_code",
-    _trace_code,
+    builtin_tasks.trace_code,
     "the trace task's cluster replaying Pollux workload 2 and Azure's 2023 code requests (long prompts, short outputs)",
 )
 

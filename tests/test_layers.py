@@ -34,6 +34,7 @@ RANK = {
     "kernel": 2,
     "credit": 3,
     "fairness": 3,
+    "builtin_tasks": 2,
     "tasks": 3,
     "validation": 3,
     "environment": 4,
