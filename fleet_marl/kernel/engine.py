@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from fleet_marl.kernel.clearing import ask, clear_pools
-from fleet_marl.kernel.jit import jit, numpy_sum
+from fleet_marl.kernel.jit import copy_row, jit, numpy_sum
 from fleet_marl.kernel.layout import (
     F_ARR,
     F_BID,
@@ -125,21 +125,13 @@ def round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, out
         j = out_index[b]
         if j < 0:
             continue
-        for c in range(_NOF):  # the row's outputs into row j, field by field (each field's row is contiguous there)
-            for t in range(T):
-                out_f[c, j, t] = rf[c, t]
-        for c in range(_NOI):
-            for t in range(T):
-                out_i[c, j, t] = ri[c, t]
-        for c in range(_NOB):
-            for t in range(T):
-                out_b[c, j, t] = rb[c, t]
+        copy_row(out_f, j, rf)  # the row's outputs into row j, field by field (each field's row is contiguous there)
+        copy_row(out_i, j, ri)
+        copy_row(out_b, j, rb)
         for t in range(T):
             for k in range(K):
                 gon[j, t, k] = rg[t, k]
-        for k in range(K):
-            out_k[0, j, k] = rk[0, k]
-            out_k[1, j, k] = rk[1, k]
+        copy_row(out_k, j, rk)
         for r in range(R):
             rack[j, r] = rr[r]
 

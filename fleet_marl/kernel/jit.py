@@ -109,10 +109,19 @@ def sort_by(order, k1, k2, k3, n_keys):
         order[j + 1] = x
 
 
+@jit_inline
+def copy_row(out, j, row):
+    """``out[:, j, :] = row`` for a (C, n) ``row``, element by element: the fields of a batch
+    row's outputs, each contiguous along ``out``'s last axis."""
+    for c in range(row.shape[0]):
+        for t in range(row.shape[1]):
+            out[c, j, t] = row[c, t]
+
+
 @jit
 def argsort_asc(order, key):
     """Stable ascending argsort of a float key (ties by index): :func:`sort_by` on that one key."""
     sort_by(order, key, key, key, 1)
 
 
-__all__ = ["argsort_asc", "before", "jit", "jit_inline", "numpy_sum", "sort_by"]
+__all__ = ["argsort_asc", "before", "copy_row", "jit", "jit_inline", "numpy_sum", "sort_by"]
