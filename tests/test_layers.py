@@ -27,6 +27,7 @@ RANK = {
     "_lazy": 0,
     "errors": 0,
     "checks": 0,
+    "output": 0,
     "catalog": 0,
     "config": 1,
     "traces": 1,

@@ -4,11 +4,10 @@ the summary dict."""
 
 from __future__ import annotations
 
-import json
-
 from fleet_marl.errors import UsageError
 from fleet_marl.evaluation.loading import PolicyError
 from fleet_marl.evaluation.score import GraderError, evaluate
+from fleet_marl.output import print_report
 from fleet_marl.policies import POLICIES
 from fleet_marl.tasks import PROTOCOLS, TASKS, TURN_ORDERS
 
@@ -121,11 +120,7 @@ def run(args) -> int:
     s = evaluate(
         args.task, args.policy, episodes=args.episodes, seed=args.seed, overrides=overrides, progress=True, cache=not args.no_cache
     ).summary()
-    if args.json:
-        print(json.dumps(s, indent=2))
-    else:
-        print_evaluation(s)
-    return 0
+    return print_report(s, args.json, print_evaluation)
 
 
 __all__ = ["EXAMPLES", "add_arguments", "add_protocol_arguments", "positive", "print_evaluation", "protocol_overrides", "run"]

@@ -8,7 +8,6 @@ evaluates too.
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -19,6 +18,7 @@ from fleet_marl.config import ArbiterSpec, ClusterSpec, FleetConfig, SafetySpec,
 from fleet_marl.errors import UsageError
 from fleet_marl.kernel import KernelStatic, cost, engine, stage1
 from fleet_marl.kernel.safety import explain_invalid, invalid_precision
+from fleet_marl.output import print_report
 
 #: User errors this command reports as ``error: ...`` (exit code 2).
 ERRORS = (UsageError, CatalogError)
@@ -205,12 +205,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    r = estimate(args)
-    if args.json:
-        print(json.dumps(r, indent=2))
-    else:
-        print_estimate(r)
-    return 0
+    return print_report(estimate(args), args.json, print_estimate)
 
 
 __all__ = ["EXAMPLES", "add_arguments", "estimate", "parse_precision", "print_estimate", "run", "single_tenant_static"]
