@@ -369,7 +369,7 @@ PRIVATE_ALLOWED = {
     ): "PettingZoo's AECEnv keeps what accrued since an agent's last turn there; last() reads it, and it has no public accessor",
     ("fleet_marl/config/checks.py", "_getframe"): "sys._getframe: the deprecation warning's stack level, the standard library's way",
     (
-        "fleet_marl/torchrl/policy.py",
+        "fleet_marl/torchrl/networks.py",
         "_empty_net",
     ): "TorchRL's MultiAgentMLP runs its shared module template so; the rows of one agent have no public call",
     ("fleet_marl/kernel/packing.py", "_groups"): "_Packed._groups: the class's own registry, read in the module that defines it",

@@ -3,9 +3,10 @@
 =====================================  ==========================================================
 ``FleetTorchEnv``                      the vector env as a batched TorchRL ``EnvBase``
                                        (``env.py``): ``batch_size=[B]``, one agent group
-``MaskedMultiCategorical``             the masked action distribution (``policy.py``)
-``build_networks``, ``TrainedPolicy``  the actor and critic of each sharing scheme, and a
-                                       trained actor as a grader policy (``policy.py``)
+``MaskedMultiCategorical``             the masked action distribution (``distribution.py``)
+``build_networks``, ``TrainedPolicy``  the actor and critic of each sharing scheme
+                                       (``networks.py``), and a trained actor as a grader
+                                       policy (``policy.py``)
 ``TorchRLTrainConfig``                 a run's config (``config.py``)
 ``train``, ``Learner``                 IPPO/MAPPO on TorchRL's collector, GAE and
                                        ``ClipPPOLoss``: ``fleet-marl train --engine torchrl``
@@ -24,10 +25,10 @@ from fleet_marl._lazy import lazy_exports
 _NAMES = {
     "FleetTorchEnv": "env",
     "GROUP": "env",
-    "MaskedMultiCategorical": "policy",
-    "build_networks": "policy",
+    "MaskedMultiCategorical": "distribution",
+    "build_networks": "networks",
     "TrainedPolicy": "policy",
-    "SHARING": "policy",
+    "SHARING": "networks",
     "TorchRLTrainConfig": "config",
     "train": "train",
     "Learner": "train",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
-from fleet_marl.torchrl.policy import ACTIVATIONS, SHARING
+from fleet_marl.torchrl.networks import ACTIVATIONS, SHARING
 from fleet_marl.training import TrainConfigError, check_common, check_env, check_integers, check_numbers, replaced
 
 #: The default run's iterations (``make train``): about 6 minutes of training (5.8 measured) on the 2-core machine of docs/training.md.

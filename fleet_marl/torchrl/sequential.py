@@ -10,7 +10,7 @@ tenant's trajectory, one transition per round, which is the simultaneous protoco
 
 ``TurnCollector``      steps the per-turn vector env for ``rollout`` whole rounds per batch,
                        calling the actor once per turn on the acting tenant's observation
-                       (:func:`~fleet_marl.torchrl.policy.turn_logits`; the env never calls the
+                       (:func:`~fleet_marl.torchrl.networks.turn_logits`; the env never calls the
                        policy), and yields each batch as the (B, R, N) TensorDict that
                        :class:`~fleet_marl.torchrl.FleetTorchEnv`'s rollouts have, so
                        ``Learner.update`` (GAE, clipped PPO) runs on it unchanged
@@ -54,8 +54,9 @@ import torch.multiprocessing as mp
 from tensordict import TensorDict
 
 from fleet_marl.environment.sequential_vector import FleetSequentialVectorEnv
+from fleet_marl.torchrl.distribution import MaskedMultiCategorical
 from fleet_marl.torchrl.env import GROUP
-from fleet_marl.torchrl.policy import MaskedMultiCategorical, turn_logits
+from fleet_marl.torchrl.networks import turn_logits
 
 
 def turns_to_rounds(x: torch.Tensor, agent: torch.Tensor, n_agents: int) -> torch.Tensor:

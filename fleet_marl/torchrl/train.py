@@ -19,7 +19,7 @@ is :class:`~fleet_marl.torchrl.sequential.TurnCollector` (``AsyncTurnCollector``
 ``async``): the actor is called once per turn, on the per-turn vector env, and each batch of
 ``rollout`` rounds comes laid out per tenant and round as above, so the learner is the same.
 
-Sharing schemes (:data:`~fleet_marl.torchrl.policy.SHARING`): ``shared``, ``per_tenant`` and
+Sharing schemes (:data:`~fleet_marl.torchrl.networks.SHARING`): ``shared``, ``per_tenant`` and
 ``per_kind`` are IPPO (each tenant's critic reads its own observation); ``mappo`` has a shared
 actor and a centralized critic on ``state``.
 
