@@ -1,7 +1,7 @@
 """The round, compiled: :func:`round_rows` plays it on every batch row, stage by stage.
 
-This is the only implementation of the round (``DESIGN.md`` section 5; every equation is in
-``docs/model.md`` with its source); ``tests/oracle.py`` holds an independent numpy
+This is the only implementation of the round (every equation is in ``docs/model.md`` with its
+source); ``tests/oracle.py`` holds an independent numpy
 implementation that the tests compare against, to 1e-9. Each stage is a compiled function in
 the module named for it, called once per row in this order:
 

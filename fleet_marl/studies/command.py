@@ -39,7 +39,7 @@ ENGINES = runs.ENGINES
 
 EXAMPLES = """examples:
   fleet-marl compare --quick                      # the whole pipeline in about a minute (CI runs it)
-  fleet-marl compare                              # the full study: 920 runs, 2.9 hours on 2 cores (resumable)
+  fleet-marl compare                              # the full study: 920 runs (resumable)
   fleet-marl compare --n 2,4,8 --arms global,difference,mappo --seeds 5 --out runs/small
   fleet-marl compare --report                     # tables, verdicts and plots again from the CSVs
   fleet-marl compare --report --docs              # ... and into docs/credit_assignment.md

@@ -1,6 +1,6 @@
 """``fleet-marl bench --clients``: every outside client's route and RLlib's training end to end,
-in one run pinned to one core, against the targets of issue 32 ("Every client in every mode, at
-the vector env's speed").
+in one run pinned to one core, against the clients' targets (every client in every mode, at the
+vector env's speed).
 
 Two parts, one report:
 
@@ -11,7 +11,7 @@ Two parts, one report:
   command (a subprocess on the same pinned core), the default config (PPO on ``easy``, shared
   policy, mixed reward, 2000 env steps and 6 epochs of 1000-step minibatches per iteration)
   with the in-training grader, checkpoints and the final table off: *after* is this package's
-  default (the vector env, ``FleetEnvRunner``); *before* is the engine before issue 32, either
+  default (the vector env, ``FleetEnvRunner``); *before* is the engine before its vector env, either
   a checkout of it (``before``: a folder holding its ``fleet_marl`` package, e.g. a ``git
   worktree`` of the commit before; the same command, with that package first on the path) or,
   without one, this package with ``vector: false`` (one ``FleetRLlibEnv`` per sub-env through
@@ -24,7 +24,7 @@ Two parts, one report:
   and reports its fastest run (``tries``: every run's rate). A checkout whose ``metrics.csv`` has no ``agent_steps``
   counts N tenant-steps per env step.
 
-:data:`~fleet_marl.studies.bench.targets.CLIENT_TARGETS` are the issue's; ``targets`` in the
+:data:`~fleet_marl.studies.bench.targets.CLIENT_TARGETS` are the targets; ``targets`` in the
 report holds each one's measured figure, target and ``met``
 (:func:`~fleet_marl.studies.bench.targets.verdict`).
 """

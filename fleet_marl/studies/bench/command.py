@@ -14,13 +14,13 @@ from fleet_marl.studies.bench import clients, suite, train
 from fleet_marl.studies.bench.targets import KERNEL_BEFORE_COMMIT
 
 EXAMPLES = """examples:
-  fleet-marl bench                      # the full run (under 3 minutes): a table on stdout, progress on stderr
-  fleet-marl bench --quick --json       # the CI smoke run (under 30 s), one JSON object
+  fleet-marl bench                      # the full run: a table on stdout, progress on stderr
+  fleet-marl bench --quick --json       # the CI smoke run, one JSON object
   fleet-marl bench --cpu 0 --json > bench.json
   git worktree add --detach ../v030 12a23ba && fleet-marl bench --kernel-before ../v030   # the kernel against 0.3.0's
-  fleet-marl bench --train              # end-to-end training throughput of make train's config (about 1 min)
-  fleet-marl bench --clients --json     # every outside client's route and RLlib's training before/after (issue 32; about 5 min)
-  fleet-marl bench --clients --before ../before   # RLlib's "before": a checkout of the engine before issue 32
+  fleet-marl bench --train              # end-to-end training throughput of make train's config
+  fleet-marl bench --clients --json     # every outside client's route and RLlib's training before/after
+  fleet-marl bench --clients --before ../before   # RLlib's "before": a checkout of the engine before its vector env
 
 Every key of the JSON report is documented in docs/benchmarks.md.
 """
@@ -36,7 +36,7 @@ DESCRIPTION = (
 def add_arguments(b: argparse.ArgumentParser) -> None:
     """The options of ``fleet-marl bench``."""
     b.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    b.add_argument("--quick", action="store_true", help="fewer steps and repeats (under 30 s; the CI smoke test)")
+    b.add_argument("--quick", action="store_true", help="fewer steps and repeats (the CI smoke test)")
     b.add_argument("--cpu", type=int, default=None, help="core to pin to (default: the last core this process may use)")
     b.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     b.add_argument(
@@ -45,14 +45,14 @@ def add_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument(
         "--clients",
         action="store_true",
-        help="measure every outside client's route and fleet-marl train --engine rllib before and after instead (issue 32's targets; pinned)",
+        help="measure every outside client's route and fleet-marl train --engine rllib before and after instead (against the clients' targets; pinned)",
     )
     b.add_argument(
         "--kernel-before",
         default=None,
         metavar="DIR",
         help=f"also measure the kernel of a checkout of the engine (a folder holding its fleet_marl package, e.g. a git worktree of "
-        f"{KERNEL_BEFORE_COMMIT}, the 0.3.0 kernel) at N = 16, batch 1024, interleaved with this one (issue 31's 4x target)",
+        f"{KERNEL_BEFORE_COMMIT}, the 0.3.0 kernel) at N = 16, batch 1024, interleaved with this one (against its speed-up target)",
     )
     b.add_argument(
         "--before",

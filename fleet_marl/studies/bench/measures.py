@@ -44,7 +44,7 @@ SCHEMES = ("local", "difference")
 KERNEL_BATCHES = (1, 64, 1024, 16384)
 KERNEL_N = 16
 SHAPLEY_N = 8
-#: Vector-env agent-steps of the memory run (the issue's 10^7; --quick runs a hundredth).
+#: Vector-env agent-steps of the memory run (10^7; --quick runs a hundredth).
 RSS_AGENT_STEPS = 10_000_000
 #: Clusters of the vector-env measurements.
 VECTOR_B = 256
@@ -267,7 +267,7 @@ def reference_env():
 
 def vmas_timing(steps: int, repeats: int) -> tuple[float, float] | None:
     """(ms per step, agent-steps/s) of VMAS's ``simple_spread`` (the vectorized peer of the vector
-    env, issue 31): N = ``KERNEL_N`` agents, ``VECTOR_B`` environments stepped as one batch of
+    env): N = ``KERNEL_N`` agents, ``VECTOR_B`` environments stepped as one batch of
     torch tensors on the CPU with one torch thread, discrete actions drawn beforehand, no resets
     (VMAS resets only when asked); None when ``vmas`` is not installed (the bench extra)."""
     try:

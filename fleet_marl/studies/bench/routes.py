@@ -1,4 +1,4 @@
-"""How fast the outside clients step the env (issue 32): the array-speed adapters against the
+"""How fast the outside clients step the env: the array-speed adapters against the
 PettingZoo routes they replace, measured in one process (pin it: ``taskset -c 1``).
 
 =========================  ======================================================================
@@ -30,7 +30,7 @@ Each rate is agent-steps per second (slots stepped: a tenant that left its episo
 its slot, on both sides), the median over ``repeats`` runs of ``steps`` calls; only the step
 call is timed, with actions drawn from the masks beforehand (the default ``illegal_action="veto"``
 handles a count a budget no longer affords). :func:`measure_clients` returns the rates and the
-two ratios of the issue's targets (:data:`TARGETS`); ``fleet-marl bench --clients`` reports them
+two ratios of the clients' targets (:data:`TARGETS`); ``fleet-marl bench --clients`` reports them
 and ``python -m fleet_marl.studies.bench.routes [--cpu 1]`` prints them as JSON.
 """
 
@@ -52,7 +52,7 @@ from fleet_marl.errors import require
 from fleet_marl.studies.bench.targets import CLIENT_TARGETS
 from fleet_marl.studies.bench.timing import median_rate, pin_to_one_core
 
-#: The issue's targets: each adapter's rate over the route it replaces.
+#: The clients' targets: each adapter's rate over the route it replaces.
 TARGETS = {k: CLIENT_TARGETS[k][0] for k in ("sb3_vecenv_over_supersuit", "pufferlib_native_over_emulation")}
 #: What a missing extra's message says needs it.
 WHAT = "the outside clients' bench (fleet-marl bench --clients)"

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from fleet_marl.studies.bench.measures import KERNEL_N, SAMPLED_SHAPLEY_TASK, SHAPLEY_N, VECTOR_B
 
-#: The targets: key -> (target, "min" or "max"). Those of the "One engine" issue, then those of
-#: issue 31 ("Fast by default, and counterfactual credit nearly free") measured so far: every
+#: The targets: key -> (target, "min" or "max"). The env, vector env and kernel speeds first, then
+#: those of a fast default and nearly free counterfactual credit: every
 #: env built as the README builds it within 1.25x of the same env built as the bench builds it,
 #: the vector env's difference rewards at half its local throughput or more, the N = 64 difference
 #: step within 1.5x of the local one, sampled Shapley on hard within 3x, and 8x (was 5x) the
@@ -30,10 +30,10 @@ TARGETS = {
     "agent_steps_ratio_vs_reference": (8.0, "min"),
     f"kernel_speedup_n{KERNEL_N}_b1024_vs_before": (4.0, "min"),
 }
-#: The commit whose kernel ``--kernel-before`` is meant to measure: the last one before issue 30
-#: changed the model (the package's version was 0.3.0 then; no tag was made).
+#: The commit whose kernel ``--kernel-before`` is meant to measure: the last one before the cost
+#: model changed (the package's version was 0.3.0 then; no tag was made).
 KERNEL_BEFORE_COMMIT = "12a23ba"
-#: The training target of the "Every client works, and training is fast" issue (``--train``).
+#: The training target (``--train``): end-to-end agent-steps per second of ``make train``'s config on easy.
 TRAIN_TARGETS = {"train_agent_steps_per_s_easy": (50_000.0, "min")}
 #: The targets of ``--clients``: RLlib's training after over before, and each
 #: array adapter's rate over the PettingZoo route it replaces.

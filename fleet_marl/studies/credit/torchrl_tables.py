@@ -45,7 +45,7 @@ from fleet_marl.studies.credit.torchrl_design import ARMS, SHARING_ARMS
 MARGIN = 0.05
 #: Below this many more starvation events per episode than difference, local does not starve.
 STARVATION_MARGIN = 1.0
-#: The N from which the verdicts are decided (the issue's acceptance).
+#: The N from which the verdicts are decided: they read the runs at N >= DECIDE_FROM only.
 DECIDE_FROM = 8
 PREDICTIONS = ("global reward stalls as N grows", "local reward starves under the auction", "Shapley ≈ difference at higher cost")
 
