@@ -21,7 +21,8 @@ helios-<cluster>  jobs      none        SenseTime Helios, SC 2021 (CC-BY-4.0)
 Modules: :mod:`~fleet_marl.traces.readers` (the formats, ``FORMATS`` and ``sniff``; one validating
 parser per format in :mod:`~fleet_marl.traces.job_traces` and :mod:`~fleet_marl.traces.request_traces`,
 over :mod:`~fleet_marl.traces.fields`),
-:mod:`~fleet_marl.traces.registry` (``TRACES``, name resolution, ``read_*``),
+:mod:`~fleet_marl.traces.registry` (``TRACES``), :mod:`~fleet_marl.traces.locate` (name resolution),
+:mod:`~fleet_marl.traces.loading` (``read_*``, ``trace_stats``),
 :mod:`~fleet_marl.traces.download` (``fetch``: resumable, verified downloads) and
 :mod:`~fleet_marl.traces.command` (``fleet-marl traces list`` / ``fetch``). The samples and
 their licences are in ``data/`` (``data/LICENSES.md``); docs/traces.md describes every trace,
@@ -32,10 +33,12 @@ its columns and how they map onto tenants.
 (19366,)
 """
 
-from fleet_marl.traces import registry
+from fleet_marl.traces import loading, locate, registry
+from fleet_marl.traces.loading import *  # noqa: F403 -- the package re-exports the loaders' public names, their __all__
+from fleet_marl.traces.locate import *  # noqa: F403 -- and name resolution's
 from fleet_marl.traces.readers import FORMATS, AzureTrace, BurstGPTTrace, JobTrace, PolluxTrace, RequestTrace, TraceError
-from fleet_marl.traces.registry import *  # noqa: F403 -- the package re-exports the registry's public names, its __all__
+from fleet_marl.traces.registry import *  # noqa: F403 -- and the registry's
 
-#: The formats' names and the registry's.
+#: The formats' names, the registry's, name resolution's and the loaders'.
 __all__ = ["FORMATS", "AzureTrace", "BurstGPTTrace", "JobTrace", "PolluxTrace", "RequestTrace", "TraceError"]
-__all__ += registry.__all__
+__all__ += registry.__all__ + locate.__all__ + loading.__all__

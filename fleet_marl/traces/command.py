@@ -11,7 +11,9 @@ from pathlib import Path
 
 from fleet_marl.errors import UsageError
 from fleet_marl.traces.download import FetchError, fetch
-from fleet_marl.traces.registry import CACHE_ENV, DATA_DIR, TRACES, TRACES_ENV, cache_dir, read_trace
+from fleet_marl.traces.loading import read_trace
+from fleet_marl.traces.locate import cache_dir
+from fleet_marl.traces.registry import CACHE_ENV, DATA_DIR, TRACES, TRACES_ENV
 
 #: User errors this command reports as ``error: ...`` (exit code 2): a failed download says
 #: what to do about it.

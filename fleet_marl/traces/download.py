@@ -33,7 +33,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from fleet_marl.traces.registry import TraceInfo, cache_dir
+from fleet_marl.traces.locate import cache_dir
+from fleet_marl.traces.registry import TraceInfo
 
 CHUNK_BYTES = 1 << 20
 TIMEOUT_S = 60.0

@@ -22,7 +22,7 @@ docs/traces.md.
 
 Each parser takes ``(path, mtime_ns, size)`` and is cached on it, so a changed file is read
 again; the arrays it returns are read-only. Finding a file from a trace name is
-:mod:`fleet_marl.traces.registry`'s job.
+:mod:`fleet_marl.traces.locate`'s job.
 
 This module is the formats' table (:data:`FORMATS`, :func:`sniff`) and the one place to import
 the readers from; the parsers live in :mod:`fleet_marl.traces.job_traces` (pollux, philly, pai,

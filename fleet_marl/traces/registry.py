@@ -1,51 +1,20 @@
-"""The traces fleet_marl knows, and how a trace name becomes a file.
+"""The traces fleet_marl knows: ``TRACES`` maps a name (``fleet-marl traces list``) to a
+:class:`TraceInfo`.
 
-``TRACES`` maps a name (``fleet-marl traces list``) to a :class:`TraceInfo`: its format, the
-sample shipped in ``fleet_marl/traces/data`` (if any), where the full trace is downloaded from,
-the size and SHA-256 (or git object id) the source repository pins for that download, its
-licence and the paper to cite. docs/traces.md describes each; ``data/LICENSES.md`` gives the
-attribution of every shipped sample.
-
-:func:`resolve_trace` turns a ``WorkloadSpec.trace`` value into a file, trying in order:
-
-1. the value itself, if it is an existing file;
-2. ``$FLEET_MARL_TRACES/<value>``, if that variable is set;
-3. the shipped sample of that name: ``data/<value>``, or the sample of the registry entry
-   ``<value>``;
-4. the fetched cache (``$FLEET_MARL_CACHE/traces``, default ``~/.cache/fleet_marl/traces``):
-   ``<cache>/<value>``, or the full file of the registry entry ``<value>``
-   (``fleet-marl traces fetch <value>`` puts it there).
-
-So ``pollux_workload-1.csv`` and ``azure_llm_inference_conv_2023.csv``, the names the ``trace``
-task replays, resolve to shipped samples with nothing beside the package.
-
-The ``read_*`` functions take a path or a name, resolve it and parse the file with the
-format's cached parser (:mod:`fleet_marl.traces.readers`).
+Each entry gives its format, the sample shipped in ``fleet_marl/traces/data`` (if any), where the
+full trace is downloaded from, the size and SHA-256 (or git object id) the source repository pins
+for that download, its licence and the paper to cite. docs/traces.md describes each;
+``data/LICENSES.md`` gives the attribution of every shipped sample. How a trace name becomes a
+file is :mod:`fleet_marl.traces.locate`'s; reading one by path or name is
+:mod:`fleet_marl.traces.loading`'s.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
-from fleet_marl.traces.readers import (
-    FORMATS,
-    AzureTrace,
-    BurstGPTTrace,
-    JobTrace,
-    PolluxTrace,
-    RequestTrace,
-    parse_azure,
-    parse_burstgpt,
-    parse_helios,
-    parse_pai,
-    parse_philly,
-    parse_pollux,
-    sniff,
-)
+from fleet_marl.traces.readers import FORMATS
 
 #: Folder of the shipped samples and their licences.
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -254,153 +223,4 @@ _ENTRIES = [
 TRACES: dict[str, TraceInfo] = {t.name: t for t in _ENTRIES}
 
 
-def traces_dir() -> Path:
-    """The folder a bare trace file name is looked up in first: ``$FLEET_MARL_TRACES`` if set,
-    else the shipped samples (``fleet_marl/traces/data``)."""
-    env = os.environ.get(TRACES_ENV)
-    return Path(env).expanduser() if env else DATA_DIR
-
-
-def cache_dir() -> Path:
-    """Where ``fleet-marl traces fetch`` puts full traces: ``$FLEET_MARL_CACHE/traces``
-    (default ``~/.cache/fleet_marl/traces``)."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "fleet_marl").expanduser() / "traces"
-
-
-def _candidates(key: str) -> list[Path]:
-    """Where a trace name is looked up, in order, after the value itself (steps 2-4 of the
-    module docstring)."""
-    info = TRACES.get(key)
-    tried = []
-    env = os.environ.get(TRACES_ENV)
-    if env:
-        tried.append(Path(env).expanduser() / key)
-    tried += [DATA_DIR / key] + ([info.sample_path] if info and info.sample_path else [])
-    tried += [cache_dir() / key] + ([cache_dir() / info.file] if info else [])
-    return tried
-
-
-def resolve_trace(name: str | os.PathLike) -> Path:
-    """The file of a trace path or name, found in the order of the module docstring."""
-    given = Path(name).expanduser()
-    if given.is_file():
-        return given
-    key = str(name)
-    info = TRACES.get(key)
-    tried = [given.resolve(), *_candidates(key)]
-    for path in tried[1:]:
-        if path.is_file():
-            return path
-    if info:
-        hint = f"run 'fleet-marl traces fetch {key}' to download it ({info.url})"
-    else:
-        hint = f"set {TRACES_ENV} to the folder that holds it, or use a name of 'fleet-marl traces list' ({', '.join(TRACES)})"
-    raise FileNotFoundError(f"trace {key!r} not found: tried {', '.join(map(str, dict.fromkeys(tried)))}; {hint}")
-
-
-def registry_names() -> tuple[str, ...]:
-    """Every value that names a trace of the registry and no path: each entry's name
-    (``pollux-1``), its full file's name and its sample's name (``pollux_workload-1.csv``, the
-    names the built-in tasks use)."""
-    names = []
-    for info in TRACES.values():
-        names += [info.name, info.file] + ([info.sample] if info.sample else [])
-    return tuple(dict.fromkeys(names))
-
-
-def registry_file(name: str) -> Path | None:
-    """The file of the registry trace ``name`` (a value of :func:`registry_names`), looked up only
-    in the registry's folders (``$FLEET_MARL_TRACES``, the shipped samples, the fetched cache), or
-    None when ``name`` is no registry name, is not on this machine, or a file of the same name in
-    the working directory would be read in its place by :func:`resolve_trace`. Nothing a caller
-    passes here is opened: a server checks a client's trace value with it (docs/llm_agents.md,
-    "Security")."""
-    if not isinstance(name, str) or name not in registry_names() or Path(name).is_file():
-        return None  # not a registry name, or shadowed by a file in the working directory
-    return next((path for path in _candidates(name) if path.is_file()), None)
-
-
-def _key(path: str | os.PathLike) -> tuple[str, int, int]:
-    p = resolve_trace(path).resolve()
-    st = p.stat()
-    return str(p), st.st_mtime_ns, st.st_size
-
-
-def read_trace(path: str | os.PathLike) -> JobTrace | RequestTrace:
-    """Parse a trace of any format (told apart by its first line: :func:`readers.sniff`)."""
-    key = _key(path)
-    return FORMATS[sniff(key[0])].parse(*key)
-
-
-_Trace = TypeVar("_Trace")
-
-
-def _reader(parse: Callable[[str, int, int], _Trace], name: str, what: str) -> Callable[[str | os.PathLike], _Trace]:
-    """The reader ``name`` of one format: its parser ``parse`` on a path or a trace name."""
-
-    def read(path: str | os.PathLike) -> _Trace:
-        return parse(*_key(path))
-
-    read.__name__ = read.__qualname__ = name
-    read.__doc__ = f"Parse and validate {what} (a path or a trace name)."
-    return read
-
-
-read_pollux: Callable[[str | os.PathLike], PolluxTrace] = _reader(parse_pollux, "read_pollux", "a Pollux job trace")
-read_azure: Callable[[str | os.PathLike], AzureTrace] = _reader(parse_azure, "read_azure", "an Azure LLM inference trace, 2023 or 2024")
-read_burstgpt: Callable[[str | os.PathLike], BurstGPTTrace] = _reader(parse_burstgpt, "read_burstgpt", "a BurstGPT trace")
-read_philly = _reader(parse_philly, "read_philly", "Philly's ``cluster_job_log``")
-read_pai = _reader(parse_pai, "read_pai", "Alibaba PAI 2020's ``pai_task_table.csv``")
-read_helios = _reader(parse_helios, "read_helios", "a Helios ``cluster_log.csv``")
-
-
-def trace_stats(path: str | os.PathLike) -> dict:
-    """Summary figures of a trace; durations run from 0 to the last entry's time.
-
-    Requests: ``requests``, ``duration_s``, ``rate_per_s``, ``mean_context_tokens``,
-    ``mean_generated_tokens``. Jobs: ``jobs``, ``gpu_jobs`` (jobs asking for >= 1 GPU, the ones
-    a training tenant replays), ``duration_s``, ``jobs_per_hour`` (of all jobs) and
-    ``mean_gpus`` (over the GPU jobs).
-    """
-    tr = read_trace(path)
-    dur = float(tr.time_s[-1])
-    n = len(tr.time_s)
-    per_s = n / dur if dur > 0 else float("nan")
-    if isinstance(tr, RequestTrace):
-        return {
-            "requests": n,
-            "duration_s": dur,
-            "rate_per_s": per_s,
-            "mean_context_tokens": float(tr.context_tokens.mean()),
-            "mean_generated_tokens": float(tr.generated_tokens.mean()),
-        }
-    gpu = tr.gpus[tr.gpus >= 1]
-    return {
-        "jobs": n,
-        "gpu_jobs": len(gpu),
-        "duration_s": dur,
-        "jobs_per_hour": per_s * 3600,
-        "mean_gpus": float(gpu.mean()) if len(gpu) else float("nan"),
-    }
-
-
-__all__ = [
-    "CACHE_ENV",
-    "DATA_DIR",
-    "TRACES",
-    "TRACES_ENV",
-    "TraceInfo",
-    "cache_dir",
-    "read_azure",
-    "read_burstgpt",
-    "read_helios",
-    "read_pai",
-    "read_philly",
-    "read_pollux",
-    "read_trace",
-    "registry_file",
-    "registry_names",
-    "resolve_trace",
-    "trace_stats",
-    "traces_dir",
-]
+__all__ = ["CACHE_ENV", "DATA_DIR", "TRACES", "TRACES_ENV", "TraceInfo"]
