@@ -29,7 +29,7 @@ import yaml
 
 from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
 from fleet_marl.rllib.sharing import SHARING, mapping_for, module_ids
-from fleet_marl.training import TrainConfigError, check_common, check_env, check_integers, check_numbers, replaced
+from fleet_marl.training import TrainConfigError, check_common, check_env, check_integers, check_numbers, config_env, replaced
 
 OBS_MODES = ("dict", "flat")
 #: The most clusters per env runner when ``num_envs_per_env_runner`` is left out and the vector env
@@ -196,8 +196,8 @@ class TrainConfig:
         """A ``FleetParallelEnv`` of this config, or its ``FleetSequentialEnv`` under
         ``env.protocol = "sequential"`` (cheap; no Ray). Its spaces are what the modules learn."""
         if self.env.get("protocol") == "sequential":
-            return FleetSequentialEnv(task=self.task, reward_scheme=self.reward_scheme, **self.env)
-        return FleetParallelEnv(task=self.task, reward_scheme=self.reward_scheme, **self.env)
+            return config_env(FleetSequentialEnv, self)
+        return config_env(FleetParallelEnv, self)
 
     def signature(self) -> dict:
         """What a checkpoint must match to be resumed or evaluated with this config."""

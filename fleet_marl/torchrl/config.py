@@ -16,7 +16,7 @@ from typing import Any
 
 from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
 from fleet_marl.torchrl.networks import ACTIVATIONS, SHARING
-from fleet_marl.training import TrainConfigError, check_common, check_env, check_integers, check_numbers, replaced
+from fleet_marl.training import TrainConfigError, check_common, check_env, check_integers, check_numbers, config_env, replaced
 
 #: The default run's iterations (``make train``): about 6 minutes of training (5.8 measured) on the 2-core machine of docs/training.md.
 ITERATIONS = 700
@@ -158,7 +158,7 @@ class TorchRLTrainConfig:
         """The run's env with one cluster (its spaces are the signature's): the ParallelEnv, or the
         AEC env of the sequential protocol (40 features, the longer ``state()``)."""
         cls = FleetSequentialEnv if self.sequential else FleetParallelEnv
-        return cls(task=self.task, reward_scheme=self.reward_scheme, **self.env)
+        return config_env(cls, self)
 
     def signature(self) -> dict:
         """What a checkpoint must match to be resumed or graded on an env."""

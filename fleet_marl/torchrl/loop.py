@@ -50,6 +50,7 @@ from torchrl.envs.utils import ExplorationType
 from fleet_marl.torchrl.config import COLUMNS, TorchRLTrainConfig
 from fleet_marl.torchrl.env import GROUP, FleetTorchEnv
 from fleet_marl.torchrl.sequential import AsyncTurnCollector, TurnCollector
+from fleet_marl.training import config_env
 
 #: A resumed run's episodes, when its collection state is not restored: seeded ``seed + RESUME_STRIDE * iteration``.
 RESUME_STRIDE = 1_000_003
@@ -69,7 +70,7 @@ class MakeEnv:
     def __call__(self) -> FleetTorchEnv:
         if self.torch_seed is not None and os.getpid() != self.owner:
             torch.manual_seed(self.torch_seed)
-        return FleetTorchEnv(self.num_envs, self.task, seed=self.seed, reward_scheme=self.reward_scheme, **self.env)
+        return config_env(FleetTorchEnv, self, self.num_envs, seed=self.seed)
 
 
 class Sampler:
@@ -202,7 +203,7 @@ class Loop:
         kwargs: dict[str, Any] = dict(total_frames=self.frames * batches, exploration_type=ExplorationType.RANDOM)
         if K == 1 and tc.collector == "sync":
             resume = state.get("env") if state is not None else None
-            self.env = RunEnv(tc.num_envs, tc.task, seed=seed, reward_scheme=tc.reward_scheme, resume=resume, **tc.env)
+            self.env = config_env(RunEnv, tc, tc.num_envs, seed=seed, resume=resume)
             self.restored = resume is not None
             return Collector(self.env, sampler.actor, frames_per_batch=self.frames, auto_register_policy_transforms=False, **kwargs)
         # worker processes (this one keeps ``threads`` torch threads; TorchRL's default would be the cores minus the workers)

@@ -57,6 +57,7 @@ from fleet_marl.environment.sequential_vector import FleetSequentialVectorEnv
 from fleet_marl.torchrl.distribution import MaskedMultiCategorical
 from fleet_marl.torchrl.env import GROUP
 from fleet_marl.torchrl.networks import turn_logits
+from fleet_marl.training import config_env
 
 
 def turns_to_rounds(x: torch.Tensor, agent: torch.Tensor, n_agents: int) -> torch.Tensor:
@@ -90,7 +91,7 @@ class TurnCollector:
     (``update_policy_weights_`` is a no-op), like TorchRL's synchronous ``Collector``."""
 
     def __init__(self, tc: Any, actor_net: torch.nn.Module, nvec, batches: int):
-        self.venv = FleetSequentialVectorEnv(tc.num_envs, tc.task, reward_scheme=tc.reward_scheme, compute_all=False, **tc.env)
+        self.venv = config_env(FleetSequentialVectorEnv, tc, tc.num_envs, compute_all=False)
         self.actor_net, self.nvec = actor_net, [int(n) for n in nvec]
         self.rollout, self.batches = int(tc.rollout), int(batches)
         self.N = self.venv.num_agents

@@ -7,6 +7,7 @@
 :func:`check_integers`        integer fields with their least values
 :func:`check_numbers`         number fields with their ranges
 :func:`check_env`             the config's env can be built (its overrides, its trace files)
+:func:`config_env`            an env of the task, reward scheme and overrides a config names
 :func:`check_iterations_left` a resumed run has iterations left to train
 :func:`config_path`           a run config named by ``--config NAME``
 :func:`replaced`              a copy of a config with some fields changed, checked
@@ -77,6 +78,13 @@ def check_numbers(
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi or (name in positive and v == 0):
             bad(name, expected(name, lo, hi))
+
+
+def config_env(env_class: Callable[..., Any], cfg: Any, *args: Any, **options: Any) -> Any:
+    """``env_class`` (an env, a vector env, an adapter's env) built on what the training config
+    ``cfg`` names: its ``task``, its ``reward_scheme`` and its ``env`` overrides; ``args`` and
+    ``options`` are the class's own (a cluster count, a seed)."""
+    return env_class(*args, task=cfg.task, reward_scheme=cfg.reward_scheme, **options, **cfg.env)
 
 
 def check_env(cfg: Any, source: str) -> None:
@@ -169,6 +177,7 @@ __all__ = [
     "check_iterations_left",
     "check_numbers",
     "checkout",
+    "config_env",
     "config_path",
     "from_command",
     "replaced",
