@@ -18,7 +18,7 @@ from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
 from fleet_marl.torchrl.networks import ACTIVATIONS, SHARING
 from fleet_marl.training import TrainConfigError, check_common, check_env, check_integers, check_numbers, config_env, replaced
 
-#: The default run's iterations (``make train``): about 6 minutes of training (5.8 measured) on the 2-core machine of docs/training.md.
+#: The default run's iterations (``make train``); docs/training.md says how long they take on its machine.
 ITERATIONS = 700
 
 #: The devices a learner may name (``--device``); whether CUDA is there is checked when training starts (:func:`check_device`).
