@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fleet_marl.environment.fields import CLAIM_FIELDS, N_CLAIM
 from fleet_marl.environment.normalize import squash
-from fleet_marl.environment.spaces import CLAIM_FIELDS, N_CLAIM
 
 _CI = {name: k for k, (name, _) in enumerate(CLAIM_FIELDS)}
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleet_marl.environment.claims import claim_features
+from fleet_marl.environment.fields import N_OBS, OBS_INDEX
 from fleet_marl.environment.normalize import mean_arrivals, squash, unsquash
 from fleet_marl.environment.observer import Ahead, LastRound, Observer, ObsScene
-from fleet_marl.environment.spaces import N_OBS, OBS_INDEX
 from fleet_marl.kernel import RoundState
 
 _O = OBS_INDEX

@@ -12,8 +12,8 @@ import numba as nb
 import numpy as np
 
 from fleet_marl import catalog
+from fleet_marl.environment.fields import N_OBS, OBS_INDEX
 from fleet_marl.environment.normalize import mean_arrivals, squash
-from fleet_marl.environment.spaces import N_OBS, OBS_INDEX
 from fleet_marl.kernel import RoundState
 
 _O = OBS_INDEX
