@@ -1,5 +1,9 @@
 """``FleetParallelEnv``, the :class:`pettingzoo.ParallelEnv` of ``fleet_v0`` (the spec is the
-package docstring of :mod:`fleet_marl.environment`), and ``parallel_env()``."""
+package docstring of :mod:`fleet_marl.environment`), and ``parallel_env()``.
+
+The infos of its steps (their keys in order, ``AgentInfo``, ``scheme_rewards``) are
+:mod:`fleet_marl.environment.infos`'; this module re-exports ``REWARD_PREFIX``, ``AgentInfo`` and
+``scheme_rewards``."""
 
 from __future__ import annotations
 
@@ -10,9 +14,10 @@ import numpy as np
 from pettingzoo import ParallelEnv
 
 from fleet_marl.checks import is_seed
-from fleet_marl.config import REWARD_SCHEMES, FleetConfig
+from fleet_marl.config import FleetConfig
 from fleet_marl.credit import Credit
 from fleet_marl.environment import core
+from fleet_marl.environment.infos import FLAG_KEYS, INFO_KEYS, RESET_VALUES, REWARD_PREFIX, AgentInfo, scheme_rewards
 from fleet_marl.environment.render import render_frame
 from fleet_marl.environment.spaces import (
     ACTION_FIELDS,
@@ -35,50 +40,6 @@ from fleet_marl.environment.spaces import (
 from fleet_marl.environment.views import EnvViews
 from fleet_marl.errors import ClientError, short_repr
 from fleet_marl.tasks import check_protocol, make_config
-
-#: The flags of the kernel's outcome every step's infos carry, and every info key after the
-#: rewards (``REWARD_PREFIX + scheme`` for each computed scheme come first), in order.
-_FLAG_KEYS = ("oom", "vetoed", "unsafe_numerics", "projected", "tripped", "restarted")
-_INFO_KEYS = (
-    "utility",
-    "welfare",
-    "requested",
-    "alloc",
-    "throttled",
-    "starved",
-    "starvation_streak",
-    "fair_share",
-    "degenerate",
-    "lowest_precision",
-    "hoarding",
-    "illegal",
-    "illegal_fields",
-    "action_mask",
-) + _FLAG_KEYS
-#: Each computed scheme's reward is ``infos[agent][REWARD_PREFIX + scheme]``.
-REWARD_PREFIX = "reward_"
-#: The info values after ``reset()`` (no round played yet), in ``_INFO_KEYS`` order;
-#: ``illegal_fields`` and ``action_mask`` are filled per agent.
-_RESET_VALUES = (0.0, 0.0, 0, 0, False, False, 0, 0.0, False, False, False, False, None, None) + (False,) * len(_FLAG_KEYS)
-
-
-class AgentInfo(dict):
-    """One agent's infos: a plain ``dict`` whose missing ``reward_<scheme>`` key says which
-    schemes the env computes and how to ask for the others (``compute_all``)."""
-
-    def __missing__(self, key):
-        if isinstance(key, str) and key.startswith(REWARD_PREFIX) and key[len(REWARD_PREFIX) :] in REWARD_SCHEMES:
-            raise KeyError(
-                f"{key!r}: this env computes {', '.join(scheme_rewards(self)) or 'no scheme'}; build it with compute_all=True to "
-                f"report every scheme, or with reward_scheme={key[len(REWARD_PREFIX) :]!r}"
-            )
-        raise KeyError(key)
-
-
-def scheme_rewards(info: dict) -> dict[str, float]:
-    """``{scheme: reward}`` of one agent's info: its ``reward_<scheme>`` entries, in order."""
-    n = len(REWARD_PREFIX)
-    return {k[n:]: v for k, v in info.items() if k.startswith(REWARD_PREFIX)}
 
 
 class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
@@ -167,9 +128,9 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
             self.mask_layout,
         )
         self.reward_schemes = cs.schemes  # the schemes computed each round: infos[agent]["reward_<scheme>"]
-        #: the info keys, in order: each computed scheme's reward, then _INFO_KEYS
-        self._info_keys = tuple(REWARD_PREFIX + k for k in cs.schemes) + _INFO_KEYS
-        self._reset_info = dict(zip(self._info_keys, (0.0,) * len(cs.schemes) + _RESET_VALUES, strict=True))
+        #: the info keys, in order: each computed scheme's reward, then INFO_KEYS
+        self._info_keys = tuple(REWARD_PREFIX + k for k in cs.schemes) + INFO_KEYS
+        self._reset_info = dict(zip(self._info_keys, (0.0,) * len(cs.schemes) + RESET_VALUES, strict=True))
         # the documented default action (difference_default, Themis)
         self.default_action_index, self.default_actions = cs.default_index, cs.default_actions
         self.rounds_alone = cs.rounds_alone
@@ -275,7 +236,7 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
             np.logical_or.reduce(illegal, axis=1).tolist(),
             illegal,
             masks,
-            *(getattr(o, k)[0].tolist() for k in _FLAG_KEYS),
+            *(getattr(o, k)[0].tolist() for k in FLAG_KEYS),
             strict=True,
         )
         per_tenant = list(columns)

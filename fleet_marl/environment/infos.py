@@ -1,0 +1,56 @@
+"""The infos of a step of the ParallelEnv: the keys every agent's info carries, in order (each
+computed scheme's reward, ``REWARD_PREFIX + scheme``, then ``INFO_KEYS``), their values after
+``reset()`` (``RESET_VALUES``), :class:`AgentInfo` (one agent's info, whose missing
+``reward_<scheme>`` says how to ask for it) and :func:`scheme_rewards`.
+"""
+
+from __future__ import annotations
+
+from fleet_marl.config import REWARD_SCHEMES
+
+#: The flags of the kernel's outcome every step's infos carry, and every info key after the
+#: rewards (``REWARD_PREFIX + scheme`` for each computed scheme come first), in order.
+FLAG_KEYS = ("oom", "vetoed", "unsafe_numerics", "projected", "tripped", "restarted")
+INFO_KEYS = (
+    "utility",
+    "welfare",
+    "requested",
+    "alloc",
+    "throttled",
+    "starved",
+    "starvation_streak",
+    "fair_share",
+    "degenerate",
+    "lowest_precision",
+    "hoarding",
+    "illegal",
+    "illegal_fields",
+    "action_mask",
+) + FLAG_KEYS
+#: Each computed scheme's reward is ``infos[agent][REWARD_PREFIX + scheme]``.
+REWARD_PREFIX = "reward_"
+#: The info values after ``reset()`` (no round played yet), in ``INFO_KEYS`` order;
+#: ``illegal_fields`` and ``action_mask`` are filled per agent.
+RESET_VALUES = (0.0, 0.0, 0, 0, False, False, 0, 0.0, False, False, False, False, None, None) + (False,) * len(FLAG_KEYS)
+
+
+class AgentInfo(dict):
+    """One agent's infos: a plain ``dict`` whose missing ``reward_<scheme>`` key says which
+    schemes the env computes and how to ask for the others (``compute_all``)."""
+
+    def __missing__(self, key):
+        if isinstance(key, str) and key.startswith(REWARD_PREFIX) and key[len(REWARD_PREFIX) :] in REWARD_SCHEMES:
+            raise KeyError(
+                f"{key!r}: this env computes {', '.join(scheme_rewards(self)) or 'no scheme'}; build it with compute_all=True to "
+                f"report every scheme, or with reward_scheme={key[len(REWARD_PREFIX) :]!r}"
+            )
+        raise KeyError(key)
+
+
+def scheme_rewards(info: dict) -> dict[str, float]:
+    """``{scheme: reward}`` of one agent's info: its ``reward_<scheme>`` entries, in order."""
+    n = len(REWARD_PREFIX)
+    return {k[n:]: v for k, v in info.items() if k.startswith(REWARD_PREFIX)}
+
+
+__all__ = ["FLAG_KEYS", "INFO_KEYS", "RESET_VALUES", "REWARD_PREFIX", "AgentInfo", "scheme_rewards"]
