@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,44 @@ from fleet_marl.config import ArbiterSpec, ClusterSpec, FleetConfig, SafetySpec,
 from fleet_marl.kernel import Actions, Draws, KernelStatic, RoundState
 
 pytest_plugins = ["tests.skip_check"]  # FLEET_MARL_STRICT_SKIPS=1 (.ci/run): an unlisted skip fails the session
+
+#: The cases of parametrized core tests that ``make test-fast`` leaves to ``make test`` (marked
+#: ``slow`` at collection): per test, the parts of a case's id ("hard" in "hard-dict-flat", or a
+#: whole id) that make it slow: the hard task (the longest episodes), the hindsight policy (it
+#: replays each round's futures), the dict observations (flat is the default). The other cases
+#: stay fast; tests/test_fast_suite.py checks that every entry still matches a case on each side.
+SLOW_CASES = {
+    "tests/test_env_api.py::test_api": {"hard", "dict"},
+    "tests/test_env_api.py::test_aec_seed": {"hard", "dict"},
+    "tests/test_env_api.py::test_render": {"hard", "dict"},
+    "tests/test_env_api.py::test_observations_inside_space_and_float32": {"hard"},
+    "tests/test_env_api.py::test_full_episode_is_identical_in_two_processes": {"medium"},
+    "tests/test_oracle.py::test_whole_episodes_agree_with_the_oracle": {"hard"},
+    "tests/test_policies.py::test_every_policy_is_legal_over_a_full_episode": {"hard", "hindsight-medium"},
+    "tests/test_policies.py::test_planner_beats_random_by_a_clear_margin_and_heuristics_solve_every_task": {"hard"},
+    "tests/test_policies.py::test_aec_loop_matches_the_parallel_loop": {"hindsight"},
+    "tests/test_policies.py::test_policies_read_the_mask_from_dict_observations": {"hindsight"},
+    "tests/test_sequential.py::test_api": {"hard"},
+    "tests/test_sequential.py::test_seed": {"hard"},
+    "tests/test_sequential.py::test_render": {"hard"},
+    "tests/test_sequential.py::test_every_policy_is_legal_under_the_sequential_protocol": {"hindsight"},
+    "tests/test_tasks.py::test_heat_binds_in_hard_under_the_reference_policies": {"planner"},
+}
+
+
+def slow_case(item: pytest.Item) -> bool:
+    """Whether SLOW_CASES names this case of a parametrized test."""
+    callspec = getattr(item, "callspec", None)
+    parts = SLOW_CASES.get(f"{item.nodeid.split('::')[0]}::{getattr(item, 'originalname', item.name)}")
+    return bool(parts and callspec) and bool(parts & {callspec.id, *re.split(r"[-/]", callspec.id)})
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if slow_case(item):
+            item.add_marker(pytest.mark.slow)
+
 
 MODELS = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "qwen2.5-0.5b", "gpt2"]
 

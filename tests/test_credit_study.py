@@ -419,6 +419,7 @@ def test_compare_quick_runs_the_whole_pipeline_and_a_rerun_trains_nothing(tmp_pa
     assert _csv(root / "docs" / "data" / "credit_study" / "results.csv") == rows
 
 
+@pytest.mark.slow
 def test_the_study_reproduces_its_docs_from_its_committed_data(tmp_path, monkeypatch):
     """``fleet-marl compare --report --docs`` on the committed data (docs/data/credit_study/,
     copied to where the study ran) writes back its block of docs/credit_assignment.md, byte for

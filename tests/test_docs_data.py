@@ -78,6 +78,7 @@ STUDIES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("data", sorted(STUDIES))
 def test_each_credit_study_block_is_its_data(data, tmp_path):
     """``fleet-marl compare --report --docs`` of the committed study (from the folder it ran in)

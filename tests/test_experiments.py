@@ -125,6 +125,7 @@ def test_credit_signal_table_has_a_row_per_arbiter_and_n(capsys):
         _credit_signal().main(["--mechanism", "vickrey"])
 
 
+@pytest.mark.slow
 def test_credit_cost_script_prints_a_row_per_scheme_permutations_and_n():
     # experiments/credit_cost.py (docs/credit_assignment.md, "Why Shapley stops at N = 16"); a
     # subprocess, since it pins itself to one core

@@ -1,18 +1,22 @@
 """``make test-fast`` (``pytest -m "not slow"``) runs the core's tests and the doctests, and
 ``make test`` runs everything (CI). The ``slow`` marker is registered under ``--strict-markers``
 (a misspelt marker fails the run rather than selecting nothing), the files of the adapters, the
-training studies and the server's stress and attack tests are marked slow as a whole, and the
-selection, collected by pytest itself, keeps the golden digests and the kernel and drops those files.
+training studies and the server run for real are marked slow as a whole, the slowest cases of
+some parametrized core tests by ``SLOW_CASES`` in ``tests/conftest.py``, and the selection,
+collected by pytest itself, keeps the golden digests and the kernel and drops those.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+
+from tests.conftest import SLOW_CASES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,20 +73,36 @@ def test_the_slow_files_are_exactly_the_listed_ones():
     assert marked == sorted(SLOW_FILES)
 
 
-def test_the_fast_selection_keeps_the_core_and_drops_the_slow_files():
-    """pytest's own selection over the golden and kernel tests and two adapter files."""
+#: Collects with ``-m "not slow"`` and prints what pytest selected and what it deselected.
+COLLECT = """
+import json, sys, pytest
+got = {"selected": [], "deselected": []}
+class Record:
+    def pytest_deselected(self, items):
+        got["deselected"] += [i.nodeid for i in items]
+    def pytest_collection_finish(self, session):
+        got["selected"] = [i.nodeid for i in session.items]
+rc = pytest.main(["--co", "-q", "-p", "no:cacheprovider", "-m", "not slow", *sys.argv[1:]], plugins=[Record()])
+print("RECORD" + json.dumps(got))
+sys.exit(rc)
+"""
+
+
+def test_the_fast_selection_keeps_the_core_and_drops_the_slow_files_and_cases():
+    """pytest's own selection over the golden and kernel tests, two adapter files and the files
+    of conftest's SLOW_CASES: each of its entries still names cases on both sides."""
     core = ["tests/test_golden.py", "tests/test_kernel.py"]
     slow = ["tests/test_client_matrix.py", "tests/test_sb3.py"]
-    r = subprocess.run(
-        [sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", "-m", "not slow", *core, *slow],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-    )
+    cased = sorted({key.split("::")[0] for key in SLOW_CASES})
+    r = subprocess.run([sys.executable, "-c", COLLECT, *core, *slow, *cased], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    ids = [line for line in r.stdout.splitlines() if "::" in line]
+    got = json.loads(r.stdout.split("RECORD")[-1])
+    selected, deselected = got["selected"], got["deselected"]
     for path in core:
-        assert any(i.startswith(path + "::") for i in ids), path
-    assert not [i for i in ids if i.startswith(tuple(slow))]
-    assert re.search(r"\d+ deselected", r.stdout), r.stdout
+        assert any(i.startswith(path + "::") for i in selected), path
+    assert not [i for i in selected if i.startswith(tuple(slow))]
+    assert [i for i in deselected if i.startswith(tuple(slow))]
+    for key, parts in SLOW_CASES.items():
+        for part in parts:
+            assert [i for i in deselected if i.startswith(key + "[") and re.search(rf"[\[/-]{re.escape(part)}[\]/-]", i)], (key, part)
+        assert [i for i in selected if i.startswith(key + "[")], key

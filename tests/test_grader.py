@@ -272,6 +272,7 @@ def test_baselines_table_and_marked_blocks(tmp_path, capsys):
     )
 
 
+@pytest.mark.slow
 def test_demo_prints_frames_and_a_summary_and_saves_a_gif(tmp_path, capsys):
     gif = tmp_path / "demo.gif"
     assert cli.main(["demo", "--task", "tiny", "--gif", str(gif), "--every", "5"]) == 0

@@ -438,6 +438,7 @@ def test_llm_agent_example_runs_a_grpo_group(capsys):
     assert mod.advantages([1.0, 3.0]) == pytest.approx([-1.0, 1.0], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_space_app_and_manifest():
     import subprocess
     from pathlib import Path

@@ -422,6 +422,7 @@ print(_digest(env, int(sys.argv[2])))
 """
 
 
+@pytest.mark.slow
 def test_full_episode_is_identical_in_two_processes():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = []

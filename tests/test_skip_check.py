@@ -29,6 +29,7 @@ def run(tmp_path, body: str, strict: bool):
     )
 
 
+@pytest.mark.slow
 def test_an_unlisted_skip_fails_only_under_strictness(tmp_path):
     r = run(tmp_path, MODULE_SKIP, strict=True)
     assert r.returncode == 1 and "skipped for a reason not in allowed_skips.txt" in r.stdout and "no_such_module_fleet_marl" in r.stdout, (
@@ -38,6 +39,7 @@ def test_an_unlisted_skip_fails_only_under_strictness(tmp_path):
     assert r.returncode == pytest.ExitCode.NO_TESTS_COLLECTED and "1 skipped" in r.stdout  # pytest's own verdict, untouched
 
 
+@pytest.mark.slow
 def test_a_listed_skip_passes(tmp_path):
     r = run(tmp_path, LISTED_SKIP, strict=True)
     assert r.returncode == 0 and "1 passed, 1 skipped" in r.stdout, r.stdout
