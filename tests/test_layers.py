@@ -416,3 +416,35 @@ def test_no_function_in_the_kernel_is_over_80_lines():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (n := node.end_lineno - node.lineno + 1) > 80:
                 long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
     assert not long, f"functions over 80 lines: {long}"
+
+
+def _owns_rows() -> dict[str, str]:
+    """docs/architecture.md's "What each folder owns" table: unit -> its row's text."""
+    text = (ROOT / "docs" / "architecture.md").read_text().split("## What each folder owns")[1].split("\n## ")[0]
+    rows = {}
+    for line in text.splitlines():
+        cells = line.split(" | ")
+        if line.startswith("| `") and len(cells) >= 3:
+            rows[cells[0].removeprefix("| ").strip("`").rstrip("/").removesuffix(".py")] = line
+    return rows
+
+
+def test_the_architecture_doc_draws_every_unit_and_names_every_module_in_its_row():
+    """The diagram draws every unit at its rank, and the unit's row of "What each folder owns"
+    names each of its modules (``name.py`` or `` `name` ``) and subpackages (``name/``): a new room is drawn."""
+    import re
+
+    diagram = (ROOT / "docs" / "architecture.md").read_text().split("```")[1]
+    drawn = set(re.findall(r"^\s*(?:\d+\s+)?(\S+?)(?:/|\.py)\s", diagram, re.M))
+    assert set(RANK) - drawn == set(), f"draw these units in docs/architecture.md's diagram: {sorted(set(RANK) - drawn)}"
+    rows = _owns_rows()
+    assert set(RANK) - set(rows) == set(), f"give these units a row in docs/architecture.md: {sorted(set(RANK) - set(rows))}"
+    missing = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG)
+        if len(rel.parts) < 2 or path.name in ("__init__.py", "__main__.py"):
+            continue
+        names = [rel.parts[-1], f"`{path.stem}`"] + ([f"{rel.parts[-2]}/"] if len(rel.parts) > 2 else [])
+        if not any(n in rows[rel.parts[0]] for n in names):
+            missing.append(str(rel))
+    assert missing == [], f"name these modules in their unit's row of docs/architecture.md: {missing}"
