@@ -17,33 +17,10 @@ import gymnasium
 import numpy as np
 
 from fleet_marl import catalog
-from fleet_marl.environment.action_checks import (
-    NOT_ALLOWED,
-    NOT_INTEGER,
-    OK,
-    OUT_OF_RANGE,
-    ActionError,
-    check_agent,
-    check_indices,
-    departed,
-    parse_action,
-)
-from fleet_marl.environment.fields import (
-    ACTION_FIELDS,
-    BATCH_LEVELS,
-    CLAIM_FIELDS,
-    ILLEGAL_ACTION,
-    MASK_LAYOUTS,
-    N_ACT,
-    N_CLAIM,
-    N_OBS,
-    OBS_FIELDS,
-    OBS_INDEX,
-    OBS_MODES,
-    PREC,
-    SEQUENTIAL_OBS_INDEX,
-    decode_actions,
-)
+from fleet_marl.environment import action_checks, fields
+from fleet_marl.environment.action_checks import *  # noqa: F403 -- re-exports the action checks' public names (their __all__)
+from fleet_marl.environment.fields import *  # noqa: F403 -- re-exports the fields' public names (their __all__): the layouts' one import place
+from fleet_marl.environment.fields import BATCH_LEVELS, MASK_LAYOUTS, N_OBS
 
 
 def action_nvec(max_gpus: np.ndarray, n_bids: int) -> np.ndarray:
@@ -215,36 +192,14 @@ class AgentSpaces:
 
 
 __all__ = [
-    "ACTION_FIELDS",
-    "BATCH_LEVELS",
-    "CLAIM_FIELDS",
-    "ILLEGAL_ACTION",
-    "MASK_LAYOUTS",
-    "NOT_ALLOWED",
-    "NOT_INTEGER",
-    "N_ACT",
-    "N_CLAIM",
-    "N_OBS",
-    "OBS_FIELDS",
-    "OBS_INDEX",
-    "OBS_MODES",
-    "OK",
-    "OUT_OF_RANGE",
-    "PREC",
-    "SEQUENTIAL_OBS_INDEX",
-    "ActionError",
     "ActionMasks",
     "AgentSpaces",
     "EmptyStep",
     "FlatMaskMultiDiscrete",
     "action_nvec",
     "build_spaces",
-    "check_agent",
-    "check_indices",
     "check_mask_layout",
-    "decode_actions",
-    "departed",
     "mask_dims",
     "mask_space",
-    "parse_action",
 ]
+__all__ += fields.__all__ + action_checks.__all__
