@@ -14,24 +14,26 @@ pytest_plugins = ["tests.skip_check"]  # FLEET_MARL_STRICT_SKIPS=1 (.ci/run): an
 
 #: The cases of parametrized core tests that ``make test-fast`` leaves to ``make test`` (marked
 #: ``slow`` at collection): per test, the parts of a case's id ("hard" in "hard-dict-flat", or a
-#: whole id) that make it slow: the hard task (the longest episodes), the hindsight policy (it
-#: replays each round's futures), the dict observations (flat is the default). The other cases
-#: stay fast; tests/test_fast_suite.py checks that every entry still matches a case on each side.
+#: whole id) that make it slow: the longer tasks (hard, medium, trace_code), the hindsight policy
+#: (it replays each round's futures), the dict observations (flat is the default), two of the
+#: turn orders. The other cases stay fast; tests/test_fast_suite.py checks that every entry still
+#: matches a case on each side.
 SLOW_CASES = {
-    "tests/test_env_api.py::test_api": {"hard", "dict"},
-    "tests/test_env_api.py::test_aec_seed": {"hard", "dict"},
-    "tests/test_env_api.py::test_render": {"hard", "dict"},
-    "tests/test_env_api.py::test_observations_inside_space_and_float32": {"hard"},
+    "tests/test_env_api.py::test_api": {"hard", "trace_code", "dict"},
+    "tests/test_env_api.py::test_aec_seed": {"hard", "trace_code", "dict"},
+    "tests/test_env_api.py::test_render": {"hard", "trace_code", "dict"},
+    "tests/test_env_api.py::test_observations_inside_space_and_float32": {"hard", "trace_code"},
     "tests/test_env_api.py::test_full_episode_is_identical_in_two_processes": {"medium"},
-    "tests/test_oracle.py::test_whole_episodes_agree_with_the_oracle": {"hard"},
-    "tests/test_policies.py::test_every_policy_is_legal_over_a_full_episode": {"hard", "hindsight-medium"},
-    "tests/test_policies.py::test_planner_beats_random_by_a_clear_margin_and_heuristics_solve_every_task": {"hard"},
+    "tests/test_oracle.py::test_whole_episodes_agree_with_the_oracle": {"hard", "medium"},
+    "tests/test_policies.py::test_every_policy_is_legal_over_a_full_episode": {"hard", "medium"},
+    "tests/test_policies.py::test_planner_beats_random_by_a_clear_margin_and_heuristics_solve_every_task": {"hard", "medium", "trace_code"},
     "tests/test_policies.py::test_aec_loop_matches_the_parallel_loop": {"hindsight"},
     "tests/test_policies.py::test_policies_read_the_mask_from_dict_observations": {"hindsight"},
-    "tests/test_sequential.py::test_api": {"hard"},
-    "tests/test_sequential.py::test_seed": {"hard"},
-    "tests/test_sequential.py::test_render": {"hard"},
-    "tests/test_sequential.py::test_every_policy_is_legal_under_the_sequential_protocol": {"hindsight"},
+    "tests/test_sequential.py::test_api": {"hard", "dict"},
+    "tests/test_sequential.py::test_seed": {"hard", "medium"},
+    "tests/test_sequential.py::test_render": {"hard", "medium", "trace_code"},
+    "tests/test_sequential.py::test_every_policy_is_legal_under_the_sequential_protocol": {"hindsight", "medium"},
+    "tests/test_sequential.py::test_full_episode_is_deterministic": {"rotating", "priority"},
     "tests/test_tasks.py::test_heat_binds_in_hard_under_the_reference_policies": {"planner"},
 }
 

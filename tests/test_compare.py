@@ -95,6 +95,7 @@ def test_the_study_runs_on_the_engines_it_has_runs_for():
     assert set(runs.RUNNERS) == set(engines.ENGINES) and runs.RUNNERS["rllib"] is rllib_runs
 
 
+@pytest.mark.slow
 def test_cli_errors_before_anything_runs(tmp_path):
     for args, says in (
         (("--engine", "rllib", "--jobs", "3"), "--jobs 3: the study's RLlib runs are Ray tasks of one CPU on a Ray of 2 CPUs"),

@@ -319,6 +319,7 @@ def _cli(*args):
     return subprocess.run([str(BIN / "fleet-marl"), "compare", *args], capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.slow
 def test_the_first_studys_options_and_what_rllib_does_not_do_are_refused_before_anything_runs(tmp_path):
     r = _cli("--schemes", "local", "--out", str(tmp_path / "s"))
     assert r.returncode == 2 and "unrecognized arguments: --schemes" in r.stderr
