@@ -34,9 +34,9 @@ train: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-## make test-fast: the core's tests and the doctests, without the tests marked slow (the adapters, the training studies, the server's stress and attack tests); a few minutes on 2 cores, CI still runs make test
+## make test-fast: the core's tests and the doctests, without the tests marked slow (the adapters, the training studies, the server run for real, the longest cases), on two pytest-xdist workers; about 2 minutes on 2 cores, CI still runs make test
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n 2
 
 ## make lint: ruff (lint and format check) over fleet_marl, tests and experiments, and mypy over fleet_marl, zero findings (.ci/run runs it before the tests; .pre-commit-config.yaml runs the same on commit)
 lint: $(STAMP)

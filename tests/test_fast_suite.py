@@ -1,4 +1,4 @@
-"""``make test-fast`` (``pytest -m "not slow"``) runs the core's tests and the doctests, and
+"""``make test-fast`` (``pytest -m "not slow" -n 2``) runs the core's tests and the doctests, and
 ``make test`` runs everything (CI). The ``slow`` marker is registered under ``--strict-markers``
 (a misspelt marker fails the run rather than selecting nothing), the files of the adapters, the
 training studies and the server run for real are marked slow as a whole, the slowest cases of
@@ -65,7 +65,7 @@ def test_the_slow_marker_is_registered_and_strict():
 
 def test_make_test_runs_everything_and_test_fast_only_what_is_not_slow():
     assert _recipe("test") == "$(PY) -m pytest -q"
-    assert _recipe("test-fast") == '$(PY) -m pytest -q -m "not slow"'
+    assert _recipe("test-fast") == '$(PY) -m pytest -q -m "not slow" -n 2'
 
 
 def test_the_slow_files_are_exactly_the_listed_ones():
