@@ -2,7 +2,9 @@
 fields): ``tiny``, ``easy``, ``medium``, ``hard``, ``trace`` and ``trace_code``, and
 :func:`scaled`, ``easy`` grown to ``n`` tenants.
 
-:mod:`fleet_marl.tasks` registers each under its name (``TASKS``) and re-exports :func:`scaled`.
+:data:`BUILTIN` lists them with their descriptions; :mod:`fleet_marl.tasks` registers each under
+its name (``TASKS``) and re-exports :func:`scaled`. A new built-in task is this one file: its
+builder and its line in :data:`BUILTIN`.
 The scenario numbers (budgets, rates, job sizes, caps) are scenario choices, not facts; the
 physical constants they sit on are cited in ``docs/model.md``, and the design of each task and
 the reasoning behind its numbers are in ``docs/environment.md``.
@@ -196,4 +198,23 @@ def scaled(n: int, mechanism: str = "proportional") -> dict:
     }
 
 
-__all__ = ["easy", "easy_tenants", "hard", "medium", "scaled", "tenant", "tiny", "trace", "trace_code", "trace_config"]
+#: The built-in tasks, in the order :data:`fleet_marl.tasks.TASKS` lists them: (name, builder,
+#: one-line description). A new built-in task is its builder above and its line here.
+BUILTIN = (
+    ("tiny", tiny, "2 trainers on one 8-GPU H100 node; the one-round optimum is known"),
+    ("easy", easy, "2 trainers and 2 servers on two H100 nodes, Poisson arrivals, max-min fair arbiter"),
+    ("medium", medium, "8 tenants on H100 and A100 nodes, bursty arrivals, proportional-share arbiter"),
+    (
+        "hard",
+        hard,
+        "16 tenants, four H100 nodes under a tight power cap in a 45 C hall (heat binds), correlated bursts, uniform-price auction",
+    ),
+    ("trace", trace, "6 tenants replaying Pollux jobs and Azure LLM inference requests"),
+    (
+        "trace_code",
+        trace_code,
+        "the trace task's cluster replaying Pollux workload 2 and Azure's 2023 code requests (long prompts, short outputs)",
+    ),
+)
+
+__all__ = ["BUILTIN", "easy", "easy_tenants", "hard", "medium", "scaled", "tenant", "tiny", "trace", "trace_code", "trace_config"]

@@ -137,20 +137,9 @@ def register_task(name: str, builder: Callable[[], dict], description: str) -> T
     return task
 
 
-register_task("tiny", builtin_tasks.tiny, "2 trainers on one 8-GPU H100 node; the one-round optimum is known")
-register_task("easy", builtin_tasks.easy, "2 trainers and 2 servers on two H100 nodes, Poisson arrivals, max-min fair arbiter")
-register_task("medium", builtin_tasks.medium, "8 tenants on H100 and A100 nodes, bursty arrivals, proportional-share arbiter")
-register_task(
-    "hard",
-    builtin_tasks.hard,
-    "16 tenants, four H100 nodes under a tight power cap in a 45 C hall (heat binds), correlated bursts, uniform-price auction",
-)
-register_task("trace", builtin_tasks.trace, "6 tenants replaying Pollux jobs and Azure LLM inference requests")
-register_task(
-    "trace_code",
-    builtin_tasks.trace_code,
-    "the trace task's cluster replaying Pollux workload 2 and Azure's 2023 code requests (long prompts, short outputs)",
-)
+# the built-in tasks, in their order (each a builder and a line in builtin_tasks.BUILTIN)
+for _entry in builtin_tasks.BUILTIN:
+    register_task(*_entry)
 
 
 def task_dict(name: str) -> dict:
