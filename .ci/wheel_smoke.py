@@ -209,7 +209,8 @@ def installed() -> None:
     from pettingzoo.test import parallel_api_test
 
     from fleet_marl.tasks import TASKS, make_config
-    from fleet_marl.traces.registry import DATA_DIR, resolve_trace
+    from fleet_marl.traces import resolve_trace
+    from fleet_marl.traces.registry import DATA_DIR
 
     t = time.perf_counter()
     cfg, _ = make_config("trace")
