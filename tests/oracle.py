@@ -694,6 +694,7 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     served = np.where(train, 0.0, np.minimum(demand, work))
     with np.errstate(divide="ignore", invalid="ignore"):
         on_time = (thr.tpot_s / f <= st.slo_tpot_s) & (thr.ttft_s / f <= st.slo_ttft_s) & running
+        ttft_run = thr.ttft_s / f
     fresh = np.minimum(np.maximum(served - queue, 0.0), arrivals)
     good = np.where(on_time & ~train, fresh, 0.0)
     attain = np.where(arrivals > 0, good / np.where(arrivals > 0, arrivals, 1.0), 1.0)
@@ -739,6 +740,11 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
         budget_next=budget - spend,
         value=value,
         utility=utility,
+        slowdown=np.ones((B, T)),
+        link_load=np.zeros((B, T)),
+        restart_s=st.round_seconds - avail,
+        ttft_p50_s=np.where(running & ~train, ttft_run, 0.0),
+        ttft_p99_s=np.where(running & ~train, ttft_run, 0.0),
         welfare=utility.sum(-1),
         node_power_w=pt.node_power_w,
         rack_power_w=pt.rack_power_w,

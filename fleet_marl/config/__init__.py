@@ -10,7 +10,7 @@ expected. Unknown keys are an error. Configs round-trip through plain dicts and 
 
 The specs are in :mod:`fleet_marl.config.specs` (``FleetConfig``, re-exporting the families it is
 made of: :mod:`~fleet_marl.config.cluster`, :mod:`~fleet_marl.config.tenants`,
-:mod:`~fleet_marl.config.rules`), the field checks and the dict round trip in
+:mod:`~fleet_marl.config.rules`, :mod:`~fleet_marl.config.coupling`), the field checks and the dict round trip in
 :mod:`fleet_marl.config.checks`; every name is importable from ``fleet_marl.config``.
 
 The fairness detector's knobs (``starvation_fraction``, ``starvation_rounds``,

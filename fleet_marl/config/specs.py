@@ -4,7 +4,8 @@ together, and its dict / YAML round trip.
 Each spec checks its fields in ``__post_init__`` (helpers in :mod:`fleet_marl.config.checks`); the
 specs it is made of are one module per family, re-exported here: :mod:`~fleet_marl.config.cluster`
 (``ClusterSpec``), :mod:`~fleet_marl.config.tenants` (``TenantSpec``, ``WorkloadSpec``) and
-:mod:`~fleet_marl.config.rules` (``ArbiterSpec``, ``SafetySpec``, ``RewardSpec``, ``FairnessSpec``).
+:mod:`~fleet_marl.config.rules` (``ArbiterSpec``, ``SafetySpec``, ``RewardSpec``, ``FairnessSpec``) and
+:mod:`~fleet_marl.config.coupling` (``CouplingSpec``).
 ``FleetConfig`` loads the fairness knobs that moved from ``reward:`` to ``fairness:``
 (``MOVED_TO_FAIRNESS``) with a ``DeprecationWarning`` naming the new key.
 """
@@ -19,6 +20,7 @@ import yaml
 from fleet_marl import catalog
 from fleet_marl.config.checks import ConfigError, _int, _tuple, deprecated, from_dict, to_dict
 from fleet_marl.config.cluster import ClusterSpec
+from fleet_marl.config.coupling import CouplingSpec
 from fleet_marl.config.mechanisms import MECHANISMS
 from fleet_marl.config.rules import REWARD_SCHEMES, ArbiterSpec, FairnessSpec, RewardSpec, SafetySpec
 from fleet_marl.config.tenants import TenantSpec, WorkloadSpec
@@ -44,6 +46,7 @@ class FleetConfig:
     safety: SafetySpec = field(default_factory=SafetySpec)
     reward: RewardSpec = field(default_factory=RewardSpec)
     fairness: FairnessSpec = field(default_factory=FairnessSpec)
+    coupling: CouplingSpec = field(default_factory=CouplingSpec)
     max_cycles: int = 100
 
     def __post_init__(self):
@@ -53,6 +56,7 @@ class FleetConfig:
             ("safety", SafetySpec),
             ("reward", RewardSpec),
             ("fairness", FairnessSpec),
+            ("coupling", CouplingSpec),
         ):
             if not isinstance(getattr(self, name), cls):
                 raise ConfigError(name, getattr(self, name), f"a {cls.__name__}")
@@ -164,6 +168,7 @@ __all__ = [
     "REWARD_SCHEMES",
     "ArbiterSpec",
     "ClusterSpec",
+    "CouplingSpec",
     "FairnessSpec",
     "FleetConfig",
     "RewardSpec",

@@ -49,7 +49,7 @@ NI = _layout("node_pool node_rack")
 #: Scalars at the head of ``sc`` (the pools' capacities follow).
 SC = _layout(
     "clears key1 key2 n_keys pays has_reserve afford_at_bid reserve veto gpus_per_node comm_overlap mbu round_s restart_s "
-    "ambient_c rise_c decay critical_c span_c cost_weight mfu load_gpu_bps load_node_bps"
+    "ambient_c rise_c decay critical_c span_c cost_weight mfu load_gpu_bps load_node_bps contention queueing"
 )
 #: Input rows of ``ins_i`` and ``ins_f``.
 II = _layout("gpus batch prev_alloc present") + tuple(f"precision{g}" for g in range(G))
@@ -58,7 +58,7 @@ IF = _layout("bid queue remaining_tokens budget_left arrivals tiebreak prompt_to
 OF = _layout(
     "price throttle mem_weights mem_grads mem_master mem_optimizer mem_activations mem_kv_cache mem_total mem_capacity "
     "tokens_per_s multi_gpu_efficiency progress_tokens served slo_good slo_attainment queue_next remaining_next spend "
-    "budget_next value utility"
+    "budget_next value utility slowdown link_load restart_s ttft_p50_s ttft_p99_s"
 )
 OI = _layout("requested alloc nodes_spanned batch") + tuple(f"precision{g}" for g in range(G))
 OB = _layout("restarted unsafe_numerics projected vetoed oom tripped power_throttled thermal_throttled")
@@ -103,11 +103,12 @@ N_POOL, N_RACK = range(len(NI))
 (S_CLEARS, S_KEY1, S_KEY2, S_NKEYS, S_PAYS, S_HAS_RESERVE, S_AFFORD, S_RESERVE, S_VETO, S_GPN, S_OVERLAP, S_MBU, S_ROUND, S_RESTART) = (
     range(14)
 )
-S_AMBIENT, S_RISE, S_DECAY, S_CRIT, S_SPAN, S_COSTW, S_MFU, S_LOAD_GPU, S_LOAD_NODE = range(14, len(SC))
+S_AMBIENT, S_RISE, S_DECAY, S_CRIT, S_SPAN, S_COSTW, S_MFU, S_LOAD_GPU, S_LOAD_NODE, S_CONTENTION, S_QUEUEING = range(14, len(SC))
 I_GPUS, I_BATCH, I_PREV, I_PRES, I_PREC = 0, 1, 2, 3, 4
 F_BID, F_QUEUE, F_REMAIN, F_BUDGET, F_ARR, F_TIE, F_PROMPT, F_OUT = range(len(IF))
 (O_PRICE, O_THROTTLE, O_MW, O_MG, O_MM, O_MO, O_MA, O_MKV, O_MTOT, O_MCAP, O_TPS) = range(11)
-(O_EFF, O_PROGRESS, O_SERVED, O_GOOD, O_ATTAIN, O_QNEXT, O_RNEXT, O_SPEND, O_BNEXT, O_VALUE, O_UTIL) = range(11, len(OF))
+(O_EFF, O_PROGRESS, O_SERVED, O_GOOD, O_ATTAIN, O_QNEXT, O_RNEXT, O_SPEND, O_BNEXT, O_VALUE, O_UTIL) = range(11, 22)
+O_SLOW, O_LINK, O_RESTART_S, O_TTFT50, O_TTFT99 = range(22, len(OF))
 OI_REQ, OI_ALLOC, OI_NODES, OI_BATCH, OI_PREC = 0, 1, 2, 3, 4
 OB_RESTART, OB_UNSAFE, OB_PROJ, OB_VETO, OB_OOM, OB_TRIP, OB_PTHR, OB_TTHR = range(len(OB))
 assert (
@@ -117,7 +118,8 @@ assert (
     and _sc["mfu"] == S_MFU
 )
 assert _oi["precision0"] == OI_PREC and _ii["precision0"] == I_PREC and _of["tokens_per_s"] == O_TPS and _of["utility"] == O_UTIL
-assert _ob["thermal_throttled"] == OB_TTHR
+assert _ob["thermal_throttled"] == OB_TTHR and _of["slowdown"] == O_SLOW and _of["ttft_p99_s"] == O_TTFT99
+assert _sc["queueing"] == S_QUEUEING
 
 
 def pack_static(st) -> tuple[np.ndarray, ...]:
@@ -149,6 +151,8 @@ def pack_static(st) -> tuple[np.ndarray, ...]:
         st.mfu,
         st.load_gpu_bps,
         st.load_node_bps,
+        float(st.contention),
+        float(st.queueing),
     ]
     sc = np.array([*codes(st.mechanism), *cluster] + [float(c) for c in st.pool_capacity], np.float64)
     out = tuple(np.ascontiguousarray(a) for a in (tf, ti, tg, nf, ni, sc))

@@ -31,6 +31,8 @@ from fleet_marl.kernel.layout import (
     O_SERVED,
     O_SPEND,
     O_THROTTLE,
+    O_TTFT50,
+    O_TTFT99,
     O_UTIL,
     O_VALUE,
     S_COSTW,
@@ -85,6 +87,9 @@ def outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a,
         rf[O_BNEXT, t] = ins_f[F_BUDGET, b, t] - spend
         rf[O_VALUE, t] = value
         rf[O_UTIL, t] = util
+        ttft = prefill_a[t] / f if (run and not train) else 0.0
+        rf[O_TTFT50, t] = ttft
+        rf[O_TTFT99, t] = ttft
 
 
 __all__ = ["outcome"]

@@ -138,6 +138,9 @@ class KernelStatic:
     reserve_price: float
     veto: bool  # safety mode
     cost_weight: float
+    # couplings (config.CouplingSpec)
+    contention: bool = False  # shared links and storage (docs/model.md section 12)
+    queueing: bool = False  # serving queues
     # derived by __post_init__, not arguments
     #: (T,) float64 each tenant's reference work rate (train tokens/s, serve requests/s): the denominator of its value
     ref_rate: np.ndarray = field(init=False, repr=False, compare=False, default_factory=lambda: np.empty(0))
@@ -235,6 +238,8 @@ class KernelStatic:
             reserve_price=cfg.arbiter.reserve_price,
             veto=cfg.safety.mode == "veto",
             cost_weight=cfg.reward.cost_weight,
+            contention=cfg.coupling.contention,
+            queueing=cfg.coupling.queueing,
         )
 
 

@@ -24,6 +24,9 @@ from fleet_marl.kernel.layout import (
     I_PREC,
     I_PREV,
     O_EFF,
+    O_LINK,
+    O_RESTART_S,
+    O_SLOW,
     O_TPS,
     OB_RESTART,
     OI_BATCH,
@@ -279,6 +282,9 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
         else:
             av = round_s
         avail_s[t] = av
+        rf[O_RESTART_S, t] = round_s - av
+        rf[O_SLOW, t] = 1.0
+        rf[O_LINK, t] = 0.0
         demand = ins_f[F_QUEUE, b, t] + ins_f[F_ARR, b, t]
         capacity = rate * av
         if train:

@@ -131,6 +131,12 @@ class Outcome:
     budget_next: np.ndarray  # (B, T) float64
     value: np.ndarray  # (B, T) float64 work value in [0, ~1]
     utility: np.ndarray  # (B, T) float64 u_i (0 where absent)
+    # coupling (docs/model.md section 12)
+    slowdown: np.ndarray  # (B, T) float64 step-time factor from the shared links' contention (1 alone)
+    link_load: np.ndarray  # (B, T) float64 offered load over capacity of the most loaded shared link the tenant crosses (0: none)
+    restart_s: np.ndarray  # (B, T) float64 seconds of the round lost to a restart (0 without one)
+    ttft_p50_s: np.ndarray  # (B, T) float64 serve: median time to first token of the round's requests, queueing included (0 train)
+    ttft_p99_s: np.ndarray  # (B, T) float64 serve: its 99th percentile
     welfare: np.ndarray  # (B,) float64 G = sum_i u_i
     node_power_w: np.ndarray  # (B, K) float64
     rack_power_w: np.ndarray  # (B, R) float64

@@ -1,0 +1,36 @@
+"""The couplings between tenants the model includes: :class:`CouplingSpec`.
+
+Each switch turns on one mechanism through which a tenant's choices reach the others beyond the
+arbiter's split of an oversubscribed pool (``docs/model.md`` section 12). Every switch is off by
+default, which is the model of fleet_marl 0.4; a task turns on the ones it needs, and the
+coupling report (``fleet-marl coupling``) measures what each contributes by turning it off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleet_marl.config.checks import _bool
+
+
+@dataclass(frozen=True)
+class CouplingSpec:
+    """Which coupling mechanisms run.
+
+    ``contention``: the links and the storage a tenant's collectives, checkpoint writes and
+    restart loads cross are shared with the other tenants' flows on them (the cluster's
+    topology: ``ClusterSpec``'s uplink oversubscription and storage bandwidth), and its step
+    time grows with their load. ``queueing``: a server's requests queue when its load nears its
+    capacity; its time to first token includes the wait, and its SLO attainment is the fraction
+    of requests served within the SLO.
+    """
+
+    contention: bool = False
+    queueing: bool = False
+
+    def __post_init__(self):
+        _bool(self, "contention")
+        _bool(self, "queueing")
+
+
+__all__ = ["CouplingSpec"]
