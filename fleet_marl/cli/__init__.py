@@ -40,6 +40,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("fleet_marl.tools.sweep", "batched-kernel search for the best safe configuration of catalog models"),
     "bench": ("fleet_marl.studies.bench.command", "how fast the env and the batched kernel are, against a stock PettingZoo env"),
     "serve": ("fleet_marl.openenv.command", "serve the env over HTTP/WebSocket with OpenEnv (for LLM agents and remote policies)"),
+    "view": (
+        "fleet_marl.openenv.viewer_command",
+        "a read-only web page replaying an episode (a recording, or a policy's or trained run's)",
+    ),
     "traces": ("fleet_marl.traces.command", "list the public traces and fetch full ones into the cache"),
 }
 
@@ -53,6 +57,7 @@ EPILOG = """examples:
   fleet-marl demo
   fleet-marl bench --quick
   fleet-marl serve --mode ego
+  fleet-marl view runs/easy.jsonl
   fleet-marl traces list
   fleet-marl docs --check
 

@@ -8,7 +8,9 @@ WebSocket or HTTP, counts once against ``limits.max_sessions``, and one more is 
 error frame of code ``CAPACITY_REACHED``). ``/reset``, ``/step`` and ``/state`` build a fresh
 env for every request, so they suit a smoke test, not an episode. ``/health``, ``/metadata``,
 ``/schema``, ``/mcp`` and the task API (``/fleet_marl/splits``, ``/fleet_marl/tasks`` ...) are
-there too. The routes, the session table and the guards are :mod:`fleet_marl.openenv.server`;
+there too, and the viewer's read-only page, ``/viewer/`` (:mod:`fleet_marl.openenv.viewer`: it
+follows the live sessions; its data routes need the token). The routes, the session table and
+the guards are :mod:`fleet_marl.openenv.server`;
 what a reset may ask is bounded by :class:`~fleet_marl.openenv.limits.ServerLimits`.
 """
 
@@ -27,6 +29,7 @@ from fleet_marl.openenv.limits import ServerLimits
 from fleet_marl.openenv.models import FleetEgoAction, FleetEgoObservation, FleetJointAction, FleetMultiObservation, FleetState
 from fleet_marl.openenv.multi import FleetMultiEnvironment
 from fleet_marl.openenv.server import add_routes
+from fleet_marl.openenv.viewer import PAGE_PATHS, add_viewer
 
 #: The two views and their (environment, action, observation) classes.
 MODES: dict[str, tuple[type[FleetMultiEnvironment | FleetEgoEnvironment], type[Action], type[Observation]]] = {
@@ -43,13 +46,15 @@ def make_app(
     config: dict | None = None,
     limits: ServerLimits | None = None,
     token: str | None = None,
+    viewer: bool = True,
     **ego_options: Any,
 ):
     """A FastAPI app serving ``mode`` (``"multi"`` or ``"ego"``). ``task`` and ``config`` are the
     defaults of a reset that names none (the operator's: their traces may be any file);
     ``limits`` bound what clients may do (:class:`ServerLimits`' defaults when None;
     ``max_sessions``, when given, replaces its ``max_sessions``); ``token``, when set, is the
-    bearer token every route and ``/ws`` require; ``ego_options`` (``ego``, ``opponents``,
+    bearer token every route and ``/ws`` require (the viewer's page files excepted: they hold no
+    data); ``viewer`` serves the read-only page that follows the live sessions; ``ego_options`` (``ego``, ``opponents``,
     ``fallback``, ``invalid_penalty``, ``max_invalid_streak``) are the ego view's defaults."""
     if mode not in MODES:
         raise ValueError(f"mode = {mode!r}: expected one of {', '.join(MODES)}")
@@ -71,7 +76,9 @@ def make_app(
     )
     app.state.sessions = add_routes(app, factory, action_cls, FleetState, limits)
     app.state.limits = limits
-    app.add_middleware(Guard, token=token, limits=limits)
+    if viewer:
+        add_viewer(app, sessions=app.state.sessions)
+    app.add_middleware(Guard, token=token, limits=limits, public=PAGE_PATHS if viewer else frozenset())
     return app
 
 

@@ -29,6 +29,8 @@ EXAMPLES = """examples:
   fleet-marl serve --host 0.0.0.0 --insecure --allowed-host my.host.example     # no token: an explicit choice
   fleet-marl serve --max-tenants 16 --max-rounds 200 --max-body-bytes 262144   # tighter limits for a public server
 
+watch the live sessions in a browser: http://127.0.0.1:8000/viewer/  (with a token: /viewer/#token=<token>; docs/viewer.md)
+
 then, from Python:
   from fleet_marl.openenv import RemoteParallelEnv
   env = RemoteParallelEnv.connect("http://127.0.0.1:8000", task="easy")   # a PettingZoo ParallelEnv
@@ -103,6 +105,12 @@ def add_arguments(s) -> None:
         default=None,
         metavar="ORIGIN",
         help="a browser Origin (scheme://host:port) /ws accepts besides the server's own host (repeat for more; '*': any)",
+    )
+    a.add_argument(
+        "--no-viewer",
+        dest="viewer",
+        action="store_false",
+        help="do not serve the read-only page /viewer/ that follows the live sessions (docs/viewer.md; its data need the token)",
     )
     a.add_argument(
         "--insecure",
@@ -192,6 +200,8 @@ def token_from(args) -> str | None:
 
 def app_kwargs(args) -> dict:
     kw: dict = {"mode": args.mode, "task": args.task, "limits": limits_from(args), "token": token_from(args)}
+    if not getattr(args, "viewer", True):
+        kw["viewer"] = False
     if args.reward_scheme:
         kw["config"] = {"reward_scheme": args.reward_scheme}
     if args.mode == "ego":
@@ -240,6 +250,9 @@ def run(args) -> int:
         file=sys.stderr,
         flush=True,
     )
+    if kw.get("viewer", True):
+        fragment = "#token=<the token>" if kw["token"] else ""
+        print(f"the viewer (read-only): http://{args.host}:{args.port}/viewer/{fragment}", file=sys.stderr, flush=True)
     if kw["token"] is None and not is_loopback(args.host):
         print(
             f"warning: serving on {args.host} with no token (--insecure): anyone who can reach port {args.port} can open sessions.",

@@ -32,7 +32,9 @@ class Guard:
 
     - ``Host`` must name one of ``limits.allowed_hosts`` (``"*"``: any), else 400: a page that
       points its own name at a loopback server (DNS rebinding) reaches nothing;
-    - a bearer token on every HTTP route and on every WebSocket, when ``token`` is set (401);
+    - a bearer token on every HTTP route and on every WebSocket, when ``token`` is set (401),
+      apart from a ``GET`` or ``HEAD`` of a path in ``public``: the viewer's page files, which
+      hold no data (:data:`fleet_marl.openenv.viewer.PAGE_PATHS`; its data routes need the token);
     - a WebSocket whose ``Origin`` header (a browser's) is neither the server's own host nor in
       ``limits.allowed_origins`` is refused (403): another site's page cannot drive a session;
     - an HTTP body of at most ``max_body_bytes`` (a larger declared ``Content-Length`` gets 413
@@ -43,13 +45,15 @@ class Guard:
       (400) never reaches the app, which parses it on the event loop.
     """
 
-    def __init__(self, app, token: str | None, limits: ServerLimits):
-        self.app, self.limits = app, limits
+    def __init__(self, app, token: str | None, limits: ServerLimits, public: frozenset[str] = frozenset()):
+        self.app, self.limits, self.public = app, limits, frozenset(public)
         self.token = token.encode() if token else None
         self.bodies_bytes = 0  # held now, over every request
 
     def _authorized(self, scope) -> bool:
         if self.token is None:
+            return True
+        if scope["type"] == "http" and scope.get("method") in ("GET", "HEAD") and scope.get("path") in self.public:
             return True
         v = _header(scope, b"authorization")
         if v is None:
