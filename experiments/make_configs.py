@@ -1,7 +1,9 @@
 """Write experiments/configs/<task>_<sharing>_<reward scheme>.yaml: every sharing scheme x every
 reward scheme on each task of the registry (``fleet_marl.tasks.TASKS``) that has a training
 length in :data:`ITERATIONS` -- easy, medium and hard (72 files) -- for
-``fleet-marl train --config``.
+``fleet-marl train --config``; and experiments/configs/<task>_15min.yaml (:data:`TIMED`), the
+RLlib runs of the learned rows (docs/results.md): 15 minutes of training each, the settings
+that passed the planner there.
 
     python experiments/make_configs.py           # (re)write them
     python experiments/make_configs.py --check   # exit 1 if a file differs from what this writes
@@ -28,6 +30,14 @@ from fleet_marl.tasks import TASKS
 #: docs/training.md). Only these tasks get configs.
 ITERATIONS = {"easy": 36, "medium": 60, "hard": 80}
 HERE = Path(__file__).resolve().parent / "configs"
+#: The tuned 15-minute runs (RLlib's learned rows), by task: TorchRL's recipe of its learned rows
+#: carried over (a shared network of 64 x 64, lr 1e-3, its reward scheme, gamma and entropy),
+#: with RLlib's batch of 4,000 env steps (40 clusters of 100 rounds) and 4 passes of 1,000-step
+#: minibatches; ``max_minutes`` stops them, ``iterations`` is only an upper bound.
+TIMED = {
+    "easy": {"reward_scheme": "local", "gamma": 0.95, "entropy_coeff": 0.01},
+    "medium": {"reward_scheme": "difference", "gamma": 0.99, "entropy_coeff": 0.001},
+}
 
 
 def config(task: str, sharing: str, scheme: str) -> dict:
@@ -43,13 +53,43 @@ def text(task: str, sharing: str, scheme: str) -> str:
     return head + yaml.safe_dump(config(task, sharing, scheme), sort_keys=False)
 
 
+def timed(task: str) -> dict:
+    """The 15-minute RLlib run of ``task`` (:data:`TIMED`)."""
+    return {
+        "task": task,
+        "sharing": "shared",
+        **TIMED[task],
+        "hidden": [64, 64],
+        "lr": 0.001,
+        "lambda": 0.95,
+        "train_batch_size": 4000,
+        "minibatch_size": 1000,
+        "num_epochs": 4,
+        "iterations": 2000,
+        "max_minutes": 15.0,
+        "seed": 0,
+        "eval_interval": 50,
+        "checkpoint_interval": 50,
+        "name": f"{task}-rllib-15min",
+    }
+
+
+def timed_text(task: str) -> str:
+    head = (
+        f"# RLlib's 15-minute PPO run on {task}, the learned row of docs/results.md. Written by experiments/make_configs.py;\n"
+        f"# run with: fleet-marl train --config {task}_15min   (max_minutes stops it; iterations is only an upper bound)\n"
+    )
+    return head + yaml.safe_dump(timed(task), sort_keys=False)
+
+
 def trained_tasks() -> list[str]:
     """The registry's tasks that have a training length, in registry order."""
     return [t for t in list(TASKS) if t in ITERATIONS]
 
 
 def files() -> dict[Path, str]:
-    return {HERE / f"{t}_{s}_{r}.yaml": text(t, s, r) for t in trained_tasks() for s in SHARING for r in REWARD_SCHEMES}
+    grid = {HERE / f"{t}_{s}_{r}.yaml": text(t, s, r) for t in trained_tasks() for s in SHARING for r in REWARD_SCHEMES}
+    return {**grid, **{HERE / f"{t}_15min.yaml": timed_text(t) for t in TIMED}}
 
 
 def main(argv=None) -> int:

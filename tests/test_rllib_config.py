@@ -189,15 +189,22 @@ def test_sharing_module_ids_and_mappings():
 
 def test_every_shipped_config_loads_and_matches_its_generator():
     files = sorted((ROOT / "experiments" / "configs").glob("*.yaml"))
-    assert len(files) == 3 * 4 * 6
+    grid = [f for f in files if not f.stem.endswith("_15min")]
+    assert len(grid) == 3 * 4 * 6
     r = subprocess.run([sys.executable, str(ROOT / "experiments" / "make_configs.py"), "--check"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     seen = set()
-    for f in files:
+    for f in grid:
         tc = TrainConfig.from_yaml(f)
         assert f.stem == f"{tc.task}_{tc.sharing}_{tc.reward_scheme}"
         seen.add((tc.task, tc.sharing, tc.reward_scheme))
     assert len(seen) == 72
+    # the 15-minute runs of RLlib's learned rows: one per task that has one, stopped by max_minutes at 15
+    timed = {f.stem: TrainConfig.from_yaml(f) for f in files if f.stem.endswith("_15min")}
+    assert sorted(timed) == ["easy_15min", "medium_15min"]
+    for stem, tc in timed.items():
+        assert tc.task == stem.removesuffix("_15min") and tc.max_minutes == 15.0 and tc.sharing == "shared"
+        assert tc.iterations * tc.train_batch_size >= 4_000_000  # iterations is only an upper bound: the cap stops the run
 
 
 @pytest.mark.parametrize(
@@ -211,6 +218,7 @@ def test_every_shipped_config_loads_and_matches_its_generator():
         ({"iterations": 0}, r"iterations = 0: expected an integer >= 1"),
         ({"minibatch_size": 5000}, r"minibatch_size = 5000: expected at most train_batch_size"),
         ({"lr": -1}, r"lr = -1: expected a number"),
+        ({"max_minutes": -1}, r"max_minutes = -1: expected a number in \[0.0, 1000000.0\]"),
         ({"hidden": []}, r"hidden = \[\]: expected a non-empty list"),
         ({"env": {"arbiter": {"mechanism": "lottery"}}}, r"env = .*lottery"),
         ({"env": {"task": "hard"}}, r"env.task is set by the top-level key"),
@@ -543,3 +551,49 @@ def test_a_checkpoint_is_graded_only_under_the_protocol_it_learned(tmp_path):
         load_policy(str(sim.parent), fleet_marl.env(task="tiny", protocol="sequential"))
     meta = json.loads((seq / "fleet_marl.json").read_text())
     check_trained_on(str(seq), meta, fleet_marl.env(task="tiny", protocol="sequential", turn_order="priority"))  # no error
+
+
+# --- RLlib's learned rows beside TorchRL's --------------------------------------------------------
+
+
+def _graded_run(folder: Path, engine: str | None, trained: list[float]) -> Path:
+    """A run folder as fleet-marl train leaves it (results.json, metrics.csv), on easy, with made-up welfare on seeds 0..2."""
+
+    def ev(policy: str, w: list[float]) -> dict:
+        return {"policy": policy, "seeds": [0, 1, 2], "welfare": w, "welfare_mean": sum(w) / 3, "welfare_std": 0.5, "score": 1.0}
+
+    tc = {"task": "easy", "reward_scheme": "local", **({"engine": engine} if engine else {})}  # an RLlib config has no engine key
+    evals = [ev("PPO", trained), ev("greedy", [1.0] * 3), ev("planner", [5.0, 6.0, 7.0]), ev("hindsight", [9.0] * 3)]
+    for e in evals:
+        e.update(gap_to_hindsight=0.1, jain_mean=0.8)
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps({"train_config": tc, "env_steps": 4000, "seconds": 60.0, "evaluations": evals}))
+    (folder / "metrics.csv").write_text("iteration,env_steps\n1,4000\n")
+    return folder
+
+
+def test_an_rllib_run_is_published_beside_the_torchrl_run_of_its_task(tmp_path):
+    from fleet_marl.studies import learned
+
+    root = tmp_path / "checkout"
+    torch_run = _graded_run(tmp_path / "t", "torchrl", [6.0, 7.0, 8.0])
+    rllib_run = _graded_run(tmp_path / "r", None, [7.0, 8.0, 9.0])
+    learned.save([str(rllib_run), str(torch_run)], root, echo=lambda *_: None)
+    assert sorted(p.name for p in (root / learned.DATA).iterdir()) == ["easy.json", "easy.rllib.json"]
+    (text,) = {t for _doc, _s, _e, t in learned.blocks(root)}
+    rows = [line for line in text.splitlines() if line.startswith("| easy (")]
+    assert len(rows) == 2 and rows[0].endswith("| TorchRL |") and rows[1].endswith("| RLlib |")  # TorchRL's first
+    assert "| 7.0 ± 0.5 |" in rows[0] and "| 8.0 ± 0.5 |" in rows[1]
+    assert "+2.0 ± 0.0 (3/3)" in rows[1] and "+1.0 ± 0.0 (3/3)" in rows[0]  # each paired with the planner on its seeds
+    assert text.count(learned.NOT_TRAINED) == len(fleet_marl_tasks()) - 1  # the other tasks, one row each
+    # a later RLlib run of the task replaces RLlib's row only
+    again = _graded_run(tmp_path / "r2", None, [8.0, 9.0, 10.0])
+    learned.save([str(again)], root, echo=lambda *_: None)
+    (text,) = {t for _doc, _s, _e, t in learned.blocks(root)}
+    assert "| 9.0 ± 0.5 |" in text and "| 7.0 ± 0.5 |" in text and "| 8.0 ± 0.5 |" not in text
+
+
+def fleet_marl_tasks() -> list[str]:
+    from fleet_marl.tasks import TASKS
+
+    return list(TASKS)

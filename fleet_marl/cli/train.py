@@ -5,8 +5,9 @@ GAE and clipped PPO over the vector env, in this process. ``rllib``
 (:mod:`fleet_marl.rllib.command`): RLlib's PPO, the route to a Ray cluster. Both write the same
 run folder (checkpoint, ``metrics.csv``, TensorBoard, learning curve, the grader's table) and
 both runs grade with ``fleet-marl evaluate --policy RUN``. The options are the RLlib engine's
-(unchanged) plus ``--engine`` and the torchrl engine's own (``--num-envs``, ``--max-minutes``,
-``--collector``, ``--collectors``, ``--device``); the Ray-only ones are refused with torchrl. The engines are those
+(unchanged) plus ``--engine``, ``--max-minutes`` (a cap on wall time, either engine) and the torchrl
+engine's own (``--num-envs``, ``--collector``, ``--collectors``, ``--device``); the Ray-only ones are
+refused with torchrl, the torchrl-only ones with rllib. The engines are those
 of the registry (:data:`fleet_marl.training.engines.ENGINES`: each one's command module, named
 as a string); without ``--engine``, :func:`fleet_marl.training.engines.engine_of` picks one.
 ``--docs RUN`` saves finished runs as the learned rows' data and publishes the docs
@@ -42,6 +43,7 @@ EXAMPLES = """examples:
   fleet-marl train --config my_run.yaml                 # a YAML of TorchRLTrainConfig keys with 'engine: torchrl'
   fleet-marl train --resume runs/train/easy-shared-local-torchrl --iterations 2000   # on to 2000 in all, as if never stopped
   fleet-marl train --engine rllib                    # RLlib's PPO on easy
+  fleet-marl train --config easy_15min --max-minutes 15   # RLlib's 15-minute run of the learned rows (the cap works for both engines)
   fleet-marl train --docs runs/train/trace-shared-difference-torchrl   # publish a graded run as the task's learned row
   fleet-marl train --config medium_per_kind_difference   # an RLlib config (experiments/configs/): the rllib engine
   fleet-marl train --config experiments/torchrl_configs/medium_seq_15min.yaml  # env: {protocol: sequential}: one policy call per turn
@@ -101,8 +103,8 @@ def run(args) -> int:
         for flag in ENGINES[DEFAULT].only:
             if getattr(args, flag) is not None:
                 print(
-                    f"error: --{flag.replace('_', '-')} is an option of --engine {DEFAULT}; RLlib's batch, budget and workers are set in its "
-                    "--config (train_batch_size, iterations, num_env_runners) or with --num-env-runners and --address",
+                    f"error: --{flag.replace('_', '-')} is an option of --engine {DEFAULT}; RLlib's batch and workers are set in its "
+                    "--config (train_batch_size, num_envs_per_env_runner, num_env_runners) or with --num-env-runners and --address",
                     file=sys.stderr,
                 )
                 return 2

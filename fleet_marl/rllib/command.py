@@ -79,7 +79,8 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
 
 def resolve(args: argparse.Namespace) -> tuple[TrainConfig, Any]:
     """(TrainConfig, resume) from the arguments; raises TrainConfigError."""
-    return from_command(args, TrainConfig, ENGINE, _read_config, {"num_env_runners": args.num_env_runners})
+    options = {"num_env_runners": args.num_env_runners, "max_minutes": getattr(args, "max_minutes", None)}
+    return from_command(args, TrainConfig, ENGINE, _read_config, options)
 
 
 def _read_config(name: str) -> TrainConfig:

@@ -48,8 +48,11 @@ class TrainConfig:
     sharing: str = "shared"
     obs_mode: str = "dict"
     env: dict = field(default_factory=dict)
-    #: run length and seed (the env runners' seeds and the module initialization)
+    #: run length and seed (the env runners' seeds and the module initialization); ``max_minutes``:
+    #: a cap on wall time, evaluations included (0: none): the run stops after the iteration that
+    #: passes it, checkpoints and is graded as usual, and says so
     iterations: int = 36
+    max_minutes: float = 15.0
     seed: int = 0
     #: sampling: ``vector`` steps B = num_envs_per_env_runner clusters per env runner as arrays (the
     #: sequential protocol, turn-based, always steps one env per cluster); None: B =
@@ -142,6 +145,7 @@ class TrainConfig:
         if self.minibatch_size > self.train_batch_size:
             bad("minibatch_size", f"at most train_batch_size ({self.train_batch_size})")
         ranges = (
+            ("max_minutes", 0.0, 1e6),
             ("lr", 0.0, 1.0),
             ("gamma", 0.0, 1.0),
             ("lambda_", 0.0, 1.0),

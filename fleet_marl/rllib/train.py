@@ -201,8 +201,10 @@ def train(
         bar = progress_bar(tc, first, progress)
         env_steps = 0
         last_ckpt = ckpt
+        done = first
         for it in range(first, tc.iterations):
             result = algo.train()
+            done = it + 1
             flat = flatten(result)
             if "time_total_s" in flat:
                 flat["time_total_s"] += offset
@@ -216,9 +218,11 @@ def train(
             if tc.checkpoint_interval and (it + 1) % tc.checkpoint_interval == 0 and it + 1 < tc.iterations:
                 last_ckpt = _save(algo, run_dir, tc, it + 1, step, offset + time.time() - t0)
             show_progress(bar, step, row, (("welfare", "welfare", ".1f"), ("score", "score", ".2f")))
+            if tc.max_minutes and done < tc.iterations and offset + time.time() - t0 >= 60 * tc.max_minutes:
+                break  # the max_minutes cap: this iteration passed it
         if bar is not None:
             bar.close()
-        last_ckpt = _save(algo, run_dir, tc, tc.iterations, env_steps, offset + time.time() - t0)
+        last_ckpt = _save(algo, run_dir, tc, done, env_steps, offset + time.time() - t0)
     finally:
         if writer is not None:
             writer.close()
@@ -229,7 +233,15 @@ def train(
         if started:
             ray.shutdown()
     seconds = offset + time.time() - t0
-    res = TrainResult(run_dir=run_dir, checkpoint=last_ckpt, iterations=tc.iterations, env_steps=env_steps, seconds=seconds, rows=log.rows)
+    notes = []
+    if done < tc.iterations:
+        notes.append(
+            f"stopped by the max_minutes cap ({tc.max_minutes:g} min of wall time) after {done} of {tc.iterations} iterations: how far a "
+            f"capped run gets depends on the machine's speed; --resume {run_dir} trains on to {tc.iterations}"
+        )
+    res = TrainResult(
+        run_dir=run_dir, checkpoint=last_ckpt, iterations=done, env_steps=env_steps, seconds=seconds, rows=log.rows, notes=notes
+    )
     task, overrides = grader_task(tc.env_config())
     return finish(
         res,
@@ -240,7 +252,7 @@ def train(
         label=f"PPO ({tc.sharing}, {tc.reward_scheme})",
         episodes=tc.final_episodes if final_episodes is None else final_episodes,
         progress=progress,
-        trained=f"Trained {tc.iterations} iterations ({env_steps:,} env steps, {seconds / 60:.1f} min)",
+        trained=f"Trained {done} iterations ({env_steps:,} env steps, {seconds / 60:.1f} min)" + "".join(f"; {n}" for n in notes),
         title=f"{tc.run_name}: PPO on {tc.task}",
     )
 

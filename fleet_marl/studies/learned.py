@@ -5,14 +5,17 @@ same seeds, as the table of the README, ``docs/results.md`` and ``docs/training.
 ``fleet-marl train --docs RUN [RUN ...]`` saves finished runs (:func:`save`): each run's
 ``results.json`` (its final evaluation: the trained policy and every reference policy, each
 episode's welfare) and its iteration count from ``metrics.csv`` go to
-``docs/data/learned/<task>.json``; the block is rendered from every file there (:func:`block`,
-:func:`blocks`, by ``fleet-marl docs``), a task without a published run as a row "not trained
-yet"; ``tests/test_docs_data.py`` renders the block again from those files.
+``docs/data/learned/<task>.json`` for a run of the default engine (TorchRL) and
+``docs/data/learned/<task>.<engine>.json`` for another engine's (``easy.rllib.json``), so each
+engine's row of a task sits beside the other's; the block is rendered from every file there
+(:func:`block`, :func:`blocks`, by ``fleet-marl docs``), a task without a run of the default
+engine as a row "not trained yet"; ``tests/test_docs_data.py`` renders the block again from
+those files.
 
 Each row: the trained policy's welfare (mean ± std over the seeds), its score and its gap to
 the hindsight reference, its welfare minus the planner's paired by seed (mean ± 95% interval,
 and the seeds where it is ahead), Jain's index, the best heuristic, the planner, the hindsight
-reference and what the training cost.
+reference, what the training cost and the engine that trained it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 from fleet_marl.studies.credit.stats import mean_ci
 from fleet_marl.studies.store import StudyError
 from fleet_marl.tasks import TASKS
+from fleet_marl.training.engines import DEFAULT, ENGINES, UNMARKED_CONFIG
 
 START, END = "<!-- learned-rows:start -->", "<!-- learned-rows:end -->"
 #: Where the published runs' data goes, one file per task, relative to the checkout.
@@ -62,6 +66,17 @@ def record(run: str | Path) -> dict:
     return data
 
 
+def engine(rec: dict) -> str:
+    """The engine that trained a published run: its config's ``engine`` key (an RLlib config has none)."""
+    return str(rec["train_config"].get("engine", UNMARKED_CONFIG))
+
+
+def filename(rec: dict) -> str:
+    """A published run's file in :data:`DATA`: ``<task>.json`` for the default engine, ``<task>.<engine>.json`` otherwise."""
+    task, eng = rec["train_config"]["task"], engine(rec)
+    return f"{task}.json" if eng == DEFAULT else f"{task}.{eng}.json"
+
+
 def row(rec: dict) -> dict:
     """The row of one published run (:func:`record`)."""
     trained, *refs = rec["evaluations"]
@@ -85,26 +100,32 @@ def row(rec: dict) -> dict:
         "planner": planner["welfare_mean"],
         "hindsight": None if hind is None else hind["welfare_mean"],
         "training": (rec["env_steps"], rec["iterations"], rec["seconds"] / 60),
+        "engine": engine(rec),
     }
 
 
+#: How the engine column names each engine.
+LABELS = {"torchrl": "TorchRL", "rllib": "RLlib"}
 #: A task's row before a run of it is published.
 NOT_TRAINED = "not trained yet (`fleet-marl train --docs RUN` publishes a run)"
 
 
 def table(recs: list[dict]) -> str:
-    """The markdown table of published runs, in task order; a task without one is "not trained yet"."""
+    """The markdown table of published runs, in task order, each task's default-engine run first
+    and then the other engines' (:data:`ENGINES` order); a task without a default-engine run has
+    a "not trained yet" row in its place."""
     lines = [
         "| task (reward) | PPO welfare | score | gap to hindsight | − planner, paired (seeds ahead) | Jain | best heuristic | planner "
-        "| hindsight | training |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| hindsight | training | engine |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
-    by_task = {r["task"]: r for r in (row(x) for x in recs)}
-    for task in TASKS:
-        if task not in by_task:
-            lines.append(f"| {task} | {NOT_TRAINED} | – | – | – | – | – | – | – | – |")
+    by_key = {(r["task"], r["engine"]): r for r in (row(x) for x in recs)}
+    for task, eng in ((t, e) for t in TASKS for e in ENGINES):
+        if (task, eng) not in by_key:
+            if eng == DEFAULT:
+                lines.append(f"| {task} | {NOT_TRAINED} | – | – | – | – | – | – | – | – | – |")
             continue
-        r = by_task[task]
+        r = by_key[task, eng]
         (w, sd), (m, h, ahead, k) = r["welfare"], r["vs_planner"]
         steps, iters, minutes = r["training"]
         gap = "–" if r["gap"] is None else f"{r['gap']:.2f}"
@@ -112,7 +133,7 @@ def table(recs: list[dict]) -> str:
         lines.append(
             f"| {r['task']} (`{r['scheme']}`) | {w:.1f} ± {sd:.1f} | {r['score']:.2f} | {gap} | {m:+.1f} ± {h:.1f} ({ahead}/{k}) "
             f"| {r['jain']:.2f} | {r['best'][1]:.1f} ({r['best'][0]}) | {r['planner']:.1f} | {hind} "
-            f"| {steps:,} env steps, {iters} iterations, {minutes:.1f} min |"
+            f"| {steps:,} env steps, {iters} iterations, {minutes:.1f} min | {LABELS.get(r['engine'], r['engine'])} |"
         )
     return "\n".join(lines)
 
@@ -121,9 +142,10 @@ def block(recs: list[dict]) -> str:
     """The marked block: how to reproduce the rows, then the table."""
     return (
         f"{START}\n<!-- written by `fleet-marl train --docs RUN ...`; edit the text around it, not this block -->\n\n"
-        f"Each task's PPO (TorchRL) run, graded on the same seeds as the references (welfare mean ± std over the episodes; "
-        f"− planner: the trained policy's welfare minus the planner's, paired by seed, mean ± 95% interval). Each run's "
-        f"evaluation and whole config are in `{DATA}/<task>.json`: its `train_config`, saved as YAML, is what "
+        f"Each task's PPO run, TorchRL's and, where one is published, RLlib's, graded on the same seeds as the references "
+        f"(welfare mean ± std over the episodes; − planner: the trained policy's welfare minus the planner's, paired by seed, "
+        f"mean ± 95% interval). Each run's evaluation and whole config are in `{DATA}/<task>.json` (TorchRL) and "
+        f"`{DATA}/<task>.rllib.json` (RLlib): its `train_config`, saved as YAML, is what "
         f"`fleet-marl train --config` takes to train the same run again (with the iterations it ran, when its "
         f"`max_minutes` cap stopped it: a constant learning rate makes those the same); `fleet-marl train --docs RUN` "
         f"publishes a run.\n\n{table(recs)}\n{END}"
@@ -131,16 +153,16 @@ def block(recs: list[dict]) -> str:
 
 
 def load(root: str | Path) -> list[dict]:
-    """Every published run under ``root``'s :data:`DATA`, in task order."""
+    """Every published run under ``root``'s :data:`DATA`, in task order, then engine order."""
     d = Path(root) / DATA
     recs = [json.loads(p.read_text()) for p in sorted(d.glob("*.json"))] if d.is_dir() else []
-    return sorted(recs, key=lambda r: list(TASKS).index(r["train_config"]["task"]))
+    return sorted(recs, key=lambda r: (list(TASKS).index(r["train_config"]["task"]), list(ENGINES).index(engine(r))))
 
 
 def save(runs: list[str], root: str | Path, echo=print) -> list[Path]:
     """Save ``runs`` (run folders) as data in the checkout ``root``'s :data:`DATA` (one file per
-    task: a later run of a task replaces it); ``fleet-marl docs`` renders them. Every run is
-    checked before any is written."""
+    task and engine, :func:`filename`: a later run of a task on the same engine replaces it);
+    ``fleet-marl docs`` renders them. Every run is checked before any is written."""
     dest = Path(root) / DATA
     recs = [record(run) for run in runs]
     for rec in recs:
@@ -148,7 +170,7 @@ def save(runs: list[str], root: str | Path, echo=print) -> list[Path]:
     dest.mkdir(parents=True, exist_ok=True)
     written = []
     for rec in recs:
-        path = dest / f"{rec['train_config']['task']}.json"
+        path = dest / filename(rec)
         path.write_text(json.dumps(rec, indent=1) + "\n")
         written.append(path)
     echo(f"wrote {', '.join(str(p) for p in written)}")
@@ -164,4 +186,21 @@ def blocks(root: Path) -> list[tuple[str, str, str, str]]:
     return [(doc, START, END, text) for doc in DOCS]
 
 
-__all__ = ["DATA", "DOCS", "END", "HEURISTICS", "NOT_TRAINED", "START", "block", "blocks", "load", "record", "row", "save", "table"]
+__all__ = [
+    "DATA",
+    "DOCS",
+    "END",
+    "HEURISTICS",
+    "LABELS",
+    "NOT_TRAINED",
+    "START",
+    "block",
+    "blocks",
+    "engine",
+    "filename",
+    "load",
+    "record",
+    "row",
+    "save",
+    "table",
+]

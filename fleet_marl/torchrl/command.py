@@ -22,7 +22,7 @@ NEEDS = ("torch", "torchrl", "tensordict", "tensorboardX", "matplotlib")
 #: The options that only the RLlib engine has.
 RLLIB_ONLY = ("num_env_runners", "address")
 #: The options that only this engine has (``fleet-marl train --engine rllib`` refuses them).
-TORCHRL_ONLY = ("num_envs", "max_minutes", "collector", "collectors", "device")
+TORCHRL_ONLY = ("num_envs", "collector", "collectors", "device")
 
 
 def add_arguments(t: argparse.ArgumentParser) -> None:
@@ -35,7 +35,7 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="M",
-        help="torchrl: a safety cap on wall time (default 15; 0: none): stop after the iteration that passes M minutes, "
+        help="both engines: a safety cap on wall time (default 15; 0: none): stop after the iteration that passes M minutes, "
         "and say so (how far a capped run gets depends on the machine)",
     )
     t.add_argument(

@@ -46,7 +46,7 @@ ENGINES: dict[str, EngineSpec] = {
         name="torchrl",
         command="fleet_marl.torchrl.command",
         checkpoints=Engine(name="torchrl", sidecar="fleet_marl_torchrl.json", command="fleet-marl train --engine torchrl"),
-        only=("num_envs", "max_minutes", "collector", "collectors", "device"),
+        only=("num_envs", "collector", "collectors", "device"),
         extra="torchrl",
     ),
     "rllib": EngineSpec(
