@@ -37,6 +37,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("fleet_marl.evaluation.demo", "one rendered episode with a summary"),
     "estimate": ("fleet_marl.tools.estimate", "memory per GPU, fit and throughput of one configuration"),
     "validate": ("fleet_marl.validation.command", "the cost model against published measurements: each case, its error, the targets"),
+    "coupling": (
+        "fleet_marl.studies.coupling_command",
+        "how much the tenants couple under a policy: externality share, factoredness, learnability, selfish/team ratio",
+    ),
     "sweep": ("fleet_marl.tools.sweep", "batched-kernel search for the best safe configuration of catalog models"),
     "bench": ("fleet_marl.studies.bench.command", "how fast the env and the batched kernel are, against a stock PettingZoo env"),
     "serve": ("fleet_marl.openenv.command", "serve the env over HTTP/WebSocket with OpenEnv (for LLM agents and remote policies)"),
@@ -54,6 +58,7 @@ EPILOG = """examples:
   fleet-marl estimate --model llama-3.1-8b --gpus 8 --gpu-type h100-sxm
   fleet-marl sweep --quick
   fleet-marl validate --summary
+  fleet-marl coupling --task easy
   fleet-marl demo
   fleet-marl bench --quick
   fleet-marl serve --mode ego

@@ -17,6 +17,7 @@ has ``blocks(root) -> [(doc, start, end, text), ...]``:
                                             ``docs/data/credit_study*/``
 ``fleet_marl.studies.credit.first_study``   the first study's blocks from ``docs/data/credit_assignment*/``
 ``fleet_marl.studies.manifest``             ``openenv.yaml``'s declared task count, from the task registry
+``fleet_marl.studies.coupling_command``     environment.md's coupling table, from ``docs/data/coupling.json``
 ==========================================  ========================================================
 
 :func:`render` is what the docs should say, :func:`publish` writes it (only the files that
@@ -47,6 +48,7 @@ RENDERERS = (
     "fleet_marl.studies.credit.report",
     "fleet_marl.studies.credit.first_study",
     "fleet_marl.studies.manifest",
+    "fleet_marl.studies.coupling_command",
 )
 
 EXAMPLES = """examples:
