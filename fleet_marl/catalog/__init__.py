@@ -1,7 +1,7 @@
 """The catalog: facts as data, each with its source.
 
 The numbers live in YAML files beside this module (``gpus.yaml``, ``models.yaml``,
-``precisions.yaml``); this module only loads and checks them. Every number is cited in the
+``precisions.yaml``, ``topologies.yaml``: reference cluster designs); this module only loads and checks them. Every number is cited in the
 YAML ``source`` field and again, with the equation that uses it, in ``docs/model.md``.
 
 >>> from fleet_marl import catalog
@@ -270,6 +270,80 @@ def model(name: str) -> ModelArch:
     return table[name]
 
 
+@dataclass(frozen=True)
+class Topology:
+    """A reference cluster design (``topologies.yaml``): the topology fields of a
+    ``ClusterSpec`` (``ClusterSpec.from_topology``) with their sources."""
+
+    name: str
+    description: str
+    gpu_type: str
+    gpus_per_node: int
+    nodes_per_rack: int
+    nodes_per_leaf: int
+    network_gbs_per_gpu: float
+    uplink_oversubscription: float
+    storage_gbs: float | None  # None: not published (no shared limit)
+    nodes: int
+    source: tuple[str, ...]
+    fitted: str | None  # which published case a number was fitted on
+
+    def cluster_fields(self) -> dict:
+        """The ``ClusterSpec`` fields this design sets (``gpu_types`` for its ``nodes``)."""
+        return dict(
+            gpu_types=(self.gpu_type,) * self.nodes,
+            gpus_per_node=self.gpus_per_node,
+            nodes_per_rack=self.nodes_per_rack,
+            nodes_per_leaf=self.nodes_per_leaf,
+            network_gbs_per_gpu=self.network_gbs_per_gpu,
+            uplink_oversubscription=self.uplink_oversubscription,
+            storage_gbs=self.storage_gbs,
+        )
+
+
+_TOPOLOGY_FIELDS = {f for f in Topology.__dataclass_fields__ if f != "name"}
+
+
+def _topology(name: str, raw: dict) -> Topology:
+    missing, extra = _TOPOLOGY_FIELDS - set(raw), set(raw) - _TOPOLOGY_FIELDS
+    if missing or extra:
+        raise ValueError(f"topologies.yaml: entry {name!r} has missing fields {sorted(missing)} and unknown fields {sorted(extra)}")
+    if raw["gpu_type"] not in gpus():
+        raise ValueError(f"topologies.yaml: {name}.gpu_type = {raw['gpu_type']!r}: expected a GPU type of gpus.yaml")
+    for key in ("gpus_per_node", "nodes_per_rack", "nodes_per_leaf", "nodes"):
+        if isinstance(raw[key], bool) or not isinstance(raw[key], int) or raw[key] < 1:
+            raise ValueError(f"topologies.yaml: {name}.{key} = {raw[key]!r}: expected a positive integer")
+    if raw["uplink_oversubscription"] < 1:
+        raise ValueError(f"topologies.yaml: {name}.uplink_oversubscription = {raw['uplink_oversubscription']!r}: expected a number >= 1")
+    storage = raw["storage_gbs"]
+    if storage is not None and not storage > 0:
+        raise ValueError(f"topologies.yaml: {name}.storage_gbs = {storage!r}: expected a positive number, or null (not published)")
+    if not raw["source"]:
+        raise ValueError(f"topologies.yaml: {name}.source: expected at least one source")
+    return Topology(
+        name=name,
+        **{k: raw[k] for k in ("description", "gpu_type", "gpus_per_node", "nodes_per_rack", "nodes_per_leaf", "nodes", "fitted")},
+        network_gbs_per_gpu=float(raw["network_gbs_per_gpu"]),
+        uplink_oversubscription=float(raw["uplink_oversubscription"]),
+        storage_gbs=None if storage is None else float(storage),
+        source=tuple(raw["source"]),
+    )
+
+
+@cache
+def topologies() -> dict[str, Topology]:
+    """All reference cluster designs by catalog key."""
+    return {k: _topology(k, v) for k, v in _load("topologies.yaml").items()}
+
+
+def topology(name: str) -> Topology:
+    """The reference design ``name``; an unknown key raises :class:`CatalogError` listing valid keys."""
+    table = topologies()
+    if name not in table:
+        raise CatalogError(f"unknown topology {name!r}; expected one of: {', '.join(sorted(table))}")
+    return table[name]
+
+
 __all__ = [
     "ALLREDUCE_FIT_BYTES",
     "GROUPS",
@@ -283,8 +357,11 @@ __all__ = [
     "CatalogError",
     "GPUType",
     "ModelArch",
+    "Topology",
     "gpu",
     "gpus",
     "model",
     "models",
+    "topologies",
+    "topology",
 ]

@@ -32,6 +32,7 @@ from fleet_marl.kernel.layout import (
     OI_BATCH,
     OI_NODES,
     OI_PREC,
+    S_CONTENTION,
     S_LOAD_GPU,
     S_LOAD_NODE,
     S_MBU,
@@ -215,6 +216,13 @@ def tenant_stage1(b, tf, ti, tg, sc, ins_i, ins_f, prec, prec_run, c_prec, c_run
             ri[OI_PREC + g, t] = c_run[t, g]
 
 
+@jit_inline
+def checkpoint_bytes(c_terms, t, train):
+    """The bytes tenant ``t`` reads to restart: a trainer's fp32 master copy and Adam moments
+    (from its memoised optimizer bytes), a server's weights as stored."""
+    return c_terms[C_O, t] * (CKPT_TRAIN_BYTES / ADAM_BYTES) if train else c_terms[C_W, t]
+
+
 @jit
 def restart_time(fixed_s, ckpt_bytes, n, nodes, gpu_bps, node_bps):
     """Seconds a tenant restarted on ``n`` GPUs over ``nodes`` nodes loses: the fixed part
@@ -257,10 +265,12 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
     its nodes spanned, restart flag, tokens/s and efficiency, and into the scratch rows its
     work rate, prefill and decode seconds, seconds available this round and its activity (the
     share of its GPUs' dynamic power it draws: 1 training, its load serving, 0 not running). A
-    restart (:func:`restart_time`) longer than the round leaves none of it. A server's capacity
+    restart (:func:`restart_time`) longer than the round leaves none of it; with
+    ``coupling.contention`` on, ``avail_s`` already holds each tenant's seconds available, its
+    checkpoint load over the shared storage included (``contention.storage_loads``). A server's capacity
     is its roofline at its batch; its TTFT and TPOT are the roofline's at the load it carries,
     ``load x batch`` requests in flight (at least 1)."""
-    round_s, restart_s = sc[S_ROUND], sc[S_RESTART]
+    round_s, restart_s, shared = sc[S_ROUND], sc[S_RESTART], sc[S_CONTENTION] != 0.0
     for t in range(alloc.shape[0]):
         n = alloc[t]
         has = n > 0
@@ -276,8 +286,10 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
         rf[O_EFF, t] = eff if has else 0.0
         prefill_a[t] = prefill
         t_dec_a[t] = t_dec
-        if restarted:  # its checkpoint: a trainer's fp32 master and Adam moments, a server's weights
-            ckpt = c_terms[C_O, t] * (CKPT_TRAIN_BYTES / ADAM_BYTES) if train else c_terms[C_W, t]
+        if shared:
+            av = avail_s[t]
+        elif restarted:
+            ckpt = checkpoint_bytes(c_terms, t, train)
             av = max(round_s - restart_time(restart_s, ckpt, n, nodes, sc[S_LOAD_GPU], sc[S_LOAD_NODE]), 0.0)
         else:
             av = round_s
@@ -312,6 +324,7 @@ __all__ = [
     "C_TPT",
     "C_W",
     "C_WS",
+    "checkpoint_bytes",
     "fitting_batch",
     "memory_per_gpu",
     "peak_bytes",

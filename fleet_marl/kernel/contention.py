@@ -1,0 +1,182 @@
+"""The round's contention stage, compiled: what tenants lose to one another on the links and the
+storage they share (``coupling.contention``; ``docs/model.md`` section 12.1), one batch row at a
+time. Both run only with the switch on; with it off the round never calls them.
+
+* :func:`storage_loads`, before the throughput stage: the checkpoint loads of the tenants that
+  restart in the row share the cluster's storage bandwidth, max-min fair as a fluid (each load
+  at most its own loaders' and nodes' rate; a finished load's share goes to the others), which
+  gives each restarted tenant's load seconds.
+* :func:`contend`, after it: a trainer whose nodes sit under more than one leaf switch sends its
+  ring collectives over those leaves' uplinks. Its ring crosses each leaf once each way at its
+  link rate ``d = min(NVLink, GPUs per node x NIC)`` (its rails: a flow per NIC) while it
+  communicates, a share ``a = t_comm / step`` of its step (of the round's available seconds),
+  so its mean load is ``L = a d``. A leaf's load is the sum of its crossing tenants' ``L`` over
+  the uplinks' bytes/s ``C``. While tenant ``i`` communicates its flows share the link with the
+  others' flows at their mean (per-flow fair, a mean-field processor sharing): its
+  communication runs ``s = max(1, (d_i + sum_{j != i} L_j) / C)`` times slower on each leaf, and
+  on its most loaded one its step becomes ``step + (1 - comm_overlap) t_comm (s - 1)``. Writes
+  the step-time factor (``slowdown``) and the most loaded leaf's load (``link_load``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from fleet_marl.kernel.jit import jit
+from fleet_marl.kernel.layout import (
+    I_PREV,
+    N_LEAF,
+    N_UPLINK,
+    O_EFF,
+    O_LINK,
+    O_SLOW,
+    O_TPS,
+    OI_BATCH,
+    S_LOAD_GPU,
+    S_LOAD_NODE,
+    S_OVERLAP,
+    S_RESTART,
+    S_ROUND,
+    S_STORAGE,
+    T_INTER,
+    T_INTRA,
+    T_SEQ,
+    T_TRAIN,
+)
+from fleet_marl.kernel.tenant_cost import C_COMM, checkpoint_bytes
+
+
+@jit
+def _water_fill(capacity, cap, rem, rate):
+    """Max-min fair rates over the loads with bytes left (``rem > 0``), each at most its
+    ``cap``, of ``capacity`` bytes/s, into ``rate`` (-1 marks a load not yet fixed)."""
+    T = rem.shape[0]
+    left, unfixed = capacity, 0
+    for t in range(T):
+        if rem[t] > 0.0:
+            rate[t] = -1.0
+            unfixed += 1
+    changed = True
+    while changed and unfixed > 0:
+        changed = False
+        share = left / unfixed
+        for t in range(T):
+            if rem[t] > 0.0 and rate[t] < 0.0 and cap[t] <= share:
+                rate[t] = cap[t]
+                left -= cap[t]
+                unfixed -= 1
+                changed = True
+    for t in range(T):
+        if rem[t] > 0.0 and rate[t] < 0.0:
+            rate[t] = left / unfixed
+
+
+@jit
+def storage_loads(b, ti, sc, ins_i, c_terms, alloc, n_nodes, avail_s, ct):
+    """The seconds of the round each tenant of row ``b`` has, into ``avail_s``: a tenant that
+    restarts (its GPUs changed, some granted) loses the fixed part of a restart and the seconds
+    it takes to read its checkpoint (``tenant_cost.checkpoint_bytes``), every load at most
+    ``min(n x per-GPU loader, nodes x per-node rate)``, all of them sharing the storage's
+    bytes/s max-min fair until each finishes. ``ct`` (4, T) is scratch."""
+    round_s, fixed, storage = sc[S_ROUND], sc[S_RESTART], sc[S_STORAGE]
+    load_s, rem, cap, rate = ct[0], ct[1], ct[2], ct[3]
+    total = 0.0
+    for t in range(alloc.shape[0]):
+        n = alloc[t]
+        load_s[t] = 0.0
+        rem[t] = 0.0
+        if n > 0 and n != ins_i[I_PREV, b, t]:
+            rem[t] = checkpoint_bytes(c_terms, t, ti[t, T_TRAIN] != 0)
+            cap[t] = min(n * sc[S_LOAD_GPU], max(n_nodes[t], 1) * sc[S_LOAD_NODE])
+            total += cap[t]
+    if total <= storage:  # every load at its own rate throughout
+        for t in range(alloc.shape[0]):
+            if rem[t] > 0.0:
+                load_s[t] = rem[t] / cap[t]
+    else:
+        _share(storage, load_s, rem, cap, rate)
+    for t in range(alloc.shape[0]):
+        restarted = alloc[t] > 0 and alloc[t] != ins_i[I_PREV, b, t]
+        avail_s[t] = max(round_s - (fixed + load_s[t]), 0.0) if restarted else round_s
+
+
+@jit
+def _share(storage, load_s, rem, cap, rate):
+    """The max-min fair fluid schedule of the loads of ``rem`` bytes (at most ``cap`` bytes/s
+    each) over ``storage`` bytes/s: each load's finishing time into ``load_s``."""
+    now = 0.0
+    while True:
+        _water_fill(storage, cap, rem, rate)
+        dt = math.inf
+        for t in range(rem.shape[0]):
+            if rem[t] > 0.0:
+                dt = min(dt, rem[t] / rate[t])
+        if dt == math.inf:
+            return
+        now += dt
+        for t in range(rem.shape[0]):
+            if rem[t] > 0.0:
+                if rem[t] / rate[t] <= dt:
+                    load_s[t] = now
+                    rem[t] = 0.0
+                else:
+                    rem[t] -= rate[t] * dt
+
+
+@jit
+def contend(b, tf, ti, nf, ni, sc, c_terms, alloc, n_nodes, t_nodes, running, work_rate, avail_s, rf, ri, ct, load, stamp):
+    """The leaf uplinks' contention in row ``b`` (see the module doc): scales each crossing
+    trainer's work rate, tokens/s and efficiency by ``step / contended step`` and writes its
+    ``slowdown`` and ``link_load`` (1 and 0 for every other tenant). ``ct`` (4, T) and ``load``,
+    ``stamp`` (K,) (one per leaf, leaves numbered below K) are scratch."""
+    T, K = alloc.shape[0], ni.shape[0]
+    d, mean, comm, step = ct[0], ct[1], ct[2], ct[3]
+    round_s, hide = sc[S_ROUND], 1.0 - sc[S_OVERLAP]
+    for k in range(K):
+        load[k] = 0.0
+        stamp[k] = -1
+    for t in range(T):
+        rf[O_SLOW, t] = 1.0
+        rf[O_LINK, t] = 0.0
+        d[t] = 0.0
+        nodes = n_nodes[t]
+        if not (running[t] and ti[t, T_TRAIN] != 0 and nodes > 1 and work_rate[t] > 0.0):
+            continue
+        first = ni[t_nodes[t, 0], N_LEAF]
+        crosses = False
+        for i in range(1, nodes):
+            crosses = crosses or ni[t_nodes[t, i], N_LEAF] != first
+        if not crosses:
+            continue
+        nf_ = float(alloc[t])
+        d[t] = min(tf[t, T_INTRA], nf_ / nodes * tf[t, T_INTER])  # the ring's link rate (roofline.train_step)
+        comm[t] = c_terms[C_COMM, t] * (nf_ - 1.0) / nf_ / d[t]
+        step[t] = nf_ * max(ri[OI_BATCH, t], 1) * tf[t, T_SEQ] / work_rate[t]
+        mean[t] = min(comm[t] / step[t], 1.0) * d[t] * avail_s[t] / round_s
+        for i in range(nodes):
+            leaf = ni[t_nodes[t, i], N_LEAF]
+            if stamp[leaf] != t:
+                stamp[leaf] = t
+                load[leaf] += mean[t]
+    for t in range(T):
+        if d[t] == 0.0:
+            continue
+        s, most = 1.0, 0.0
+        for i in range(n_nodes[t]):
+            k = t_nodes[t, i]
+            leaf = ni[k, N_LEAF]
+            if stamp[leaf] != T + t:
+                stamp[leaf] = T + t
+                capacity = nf[k, N_UPLINK]
+                most = max(most, load[leaf] / capacity)
+                s = max(s, (d[t] - mean[t] + load[leaf]) / capacity)
+        slowed = step[t] + hide * comm[t] * (s - 1.0)
+        f = step[t] / slowed
+        work_rate[t] *= f
+        rf[O_TPS, t] *= f
+        rf[O_EFF, t] *= f
+        rf[O_SLOW, t] = slowed / step[t]
+        rf[O_LINK, t] = most
+
+
+__all__ = ["contend", "storage_loads"]
