@@ -19,6 +19,7 @@ import numpy as np
 from fleet_marl import catalog
 from fleet_marl.kernel import Actions, Draws, Outcome, RoundState, cost
 from fleet_marl.kernel.cost import TRAIN_FLOPS_FACTOR
+from tests import oracle_queueing
 
 # --- stage 1 ---------------------------------------------------------------------------------
 
@@ -698,6 +699,26 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     fresh = np.minimum(np.maximum(served - queue, 0.0), arrivals)
     good = np.where(on_time & ~train, fresh, 0.0)
     attain = np.where(arrivals > 0, good / np.where(arrivals > 0, arrivals, 1.0), 1.0)
+    ttft50 = ttft99 = np.where(running & ~train, ttft_run, 0.0)
+    if st.queueing:  # a server's queue: the requests served within the SLO, a share of the round's
+        serving = running & ~train
+        with np.errstate(divide="ignore", invalid="ignore"):
+            d = oracle_queueing.prompt_work(throughput, st, terms, alloc, nodes, prompt, output) / f
+            tpot_ok = thr.tpot_s / f <= st.slo_tpot_s
+        q_good, ttft50, ttft99 = oracle_queueing.queue_outcome(
+            st,
+            np.where(serving, ttft_run, 0.0),
+            np.where(serving, d, 0.0),
+            thr.work_rate * f,
+            batch.astype(np.float64),
+            avail,
+            queue,
+            arrivals,
+            tpot_ok,
+            serving,
+        )
+        good = np.where(train, good, q_good)
+        attain = np.where(train, attain, np.where(demand > 0, good / np.where(demand > 0, demand, 1.0), 1.0))
     spend = alloc * st.list_price * mult * hours
     ref = reference_rate(st) * st.round_seconds
     value = np.where(ref > 0, np.where(train, progress, good) / np.where(ref > 0, ref, 1.0), 0.0)
@@ -743,8 +764,8 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
         slowdown=np.ones((B, T)),
         link_load=np.zeros((B, T)),
         restart_s=st.round_seconds - avail,
-        ttft_p50_s=np.where(running & ~train, ttft_run, 0.0),
-        ttft_p99_s=np.where(running & ~train, ttft_run, 0.0),
+        ttft_p50_s=ttft50,
+        ttft_p99_s=ttft99,
         welfare=utility.sum(-1),
         node_power_w=pt.node_power_w,
         rack_power_w=pt.rack_power_w,

@@ -24,6 +24,7 @@ CEILING = {
     "training memory": 0.09,
     "serving throughput": 0.075,
     "TTFT": 0.105,
+    "queueing latency": 0.16,
     "TPOT": 0.04,
     "FP8 GEMM speedup": 0.10,
 }

@@ -14,7 +14,8 @@ the module named for it, called once per row in this order:
 5. ``tenant_cost.throughput``: the roofline on the granted GPUs, and each tenant's activity;
 6. ``power_heat.power_heat`` and ``power_heat.throttle``: rack power caps, node heat, each
    tenant's clock;
-7. ``outcome.outcome``: progress, service, money, utility; then the welfare.
+7. ``outcome.outcome``: progress, service, money, utility (with ``coupling.queueing`` on, a
+   server's queue, ``queueing.serve_queue``); then the welfare.
 
 The packed arrays it reads and writes are described in :mod:`fleet_marl.kernel.layout`.
 :func:`round_rows` writes the welfare of every row ``b``, and every other output of row ``b``
@@ -120,7 +121,7 @@ def round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, out
         )
         power_heat(b, tf, nf, ni, sc, temp, activity, rg, t_nodes, n_nodes, node_dyn, rack_dyn, f_cap, f_heat, f_node, t_pred, dead, rk, rr)
         throttle(sc, t_nodes, n_nodes, f_node, f_cap, f_heat, t_pred, dead, running, rf, rb)
-        outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a, t_dec_a, alloc, mult, rf)
+        outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a, t_dec_a, alloc, mult, rf, ri, c_terms, n_nodes)
         welfare[b] = numpy_sum(util, 0, T)
         j = out_index[b]
         if j < 0:

@@ -35,7 +35,9 @@ from fleet_marl.kernel.layout import (
     O_TTFT99,
     O_UTIL,
     O_VALUE,
+    OI_BATCH,
     S_COSTW,
+    S_QUEUEING,
     S_ROUND,
     T_NORM,
     T_PRICE,
@@ -45,15 +47,19 @@ from fleet_marl.kernel.layout import (
     T_TRAIN,
     T_TTFT,
 )
+from fleet_marl.kernel.queueing import prompt_seconds, serve_queue
+from fleet_marl.kernel.tenant_cost import roofline_groups
 
 
 @jit
-def outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a, t_dec_a, alloc, mult, rf):
+def outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a, t_dec_a, alloc, mult, rf, ri, c_terms, n_nodes):
     """Row ``b``'s progress, service, money and utility of every tenant into ``rf``'s rows, from
     whether it runs (``running``), its throttle (``rf``'s throttle row), its work rate, seconds
     available, prefill and decode seconds (the throughput stage's scratch rows), its GPUs
-    ``alloc`` and its price multiplier ``mult``."""
-    round_s, cost_w = sc[S_ROUND], sc[S_COSTW]
+    ``alloc`` and its price multiplier ``mult``. With ``coupling.queueing`` on, a server's good
+    requests and TTFT quantiles come from its queue (``queueing.serve_queue``: its batch in
+    ``ri``, one prompt's work from its roofline groups, ``c_terms`` and ``n_nodes``)."""
+    round_s, cost_w, queueing = sc[S_ROUND], sc[S_COSTW], sc[S_QUEUEING] != 0.0
     hours = round_s / 3600.0
     for t in range(alloc.shape[0]):
         run = running[t]
@@ -70,9 +76,19 @@ def outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a,
         else:
             progress = 0.0
             served = min(demand, work)
-        on_time = run and (t_dec_a[t] / f <= tf[t, T_TPOT]) and (prefill_a[t] / f <= tf[t, T_TTFT])
-        fresh = min(max(served - queue, 0.0), arrivals)
-        good = fresh if (on_time and not train) else 0.0
+        ttft = prefill_a[t] / f if (run and not train) else 0.0
+        ttft99 = ttft
+        if queueing and run and not train:  # the served requests within the SLO, and their TTFT's quantiles
+            job, hw, terms = roofline_groups(b, t, tf, ti, sc, ins_f, c_terms)
+            d = prompt_seconds(job, hw, terms, float(max(alloc[t], 1)), n_nodes[t]) / f
+            tpot_ok = t_dec_a[t] / f <= tf[t, T_TPOT]
+            good, ttft, ttft99 = serve_queue(
+                ttft, d, work_rate[t] * f, float(ri[OI_BATCH, t]), avail_s[t], queue, arrivals, round_s, tf[t, T_TTFT], tpot_ok
+            )
+        else:
+            on_time = run and (t_dec_a[t] / f <= tf[t, T_TPOT]) and (prefill_a[t] / f <= tf[t, T_TTFT])
+            fresh = min(max(served - queue, 0.0), arrivals)
+            good = fresh if (on_time and not train) else 0.0
         spend = alloc[t] * tf[t, T_PRICE] * mult[t] * hours
         ref = tf[t, T_REF] * round_s
         value = ((progress if train else good) / ref) if ref > 0 else 0.0
@@ -80,16 +96,18 @@ def outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a,
         rf[O_PROGRESS, t] = progress
         rf[O_SERVED, t] = served
         rf[O_GOOD, t] = good
-        rf[O_ATTAIN, t] = good / arrivals if arrivals > 0 else 1.0
+        if queueing and not train:  # the share of the round's requests, carried and new
+            rf[O_ATTAIN, t] = good / demand if demand > 0 else 1.0
+        else:
+            rf[O_ATTAIN, t] = good / arrivals if arrivals > 0 else 1.0
         rf[O_QNEXT, t] = 0.0 if train else demand - served
         rf[O_RNEXT, t] = remaining - progress
         rf[O_SPEND, t] = spend
         rf[O_BNEXT, t] = ins_f[F_BUDGET, b, t] - spend
         rf[O_VALUE, t] = value
         rf[O_UTIL, t] = util
-        ttft = prefill_a[t] / f if (run and not train) else 0.0
         rf[O_TTFT50, t] = ttft
-        rf[O_TTFT99, t] = ttft
+        rf[O_TTFT99, t] = ttft99
 
 
 __all__ = ["outcome"]

@@ -32,6 +32,7 @@ QUANTITY_GROUP = {
     "train_memory_gib_per_gpu": "training memory",
     "serve_throughput_tokens_per_s": "serving throughput",
     "ttft_ms": "TTFT",
+    "queue_ttft_ms": "queueing latency",  # mean TTFT at a request rate near the engine's capacity
     "tpot_ms": "TPOT",
     "fp8_gemm_speedup": "FP8 GEMM speedup",
 }

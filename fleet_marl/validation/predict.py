@@ -19,6 +19,7 @@ from fleet_marl import catalog
 from fleet_marl.config import ArbiterSpec, ClusterSpec, FleetConfig, SafetySpec, TenantSpec, WorkloadSpec
 from fleet_marl.kernel import KernelStatic, cost, engine, stage1
 from fleet_marl.kernel.power_heat import cap_clock
+from fleet_marl.kernel.queueing import prompt_seconds, stochastic_wait
 from fleet_marl.kernel.static import model_arrays
 from fleet_marl.validation.cases import Case, arch
 
@@ -167,6 +168,27 @@ def burst_latencies(st: KernelStatic, c: Case, tt, mem, n: int, b: int) -> tuple
     return 0.5 * (b + 1) * work, t0 + 0.5 * (b - 1) * work / max(out - 1.0, 1.0)
 
 
+def queue_wait(st: KernelStatic, c: Case, tt, mem) -> float:
+    """Mean seconds a request of a run at a request rate waits in the server's queues before
+    its first token (``queueing.stochastic_wait``, ``docs/model.md`` section 12.2): for one of
+    the engine's slots, as many as its largest batch (what fits, capped by the requests in the
+    run and :data:`MAX_BATCH`) at the capacity of that batch, and for the prefill of its prompt
+    (``queueing.prompt_seconds``), over the run's length (its requests over the rate; endless
+    if it states none). 0 for a run with no rate."""
+    if not str(c.batch).startswith("qps:"):
+        return 0.0
+    rate = float(str(c.batch)[4:])
+    n = max(c.tp, 1)
+    nodes = max(1, math.ceil(n / GPUS_PER_NODE))
+    fit = int(max(engine.fitting_batch(*mem, n, serving_capacity(st, c, mem)), 1))
+    slots = min(fit, MAX_BATCH, c.max_batch) if c.max_batch else min(fit, MAX_BATCH)
+    capacity = _roofline(st, c, tt, mem, n, slots)[0]
+    d = prompt_seconds(*engine.tenant_groups(st, tt, 0), float(n), nodes)
+    horizon = c.max_batch / rate if c.max_batch else math.inf
+    p, m = stochastic_wait(rate, capacity, float(slots), d, horizon)
+    return float(p * m)
+
+
 def predict(c: Case) -> tuple[float, dict]:
     """The kernel's value of ``c.quantity`` at the case's setting, in the case's unit, and the
     setting it used (batch, GPUs)."""
@@ -198,8 +220,8 @@ def predict(c: Case) -> tuple[float, dict]:
     setting = {"batch": b, "gpus": max(c.tp, 1)}
     if c.burst and c.quantity in ("ttft_ms", "tpot_ms"):
         ttft, tpot = burst_latencies(st, c, tt, mem, max(c.tp, 1), b)
-    if c.quantity == "ttft_ms":
-        return ttft * 1e3, setting
+    if c.quantity in ("ttft_ms", "queue_ttft_ms"):  # at a request rate, with the wait in the queues
+        return (ttft + queue_wait(st, c, tt, mem)) * 1e3, setting
     if c.quantity == "tpot_ms":
         return tpot * 1e3, setting
     if c.total_tokens:  # the run's prompt and output tokens per second (vLLM's "total tokens/s")
@@ -209,4 +231,4 @@ def predict(c: Case) -> tuple[float, dict]:
     return tps, setting
 
 
-__all__ = ["GIB", "MAX_BATCH", "burst_latencies", "finite_run_inflight", "predict", "serving_batch", "serving_capacity"]
+__all__ = ["GIB", "MAX_BATCH", "burst_latencies", "finite_run_inflight", "predict", "queue_wait", "serving_batch", "serving_capacity"]

@@ -19,6 +19,9 @@ from fleet_marl.validation.predict import predict
 #: (``MEDIAN_TARGET``), and the error of every case (``CASE_TARGET``).
 MEDIAN_TARGET = 0.10
 CASE_TARGET = 0.30
+#: ``(median, case)`` targets of the groups whose own targets differ from those: the coupling
+#: mechanisms' quantities (median |error| <= 15 %, every case within 35 %).
+GROUP_TARGETS = {"queueing latency": (0.15, 0.35)}
 
 
 def row(c: Case) -> dict:
@@ -65,6 +68,7 @@ def summarise(rows: list[dict]) -> dict[str, dict]:
             continue
         med = median(e for e, _ in errs)
         worst = max(errs)
+        med_target, case_target = GROUP_TARGETS.get(g, (MEDIAN_TARGET, CASE_TARGET))
         out[g] = {
             "cases": len(errs),
             "listed": listed,
@@ -72,7 +76,7 @@ def summarise(rows: list[dict]) -> dict[str, dict]:
             "max_abs_error": worst[0],
             "worst_case": worst[1],
             "within_30pct": sum(e <= CASE_TARGET for e, _ in errs),
-            "meets_targets": med <= MEDIAN_TARGET and worst[0] <= CASE_TARGET,
+            "meets_targets": med <= med_target and worst[0] <= case_target,
         }
     return out
 
@@ -84,7 +88,8 @@ def validate(path: str | None = None, quantity: str | None = None) -> dict:
     if quantity:
         cases = tuple(c for c in cases if quantity in (c.quantity, c.group))
     rows = [row(c) for c in cases]
-    return {"rows": rows, "summary": summarise(rows), "targets": {"median": MEDIAN_TARGET, "case": CASE_TARGET}}
+    targets = {"median": MEDIAN_TARGET, "case": CASE_TARGET, "groups": {g: {"median": m, "case": c} for g, (m, c) in GROUP_TARGETS.items()}}
+    return {"rows": rows, "summary": summarise(rows), "targets": targets}
 
 
 #: Row fields ``breakdown`` may group by.
@@ -164,7 +169,20 @@ def table(result: dict, show_all: bool = True) -> str:
         )
     t = result["targets"]
     lines.append(f"targets: median |error| <= {t['median']:.0%} per quantity, every case within {t['case']:.0%}")
+    for g, gt in t.get("groups", {}).items():
+        lines.append(f"         {g}: median |error| <= {gt['median']:.0%}, every case within {gt['case']:.0%}")
     return "\n".join(lines)
 
 
-__all__ = ["BY_FIELDS", "CASE_TARGET", "MEDIAN_TARGET", "breakdown", "breakdown_table", "row", "summarise", "table", "validate"]
+__all__ = [
+    "BY_FIELDS",
+    "CASE_TARGET",
+    "GROUP_TARGETS",
+    "MEDIAN_TARGET",
+    "breakdown",
+    "breakdown_table",
+    "row",
+    "summarise",
+    "table",
+    "validate",
+]
