@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml
 	# rllib: fleet-marl train and compare (Ray, torch, matplotlib); torchrl: fleet_marl.torchrl and train --engine torchrl; plot: rgb_array frames, demo --gif, sweep's plot;
 	# bench: the reference env of fleet-marl bench; openenv: fleet-marl serve and fleet_marl.openenv (its tests skip without it);
 	# test: pytest, hypothesis and build (the sdist and wheel of .ci/wheel_smoke);
-	# sb3, pufferlib, benchmarl: the outside-client adapters and their matrix (tests/test_client_matrix.py)
-	$(PY) -m pip install -e ".[test,rllib,torchrl,bench,openenv,plot,sb3,pufferlib,benchmarl]" "torch==2.13.0"
+	# sb3, pufferlib, benchmarl: the outside-client adapters and their matrix (tests/test_client_matrix.py); llm: TRL's GRPOTrainer against fleet-marl serve (tests/test_trl_grpo.py)
+	$(PY) -m pip install -e ".[test,rllib,torchrl,bench,openenv,plot,sb3,pufferlib,benchmarl,llm]" "torch==2.13.0"
 	# pufferlib-core pins torch==2.9.0 and benchmarl torchrl<0.12: both go in without their dependencies (the extras above hold what they use)
 	$(PY) -m pip install --no-deps "pufferlib-core==3.0.23" "benchmarl==1.5.2"
 	@touch $(STAMP)

@@ -21,21 +21,12 @@ episode's tokens with. Results to expect: returns differ within a group when the
 answers differ; episodes with invalid answers (``invalid`` column) pay the penalty and get
 negative advantages.
 
-Plugging in TRL (not a dependency of fleet_marl; check TRL's OpenEnv guide for the exact
-signatures of your version):
-
-* ``rollout_func``: ``GRPOTrainer(..., rollout_func=rollout_func)`` where
-  ``rollout_func(prompts, trainer)`` generates with the trainer's model and returns a dict with
-  ``prompt_ids``, ``completion_ids`` and ``logprobs`` plus any extra keys (here ``env_reward``),
-  which TRL passes on to the reward functions. Inside it, open one ``FleetEgoClient`` session
-  per prompt, ``reset(seed=...)``, and for each turn send the generated text as
-  ``FleetEgoAction(text=...)`` -- :func:`play_episode` is that loop with ``llm`` standing for
-  the model. A reward function then just returns ``kwargs["env_reward"]``.
-* ``environment_factory``: ``GRPOTrainer(..., environment_factory=FleetTenantEnv)`` where the
-  class (sketched in :class:`FleetTenantEnv`) opens a session in ``reset(**kwargs)`` and returns
-  the first prompt, and exposes one public method, ``act(answer)``, that TRL offers the model as
-  a tool; its docstring is the tool's description. A reward function reads the accumulated
-  return from the environment instances it is given.
+Training a real model with TRL's ``GRPOTrainer`` against the server is
+``experiments/trl_grpo.py`` (the ``[llm]`` extra; its ``rollout_func``, ``EgoRollout``, is what
+tests/test_trl_grpo.py runs). :class:`FleetTenantEnv` below is the shape of TRL's other route,
+``environment_factory``, for a tool-calling model: ``reset(**kwargs)`` opens an episode and
+returns the first prompt, and its one public method, ``act(answer)``, is the tool TRL offers
+the model (its docstring is the tool's description); the accumulated return is ``total``.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ SLOW_FILES = (
     "test_sequential_torchrl.py",
     "test_torchrl.py",
     "test_torchrl_parallel.py",
+    "test_trl_grpo.py",
 )
 
 

@@ -80,7 +80,7 @@ def test_the_core_needs_no_ray_torch_matplotlib_or_supersuit():
 
 
 def test_extras_and_what_each_holds():
-    assert set(EXTRAS) == {"rllib", "torchrl", "plot", "bench", "openenv", "sb3", "pufferlib", "benchmarl", "all", "test", "fast"}
+    assert set(EXTRAS) == {"rllib", "torchrl", "plot", "bench", "openenv", "sb3", "pufferlib", "benchmarl", "llm", "all", "test", "fast"}
     names = {extra: {name(r) for r in reqs} for extra, reqs in EXTRAS.items()}
     assert {"ray", "torch", "tensorboardx", "matplotlib"} <= names["rllib"]
     assert "ray[rllib]==2.60.0" in EXTRAS["rllib"]
@@ -91,6 +91,8 @@ def test_extras_and_what_each_holds():
         names["bench"] == {"mpe2", "vmas", "torch"}
         and "torch==2.13.0" in EXTRAS["bench"]
         and "openenv" in names["openenv"]
+        and {"trl", "transformers", "accelerate", "datasets", "torch"} == names["llm"]
+        and "torch==2.13.0" in EXTRAS["llm"]
         and EXTRAS["fast"] == []
     )
     # [all] is every feature extra: not test (tooling), not fast (empty)
@@ -110,7 +112,7 @@ def test_torch_is_pinned_everywhere_it_appears():
 def test_make_installs_the_extras_make_train_and_make_test_need():
     makefile = (ROOT / "Makefile").read_text()
     (spec,) = re.findall(r'pip install -e "\.\[([a-z0-9,]+)\]"', makefile)
-    assert set(spec.split(",")) == {"test", "rllib", "torchrl", "bench", "openenv", "plot", "sb3", "pufferlib", "benchmarl"}
+    assert set(spec.split(",")) == {"test", "rllib", "torchrl", "bench", "openenv", "plot", "sb3", "pufferlib", "benchmarl", "llm"}
     # what the extras cannot list (their wheels pin torch 2.9.0 and torchrl < 0.12) goes in without dependencies
     assert 'pip install --no-deps "pufferlib-core==3.0.23" "benchmarl==1.5.2"' in makefile
 
