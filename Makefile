@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: train test test-fast lint bench install clean baselines docs demo wheel-smoke docker-lock
+.PHONY: train test test-fast lint bench install clean baselines docs demo wheel-smoke docker-lock browser
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no python3.11 or python3 on PATH; install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'"; exit 1; }
@@ -22,6 +22,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -e ".[test,rllib,torchrl,bench,openenv,plot,sb3,pufferlib,benchmarl,llm]" "torch==2.13.0"
 	# pufferlib-core pins torch==2.9.0 and benchmarl torchrl<0.12: both go in without their dependencies (the extras above hold what they use)
 	$(PY) -m pip install --no-deps "pufferlib-core==3.0.23" "benchmarl==1.5.2"
+	# Debian's chromium and chromium-driver for the viewer's browser test (make browser; without root or sudo -n the test names what to install)
+	-@$(MAKE) --no-print-directory browser
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -33,6 +35,13 @@ train: $(STAMP)
 ## make test: the whole test suite
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+## make browser: Debian's chromium and chromium-driver for tests/test_viewer_browser.py (Selenium drives them; no browser download), with apt-get when missing (root or sudo -n); make install runs it
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO="sudo -n"; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver; } || \
+	  { echo "error: the viewer's browser test needs chromium and chromium-driver: apt-get install chromium chromium-driver (docs/viewer.md)"; exit 1; }
 
 ## make test-fast: the core's tests and the doctests, without the tests marked slow (the adapters, the training studies, the server run for real, the longest cases), on two pytest-xdist workers; about 2 minutes on 2 cores, CI still runs make test
 test-fast: $(STAMP)

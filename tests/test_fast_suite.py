@@ -43,6 +43,7 @@ SLOW_FILES = (
     "test_torchrl.py",
     "test_torchrl_parallel.py",
     "test_trl_grpo.py",
+    "test_viewer_browser.py",
 )
 
 

@@ -42,6 +42,8 @@ DIST = {
     "psutil": "psutil",
     "hydra": "hydra-core",
     "omegaconf": "omegaconf",
+    "fastapi": "fastapi",
+    "uvicorn": "uvicorn",
 }
 
 

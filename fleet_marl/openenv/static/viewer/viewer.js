@@ -6,6 +6,9 @@
   const SVG = "http://www.w3.org/2000/svg";
   const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
     "#b07aa1", "#ff9da7", "#9c755f", "#79706e", "#86bcb6", "#d37295"];
+  // more than 12 tenants: Kelly's 20 colours of maximum contrast (without white and black)
+  const KELLY = ["#0067a5", "#f38400", "#008856", "#be0032", "#875692", "#f3c300", "#a1caf1", "#c2b280", "#848482",
+    "#e68fac", "#f99379", "#604e97", "#f6a600", "#b3446c", "#dcd300", "#882d17", "#8db600", "#654522", "#e25822", "#2b3d26"];
   const FLAGS = { oom: "out of memory", vetoed: "vetoed (unsafe)", unsafe_numerics: "unsafe precision",
     projected: "downgraded to safe", tripped: "node tripped (critical heat)", throttled: "throttled (power/heat)",
     restarted: "restarted (allocation changed)" };
@@ -13,7 +16,11 @@
     timer: null, live: null, poll: null };
 
   const $ = (id) => document.getElementById(id);
-  function color(i) { return i < PALETTE.length ? PALETTE[i] : `hsl(${(i * 137.5) % 360}, 55%, 55%)`; }
+  function color(i) {
+    const n = S.header ? S.header.tenants.length : 0;
+    if (n <= PALETTE.length) return PALETTE[i];
+    return i < KELLY.length ? KELLY[i] : `hsl(${(i * 137.5) % 360}, 55%, 50%)`;
+  }
   function el(tag, text, cls) {
     const e = document.createElement(tag);
     if (text !== undefined && text !== null) e.textContent = String(text);
@@ -120,7 +127,7 @@
     clear(head);
     const tr = document.createElement("tr");
     for (const c of ["tenant", "kind · model", "requested", "granted", "utility"]) tr.appendChild(el("th", c));
-    h.schemes.forEach((s) => tr.appendChild(el("th", s === h.scheme ? `${s} (trained)` : s, "scheme")));
+    h.schemes.forEach((s) => tr.appendChild(el("th", s === h.scheme ? `${s} (the env's)` : s, "scheme")));
     for (const c of ["starved", "events"]) tr.appendChild(el("th", c));
     head.appendChild(tr);
   }
@@ -161,7 +168,7 @@
         td.dataset.scheme = s;
         tr.appendChild(td);
       });
-      tr.appendChild(el("td", f.streak[i] ? `${f.streak[i]} rounds` : "–", f.starved[i] ? "starved" : "muted"));
+      tr.appendChild(el("td", f.streak[i] ? `${f.streak[i]} round${f.streak[i] > 1 ? "s" : ""}` : "–", f.starved[i] ? "starved" : "muted"));
       const evTd = el("td", null, "events");
       events[i].forEach((e) => evTd.appendChild(el("span", e, "badge " + e)));
       tr.appendChild(evTd);
@@ -184,6 +191,29 @@
       tr.appendChild(el("td", `${num(hottest, 1)} °C`, "num" + (hottest >= h.throttle_temp_c ? " hot" : "")));
       tr.appendChild(el("td", temps.map((x) => num(x, 0)).join(" · "), "muted"));
       body.appendChild(tr);
+    }
+    drawHeat(h, f);
+  }
+
+  function drawHeat(h, f) {
+    // each node's temperature from ambient, against the throttle (dashed) and critical (red) lines
+    const box = $("heat");
+    clear(box);
+    const W = 420, row = 20, P = 64, top = 16, lo = h.ambient_c - 5, hi = h.critical_temp_c + 5;
+    const x = (c) => P + ((W - P - 40) * (Math.min(Math.max(c, lo), hi) - lo)) / (hi - lo);
+    const H = top + h.nodes.length * row + 6;
+    box.setAttribute("viewBox", `0 0 ${W} ${H}`);
+    box.setAttribute("height", H);
+    h.nodes.forEach((n, k) => {
+      const t = f.node_temp_c[k], y = top + k * row;
+      const cls = t >= h.critical_temp_c ? "critical" : t >= h.throttle_temp_c ? "hot" : "";
+      box.appendChild(svg("text", { x: 0, y: y + 12, class: "tick" }, `r${n.rack} node ${k}`));
+      box.appendChild(svg("rect", { x: P, y: y + 2, width: Math.max(x(t) - P, 1), height: row - 8, rx: 3, class: `heat ${cls}` }));
+      box.appendChild(svg("text", { x: x(t) + 4, y: y + 12, class: "tick" }, `${num(t, 0)}°C`));
+    });
+    for (const [c, cls, side] of [[h.throttle_temp_c, "throttle", "end"], [h.critical_temp_c, "critical-line", "start"]]) {
+      box.appendChild(svg("line", { x1: x(c), y1: top - 4, x2: x(c), y2: H - 4, class: cls }));
+      box.appendChild(svg("text", { x: x(c) + (side === "end" ? -3 : 3), y: 10, class: "tick", "text-anchor": side }, `${num(c, 0)}°`));
     }
   }
 
@@ -249,7 +279,7 @@
     S.header = h;
     const what = h.policy ? `${h.policy}, seed ${h.seed}` : `${h.mode} view, session ${h.id}`;
     $("about").textContent = `task ${h.task} · ${what} · ${h.tenants.length} tenants · ${h.nodes.length} nodes ` +
-      `× ${h.gpus_per_node} GPUs in ${h.racks} rack${h.racks > 1 ? "s" : ""} · trained scheme ${h.scheme}`;
+      `× ${h.gpus_per_node} GPUs in ${h.racks} rack${h.racks > 1 ? "s" : ""} · reward scheme ${h.scheme}`;
     drawLegend(h);
     tenantHead(h);
   }
@@ -307,10 +337,13 @@
       const snap = await api(`/viewer/api/sessions/${encodeURIComponent(S.live)}`);
       const last = S.frames[S.frames.length - 1];
       if (!S.header || S.header.id !== snap.header.id || (last && snap.frame.round < last.round)) { S.frames = []; setHeader(snap.header); }
-      if (!last || snap.frame.round !== last.round || S.frames.length === 0) S.frames.push(snap.frame);
-      if (S.follow || S.frames.length === 1) S.index = S.frames.length - 1;
+      const fresh = S.frames.length === 0 || snap.frame.round !== S.frames[S.frames.length - 1].round;
+      if (fresh) S.frames.push(snap.frame);
+      if (fresh && (S.follow || S.frames.length === 1)) {
+        S.index = S.frames.length - 1;
+        render();
+      }
       showError("");
-      render();
     } catch (err) { showError(String(err.message || err)); }
   }
 
@@ -337,4 +370,9 @@
   readToken();
   wire();
   start();
+  window.addEventListener("hashchange", () => { // a token pasted into the address bar's fragment
+    const before = S.token;
+    readToken();
+    if (S.token !== before) { $("token-box").hidden = true; start(); }
+  });
 })();
