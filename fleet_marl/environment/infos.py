@@ -11,6 +11,10 @@ from fleet_marl.config import REWARD_SCHEMES
 #: The flags of the kernel's outcome every step's infos carry, and every info key after the
 #: rewards (``REWARD_PREFIX + scheme`` for each computed scheme come first), in order.
 FLAG_KEYS = ("oom", "vetoed", "unsafe_numerics", "projected", "tripped", "restarted")
+#: The figures of the kernel's outcome every step's infos carry after the flags: a server's TTFT
+#: median and 99th percentile over the round's served requests (0 for a trainer; with
+#: ``coupling.queueing`` on they include the queue's wait, docs/model.md section 12.2).
+OUTCOME_KEYS = ("ttft_p50_s", "ttft_p99_s")
 INFO_KEYS = (
     "utility",
     "welfare",
@@ -26,12 +30,15 @@ INFO_KEYS = (
     "illegal",
     "illegal_fields",
     "action_mask",
-) + FLAG_KEYS
+    *FLAG_KEYS,
+    *OUTCOME_KEYS,
+)
 #: Each computed scheme's reward is ``infos[agent][REWARD_PREFIX + scheme]``.
 REWARD_PREFIX = "reward_"
 #: The info values after ``reset()`` (no round played yet), in ``INFO_KEYS`` order;
 #: ``illegal_fields`` and ``action_mask`` are filled per agent.
-RESET_VALUES = (0.0, 0.0, 0, 0, False, False, 0, 0.0, False, False, False, False, None, None) + (False,) * len(FLAG_KEYS)
+_BEFORE_FLAGS = (0.0, 0.0, 0, 0, False, False, 0, 0.0, False, False, False, False, None, None)
+RESET_VALUES = _BEFORE_FLAGS + (False,) * len(FLAG_KEYS) + (0.0,) * len(OUTCOME_KEYS)
 
 
 class AgentInfo(dict):
@@ -53,4 +60,4 @@ def scheme_rewards(info: dict) -> dict[str, float]:
     return {k[n:]: v for k, v in info.items() if k.startswith(REWARD_PREFIX)}
 
 
-__all__ = ["FLAG_KEYS", "INFO_KEYS", "RESET_VALUES", "REWARD_PREFIX", "AgentInfo", "scheme_rewards"]
+__all__ = ["FLAG_KEYS", "INFO_KEYS", "OUTCOME_KEYS", "RESET_VALUES", "REWARD_PREFIX", "AgentInfo", "scheme_rewards"]

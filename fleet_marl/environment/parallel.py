@@ -17,7 +17,7 @@ from fleet_marl.checks import is_seed
 from fleet_marl.config import FleetConfig
 from fleet_marl.credit import Credit
 from fleet_marl.environment import core
-from fleet_marl.environment.infos import FLAG_KEYS, INFO_KEYS, RESET_VALUES, REWARD_PREFIX, AgentInfo, scheme_rewards
+from fleet_marl.environment.infos import FLAG_KEYS, INFO_KEYS, OUTCOME_KEYS, RESET_VALUES, REWARD_PREFIX, AgentInfo, scheme_rewards
 from fleet_marl.environment.render import render_frame
 from fleet_marl.environment.spaces import (
     ACTION_FIELDS,
@@ -236,7 +236,7 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
             np.logical_or.reduce(illegal, axis=1).tolist(),
             illegal,
             masks,
-            *(getattr(o, k)[0].tolist() for k in FLAG_KEYS),
+            *(getattr(o, k)[0].tolist() for k in FLAG_KEYS + OUTCOME_KEYS),
             strict=True,
         )
         per_tenant = list(columns)

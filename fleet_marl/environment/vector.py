@@ -331,7 +331,7 @@ class FleetVectorEnv:
             "hoarding": r.hoarding,
             "illegal": illegal,
         }
-        for k in ("oom", "vetoed", "unsafe_numerics", "projected", "tripped", "restarted"):
+        for k in ("oom", "vetoed", "unsafe_numerics", "projected", "tripped", "restarted", "ttft_p50_s", "ttft_p99_s"):
             infos[k] = np.asarray(getattr(o, k))
         self._masks_into(infos)
         return infos
