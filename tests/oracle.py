@@ -19,7 +19,7 @@ import numpy as np
 from fleet_marl import catalog
 from fleet_marl.kernel import Actions, Draws, Outcome, RoundState, cost
 from fleet_marl.kernel.cost import TRAIN_FLOPS_FACTOR
-from tests import oracle_queueing
+from tests import oracle_contention, oracle_queueing
 
 # --- stage 1 ---------------------------------------------------------------------------------
 
@@ -674,6 +674,12 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     # --- cost: throughput ------------------------------------------------------------------
     thr = throughput(st, terms, alloc, batch, nodes, prompt, output)
     avail = np.where(restarted, np.maximum(st.round_seconds - restart_seconds(st, terms, alloc, nodes), 0.0), st.round_seconds)
+    link = None
+    if st.contention:  # the restarts share the storage, the multi-leaf trainers their leaves' uplinks
+        avail = oracle_contention.available_seconds(st, terms, alloc, nodes, restarted)
+        link = oracle_contention.links(st, terms, gon, alloc, nodes, batch, running, thr.work_rate, avail)
+        f_link = link.factor
+        thr = thr._replace(work_rate=thr.work_rate * f_link, tokens_per_s=thr.tokens_per_s * f_link, efficiency=thr.efficiency * f_link)
     demand = queue + arrivals
     capacity = thr.work_rate * avail
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -761,8 +767,8 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
         budget_next=budget - spend,
         value=value,
         utility=utility,
-        slowdown=np.ones((B, T)),
-        link_load=np.zeros((B, T)),
+        slowdown=np.ones((B, T)) if link is None else link.slowdown,
+        link_load=np.zeros((B, T)) if link is None else link.link_load,
         restart_s=st.round_seconds - avail,
         ttft_p50_s=ttft50,
         ttft_p99_s=ttft99,

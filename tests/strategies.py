@@ -82,6 +82,9 @@ def cluster_specs(draw, max_nodes: int = 5, max_pools: int = 3) -> ClusterSpec:
         mfu=draw(_num(0.05, 1.0, 0.78, 1.0)),
         mbu=draw(_num(0.05, 1.0, 0.92, 0.7, 1.0)),
         comm_overlap=draw(_num(0.0, 1.0, 0.0, 0.5, 1.0)),
+        uplink_oversubscription=draw(_num(1.0, 16.0, 1.0, 4.0, 7.0)),
+        nodes_per_leaf=draw(hst.none() | hst.integers(1, 4)),
+        storage_gbs=draw(hst.none() | _num(0.5, 2000.0, 2.0, 50.0)),
     )
 
 

@@ -11,7 +11,10 @@ the module named for it, called once per row in this order:
 3. ``tenant_cost.tenant_stage1``: each tenant's stage 1 under its precision map (memoised:
    a cluster's counterfactual rows share it);
 4. ``safety.check``: the numerics and memory verdicts, the batch that runs, bytes per GPU;
-5. ``tenant_cost.throughput``: the roofline on the granted GPUs, and each tenant's activity;
+5. ``tenant_cost.throughput``: the roofline on the granted GPUs, and each tenant's activity
+   (with ``coupling.contention`` on, ``contention.storage_loads`` first: the restarts'
+   checkpoint loads over the shared storage; then ``contention.contend``: the leaf uplinks
+   shared by the trainers that cross them);
 6. ``power_heat.power_heat`` and ``power_heat.throttle``: rack power caps, node heat, each
    tenant's clock;
 7. ``outcome.outcome``: progress, service, money, utility (with ``coupling.queueing`` on, a
@@ -29,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from fleet_marl.kernel.clearing import ask, clear_pools
+from fleet_marl.kernel.contention import contend, storage_loads
 from fleet_marl.kernel.jit import copy_row, jit, numpy_sum
 from fleet_marl.kernel.layout import (
     F_ARR,
@@ -53,6 +57,7 @@ from fleet_marl.kernel.layout import (
     OI,
     OI_ALLOC,
     OI_REQ,
+    S_CONTENTION,
     S_GPN,
     SC,
     T_MAXG,
@@ -67,7 +72,7 @@ from fleet_marl.kernel.safety import check
 from fleet_marl.kernel.tenant_cost import fitting_batch, memory_per_gpu, peak_bytes, tenant_stage1, tenant_terms, throughput
 
 _NOF, _NOI, _NOB = len(OF), len(OI), len(OB)
-_NF_ROWS, _NI_ROWS, _NB_ROWS = _NOF + 27, _NOI + 4, _NOB + 4  # each block: the row's outputs, then scratch rows
+_NF_ROWS, _NI_ROWS, _NB_ROWS = _NOF + 31, _NOI + 4, _NOB + 4  # each block: the row's outputs, then scratch rows
 
 
 @jit
@@ -77,18 +82,19 @@ def _scratch(T, K, R, max_n):
     scratch rows and the stage-1 memo --, ``skf`` (8, K) and ``ski`` (3, K) per node, ``sg`` (2,
     T, K) the row's placement and each tenant's nodes, ``sr`` (2, R) per rack, ``precs`` (2, G),
     ``c_precs`` (2, T, G) the memo's precision maps, ``count`` (max_n + 2,) and ``dead`` (K,)."""
-    fl = np.empty(_NF_ROWS * T + 8 * K + 2 * R)
-    it = np.empty(_NI_ROWS * T + 3 * K + 2 * T * K + 2 * G + 2 * T * G + max_n + 2, np.int64)
+    fl = np.empty(_NF_ROWS * T + 8 * K + 2 * R + K)  # (+ K: the contention stage's load per leaf)
+    it = np.empty(_NI_ROWS * T + 3 * K + 2 * T * K + 2 * G + 2 * T * G + max_n + 2 + K, np.int64)  # (+ K: its leaf stamps)
     bo = np.empty(_NB_ROWS * T + K, np.bool_)
     o = _NF_ROWS * T
-    sf, skf, sr = fl[:o].reshape((_NF_ROWS, T)), fl[o : o + 8 * K].reshape((8, K)), fl[o + 8 * K :].reshape((2, R))
+    sf, skf, sr = fl[:o].reshape((_NF_ROWS, T)), fl[o : o + 8 * K].reshape((8, K)), fl[o + 8 * K : o + 8 * K + 2 * R].reshape((2, R))
+    leaf_f = fl[o + 8 * K + 2 * R :]
     o = _NI_ROWS * T
     si, ski = it[:o].reshape((_NI_ROWS, T)), it[o : o + 3 * K].reshape((3, K))
     o += 3 * K
     sg, precs = it[o : o + 2 * T * K].reshape((2, T, K)), it[o + 2 * T * K : o + 2 * T * K + 2 * G].reshape((2, G))
     o += 2 * T * K + 2 * G
-    c_precs, count = it[o : o + 2 * T * G].reshape((2, T, G)), it[o + 2 * T * G :]
-    return sf, si, bo[: _NB_ROWS * T].reshape((_NB_ROWS, T)), skf, ski, sg, sr, precs, c_precs, count, bo[_NB_ROWS * T :]
+    c_precs, count, leaf_i = it[o : o + 2 * T * G].reshape((2, T, G)), it[o + 2 * T * G : it.shape[0] - K], it[it.shape[0] - K :]
+    return sf, si, bo[: _NB_ROWS * T].reshape((_NB_ROWS, T)), skf, ski, sg, sr, precs, c_precs, count, bo[_NB_ROWS * T :], leaf_f, leaf_i
 
 
 @jit
@@ -96,12 +102,14 @@ def round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, out
     """Play the round on every row ``b`` of the packed inputs, stage by stage (see the module doc)."""
     (_, B, T), K, R = ins_i.shape, ni.shape[0], rack.shape[1]
     q_caps, gpn = sc[len(SC) :], int(sc[S_GPN])
-    sf, si, sb, skf, ski, sg, sr, precs, c_precs, count, dead = _scratch(T, K, R, ti[:, T_MAXG].max())
+    sf, si, sb, skf, ski, sg, sr, precs, c_precs, count, dead, leaf_load, leaf_stamp = _scratch(T, K, R, ti[:, T_MAXG].max())
     rf, ri, rb, rk, rr, rg, t_nodes = sf[:_NOF], si[:_NOI], sb[:_NOB], skf[:2], sr[0], sg[0], sg[1]
     w, level, frac, mult, zeros = sf[_NOF], sf[_NOF + 1], sf[_NOF + 2], sf[_NOF + 3], sf[_NOF + 4]
     activity, work_rate, avail_s, t_dec_a, prefill_a = sf[_NOF + 5], sf[_NOF + 6], sf[_NOF + 7], sf[_NOF + 8], sf[_NOF + 9]
     c_terms, c_len = sf[_NOF + 10 : _NOF + 23], sf[_NOF + 23 : _NOF + 25]  # the stage-1 memo: (13, T) terms, (2, T) lengths
     k1, k2 = sf[_NOF + 25], sf[_NOF + 26]
+    ct = sf[_NOF + 27 : _NOF + 31]  # the contention stage's (4, T) rows
+    contended = sc[S_CONTENTION] != 0.0
     caps, got, order, n_nodes = si[_NOI], si[_NOI + 1], si[_NOI + 2], si[_NOI + 3]
     running, cached, unsafe_c, invalid_c = sb[_NOB], sb[_NOB + 1], sb[_NOB + 2], sb[_NOB + 3]
     neg_avail, node_dyn, f_cap, f_heat, f_node, t_pred = skf[2], skf[3], skf[4], skf[5], skf[6], skf[7]
@@ -116,9 +124,13 @@ def round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, out
         place(alloc, ti, ni, gpn, rg, free, avail, order, by_free, neg_avail, count, t_nodes, n_nodes)
         tenant_stage1(b, tf, ti, tg, sc, ins_i, ins_f, prec, prec_run, c_prec, c_run, c_len, c_terms, cached, unsafe_c, invalid_c, ri)
         check(b, tf, sc, ins_i, c_terms, unsafe_c, invalid_c, alloc, rf, ri, rb, running)
+        if contended:  # the restarts' checkpoint loads share the storage: each tenant's seconds available
+            storage_loads(b, ti, sc, ins_i, c_terms, alloc, n_nodes, avail_s, ct)
         throughput(
             b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf, ri, rb, work_rate, prefill_a, t_dec_a, avail_s, activity
         )
+        if contended:
+            contend(b, tf, ti, nf, ni, sc, c_terms, alloc, n_nodes, t_nodes, running, work_rate, avail_s, rf, ri, ct, leaf_load, leaf_stamp)
         power_heat(b, tf, nf, ni, sc, temp, activity, rg, t_nodes, n_nodes, node_dyn, rack_dyn, f_cap, f_heat, f_node, t_pred, dead, rk, rr)
         throttle(sc, t_nodes, n_nodes, f_node, f_cap, f_heat, t_pred, dead, running, rf, rb)
         outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a, t_dec_a, alloc, mult, rf, ri, c_terms, n_nodes)

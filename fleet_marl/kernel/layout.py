@@ -42,14 +42,15 @@ TF = (
 )
 #: Per-tenant int columns of ``ti``.
 TI = _layout("max_gpus pool is_train checkpointing")
-#: Per-node float columns of ``nf``: idle W of its GPUs, W of its GPUs at TDP, dynamic-power headroom of its rack.
-NF = _layout("node_idle_w node_full_w rack_headroom_w")
-#: Per-node int columns of ``ni``.
-NI = _layout("node_pool node_rack")
+#: Per-node float columns of ``nf``: idle W of its GPUs, W of its GPUs at TDP, dynamic-power headroom of its rack,
+#: bytes/s of its leaf switch's uplinks (docs/model.md section 12.1).
+NF = _layout("node_idle_w node_full_w rack_headroom_w leaf_uplink_bps")
+#: Per-node int columns of ``ni``: its pool, its rack, its leaf switch.
+NI = _layout("node_pool node_rack node_leaf")
 #: Scalars at the head of ``sc`` (the pools' capacities follow).
 SC = _layout(
     "clears key1 key2 n_keys pays has_reserve afford_at_bid reserve veto gpus_per_node comm_overlap mbu round_s restart_s "
-    "ambient_c rise_c decay critical_c span_c cost_weight mfu load_gpu_bps load_node_bps contention queueing"
+    "ambient_c rise_c decay critical_c span_c cost_weight mfu load_gpu_bps load_node_bps contention queueing storage_bps"
 )
 #: Input rows of ``ins_i`` and ``ins_f``.
 II = _layout("gpus batch prev_alloc present") + tuple(f"precision{g}" for g in range(G))
@@ -98,12 +99,13 @@ _tf, _sc, _ii, _of, _oi, _ob = (_index(x) for x in (TF, SC, II, OF, OI, OB))  # 
     T_REPL,
 ) = range(len(TF))
 T_MAXG, T_POOL, T_TRAIN, T_CKPT = range(len(TI))
-N_IDLE, N_FULL, N_HEAD = range(len(NF))
-N_POOL, N_RACK = range(len(NI))
+N_IDLE, N_FULL, N_HEAD, N_UPLINK = range(len(NF))
+N_POOL, N_RACK, N_LEAF = range(len(NI))
+S_STORAGE = SC.index("storage_bps")  # bytes/s of the shared storage (inf: no shared limit)
 (S_CLEARS, S_KEY1, S_KEY2, S_NKEYS, S_PAYS, S_HAS_RESERVE, S_AFFORD, S_RESERVE, S_VETO, S_GPN, S_OVERLAP, S_MBU, S_ROUND, S_RESTART) = (
     range(14)
 )
-S_AMBIENT, S_RISE, S_DECAY, S_CRIT, S_SPAN, S_COSTW, S_MFU, S_LOAD_GPU, S_LOAD_NODE, S_CONTENTION, S_QUEUEING = range(14, len(SC))
+S_AMBIENT, S_RISE, S_DECAY, S_CRIT, S_SPAN, S_COSTW, S_MFU, S_LOAD_GPU, S_LOAD_NODE, S_CONTENTION, S_QUEUEING = range(14, S_STORAGE)
 I_GPUS, I_BATCH, I_PREV, I_PRES, I_PREC = 0, 1, 2, 3, 4
 F_BID, F_QUEUE, F_REMAIN, F_BUDGET, F_ARR, F_TIE, F_PROMPT, F_OUT = range(len(IF))
 (O_PRICE, O_THROTTLE, O_MW, O_MG, O_MM, O_MO, O_MA, O_MKV, O_MTOT, O_MCAP, O_TPS) = range(11)
@@ -132,8 +134,8 @@ def pack_static(st) -> tuple[np.ndarray, ...]:
     tenant_cols += [st.seq_len, st.bw, st.slo_ttft_s, st.slo_tpot_s]
     tf = np.stack([*tenant_cols, st.ref_rate, st.spend_norm, st.tdp_w - st.idle_w, *tenant_terms_.T], axis=-1).astype(np.float64)
     ti = np.stack([st.max_gpus, st.pool, st.is_train, st.checkpointing], axis=-1).astype(np.int64)
-    nf = np.stack([node_idle, g * st.node_tdp_w, headroom[st.node_rack]], axis=-1).astype(np.float64)
-    ni = np.stack([st.node_pool, st.node_rack], axis=-1).astype(np.int64)
+    nf = np.stack([node_idle, g * st.node_tdp_w, headroom[st.node_rack], st.leaf_uplink_bps], axis=-1).astype(np.float64)
+    ni = np.stack([st.node_pool, st.node_rack, st.node_leaf], axis=-1).astype(np.int64)
     cluster = [
         st.reserve_price,
         st.veto,
@@ -153,6 +155,7 @@ def pack_static(st) -> tuple[np.ndarray, ...]:
         st.load_node_bps,
         float(st.contention),
         float(st.queueing),
+        st.storage_bps,
     ]
     sc = np.array([*codes(st.mechanism), *cluster] + [float(c) for c in st.pool_capacity], np.float64)
     out = tuple(np.ascontiguousarray(a) for a in (tf, ti, tg, nf, ni, sc))

@@ -47,6 +47,20 @@ def model_arrays(models, ctx, loss=None) -> dict[str, Any]:
     }
 
 
+def _topology(cl) -> dict[str, Any]:
+    """The cluster's racks (``nodes_per_rack`` consecutive nodes each) and leaf switches
+    (``nodes_per_leaf`` each, one a rack by default), each leaf's uplink bytes/s (its nodes'
+    GPUs' NIC bandwidth over the oversubscription) on every node of it, and the shared
+    storage's bytes/s (inf: none given)."""
+    K = cl.num_nodes
+    rack = np.arange(K, dtype=np.int64) // cl.nodes_per_rack
+    leaf = np.arange(K, dtype=np.int64) // cl.leaf_nodes
+    nic = np.array([cl.gpus_per_node * min(catalog.gpu(g).interconnect_gbs, cl.network_gbs_per_gpu) * 1e9 for g in cl.gpu_types])
+    uplink = np.bincount(leaf, weights=nic)[leaf] / cl.uplink_oversubscription
+    storage = np.inf if cl.storage_gbs is None else cl.storage_gbs * 1e9
+    return dict(node_rack=rack, rack_of=np.eye(rack[-1] + 1)[rack], node_leaf=leaf, leaf_uplink_bps=uplink, storage_bps=storage)
+
+
 def _kv_cache_bytes(t) -> float:
     """Bytes per KV-cache value of serving tenant ``t`` when its workload fixes the format; 0
     (the attention group's precision) for ``"auto"`` and for training tenants."""
@@ -133,6 +147,9 @@ class KernelStatic:
     mfu: float
     mbu: float
     comm_overlap: float
+    node_leaf: np.ndarray  # (K,) int64 the leaf switch (or pod) node k sits under (docs/model.md section 12.1)
+    leaf_uplink_bps: np.ndarray  # (K,) float64 bytes/s of node k's leaf uplinks: the leaf's GPUs' NIC bandwidth / oversubscription
+    storage_bps: float  # bytes/s of the shared storage that restarts' checkpoint loads share (inf: no shared limit)
     # rules
     mechanism: mechanisms.Mechanism  # the arbiter's: how it clears, what a served tenant pays, its reserve
     reserve_price: float
@@ -216,8 +233,6 @@ class KernelStatic:
             pools=pools,
             pool_capacity=arr([cl.capacity(q) for q in pools], np.int64),
             node_pool=node_pool,
-            node_rack=np.arange(K, dtype=np.int64) // cl.nodes_per_rack,
-            rack_of=np.eye(-(-K // cl.nodes_per_rack))[np.arange(K) // cl.nodes_per_rack],
             node_idle_w=arr([g.idle_w for g in node_gpu]),
             node_tdp_w=arr([g.tdp_w for g in node_gpu]),
             gpus_per_node=cl.gpus_per_node,
@@ -234,6 +249,7 @@ class KernelStatic:
             mfu=cl.mfu,
             mbu=cl.mbu,
             comm_overlap=cl.comm_overlap,
+            **_topology(cl),
             mechanism=mechanisms.mechanism(cfg.arbiter.mechanism),
             reserve_price=cfg.arbiter.reserve_price,
             veto=cfg.safety.mode == "veto",
