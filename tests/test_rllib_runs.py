@@ -185,17 +185,20 @@ class _Counted(FleetRLlibEnv):
 
 def _check_episodes(episodes, handed: list[dict]) -> None:
     """Every finished episode ends with every tenant's last step: one observation more than its
-    actions (its final one), a reward for each action (the last included) and its flag; the
-    episodes' returns are the env's summed rewards (as multisets: clusters end in any order)."""
+    actions (its final one), a reward for each action (the last included) and its truncated flag;
+    the episodes' returns are the env's summed rewards (as multisets: clusters end in any order).
+    RLlib 2.60's ``MultiAgentEpisode.add_env_step`` also marks the episode, and each tenant on its
+    last step, terminated once every tenant is done, truncated or not (docs/training.md, "Time
+    limits"); the array runner builds its episodes the same way."""
     done = [e for e in episodes if e.is_done]
-    assert len(done) >= 2 and all(e.is_truncated and not e.is_terminated for e in done)
+    assert len(done) >= 2 and all(e.is_truncated and e.is_terminated for e in done)
     got = []
     for e in done:
         assert len(e) == CYCLES and len(e.agent_episodes) == 4  # easy's four tenants, all to the horizon
         for sa in e.agent_episodes.values():
             obs = sa.get_observations()
             assert len(obs["observations"]) == len(sa.get_actions()) + 1 == CYCLES + 1  # the final observation
-            assert len(sa.get_rewards()) == CYCLES and sa.is_truncated and not sa.is_terminated  # the final reward
+            assert len(sa.get_rewards()) == CYCLES and sa.is_truncated  # the final reward, and the flag
         got.append({str(a): float(sum(sa.get_rewards())) for a, sa in e.agent_episodes.items()})
         assert e.get_return() == pytest.approx(sum(got[-1].values()))
 
