@@ -18,7 +18,7 @@ from hypothesis import strategies as hst
 
 import fleet_marl
 from fleet_marl import credit
-from fleet_marl.config import MECHANISMS, ClusterSpec, FleetConfig, TenantSpec, WorkloadSpec
+from fleet_marl.config import MECHANISMS, ClusterSpec, CouplingSpec, FleetConfig, TenantSpec, WorkloadSpec
 from fleet_marl.kernel import Actions, Draws, KernelStatic, Outcome, RoundState, evaluate, evaluate_counterfactuals, evaluate_welfare
 from fleet_marl.tasks import TASKS
 from tests import oracle, strategies
@@ -367,6 +367,7 @@ REACHES = [
     (dict(b_wl=dict(kv_cache_dtype="fp8")), "mem_kv_cache"),
     (dict(reward=dict(cost_weight=3.0)), "utility"),
     (dict(max_cycles=10), "utility"),
+    (dict(coupling=CouplingSpec(queueing=True)), "ttft_p99_s"),  # the server's queue (docs/model.md section 12.2)
 ]
 
 

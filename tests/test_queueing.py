@@ -209,3 +209,17 @@ def test_switched_off_the_outcome_is_todays():
         out = play(st, [1], [16], [load * cap])
         assert float(out.ttft_p50_s[0]) == float(out.ttft_p99_s[0])
         assert float(out.slo_attainment[0]) in (0.0, 1.0) or load > 1.0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_engine_agrees_with_the_oracle_with_the_queue_on(seed):
+    # besides the hypothesis-drawn configs of tests/test_oracle.py (which draw the switch): random
+    # rounds from fresh to extreme states (backlogs, arrivals far above capacity, restarts,
+    # throttled racks) with the queue on, every field to 1e-9, counterfactual rows included
+    from tests.conftest import make_config
+    from tests.test_oracle import agree_on_random_rounds
+
+    cfg = dataclasses.replace(make_config(n_tenants=4, rack_power_cap_w=9000.0, nodes_per_rack=2), coupling=CouplingSpec(queueing=True))
+    out = agree_on_random_rounds(KernelStatic.from_config(cfg), np.random.default_rng(seed), 12, 8, "queueing")
+    serving = ~KernelStatic.from_config(cfg).is_train
+    assert (out.ttft_p99_s[:, serving] >= out.ttft_p50_s[:, serving]).all()
