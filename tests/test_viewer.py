@@ -175,3 +175,18 @@ def test_header_names_the_cluster():
     st = env.kernel_static
     assert len(h["nodes"]) == st.K and h["racks"] == st.n_racks and {n["gpu_type"] for n in h["nodes"]} == set(st.pools)
     assert [t["agent"] for t in h["tenants"]] == env.possible_agents and h["scheme"] == env.config.reward.scheme
+
+
+def test_serve_follows_an_ego_session_too():
+    client = TestClient(make_app(mode="ego", task="tiny", limits=ServerLimits(max_sessions=2)))
+    with client, client.websocket_connect("/ws") as ws:
+        ws.send_json({"type": "reset", "data": {"seed": 0}})
+        ws.receive_json()
+        assert client.get("/viewer/api/sessions").json()["sessions"][0]["round"] == 0
+        for _ in range(2):
+            ws.send_json({"type": "step", "data": {"text": '{"request_gpus": 4, "bid": "high", "batch": 32, "precision": "bf16"}'}})
+            assert ws.receive_json()["type"] == "observation"
+        (live,) = client.get("/viewer/api/sessions").json()["sessions"]
+        assert live["mode"] == "ego" and live["round"] == 2
+        snap = client.get(f"/viewer/api/sessions/{live['id']}").json()
+        assert snap["frame"]["round"] == 2 and snap["header"]["mode"] == "ego" and 0 < snap["frame"]["requested"][0] <= 4
