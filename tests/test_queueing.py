@@ -68,7 +68,10 @@ def test_mixture_cdf_against_numerical_integration():
     for y in (0.2, 0.5, 1.0, 1.4, 3.0):
         u = np.linspace(lo, min(max(y, lo), hi), 200001)  # where U <= y: P(W <= y - U) = 1 - p exp(-(y - U) / m)
         want = np.trapezoid(1.0 - p * np.exp(-(y - u) / m), u) / (hi - lo)
-        assert qu.part_cdf(y, lo, hi, p, m) == pytest.approx(want, abs=1e-8)
+        cdf, density = qu.part_cdf(y, lo, hi, p, m)
+        assert cdf == pytest.approx(want, abs=1e-8)
+        h = 1e-6  # the density is the CDF's derivative (away from the kinks at lo and hi)
+        assert density == pytest.approx((qu.part_cdf(y + h, lo, hi, p, m)[0] - qu.part_cdf(y - h, lo, hi, p, m)[0]) / (2 * h), abs=1e-6)
 
 
 def test_quantiles_invert_the_served_cdf():
@@ -76,8 +79,8 @@ def test_quantiles_invert_the_served_cdf():
     p, m = 0.6, 0.3
     for q in (0.5, 0.9, 0.99):
         y = qu.wait_quantile(q, *parts, p, m)
-        assert qu.served_cdf(y, *parts, p, m) == pytest.approx(q, abs=1e-9)
-        assert qu.served_cdf(y * (1 - 1e-6), *parts, p, m) < q
+        assert qu.served_cdf(y, *parts, p, m)[0] == pytest.approx(q, abs=1e-9)
+        assert qu.served_cdf(y * (1 - 1e-6), *parts, p, m)[0] < q
 
 
 def test_fluid_backlog_first_come_first_served():

@@ -37,8 +37,8 @@ from fleet_marl.kernel.roofline import allreduce_seconds
 #: service (``ce^2 = 0``: a round's requests share its prompt and output lengths), as DistServe's
 #: M/D/1 assumes.
 VARIABILITY = 0.5
-#: Bisection steps of a TTFT quantile (each halves the bracket: 2^-64 of it at the end).
-QUANTILE_STEPS = 64
+#: The most steps a TTFT quantile's search takes (each a Newton step or, failing that, a bisection).
+QUANTILE_STEPS = 200
 
 
 @jit_inline
@@ -125,45 +125,95 @@ def fluid_parts(q0, arrivals, mu, avail_s, round_s):
 
 @jit_inline
 def part_cdf(y, lo, hi, p, m):
-    """``P(U + W <= y)`` for ``U`` uniform on ``[lo, hi]`` (a point when equal) and ``W`` 0
-    with probability ``1 - p``, else exponential of mean ``m``."""
+    """``(P(U + W <= y), its density)`` for ``U`` uniform on ``[lo, hi]`` (a point when equal)
+    and ``W`` 0 with probability ``1 - p``, else exponential of mean ``m`` (the density is 0 at a
+    jump: a point part without a stochastic wait)."""
     if y < lo:
-        return 0.0
+        return 0.0, 0.0
+    stoch = p > 0.0 and m > 0.0
     if hi <= lo:
-        return 1.0 - p * math.exp(-(y - lo) / m) if (p > 0.0 and m > 0.0) else 1.0
-    top = min(hi, y)
-    share = (top - lo) / (hi - lo)
-    if p <= 0.0 or m <= 0.0:
-        return share
-    # E[exp(-(y - U) / m); U <= y] without cancellation when top - lo is small
-    tail = -math.exp(-(y - top) / m) * math.expm1(-(top - lo) / m) * m / (hi - lo)
-    return share - p * tail
+        if not stoch:
+            return 1.0, 0.0
+        e = math.exp(-(y - lo) / m)
+        return 1.0 - p * e, p / m * e
+    if not stoch:
+        return (min(hi, y) - lo) / (hi - lo), (1.0 / (hi - lo) if y <= hi else 0.0)
+    if y <= hi:
+        em1 = math.expm1(-(y - lo) / m)  # exp(-(y - lo) / m) - 1, without cancellation near lo
+        return ((y - lo) + p * m * em1) / (hi - lo), (1.0 - p * (1.0 + em1)) / (hi - lo)
+    # E[exp(-(y - U) / m)] over U, without cancellation when hi - lo is small
+    tail = -math.exp(-(y - hi) / m) * math.expm1(-(hi - lo) / m) * m / (hi - lo)
+    return 1.0 - p * tail, p * tail / m
 
 
 @jit_inline
 def served_cdf(y, n1, lo1, hi1, n2, lo2, hi2, n3, p, m):
-    """The share of the served requests whose wait is at most ``y`` (:func:`fluid_parts`'
-    three parts, each with the stochastic wait ``(p, m)`` added)."""
-    return (n1 * part_cdf(y, lo1, hi1, p, m) + n2 * part_cdf(y, lo2, hi2, p, m) + n3 * part_cdf(y, 0.0, 0.0, p, m)) / (n1 + n2 + n3)
+    """``(the share of the served requests whose wait is at most y, its density)``: :func:`fluid_parts`'
+    three parts, each with the stochastic wait ``(p, m)`` added (an empty part is skipped)."""
+    c = d = 0.0
+    if n1 > 0.0:
+        g, h = part_cdf(y, lo1, hi1, p, m)
+        c += n1 * g
+        d += n1 * h
+    if n2 > 0.0:
+        g, h = part_cdf(y, lo2, hi2, p, m)
+        c += n2 * g
+        d += n2 * h
+    if n3 > 0.0:
+        g, h = part_cdf(y, 0.0, 0.0, p, m)
+        c += n3 * g
+        d += n3 * h
+    n = n1 + n2 + n3
+    return c / n, d / n
+
+
+@jit_inline
+def fluid_quantile(q, n1, lo1, hi1, n2, lo2, hi2, n3):
+    """The ``q`` quantile of the fluid wait alone, as if its parts were in order (0, then the new
+    requests', then the carried ones'): :func:`wait_quantile`'s first guess."""
+    n = n1 + n2 + n3
+    k = q * n
+    if k <= n3:
+        return 0.0
+    if k <= n3 + n2:
+        return lo2 + (k - n3) / n2 * (hi2 - lo2)
+    return lo1 + (k - n3 - n2) / n1 * (hi1 - lo1)
 
 
 @jit
 def wait_quantile(q, n1, lo1, hi1, n2, lo2, hi2, n3, p, m):
     """The smallest wait ``y`` with :func:`served_cdf` ``>= q``: in closed form when no request
-    has a fluid wait, else by bisection."""
+    has a fluid wait, else by Newton's method on :func:`served_cdf` kept inside a bracket
+    (Numerical Recipes' ``rtsafe``: a bisection step when Newton's would leave the bracket or
+    not halve the step before last), to ``1e-13`` of the bracket's top."""
     z = m * math.log(p / (1.0 - q)) if p > 1.0 - q else 0.0  # each part's quantile is at most its top + z
     if n1 <= 0.0 and n2 <= 0.0:
         return z
     lo, hi = 0.0, max(hi1 if n1 > 0.0 else 0.0, hi2 if n2 > 0.0 else 0.0) + z
-    if served_cdf(lo, n1, lo1, hi1, n2, lo2, hi2, n3, p, m) >= q:
+    if served_cdf(lo, n1, lo1, hi1, n2, lo2, hi2, n3, p, m)[0] >= q:
         return lo
+    tol = 1e-13 * hi
+    dx_old = dx = hi - lo
+    guess = fluid_quantile(q, n1, lo1, hi1, n2, lo2, hi2, n3) + p * m  # the fluid's quantile plus the mean wait
+    y = min(max(guess, lo), hi)
+    gap, dens = served_cdf(y, n1, lo1, hi1, n2, lo2, hi2, n3, p, m)
+    gap -= q
     for _ in range(QUANTILE_STEPS):
-        mid = 0.5 * (lo + hi)
-        if served_cdf(mid, n1, lo1, hi1, n2, lo2, hi2, n3, p, m) >= q:
-            hi = mid
+        if gap >= 0.0:
+            hi = y
         else:
-            lo = mid
-    return hi
+            lo = y
+        if ((y - hi) * dens - gap) * ((y - lo) * dens - gap) > 0.0 or abs(2.0 * gap) > abs(dx_old * dens):
+            dx_old, dx = dx, 0.5 * (hi - lo)
+            y = lo + dx
+        else:
+            dx_old, dx = dx, gap / dens
+            y -= dx
+        if abs(dx) <= tol or hi - lo <= tol:
+            break
+        gap, dens = served_cdf(y, n1, lo1, hi1, n2, lo2, hi2, n3, p, m)
+        gap -= q
+    return y
 
 
 @jit
@@ -179,7 +229,7 @@ def serve_queue(ttft0, d, mu, c, avail_s, q0, arrivals, round_s, slo_ttft, tpot_
     p, m = stochastic_wait(arrivals / avail_s, mu, c, d, avail_s)
     good = 0.0
     if tpot_ok:
-        good = (n1 + n2 + n3) * served_cdf(slo_ttft - ttft0, n1, lo1, hi1, n2, lo2, hi2, n3, p, m)
+        good = (n1 + n2 + n3) * served_cdf(slo_ttft - ttft0, n1, lo1, hi1, n2, lo2, hi2, n3, p, m)[0]
     p50 = ttft0 + wait_quantile(0.5, n1, lo1, hi1, n2, lo2, hi2, n3, p, m)
     p99 = ttft0 + wait_quantile(0.99, n1, lo1, hi1, n2, lo2, hi2, n3, p, m)
     return good, p50, p99
@@ -190,6 +240,7 @@ __all__ = [
     "VARIABILITY",
     "combine",
     "fluid_parts",
+    "fluid_quantile",
     "horizon_length",
     "part_cdf",
     "prompt_seconds",
