@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import os
 import secrets
@@ -83,6 +84,7 @@ class Args:
     answer_prefix: str = ""  # text the answer starts with (generation continues it); sent before the completion
     answer_suffix: str = ""  # text appended to the completion before it is sent
     bf16: bool = False  # bfloat16 training (on a GPU)
+    cpu: bool = False  # train on the CPU even where a GPU is
     activation_checkpointing: bool = False  # recompute activations in the backward pass (less memory, slower)
     seed: int = 0  # the trainer's seed (sampling, shuffling)
     output_dir: str = "runs/trl_grpo"
@@ -201,24 +203,19 @@ class EgoRollout:
         prefix = tok(self.answer_prefix, add_special_tokens=False)["input_ids"] if self.answer_prefix else []
         prompt_ids = [list(tok.apply_chat_template(_messages(p), add_generation_prompt=True, return_dict=False)) + prefix for p in prompts]
         width = max(len(ids) for ids in prompt_ids)
-        pad = tok.pad_token_id
+        pad = tok.pad_token_id  # TRL sets it (to the end-of-sequence token) where the tokenizer has none
         input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in prompt_ids], device=model.device)
         attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids], device=model.device)
-        out = model.generate(
-            input_ids=input_ids,
-            attention_mask=attention,
-            do_sample=True,
-            temperature=trainer.temperature,
-            max_new_tokens=trainer.max_completion_length,
-            pad_token_id=pad,
-            eos_token_id=tok.eos_token_id,
-            return_dict_in_generate=True,
-            output_scores=True,
-        )
+        # TRL's own sampling settings (temperature, top_p, top_k, min_p, repetition_penalty, the
+        # end-of-sequence ids, max_completion_length, GRPOConfig.generation_kwargs)
+        config = copy.deepcopy(trainer.generation_config)
+        config.return_dict_in_generate, config.output_scores = True, True
+        out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config)
         scores = model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
+        eos = {config.eos_token_id} if isinstance(config.eos_token_id, int) else set(config.eos_token_id or ())
         completion_ids, logprobs = [], []
         for row, lp in zip(out.sequences[:, width:].tolist(), scores.tolist(), strict=True):
-            n = row.index(tok.eos_token_id) + 1 if tok.eos_token_id in row else len(row)
+            n = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
             completion_ids.append(row[:n])
             logprobs.append(lp[:n])
         return prompt_ids, completion_ids, logprobs
@@ -266,6 +263,7 @@ def grpo_config(a: Args, **overrides: Any) -> GRPOConfig:
         "learning_rate": a.learning_rate,
         "beta": a.beta,
         "bf16": a.bf16,
+        "use_cpu": a.cpu,
         "activation_checkpointing": a.activation_checkpointing,
         "seed": a.seed,
         "logging_steps": 1,

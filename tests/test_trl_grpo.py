@@ -3,9 +3,10 @@
 download, no network), the server runs on loopback with a token, and every reward comes from it.
 
 The model is random, so the answer is scaffolded (``--answer-prefix``/``--answer-suffix``): it
-writes only the GPU count of an otherwise fixed JSON action, over a vocabulary of digits, a
-space and a brace, and the server rewards a legal count by its outcome and charges an illegal
-one (``"12"``, ``" "``) the invalid-answer penalty, so a group's rewards differ."""
+writes only the GPU count of an otherwise fixed JSON action, one token from a vocabulary of
+digits, a space and a brace, and the server rewards a legal count by its outcome and charges an
+illegal answer (``"9"`` on an 8-GPU cluster, ``"}"``, nothing) the invalid-answer penalty, so a
+group's rewards differ."""
 
 import importlib.util
 import os
@@ -13,6 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
+
+# no network: the model and its tokenizer are built here, and the hub's clients read these when
+# they are imported (below), so they are set first
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 pytest.importorskip("openenv")
 pytest.importorskip("trl")
@@ -30,9 +37,6 @@ TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}<eos>{% en
 
 @pytest.fixture(scope="module")
 def grpo():
-    os.environ["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded: the model and tokenizer are built here
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    os.environ["HF_DATASETS_OFFLINE"] = "1"
     path = Path(__file__).resolve().parents[1] / "experiments" / "trl_grpo.py"
     spec = importlib.util.spec_from_file_location("trl_grpo", path)
     mod = importlib.util.module_from_spec(spec)
@@ -79,7 +83,7 @@ def train(mod, url: str, token: str, tmp_path: Path, reward=None, steps: int = 3
     tok.save_pretrained(tmp_path / "model")
     before = model.state_dict()
     argv = ["--model", str(tmp_path / "model"), "--task", "tiny", "--seeds", "4", "--num-generations", "4", "--prompts-per-step", "1"]
-    argv += ["--max-steps", str(steps), "--max-completion-length", "1", "--learning-rate", "1e-2", "--output-dir", str(tmp_path / "out")]
+    argv += [*f"--max-steps {steps} --max-completion-length 1 --learning-rate 1e-2 --cpu".split(), "--output-dir", str(tmp_path / "out")]
     a = mod.parse_args([*argv, "--answer-prefix", PREFIX, "--answer-suffix", "}"])
     rollout, trainer = mod.run(a, url, token, **({"reward": reward} if reward else {}))
     changed = [k for k, v in trainer.model.state_dict().items() if not torch.equal(v.cpu(), before[k])]
