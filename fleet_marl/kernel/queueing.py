@@ -3,8 +3,9 @@ request's time to first token is the in-flight TTFT at the load carried (``roofl
 plus its wait in two queues, and the round's goodput is the requests served within the SLO.
 
 * **Stochastic wait** (:func:`stochastic_wait`), below capacity: a request waits for one of the
-  engine's ``c`` slots (its batch) in a G/G/c queue, Sakasegawa's approximation as Hopp and
-  Spearman write it (*Factory Physics*, 3rd ed., eq. 8.10, the "VUT" equation:
+  engine's ``c`` slots (its batch) in a G/G/c queue, Sakasegawa's approximation (Sakasegawa, "An
+  approximation formula Lq = alpha rho^beta / (1 - rho)", Ann. Inst. Statist. Math. 29, 1977) in
+  the G/G/c form of Hopp and Spearman's *Factory Physics* (the "VUT" equation:
   ``Wq = (ca^2 + ce^2) / 2 x u^(sqrt(2 (c + 1)) - 1) / (c (1 - u)) x te``), then for the prefill of
   its prompt, one prompt after another, in DistServe's M/D/1 queue (Zhong et al., OSDI 2024,
   eq. 1: ``Avg_TTFT = D + R D^2 / (2 (1 - R D))``), where ``D`` is the prompt's own work in a pass
