@@ -19,7 +19,9 @@ that allows only the page's own script, style and ``connect-src 'self'`` (no inl
 ==========================================  ========================================================
 
 Nothing here changes a session: a frame is read on the session's own thread (an env is used by
-one thread) and does not count as activity (an idle session still expires).
+one thread), one read at a time over the whole server (however many pages watch, the sessions'
+threads do at most one viewer read at once), and does not count as activity (an idle session
+still expires).
 """
 
 from __future__ import annotations
@@ -95,11 +97,12 @@ def _snapshot(session: Session, with_frame: bool) -> dict | None:
     return {"header": header(env, **{k: v for k, v in about.items() if k != "round"}), "frame": frame(env)}
 
 
-async def _read(session: Session, with_frame: bool) -> dict | None:
-    try:
-        return await asyncio.get_running_loop().run_in_executor(session.executor, _snapshot, session, with_frame)
-    except RuntimeError:  # the session closed meanwhile (its thread is shut down), or its env is not reset
-        return None
+async def _read(session: Session, with_frame: bool, one_at_a_time: asyncio.Semaphore) -> dict | None:
+    async with one_at_a_time:  # however many watch, the sessions' threads do one viewer read at a time
+        try:
+            return await asyncio.get_running_loop().run_in_executor(session.executor, _snapshot, session, with_frame)
+        except RuntimeError:  # the session closed meanwhile (its thread is shut down), or its env is not reset
+            return None
 
 
 def add_viewer(app: FastAPI, episode: dict | None = None, sessions: SessionTable | None = None) -> None:
@@ -108,6 +111,7 @@ def add_viewer(app: FastAPI, episode: dict | None = None, sessions: SessionTable
     if (episode is None) == (sessions is None):
         raise ValueError("add_viewer: give episode (a replay) or sessions (a live server), not both nor neither")
     mode = "replay" if episode is not None else "live"
+    reads = asyncio.Semaphore(1)
 
     def _page(path: str):
         name, media = PAGE[path]
@@ -142,14 +146,14 @@ def add_viewer(app: FastAPI, episode: dict | None = None, sessions: SessionTable
         """The live sessions that have been reset: viewer id, task, view, round."""
         if sessions is None:
             return _json({"sessions": []})
-        found = [await _read(s, False) for s in list(sessions.sessions.values())]
+        found = [await _read(s, False, reads) for s in list(sessions.sessions.values())]
         return _json({"sessions": [s for s in found if s is not None]})
 
     @app.get("/viewer/api/sessions/{vid}", tags=["Viewer"])
     async def follow(vid: str) -> JSONResponse:
         """One live session: its header and the frame of its last round."""
         match = next((s for s in list((sessions.sessions if sessions else {}).values()) if viewer_id(s) == vid), None)
-        snap = None if match is None else await _read(match, True)
+        snap = None if match is None else await _read(match, True, reads)
         if snap is None:
             return _not_found("no live session with this viewer id (it may have ended): see /viewer/api/sessions")
         return _json(snap)
