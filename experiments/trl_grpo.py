@@ -38,8 +38,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import inspect
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -79,7 +81,7 @@ class Args:
     max_steps: int = 200  # training steps
     max_completion_length: int = 192  # tokens per answer
     temperature: float = 1.0  # sampling temperature of the rollouts
-    learning_rate: float = 1e-6
+    learning_rate: float = 1e-6  # AdamW's learning rate
     beta: float = 0.0  # KL coefficient (0: no reference model)
     answer_prefix: str = ""  # text the answer starts with (generation continues it); sent before the completion
     answer_suffix: str = ""  # text appended to the completion before it is sent
@@ -87,7 +89,7 @@ class Args:
     cpu: bool = False  # train on the CPU even where a GPU is
     activation_checkpointing: bool = False  # recompute activations in the backward pass (less memory, slower)
     seed: int = 0  # the trainer's seed (sampling, shuffling)
-    output_dir: str = "runs/trl_grpo"
+    output_dir: str = "runs/trl_grpo"  # where the trained model and tokenizer are saved
     no_save: bool = False  # do not save the trained model
 
 
@@ -322,12 +324,14 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  python experiments/trl_grpo.py --model PATH\n  python experiments/trl_grpo.py --model PATH --url http://127.0.0.1:8000",
     )
+    # each option's help is its field's comment in Args
+    comments = dict(re.findall(r"^    (\w+): .*?  # (.*)$", inspect.getsource(Args), re.MULTILINE))
     for f in fields(Args):
-        name = "--" + f.name.replace("_", "-")
+        name, help_ = "--" + f.name.replace("_", "-"), comments.get(f.name, "")
         if isinstance(f.default, bool):
-            p.add_argument(name, action="store_true")
+            p.add_argument(name, action="store_true", help=help_)
         else:
-            p.add_argument(name, type=type(f.default), default=f.default)
+            p.add_argument(name, type=type(f.default), default=f.default, help=f"{help_} (default: %(default)r)".lstrip())
     return p
 
 

@@ -126,6 +126,9 @@ def test_grpo_trainer_learns_from_the_live_servers_rewards(grpo, tmp_path):
 
 
 def test_the_script_names_a_bad_argument(grpo, capsys):
+    usage = grpo.parser().format_help()
+    assert all(f"--{f.replace('_', '-')}" in usage for f in grpo.Args.__dataclass_fields__)
+    assert "GRPO's group: answers per prompt (default: 8)" in usage  # each option's help is its field's comment
     for argv, message in [
         ([], "--model: missing; expected a local model folder"),
         (["--model", "m", "--num-generations", "1"], "--num-generations = 1: expected an integer >= 2"),
