@@ -276,7 +276,10 @@ def test_the_learned_rows_are_their_data(doc):
 
     recs = learned.load(ROOT)
     tasks = [r["train_config"]["task"] for r in recs]
-    assert tasks == [t for t in TASKS if t in tasks] and len(set(tasks)) == len(tasks)  # at most one run per task, in task order
+    keys = [(r["train_config"]["task"], learned.engine(r)) for r in recs]
+    # at most one run per task and engine, in task order
+    assert sorted(tasks, key=list(TASKS).index) == tasks and len(set(keys)) == len(keys)
+    assert all(learned.filename(r) in {f"{t}.json", f"{t}.{e}.json"} for r, (t, e) in zip(recs, keys, strict=True))
     shown = _block((ROOT / doc).read_text(), learned.START, learned.END)
     assert shown == learned.block(recs)
     for t in TASKS:
