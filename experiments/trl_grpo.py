@@ -58,6 +58,7 @@ from typing import Any
 try:
     import torch
     from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     from fleet_marl.openenv import FleetEgoAction, FleetEgoClient
@@ -305,8 +306,6 @@ def step_table(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def run(a: Args, url: str, token: str | None, reward=env_reward) -> tuple[EgoRollout, GRPOTrainer]:
     """Train ``a.model`` (a local folder) against the ego server at ``url``; the rollout (its
     ``history``) and the trainer (its ``state.log_history``), the model saved unless ``a.no_save``."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16 if a.bf16 else torch.float32)
     rollout = EgoRollout(url, token, a.answer_prefix, a.answer_suffix, task=a.task, ego=a.ego, opponents=a.opponents)
