@@ -680,6 +680,8 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
         link = oracle_contention.links(st, terms, gon, alloc, nodes, batch, running, thr.work_rate, avail)
         f_link = link.factor
         thr = thr._replace(work_rate=thr.work_rate * f_link, tokens_per_s=thr.tokens_per_s * f_link, efficiency=thr.efficiency * f_link)
+        f_ckpt = oracle_contention.checkpoint_factor(st, terms, alloc, nodes, running, thr.work_rate)
+        thr = thr._replace(work_rate=thr.work_rate * f_ckpt, tokens_per_s=thr.tokens_per_s * f_ckpt)
     demand = queue + arrivals
     capacity = thr.work_rate * avail
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -68,6 +68,21 @@ class Links(NamedTuple):
     link_load: np.ndarray  # (B, T) mean load / capacity of the most loaded leaf uplink the tenant crosses
 
 
+def checkpoint_factor(st, terms, alloc, nodes, running, work_rate) -> np.ndarray:
+    """(B, T) the share of its time each running trainer with a checkpoint interval ``I`` trains:
+    ``I / (I + s w)``, ``w`` its checkpoint's write at its own rate (the loaders' of a restart)
+    and ``s`` the storage's slowdown while it writes (its rate plus the other writers' mean
+    rates, ``w / (I + w)`` of theirs, over the storage's bytes/s, at least 1)."""
+    every = np.broadcast_to(st.checkpoint_every_s, alloc.shape)
+    writes = running & st.is_train & (every > 0) & (work_rate > 0)
+    rate = np.minimum(alloc * st.load_gpu_bps, np.maximum(nodes, 1) * st.load_node_bps)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = np.where(writes, 12.0 * st.params.sum(-1) / rate, 0.0)
+        mean = np.where(writes, w / (every + w) * rate, 0.0)
+        s = np.maximum((rate + mean.sum(-1, keepdims=True) - mean) / st.storage_bps, 1.0)
+        return np.where(writes, every / (every + s * w), 1.0)
+
+
 def links(st, terms, gon, alloc, nodes, batch, running, work_rate, avail) -> Links:
     """The leaf uplinks shared by the trainers whose nodes sit under more than one leaf: a
     trainer's ring crosses each of its leaves at its link rate ``d`` (GPUs per node x NIC, at

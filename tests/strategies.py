@@ -106,6 +106,7 @@ def tenant_specs(draw, pools: tuple[str, ...]) -> TenantSpec:
         slo_tpot_s=draw(_num(0.001, 1.0, 0.02, 0.1)),
         kv_cache_dtype=draw(hst.sampled_from(["auto", "bf16", "fp8"])),
         weight_only_dequant_tokens=draw(hst.sampled_from([0, 1, 2, 256]) | hst.integers(0, 4096)),
+        checkpoint_interval_s=draw(hst.sampled_from([0.0, 0.0, 600.0]) | _num(1.0, 7200.0)),
     )
     return TenantSpec(
         kind=kind,

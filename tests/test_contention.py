@@ -69,6 +69,8 @@ def test_cluster_topology_fields_are_checked_with_the_field_named():
     ):
         with pytest.raises(ConfigError, match=field):
             ClusterSpec(**kw)
+    with pytest.raises(ConfigError, match="checkpoint_interval_s = -1.0"):
+        WorkloadSpec(checkpoint_interval_s=-1.0)
     assert ClusterSpec().leaf_nodes == ClusterSpec().nodes_per_rack  # one leaf a rack by default
     assert ClusterSpec(nodes_per_leaf=3).leaf_nodes == 3
 
@@ -221,6 +223,40 @@ def test_restarts_share_the_storage_max_min_fair():
     t2 = t1 + (12.0 - 10.0) / 3.0  # then 3 GB/s each
     t3 = t2 + (30.0 - 10.0 - 2.0) / 6.0  # then the whole 6 GB/s, at most its cap of 10
     np.testing.assert_allclose(got, [t1, t3, t2, 0.0], rtol=1e-12)
+
+
+def test_checkpoint_writes_cost_their_time_and_share_the_storage():
+    """A trainer checkpointing every ``I`` seconds trains ``I / (I + w)`` of its time, ``w`` its
+    checkpoint (12 bytes a parameter) at its nodes' rate; two writers on a storage narrower than
+    one's rate slow each other's writes by the other's mean rate; no interval, no cost."""
+    cfg = _two_trainers(oversubscription=1.0)
+    every = (600.0, 0.0)
+    cfg = dataclasses.replace(
+        cfg,
+        tenants=tuple(
+            dataclasses.replace(t, workload=dataclasses.replace(t.workload, checkpoint_interval_s=e))
+            for t, e in zip(cfg.tenants, every, strict=True)
+        ),
+    )
+    none = KernelStatic.from_config(dataclasses.replace(cfg, tenants=_two_trainers().tenants))
+    st = KernelStatic.from_config(cfg)
+    base, out = evaluate(none, *_round(none)), evaluate(st, *_round(st))
+    ckpt = 12.0 * st.params.sum(-1)[0]
+    rate = min(20 * 1.56e9, 3 * 3.7e9)  # 20 GPUs' loaders, 3 nodes
+    w = ckpt / rate
+    np.testing.assert_allclose(out.tokens_per_s, base.tokens_per_s * np.array([600.0 / (600.0 + w), 1.0]), rtol=1e-12)
+    np.testing.assert_array_equal(out.slowdown, base.slowdown)  # a step's time is unchanged
+    # both write every 600 s onto 5 GB/s: each sees its own rate plus the other's mean
+    both = dataclasses.replace(
+        cfg,
+        tenants=tuple(dataclasses.replace(t, workload=dataclasses.replace(t.workload, checkpoint_interval_s=600.0)) for t in cfg.tenants),
+        cluster=dataclasses.replace(cfg.cluster, storage_gbs=5.0),
+    )
+    st2 = KernelStatic.from_config(both)
+    two = evaluate(st2, *_round(st2))
+    s = (rate + w / (600.0 + w) * rate) / 5e9
+    np.testing.assert_allclose(two.tokens_per_s, base.tokens_per_s * 600.0 / (600.0 + s * w), rtol=1e-12)
+    assert_agree(two, oracle.evaluate(st2, *_round(st2)))
 
 
 def test_with_nothing_shared_the_switch_changes_nothing():

@@ -34,6 +34,9 @@ class WorkloadSpec:
     # kernel converts the whole weight to BF16 and runs a BF16 GEMM (vLLM's AWQ layer at 256);
     # 0 = never (fused mixed-input GEMMs, as TensorRT-LLM's)
     weight_only_dequant_tokens: int = 0
+    # train: a synchronous checkpoint every this many seconds of training (0 = none); read with
+    # coupling.contention on, its writes share the cluster's storage (docs/model.md section 12.1)
+    checkpoint_interval_s: float = 0.0
     trace: str | None = None  # trace file (a path, or a name in the traces folder) when pattern == "trace"
     burst_factor: float = 4.0  # bursty: arrival rate in a burst over the calm rate
     burst_fraction: float = 0.2  # bursty: long-run fraction of rounds spent in a burst
@@ -57,6 +60,7 @@ class WorkloadSpec:
         _num(self, "slo_tpot_s", 0.0, lo_open=True)
         _choice(self, "kv_cache_dtype", ("auto", "bf16", "fp8"))
         _int(self, "weight_only_dequant_tokens", 0, 1 << 20)
+        _num(self, "checkpoint_interval_s", 0.0)
         _num(self, "burst_factor", 1.0)
         _num(self, "burst_fraction", 0.0, 1.0, lo_open=True)
         if self.burst_fraction >= 1.0:

@@ -15,7 +15,13 @@ time. Both run only with the switch on; with it off the round never calls them.
   others' flows at their mean (per-flow fair, a mean-field processor sharing): its
   communication runs ``s = max(1, (d_i + sum_{j != i} L_j) / C)`` times slower on each leaf, and
   on its most loaded one its step becomes ``step + (1 - comm_overlap) t_comm (s - 1)``. Writes
-  the step-time factor (``slowdown``) and the most loaded leaf's load (``link_load``).
+  the step-time factor (``slowdown``) and the most loaded leaf's load (``link_load``). Then a
+  trainer with a checkpoint interval ``I`` (``checkpoint_every_s``) stops for a synchronous
+  write of its checkpoint every ``I`` seconds of training: ``w = bytes / r`` at its own rate
+  ``r = min(n x per-GPU, nodes x per-node)`` (the loaders' rates of a restart), the writers
+  sharing the storage as the links are shared (``s = max(1, (r + sum_{j != i} u_j r_j) / S)``,
+  ``u = w / (I + w)`` the share of its time a writer writes), so it trains ``I / (I + s w)`` of
+  its time.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from fleet_marl.kernel.layout import (
     S_RESTART,
     S_ROUND,
     S_STORAGE,
+    T_CKPT_EVERY,
     T_INTER,
     T_INTRA,
     T_SEQ,
@@ -177,6 +184,33 @@ def contend(b, tf, ti, nf, ni, sc, c_terms, alloc, n_nodes, t_nodes, running, wo
         rf[O_EFF, t] *= f
         rf[O_SLOW, t] = slowed / step[t]
         rf[O_LINK, t] = most
+    _checkpoints(tf, ti, sc, c_terms, alloc, n_nodes, running, work_rate, rf, ct)
+
+
+@jit
+def _checkpoints(tf, ti, sc, c_terms, alloc, n_nodes, running, work_rate, rf, ct):
+    """The synchronous checkpoint writes of the running trainers with an interval (see the module
+    doc): scales each one's work rate and tokens/s by the share of its time it trains. ``ct``
+    (4, T) is scratch (its rows are free once the links are done)."""
+    storage = sc[S_STORAGE]
+    rate, write, mean = ct[0], ct[1], ct[2]
+    total = 0.0
+    for t in range(alloc.shape[0]):
+        every = tf[t, T_CKPT_EVERY]
+        write[t] = 0.0
+        mean[t] = 0.0
+        if running[t] and ti[t, T_TRAIN] != 0 and every > 0.0 and work_rate[t] > 0.0:
+            rate[t] = min(alloc[t] * sc[S_LOAD_GPU], max(n_nodes[t], 1) * sc[S_LOAD_NODE])
+            write[t] = checkpoint_bytes(c_terms, t, True) / rate[t]
+            mean[t] = write[t] / (every + write[t]) * rate[t]
+            total += mean[t]
+    for t in range(alloc.shape[0]):
+        if write[t] > 0.0:
+            every = tf[t, T_CKPT_EVERY]
+            s = max(1.0, (rate[t] - mean[t] + total) / storage)
+            f = every / (every + s * write[t])
+            work_rate[t] *= f
+            rf[O_TPS, t] *= f
 
 
 __all__ = ["contend", "storage_loads"]

@@ -39,6 +39,7 @@ TF = (
         "list_price priority mem_bytes inter_bw intra_bw ar_lat ar_bus nvlink seq_len hbm_bw slo_ttft_s slo_tpot_s ref_rate spend_norm dyn_w"
     )
     + TENANT_TERMS
+    + ("checkpoint_every_s",)  # train: seconds of training between synchronous checkpoints (docs/model.md section 12.1)
 )
 #: Per-tenant int columns of ``ti``.
 TI = _layout("max_gpus pool is_train checkpointing")
@@ -97,7 +98,8 @@ _tf, _sc, _ii, _of, _oi, _ob = (_index(x) for x in (TF, SC, II, OF, OI, OB))  # 
     T_WIN,
     T_KST,
     T_REPL,
-) = range(len(TF))
+) = range(len(TF) - 1)
+T_CKPT_EVERY = TF.index("checkpoint_every_s")
 T_MAXG, T_POOL, T_TRAIN, T_CKPT = range(len(TI))
 N_IDLE, N_FULL, N_HEAD, N_UPLINK = range(len(NF))
 N_POOL, N_RACK, N_LEAF = range(len(NI))
@@ -132,7 +134,8 @@ def pack_static(st) -> tuple[np.ndarray, ...]:
     headroom = st.rack_power_cap_w - node_idle @ st.rack_of  # (R,) W left for dynamic power at idle
     tenant_cols = [st.list_price, st.priority, st.mem_bytes, st.inter_bw, st.intra_bw, st.ar_lat, st.ar_bus, st.nvlink]
     tenant_cols += [st.seq_len, st.bw, st.slo_ttft_s, st.slo_tpot_s]
-    tf = np.stack([*tenant_cols, st.ref_rate, st.spend_norm, st.tdp_w - st.idle_w, *tenant_terms_.T], axis=-1).astype(np.float64)
+    tenant_cols += [st.ref_rate, st.spend_norm, st.tdp_w - st.idle_w, *tenant_terms_.T, st.checkpoint_every_s]
+    tf = np.stack(tenant_cols, axis=-1).astype(np.float64)
     ti = np.stack([st.max_gpus, st.pool, st.is_train, st.checkpointing], axis=-1).astype(np.int64)
     nf = np.stack([node_idle, g * st.node_tdp_w, headroom[st.node_rack], st.leaf_uplink_bps], axis=-1).astype(np.float64)
     ni = np.stack([st.node_pool, st.node_rack, st.node_leaf], axis=-1).astype(np.int64)

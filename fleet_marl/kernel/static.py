@@ -47,18 +47,34 @@ def model_arrays(models, ctx, loss=None) -> dict[str, Any]:
     }
 
 
-def _topology(cl) -> dict[str, Any]:
+def _topology(cfg: FleetConfig) -> dict[str, Any]:
     """The cluster's racks (``nodes_per_rack`` consecutive nodes each) and leaf switches
     (``nodes_per_leaf`` each, one a rack by default), each leaf's uplink bytes/s (its nodes'
-    GPUs' NIC bandwidth over the oversubscription) on every node of it, and the shared
-    storage's bytes/s (inf: none given)."""
+    GPUs' NIC bandwidth over the oversubscription) on every node of it, the shared storage's
+    bytes/s (inf: none given) and each trainer's checkpoint interval (0 for a server)."""
+    cl = cfg.cluster
     K = cl.num_nodes
     rack = np.arange(K, dtype=np.int64) // cl.nodes_per_rack
     leaf = np.arange(K, dtype=np.int64) // cl.leaf_nodes
     nic = np.array([cl.gpus_per_node * min(catalog.gpu(g).interconnect_gbs, cl.network_gbs_per_gpu) * 1e9 for g in cl.gpu_types])
     uplink = np.bincount(leaf, weights=nic)[leaf] / cl.uplink_oversubscription
     storage = np.inf if cl.storage_gbs is None else cl.storage_gbs * 1e9
-    return dict(node_rack=rack, rack_of=np.eye(rack[-1] + 1)[rack], node_leaf=leaf, leaf_uplink_bps=uplink, storage_bps=storage)
+    every = np.array([t.workload.checkpoint_interval_s if t.kind == "train" else 0.0 for t in cfg.tenants])
+    return dict(
+        node_rack=rack,
+        rack_of=np.eye(rack[-1] + 1)[rack],
+        node_leaf=leaf,
+        leaf_uplink_bps=uplink,
+        storage_bps=storage,
+        checkpoint_every_s=every,
+    )
+
+
+def _gang(cfg: FleetConfig) -> dict[str, Any]:
+    """``coupling.gang`` and each tenant's tensor-parallel degree (a trainer's layout; 1 for a
+    server, whose replica's degree follows from its GPUs: ``gang.usable``)."""
+    tp = np.array([t.tensor_parallel if t.kind == "train" else 1 for t in cfg.tenants], np.int64)
+    return dict(gang=cfg.coupling.gang, tensor_parallel=tp)
 
 
 def _kv_cache_bytes(t) -> float:
@@ -150,6 +166,7 @@ class KernelStatic:
     node_leaf: np.ndarray  # (K,) int64 the leaf switch (or pod) node k sits under (docs/model.md section 12.1)
     leaf_uplink_bps: np.ndarray  # (K,) float64 bytes/s of node k's leaf uplinks: the leaf's GPUs' NIC bandwidth / oversubscription
     storage_bps: float  # bytes/s of the shared storage that restarts' checkpoint loads share (inf: no shared limit)
+    checkpoint_every_s: np.ndarray  # (T,) float64 train: seconds of training between synchronous checkpoints (0: none)
     # rules
     mechanism: mechanisms.Mechanism  # the arbiter's: how it clears, what a served tenant pays, its reserve
     reserve_price: float
@@ -249,7 +266,7 @@ class KernelStatic:
             mfu=cl.mfu,
             mbu=cl.mbu,
             comm_overlap=cl.comm_overlap,
-            **_topology(cl),
+            **_topology(cfg),
             mechanism=mechanisms.mechanism(cfg.arbiter.mechanism),
             reserve_price=cfg.arbiter.reserve_price,
             veto=cfg.safety.mode == "veto",
