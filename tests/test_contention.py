@@ -15,7 +15,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
-from fleet_marl import catalog
+import fleet_marl
+from fleet_marl import catalog, policies
 from fleet_marl.config import ClusterSpec, ConfigError, CouplingSpec, FleetConfig, TenantSpec, WorkloadSpec
 from fleet_marl.kernel import Actions, Draws, KernelStatic, RoundState, evaluate, evaluate_counterfactuals, stage1
 from tests import oracle, oracle_contention, strategies
@@ -288,3 +289,22 @@ def test_two_crossing_trainers_have_a_difference_reward_apart_from_their_local_o
         gaps[contention] = (g - g_without) - local
     np.testing.assert_allclose(gaps[False], 0.0, atol=1e-12)
     assert (gaps[True] < -0.05 * np.abs(evaluate(st, *_round(st)).utility)).all(), gaps
+
+
+def test_through_the_env_fair_share_play_has_the_two_trainers_slow_each_other():
+    """The public API: the ParallelEnv on the two-trainer cluster at 1:8 with every scheme
+    computed, played by ``fair_share`` (24 GPUs each: both cross the middle leaf). With the
+    switch on the infos show each slowed and its difference reward below its local reward; with
+    it off the two are equal and nobody is slowed."""
+    for contention in (False, True):
+        env = fleet_marl.parallel_env(config=_two_trainers(contention=contention, oversubscription=8.0), compute_all=True)
+        pol = policies.make("fair_share", env)
+        obs, infos = env.reset(seed=0)
+        for _ in range(3):
+            obs, _, _, _, infos = env.step(pol.act(obs, infos))
+            for info in infos.values():
+                gap = info["reward_local"] - info["reward_difference"]
+                if contention:
+                    assert info["slowdown"] > 1.1 and info["link_load"] > 0 and gap > 0.01 * info["reward_local"], info
+                else:
+                    assert info["slowdown"] == 1.0 and gap == pytest.approx(0.0, abs=1e-12), info
