@@ -29,14 +29,16 @@ from fleet_marl.training import config_path, from_command, print_result, usage_e
 NEEDS = ("ray.rllib", "torch", "tensorboardX", "matplotlib")
 
 EXAMPLES = """examples:
-  fleet-marl train                                   # the default run: PPO on easy
-  fleet-marl train --iterations 5 --final-episodes 3 # a quick look
+  fleet-marl train --engine rllib                    # the default run: PPO on easy
+  fleet-marl train --engine rllib --iterations 5 --final-episodes 3   # a quick look
+  fleet-marl train --config easy_15min               # RLlib's learned row of easy: 15 minutes (max_minutes), then graded
+  fleet-marl train --engine rllib --max-minutes 5    # any run, capped at 5 minutes of wall time
   fleet-marl train --config experiments/configs/medium_per_kind_difference.yaml
-  fleet-marl train --config medium_per_kind_difference   # the same, by name
-  fleet-marl train --task hard --sharing mappo --reward-scheme global --iterations 100
+  fleet-marl train --config medium_per_kind_difference   # the same, by name (an RLlib config: the rllib engine)
+  fleet-marl train --engine rllib --task hard --sharing mappo --reward-scheme global --iterations 100
   fleet-marl train --resume runs/train/easy-shared-mixed --iterations 80
-  fleet-marl train --config seq.yaml                 # env: {protocol: sequential}: turn-based episodes (docs/training.md)
-  fleet-marl train --overwrite                       # start runs/train/easy-shared-mixed over
+  fleet-marl train --engine rllib --config seq.yaml  # env: {protocol: sequential}: turn-based episodes (docs/training.md)
+  fleet-marl train --engine rllib --overwrite        # start runs/train/easy-shared-mixed over
   RAY_AUTH_MODE=disabled ray start --head && fleet-marl train --address auto --num-env-runners 2
 
 Precedence: the defaults, then --config (or, with --resume, the run's own config), then the
