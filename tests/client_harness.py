@@ -1,33 +1,40 @@
-"""The outside-client matrix (issue 32): every client x ``obs_mode`` x ``mask_layout`` x a small
-and a large task either runs a rollout past two episode ends, with finite rewards and every
-action allowed by the masks it was handed, or is refused when it is built, with an error that
-names a combination that works.
+"""The outside-client matrix (issue 32): every client x ``obs_mode`` x ``mask_layout`` x its tasks
+(a small and a large one; every registered task for TorchRL's ``PettingZooWrapper``, over the
+ParallelEnv and both AEC forms) either runs a rollout past two episode ends, with finite rewards
+and every action allowed by the masks it was handed, or is refused when it is built, with an
+error that names a combination that works.
 
 :func:`build_check` is the refusal (:class:`Refused`, a ``ValueError``): for the clients of
 this package it is the adapter's own ``check_options`` (the constructor raises the same
 error); for the third-party wrappers of the ParallelEnv it says what the wrapper cannot take.
 :func:`run_cell` plays one cell (``tests/client_runs.py`` has a rollout per client), :func:`matrix`
-all of them, :func:`markdown` the table of ``docs/environment.md`` ("Outside clients").
-``tests/test_client_matrix.py`` runs the whole matrix (and the CleanRL example's cells, which
-live beside the script); the harness is the tests', not the package's.
+all of them, :func:`data` the matrix as the data of ``docs/environment.md``'s table ("The client
+matrix"), which ``python -m tests.client_harness --docs`` saves in ``docs/data/client_matrix.json``
+and publishes (:mod:`fleet_marl.studies.client_matrix` renders it). ``tests/test_client_matrix.py``
+runs the whole matrix; the harness is the tests', not the package's.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
-import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from fleet_marl.studies import client_matrix, publish
+from fleet_marl.tasks import TASKS as REGISTERED
 from tests.client_runs import RUNS
 
 OBS_MODES = ("flat", "dict")
 MASK_LAYOUTS = ("dims", "flat")
 #: A small and a large task: 2 and 16 tenants.
 TASKS = ("tiny", "hard")
+#: Every registered task (the TorchRL wrapper's cells).
+EVERY_TASK = tuple(REGISTERED)
 #: Each cell's episodes: short (its rollout passes ``ENDS`` episode ends within a few steps).
 MAX_CYCLES = 3
 ENDS = 2
@@ -75,14 +82,11 @@ def _adapter(package: str) -> Callable[[str, str], None]:
 class Client:
     name: str
     what: str  # how the env reaches it
-    over: str  # "parallel" (the dict API) or "vector" (the array API)
+    over: str  # "parallel" (the dict API), "aec" (PettingZoo's AEC API) or "vector" (the array API)
     check: Callable[[str, str], None]
+    tasks: tuple[str, ...] = TASKS
 
 
-_TORCHRL_WHY = (
-    "TorchRL's PettingZooWrapper makes a tensor of every info value, and the 'dims' mask is a ragged tuple; "
-    "with obs_mode='dict' it finds the mask in both the observation and the infos and fails at reset"
-)
 CLIENTS: dict[str, Client] = {
     c.name: c
     for c in (
@@ -98,14 +102,15 @@ CLIENTS: dict[str, Client] = {
             "vector",
             _adapter("fleet_marl.clients.sb3"),
         ),
+        Client("torchrl_wrapper", "TorchRL PettingZooWrapper (default)", "parallel", _anything, EVERY_TASK),
+        Client("torchrl_wrapper_mask", "TorchRL PettingZooWrapper(use_mask=True, done_on_any=False)", "parallel", _anything, EVERY_TASK),
+        Client("torchrl_wrapper_aec", "TorchRL PettingZooWrapper(use_mask=True) over fleet_marl.env()", "aec", _anything, EVERY_TASK),
         Client(
-            "torchrl_wrapper", "TorchRL PettingZooWrapper (default)", "parallel", _flat_only("TorchRL's PettingZooWrapper", _TORCHRL_WHY)
-        ),
-        Client(
-            "torchrl_wrapper_mask",
-            "TorchRL PettingZooWrapper(use_mask=True, done_on_any=False)",
-            "parallel",
-            _flat_only("TorchRL's PettingZooWrapper(use_mask=True)", _TORCHRL_WHY),
+            "torchrl_wrapper_sequential",
+            "TorchRL PettingZooWrapper(use_mask=True) over fleet_marl.env(protocol='sequential')",
+            "aec",
+            _anything,
+            EVERY_TASK,
         ),
         Client("rllib_parallel", "RLlib ParallelPettingZooEnv", "parallel", _anything),
         Client("pufferlib_emulation", "PufferLib PettingZooPufferEnv (emulation)", "parallel", _anything),
@@ -136,6 +141,12 @@ CLIENTS: dict[str, Client] = {
             _flat_only(
                 "fleet_marl.torchrl.FleetTorchEnv", "it takes neither option: its TensorDict always holds the observation and the flat mask"
             ),
+        ),
+        Client(
+            "cleanrl_example",
+            "the CleanRL example (`experiments/cleanrl_ppo.py`, trained on the vector env; its `GreedyPolicy` on the ParallelEnv)",
+            "parallel",
+            _anything,
         ),
     )
 }
@@ -198,40 +209,73 @@ def run_cell(client: str, task: str, obs_mode: str, mask_layout: str, seed: int 
     return cell
 
 
-def cells(clients: Iterable[str] | None = None, tasks: Iterable[str] = TASKS) -> list[tuple[str, str, str, str]]:
-    """Every (client, task, obs_mode, mask_layout) of the matrix."""
-    return [(c, t, o, m) for c in (clients or CLIENTS) for t in tasks for o in OBS_MODES for m in MASK_LAYOUTS]
+def cells(clients: Iterable[str] | None = None, tasks: Iterable[str] | None = None) -> list[tuple[str, str, str, str]]:
+    """Every (client, task, obs_mode, mask_layout) of the matrix (each client on its own tasks, or on ``tasks``)."""
+    return [
+        (c, t, o, m)
+        for c in (clients or CLIENTS)
+        for t in (CLIENTS[c].tasks if tasks is None else tasks)
+        for o in OBS_MODES
+        for m in MASK_LAYOUTS
+    ]
 
 
-def matrix(clients: Iterable[str] | None = None, tasks: Iterable[str] = TASKS) -> list[Cell]:
+def matrix(clients: Iterable[str] | None = None, tasks: Iterable[str] | None = None) -> list[Cell]:
     """Every cell played (or refused)."""
     return [run_cell(*key) for key in cells(clients, tasks)]
 
 
+def data(results: list[Cell]) -> dict:
+    """The matrix as ``docs/data/client_matrix.json`` holds it (:mod:`fleet_marl.studies.client_matrix`):
+    its clients and each cell's verdict (``"fails"`` for a run that is not :attr:`Cell.ok`), without
+    run times."""
+    names = list(dict.fromkeys(c.client for c in results))
+    return {
+        "command": "python -m tests.client_harness --docs",
+        "clients": [
+            {"name": n, "what": CLIENTS[n].what, "tasks": list(dict.fromkeys(c.task for c in results if c.client == n))} for n in names
+        ],
+        "cells": [
+            {
+                "client": c.client,
+                "task": c.task,
+                "obs_mode": c.obs_mode,
+                "mask_layout": c.mask_layout,
+                "status": c.status if c.ok else "fails",
+                "message": c.message,
+            }
+            for c in results
+        ],
+    }
+
+
 def markdown(results: list[Cell]) -> str:
-    """The matrix as a markdown table: a row per client, a column per ``obs_mode`` / ``mask_layout``
-    ("runs" when it ran on every task, else the combination the refusal names first)."""
-    cols = [(o, m) for o in OBS_MODES for m in MASK_LAYOUTS]
-    head = "| client | " + " | ".join(f"`{o}` / `{m}`" for o, m in cols) + " |"
-    lines = [head, "|---" * (len(cols) + 1) + "|"]
-    for name in dict.fromkeys(c.client for c in results):
-        row = []
-        for o, m in cols:
-            mine = [c for c in results if c.client == name and (c.obs_mode, c.mask_layout) == (o, m)]
-            if all(c.status == "runs" and c.ok for c in mine):
-                row.append("runs")
-            elif all(c.status == "refused" for c in mine):
-                advice = re.search(r"use (obs_mode='\w+', mask_layout='\w+')", mine[0].message)
-                row.append(f"refused: use `{advice.group(1)}`" if advice else "refused")
-            else:
-                row.append("FAILS")
-        lines.append(f"| {CLIENTS[name].what if name in CLIENTS else name} | " + " | ".join(row) + " |")
-    return "\n".join(lines)
+    """The matrix as the markdown table of ``docs/environment.md`` ("The client matrix")."""
+    return client_matrix.table(data(results))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tests.client_harness [--docs] [--client NAME ...]``: play the matrix and print
+    its table; with ``--docs`` (the whole matrix) save it as the docs' data and publish."""
+    parser = argparse.ArgumentParser(prog="python -m tests.client_harness", description=main.__doc__)
+    parser.add_argument("--docs", action="store_true", help="save docs/data/client_matrix.json and run the publisher")
+    parser.add_argument("--client", action="append", choices=list(CLIENTS), help="only these clients (not with --docs)")
+    args = parser.parse_args(argv)
+    if args.docs and args.client:
+        parser.error("--docs plays the whole matrix: leave --client out")
+    results = matrix(args.client)
+    print(markdown(results))
+    if args.docs:
+        root = Path(__file__).resolve().parents[1]
+        client_matrix.save(root, data(results))
+        publish.publish(root, renderers=("fleet_marl.studies.client_matrix",))
+    return 0 if all(c.ok for c in results) else 1
 
 
 __all__ = [
     "CLIENTS",
     "ENDS",
+    "EVERY_TASK",
     "MASK_LAYOUTS",
     "MAX_CYCLES",
     "OBS_MODES",
@@ -241,8 +285,14 @@ __all__ = [
     "Refused",
     "build_check",
     "cells",
+    "data",
+    "main",
     "markdown",
     "matrix",
     "run_cell",
     "scenario",
 ]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

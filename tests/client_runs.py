@@ -5,15 +5,19 @@ Each function builds its client on the scenario ``opts`` (``task``, ``obs_mode``
 ``ActionError``, so a client that carries a wrong mask fails) and steps it with random actions
 drawn from the masks the client hands out, until ``ends`` episodes have ended (counted as the
 client reports them) or ``limit`` steps. It returns a :class:`Rollout`. Where a client hands
-out no mask (PufferLib's vector API over the PettingZoo emulation, observation ``"flat"``), the
-actions come from the sub-envs' own masks.
+out no mask (PufferLib's vector API over the PettingZoo emulation, observation ``"flat"``; its
+emulation of a ``"dict"`` observation, which flattens the mask into it), the actions come from
+the ParallelEnvs' own masks.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import warnings
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,6 +48,12 @@ def sample(mask, sizes, rng: np.random.Generator) -> np.ndarray:
 def sample_rows(masks: np.ndarray, sizes, rng: np.random.Generator) -> np.ndarray:
     """(R, 8) one action per row of flat masks (R, M)."""
     return np.stack([sample(m, sizes, rng) for m in masks])
+
+
+def _mask(obs, info: dict):
+    """An agent's mask as a ParallelEnv hands it out: in its observation (``obs_mode="dict"``) or
+    its infos (``"flat"``)."""
+    return obs["action_mask"] if isinstance(obs, dict) else info["action_mask"]
 
 
 def _parallel(opts: dict):
@@ -79,32 +89,70 @@ def sb3_supersuit(opts: dict, ends: int, limit: int, rng: np.random.Generator) -
     return r
 
 
-def torchrl_wrapper(opts: dict, ends: int, limit: int, rng: np.random.Generator, use_mask: bool = False) -> Rollout:
-    """TorchRL's ``PettingZooWrapper``, by default or with ``use_mask=True, done_on_any=False``."""
+#: The PettingZoo forms TorchRL's ``PettingZooWrapper`` takes: the ParallelEnv, and the AEC env of
+#: either protocol (``fleet_marl.env(protocol=...)``), which the wrapper plays a turn per step.
+FORMS = ("parallel", "simultaneous", "sequential")
+
+
+def _pettingzoo(opts: dict, form: str):
+    return _parallel(opts) if form == "parallel" else fleet_marl.env(protocol=form, **opts)
+
+
+def masked_choices(action, mask, nvec) -> np.ndarray:
+    """(..., n) True where an agent's action (..., n, 8) takes a choice its flat mask (..., n,
+    sum(nvec)) forbids; ``nvec`` (n, 8) the agents' action sizes."""
+    action, mask = np.asarray(action), np.asarray(mask).astype(bool)
+    offsets = np.concatenate([np.zeros((len(nvec), 1), np.int64), np.cumsum(nvec, 1)[:, :-1]], 1)  # (n, 8)
+    return ~np.take_along_axis(mask, action + offsets, -1).all(-1)
+
+
+def torchrl_wrapper(opts: dict, ends: int, limit: int, rng: np.random.Generator, form: str = "parallel", use_mask: bool = False) -> Rollout:
+    """TorchRL's ``PettingZooWrapper`` over ``form`` (``FORMS``): the ParallelEnv by default or with
+    ``use_mask=True, done_on_any=False``, an AEC form with ``use_mask=True`` (TorchRL requires it).
+    ``check_env_specs``, then a rollout whose actions are TorchRL's own masked draws (no policy:
+    ``env.rand_action``, from the action spec the wrapper masks with each ``(group, "action_mask")``);
+    every action an acting agent took is checked against that mask here, and by the env, which
+    raises on a masked choice. The rollout is as long as ``ends`` episodes can be (at most ``limit``
+    rounds; an AEC form takes a turn per step, so that many rounds of turns)."""
     import torch  # the [torchrl] extra's
     from torchrl.envs.libs.pettingzoo import PettingZooWrapper  # the [torchrl] extra's
+    from torchrl.envs.utils import check_env_specs  # the [torchrl] extra's
 
-    sizes = _sizes(opts)
+    use_mask = use_mask or form != "parallel"
+    pz = _pettingzoo(opts, form)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "PettingZoo in TorchRL is tested using version")
-        env = PettingZooWrapper(_parallel(opts), use_mask=use_mask, done_on_any=False if use_mask else None, seed=0)
-
-    def policy(td):
-        masks = td["tenant", "action_mask"].numpy()
-        td["tenant", "action"] = torch.from_numpy(sample_rows(masks, sizes, rng))
-        return td
-
-    td = env.rollout(limit, policy=policy, break_when_any_done=False)
+        env = PettingZooWrapper(pz, use_mask=use_mask, done_on_any=False if use_mask else None, seed=0)
+    check_env_specs(env)
+    nvec, index = pz.unwrapped.nvec, pz.unwrapped.agent_index
+    per_step = 1 if form == "parallel" else len(pz.possible_agents)  # an AEC round is a turn per live agent, and a step per finished one
+    td = env.rollout(min(limit, ends * (opts["max_cycles"] + 1)) * per_step, break_when_any_done=False)
     done = td["next", "done"].reshape(td.shape[0], -1).any(-1)
     cut = int(np.flatnonzero(done.numpy())[ends - 1]) + 1 if int(done.sum()) >= ends else td.shape[0]
-    live = td["tenant", "mask"][:cut] if use_mask else torch.ones(td["tenant", "action_mask"].shape[:2], dtype=torch.bool)[:cut]
-    reward = td["next", "tenant", "reward"][:cut]
-    return Rollout(cut, int(done[:cut].sum()), int(live.sum()), bool(torch.isfinite(reward).all()))
+    td = td[:cut]
+    r = Rollout(cut, int(done[:cut].sum()), 0, True)
+    for group, agents in env.group_map.items():
+        acting = td[group, "mask"].numpy() if use_mask else np.ones(td[group, "action"].shape[:2], bool)
+        bad = masked_choices(td[group, "action"].numpy(), td[group, "action_mask"].numpy(), nvec[[index[a] for a in agents]])
+        assert not (bad & acting).any(), f"{group}: TorchRL drew an action its mask forbids"
+        r.agent_steps += int(acting.sum())
+        r.rewards_finite &= bool(torch.isfinite(td["next", group, "reward"]).all())
+    return r
 
 
 def torchrl_wrapper_mask(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
-    """TorchRL's ``PettingZooWrapper(use_mask=True, done_on_any=False)``."""
+    """TorchRL's ``PettingZooWrapper(use_mask=True, done_on_any=False)`` over the ParallelEnv."""
     return torchrl_wrapper(opts, ends, limit, rng, use_mask=True)
+
+
+def torchrl_wrapper_aec(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
+    """TorchRL's ``PettingZooWrapper(use_mask=True)`` over ``fleet_marl.env()`` (the AEC form)."""
+    return torchrl_wrapper(opts, ends, limit, rng, form="simultaneous")
+
+
+def torchrl_wrapper_sequential(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
+    """TorchRL's ``PettingZooWrapper(use_mask=True)`` over ``fleet_marl.env(protocol="sequential")``."""
+    return torchrl_wrapper(opts, ends, limit, rng, form="sequential")
 
 
 def rllib_parallel(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
@@ -115,7 +163,7 @@ def rllib_parallel(opts: dict, ends: int, limit: int, rng: np.random.Generator) 
     env = ParallelPettingZooEnv(_parallel(opts))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "step\\(\\) called with no live agent")  # mixed endings: RLlib's wrapper steps once more
-        return _multi_agent_rollout(env, lambda obs, infos: {a: sample(infos[a]["action_mask"], sizes, rng) for a in obs}, ends, limit)
+        return _multi_agent_rollout(env, lambda obs, infos: {a: sample(_mask(obs[a], infos[a]), sizes, rng) for a in obs}, ends, limit)
 
 
 def _multi_agent_rollout(env: Any, act, ends: int, limit: int) -> Rollout:
@@ -136,15 +184,24 @@ def _multi_agent_rollout(env: Any, act, ends: int, limit: int) -> Rollout:
 
 
 def pufferlib_emulation(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
-    """PufferLib's ``PettingZooPufferEnv`` over the ParallelEnv, stepped directly."""
+    """PufferLib's ``PettingZooPufferEnv`` over the ParallelEnv, stepped directly; with
+    ``obs_mode="dict"`` the mask is inside the emulation's flattened observation, so the actions
+    come from the ParallelEnv's own ``action_mask()``."""
     from pufferlib.emulation import PettingZooPufferEnv  # the [pufferlib] extra's
 
     sizes = _sizes(opts)
     env = PettingZooPufferEnv(env=_parallel(opts))
+    dict_mode = opts["obs_mode"] == "dict"
     _, infos = env.reset(seed=0)
     r = Rollout(0, 0, 0, True)
     while r.ends < ends and r.steps < limit:
-        acts = np.stack([sample(infos[a]["action_mask"] if a in infos else None, sizes, rng) for a in env.possible_agents])
+        live = set(env.env.agents)
+        acts = np.stack(
+            [
+                sample(None if a not in live else env.env.action_mask(a) if dict_mode else infos[a]["action_mask"], sizes, rng)
+                for a in env.possible_agents
+            ]
+        )
         r.agent_steps += len(env.agents)
         _, rew, _, _, infos = env.step(acts)
         r.steps += 1
@@ -305,11 +362,49 @@ def torchrl_native(opts: dict, ends: int, limit: int, rng: np.random.Generator) 
     return Rollout(cut, int(done[:cut].sum()), int(live.sum()), bool(torch.isfinite(td["next", "agents", "reward"]).all()))
 
 
+#: The CleanRL example, a script beside the package.
+CLEANRL_SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "cleanrl_ppo.py"
+
+
+def cleanrl_module():
+    """``experiments/cleanrl_ppo.py`` as a module (loaded once)."""
+    if "cleanrl_ppo_matrix" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("cleanrl_ppo_matrix", CLEANRL_SCRIPT)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["cleanrl_ppo_matrix"] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["cleanrl_ppo_matrix"]
+
+
+def cleanrl_example(opts: dict, ends: int, limit: int, rng: np.random.Generator) -> Rollout:
+    """The CleanRL example's actor (built for the vector env's flat masks, untrained) as its grader
+    policy (``GreedyPolicy``, which reads either ``obs_mode`` and ``mask_layout``) on the
+    ParallelEnv, one episode per seed."""
+    mod = cleanrl_module()
+    env = _parallel(opts)
+    venv = fleet_marl.vector_env(num_envs=1, task=opts["task"])
+    agent = mod.Agent(len(env.possible_agents), 34, venv.state_space.shape[-1], venv.nvec_max, 16, 1, "local", False)
+    policy = mod.GreedyPolicy(env, agent)
+    r = Rollout(0, 0, 0, True)
+    for seed in range(ends):
+        obs, infos = env.reset(seed=seed)
+        policy.reset(seed)
+        while env.agents and r.steps < limit:
+            r.agent_steps += len(env.agents)
+            obs, rew, _term, _trunc, infos = env.step(policy.act(obs, infos))  # illegal_action="raise": a masked choice raises
+            r.steps += 1
+            r.rewards_finite &= all(np.isfinite(v) for v in rew.values())
+        r.ends += not env.agents
+    return r
+
+
 RUNS: dict[str, Any] = {
     "sb3_supersuit": sb3_supersuit,
     "sb3_vecenv": sb3_vecenv,
     "torchrl_wrapper": torchrl_wrapper,
     "torchrl_wrapper_mask": torchrl_wrapper_mask,
+    "torchrl_wrapper_aec": torchrl_wrapper_aec,
+    "torchrl_wrapper_sequential": torchrl_wrapper_sequential,
     "rllib_parallel": rllib_parallel,
     "pufferlib_emulation": pufferlib_emulation,
     "pufferlib_vector": pufferlib_vector,
@@ -318,6 +413,7 @@ RUNS: dict[str, Any] = {
     "rllib_env": rllib_env,
     "rllib_vector": rllib_vector,
     "torchrl_native": torchrl_native,
+    "cleanrl_example": cleanrl_example,
 }
 
-__all__ = ["RUNS", "Rollout", "sample", "sample_rows"]
+__all__ = ["FORMS", "RUNS", "Rollout", "masked_choices", "sample", "sample_rows"]

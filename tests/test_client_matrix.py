@@ -1,17 +1,18 @@
 """The outside-client matrix of issue 32 (docs/environment.md, "Outside clients"): every client
-x obs_mode x mask_layout x a small and a large task (tiny, hard) either runs a rollout past two
-episode ends with finite rewards and every action allowed by its masks (illegal_action="raise":
-a masked choice is an ActionError), or is refused when it is built, with an error that names a
-combination that works. The CleanRL example's cells play its policy on the ParallelEnv; the
-other clients' are tests/client_harness.py's. Also: the docs' table is the matrix's, and the
-clients' bench runs."""
+x obs_mode x mask_layout x its tasks (a small and a large one, tiny and hard; every registered
+task for TorchRL's PettingZooWrapper over the ParallelEnv and both AEC forms) either runs a
+rollout past two episode ends with finite rewards and every action allowed by its masks
+(illegal_action="raise": a masked choice is an ActionError), or is refused when it is built,
+with an error that names a combination that works (tests/client_harness.py). Also: the docs'
+table is rendered from the matrix's committed data, which is what the matrix plays now, and
+the clients' bench runs."""
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +20,14 @@ import pytest
 import torch
 
 import fleet_marl
-from tests.client_harness import CLIENTS, ENDS, MASK_LAYOUTS, OBS_MODES, TASKS, Cell, cells, markdown, run_cell, scenario
+from fleet_marl.environment import ActionError
+from fleet_marl.studies import client_matrix
+from tests.client_harness import CLIENTS, ENDS, MASK_LAYOUTS, OBS_MODES, Cell, cells, data, run_cell, scenario
+from tests.client_runs import FORMS, masked_choices
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "experiments" / "cleanrl_ppo.py"
 #: The adapters of this package: a refused cell is the constructor's own error.
 ADAPTERS = {
     "sb3_vecenv": lambda **kw: __import__("fleet_marl.clients.sb3", fromlist=["x"]).FleetSB3VecEnv(num_clusters=1, **kw),
@@ -75,23 +78,18 @@ def test_every_client_runs_somewhere_and_each_refusal_names_a_combination_that_r
                 assert named and any(mine[k].status == "runs" for k in named), (name, c.message)
 
 
-def test_the_docs_table_is_the_matrix():
-    results = [cell(*key) for key in cells()]
-    table = markdown(results)
-    docs = (ROOT / "docs" / "environment.md").read_text()
-    for row in table.splitlines()[2:]:
-        assert row in docs, f"docs/environment.md's 'Outside clients' table lacks (or differs from) the row\n{row}"
+def test_the_docs_data_is_the_matrix_and_the_table_is_its_rendering():
+    """docs/data/client_matrix.json holds what the matrix plays now (refresh it with
+    python -m tests.client_harness --docs), and docs/environment.md's table is its rendering."""
+    live = data([cell(*key) for key in cells()])
+    committed = client_matrix.load(ROOT)
+    assert committed is not None, f"no {client_matrix.DATA}: run python -m tests.client_harness --docs"
+    assert committed["clients"] == live["clients"], "the matrix's clients changed: run python -m tests.client_harness --docs"
+    assert committed["cells"] == live["cells"], "a cell's verdict changed: run python -m tests.client_harness --docs"
+    assert client_matrix.block(committed) in (ROOT / client_matrix.DOC).read_text()
 
 
-@pytest.mark.parametrize(
-    "client,obs_mode,mask_layout",
-    [
-        ("torchrl_wrapper", "flat", "dims"),
-        ("torchrl_wrapper", "dict", "flat"),
-        ("torchrl_wrapper_mask", "flat", "dims"),
-        ("sb3_supersuit", "dict", "flat"),
-    ],
-)
+@pytest.mark.parametrize("client,obs_mode,mask_layout", [("sb3_supersuit", "dict", "flat"), ("sb3_supersuit", "dict", "dims")])
 def test_a_refused_third_party_cell_does_fail_without_the_refusal(client, obs_mode, mask_layout):
     """The refusals of the wrappers of the ParallelEnv are needed: built anyway, the wrapper
     fails (so a refused cell is never one that works)."""
@@ -101,38 +99,40 @@ def test_a_refused_third_party_cell_does_fail_without_the_refusal(client, obs_mo
         RUNS[client](scenario("tiny", obs_mode, mask_layout), ENDS, 10, np.random.default_rng(0))
 
 
-# --- the CleanRL example (experiments/cleanrl_ppo.py) --------------------------------------------
+# --- TorchRL's PettingZooWrapper: its masks are the env's -----------------------------------------
 
 
-def _cleanrl():
-    spec = importlib.util.spec_from_file_location("cleanrl_ppo_matrix", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["cleanrl_ppo_matrix"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("obs_mode,mask_layout", [("flat", "dims"), ("dict", "flat")])
+def test_torchrl_wrapper_masks_are_what_keeps_its_actions_legal(form, obs_mode, mask_layout):
+    """The wrapper's cells run because TorchRL draws within the env's masks: its
+    ("tenant_i" or "tenant", "action_mask") is the env's mask (flat), and actions drawn
+    ignoring it take masked choices, which the env (illegal_action="raise") refuses."""
+    from torchrl.envs.libs.pettingzoo import PettingZooWrapper
 
-
-@pytest.mark.parametrize("task", TASKS)
-@pytest.mark.parametrize("obs_mode", OBS_MODES)
-@pytest.mark.parametrize("mask_layout", MASK_LAYOUTS)
-def test_cleanrl_example_policy_plays_every_cell(task, obs_mode, mask_layout):
-    """The script's actor (trained on the vector env's flat masks) as its grader policy
-    (GreedyPolicy, which reads either obs_mode and mask_layout) plays two episodes."""
-    mod = _cleanrl()
-    env = fleet_marl.parallel_env(**scenario(task, obs_mode, mask_layout))
-    venv = fleet_marl.vector_env(num_envs=1, task=task)
-    agent = mod.Agent(len(env.possible_agents), 34, venv.state_space.shape[-1], venv.nvec_max, 16, 1, "local", False)
-    policy = mod.GreedyPolicy(env, agent)
-    ends = steps = 0
-    for seed in range(ENDS):
-        obs, infos = env.reset(seed=seed)
-        policy.reset(seed)
-        while env.agents:
-            obs, rew, _term, _trunc, infos = env.step(policy.act(obs, infos))  # illegal_action="raise": a masked choice raises
-            steps += 1
-            assert all(np.isfinite(r) for r in rew.values())
-        ends += 1
-    assert ends == ENDS and steps == ENDS * 3
+    opts = scenario("easy", obs_mode, mask_layout)
+    pz = fleet_marl.parallel_env(**opts) if form == "parallel" else fleet_marl.env(protocol=form, **opts)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "PettingZoo in TorchRL is tested using version")
+        env = PettingZooWrapper(pz, use_mask=form != "parallel", seed=0)
+    td = env.reset()
+    u = pz.unwrapped
+    for group, agents in env.group_map.items():
+        for k, a in enumerate(agents):
+            if form == "parallel" or a == pz.agent_selection:
+                want = np.concatenate(u.action_mask(a)) if mask_layout == "dims" else u.action_mask(a)
+                np.testing.assert_array_equal(td[group, "action_mask"][k].numpy(), want.astype(bool))
+    # an action drawn ignoring the mask that tenant_0 (the first to act in every form) is handed
+    nvec, first = u.nvec[0], next(iter(env.group_map))
+    uniform = torch.stack([torch.randint(0, int(n), (200,)) for n in nvec], -1)  # (200, 8) over every choice
+    bad = masked_choices(
+        uniform[:, None].numpy(), np.broadcast_to(td[first, "action_mask"][0].numpy(), (200, 1, int(nvec.sum()))), nvec[None]
+    )
+    assert bad.any()
+    for group, agents in env.group_map.items():
+        td[group, "action"] = uniform[bad[:, 0]][:1].expand(len(agents), -1).clone()
+    with pytest.raises(ActionError, match="a choice the action mask allows"):
+        env.step(td)
 
 
 def test_importing_the_clients_packages_loads_no_client_or_torch():

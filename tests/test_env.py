@@ -460,22 +460,47 @@ def test_masks_forbid_missing_precisions_weight_only_training_and_unaffordable_g
     assert env.action_mask("tenant_0")[0].tolist() == [1, 1, 1, 1, 0, 0, 0, 0, 0]
 
 
-def test_dict_observation_carries_the_mask():
+def test_dict_observation_carries_the_mask_and_the_infos_do_not():
+    """PettingZoo's convention (and what TorchRL's PettingZooWrapper needs): with obs_mode="dict"
+    the mask is in the observation only; the infos keep every other key, in order."""
     env = fleet_marl.parallel_env(task="easy", obs_mode="dict")
+    flat_env = fleet_marl.parallel_env(task="easy")
     obs, infos = env.reset(seed=0)
-    for a in env.agents:
-        assert set(obs[a]) == {"observation", "action_mask"}
-        for m1, m2 in zip(obs[a]["action_mask"], infos[a]["action_mask"], strict=False):
-            assert np.array_equal(m1, m2)
-        sample = env.action_space(a).sample(mask=obs[a]["action_mask"])
-        assert env.action_space(a).contains(sample)
+    _, flat_infos = flat_env.reset(seed=0)
+    for _ in range(2):
+        for a in env.agents:
+            assert set(obs[a]) == {"observation", "action_mask"}
+            for m1, m2 in zip(obs[a]["action_mask"], env.action_mask(a), strict=True):
+                assert np.array_equal(m1, m2)
+            assert list(infos[a]) == [k for k in flat_infos[a] if k != "action_mask"]
+            sample = env.action_space(a).sample(mask=obs[a]["action_mask"])
+            assert env.action_space(a).contains(sample)
+        acts = {a: np.array([4, 2, 1, 1, 1, 1, 1, 3]) for a in env.agents}
+        obs, _, _, _, infos = env.step(acts)
+        _, _, _, _, flat_infos = flat_env.step(acts)
+
+
+def test_the_dims_mask_reads_as_the_flat_vector_through_dlpack():
+    """A "dims" mask is a tuple of 8 arrays that torch and numpy read, through DLPack, as the
+    "flat" layout's vector: how TorchRL's PettingZooWrapper makes it a tensor."""
+    import torch
+
+    dims = fleet_marl.parallel_env(task="easy")
+    flat = fleet_marl.parallel_env(task="easy", mask_layout="flat")
+    _, infos = dims.reset(seed=0)
+    _, flat_infos = flat.reset(seed=0)
+    m = infos["tenant_0"]["action_mask"]
+    assert isinstance(m, tuple) and len(m) == 8 and [len(d) for d in m] == dims.nvec[0].tolist()
+    np.testing.assert_array_equal(torch.as_tensor(m).numpy(), flat_infos["tenant_0"]["action_mask"])
+    np.testing.assert_array_equal(np.from_dlpack(m), flat_infos["tenant_0"]["action_mask"])
+    assert torch.tensor(m, dtype=torch.bool).shape == (int(dims.nvec[0].sum()),)
 
 
 @pytest.mark.parametrize("obs_mode", ["flat", "dict"])
 def test_flat_mask_layout_is_the_dims_tuple_concatenated(obs_mode):
     """mask_layout="flat": one int8 vector of length sum(nvec) per agent, the 8 per-dimension
-    masks one after another, in infos, in the dict observation (its space to match), from
-    action_mask(); the action space samples from it; the episode is the same."""
+    masks one after another, in infos (obs_mode="flat") or in the dict observation (its space to
+    match), from action_mask(); the action space samples from it; the episode is the same."""
     cfg = task_dict("tiny")
     cfg["tenants"][0]["budget"] = 0.35  # three GPU-rounds: the GPU mask is cut
     dims = fleet_marl.parallel_env(config=cfg, obs_mode=obs_mode)
@@ -486,17 +511,17 @@ def test_flat_mask_layout_is_the_dims_tuple_concatenated(obs_mode):
     while dims.agents:
         for a in dims.agents:
             i = dims.agent_index[a]
-            m = fi[a]["action_mask"]
+            m, dm = (fi[a]["action_mask"], di[a]["action_mask"]) if obs_mode == "flat" else (fo[a]["action_mask"], do[a]["action_mask"])
             assert isinstance(m, np.ndarray) and m.dtype == np.int8 and m.shape == (int(dims.nvec[i].sum()),)
-            np.testing.assert_array_equal(m, np.concatenate(di[a]["action_mask"]))
+            np.testing.assert_array_equal(m, np.concatenate(dm))
             np.testing.assert_array_equal(flat.action_mask(a), m)
             if obs_mode == "dict":
-                np.testing.assert_array_equal(fo[a]["action_mask"], m)
+                assert "action_mask" not in fi[a] and "action_mask" not in di[a]  # in the observation only
                 assert flat.observation_space(a).contains(fo[a]) and dims.observation_space(a).contains(do[a])
                 assert isinstance(flat.observation_space(a)["action_mask"], gymnasium.spaces.MultiBinary)
             sample = flat.action_space(a).sample(mask=m)
-            assert all(d[k] for d, k in zip(di[a]["action_mask"], sample, strict=False))
-        acts = masked_random(dims, di, rng)
+            assert all(d[k] for d, k in zip(dm, sample, strict=False))
+        acts = masked_random(dims, di if obs_mode == "flat" else do, rng)
         do, dr, dt, dtr, di = dims.step(acts)
         fo, fr, ft, ftr, fi = flat.step(acts)
         assert (dr, dt, dtr) == (fr, ft, ftr)

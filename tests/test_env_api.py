@@ -99,7 +99,7 @@ def test_observations_inside_space_and_float32(task, mode, layout):
         for a in env.agents:
             space = env.action_space(a)
             space.seed(int(rng.integers(1 << 31)))
-            acts[a] = space.sample(infos[a]["action_mask"])
+            acts[a] = space.sample(obs[a]["action_mask"] if mode == "dict" else infos[a]["action_mask"])  # dict: the mask is in obs only
         obs, _, _, _, infos = env.step(acts)
         steps += 1
     assert steps >= 1

@@ -23,13 +23,16 @@ Actions -- ``MultiDiscrete`` per tenant, ``ACTION_FIELDS``:
 
 Action mask -- the env option ``mask_layout`` (``MASK_LAYOUTS``): ``"dims"`` (default) a
     tuple of 8 int8 arrays, one per action dimension, the layout gymnasium's
-    ``MultiDiscrete.sample(mask=...)`` and PettingZoo's test suites take; ``"flat"`` one int8
-    vector of length ``sum(nvec)``, the 8 concatenated in action order, what TorchRL's
-    ``PettingZooWrapper`` and ``MultiCategorical`` (and most learners) take; its action space
-    samples from it too. Masked out: precisions the tenant's GPU lacks, INT8/INT4 for training
-    (weight-only formats), and GPU counts the budget cannot pay for at the lowest bid. It is
+    ``MultiDiscrete.sample(mask=...)`` and PettingZoo's test suites take (a ``DimsMask``, which
+    torch and numpy read through DLPack as the ``"flat"`` vector, so TorchRL's
+    ``PettingZooWrapper`` takes it too); ``"flat"`` one int8 vector of length ``sum(nvec)``, the 8
+    concatenated in action order, what TorchRL's ``MultiCategorical`` (and most learners) take;
+    its action space samples from it too. Masked out: precisions the tenant's GPU lacks,
+    INT8/INT4 for training (weight-only formats), and GPU counts the budget cannot pay for at
+    the lowest bid. It is
     ``obs["action_mask"]`` in ``obs_mode="dict"`` (the observation space matches the layout),
-    ``infos[agent]["action_mask"]`` in both modes and ``env.action_mask(agent)``. A masked
+    ``infos[agent]["action_mask"]`` in ``obs_mode="flat"`` (with ``"dict"`` the mask is in the
+    observation only, PettingZoo's convention) and ``env.action_mask(agent)``. A masked
     choice sets ``infos[agent]["illegal"]`` and its fields in ``infos[agent]["illegal_fields"]``
     ((8,) bool over ``ACTION_FIELDS``): a masked precision is vetoed (the tenant runs nothing
     that round), a masked GPU count is capped at what the budget affords at the bid. With
@@ -54,8 +57,9 @@ Infos -- after ``reset()`` and every ``step()`` each live agent's info has the s
     ``reward_<scheme>`` per computed scheme, ``utility``, ``welfare``, ``requested``,
     ``alloc``, ``throttled``, ``starved``, ``starvation_streak``, ``fair_share``,
     ``degenerate`` (either of ``lowest_precision``, ``hoarding``), ``illegal``,
-    ``illegal_fields``, ``action_mask``, ``oom``, ``vetoed``, ``unsafe_numerics``,
-    ``projected``, ``tripped``, ``restarted``; after ``reset()`` all 0 / False but the mask.
+    ``illegal_fields``, ``action_mask`` (``obs_mode="flat"`` only), ``oom``, ``vetoed``,
+    ``unsafe_numerics``, ``projected``, ``tripped``, ``restarted``; after ``reset()`` all 0 /
+    False but the mask.
     An agent's episode report (``fairness.summary()`` on the step it finished) is in
     ``env.episode_reports``, not in the infos (a key in some steps only breaks TorchRL's
     ``PettingZooWrapper``; SB3 reads ``info["episode"]`` as its own report).

@@ -1,7 +1,8 @@
 """The infos of a step of the ParallelEnv: the keys every agent's info carries, in order (each
-computed scheme's reward, ``REWARD_PREFIX + scheme``, then ``INFO_KEYS``), their values after
-``reset()`` (``RESET_VALUES``), :class:`AgentInfo` (one agent's info, whose missing
-``reward_<scheme>`` says how to ask for it) and :func:`scheme_rewards`.
+computed scheme's reward, ``REWARD_PREFIX + scheme``, then ``INFO_KEYS``; no ``action_mask`` with
+``obs_mode="dict"``, whose observation holds the mask), their values after ``reset()``
+(``RESET_VALUES``; :func:`info_layout` gives both for an env), :class:`AgentInfo` (one agent's
+info, whose missing ``reward_<scheme>`` says how to ask for it) and :func:`scheme_rewards`.
 """
 
 from __future__ import annotations
@@ -38,7 +39,20 @@ REWARD_PREFIX = "reward_"
 #: The info values after ``reset()`` (no round played yet), in ``INFO_KEYS`` order;
 #: ``illegal_fields`` and ``action_mask`` are filled per agent.
 _BEFORE_FLAGS = (0.0, 0.0, 0, 0, False, False, 0, 0.0, False, False, False, False, None, None)
+
 RESET_VALUES = _BEFORE_FLAGS + (False,) * len(FLAG_KEYS) + (0.0,) * len(OUTCOME_KEYS)
+
+
+def info_layout(schemes: tuple[str, ...], with_mask: bool = True) -> tuple[tuple[str, ...], dict]:
+    """(the info keys in order, their values after ``reset()``) of an env computing ``schemes``:
+    each scheme's reward, then ``INFO_KEYS``, ``action_mask`` left out unless ``with_mask``
+    (``obs_mode="flat"``; with ``"dict"`` the mask is in the observation only, PettingZoo's
+    convention, which TorchRL's ``PettingZooWrapper`` needs: it takes the mask out of the
+    observation and would find a second one in the infos, with no spec). ``illegal_fields``
+    and ``action_mask`` are None here: the env fills them per agent."""
+    pairs = [(REWARD_PREFIX + k, 0.0) for k in schemes] + list(zip(INFO_KEYS, RESET_VALUES, strict=True))
+    pairs = [(k, v) for k, v in pairs if with_mask or k != "action_mask"]
+    return tuple(k for k, _ in pairs), dict(pairs)
 
 
 class AgentInfo(dict):
@@ -60,4 +74,4 @@ def scheme_rewards(info: dict) -> dict[str, float]:
     return {k[n:]: v for k, v in info.items() if k.startswith(REWARD_PREFIX)}
 
 
-__all__ = ["FLAG_KEYS", "INFO_KEYS", "OUTCOME_KEYS", "RESET_VALUES", "REWARD_PREFIX", "AgentInfo", "scheme_rewards"]
+__all__ = ["FLAG_KEYS", "INFO_KEYS", "OUTCOME_KEYS", "RESET_VALUES", "REWARD_PREFIX", "AgentInfo", "info_layout", "scheme_rewards"]

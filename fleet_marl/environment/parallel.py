@@ -17,7 +17,7 @@ from fleet_marl.checks import is_seed
 from fleet_marl.config import FleetConfig
 from fleet_marl.credit import Credit
 from fleet_marl.environment import core
-from fleet_marl.environment.infos import FLAG_KEYS, INFO_KEYS, OUTCOME_KEYS, RESET_VALUES, REWARD_PREFIX, AgentInfo, scheme_rewards
+from fleet_marl.environment.infos import FLAG_KEYS, OUTCOME_KEYS, REWARD_PREFIX, AgentInfo, info_layout, scheme_rewards
 from fleet_marl.environment.render import render_frame
 from fleet_marl.environment.spaces import (
     ACTION_FIELDS,
@@ -128,9 +128,9 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
             self.mask_layout,
         )
         self.reward_schemes = cs.schemes  # the schemes computed each round: infos[agent]["reward_<scheme>"]
-        #: the info keys, in order: each computed scheme's reward, then INFO_KEYS
-        self._info_keys = tuple(REWARD_PREFIX + k for k in cs.schemes) + INFO_KEYS
-        self._reset_info = dict(zip(self._info_keys, (0.0,) * len(cs.schemes) + RESET_VALUES, strict=True))
+        #: the info keys, in order: each computed scheme's reward, then INFO_KEYS (without
+        #: action_mask with obs_mode="dict": the mask is in the observation, PettingZoo's convention)
+        self._info_keys, self._reset_info = info_layout(cs.schemes, with_mask=self.obs_mode == "flat")
         # the documented default action (difference_default, Themis)
         self.default_action_index, self.default_actions = cs.default_index, cs.default_actions
         self.rounds_alone = cs.rounds_alone
@@ -174,10 +174,10 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
         masks = self._masks()
         observations_ = self._observations(obs_m, masks, self.agents)
         # the same keys as every step's infos, with the values of no round played
-        infos = {
-            a: AgentInfo(self._reset_info, illegal_fields=np.zeros(N_ACT, bool), action_mask=masks[self.agent_index[a]])
-            for a in self.agents
-        }
+        infos = {a: AgentInfo(self._reset_info, illegal_fields=np.zeros(N_ACT, bool)) for a in self.agents}
+        if self.obs_mode == "flat":
+            for a in self.agents:
+                infos[a]["action_mask"] = masks[self.agent_index[a]]
         if self.render_mode == "human":
             self.render()
         return observations_, infos
@@ -235,7 +235,7 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
             hoarding.tolist(),
             np.logical_or.reduce(illegal, axis=1).tolist(),
             illegal,
-            masks,
+            *((masks,) if self.obs_mode == "flat" else ()),
             *(getattr(o, k)[0].tolist() for k in FLAG_KEYS + OUTCOME_KEYS),
             strict=True,
         )

@@ -20,7 +20,8 @@ observations     the simultaneous protocol's ``OBS_FIELDS`` of the round's start
                  ``CLAIM_FIELDS``: GPUs requested and bid on its pool by the tenants before it
                  this round, how many of its pool claimed and are still to claim, and its place
                  in the order (``SEQUENTIAL_OBS_INDEX`` names every column). ``obs_mode="dict"``
-                 adds ``action_mask`` in the env's ``mask_layout``, as in the other forms
+                 adds ``action_mask`` in the env's ``mask_layout`` (and takes it out of the
+                 infos), as in the other forms
 clearing         once per round, after the last claim: the collected joint action goes through
                  the simultaneous protocol's round (:class:`FleetParallelEnv`'s ``step``, the
                  array core's one kernel call with every counterfactual row), so dynamics,
@@ -49,6 +50,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pettingzoo import AECEnv
 
+from fleet_marl.environment.infos import AgentInfo
 from fleet_marl.environment.parallel import FleetParallelEnv
 from fleet_marl.environment.render import render_frame
 from fleet_marl.environment.spaces import N_CLAIM, N_OBS, OBS_MODES, AgentSpaces, build_spaces
@@ -170,7 +172,7 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
         self._ready = True
         self.agents = self.env.agents[:]
         self._base = obs
-        self.infos = infos
+        self.infos = self._infos(infos, self.agents)
         self.rewards = dict.fromkeys(self.agents, 0.0)
         self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
         self.terminations = dict.fromkeys(self.agents, False)
@@ -213,7 +215,7 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
         self.rewards = {a: rewards[a] for a in self.agents}
         self.terminations = {a: terms[a] for a in self.agents}
         self.truncations = {a: truncs[a] for a in self.agents}
-        self.infos = {a: infos[a] for a in self.agents}
+        self.infos = self._infos(infos, self.agents)
         self._accumulate_rewards()
         self._start_round()
         self._deads_step_first()
@@ -228,8 +230,16 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
         vec = np.concatenate([self._base[agent], self._turns.features()[0, i]])
         if self.obs_mode == "flat":
             return vec
-        mask = self.infos[agent]["action_mask"] if agent in self.infos else self.env.action_mask(agent)
+        mask = self._masks[agent] if agent in self.infos else self.env.action_mask(agent)
         return {"observation": vec, "action_mask": mask}
+
+    def _infos(self, infos: dict, agents: list[str]) -> dict:
+        """The round engine's infos of ``agents``; with ``obs_mode="dict"`` without ``action_mask``
+        (kept for :meth:`observe`: the mask is in the observation only, as in the ParallelEnv)."""
+        self._masks = {a: infos[a]["action_mask"] for a in agents}
+        if self.obs_mode == "flat":
+            return {a: infos[a] for a in agents}
+        return {a: AgentInfo((k, v) for k, v in infos[a].items() if k != "action_mask") for a in agents}
 
     @property
     def claims(self) -> dict[str, dict]:

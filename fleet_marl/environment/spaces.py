@@ -44,6 +44,27 @@ class FlatMaskMultiDiscrete(gymnasium.spaces.MultiDiscrete):
         return super().sample(mask=mask, probability=probability)
 
 
+class DimsMask(tuple):
+    """One tenant's mask in the ``"dims"`` layout: a tuple of 8 ``int8`` arrays, one per action
+    dimension (what gymnasium's ``MultiDiscrete.sample(mask=)`` and PettingZoo's tests take), that
+    array libraries read as the ``"flat"`` vector through DLPack: ``torch.as_tensor(mask)`` and
+    ``np.from_dlpack(mask)`` give the 8 concatenated, shape ``(sum(nvec),)``. That is how TorchRL's
+    ``PettingZooWrapper``, which makes a tensor of every info and mask value, takes it (a plain
+    tuple of arrays of different lengths is no tensor)."""
+
+    __slots__ = ()
+
+    def flat(self) -> np.ndarray:
+        """The mask in the ``"flat"`` layout: the 8 arrays concatenated (a fresh array)."""
+        return np.concatenate(self)
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.flat().__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self.flat().__dlpack_device__()
+
+
 def mask_space(nvec_row: np.ndarray, mask_layout: str = "dims") -> gymnasium.spaces.Space:
     """The space of one tenant's action mask: ``Tuple(MultiBinary(n) for n in nvec)``
     (``"dims"``) or ``MultiBinary(sum(nvec))`` (``"flat"``)."""
@@ -58,7 +79,7 @@ def check_mask_layout(mask_layout) -> str:
         raise ValueError(
             f"mask_layout = {mask_layout!r}: expected 'dims' (a tuple of 8 int8 arrays, one per action dimension: "
             "PettingZoo's tests, MultiDiscrete.sample(mask=)) or 'flat' (one int8 vector of length sum(nvec), "
-            "the 8 concatenated: TorchRL's PettingZooWrapper and MultiCategorical)"
+            "the 8 concatenated: one logits mask over the heads, as TorchRL's MultiCategorical takes it)"
         )
     return mask_layout
 
@@ -119,9 +140,9 @@ class ActionMasks:
         # the "flat" layout's template per tenant: every GPU count allowed
         self._flat_static = [np.concatenate([self._full_gpu[i], *self._static[i]]) for i in range(st.T)]
 
-    def __call__(self, afford: np.ndarray) -> list[tuple[np.ndarray, ...]]:
-        """Every tenant's mask when it can afford ``afford[i]`` GPUs (``"dims"`` layout,
-        read-only arrays)."""
+    def __call__(self, afford: np.ndarray) -> list[DimsMask]:
+        """Every tenant's mask when it can afford ``afford[i]`` GPUs (``"dims"`` layout: a
+        :class:`DimsMask` of read-only arrays)."""
         out = []
         for i in range(len(self._static)):
             if afford[i] >= self.max_gpus[i]:
@@ -129,7 +150,7 @@ class ActionMasks:
             else:
                 g = (self._gpu_range[i] <= afford[i]).astype(np.int8)
                 g.setflags(write=False)
-            out.append((g, *self._static[i]))
+            out.append(DimsMask((g, *self._static[i])))
         return out
 
     def flat(self, afford: np.ndarray) -> list[np.ndarray]:
@@ -194,6 +215,7 @@ class AgentSpaces:
 __all__ = [
     "ActionMasks",
     "AgentSpaces",
+    "DimsMask",
     "EmptyStep",
     "FlatMaskMultiDiscrete",
     "action_nvec",

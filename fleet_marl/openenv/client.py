@@ -28,7 +28,7 @@ from fleet_marl.checks import is_seed
 from fleet_marl.config import FleetConfig, from_dict
 from fleet_marl.environment import OBS_MODES, REWARD_PREFIX, ActionError, FleetParallelEnv
 from fleet_marl.environment.observations import ObservedRound, observed_round
-from fleet_marl.environment.spaces import EmptyStep, check_agent, departed, parse_action
+from fleet_marl.environment.spaces import DimsMask, EmptyStep, check_agent, departed, parse_action
 from fleet_marl.openenv.base import config_digest
 from fleet_marl.openenv.models import (
     FleetEgoAction,
@@ -250,7 +250,7 @@ class RemoteParallelEnv(ParallelEnv):
         self.agents = list(obs.agents)
         self._round = obs.round
         self._state_vec = np.asarray(obs.state, np.float32)
-        self._remote_masks = {a: tuple(np.asarray(m, np.int8) for m in ms) for a, ms in obs.action_masks.items()}
+        self._remote_masks = {a: DimsMask(np.asarray(m, np.int8) for m in ms) for a, ms in obs.action_masks.items()}
         observations = {}
         for a, o in obs.observations.items():
             vec = np.asarray(o, np.float32)
@@ -265,7 +265,8 @@ class RemoteParallelEnv(ParallelEnv):
             info = {**{REWARD_PREFIX + s: v for s, v in schemes.items()}, **info}
             if "illegal_fields" in info:
                 info["illegal_fields"] = np.asarray(info["illegal_fields"], bool)
-            info["action_mask"] = self._remote_masks[a]
+            if self.obs_mode == "flat":  # with "dict" the mask is in the observation only, as in the local env
+                info["action_mask"] = self._remote_masks[a]
             infos[a] = info
         return observations, infos
 

@@ -18,6 +18,7 @@ has ``blocks(root) -> [(doc, start, end, text), ...]``:
 ``fleet_marl.studies.credit.first_study``   the first study's blocks from ``docs/data/credit_assignment*/``
 ``fleet_marl.studies.manifest``             ``openenv.yaml``'s declared task count, from the task registry
 ``fleet_marl.studies.coupling_command``     environment.md's coupling table, from ``docs/data/coupling.json``
+``fleet_marl.studies.client_matrix``        environment.md's client table, from ``docs/data/client_matrix.json``
 ==========================================  ========================================================
 
 :func:`render` is what the docs should say, :func:`publish` writes it (only the files that
@@ -49,6 +50,7 @@ RENDERERS = (
     "fleet_marl.studies.credit.first_study",
     "fleet_marl.studies.manifest",
     "fleet_marl.studies.coupling_command",
+    "fleet_marl.studies.client_matrix",
 )
 
 EXAMPLES = """examples:
