@@ -38,8 +38,11 @@ Action mask -- the env option ``mask_layout`` (``MASK_LAYOUTS``): ``"dims"`` (de
     that round), a masked GPU count is capped at what the budget affords at the bid. With
     ``illegal_action="raise"`` either is an :class:`ActionError`.
 
-Observations -- float32 in [0, 1], ``OBS_FIELDS`` (normalizations in the docs). ``state()``
-    is every tenant's row followed by each node's temperature and each rack's power.
+Observations -- float32 in [0, 1], ``OBS_FIELDS`` (normalizations in the docs); with a coupling
+    switch of the scenario on (``coupled(config)``) every observation ends with
+    ``COUPLING_FIELDS`` (``env.obs_fields`` names an env's columns). ``state()`` is every
+    tenant's ``OBS_FIELDS`` row followed by each node's temperature and each rack's power (then
+    every tenant's ``COUPLING_FIELDS``, when coupled).
 
 Rewards -- ``reward_scheme``: local, global, mixed, difference, difference_default, shapley
     (``fleet_marl.credit``). Each computed scheme's value is in ``infos[agent]["reward_<scheme>"]``
@@ -94,14 +97,20 @@ from fleet_marl.environment.spaces import (
     ACTION_FIELDS,
     BATCH_LEVELS,
     CLAIM_FIELDS,
+    COUPLING_FIELDS,
+    COUPLING_INDEX,
     MASK_LAYOUTS,
     N_ACT,
     N_CLAIM,
+    N_COUPLING,
     N_OBS,
     OBS_FIELDS,
     OBS_MODES,
     SEQUENTIAL_OBS_INDEX,
     ActionError,
+    coupled,
+    has_claims,
+    obs_fields,
 )
 from fleet_marl.environment.vector import FleetVectorEnv
 
@@ -113,9 +122,12 @@ __all__ = [
     "ACTION_FIELDS",
     "BATCH_LEVELS",
     "CLAIM_FIELDS",
+    "COUPLING_FIELDS",
+    "COUPLING_INDEX",
     "MASK_LAYOUTS",
     "N_ACT",
     "N_CLAIM",
+    "N_COUPLING",
     "N_OBS",
     "OBS_FIELDS",
     "OBS_MODES",
@@ -126,7 +138,10 @@ __all__ = [
     "FleetSequentialEnv",
     "FleetSequentialVectorEnv",
     "FleetVectorEnv",
+    "coupled",
     "env",
+    "has_claims",
+    "obs_fields",
     "parallel_env",
     "raw_env",
     "scheme_rewards",

@@ -1,11 +1,15 @@
 """The action and observation fields of ``fleet_v0``: ``ACTION_FIELDS`` names the 8 dimensions of
 each tenant's ``MultiDiscrete`` action (``BATCH_LEVELS`` the batch sizes ``batch_level`` selects,
 ``PREC`` the precision dimensions), ``OBS_FIELDS`` the observation features (their normalizations
-are in :mod:`fleet_marl.environment.observations`), ``CLAIM_FIELDS`` the sequential protocol's;
-:func:`decode_actions` turns action indices into the kernel's ``Actions``.
+are in :mod:`fleet_marl.environment.observations`), ``CLAIM_FIELDS`` the sequential protocol's,
+``COUPLING_FIELDS`` those of a scenario with a coupling switch on (:func:`coupled`;
+:func:`obs_fields` gives an env's columns in order); :func:`decode_actions` turns action indices
+into the kernel's ``Actions``.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -66,6 +70,24 @@ N_OBS = len(OBS_FIELDS)
 #: Index of each observation feature by name.
 OBS_INDEX = {name: i for i, (name, _) in enumerate(OBS_FIELDS)}
 
+#: The features every observation ends with when a coupling switch of the scenario is on
+#: (:func:`coupled`: any of ``config.coupling``'s switches; docs/model.md section 12): what the
+#: tenant paid for sharing the cluster last round, after ``OBS_FIELDS`` (and after
+#: ``CLAIM_FIELDS`` under the sequential protocol, so every other column keeps its index). All
+#: in [0, 1]; before the first round 0, but ``power_headroom`` 1. With every switch off the
+#: observation has none of them (the spaces of the uncoupled tasks are unchanged).
+COUPLING_FIELDS: tuple[tuple[str, str], ...] = (
+    ("slowdown", "1 - 1 / (step-time factor from the contention on the shared links it crossed last round): 0 unslowed"),
+    ("link_load", "offered load / capacity of the most loaded shared link it crossed last round, x / (x + 1) (0: none)"),
+    ("power_headroom", "(rack cap - rack power last round) / rack cap of the tightest rack it ran on (not running: of its pool's racks)"),
+    ("restart_lost", "seconds of last round lost to a restart / round_seconds (1: the restart took the whole round)"),
+    ("ttft_tail", "serve: TTFT p99 last round / its TTFT SLO, x / (x + 1) (0.5 at the SLO); train: 0"),
+)
+N_COUPLING = len(COUPLING_FIELDS)
+#: Index of each coupling feature by name, counted from the first coupling column (the
+#: observation's column ``n_features - N_COUPLING + i``; :func:`obs_fields` names every column).
+COUPLING_INDEX = {name: i for i, (name, _) in enumerate(COUPLING_FIELDS)}
+
 #: The features the sequential protocol (``fleet_marl.env(protocol="sequential")``) appends
 #: to every observation, after ``OBS_FIELDS``: the claims made this round by the tenants
 #: before it in the turn order, on its own pool (the GPU type it runs on, the only pool it can
@@ -83,6 +105,30 @@ N_CLAIM = len(CLAIM_FIELDS)
 SEQUENTIAL_OBS_INDEX = {name: i for i, (name, _) in enumerate(OBS_FIELDS + CLAIM_FIELDS)}
 
 
+def coupled(config) -> bool:
+    """Whether the scenario ``config`` (a ``FleetConfig``) turns on any coupling switch of
+    ``config.coupling``: then every observation ends with ``COUPLING_FIELDS``."""
+    c = config.coupling
+    return any(getattr(c, f.name) is True for f in dataclasses.fields(c))
+
+
+def obs_fields(coupled_: bool, sequential: bool = False) -> tuple[tuple[str, str], ...]:
+    """The columns of an observation, in order, with their meanings: ``OBS_FIELDS``, then
+    ``CLAIM_FIELDS`` under the sequential protocol, then ``COUPLING_FIELDS`` when a coupling
+    switch is on (``coupled_``)."""
+    return OBS_FIELDS + (CLAIM_FIELDS if sequential else ()) + (COUPLING_FIELDS if coupled_ else ())
+
+
+def has_claims(n_features: int) -> bool:
+    """Whether an observation of ``n_features`` columns holds the sequential protocol's
+    ``CLAIM_FIELDS`` (at ``SEQUENTIAL_OBS_INDEX``): 40 or 45 columns, not 34 or 39."""
+    return n_features - N_OBS in (N_CLAIM, N_CLAIM + N_COUPLING)
+
+
+# the four layouts' lengths differ, so an observation's length says which it is (has_claims)
+assert N_COUPLING not in (0, N_CLAIM)
+
+
 def decode_actions(idx: np.ndarray, bid_levels: np.ndarray) -> Actions:
     """The kernel's :class:`~fleet_marl.kernel.Actions` of (..., T, 8) action indices."""
     return Actions(
@@ -97,15 +143,21 @@ __all__ = [
     "ACTION_FIELDS",
     "BATCH_LEVELS",
     "CLAIM_FIELDS",
+    "COUPLING_FIELDS",
+    "COUPLING_INDEX",
     "ILLEGAL_ACTION",
     "MASK_LAYOUTS",
     "N_ACT",
     "N_CLAIM",
+    "N_COUPLING",
     "N_OBS",
     "OBS_FIELDS",
     "OBS_INDEX",
     "OBS_MODES",
     "PREC",
     "SEQUENTIAL_OBS_INDEX",
+    "coupled",
     "decode_actions",
+    "has_claims",
+    "obs_fields",
 ]

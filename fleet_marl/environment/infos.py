@@ -16,6 +16,12 @@ FLAG_KEYS = ("oom", "vetoed", "unsafe_numerics", "projected", "tripped", "restar
 #: median and 99th percentile over the round's served requests (0 for a trainer; with
 #: ``coupling.queueing`` on they include the queue's wait, docs/model.md section 12.2).
 OUTCOME_KEYS = ("ttft_p50_s", "ttft_p99_s")
+#: What sharing the cluster cost each tenant this round, after ``OUTCOME_KEYS``, with any
+#: coupling switch on or off (``observer.TenantCoupling``): the step-time factor from the shared
+#: links' contention (1 unslowed), the offered load over capacity of the most loaded shared link it
+#: crossed (0: none), the seconds lost to a restart, its tightest rack's power headroom ((cap -
+#: power) / cap) and a server's TTFT p99 over its TTFT SLO (0 for a trainer).
+COUPLING_KEYS = ("slowdown", "link_load", "restart_s", "power_headroom", "ttft_p99_over_slo")
 INFO_KEYS = (
     "utility",
     "welfare",
@@ -33,14 +39,14 @@ INFO_KEYS = (
     "action_mask",
     *FLAG_KEYS,
     *OUTCOME_KEYS,
+    *COUPLING_KEYS,
 )
 #: Each computed scheme's reward is ``infos[agent][REWARD_PREFIX + scheme]``.
 REWARD_PREFIX = "reward_"
 #: The info values after ``reset()`` (no round played yet), in ``INFO_KEYS`` order;
 #: ``illegal_fields`` and ``action_mask`` are filled per agent.
 _BEFORE_FLAGS = (0.0, 0.0, 0, 0, False, False, 0, 0.0, False, False, False, False, None, None)
-
-RESET_VALUES = _BEFORE_FLAGS + (False,) * len(FLAG_KEYS) + (0.0,) * len(OUTCOME_KEYS)
+RESET_VALUES = _BEFORE_FLAGS + (False,) * len(FLAG_KEYS) + (0.0,) * len(OUTCOME_KEYS) + (0.0,) * len(COUPLING_KEYS)
 
 
 def info_layout(schemes: tuple[str, ...], with_mask: bool = True) -> tuple[tuple[str, ...], dict]:
@@ -74,4 +80,14 @@ def scheme_rewards(info: dict) -> dict[str, float]:
     return {k[n:]: v for k, v in info.items() if k.startswith(REWARD_PREFIX)}
 
 
-__all__ = ["FLAG_KEYS", "INFO_KEYS", "OUTCOME_KEYS", "RESET_VALUES", "REWARD_PREFIX", "AgentInfo", "info_layout", "scheme_rewards"]
+__all__ = [
+    "COUPLING_KEYS",
+    "FLAG_KEYS",
+    "INFO_KEYS",
+    "OUTCOME_KEYS",
+    "RESET_VALUES",
+    "REWARD_PREFIX",
+    "AgentInfo",
+    "info_layout",
+    "scheme_rewards",
+]

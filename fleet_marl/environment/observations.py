@@ -38,15 +38,19 @@ _O = OBS_INDEX
 
 
 def state_vector(st, obs_matrix: np.ndarray, temp_c: np.ndarray, rack_power_w: np.ndarray | None) -> np.ndarray:
-    """The ``state()`` vector: the observation rows, then each node's temperature
-    ``(T - ambient) / (critical - ambient)`` and each rack's power / cap (None: before the
-    first round, 0), all clipped to [0, 1], float32. With leading (B,) axes on every input
-    (``obs_matrix`` (B, T, N_OBS), ``temp_c`` (B, K), ``rack_power_w`` (B, R)) it returns (B, S)."""
+    """The ``state()`` vector: the observation rows (their ``OBS_FIELDS``), then each node's
+    temperature ``(T - ambient) / (critical - ambient)`` and each rack's power / cap (None:
+    before the first round, 0), all clipped to [0, 1], float32; rows with ``COUPLING_FIELDS``
+    (a coupling switch on) put those columns last, every tenant's after the racks, so the
+    vector starts the same either way. With leading (B,) axes on every input (``obs_matrix``
+    (B, T, F), ``temp_c`` (B, K), ``rack_power_w`` (B, R)) it returns (B, S)."""
     lead = obs_matrix.shape[:-2]
     temp = (temp_c - st.ambient_c) / (st.critical_temp_c - st.ambient_c)
     rack = rack_power_w / st.rack_power_cap_w if rack_power_w is not None else np.zeros(lead + (st.n_racks,))
-    flat = obs_matrix.reshape(lead + (-1,))
-    return np.concatenate([flat, np.clip(temp, 0, 1), np.clip(rack, 0, 1)], axis=-1).astype(np.float32)
+    parts = [obs_matrix[..., :N_OBS].reshape(lead + (-1,)), np.clip(temp, 0, 1), np.clip(rack, 0, 1)]
+    if obs_matrix.shape[-1] > N_OBS:
+        parts.append(obs_matrix[..., N_OBS:].reshape(lead + (-1,)))
+    return np.concatenate(parts, axis=-1).astype(np.float32)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """The observation matrix of B clusters, one compiled pass: :class:`Observer` holds the
 scenario's static features and constants (:class:`ObsScene`) and each round reads the round
 :class:`Ahead` and the :class:`LastRound` into (B, T, ``N_OBS``) float32 rows (``OBS_FIELDS``,
-the normalizations of ``observations.py``'s module doc).
+the normalizations of ``observations.py``'s module doc). With a coupling switch of the
+scenario on (``fields.coupled``) each row goes on with ``COUPLING_FIELDS``, the normalized
+:class:`TenantCoupling` of the last round (:func:`tenant_coupling`, which the infos report raw).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import numba as nb
 import numpy as np
 
 from fleet_marl import catalog
-from fleet_marl.environment.fields import N_OBS, OBS_INDEX
+from fleet_marl.environment.fields import COUPLING_FIELDS, COUPLING_INDEX, N_COUPLING, N_OBS, OBS_INDEX, coupled
 from fleet_marl.environment.normalize import mean_arrivals, squash
 from fleet_marl.kernel import RoundState
 
@@ -68,6 +70,38 @@ class LastRound(NamedTuple):
     rack_power: np.ndarray  # (B, R) float64
 
 
+class TenantCoupling(NamedTuple):
+    """What sharing the cluster cost each tenant in a round, (B, T) float64 each (the
+    infos' ``COUPLING_KEYS``; the observation's ``COUPLING_FIELDS`` normalize them)."""
+
+    slowdown: np.ndarray  # step-time factor from the shared links' contention (1 unslowed)
+    link_load: np.ndarray  # offered load / capacity of the most loaded shared link it crossed (0: none)
+    restart_s: np.ndarray  # seconds of the round lost to a restart
+    power_headroom: np.ndarray  # (rack cap - rack power) / rack cap of the tightest rack it ran on
+    ttft_p99_over_slo: np.ndarray  # serve: TTFT p99 / its TTFT SLO; train: 0
+
+
+def pool_racks(st) -> np.ndarray:
+    """(T, R) bool: the racks holding a node of each tenant's pool (where it can run)."""
+    return (st.rack_of[None, :, :] * (st.node_pool[None, :] == st.pool[:, None])[:, :, None]).sum(1) > 0
+
+
+def tenant_coupling(st, o, racks_of_pool: np.ndarray | None = None) -> TenantCoupling:
+    """Each tenant's :class:`TenantCoupling` in the rounds of the kernel Outcome ``o`` (leading
+    (B,)) of the scenario ``st``. A tenant's rack is the rack of a node it ran on, the tightest
+    of them (the least headroom); one that ran on none reads the tightest rack of its pool
+    (``racks_of_pool``, :func:`pool_racks`). A rack's headroom is its cap minus its power, over
+    the cap (negative when over it)."""
+    gon = np.asarray(o.gpus_on_node)
+    ran = (gon > 0).astype(np.float64) @ st.rack_of > 0  # (B, T, R) racks each tenant ran on
+    where = ran | (~ran.any(-1, keepdims=True) & (pool_racks(st) if racks_of_pool is None else racks_of_pool))
+    cap = st.rack_power_cap_w
+    free = (cap - np.asarray(o.rack_power_w)) / cap  # (B, R)
+    headroom = np.where(where, free[..., None, :], np.inf).min(-1)
+    over = np.where(st.is_train, 0.0, np.asarray(o.ttft_p99_s) / st.slo_ttft_s)
+    return TenantCoupling(np.asarray(o.slowdown), np.asarray(o.link_load), np.asarray(o.restart_s), headroom, over)
+
+
 class Observer:
     """The observation rows of one scenario: the static features computed once, the rest
     each round from the episode's state (:meth:`matrix`)."""
@@ -102,6 +136,11 @@ class Observer:
         self.consts = consts
         self._no_last: dict[int, LastRound] = {}  # the zero last round of B clusters, per B (read only)
         self.scene = ObsScene(static, consts, st.is_train, st.pool, st.node_pool, st.pool_capacity.astype(np.float64))
+        #: whether each row goes on with COUPLING_FIELDS (a coupling switch is on)
+        self.coupled = coupled(cfg)
+        #: features per row: N_OBS, plus N_COUPLING when coupled
+        self.n_features = N_OBS + (N_COUPLING if self.coupled else 0)
+        self.pool_racks = pool_racks(st)
 
     def matrix(self, *, live, round_, state: RoundState, has_job, backlog_n, fair, last, has_last, arrivals_last, streak) -> np.ndarray:
         """(B, T, N_OBS) float32 for B clusters: ``live`` (B, T) bool, ``round_`` (B,) rounds
@@ -114,7 +153,7 @@ class Observer:
         ``EnvState`` and the kernel's ``Outcome`` hold (bool, int64 for GPU counts, rounds and
         streaks, float64 for the rest): a cast or a copy here cost each call more than the pass."""
         B, T = live.shape
-        out = np.empty((B, T, N_OBS), np.float32)
+        out = np.empty((B, T, self.n_features), np.float32)
         s = state
         ahead = Ahead(live, round_, s.budget_left, s.remaining_tokens, s.queue, s.prev_alloc, s.temp_c, has_job, backlog_n, fair, streak)
         if last is None:
@@ -143,8 +182,32 @@ class Observer:
                 last.restarted,
                 last.rack_power_w,
             )
-        _observe(self.scene, ahead, lr, out)
+        _observe(self.scene, ahead, lr, out[..., :N_OBS] if self.coupled else out)
+        if self.coupled:
+            self.coupling_columns(last, has_last, out[..., N_OBS:])
         return out
+
+    def coupling_columns(self, last, has_last, out: np.ndarray) -> None:
+        """Write the ``COUPLING_FIELDS`` of B clusters into ``out`` (B, T, N_COUPLING) from the
+        last round's Outcome ``last`` (None: no round yet), read where ``has_last`` (B,):
+        ``1 - 1/slowdown``, ``link_load / (link_load + 1)``, the rack headroom, ``restart_s /
+        round_seconds`` and ``ttft_p99/slo / (ttft_p99/slo + 1)``, each clipped to [0, 1]; a
+        cluster with no round yet reads 0, but a headroom of 1."""
+        out[...] = 0.0
+        out[..., COUPLING_INDEX["power_headroom"]] = 1.0
+        if last is None or not np.any(has_last):
+            return
+        c = tenant_coupling(self.st, last, self.pool_racks)
+        cols = {
+            "slowdown": 1.0 - 1.0 / np.maximum(c.slowdown, 1.0),
+            "link_load": squash(c.link_load, 1.0),
+            "power_headroom": c.power_headroom,
+            "restart_lost": c.restart_s / self.st.round_seconds,
+            "ttft_tail": squash(c.ttft_p99_over_slo, 1.0),
+        }
+        h = np.asarray(has_last, bool)
+        for j, (name, _) in enumerate(COUPLING_FIELDS):
+            out[h, :, j] = np.clip(cols[name][h], 0.0, 1.0)
 
 
 # observation columns, as compile-time constants of _observe
@@ -282,4 +345,4 @@ def _observe(scene, ahead, last, out):
                 out[b, t, f] = np.float32(min(max(m[f], 0.0), 1.0))
 
 
-__all__ = ["Ahead", "LastRound", "ObsScene", "Observer"]
+__all__ = ["Ahead", "LastRound", "ObsScene", "Observer", "TenantCoupling", "pool_racks", "tenant_coupling"]

@@ -18,12 +18,12 @@ from fleet_marl.config import FleetConfig
 from fleet_marl.credit import Credit
 from fleet_marl.environment import core
 from fleet_marl.environment.infos import FLAG_KEYS, OUTCOME_KEYS, REWARD_PREFIX, AgentInfo, info_layout, scheme_rewards
+from fleet_marl.environment.observer import tenant_coupling
 from fleet_marl.environment.render import render_frame
 from fleet_marl.environment.spaces import (
     ACTION_FIELDS,
     ILLEGAL_ACTION,
     N_ACT,
-    N_OBS,
     OBS_MODES,
     OK,
     PREC,
@@ -35,6 +35,7 @@ from fleet_marl.environment.spaces import (
     check_indices,
     check_mask_layout,
     departed,
+    obs_fields,
     parse_action,
 )
 from fleet_marl.environment.views import EnvViews
@@ -124,9 +125,13 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
             self.possible_agents,
             self.nvec,
             self.obs_mode,
-            T * N_OBS + st.K + st.n_racks,
+            T * cs.observer.n_features + st.K + st.n_racks,
             self.mask_layout,
+            cs.observer.n_features,
         )
+        #: the observation's columns in order, (name, meaning): OBS_FIELDS, then COUPLING_FIELDS
+        #: when a coupling switch is on (``fields.obs_fields``)
+        self.obs_fields = obs_fields(cs.observer.coupled)
         self.reward_schemes = cs.schemes  # the schemes computed each round: infos[agent]["reward_<scheme>"]
         #: the info keys, in order: each computed scheme's reward, then INFO_KEYS (without
         #: action_mask with obs_mode="dict": the mask is in the observation, PettingZoo's convention)
@@ -237,6 +242,7 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
             illegal,
             *((masks,) if self.obs_mode == "flat" else ()),
             *(getattr(o, k)[0].tolist() for k in FLAG_KEYS + OUTCOME_KEYS),
+            *(v[0].tolist() for v in tenant_coupling(self.kernel_static, o, cs.observer.pool_racks)),  # COUPLING_KEYS
             strict=True,
         )
         per_tenant = list(columns)

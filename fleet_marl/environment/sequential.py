@@ -53,7 +53,7 @@ from pettingzoo import AECEnv
 from fleet_marl.environment.infos import AgentInfo
 from fleet_marl.environment.parallel import FleetParallelEnv
 from fleet_marl.environment.render import render_frame
-from fleet_marl.environment.spaces import N_CLAIM, N_OBS, OBS_MODES, AgentSpaces, build_spaces
+from fleet_marl.environment.spaces import N_CLAIM, N_OBS, OBS_MODES, AgentSpaces, build_spaces, obs_fields
 from fleet_marl.environment.turns import STATE_CLAIM_COLUMNS, Turns
 from fleet_marl.tasks import require_sequential
 
@@ -139,8 +139,11 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
             self.obs_mode,
             e.state_space.shape[0] + len(STATE_CLAIM_COLUMNS) * T,
             e.mask_layout,
-            N_OBS + N_CLAIM,
+            len(e.obs_fields) + N_CLAIM,
         )
+        #: the observation's columns in order, (name, meaning): OBS_FIELDS, CLAIM_FIELDS, then
+        #: COUPLING_FIELDS when a coupling switch is on (``fields.obs_fields``)
+        self.obs_fields = obs_fields(len(e.obs_fields) > N_OBS, sequential=True)
         before: Turns | None = self.__dict__.get("_turns")
         #: the protocol's array core for this one cluster (B = 1): the order, the claims, the claim features
         self._turns = Turns(1, e.kernel_static, e.bid_levels, self.turn_order)
@@ -224,10 +227,12 @@ class FleetSequentialEnv(AgentSpaces, AECEnv):
 
     def observe(self, agent: str):
         """``agent``'s observation now: its ``OBS_FIELDS`` at the round's start and its
-        ``CLAIM_FIELDS`` (the claims of the tenants before it in this round's order)."""
+        ``CLAIM_FIELDS`` (the claims of the tenants before it in this round's order), then its
+        round-start ``COUPLING_FIELDS`` when a coupling switch is on."""
         self._need_reset("observe()")
         i = self.env.agent_index[self._known(agent)]
-        vec = np.concatenate([self._base[agent], self._turns.features()[0, i]])
+        base = self._base[agent]
+        vec = np.concatenate([base[:N_OBS], self._turns.features()[0, i], base[N_OBS:]])
         if self.obs_mode == "flat":
             return vec
         mask = self._masks[agent] if agent in self.infos else self.env.action_mask(agent)

@@ -12,7 +12,7 @@ import gymnasium
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from fleet_marl.environment.spaces import ACTION_FIELDS, N_ACT, N_CLAIM, N_OBS, ActionError
+from fleet_marl.environment.spaces import ACTION_FIELDS, N_ACT, N_CLAIM, N_OBS, ActionError, obs_fields
 from fleet_marl.environment.turns import STATE_CLAIM_COLUMNS, Turns
 from fleet_marl.environment.vector import FleetVectorEnv, sample_masked
 from fleet_marl.tasks import require_sequential
@@ -78,7 +78,9 @@ class FleetSequentialVectorEnv:
         )
         self._offsets = v.mask_offsets
         B, T = self.num_envs, self.num_agents
-        F = N_OBS + N_CLAIM
+        F = len(v.obs_fields) + N_CLAIM  # OBS_FIELDS, CLAIM_FIELDS, then COUPLING_FIELDS with a coupling switch on
+        #: the observation's columns in order, (name, meaning) (``fields.obs_fields``)
+        self.obs_fields = obs_fields(len(v.obs_fields) > N_OBS, sequential=True)
         S = v.state_space.shape[-1] + len(STATE_CLAIM_COLUMNS) * T
         self.single_observation_space = gymnasium.spaces.Box(0.0, 1.0, (F,), np.float32)
         self.observation_space = gymnasium.spaces.Box(0.0, 1.0, (B, F), np.float32)
@@ -86,7 +88,7 @@ class FleetSequentialVectorEnv:
         self.state_space = gymnasium.spaces.Box(0.0, 1.0, (B, S), np.float32)
         #: the protocol's array core: the order, the turn slots, the claims and their features
         self._turns = Turns(B, self.kernel_static, v.bid_levels, self.turn_order)
-        self._base = np.zeros((B, T, N_OBS), np.float32)  # (B, T, 34) the round's start observations
+        self._base = np.zeros((B, T, len(v.obs_fields)), np.float32)  # (B, T, 34 (+5)) the round's start observations
         self._mask = np.zeros((B, T, self.mask_size), bool)  # (B, T, M) the round's flat action masks
 
     # --- the API --------------------------------------------------------------------------------
@@ -135,7 +137,7 @@ class FleetSequentialVectorEnv:
         obs, rew, term, trunc, infos = self.venv.step(turns.joint)
         if "final_obs" in infos:
             # after the last round nobody is in an order: no claims, place 0
-            infos["final_obs"] = np.concatenate([infos["final_obs"], turns.empty_features()], -1)
+            infos["final_obs"] = _with_claims(infos["final_obs"], turns.empty_features())
             infos["_final_obs"] = infos["_final"]
             last = infos["final_state"]
             infos["final_state"] = np.concatenate([last, np.zeros((B, len(STATE_CLAIM_COLUMNS) * T), np.float32)], -1)
@@ -158,7 +160,7 @@ class FleetSequentialVectorEnv:
         its round-start row and the claims made before its place (a tenant whose turn is still to
         come sees the claims so far that come before it)."""
         self._need_reset("observations()")
-        return np.concatenate([self._base, self._turns.features()], -1)
+        return _with_claims(self._base, self._turns.features())
 
     def sample_actions(self, infos: dict, rng: np.random.Generator | None = None) -> np.ndarray:
         """(B, 8) random actions allowed by ``infos["action_mask"]`` (the acting tenants')."""
@@ -194,7 +196,7 @@ class FleetSequentialVectorEnv:
 
     def _turn_obs(self) -> np.ndarray:
         rows, agent = np.arange(self.num_envs), self._turns.agent
-        return np.concatenate([self._base[rows, agent], self._turns.features(rows=agent)], -1)
+        return _with_claims(self._base[rows, agent], self._turns.features(rows=agent))
 
     def _turn_infos(self, infos: dict, round_end: bool) -> dict:
         rows, turns = np.arange(self.num_envs), self._turns
@@ -209,6 +211,12 @@ class FleetSequentialVectorEnv:
             action_mask_dims=tuple(mask[..., self._offsets[d] : self._offsets[d + 1]] for d in range(N_ACT)),
         )
         return infos
+
+
+def _with_claims(base: np.ndarray, claims: np.ndarray) -> np.ndarray:
+    """Round-start rows (..., F) with the claim features (..., N_CLAIM) after their
+    ``OBS_FIELDS`` and before their ``COUPLING_FIELDS`` (if any), as the AEC env lays them out."""
+    return np.concatenate([base[..., :N_OBS], claims, base[..., N_OBS:]], -1)
 
 
 def vector_env(num_envs: int = 1, task: str | None = None, config=None, **overrides: Any):

@@ -36,16 +36,18 @@ from gymnasium.vector import AutoresetMode
 
 from fleet_marl.checks import is_integer, is_seed
 from fleet_marl.environment import core
+from fleet_marl.environment.infos import COUPLING_KEYS
+from fleet_marl.environment.observer import tenant_coupling
 from fleet_marl.environment.spaces import (
     ACTION_FIELDS,
     ILLEGAL_ACTION,
     N_ACT,
-    N_OBS,
     NOT_ALLOWED,
     NOT_INTEGER,
     OUT_OF_RANGE,
     ActionError,
     check_indices,
+    obs_fields,
 )
 from fleet_marl.errors import short_repr
 from fleet_marl.tasks import check_protocol, make_config
@@ -122,10 +124,13 @@ class FleetVectorEnv:
         self._all_allowed = np.zeros((T, self.mask_size), bool)
         for d in range(N_ACT):
             self._all_allowed[:, self._offsets[d] : self._offsets[d + 1]] = np.arange(self.nvec_max[d])[None, :] < cs.nvec[:, d, None]
-        S = T * N_OBS + cs.kernel.K + cs.kernel.n_racks
-        self.single_observation_space = gymnasium.spaces.Box(0.0, 1.0, (T, N_OBS), np.float32)
+        F = cs.observer.n_features  # N_OBS, plus N_COUPLING with a coupling switch on
+        #: the observation's columns in order, (name, meaning) (``fields.obs_fields``)
+        self.obs_fields = obs_fields(cs.observer.coupled)
+        S = T * F + cs.kernel.K + cs.kernel.n_racks
+        self.single_observation_space = gymnasium.spaces.Box(0.0, 1.0, (T, F), np.float32)
         self.single_action_space = gymnasium.spaces.MultiDiscrete(cs.nvec)
-        self.observation_space = gymnasium.spaces.Box(0.0, 1.0, (self.num_envs, T, N_OBS), np.float32)
+        self.observation_space = gymnasium.spaces.Box(0.0, 1.0, (self.num_envs, T, F), np.float32)
         self.action_space = gymnasium.spaces.MultiDiscrete(np.broadcast_to(cs.nvec, (self.num_envs, T, N_ACT)))
         self.state_space = gymnasium.spaces.Box(0.0, 1.0, (self.num_envs, S), np.float32)
         self._s = core.EnvState.zeros(cs, self.num_envs)
@@ -333,6 +338,7 @@ class FleetVectorEnv:
         }
         for k in ("oom", "vetoed", "unsafe_numerics", "projected", "tripped", "restarted", "ttft_p50_s", "ttft_p99_s"):
             infos[k] = np.asarray(getattr(o, k))
+        infos.update(zip(COUPLING_KEYS, tenant_coupling(self.kernel_static, o, self._core.observer.pool_racks), strict=True))
         self._masks_into(infos)
         return infos
 

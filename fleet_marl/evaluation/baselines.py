@@ -47,8 +47,23 @@ def run_all(tasks, policies, episodes: int = 10, seed: int = 0, progress: bool =
     return out
 
 
-#: The fields of a row of the table's data (:func:`rows`), from ``Evaluation.summary()``.
-ROW_FIELDS = ("task", "policy", "welfare_mean", "welfare_std", "score", "gap_to_hindsight", "jain_mean", "starvation_events", "degenerate")
+#: The fields of a row of the table's data (:func:`rows`), from ``Evaluation.summary()``;
+#: ``intervention_rate`` (safety interventions per tenant-round, by kind and ``total``) is
+#: absent from data written before the grader counted them, and the table says "not measured".
+ROW_FIELDS = (
+    "task",
+    "policy",
+    "welfare_mean",
+    "welfare_std",
+    "score",
+    "gap_to_hindsight",
+    "jain_mean",
+    "starvation_events",
+    "degenerate",
+    "intervention_rate",
+)
+#: How the table shows a figure its data lack (a row written before the figure was measured).
+NOT_MEASURED = "not measured"
 
 
 def rows(evals: list[Evaluation]) -> list[dict]:
@@ -59,14 +74,16 @@ def rows(evals: list[Evaluation]) -> list[dict]:
 def table(evals: list[Evaluation] | list[dict]) -> str:
     """The markdown table, of evaluations or of their :func:`rows`."""
     lines = [
-        "| task | policy | welfare (mean ± std) | score | gap to hindsight | Jain | starvation events | degenerate |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| task | policy | welfare (mean ± std) | score | gap to hindsight | Jain | starvation events | degenerate | interventions / tenant-round |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in [r if isinstance(r, dict) else rows([r])[0] for r in evals]:
         g = "–" if s["gap_to_hindsight"] is None else f"{s['gap_to_hindsight']:.2f}"
+        rate = (s.get("intervention_rate") or {}).get("total")
+        safety = NOT_MEASURED if rate is None else f"{rate:.3f}"
         lines.append(
             f"| {s['task']} | {s['policy']} | {s['welfare_mean']:.1f} ± {s['welfare_std']:.1f} | {s['score']:.2f} | {g} | {s['jain_mean']:.2f} "
-            f"| {s['starvation_events']} | {s['degenerate']} |"
+            f"| {s['starvation_events']} | {s['degenerate']} | {safety} |"
         )
     return "\n".join(lines)
 
@@ -91,7 +108,9 @@ def block(evals: list[Evaluation] | dict, episodes: int = 0, seed: int = 0, extr
         f"score = (W − W_random) / (W_planner − W_random) clipped to [0, 1], gap to hindsight = (W_hindsight − W) / "
         f"(W_hindsight − W_random) (0 at the hindsight reference, which plans with the episode's future in hand; docs/policies.md), "
         f"Jain's index of normalized service (mean over "
-        f"episodes); starvation events and degenerate tenant-rounds are summed over tenants and episodes. "
+        f"episodes); starvation events and degenerate tenant-rounds are summed over tenants and episodes; interventions / "
+        f"tenant-round are the safety interventions (OOM, veto, projection, power or thermal throttle, trip) per round a tenant "
+        f"played ({NOT_MEASURED}: the data predate the count). "
         f"Reproduce with {how}; Python {d['python']}.\n\n"
         f"{table(d['rows'])}\n{END}"
     )
@@ -107,4 +126,4 @@ def blocks(root: Path) -> list[tuple[str, str, str, str]]:
     return [(doc, START, END, text) for doc in DOCS]
 
 
-__all__ = ["DATA", "DOCS", "END", "ROW_FIELDS", "START", "block", "blocks", "data", "rows", "run_all", "table"]
+__all__ = ["DATA", "DOCS", "END", "NOT_MEASURED", "ROW_FIELDS", "START", "block", "blocks", "data", "rows", "run_all", "table"]

@@ -90,6 +90,10 @@ def print_evaluation(s: dict) -> None:
     print(
         f"welfare   {s['welfare_mean']:.2f} ± {s['welfare_std']:.2f}   (random {s['random_welfare_mean']:.2f}, planner {s['reference_welfare_mean']:.2f})"
     )
+    rate = s["intervention_rate"]
+    if rate["total"] is not None:
+        kinds = "   ".join(f"{k.replace('_', ' ')} {rate[k]:.3f}" for k in rate if k != "total")
+        print(f"safety    {rate['total']:.3f} interventions per tenant-round   ({kinds})")
     print(f"score     {s['score']:.3f}")
     if s["gap_to_hindsight"] is not None:
         print(f"gap       {s['gap_to_hindsight']:.3f} to hindsight ({s['hindsight_welfare_mean']:.2f}; 0 = as good, 1 = random)")
@@ -103,11 +107,13 @@ def print_evaluation(s: dict) -> None:
     )
     print()
     print(
-        f"{'agent':<10} {'return':>9} {'utility':>9} {'service':>8} {'jobs':>5} {'starved':>8} {'degenerate':>10}   (means over episodes; counts summed)"
+        f"{'agent':<10} {'return':>9} {'utility':>9} {'service':>8} {'jobs':>5} {'starved':>8} {'degenerate':>10} {'interventions':>13}   "
+        "(means over episodes; counts summed; interventions per round played)"
     )
     for a, r in s["agents"].items():
+        rate = "-" if r["intervention_rate"] is None else f"{r['intervention_rate']:.3f}"
         print(
-            f"{a:<10} {r['return_mean']:>9.2f} {r['utility_mean']:>9.2f} {r['service_mean']:>8.2f} {r['jobs_done']:>5} {r['starvation_events']:>8} {r['degenerate']:>10}"
+            f"{a:<10} {r['return_mean']:>9.2f} {r['utility_mean']:>9.2f} {r['service_mean']:>8.2f} {r['jobs_done']:>5} {r['starvation_events']:>8} {r['degenerate']:>10} {rate:>13}"
         )
 
 

@@ -23,7 +23,7 @@ an agent that left is a bug in the policy, and the grader names it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from pettingzoo import AECEnv
@@ -34,6 +34,18 @@ from fleet_marl.evaluation.loading import PolicyError
 
 #: Event counts summed over tenants and episodes.
 EVENTS = ("oom", "veto", "throttle", "degenerate")
+#: The safety interventions counted per tenant-round, each the kernel Outcome's flag of that
+#: name: a config that did not fit (``oom``), one refused (``vetoed``) or downgraded
+#: (``projected``), clocks slowed by the rack power cap or by heat, a node at the critical
+#: temperature (``tripped``).
+INTERVENTIONS = {
+    "oom": "oom",
+    "veto": "vetoed",
+    "projection": "projected",
+    "power_throttle": "power_throttled",
+    "thermal_throttle": "thermal_throttled",
+    "trip": "tripped",
+}
 
 
 @dataclass
@@ -49,6 +61,30 @@ class Episode:
     events: dict[str, int]
     illegal: int  # masked choices (vetoed or capped by the env)
     agents: dict[str, dict]  # each agent's episode report (``env.episode_reports[agent]``)
+    #: each agent's safety interventions by kind (``INTERVENTIONS``), summed over the rounds it played
+    interventions: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: each agent's rounds played (its tenant-rounds: the rounds it was live at the start of)
+    tenant_rounds: dict[str, int] = field(default_factory=dict)
+
+
+class _Interventions:
+    """Counts each agent's safety interventions over an episode from the kernel Outcome of each
+    round it played (``env.last_outcome``)."""
+
+    def __init__(self, env) -> None:
+        self.index = env.agent_index
+        self.counts = {a: dict.fromkeys(INTERVENTIONS, 0) for a in env.possible_agents}
+        self.rounds = dict.fromkeys(env.possible_agents, 0)
+
+    def add(self, outcome, played) -> None:
+        """Count the round of ``outcome`` for the agents in ``played`` (live at its start)."""
+        flags = {k: np.asarray(getattr(outcome, f)) for k, f in INTERVENTIONS.items()}
+        for a in played:
+            i = self.index[a]
+            self.rounds[a] += 1
+            c = self.counts[a]
+            for k, v in flags.items():
+                c[k] += int(v[i])
 
 
 def _checked_actions(source: str, env: FleetParallelEnv, actions, round_: int) -> dict:
@@ -94,7 +130,9 @@ def run_episode(env: FleetParallelEnv | AECEnv, policy, seed: int, source: str =
     obs, infos = env.reset(seed=seed)
     _start(env, policy, seed, source)
     illegal = 0
+    count = _Interventions(env)
     while env.agents:
+        played = list(env.agents)
         try:
             actions = policy.act(obs, infos)
         except PolicyError:
@@ -103,7 +141,8 @@ def run_episode(env: FleetParallelEnv | AECEnv, policy, seed: int, source: str =
             raise PolicyError(source, f"act() raised {type(exc).__name__} at round {env.round}: {exc}") from exc
         obs, _, _, _, infos = env.step(_checked_actions(source, env, actions, env.round))
         illegal += sum(bool(info["illegal"]) for info in infos.values())
-    return _episode(env, seed, illegal)
+        count.add(env.last_outcome, played)
+    return _episode(env, seed, illegal, count)
 
 
 def _run_turns(env: AECEnv, policy, seed: int, source: str) -> Episode:
@@ -113,6 +152,9 @@ def _run_turns(env: AECEnv, policy, seed: int, source: str) -> Episode:
     views = env.unwrapped  # the round, the episode reports
     _start(env, policy, seed, source)
     illegal = 0
+    count = _Interventions(views)
+    rounds = views.env  # the round engine (a ParallelEnv): its agents are those live at a round's start
+    played = list(rounds.agents)
     for agent in env.agent_iter():
         obs, _, term, trunc, info = env.last()
         if term or trunc:
@@ -141,10 +183,12 @@ def _run_turns(env: AECEnv, policy, seed: int, source: str) -> Episode:
             ) from None
         if views.round != round_:  # the round cleared: its infos are every tenant's of that round
             illegal += sum(bool(i["illegal"]) for i in env.infos.values())
-    return _episode(views, seed, illegal)
+            count.add(views.last_outcome, played)
+            played = list(rounds.agents)
+    return _episode(views, seed, illegal, count)
 
 
-def _episode(env, seed: int, illegal: int) -> Episode:
+def _episode(env, seed: int, illegal: int, count: _Interventions) -> Episode:
     reports = env.episode_reports
     last = max(reports.values(), key=lambda r: r["rounds"])  # the last to finish saw the whole episode
     return Episode(
@@ -157,7 +201,20 @@ def _episode(env, seed: int, illegal: int) -> Episode:
         events={k: sum(int(r[k]) for r in reports.values()) for k in EVENTS},
         illegal=illegal,
         agents={a: reports[a] for a in env.possible_agents if a in reports},
+        interventions=count.counts,
+        tenant_rounds=count.rounds,
     )
+
+
+def intervention_rates(eps: Sequence[Episode], agent: str | None = None) -> dict[str, float | None]:
+    """Safety interventions per tenant-round over the episodes ``eps`` (of one ``agent``, or
+    of every tenant): each kind of ``INTERVENTIONS`` and ``total`` (every intervention, so a
+    tenant-round with two counts twice); None when no tenant-round was played."""
+    agents = [agent] if agent is not None else None
+    n = sum(r for e in eps for a, r in e.tenant_rounds.items() if agents is None or a in agents)
+    counts = {k: sum(c[k] for e in eps for a, c in e.interventions.items() if agents is None or a in agents) for k in INTERVENTIONS}
+    counts["total"] = sum(counts.values())
+    return {k: (v / n if n else None) for k, v in counts.items()}
 
 
 def episode_means(eps: Sequence[Episode]) -> dict[str, float]:
@@ -184,4 +241,4 @@ def make_env(task: str, **overrides) -> FleetParallelEnv | AECEnv:
     return parallel_env(task=task, **overrides)
 
 
-__all__ = ["EVENTS", "Episode", "episode_means", "make_env", "run_episode"]
+__all__ = ["EVENTS", "INTERVENTIONS", "Episode", "episode_means", "intervention_rates", "make_env", "run_episode"]

@@ -27,7 +27,7 @@ from tqdm import tqdm
 from fleet_marl.checks import is_integer, is_seed
 from fleet_marl.evaluation.loading import load_policy, source_name
 from fleet_marl.evaluation.reference import HINDSIGHT, RANDOM, REFERENCE, reference_episodes
-from fleet_marl.evaluation.runner import EVENTS, Episode, episode_means, make_env, run_episode
+from fleet_marl.evaluation.runner import EVENTS, INTERVENTIONS, Episode, episode_means, intervention_rates, make_env, run_episode
 from fleet_marl.tasks import TASKS
 
 
@@ -80,6 +80,10 @@ class Evaluation:
             "welfare_mean": float(self.welfare.mean()),
             "welfare_std": float(self.welfare.std()),
             "welfare": self.welfare.tolist(),
+            # safety interventions per tenant-round (each kind, and all of them), and their counts
+            "intervention_rate": intervention_rates(eps),
+            "interventions": {k: int(sum(c[k] for e in eps for c in e.interventions.values())) for k in INTERVENTIONS},
+            "tenant_rounds": int(sum(sum(e.tenant_rounds.values()) for e in eps)),
             "score": self.score,
             "random_welfare_mean": float(np.mean(self.random_welfare)),
             "reference_welfare_mean": float(np.mean(self.reference_welfare)),
@@ -109,6 +113,7 @@ def _agent_table(eps: list[Episode]) -> dict[str, dict]:
             "jobs_done": int(sum(r["jobs_done"] for r in rs)),
             "starvation_events": int(sum(r["starvation_events"] for r in rs)),
             "degenerate": int(sum(r["degenerate"] for r in rs)),
+            "intervention_rate": intervention_rates(eps, a)["total"],
         }
     return out
 

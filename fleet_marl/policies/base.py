@@ -32,7 +32,7 @@ import numpy as np
 from pettingzoo import AECEnv
 
 from fleet_marl import catalog
-from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS, N_OBS, OBS_FIELDS, SEQUENTIAL_OBS_INDEX
+from fleet_marl.environment import ACTION_FIELDS, BATCH_LEVELS, N_OBS, OBS_FIELDS, SEQUENTIAL_OBS_INDEX, has_claims
 from fleet_marl.environment.observations import unsquash
 from fleet_marl.environment.spaces import mask_dims
 from fleet_marl.kernel import Actions, Draws, RoundState, evaluate
@@ -208,9 +208,10 @@ class BasePolicy:
 
     def claims_so_far(self, obs: np.ndarray, i: int) -> ClaimsSoFar | None:
         """The claims before tenant ``i``'s turn from its observation ``obs`` (a feature
-        vector): None for a simultaneous observation (``N_OBS`` features), else the
-        ``CLAIM_FIELDS`` in GPUs (counts rounded)."""
-        if obs.shape[-1] <= N_OBS:
+        vector): None for a simultaneous observation (``N_OBS`` features, plus the
+        ``COUPLING_FIELDS`` of a coupled scenario), else the ``CLAIM_FIELDS`` in GPUs (counts
+        rounded)."""
+        if not has_claims(obs.shape[-1]):
             return None
         st = self.env.kernel_static
         q = int(st.pool[i])
