@@ -239,6 +239,27 @@ def test_reference_policies_play_a_coupled_scenario_under_both_protocols():
             assert ep.rounds > 0 and set(ep.interventions) == set(env.possible_agents)
 
 
+def test_the_learning_adapters_take_the_coupled_observation():
+    """TorchRL's batched env (its specs checked by TorchRL), SB3's VecEnv and RLlib's vector env
+    read the width from the vector env: 39 features, the mask as before."""
+    from torchrl.envs.utils import check_env_specs  # the [torchrl] extra (make install), imported here to keep the module light
+
+    from fleet_marl.clients.sb3 import FleetSB3VecEnv
+    from fleet_marl.rllib.vector import FleetVectorMultiAgentEnv
+    from fleet_marl.torchrl.env import FleetTorchEnv
+
+    cfg = _trainers(40_000.0)
+    n = N_OBS + N_COUPLING
+    tenv = FleetTorchEnv(2, config=cfg, seed=0)
+    check_env_specs(tenv)
+    assert tenv.rollout(2)["agents", "observation"].shape == (2, 2, 2, n)
+    sb3 = FleetSB3VecEnv(2, config=cfg, seed=0)
+    assert sb3.reset().shape == (4, n)
+    rl = FleetVectorMultiAgentEnv({"config": cfg, "with_state": True}, num_envs=2)
+    space = rl.single_observation_spaces["tenant_0"]
+    assert space["observations"].shape == (n,) and space["state"].shape == (2 * n + 6 + 3,)
+
+
 def test_coupling_fields_are_documented():
     doc = (Path(__file__).resolve().parents[1] / "docs" / "environment.md").read_text()
     for name, _ in COUPLING_FIELDS:
