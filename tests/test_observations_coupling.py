@@ -356,3 +356,6 @@ def test_the_baseline_table_shows_the_rate_or_says_it_was_not_measured():
     assert "interventions / tenant-round" in lines[0]
     assert lines[2].endswith(f"| {baselines.NOT_MEASURED} |") and lines[3].endswith("| 0.250 |")
     assert "intervention_rate" in baselines.ROW_FIELDS
+    data = {"episodes": 1, "seed": 0, "extra_args": "", "python": "3.11"}
+    assert baselines.NOT_MEASURED in baselines.block(dict(data, rows=[row, measured]))
+    assert baselines.NOT_MEASURED not in baselines.block(dict(data, rows=[measured]))

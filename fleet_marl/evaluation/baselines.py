@@ -100,6 +100,8 @@ def block(evals: list[Evaluation] | dict, episodes: int = 0, seed: int = 0, extr
     d = evals if isinstance(evals, dict) else data(evals, episodes, seed, extra_args)
     episodes, seed, extra_args = d["episodes"], d["seed"], d["extra_args"]
     seeds = f"{seed}..{seed + episodes - 1}"
+    lacking = any((r.get("intervention_rate") or {}).get("total") is None for r in d["rows"])
+    unmeasured = f" ({NOT_MEASURED}: rows written before the grader counted them)" if lacking else ""
     cmd = f"fleet-marl baselines --episodes {episodes} --seed {seed}{extra_args}"
     how = f"`{cmd}`" if extra_args else f"`make baselines` (`{cmd}`)"
     return (
@@ -110,7 +112,7 @@ def block(evals: list[Evaluation] | dict, episodes: int = 0, seed: int = 0, extr
         f"Jain's index of normalized service (mean over "
         f"episodes); starvation events and degenerate tenant-rounds are summed over tenants and episodes; interventions / "
         f"tenant-round are the safety interventions (OOM, veto, projection, power or thermal throttle, trip) per round a tenant "
-        f"played ({NOT_MEASURED}: the data predate the count). "
+        f"played{unmeasured}. "
         f"Reproduce with {how}; Python {d['python']}.\n\n"
         f"{table(d['rows'])}\n{END}"
     )
