@@ -92,7 +92,7 @@ def test_observations_inside_space_and_float32(task, mode, layout):
             space = env.observation_space(a)
             assert space.contains(o), (task, a, steps)
             arr = o["observation"] if mode == "dict" else o
-            assert arr.dtype == np.float32 and arr.shape == (len(fleet_marl.environment.OBS_FIELDS),)
+            assert arr.dtype == np.float32 and arr.shape == (len(env.obs_fields),)  # OBS_FIELDS (+ COUPLING_FIELDS when coupled)
         s = env.state()
         assert s.dtype == np.float32 and env.state_space.contains(s)
         acts = {}

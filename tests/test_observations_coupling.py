@@ -312,11 +312,21 @@ def test_interventions_are_the_outcomes_flags_summed_over_the_episode(task, poli
     assert all(sum(c[k] for c in counts.values()) > 0 for k in kinds)  # the scenario does intervene
     # the fairness report's own counts agree where they count the same thing
     for a, r in ep.agents.items():
-        assert r["oom"] == counts[a]["oom"] and r["veto"] == counts[a]["veto"]
+        assert r["oom"] == counts[a]["oom"] and r["veto"] == counts[a]["veto"] and r["rounds"] == rounds[a]
     rates = intervention_rates([ep])
     n = sum(rounds.values())
     assert rates["total"] == pytest.approx(sum(sum(c.values()) for c in counts.values()) / n)
     assert all(rates[k] == pytest.approx(sum(c[k] for c in counts.values()) / n) for k in INTERVENTIONS)
+
+
+def test_the_aec_loop_counts_each_round_once_for_the_tenants_that_played_it():
+    """Under the sequential protocol the round clears after the last claim: its Outcome counts
+    once, for the tenants live at its start (the fairness report's rounds, OOMs and vetoes)."""
+    env = make_env("tiny", protocol="sequential", turn_order="rotating")
+    ep = run_episode(env, load_policy("random", env), 2, "random")
+    assert sum(c["oom"] + c["veto"] for c in ep.interventions.values()) > 0
+    for a, r in ep.agents.items():
+        assert (ep.tenant_rounds[a], ep.interventions[a]["oom"], ep.interventions[a]["veto"]) == (r["rounds"], r["oom"], r["veto"])
 
 
 def test_evaluate_json_and_text_report_the_intervention_rate(capsys, tmp_path, monkeypatch):
