@@ -288,7 +288,8 @@ class CreditEngine:
                 for f in ("gpus", "bid", "precision", "batch"):
                     getattr(acts, f)[rows, ten] = np.asarray(getattr(d, f))[ten]
             st_rows = RoundState(
-                *(np.asarray(getattr(state, f))[rc] for f in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left"))
+                **{f: np.asarray(getattr(state, f))[rc] for f in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left")},
+                prev_placement=None if state.prev_placement is None else np.asarray(state.prev_placement)[rc],
             )
             dr_rows = Draws(
                 np.asarray(draws.arrivals)[rc],

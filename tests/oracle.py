@@ -280,8 +280,22 @@ def clear(st, request: np.ndarray, bid: np.ndarray, tiebreak: np.ndarray) -> tup
     return alloc, np.broadcast_to(mult, (B, T))
 
 
-def place(st, alloc: np.ndarray) -> np.ndarray:
-    """Place each tenant's GPUs on the nodes of its pool: best-fit decreasing.
+def kept_placement(alloc: np.ndarray, prev: np.ndarray) -> np.ndarray:
+    """The GPUs each tenant keeps of last round's placement ``prev`` (B, T, K) when granted
+    ``alloc`` (B, T): all of them if it was granted at least as many, else ``alloc`` of them on
+    the nodes where it held the most first (ties: the lower node index)."""
+    order = np.argsort(-prev, axis=-1, kind="stable")
+    held = np.take_along_axis(prev, order, -1)
+    before = np.cumsum(held, -1) - held
+    take = np.minimum(np.maximum(alloc[..., None] - before, 0), held)
+    kept = np.zeros_like(prev)
+    np.put_along_axis(kept, order, take, -1)
+    return kept
+
+
+def place(st, alloc: np.ndarray, kept: np.ndarray | None = None) -> np.ndarray:
+    """Place each tenant's GPUs on the nodes of its pool: best-fit decreasing, after the GPUs
+    each tenant ``kept`` (B, T, K) of last round's placement (none when None).
 
     Tenants go largest first (ties by index). A tenant that fits on one node goes to the node of
     its pool with the least free GPUs that still holds it (best fit); one that fits on no
@@ -292,16 +306,17 @@ def place(st, alloc: np.ndarray) -> np.ndarray:
     """
     B, T = alloc.shape
     K = st.K
-    gon = np.zeros((B, T, K), np.int64)
+    gon = np.zeros((B, T, K), np.int64) if kept is None else kept.copy()
+    need = alloc - gon.sum(-1)
     npos = int((alloc > 0).sum(-1).max(initial=0))
     if npos == 0:
         return gon
     order = np.argsort(-alloc, axis=-1, kind="stable")[:, :npos]  # largest first, ties by index
-    a_sorted = np.take_along_axis(alloc, order, -1)
+    a_sorted = np.take_along_axis(need, order, -1)
     in_pool = (st.pool[:, None] == st.node_pool[None, :])[order]  # (B, npos, K) node k can host
     rows = np.arange(B)
     col = rows[:, None]
-    free = np.full((B, K), st.gpus_per_node, np.int64)
+    free = st.gpus_per_node - gon.sum(1)
     big = np.int64(1) << 40
     for j in range(npos):
         t = order[:, j]
@@ -312,7 +327,7 @@ def place(st, alloc: np.ndarray) -> np.ndarray:
         fits = fit_key[rows, k_best] < big
         if fits.all():  # the common case: one node holds it in every row
             free[rows, k_best] -= a
-            gon[rows, t, k_best] = a
+            gon[rows, t, k_best] += a
             continue
         take = np.zeros((B, K), np.int64)
         by_free = np.argsort(-avail, axis=-1, kind="stable")
@@ -322,7 +337,7 @@ def place(st, alloc: np.ndarray) -> np.ndarray:
         take[fits] = 0
         take[rows[fits], k_best[fits]] = a[fits]
         free -= take
-        gon[rows, t] = take
+        gon[rows, t] += take
     return gon
 
 
@@ -649,7 +664,11 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     request = np.where(pres, np.minimum(np.minimum(gpus, st.max_gpus), afford), 0).astype(np.int64)
     request = admissible(st, request, bid)
     alloc, mult = clear(st, request, bid, tiebreak)
-    gon = place(st, alloc)
+    if st.persistent_placement and state.prev_placement is not None:
+        prev_gon = np.broadcast_to(np.asarray(state.prev_placement), lead + (T, st.K)).reshape(B, T, st.K)
+        gon = place(st, alloc, kept_placement(alloc, prev_gon))
+    else:
+        gon = place(st, alloc)
     nodes = (gon > 0).sum(-1)
     has = alloc > 0
     restarted = (alloc != prev) & has

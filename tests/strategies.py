@@ -132,7 +132,9 @@ def fleet_configs(draw, max_tenants: int = 8) -> FleetConfig:
         arbiter=ArbiterSpec(mechanism=draw(hst.sampled_from(MECHANISMS)), reserve_price=draw(hst.sampled_from([0.0, 0.5, 1.0, 2.0]))),
         safety=SafetySpec(mode=draw(hst.sampled_from(["project", "veto"]))),
         reward=RewardSpec(cost_weight=draw(_num(0.0, 3.0, 0.0, 1.0))),
-        coupling=CouplingSpec(contention=draw(hst.booleans()), queueing=draw(hst.booleans())),
+        coupling=CouplingSpec(
+            contention=draw(hst.booleans()), queueing=draw(hst.booleans()), persistent_placement=draw(hst.booleans())
+        ),
         max_cycles=draw(hst.integers(1, 1000)),
     )
 

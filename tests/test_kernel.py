@@ -40,7 +40,7 @@ def test_batched_equals_loop(mechanism, safety, seed):
     draws = Draws(arrivals=rng.poisson(100, st.T).astype(float), tiebreak=rng.random(st.T))
     batched = evaluate(st, acts, state, draws)
     for i in range(B):
-        s_i = RoundState(*(getattr(state, f.name)[i] for f in dataclasses.fields(state)))
+        s_i = RoundState(*(None if getattr(state, f.name) is None else getattr(state, f.name)[i] for f in dataclasses.fields(state)))
         single = evaluate(st, row(acts, i), s_i, draws)
         for name in FIELDS:
             a, b = getattr(batched, name), getattr(single, name)

@@ -38,6 +38,18 @@ def assert_agree(a, b, where=""):
             np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-9, err_msg=f"{where} {name}")
 
 
+def random_placement(st, rng, rows):
+    """A random placement last round (rows, T, K): each GPU of each node held by a random tenant
+    of its pool, or by nobody."""
+    pp = np.zeros((rows, st.T, st.K), np.int64)
+    for k in range(st.K):
+        mine = np.flatnonzero(st.pool == st.node_pool[k])
+        holder = rng.integers(-1, len(mine), (rows, st.gpus_per_node))
+        for j, t in enumerate(mine):
+            pp[:, t, k] = (holder == j).sum(-1)
+    return pp
+
+
 def agree_on_random_rounds(st, rng, rows, max_gpus, where="", batches=None, calm=0):
     """``rows`` random rounds of ``st`` (actions, states from fresh to extreme, request lengths)
     on the engine and the oracle, every tenant present and a random subset; the counterfactual
@@ -55,6 +67,7 @@ def agree_on_random_rounds(st, rng, rows, max_gpus, where="", batches=None, calm
         queue=rng.choice([0.0, 10.0, 1e6], (rows, st.T)) * rng.random((rows, st.T)),
         remaining_tokens=rng.choice([0.0, 1e6, 1e12, 1e300], (rows, st.T)),
         budget_left=rng.choice([0.0, 1.0, 50.0, 1e300], (rows, st.T)) * rng.random((rows, st.T)),
+        prev_placement=random_placement(st, rng, rows) if rng.random() < 0.75 else None,
     )
     if calm:
         state.temp_c[:calm], state.budget_left[:calm], state.remaining_tokens[:calm] = st.ambient_c, 1e300, 1e12
@@ -71,7 +84,7 @@ def agree_on_random_rounds(st, rng, rows, max_gpus, where="", batches=None, calm
         outs.append(evaluate(st, acts, state, draws, p))
         assert_agree(outs[-1], oracle.evaluate(st, acts, state, draws, p), f"{where} present={p is not None}")
     one = type(acts)(acts.gpus[0], acts.bid[0], acts.precision[0], acts.batch[0])
-    s0 = RoundState(*(getattr(state, f.name)[0] for f in dataclasses.fields(state)))
+    s0 = RoundState(*(None if getattr(state, f.name) is None else getattr(state, f.name)[0] for f in dataclasses.fields(state)))
     d0 = Draws(draws.arrivals[0], draws.tiebreak, **{k: v[0] for k, v in lengths.items()})
     cf = np.ones((st.T + 1, st.T), bool)
     cf[1:] = ~np.eye(st.T, dtype=bool)

@@ -22,15 +22,20 @@ class CouplingSpec:
     topology: ``ClusterSpec``'s uplink oversubscription and storage bandwidth), and its step
     time grows with their load. ``queueing``: a server's requests queue when its load nears its
     capacity; its time to first token includes the wait, and its SLO attainment is the fraction
-    of requests served within the SLO.
+    of requests served within the SLO. ``persistent_placement``: a tenant keeps the nodes it
+    ran on last round; a tenant that grows keeps them and takes the rest where there is room, one
+    that shrinks gives up GPUs on its least-used nodes first, and only the GPUs nobody keeps are
+    placed afresh (so a removal row moves nobody it did not free room for).
     """
 
     contention: bool = False
     queueing: bool = False
+    persistent_placement: bool = False
 
     def __post_init__(self):
         _bool(self, "contention")
         _bool(self, "queueing")
+        _bool(self, "persistent_placement")
 
 
 __all__ = ["CouplingSpec"]

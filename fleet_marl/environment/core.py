@@ -55,6 +55,8 @@ def reset(cs: CoreStatic, s: EnvState, clusters, rngs) -> None:
     s.round[clusters] = 0
     s.live[clusters] = True
     s.prev_alloc[clusters] = 0
+    if s.prev_gon is not None:
+        s.prev_gon[clusters] = 0
     s.temp_c[clusters] = st.ambient_c
     s.queue[clusters] = 0.0
     s.remaining[clusters] = st.job_tokens
@@ -156,6 +158,8 @@ def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, credit_rngs) -> StepResul
     reward = cs.credit.shape(credit, cs.scheme, live, rf.starved, degenerate)
     # carry the state over, then the queues; the fairness state records the round once
     s.prev_alloc = np.array(o.alloc)
+    if s.prev_gon is not None:
+        s.prev_gon = np.array(o.gpus_on_node)
     s.temp_c = np.array(o.temp_next)
     s.queue = np.array(o.queue_next)
     s.remaining = np.array(o.remaining_next)

@@ -126,6 +126,9 @@ class EnvState:
     last_arrivals: np.ndarray  # (B, T) float64 the last round's serving arrivals
     drawn_from: list[np.random.Generator | None]  # (B,) the generator each cluster's tie-breaks came from
     last: Outcome | None = None  # the last round's outcome, leading (B,) (read where has_last)
+    #: (B, T, K) int64 GPUs each tenant held on each node last round, tracked where placement
+    #: persists (``CouplingSpec.persistent_placement``), else None
+    prev_gon: np.ndarray | None = None
 
     @staticmethod
     def zeros(cs: CoreStatic, B: int) -> EnvState:
@@ -155,6 +158,7 @@ class EnvState:
             fairness=FairnessState.zeros(B, T, n),
             last_arrivals=np.zeros((B, T)),
             drawn_from=[None] * B,
+            prev_gon=np.zeros((B, T, st.K), np.int64) if st.persistent_placement else None,
         )
 
     @property
@@ -164,7 +168,12 @@ class EnvState:
     def round_state(self) -> RoundState:
         """The kernel :class:`~fleet_marl.kernel.RoundState` the next round starts from, (B, ...)."""
         return RoundState(
-            prev_alloc=self.prev_alloc, temp_c=self.temp_c, queue=self.queue, remaining_tokens=self.remaining, budget_left=self.budget
+            prev_alloc=self.prev_alloc,
+            temp_c=self.temp_c,
+            queue=self.queue,
+            remaining_tokens=self.remaining,
+            budget_left=self.budget,
+            prev_placement=self.prev_gon,
         )
 
     def queues(self) -> Queues:

@@ -97,7 +97,9 @@ class EnvViews:
         read-only arrays)."""
         self._need_reset("round_state")
         s = self._s.round_state()
-        return RoundState(**{f.name: _read_only(np.asarray(getattr(s, f.name))[0]) for f in dataclasses.fields(s)})
+        return RoundState(
+            **{f.name: _read_only(np.asarray(getattr(s, f.name))[0]) for f in dataclasses.fields(s) if getattr(s, f.name) is not None}
+        )
 
     @property
     def arrival_schedule(self) -> np.ndarray:

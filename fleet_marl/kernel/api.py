@@ -33,7 +33,7 @@ import numpy as np
 from fleet_marl import catalog
 from fleet_marl.kernel import engine, layout, tenant_cost
 from fleet_marl.kernel.checks import KernelInputError, checked, leads
-from fleet_marl.kernel.packing import ALL_PRESENT, lead_shape, one_row, outcome_of_flat, outcome_of_packed, pack
+from fleet_marl.kernel.packing import ALL_PRESENT, lead_shape, no_placement, one_row, outcome_of_flat, outcome_of_packed, pack
 from fleet_marl.kernel.static import KernelStatic
 from fleet_marl.kernel.types import Actions, Draws, Outcome, RoundState, Stage1
 
@@ -91,7 +91,7 @@ def evaluate_welfare(
         if full.shape != (B,) or len(lead) != 1:
             raise KernelInputError(f"full: shape {full.shape}; expected ({B},), a mask over rows of a leading shape (B,), not {lead}")
         out_index = np.where(full, np.cumsum(full) - 1, -1).astype(np.int64)
-    ins_i, ins_f, temp = pack(st, actions, state, draws, present, lead, B)
+    ins_i, ins_f, temp, pgon = pack(st, actions, state, draws, present, lead, B)
     T, K = st.T, st.K
     nb = int(out_index.max(initial=-1)) + 1
     out_f = np.empty((len(layout.OF), nb, T))
@@ -101,7 +101,7 @@ def evaluate_welfare(
     out_k = np.empty((2, nb, K))
     rack = np.empty((nb, st.n_racks))
     welfare = np.empty(B)
-    engine.round_rows(*st.packed, ins_i, ins_f, temp, out_index, out_f, out_i, out_b, gon, out_k, rack, welfare)
+    engine.round_rows(*st.packed, ins_i, ins_f, temp, pgon, out_index, out_f, out_i, out_b, gon, out_k, rack, welfare)
     if full is not None:
         return outcome_of_packed(out_f, out_i, out_b, gon, out_k, rack, welfare[full], (nb,)), welfare
     out = outcome_of_packed(out_f, out_i, out_b, gon, out_k, rack, welfare, lead)
@@ -133,7 +133,7 @@ def evaluate_counterfactuals(
                 if getattr(obj, f.name) is None:  # a Draws' lengths left to the config
                     continue
                 v = np.asarray(getattr(obj, f.name))
-                tail = 2 if (type(obj) is Actions and f.name == "precision") else 1
+                tail = 2 if (type(obj) is Actions and f.name == "precision") or f.name == "prev_placement" else 1
                 kw[f.name] = np.expand_dims(v, v.ndim - tail) if v.ndim > tail else v
             return type(obj)(**kw)
 
@@ -182,6 +182,7 @@ def _round_one(st, actions: Actions, state: RoundState, draws: Draws, present) -
         st.prompt_tokens if prompt is None else prompt,
         st.output_tokens if output is None else output,
         state.temp_c,
+        no_placement((T, K))[0] if state.prev_placement is None else state.prev_placement,
         flat[0],
         flat[1],
         flat[2],

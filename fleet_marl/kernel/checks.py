@@ -106,6 +106,24 @@ def check_state(st: KernelStatic, state: RoundState) -> RoundState:
         "remaining_tokens": _field("state.remaining_tokens", state.remaining_tokens, np.float64, (T,), False, 0, big, "a token count >= 0"),
         "budget_left": _field("state.budget_left", state.budget_left, np.float64, (T,), False, 0, big, "an amount of USD >= 0"),
     }
+    if state.prev_placement is not None:
+        gpn = st.gpus_per_node
+        kw["prev_placement"] = _field(
+            "state.prev_placement", state.prev_placement, np.int64, (T, K), True, 0, gpn, f"a GPU count in [0, {gpn}] (GPUs per node)"
+        )
+        held = kw["prev_placement"].sum(-2)  # (..., K): no node holds more GPUs than it has
+        if (held > gpn).any():
+            i = tuple(int(x) for x in np.argwhere(held > gpn)[0])
+            raise KernelInputError(
+                f"state.prev_placement: node {i[-1]} holds {held[i]} GPUs over the tenants{' at batch index ' + str(i[:-1]) if i[:-1] else ''}; "
+                f"expected at most {gpn} (GPUs per node)"
+            )
+        pool_of = st.node_pool[None, :] != st.pool[:, None]  # (T, K): nodes outside the tenant's pool
+        if (kw["prev_placement"] * pool_of).any():
+            i = tuple(int(x) for x in np.argwhere(kw["prev_placement"] * pool_of)[0])
+            raise KernelInputError(
+                f"state.prev_placement{list(i)} = {kw['prev_placement'][i]}: expected 0 (node {i[-1]} is not of tenant {i[-2]}'s GPU type)"
+            )
     return RoundState(**kw)
 
 
@@ -123,7 +141,13 @@ def check_draws(st: KernelStatic, draws: Draws) -> Draws:
 def leads(actions: Actions, state: RoundState, draws: Draws, present) -> dict[str, tuple]:
     """Each input field's leading (batch) shape, by its name."""
     out = {f"actions.{f.name}": np.shape(getattr(actions, f.name))[: -2 if f.name == "precision" else -1] for f in fields(actions)}
-    out.update({f"state.{f.name}": np.shape(getattr(state, f.name))[:-1] for f in fields(state)})
+    out.update(
+        {
+            f"state.{f.name}": np.shape(getattr(state, f.name))[: -2 if f.name == "prev_placement" else -1]
+            for f in fields(state)
+            if getattr(state, f.name) is not None
+        }
+    )
     out.update({f"draws.{f.name}": np.shape(getattr(draws, f.name))[:-1] for f in fields(draws) if getattr(draws, f.name) is not None})
     if present is not None:
         out["present"] = np.shape(present)[:-1]

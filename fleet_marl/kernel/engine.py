@@ -59,6 +59,7 @@ from fleet_marl.kernel.layout import (
     OI_REQ,
     S_CONTENTION,
     S_GPN,
+    S_PERSIST,
     SC,
     T_MAXG,
     G,
@@ -98,10 +99,10 @@ def _scratch(T, K, R, max_n):
 
 
 @jit
-def round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, out_i, out_b, gon, out_k, rack, welfare):
+def round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, pgon, out_index, out_f, out_i, out_b, gon, out_k, rack, welfare):
     """Play the round on every row ``b`` of the packed inputs, stage by stage (see the module doc)."""
     (_, B, T), K, R = ins_i.shape, ni.shape[0], rack.shape[1]
-    q_caps, gpn = sc[len(SC) :], int(sc[S_GPN])
+    q_caps, gpn, persist, one_prev = sc[len(SC) :], int(sc[S_GPN]), sc[S_PERSIST] != 0.0, pgon.shape[0] == 1
     sf, si, sb, skf, ski, sg, sr, precs, c_precs, count, dead, leaf_load, leaf_stamp = _scratch(T, K, R, ti[:, T_MAXG].max())
     rf, ri, rb, rk, rr, rg, t_nodes = sf[:_NOF], si[:_NOI], sb[:_NOB], skf[:2], sr[0], sg[0], sg[1]
     w, level, frac, mult, zeros = sf[_NOF], sf[_NOF + 1], sf[_NOF + 2], sf[_NOF + 3], sf[_NOF + 4]
@@ -121,7 +122,8 @@ def round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, out_index, out_f, out
     for b in range(B):
         ask(b, tf, ti, sc, ins_i, ins_f, req)
         clear_pools(b, q_caps, tf, ti, sc, ins_f, req, alloc, mult, price, caps, got, k1, k2, w, level, order, frac, zeros)
-        place(alloc, ti, ni, gpn, rg, free, avail, order, by_free, neg_avail, count, t_nodes, n_nodes)
+        prev = pgon[0] if one_prev else pgon[b]
+        place(alloc, prev, persist, ti, ni, gpn, rg, free, avail, order, by_free, neg_avail, count, t_nodes, n_nodes)
         tenant_stage1(b, tf, ti, tg, sc, ins_i, ins_f, prec, prec_run, c_prec, c_run, c_len, c_terms, cached, unsafe_c, invalid_c, ri)
         check(b, tf, sc, ins_i, c_terms, unsafe_c, invalid_c, alloc, rf, ri, rb, running)
         if contended:  # the restarts' checkpoint loads share the storage: each tenant's seconds available
@@ -171,11 +173,13 @@ def round_one(
     prompt,
     output,
     temp_c,
+    prev_gon,
     flat_f,
     flat_i,
     flat_b,
 ):
-    """One row from unpacked inputs ((T,) each, ``precision`` (T, G), ``temp_c`` (K,)) into three
+    """One row from unpacked inputs ((T,) each, ``precision`` (T, G), ``temp_c`` (K,), ``prev_gon``
+    (T, K) last round's placement) into three
     flat output buffers, one per dtype: ``flat_f`` holds ``out_f`` (``len(OF)``, T), ``out_k``
     (2, K), ``rack`` (R,) and the welfare, ``flat_i`` ``out_i`` (``len(OI)``, T) and ``gon`` (T,
     K), ``flat_b`` ``out_b`` (``len(OB)``, T), each C-ordered, in that order. Packs the inputs and
@@ -213,7 +217,7 @@ def round_one(
         temp[0, k] = temp_c[k]
     out_f3, out_i3, out_b3 = out_f.reshape((_NOF, 1, T)), out_i.reshape((_NOI, 1, T)), out_b.reshape((_NOB, 1, T))
     gon3, out_k3, rack2 = gon.reshape((1, T, K)), out_k.reshape((2, 1, K)), rack.reshape((1, R))
-    round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, np.zeros(1, np.int64), out_f3, out_i3, out_b3, gon3, out_k3, rack2, welfare)
+    round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, prev_gon.reshape((1, T, K)), np.zeros(1, np.int64), out_f3, out_i3, out_b3, gon3, out_k3, rack2, welfare)
 
 
 #: the compiled cost functions, here too for the callers that read them from the engine

@@ -3,8 +3,45 @@ numpy's pairwise sum (:func:`numpy_sum`) and the insertion sorts of a few tens o
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import numba as nb
 import numpy as np
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+#: The sources whose module globals compiled code reads as compile-time constants (the kernel's
+#: layout, the catalog's tables, each compiled module's own constants).
+_COMPILED_SOURCES = ("kernel/*.py", "catalog/*.py", "environment/*.py", "fairness/*.py", "workloads.py")
+
+
+def _drop_stale_caches() -> None:
+    """Delete numba's on-disk caches of this package when any source its compiled code reads
+    changed since they were written. numba keys a cached function on its own file's time stamp
+    only, so a change to another module's constants (``layout``'s column numbers, say) would
+    otherwise load machine code compiled against the old ones. A digest of the sources' names,
+    sizes and time stamps is kept beside the kernel's caches; where the package folder is
+    read-only nothing is done (an installed wheel's files do not change)."""
+    digest = hashlib.sha1()
+    for pattern in _COMPILED_SOURCES:
+        for f in sorted(_PACKAGE.glob(pattern)):
+            st = f.stat()  # a changed file has a new time stamp or size: no need to read it
+            digest.update(f"{f.name} {st.st_size} {st.st_mtime_ns}\n".encode())
+    stamp = _PACKAGE / "kernel" / "__pycache__" / "compiled_sources.sha1"
+    try:
+        if stamp.is_file() and stamp.read_text() == digest.hexdigest():
+            return
+        for pattern in _COMPILED_SOURCES:
+            folder = (_PACKAGE / pattern).parent / "__pycache__"
+            for cached in (*folder.glob("*.nbi"), *folder.glob("*.nbc")):
+                cached.unlink(missing_ok=True)
+        stamp.parent.mkdir(exist_ok=True)
+        stamp.write_text(digest.hexdigest())
+    except OSError:  # a read-only install: its sources never change under its caches
+        pass
+
+
+_drop_stale_caches()
 
 #: numba's compile options for every kernel function: cached on disk, no GIL, numpy's
 #: division semantics (x / 0 is inf or nan, as in the model's formulas).

@@ -51,7 +51,7 @@ NI = _layout("node_pool node_rack node_leaf")
 #: Scalars at the head of ``sc`` (the pools' capacities follow).
 SC = _layout(
     "clears key1 key2 n_keys pays has_reserve afford_at_bid reserve veto gpus_per_node comm_overlap mbu round_s restart_s "
-    "ambient_c rise_c decay critical_c span_c cost_weight mfu load_gpu_bps load_node_bps contention queueing storage_bps"
+    "ambient_c rise_c decay critical_c span_c cost_weight mfu load_gpu_bps load_node_bps contention queueing persistent storage_bps"
 )
 #: Input rows of ``ins_i`` and ``ins_f``.
 II = _layout("gpus batch prev_alloc present") + tuple(f"precision{g}" for g in range(G))
@@ -107,7 +107,7 @@ S_STORAGE = SC.index("storage_bps")  # bytes/s of the shared storage (inf: no sh
 (S_CLEARS, S_KEY1, S_KEY2, S_NKEYS, S_PAYS, S_HAS_RESERVE, S_AFFORD, S_RESERVE, S_VETO, S_GPN, S_OVERLAP, S_MBU, S_ROUND, S_RESTART) = (
     range(14)
 )
-S_AMBIENT, S_RISE, S_DECAY, S_CRIT, S_SPAN, S_COSTW, S_MFU, S_LOAD_GPU, S_LOAD_NODE, S_CONTENTION, S_QUEUEING = range(14, S_STORAGE)
+S_AMBIENT, S_RISE, S_DECAY, S_CRIT, S_SPAN, S_COSTW, S_MFU, S_LOAD_GPU, S_LOAD_NODE, S_CONTENTION, S_QUEUEING, S_PERSIST = range(14, S_STORAGE)
 I_GPUS, I_BATCH, I_PREV, I_PRES, I_PREC = 0, 1, 2, 3, 4
 F_BID, F_QUEUE, F_REMAIN, F_BUDGET, F_ARR, F_TIE, F_PROMPT, F_OUT = range(len(IF))
 (O_PRICE, O_THROTTLE, O_MW, O_MG, O_MM, O_MO, O_MA, O_MKV, O_MTOT, O_MCAP, O_TPS) = range(11)
@@ -123,7 +123,7 @@ assert (
 )
 assert _oi["precision0"] == OI_PREC and _ii["precision0"] == I_PREC and _of["tokens_per_s"] == O_TPS and _of["utility"] == O_UTIL
 assert _ob["thermal_throttled"] == OB_TTHR and _of["slowdown"] == O_SLOW and _of["ttft_p99_s"] == O_TTFT99
-assert _sc["queueing"] == S_QUEUEING
+assert _sc["queueing"] == S_QUEUEING and _sc["persistent"] == S_PERSIST
 
 
 def pack_static(st) -> tuple[np.ndarray, ...]:
@@ -158,6 +158,7 @@ def pack_static(st) -> tuple[np.ndarray, ...]:
         st.load_node_bps,
         float(st.contention),
         float(st.queueing),
+        float(st.persistent_placement),
         st.storage_bps,
     ]
     sc = np.array([*codes(st.mechanism), *cluster] + [float(c) for c in st.pool_capacity], np.float64)

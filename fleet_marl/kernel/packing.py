@@ -56,7 +56,7 @@ def one_row(actions: Actions, state: RoundState, draws: Draws, present) -> bool:
         is np.ndarray
     ):
         return False
-    p, o = draws.prompt_tokens, draws.output_tokens
+    p, o, pp = draws.prompt_tokens, draws.output_tokens, state.prev_placement
     return (
         g.ndim == n.ndim == pa.ndim == bid.ndim == q.ndim == rem.ndim == bud.ndim == arr.ndim == tie.ndim == temp.ndim == prec.ndim - 1 == 1
         and g.dtype is n.dtype is pa.dtype is prec.dtype is _I64
@@ -64,6 +64,7 @@ def one_row(actions: Actions, state: RoundState, draws: Draws, present) -> bool:
         and (present is None or (type(present) is np.ndarray and present.ndim == 1 and present.dtype is _BOOL))
         and (p is None or (type(p) is np.ndarray and p.ndim == 1 and p.dtype is _F64))
         and (o is None or (type(o) is np.ndarray and o.ndim == 1 and o.dtype is _F64))
+        and (pp is None or (type(pp) is np.ndarray and pp.ndim == 2 and pp.dtype is _I64 and pp.flags.c_contiguous))
     )
 
 
@@ -101,10 +102,13 @@ def lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> tu
         draws.tiebreak,
     )
     extra = [v for v in (draws.prompt_tokens, draws.output_tokens, present) if v is not None]
+    pp = state.prev_placement
     if all(type(a) is np.ndarray and a.ndim == 2 for a in arrays) and all(type(v) is np.ndarray and v.ndim == 2 for v in extra):
         p = actions.precision
-        if type(p) is np.ndarray and p.ndim == 3:
+        if type(p) is np.ndarray and p.ndim == 3 and (pp is None or (type(pp) is np.ndarray and pp.ndim == 3)):
             lengths = {a.shape[0] for a in arrays} | {v.shape[0] for v in extra} | {p.shape[0]}
+            if pp is not None:
+                lengths.add(pp.shape[0])
             if len(lengths) == 1 or (len(lengths) == 2 and 1 in lengths):
                 return (max(lengths),)
     shapes = [
@@ -122,6 +126,8 @@ def lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> tu
     ] + [np.shape(v)[:-1] for v in (draws.prompt_tokens, draws.output_tokens) if v is not None]
     if present is not None:
         shapes.append(np.shape(present)[:-1])
+    if pp is not None:
+        shapes.append(np.shape(pp)[:-2])
     distinct = set(shapes)
     if len(distinct) == 1:
         return shapes[0]
@@ -150,8 +156,10 @@ def _input_buffers(B: int, T: int, K: int) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def pack(st, actions: Actions, state: RoundState, draws: Draws, present, lead: tuple[int, ...], B: int):
-    """The compiled round's inputs ``(ins_i, ins_f, temp)`` (the ``layout`` module doc), in this
-    thread's reused buffers: valid until the thread's next ``pack`` of the same shape."""
+    """The compiled round's inputs ``(ins_i, ins_f, temp, pgon)`` (the ``layout`` module doc), the
+    first three in this thread's reused buffers: valid until the thread's next ``pack`` of the
+    same shape. ``pgon`` is last round's placement, (1, T, K) when one for every row (zeros
+    when the state does not track it), else (B, T, K)."""
     T = st.T
     flat = len(lead) <= 1
 
@@ -178,7 +186,29 @@ def pack(st, actions: Actions, state: RoundState, draws: Draws, present, lead: t
     put(ins_f[layout.F_PROMPT], st.prompt_tokens if draws.prompt_tokens is None else draws.prompt_tokens, (T,))
     put(ins_f[layout.F_OUT], st.output_tokens if draws.output_tokens is None else draws.output_tokens, (T,))
     put(temp, state.temp_c, (st.K,))
-    return ins_i, ins_f, temp
+    return ins_i, ins_f, temp, prev_placement(st, state.prev_placement, lead, B)
+
+
+def prev_placement(st, pp, lead: tuple[int, ...], B: int) -> np.ndarray:
+    """Last round's placement as the compiled round reads it: (1, T, K) when every row shares
+    one (zeros when ``pp`` is None: nothing is kept), else (B, T, K); int64, C-ordered."""
+    tail = (st.T, st.K)
+    if pp is None:
+        return no_placement(tail)
+    pp = np.asarray(pp)
+    if pp.ndim == 2 or np.prod(pp.shape[:-2], dtype=np.int64) == 1:
+        return np.ascontiguousarray(pp.reshape((1,) + tail), np.int64)
+    return np.ascontiguousarray(np.broadcast_to(pp, lead + tail).reshape((B,) + tail), np.int64)
+
+
+class _NoPlacement(dict):
+    def __missing__(self, tail):
+        self[tail] = np.zeros((1,) + tail, np.int64)
+        self[tail].setflags(write=False)
+        return self[tail]
+
+
+no_placement = _NoPlacement().__getitem__  # (T, K) -> (1, T, K) zeros, read-only: nothing held
 
 
 def outcome_of_packed(out_f, out_i, out_b, gon, out_k, rack, welfare, lead: tuple[int, ...]) -> Outcome:

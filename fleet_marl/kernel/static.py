@@ -175,6 +175,7 @@ class KernelStatic:
     # couplings (config.CouplingSpec)
     contention: bool = False  # shared links and storage (docs/model.md section 12)
     queueing: bool = False  # serving queues
+    persistent_placement: bool = False  # a tenant keeps its nodes from round to round
     # derived by __post_init__, not arguments
     #: (T,) float64 each tenant's reference work rate (train tokens/s, serve requests/s): the denominator of its value
     ref_rate: np.ndarray = field(init=False, repr=False, compare=False, default_factory=lambda: np.empty(0))
@@ -273,6 +274,7 @@ class KernelStatic:
             cost_weight=cfg.reward.cost_weight,
             contention=cfg.coupling.contention,
             queueing=cfg.coupling.queueing,
+            persistent_placement=cfg.coupling.persistent_placement,
         )
 
 

@@ -39,11 +39,14 @@ class RoundState:
     queue: np.ndarray  # (B, T) float64 serve: requests waiting at the start of the round
     remaining_tokens: np.ndarray  # (B, T) float64 train: tokens left in the current job
     budget_left: np.ndarray  # (B, T) float64 USD left
+    #: (B, T, K) int64 GPUs each tenant held on each node last round; None: not tracked (every
+    #: round's placement is made afresh, as without ``CouplingSpec.persistent_placement``)
+    prev_placement: np.ndarray | None = None
 
     @staticmethod
     def initial(static: Any, batch: int | None = None) -> RoundState:
-        """Nothing held, nodes at ambient temperature, empty queues, whole jobs and budgets.
-        With ``batch`` every field gets a leading axis of that size."""
+        """Nothing held (on any node), nodes at ambient temperature, empty queues, whole jobs
+        and budgets. With ``batch`` every field gets a leading axis of that size."""
         lead = () if batch is None else (batch,)
         T = static.T
         return RoundState(
@@ -52,6 +55,7 @@ class RoundState:
             queue=np.zeros(lead + (T,)),
             remaining_tokens=np.broadcast_to(static.job_tokens, lead + (T,)).copy(),
             budget_left=np.broadcast_to(static.budget, lead + (T,)).copy(),
+            prev_placement=np.zeros(lead + (T, static.K), np.int64),
         )
 
 
@@ -161,6 +165,7 @@ class Outcome:
             queue=self.queue_next,
             remaining_tokens=self.remaining_next,
             budget_left=self.budget_next,
+            prev_placement=self.gpus_on_node,
         )
 
     def row(self, i: int) -> Outcome:

@@ -249,6 +249,7 @@ class HindsightPolicy(PlannerPolicy):
             queue=np.array(true.queue),
             remaining_tokens=np.asarray(true.remaining_tokens) + np.where(st.is_train, seen.jobs_waiting * st.job_tokens, 0.0),
             budget_left=np.array(true.budget_left),
+            prev_placement=None if true.prev_placement is None else np.array(true.prev_placement),
         )
         return seen.live, state, env.round_draws()
 
