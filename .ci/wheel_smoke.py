@@ -91,10 +91,20 @@ def check_requirements(metadata: str) -> None:
     assert torch and all(r.startswith("torch==2.13.0;") for r in torch), f"torch not pinned to 2.13.0: {torch}"
 
 
+def release() -> str:
+    """The version pyproject.toml declares: the release the wheel must carry."""
+    import tomllib
+
+    return tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]["version"]
+
+
 def dist(folder: Path) -> None:
     t = time.perf_counter()
     wheels, sdists = sorted(folder.glob("*.whl")), sorted(folder.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, f"expected one wheel and one sdist in {folder}: {sorted(folder.iterdir())}"
+    version = release()
+    assert wheels[0].name.startswith(f"fleet_marl-{version}-"), f"the wheel {wheels[0].name} is not version {version} (pyproject.toml)"
+    assert sdists[0].name == f"fleet_marl-{version}.tar.gz", f"the sdist {sdists[0].name} is not version {version} (pyproject.toml)"
     want = expected_package_files()
     with zipfile.ZipFile(wheels[0]) as z:
         names = set(z.namelist())
@@ -173,6 +183,7 @@ def installed() -> None:
     assert not bad, f"the core install pulled in {bad}"
     size = sum(p.stat().st_size for p in site.rglob("*") if p.is_file()) / 1e6
     print(f"    {len(dists)} distributions, {size:.0f} MB in site-packages: " + ", ".join(f"{n} {v}" for n, v in dists))
+    assert md.version("fleet-marl") == release(), f"installed fleet_marl {md.version('fleet-marl')}, not {release()} (pyproject.toml)"
     ok(f"fleet_marl {md.version('fleet-marl')} from {site}; no extra installed", t)
 
     t = time.perf_counter()
