@@ -19,7 +19,7 @@ import numpy as np
 from fleet_marl import catalog
 from fleet_marl.kernel import Actions, Draws, Outcome, RoundState, cost
 from fleet_marl.kernel.cost import TRAIN_FLOPS_FACTOR
-from tests import oracle_contention, oracle_queueing
+from tests import oracle_contention, oracle_gang, oracle_queueing
 
 # --- stage 1 ---------------------------------------------------------------------------------
 
@@ -672,34 +672,40 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     nodes = (gon > 0).sum(-1)
     has = alloc > 0
     restarted = (alloc != prev) & has
+    # the GPUs each tenant's parallel layout uses on each node (all of them without coupling.gang):
+    # memory, throughput, contention, power and heat read them; the restart and the bill the grant
+    ug = oracle_gang.usable_on_nodes(st, gon) if st.gang else gon
+    used = ug.sum(-1)
+    unodes = (ug > 0).sum(-1)
+    uses = used > 0
 
     # --- safety: numerics and memory ------------------------------------------------------
     train = st.is_train
     if st.veto:
         batch = batch_req
-        mem = memory_per_gpu(terms, alloc, batch)
-        oom = (mem.total > st.mem_bytes) & has
-        vetoed = (terms.unsafe | invalid) & has
+        mem = memory_per_gpu(terms, used, batch)
+        oom = (mem.total > st.mem_bytes) & uses
+        vetoed = (terms.unsafe | invalid) & uses
         projected = np.zeros((B, T), bool)
     else:
-        fit = largest_fitting_batch(terms, alloc, st.mem_bytes)
+        fit = largest_fitting_batch(terms, used, st.mem_bytes)
         batch = np.maximum(np.minimum(batch_req, fit), 1).astype(np.int64)
-        oom = (fit < 1) & has
-        vetoed = invalid & has
-        projected = (terms.unsafe | (batch < batch_req)) & has & ~oom & ~vetoed
-        mem = memory_per_gpu(terms, alloc, batch)
-    running = has & ~oom & ~vetoed
+        oom = (fit < 1) & uses
+        vetoed = invalid & uses
+        projected = (terms.unsafe | (batch < batch_req)) & uses & ~oom & ~vetoed
+        mem = memory_per_gpu(terms, used, batch)
+    running = uses & ~oom & ~vetoed
 
     # --- cost: throughput ------------------------------------------------------------------
-    thr = throughput(st, terms, alloc, batch, nodes, prompt, output)
+    thr = throughput(st, terms, used, batch, unodes, prompt, output)
     avail = np.where(restarted, np.maximum(st.round_seconds - restart_seconds(st, terms, alloc, nodes), 0.0), st.round_seconds)
     link = None
     if st.contention:  # the restarts share the storage, the multi-leaf trainers their leaves' uplinks
         avail = oracle_contention.available_seconds(st, terms, alloc, nodes, restarted)
-        link = oracle_contention.links(st, terms, gon, alloc, nodes, batch, running, thr.work_rate, avail)
+        link = oracle_contention.links(st, terms, ug, used, unodes, batch, running, thr.work_rate, avail)
         f_link = link.factor
         thr = thr._replace(work_rate=thr.work_rate * f_link, tokens_per_s=thr.tokens_per_s * f_link, efficiency=thr.efficiency * f_link)
-        f_ckpt = oracle_contention.checkpoint_factor(st, terms, alloc, nodes, running, thr.work_rate)
+        f_ckpt = oracle_contention.checkpoint_factor(st, terms, used, unodes, running, thr.work_rate)
         thr = thr._replace(work_rate=thr.work_rate * f_ckpt, tokens_per_s=thr.tokens_per_s * f_ckpt)
     demand = queue + arrivals
     capacity = thr.work_rate * avail
@@ -707,12 +713,12 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
         busy = np.where(train, 1.0, np.where(capacity > 0, np.minimum(demand / capacity, 1.0), 0.0))
     activity = np.where(running, busy, 0.0)
     # a server's latencies are those at the load it carries: busy x batch requests in flight
-    carried = throughput(st, terms, alloc, np.maximum(busy * batch, 1.0), nodes, prompt, output)
+    carried = throughput(st, terms, used, np.maximum(busy * batch, 1.0), unodes, prompt, output)
     light = ~train & (busy < 1.0)
     thr = thr._replace(ttft_s=np.where(light, carried.ttft_s, thr.ttft_s), tpot_s=np.where(light, carried.tpot_s, thr.tpot_s))
 
     # --- safety: power and heat -------------------------------------------------------------
-    pt = power_thermal(st, gon, activity, temp0)
+    pt = power_thermal(st, ug, activity, temp0)
     running &= ~pt.tripped
     f = np.where(running, pt.factor, 0.0)
 
@@ -730,7 +736,7 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     if st.queueing:  # a server's queue: the requests served within the SLO, a share of the round's
         serving = running & ~train
         with np.errstate(divide="ignore", invalid="ignore"):
-            d = oracle_queueing.prompt_work(throughput, st, terms, alloc, nodes, prompt, output) / f
+            d = oracle_queueing.prompt_work(throughput, st, terms, used, unodes, prompt, output) / f
             tpot_ok = thr.tpot_s / f <= st.slo_tpot_s
         q_good, ttft50, ttft99 = oracle_queueing.queue_outcome(
             st,
@@ -756,11 +762,12 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
         alloc=alloc,
         gpus_on_node=gon,
         nodes_spanned=nodes,
+        usable_gpus=used,
         price=st.list_price * mult,
         restarted=restarted,
         precision=terms.precision if terms.precision.shape == (B, T, G) else np.broadcast_to(terms.precision, (B, T, G)).copy(),
         batch=batch if batch.shape == (B, T) else np.broadcast_to(batch, (B, T)).copy(),
-        unsafe_numerics=terms.unsafe & has,
+        unsafe_numerics=terms.unsafe & uses,
         projected=projected,
         vetoed=vetoed,
         oom=oom,
@@ -777,7 +784,7 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
         mem_total=mem.total,
         mem_capacity=np.repeat(st.mem_bytes[None], B, axis=0),
         tokens_per_s=thr.tokens_per_s * f,
-        multi_gpu_efficiency=np.where(alloc > 0, thr.efficiency, 0.0),
+        multi_gpu_efficiency=np.where(uses, thr.efficiency, 0.0),
         progress_tokens=progress,
         served=served,
         slo_good=good,

@@ -13,11 +13,12 @@ What each draw varies (``tests/test_oracle.py`` holds the compiled round to the 
   ``usable_memory_fraction``, ``mfu``, ``mbu`` and ``comm_overlap`` (0, 1 or in between);
 * each tenant (:class:`TenantSpec`, :class:`WorkloadSpec`): kind, any catalog model, a GPU type
   of the cluster, ``budget``, ``priority``, ``max_gpus``, ``flash_attention``,
-  ``activation_checkpointing``, ``seq_len``, ``prompt_tokens``, ``output_tokens`` (within the
-  model's context), ``slo_ttft_s``, ``slo_tpot_s``, ``rate``, ``job_tokens``, ``kv_cache_dtype``
-  and ``weight_only_dequant_tokens``;
+  ``activation_checkpointing``, ``tensor_parallel`` (a trainer's, any valid degree), ``seq_len``,
+  ``prompt_tokens``, ``output_tokens`` (within the model's context), ``slo_ttft_s``,
+  ``slo_tpot_s``, ``rate``, ``job_tokens``, ``kv_cache_dtype`` and ``weight_only_dequant_tokens``;
 * the rules: every registered mechanism, ``reserve_price``, the safety mode, the reward's
-  ``cost_weight`` and ``max_cycles`` (the budget per round that prices spending).
+  ``cost_weight``, ``max_cycles`` (the budget per round that prices spending) and every
+  coupling switch.
 """
 
 from __future__ import annotations
@@ -88,8 +89,14 @@ def cluster_specs(draw, max_nodes: int = 5, max_pools: int = 3) -> ClusterSpec:
     )
 
 
+def _tp_degrees(model: str, gpus_per_node: int) -> list[int]:
+    """A trainer's valid tensor-parallel degrees: powers of two dividing the heads, at most a node."""
+    heads = catalog.model(model).heads
+    return [d for d in (1, 2, 4, 8, 16) if d <= gpus_per_node and heads % d == 0]
+
+
 @hst.composite
-def tenant_specs(draw, pools: tuple[str, ...]) -> TenantSpec:
+def tenant_specs(draw, pools: tuple[str, ...], gpus_per_node: int = 8) -> TenantSpec:
     model = draw(hst.sampled_from(MODELS))
     ctx = catalog.model(model).max_seq
     kind = draw(hst.sampled_from(["train", "serve"]))
@@ -117,6 +124,7 @@ def tenant_specs(draw, pools: tuple[str, ...]) -> TenantSpec:
         max_gpus=draw(hst.integers(1, 64)),
         flash_attention=draw(hst.booleans()),
         activation_checkpointing=draw(hst.booleans()),
+        tensor_parallel=draw(hst.sampled_from(_tp_degrees(model, gpus_per_node))) if kind == "train" else 1,
         workload=workload,
     )
 
@@ -125,7 +133,7 @@ def tenant_specs(draw, pools: tuple[str, ...]) -> TenantSpec:
 def fleet_configs(draw, max_tenants: int = 8) -> FleetConfig:
     """A whole scenario drawn field by field (the module doc lists them)."""
     cluster = draw(cluster_specs())
-    tenants = tuple(draw(hst.lists(tenant_specs(cluster.pools), min_size=1, max_size=max_tenants)))
+    tenants = tuple(draw(hst.lists(tenant_specs(cluster.pools, cluster.gpus_per_node), min_size=1, max_size=max_tenants)))
     return FleetConfig(
         cluster=cluster,
         tenants=tenants,
@@ -133,7 +141,10 @@ def fleet_configs(draw, max_tenants: int = 8) -> FleetConfig:
         safety=SafetySpec(mode=draw(hst.sampled_from(["project", "veto"]))),
         reward=RewardSpec(cost_weight=draw(_num(0.0, 3.0, 0.0, 1.0))),
         coupling=CouplingSpec(
-            contention=draw(hst.booleans()), queueing=draw(hst.booleans()), persistent_placement=draw(hst.booleans())
+            contention=draw(hst.booleans()),
+            queueing=draw(hst.booleans()),
+            persistent_placement=draw(hst.booleans()),
+            gang=draw(hst.booleans()),
         ),
         max_cycles=draw(hst.integers(1, 1000)),
     )

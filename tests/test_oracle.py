@@ -381,6 +381,7 @@ REACHES = [
     (dict(reward=dict(cost_weight=3.0)), "utility"),
     (dict(max_cycles=10), "utility"),
     (dict(coupling=CouplingSpec(queueing=True)), "ttft_p99_s"),  # the server's queue (docs/model.md section 12.2)
+    (dict(coupling=CouplingSpec(gang=True), a=dict(tensor_parallel=4)), "usable_gpus"),  # TP groups of 4 on 4 + 2 GPUs (section 12.4)
 ]
 
 

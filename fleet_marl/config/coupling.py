@@ -25,17 +25,23 @@ class CouplingSpec:
     of requests served within the SLO. ``persistent_placement``: a tenant keeps the nodes it
     ran on last round; a tenant that grows keeps them and takes the rest where there is room, one
     that shrinks gives up GPUs on its least-used nodes first, and only the GPUs nobody keeps are
-    placed afresh (so a removal row moves nobody it did not free room for).
+    placed afresh (so a removal row moves nobody it did not free room for). ``gang``: a tenant
+    runs on the GPUs of its grant its parallel layout can use, and the rest idle, paid for: a
+    trainer's tensor-parallel groups of ``TenantSpec.tensor_parallel`` GPUs each sit inside one
+    node, a server runs one tensor-parallel replica inside one node whose degree divides its
+    model's attention heads (``docs/model.md`` section 12.4).
     """
 
     contention: bool = False
     queueing: bool = False
     persistent_placement: bool = False
+    gang: bool = False
 
     def __post_init__(self):
         _bool(self, "contention")
         _bool(self, "queueing")
         _bool(self, "persistent_placement")
+        _bool(self, "gang")
 
 
 __all__ = ["CouplingSpec"]

@@ -94,6 +94,12 @@ class FleetConfig:
                     f"with rounds of {self.cluster.round_seconds:g} s: at most {MAX_ARRIVALS_PER_ROUND:g} arrivals a round "
                     "(the arrival draw counts them in 64-bit integers)",
                 )
+            if t.tensor_parallel > self.cluster.gpus_per_node:
+                raise ConfigError(
+                    f"tenants[{i}].tensor_parallel",
+                    t.tensor_parallel,
+                    f"at most gpus_per_node ({self.cluster.gpus_per_node}): a tensor-parallel group sits inside one node",
+                )
             if t.gpu_type not in pools:
                 raise ConfigError(f"tenants[{i}].gpu_type", t.gpu_type, f"a GPU type present in the cluster: {', '.join(pools)}")
 

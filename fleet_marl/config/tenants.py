@@ -93,6 +93,11 @@ class TenantSpec:
     #: train: false (none), true or "full" (keep each block's input, recompute the block) or
     #: "selective" (torchtitan's per-op policy: keep every other matmul's and attention's output)
     activation_checkpointing: bool | str = False
+    #: train: the tensor-parallel degree of its layout, a power of two that divides the model's
+    #: attention heads (Megatron-LM splits the heads over the group); each group sits inside one
+    #: node and data parallel (FSDP) runs across the groups. Read with ``coupling.gang`` on
+    #: (docs/model.md section 12.4); a server's degree follows from the GPUs it gets, so it stays 1
+    tensor_parallel: int = 1
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
 
     def __post_init__(self):
@@ -115,6 +120,12 @@ class TenantSpec:
                 self.workload.prompt_tokens,
                 f"prompt_tokens + output_tokens <= {m.max_seq} (the context of {self.model})",
             )
+        _int(self, "tensor_parallel", 1, 1024)
+        tp = self.tensor_parallel
+        if tp & (tp - 1) or m.heads % tp:
+            raise ConfigError("tensor_parallel", tp, f"a power of two that divides the {m.heads} attention heads of {self.model}")
+        if self.kind == "serve" and tp != 1:
+            raise ConfigError("tensor_parallel", tp, "1 for a serving tenant (its replica's degree follows from the GPUs it gets)")
         if self.kind == "train" and self.workload.seq_len > m.max_seq:
             raise ConfigError("workload.seq_len", self.workload.seq_len, f"at most {m.max_seq} (the context of {self.model})")
 

@@ -7,7 +7,9 @@ the module named for it, called once per row in this order:
 
 1. ``clearing.ask`` and ``clearing.clear_pools``: what each tenant may ask for, then the
    mechanism on every pool (its codes from ``mechanisms.codes``): GPUs and prices;
-2. ``placement.place``: the GPUs onto nodes, best-fit decreasing;
+2. ``placement.place``: the GPUs onto nodes, best-fit decreasing (with ``coupling.gang`` on,
+   ``gang.usable``: the GPUs and nodes each tenant's parallel layout uses, which the later
+   stages read in place of the grant's; it still pays for every granted GPU);
 3. ``tenant_cost.tenant_stage1``: each tenant's stage 1 under its precision map (memoised:
    a cluster's counterfactual rows share it);
 4. ``safety.check``: the numerics and memory verdicts, the batch that runs, bytes per GPU;
@@ -33,6 +35,7 @@ import numpy as np
 
 from fleet_marl.kernel.clearing import ask, clear_pools
 from fleet_marl.kernel.contention import contend, storage_loads
+from fleet_marl.kernel.gang import usable
 from fleet_marl.kernel.jit import copy_row, jit, numpy_sum
 from fleet_marl.kernel.layout import (
     F_ARR,
@@ -57,7 +60,9 @@ from fleet_marl.kernel.layout import (
     OI,
     OI_ALLOC,
     OI_REQ,
+    OI_USABLE,
     S_CONTENTION,
+    S_GANG,
     S_GPN,
     S_PERSIST,
     SC,
@@ -73,18 +78,19 @@ from fleet_marl.kernel.safety import check
 from fleet_marl.kernel.tenant_cost import fitting_batch, memory_per_gpu, peak_bytes, tenant_stage1, tenant_terms, throughput
 
 _NOF, _NOI, _NOB = len(OF), len(OI), len(OB)
-_NF_ROWS, _NI_ROWS, _NB_ROWS = _NOF + 31, _NOI + 4, _NOB + 4  # each block: the row's outputs, then scratch rows
+_NF_ROWS, _NI_ROWS, _NB_ROWS = _NOF + 31, _NOI + 5, _NOB + 4  # each block: the row's outputs, then scratch rows
 
 
 @jit
 def _scratch(T, K, R, max_n):
     """The round's scratch in three blocks, one per dtype (a call of a few rows is dominated by
     allocations otherwise): ``(sf, si, sb)`` per tenant -- one row's outputs, then the stages'
-    scratch rows and the stage-1 memo --, ``skf`` (8, K) and ``ski`` (3, K) per node, ``sg`` (2,
-    T, K) the row's placement and each tenant's nodes, ``sr`` (2, R) per rack, ``precs`` (2, G),
+    scratch rows and the stage-1 memo --, ``skf`` (8, K) and ``ski`` (3, K) per node, ``sg`` (4,
+    T, K) the row's placement and each tenant's nodes, then the GPUs and nodes it uses (``gang``),
+    ``sr`` (2, R) per rack, ``precs`` (2, G),
     ``c_precs`` (2, T, G) the memo's precision maps, ``count`` (max_n + 2,) and ``dead`` (K,)."""
     fl = np.empty(_NF_ROWS * T + 8 * K + 2 * R + K)  # (+ K: the contention stage's load per leaf)
-    it = np.empty(_NI_ROWS * T + 3 * K + 2 * T * K + 2 * G + 2 * T * G + max_n + 2 + K, np.int64)  # (+ K: its leaf stamps)
+    it = np.empty(_NI_ROWS * T + 3 * K + 4 * T * K + 2 * G + 2 * T * G + max_n + 2 + K, np.int64)  # (+ K: its leaf stamps)
     bo = np.empty(_NB_ROWS * T + K, np.bool_)
     o = _NF_ROWS * T
     sf, skf, sr = fl[:o].reshape((_NF_ROWS, T)), fl[o : o + 8 * K].reshape((8, K)), fl[o + 8 * K : o + 8 * K + 2 * R].reshape((2, R))
@@ -92,8 +98,8 @@ def _scratch(T, K, R, max_n):
     o = _NI_ROWS * T
     si, ski = it[:o].reshape((_NI_ROWS, T)), it[o : o + 3 * K].reshape((3, K))
     o += 3 * K
-    sg, precs = it[o : o + 2 * T * K].reshape((2, T, K)), it[o + 2 * T * K : o + 2 * T * K + 2 * G].reshape((2, G))
-    o += 2 * T * K + 2 * G
+    sg, precs = it[o : o + 4 * T * K].reshape((4, T, K)), it[o + 4 * T * K : o + 4 * T * K + 2 * G].reshape((2, G))
+    o += 4 * T * K + 2 * G
     c_precs, count, leaf_i = it[o : o + 2 * T * G].reshape((2, T, G)), it[o + 2 * T * G : it.shape[0] - K], it[it.shape[0] - K :]
     return sf, si, bo[: _NB_ROWS * T].reshape((_NB_ROWS, T)), skf, ski, sg, sr, precs, c_precs, count, bo[_NB_ROWS * T :], leaf_f, leaf_i
 
@@ -110,8 +116,9 @@ def round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, pgon, out_index, out_
     c_terms, c_len = sf[_NOF + 10 : _NOF + 23], sf[_NOF + 23 : _NOF + 25]  # the stage-1 memo: (13, T) terms, (2, T) lengths
     k1, k2 = sf[_NOF + 25], sf[_NOF + 26]
     ct = sf[_NOF + 27 : _NOF + 31]  # the contention stage's (4, T) rows
-    contended = sc[S_CONTENTION] != 0.0
+    contended, gang = sc[S_CONTENTION] != 0.0, sc[S_GANG] != 0.0
     caps, got, order, n_nodes = si[_NOI], si[_NOI + 1], si[_NOI + 2], si[_NOI + 3]
+    used, u_n, ug, u_nodes = ri[OI_USABLE], si[_NOI + 4], sg[2], sg[3]  # the GPUs, nodes a tenant's layout uses (gang)
     running, cached, unsafe_c, invalid_c = sb[_NOB], sb[_NOB + 1], sb[_NOB + 2], sb[_NOB + 3]
     neg_avail, node_dyn, f_cap, f_heat, f_node, t_pred = skf[2], skf[3], skf[4], skf[5], skf[6], skf[7]
     free, by_free, avail, rack_dyn = ski[0], ski[1], ski[2], sr[1]
@@ -124,18 +131,24 @@ def round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, pgon, out_index, out_
         clear_pools(b, q_caps, tf, ti, sc, ins_f, req, alloc, mult, price, caps, got, k1, k2, w, level, order, frac, zeros)
         prev = pgon[0] if one_prev else pgon[b]
         place(alloc, prev, persist, ti, ni, gpn, rg, free, avail, order, by_free, neg_avail, count, t_nodes, n_nodes)
+        if gang:  # the stages after it run on the GPUs and nodes the layouts use (pg, pn, pl)
+            usable(ti, rg, t_nodes, n_nodes, used, ug, u_nodes, u_n)
+            pg, pn, pl = ug, u_nodes, u_n
+        else:
+            used[:] = alloc
+            pg, pn, pl = rg, t_nodes, n_nodes
         tenant_stage1(b, tf, ti, tg, sc, ins_i, ins_f, prec, prec_run, c_prec, c_run, c_len, c_terms, cached, unsafe_c, invalid_c, ri)
-        check(b, tf, sc, ins_i, c_terms, unsafe_c, invalid_c, alloc, rf, ri, rb, running)
+        check(b, tf, sc, ins_i, c_terms, unsafe_c, invalid_c, used, rf, ri, rb, running)
         if contended:  # the restarts' checkpoint loads share the storage: each tenant's seconds available
             storage_loads(b, ti, sc, ins_i, c_terms, alloc, n_nodes, avail_s, ct)
         throughput(
-            b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf, ri, rb, work_rate, prefill_a, t_dec_a, avail_s, activity
+            b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, pl, running, rf, ri, rb, work_rate, prefill_a, t_dec_a, avail_s, activity
         )
         if contended:
-            contend(b, tf, ti, nf, ni, sc, c_terms, alloc, n_nodes, t_nodes, running, work_rate, avail_s, rf, ri, ct, leaf_load, leaf_stamp)
-        power_heat(b, tf, nf, ni, sc, temp, activity, rg, t_nodes, n_nodes, node_dyn, rack_dyn, f_cap, f_heat, f_node, t_pred, dead, rk, rr)
-        throttle(sc, t_nodes, n_nodes, f_node, f_cap, f_heat, t_pred, dead, running, rf, rb)
-        outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a, t_dec_a, alloc, mult, rf, ri, c_terms, n_nodes)
+            contend(b, tf, ti, nf, ni, sc, c_terms, used, pl, pn, running, work_rate, avail_s, rf, ri, ct, leaf_load, leaf_stamp)
+        power_heat(b, tf, nf, ni, sc, temp, activity, pg, pn, pl, node_dyn, rack_dyn, f_cap, f_heat, f_node, t_pred, dead, rk, rr)
+        throttle(sc, pn, pl, f_node, f_cap, f_heat, t_pred, dead, running, rf, rb)
+        outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a, t_dec_a, alloc, mult, rf, ri, c_terms, pl)
         welfare[b] = numpy_sum(util, 0, T)
         j = out_index[b]
         if j < 0:

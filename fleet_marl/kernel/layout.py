@@ -41,8 +41,9 @@ TF = (
     + TENANT_TERMS
     + ("checkpoint_every_s",)  # train: seconds of training between synchronous checkpoints (docs/model.md section 12.1)
 )
-#: Per-tenant int columns of ``ti``.
-TI = _layout("max_gpus pool is_train checkpointing")
+#: Per-tenant int columns of ``ti`` (``tensor_parallel``: a trainer's tensor-parallel degree, 1 for a server;
+#: ``heads``, ``kv_heads``: its model's attention and KV heads; read with ``coupling.gang`` on, docs/model.md section 12.4).
+TI = _layout("max_gpus pool is_train checkpointing tensor_parallel heads kv_heads")
 #: Per-node float columns of ``nf``: idle W of its GPUs, W of its GPUs at TDP, dynamic-power headroom of its rack,
 #: bytes/s of its leaf switch's uplinks (docs/model.md section 12.1).
 NF = _layout("node_idle_w node_full_w rack_headroom_w leaf_uplink_bps")
@@ -51,7 +52,7 @@ NI = _layout("node_pool node_rack node_leaf")
 #: Scalars at the head of ``sc`` (the pools' capacities follow).
 SC = _layout(
     "clears key1 key2 n_keys pays has_reserve afford_at_bid reserve veto gpus_per_node comm_overlap mbu round_s restart_s "
-    "ambient_c rise_c decay critical_c span_c cost_weight mfu load_gpu_bps load_node_bps contention queueing persistent storage_bps"
+    "ambient_c rise_c decay critical_c span_c cost_weight mfu load_gpu_bps load_node_bps contention queueing persistent storage_bps gang"
 )
 #: Input rows of ``ins_i`` and ``ins_f``.
 II = _layout("gpus batch prev_alloc present") + tuple(f"precision{g}" for g in range(G))
@@ -62,7 +63,7 @@ OF = _layout(
     "tokens_per_s multi_gpu_efficiency progress_tokens served slo_good slo_attainment queue_next remaining_next spend "
     "budget_next value utility slowdown link_load restart_s ttft_p50_s ttft_p99_s"
 )
-OI = _layout("requested alloc nodes_spanned batch") + tuple(f"precision{g}" for g in range(G))
+OI = _layout("requested alloc nodes_spanned batch usable_gpus") + tuple(f"precision{g}" for g in range(G))
 OB = _layout("restarted unsafe_numerics projected vetoed oom tripped power_throttled thermal_throttled")
 
 
@@ -100,10 +101,11 @@ _tf, _sc, _ii, _of, _oi, _ob = (_index(x) for x in (TF, SC, II, OF, OI, OB))  # 
     T_REPL,
 ) = range(len(TF) - 1)
 T_CKPT_EVERY = TF.index("checkpoint_every_s")
-T_MAXG, T_POOL, T_TRAIN, T_CKPT = range(len(TI))
+T_MAXG, T_POOL, T_TRAIN, T_CKPT, T_TPAR, T_HEADS, T_KVHEADS = range(len(TI))
 N_IDLE, N_FULL, N_HEAD, N_UPLINK = range(len(NF))
 N_POOL, N_RACK, N_LEAF = range(len(NI))
 S_STORAGE = SC.index("storage_bps")  # bytes/s of the shared storage (inf: no shared limit)
+S_GANG = SC.index("gang")  # coupling.gang: a tenant runs on the GPUs its parallel layout can use (docs/model.md section 12.4)
 (S_CLEARS, S_KEY1, S_KEY2, S_NKEYS, S_PAYS, S_HAS_RESERVE, S_AFFORD, S_RESERVE, S_VETO, S_GPN, S_OVERLAP, S_MBU, S_ROUND, S_RESTART) = (
     range(14)
 )
@@ -113,7 +115,7 @@ F_BID, F_QUEUE, F_REMAIN, F_BUDGET, F_ARR, F_TIE, F_PROMPT, F_OUT = range(len(IF
 (O_PRICE, O_THROTTLE, O_MW, O_MG, O_MM, O_MO, O_MA, O_MKV, O_MTOT, O_MCAP, O_TPS) = range(11)
 (O_EFF, O_PROGRESS, O_SERVED, O_GOOD, O_ATTAIN, O_QNEXT, O_RNEXT, O_SPEND, O_BNEXT, O_VALUE, O_UTIL) = range(11, 22)
 O_SLOW, O_LINK, O_RESTART_S, O_TTFT50, O_TTFT99 = range(22, len(OF))
-OI_REQ, OI_ALLOC, OI_NODES, OI_BATCH, OI_PREC = 0, 1, 2, 3, 4
+OI_REQ, OI_ALLOC, OI_NODES, OI_BATCH, OI_USABLE, OI_PREC = 0, 1, 2, 3, 4, 5
 OB_RESTART, OB_UNSAFE, OB_PROJ, OB_VETO, OB_OOM, OB_TRIP, OB_PTHR, OB_TTHR = range(len(OB))
 assert (
     [_tf[n] for n in ("list_price", "nvlink", "dyn_w", "tp_comm", "tp_calls", "kv_bytes", "dequant_tokens")]
@@ -122,6 +124,7 @@ assert (
     and _sc["mfu"] == S_MFU
 )
 assert _oi["precision0"] == OI_PREC and _ii["precision0"] == I_PREC and _of["tokens_per_s"] == O_TPS and _of["utility"] == O_UTIL
+assert _oi["usable_gpus"] == OI_USABLE and _sc["gang"] == S_GANG
 assert _ob["thermal_throttled"] == OB_TTHR and _of["slowdown"] == O_SLOW and _of["ttft_p99_s"] == O_TTFT99
 assert _sc["queueing"] == S_QUEUEING and _sc["persistent"] == S_PERSIST
 
@@ -136,7 +139,7 @@ def pack_static(st) -> tuple[np.ndarray, ...]:
     tenant_cols += [st.seq_len, st.bw, st.slo_ttft_s, st.slo_tpot_s]
     tenant_cols += [st.ref_rate, st.spend_norm, st.tdp_w - st.idle_w, *tenant_terms_.T, st.checkpoint_every_s]
     tf = np.stack(tenant_cols, axis=-1).astype(np.float64)
-    ti = np.stack([st.max_gpus, st.pool, st.is_train, st.checkpointing], axis=-1).astype(np.int64)
+    ti = np.stack([st.max_gpus, st.pool, st.is_train, st.checkpointing, st.tensor_parallel, st.heads, st.kv_heads], axis=-1).astype(np.int64)
     nf = np.stack([node_idle, g * st.node_tdp_w, headroom[st.node_rack], st.leaf_uplink_bps], axis=-1).astype(np.float64)
     ni = np.stack([st.node_pool, st.node_rack, st.node_leaf], axis=-1).astype(np.int64)
     cluster = [
@@ -160,6 +163,7 @@ def pack_static(st) -> tuple[np.ndarray, ...]:
         float(st.queueing),
         float(st.persistent_placement),
         st.storage_bps,
+        float(st.gang),
     ]
     sc = np.array([*codes(st.mechanism), *cluster] + [float(c) for c in st.pool_capacity], np.float64)
     out = tuple(np.ascontiguousarray(a) for a in (tf, ti, tg, nf, ni, sc))

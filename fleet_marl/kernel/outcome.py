@@ -36,6 +36,7 @@ from fleet_marl.kernel.layout import (
     O_UTIL,
     O_VALUE,
     OI_BATCH,
+    OI_USABLE,
     S_COSTW,
     S_QUEUEING,
     S_ROUND,
@@ -58,7 +59,8 @@ def outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a,
     available, prefill and decode seconds (the throughput stage's scratch rows), its GPUs
     ``alloc`` and its price multiplier ``mult``. With ``coupling.queueing`` on, a server's good
     requests and TTFT quantiles come from its queue (``queueing.serve_queue``: its batch in
-    ``ri``, one prompt's work from its roofline groups, ``c_terms`` and ``n_nodes``)."""
+    ``ri``, one prompt's work from its roofline groups, ``c_terms``, the GPUs it uses in ``ri``
+    and ``n_nodes``, the nodes they span)."""
     round_s, cost_w, queueing = sc[S_ROUND], sc[S_COSTW], sc[S_QUEUEING] != 0.0
     hours = round_s / 3600.0
     for t in range(alloc.shape[0]):
@@ -80,7 +82,7 @@ def outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a,
         ttft99 = ttft
         if queueing and run and not train:  # the served requests within the SLO, and their TTFT's quantiles
             job, hw, terms = roofline_groups(b, t, tf, ti, sc, ins_f, c_terms)
-            d = prompt_seconds(job, hw, terms, float(max(alloc[t], 1)), n_nodes[t]) / f
+            d = prompt_seconds(job, hw, terms, float(max(ri[OI_USABLE, t], 1)), n_nodes[t]) / f
             tpot_ok = t_dec_a[t] / f <= tf[t, T_TPOT]
             good, ttft, ttft99 = serve_queue(
                 ttft, d, work_rate[t] * f, float(ri[OI_BATCH, t]), avail_s[t], queue, arrivals, round_s, tf[t, T_TTFT], tpot_ok

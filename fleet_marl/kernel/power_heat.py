@@ -61,7 +61,9 @@ def cap_clock(headroom_w, dynamic_w):
 
 @jit
 def power_heat(b, tf, nf, ni, sc, temp, activity, rg, t_nodes, n_nodes, node_dyn, rack_dyn, f_cap, f_heat, f_node, t_pred, dead, rk, rr):
-    """Row ``b``'s node power and heat: each node's dynamic power from its tenants' activity,
+    """Row ``b``'s node power and heat: each node's dynamic power from its tenants' activity on
+    the GPUs they run there, ``rg`` (T, K) (with ``coupling.gang`` the ones their layouts use; an
+    idle GPU draws only the idle power every node counts),
     its rack's cap factor ``f_cap``, its heat factor ``f_heat`` (the clock that ends the round at
     the max operating temperature, 1 if full clocks stay below it), ``t_pred`` the temperature
     the round would end at idle (a node trips when even that reaches shutdown), whether it was

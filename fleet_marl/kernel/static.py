@@ -123,6 +123,7 @@ class KernelStatic:
     flash: np.ndarray  # (T,) bool
     attn_eff: np.ndarray  # (T,) float64 achieved share of the BF16 peak in attention (cost.attention_efficiency)
     checkpointing: np.ndarray  # (T,) int64 activation checkpointing (train): activations.CKPT_NONE, CKPT_FULL or CKPT_SELECTIVE
+    tensor_parallel: np.ndarray  # (T,) int64 train: tensor-parallel degree, its groups inside one node (coupling.gang); 1 serve
     priority: np.ndarray  # (T,) float64
     max_gpus: np.ndarray  # (T,) int64
     budget: np.ndarray  # (T,) float64 episode budget
@@ -176,6 +177,7 @@ class KernelStatic:
     contention: bool = False  # shared links and storage (docs/model.md section 12)
     queueing: bool = False  # serving queues
     persistent_placement: bool = False  # a tenant keeps its nodes from round to round
+    gang: bool = False  # a tenant runs on the GPUs its parallel layout can use (docs/model.md section 12.4)
     # derived by __post_init__, not arguments
     #: (T,) float64 each tenant's reference work rate (train tokens/s, serve requests/s): the denominator of its value
     ref_rate: np.ndarray = field(init=False, repr=False, compare=False, default_factory=lambda: np.empty(0))
@@ -275,6 +277,7 @@ class KernelStatic:
             contention=cfg.coupling.contention,
             queueing=cfg.coupling.queueing,
             persistent_placement=cfg.coupling.persistent_placement,
+            **_gang(cfg),
         )
 
 

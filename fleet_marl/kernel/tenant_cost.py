@@ -32,6 +32,7 @@ from fleet_marl.kernel.layout import (
     OI_BATCH,
     OI_NODES,
     OI_PREC,
+    OI_USABLE,
     S_CONTENTION,
     S_LOAD_GPU,
     S_LOAD_NODE,
@@ -260,7 +261,9 @@ def roofline_groups(b, t, tf, ti, sc, ins_f, c_terms):
 
 
 @jit
-def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf, ri, rb, work_rate, prefill_a, t_dec_a, avail_s, activity):
+def throughput(
+    b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, used_nodes, running, rf, ri, rb, work_rate, prefill_a, t_dec_a, avail_s, activity
+):
     """Each tenant's throughput in row ``b`` on its GPUs and nodes, before throttling: writes
     its nodes spanned, restart flag, tokens/s and efficiency, and into the scratch rows its
     work rate, prefill and decode seconds, seconds available this round and its activity (the
@@ -269,7 +272,9 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
     ``coupling.contention`` on, ``avail_s`` already holds each tenant's seconds available, its
     checkpoint load over the shared storage included (``contention.storage_loads``). A server's capacity
     is its roofline at its batch; its TTFT and TPOT are the roofline's at the load it carries,
-    ``load x batch`` requests in flight (at least 1)."""
+    ``load x batch`` requests in flight (at least 1). The roofline runs on the GPUs the tenant
+    uses (``ri``'s ``usable_gpus``) over ``used_nodes`` nodes (with ``coupling.gang`` off, its grant
+    and ``n_nodes``); a restart is a change of its grant, read by all its granted GPUs."""
     round_s, restart_s, shared = sc[S_ROUND], sc[S_RESTART], sc[S_CONTENTION] != 0.0
     for t in range(alloc.shape[0]):
         n = alloc[t]
@@ -280,10 +285,11 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
         rb[OB_RESTART, t] = restarted
         job, hw, terms = roofline_groups(b, t, tf, ti, sc, ins_f, c_terms)
         train = job.is_train
-        rate, tps, eff, prefill, t_dec = roofline(job, hw, terms, n, ri[OI_BATCH, t], nodes)
+        u, u_nodes = ri[OI_USABLE, t], used_nodes[t]
+        rate, tps, eff, prefill, t_dec = roofline(job, hw, terms, u, ri[OI_BATCH, t], u_nodes)
         work_rate[t] = rate
         rf[O_TPS, t] = tps
-        rf[O_EFF, t] = eff if has else 0.0
+        rf[O_EFF, t] = eff if u > 0 else 0.0
         prefill_a[t] = prefill
         t_dec_a[t] = t_dec
         if shared:
@@ -305,7 +311,7 @@ def throughput(b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf
             busy = min(demand / capacity, 1.0) if capacity > 0 else 0.0
             if busy < 1.0:
                 # the latencies at the load carried: busy x batch requests in flight (Little's law)
-                _, _, _, prefill, t_dec = roofline(job, hw, terms, n, max(busy * ri[OI_BATCH, t], 1.0), nodes)
+                _, _, _, prefill, t_dec = roofline(job, hw, terms, u, max(busy * ri[OI_BATCH, t], 1.0), u_nodes)
                 prefill_a[t] = prefill
                 t_dec_a[t] = t_dec
         activity[t] = busy if running[t] else 0.0

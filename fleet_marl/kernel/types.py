@@ -100,6 +100,7 @@ class Outcome:
     alloc: np.ndarray  # (B, T) int64   GPUs granted
     gpus_on_node: np.ndarray  # (B, T, K) int64 placement
     nodes_spanned: np.ndarray  # (B, T) int64
+    usable_gpus: np.ndarray  # (B, T) int64   GPUs of the grant its parallel layout uses (coupling.gang; alloc with it off)
     price: np.ndarray  # (B, T) float64 USD per GPU-hour paid
     restarted: np.ndarray  # (B, T) bool    allocation changed -> restart time lost
     # safety
