@@ -1,5 +1,5 @@
 """The built-in tasks' scenarios, each a builder of its plain-dict config (``FleetConfig``
-fields): ``tiny``, ``easy``, ``medium``, ``hard``, ``trace`` and ``trace_code``, and
+fields): ``tiny``, ``easy``, ``medium``, ``hard``, ``trace``, ``trace_code``, ``capped_rack`` and ``shared_fabric``, and
 :func:`scaled`, ``easy`` grown to ``n`` tenants.
 
 :data:`BUILTIN` lists them with their descriptions; :mod:`fleet_marl.tasks` registers each under
@@ -88,37 +88,111 @@ def medium() -> dict:
 
 
 def hard() -> dict:
-    # One rack of four H100 nodes: 32 x 700 W = 22.4 kW at TDP against a 15 kW cap, in a hall
-    # whose cooling has degraded: inlet air at 45 C (the top of ASHRAE class A4's allowable
-    # range) leaves 42 C to the 87 C throttle point, less than the 47 C a node's hottest
-    # air-cooled GPU rises at TDP (docs/model.md section 6), so a node loaded past 89 % of its TDP
-    # throttles. All servers burst together.
-    # A $34 budget buys 2.6x its 2-GPU fair share for the episode at list price (2 x 100
-    # rounds x $3.9492/h / 60 = $13.16); 8 GPUs at twice list price spend it in 32 rounds.
+    # One rack of four H100 nodes: 32 x 700 W = 22.4 kW at TDP against an 8 kW cap (36 %, a rack
+    # power-oversubscribed far past POLCA's 30 % more servers, docs/model.md section 12.5): the
+    # 32 GPUs idle at 2.7 kW, so about 8.6 GPUs run at full clock and past that every GPU one
+    # tenant runs slows every GPU in the rack. The hall's cooling has degraded: inlet air at 45 C
+    # (the top of ASHRAE class A4's allowable range) leaves 42 C to the 87 C throttle point, less
+    # than the 47 C a node's hottest air-cooled GPU rises at TDP (docs/model.md section 6), so a
+    # node loaded past 89 % of its TDP throttles (when the rack's power sits on one node).
+    # Eight long training jobs (priorities 2 and 4) and eight servers near their capacity
+    # (20 requests/s, about 0.7 of an 8B model's on one GPU, with queueing: coupling.queueing)
+    # that all burst 8x together. Five-minute rounds, so that a restart (30 s plus the load)
+    # costs a tenth of a round. The restarts' checkpoint loads share 2.6 GB/s of storage
+    # (coupling.contention): Llama 3's Tectonic sustains 2 TB/s for 24K GPUs (arXiv 2407.21783
+    # section 3.3.1), 81 MB/s a GPU, 2.6 GB/s for these 32.
+    # A trainer's $255 budget is $2.55 a round, 10 GPU-rounds at the auction's reserve
+    # ($2.96/h x 300 s = $0.25); a server's $170 is $1.70 a round.
     # hoard_share 0.2 of the 32-GPU pool: holding 7 or 8 GPUs while another starves.
     h = "h100-sxm"
     storm = dict(pattern="bursty", burst_factor=8.0, burst_fraction=0.15, burst_rounds=4.0, burst_shared=True)
-    trainers = [("gpt2", 4.0e8), ("qwen2.5-0.5b", 1.0e8), ("qwen2.5-7b", 1.0e7), ("llama-3.1-8b", 1.0e7)]
+    trainers = [("gpt2", 4.0e10), ("qwen2.5-0.5b", 1.0e10), ("qwen2.5-7b", 1.0e9), ("llama-3.1-8b", 1.0e9)]
     servers = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "qwen2.5-0.5b"]
     tenants = []
     for i in range(16):
         if i % 2 == 0:
             m, tokens = trainers[(i // 2) % 4]
             seq = 1024 if m == "gpt2" else 2048
-            t = tenant("train", m, h, 34.0, seq_len=seq, job_tokens=tokens, rate=6.0, priority=1.0 + (i % 3 == 0))
+            t = tenant("train", m, h, 255.0, seq_len=seq, job_tokens=tokens, rate=6.0, priority=2.0 + 2.0 * (i % 3 == 0))
             t["activation_checkpointing"] = m in ("qwen2.5-7b", "llama-3.1-8b")  # else they need 4+ GPUs
             tenants.append(t)
         else:
             m = servers[(i // 2) % 4]
             tenants.append(
-                tenant("serve", m, h, 34.0, rate=3.0, prompt_tokens=1024, output_tokens=256, priority=1.0 + (i % 4 == 1), **storm)
+                tenant("serve", m, h, 170.0, rate=24.0, prompt_tokens=1024, output_tokens=256, priority=1.0 + (i % 4 == 1), **storm)
             )
     return {
-        "cluster": {"gpu_types": [h] * 4, "nodes_per_rack": 4, "rack_power_cap_w": 15_000.0, "ambient_c": 45.0},
+        "cluster": {
+            "gpu_types": [h] * 4,
+            "nodes_per_rack": 4,
+            "rack_power_cap_w": 8_000.0,
+            "ambient_c": 45.0,
+            "round_seconds": 300.0,
+            "storage_gbs": 2.6,
+        },
         "tenants": tenants,
         "arbiter": {"mechanism": "auction", "reserve_price": 0.75},
         "fairness": {"hoard_share": 0.2},
+        "coupling": {"contention": True, "queueing": True},
         "max_cycles": 100,
+    }
+
+
+def capped_rack() -> dict:
+    # One rack of four H100 nodes whose power is provisioned below its GPUs' TDP, as production
+    # LLM clusters oversubscribe power (POLCA, arXiv 2308.12908: "30% more servers in the same
+    # GPU cluster"; docs/model.md section 12.5): 32 x 700 W = 22.4 kW at TDP against a 13 kW cap
+    # (58 %). The 32 GPUs idle at 85 W (2.7 kW), so about 16.7 GPUs run at full clock; past that
+    # every GPU one tenant runs lowers the clock of every GPU in the rack (the f^3 law).
+    # Eight trainers of one small model: four production jobs of priority 2, four research jobs
+    # of priority 1, each able to take a whole node. Five-minute rounds, so that a restart
+    # (30 s plus the load) costs a tenant a tenth of its first round, not half of it.
+    # A $242 budget is $4.84 a round; a GPU-round costs $0.33 at list price ($3.9492/h x 300 s),
+    # 0.068 of utility, about 55 % of what a priority-1 trainer's GPU earns at full clock: a
+    # research job still gains by running when its GPUs cost the production jobs more.
+    tenants = [
+        tenant("train", "qwen2.5-0.5b", "h100-sxm", 242.0, priority=2.0 if i < 4 else 1.0, seq_len=2048, job_tokens=1.0e10, rate=6.0)
+        for i in range(8)
+    ]
+    return {
+        "cluster": {"gpu_types": ["h100-sxm"] * 4, "nodes_per_rack": 4, "rack_power_cap_w": 13_000.0, "round_seconds": 300.0},
+        "tenants": tenants,
+        "arbiter": {"mechanism": "maxmin"},
+        "max_cycles": 50,
+    }
+
+
+def shared_fabric() -> dict:
+    # Four H100 nodes in racks of two (Meta's Llama 3 racks: "16 GPUs split between two servers",
+    # arXiv 2407.21783), each rack's GPU power provisioned at 5 kW, 45 % of its 11.2 kW TDP
+    # (16 x 85 W idle leaves 3.6 kW: about 6 GPUs of 16 at full clock), and a leaf switch per node
+    # whose uplinks are oversubscribed 1:4 (the effective value of Crux's testbed, docs/model.md
+    # section 12.1). Eight FSDP trainers of a 7B model, each able to take 12 GPUs, so a trainer
+    # past one node runs its collectives over the uplinks of every node it spans, shared with the
+    # other trainers crossing them. Four production jobs of priority 2, four research jobs of
+    # priority 1; five-minute rounds (a restart costs a tenth of a round). A $383 budget is $7.66
+    # a round; a GPU-round ($0.33 at list price) costs about 55 % of what a priority-1 trainer's
+    # GPU earns at full clock.
+    trainers = []
+    for i in range(8):
+        t = tenant(
+            "train", "qwen2.5-7b", "h100-sxm", 383.0, max_gpus=12, priority=2.0 if i < 4 else 1.0, seq_len=2048, job_tokens=1.0e10, rate=6.0
+        )
+        t["activation_checkpointing"] = True  # else a 7B trainer needs 4+ GPUs
+        trainers.append(t)
+    return {
+        "cluster": {
+            "gpu_types": ["h100-sxm"] * 4,
+            "nodes_per_rack": 2,
+            "rack_power_cap_w": 5_000.0,
+            "nodes_per_leaf": 1,
+            "uplink_oversubscription": 4.0,
+            "round_seconds": 300.0,
+        },
+        "tenants": trainers,
+        "arbiter": {"mechanism": "maxmin"},
+        "coupling": {"contention": True},
+        "max_cycles": 50,
     }
 
 
@@ -215,6 +289,32 @@ BUILTIN = (
         trace_code,
         "the trace task's cluster replaying Pollux workload 2 and Azure's 2023 code requests (long prompts, short outputs)",
     ),
+    (
+        "capped_rack",
+        capped_rack,
+        "8 trainers in one rack of four H100 nodes powered at 58 % of the GPUs' TDP: the rack's power couples them "
+        "(every GPU one runs slows every GPU in the rack), priorities 2 and 1, max-min fair arbiter",
+    ),
+    (
+        "shared_fabric",
+        shared_fabric,
+        "8 FSDP trainers of a 7B model on four H100 nodes, a leaf switch per node with 1:4 uplinks and racks of two powered at "
+        "45 % of TDP: trainers spanning nodes share the uplinks, and each rack's power couples its tenants",
+    ),
 )
 
-__all__ = ["BUILTIN", "easy", "easy_tenants", "hard", "medium", "scaled", "tenant", "tiny", "trace", "trace_code", "trace_config"]
+__all__ = [
+    "BUILTIN",
+    "capped_rack",
+    "easy",
+    "easy_tenants",
+    "hard",
+    "medium",
+    "scaled",
+    "shared_fabric",
+    "tenant",
+    "tiny",
+    "trace",
+    "trace_code",
+    "trace_config",
+]

@@ -19,6 +19,7 @@ from fleet_marl.builtin_tasks import BUILTIN
 from fleet_marl.errors import UsageError
 from fleet_marl.evaluation.loading import PolicyError
 from fleet_marl.output import print_report
+from fleet_marl.studies import coupling_ablation
 from fleet_marl.studies.coupling import Settings, measure
 from fleet_marl.studies.publish import checkout_root, publish
 from fleet_marl.tasks import TASKS
@@ -31,6 +32,11 @@ POLICIES = ("planner", "fair_share")
 DATA = "docs/data/coupling.json"
 DOC = "docs/environment.md"
 START, END = "<!-- coupling:start -->", "<!-- coupling:end -->"
+#: Where ``--ablate --save`` puts the ablation's rows, and its block's markers in :data:`DOC`.
+ABLATION_DATA = "docs/data/coupling_ablation.json"
+ABLATION_START, ABLATION_END = "<!-- coupling-ablation:start -->", "<!-- coupling-ablation:end -->"
+#: The command that made the committed ablation (``--save`` adds its tasks and any non-default option).
+ABLATION_COMMAND = "fleet-marl coupling --ablate --save"
 #: The command that made the committed data (``--save`` writes it with its options).
 COMMAND = "fleet-marl coupling --all --save"
 
@@ -43,6 +49,8 @@ EXAMPLES = """examples:
   fleet-marl coupling --task easy                     # planner and fair_share, 2 episodes, 10 states each
   fleet-marl coupling --task hard --policy random --episodes 1 --json
   fleet-marl coupling --all --save                    # every built-in task; writes docs/data/coupling.json and docs/environment.md
+  fleet-marl coupling --task capped_rack --ablate      # and again with each coupling mechanism turned off in turn
+  fleet-marl coupling --all --ablate --save           # both tables; the ablation in docs/data/coupling_ablation.json
 """
 
 
@@ -69,7 +77,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", type=int, default=d.samples, help=f"others' changes per visit and tenant (default {d.samples})")
     parser.add_argument("--sweeps", type=int, default=d.sweeps, help=f"the most best-response sweeps of an iteration (default {d.sweeps})")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--save", action="store_true", help=f"with --all: save the rows in {DATA} and publish {DOC}'s table")
+    parser.add_argument(
+        "--ablate",
+        action="store_true",
+        help="also measure each task with each coupling mechanism it turns on turned off in turn (the coupling switches; "
+        "power: the rack cap raised to its GPUs' TDP sum), and report what each contributes",
+    )
+    parser.add_argument(
+        "--save",
+        action="store_true",
+        help=f"with --all: save the rows in {DATA} and publish {DOC}'s table; with --ablate: save the ablation in {ABLATION_DATA}",
+    )
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
@@ -82,19 +100,30 @@ def settings_of(args: argparse.Namespace) -> Settings:
     return Settings(**{name: getattr(args, name) for name in lows})
 
 
-def report(tasks: list[str], policies: list[str], settings: Settings, progress: bool = True) -> dict:
-    """The command's report: its settings and a row per task and policy."""
-    bar = tqdm(total=len(tasks) * len(policies) * (settings.episodes + 1), desc="coupling", unit="step", file=sys.stderr, leave=False)
+def report(tasks: list[str], policies: list[str], settings: Settings, progress: bool = True, ablate: bool = False) -> dict:
+    """The command's report: its settings and a row per task and policy; with ``ablate``, also a
+    row per task, policy and mechanism turned off (``ablation``) and what each contributes
+    (``contributions``, :mod:`fleet_marl.studies.coupling_ablation`)."""
+    runs = 1 + (max((len(coupling_ablation.variants(t)) for t in tasks), default=0) if ablate else 0)
+    bar = tqdm(
+        total=len(tasks) * len(policies) * (settings.episodes + 1) * runs, desc="coupling", unit="step", file=sys.stderr, leave=False
+    )
     bar.disable = bar.disable or not progress
-    rows = []
+    rows, ablated = [], []
     try:
         for task in tasks:
             for policy in policies:
                 bar.set_postfix_str(f"{task} {policy}")
                 rows.append(measure(task, policy, settings, progress=lambda: bar.update(1)))
+                if ablate:
+                    ablated += coupling_ablation.ablate(task, policy, settings, progress=lambda: bar.update(1))
     finally:
         bar.close()
-    return {"settings": dataclasses.asdict(settings), "rows": rows}
+    rep: dict = {"settings": dataclasses.asdict(settings), "rows": rows}
+    if ablate:
+        rep["ablation"] = ablated
+        rep["contributions"] = coupling_ablation.contributions(rows, ablated)
+    return rep
 
 
 def _num(v, nd: int) -> str:
@@ -124,7 +153,10 @@ def text(rep: dict) -> str:
     """The report as text: its settings, then the table."""
     s = rep["settings"]
     head = ", ".join(f"{k} {v}" for k, v in s.items())
-    return f"coupling ({head})\n\n{markdown(rep['rows'])}"
+    out = f"coupling ({head})\n\n{markdown(rep['rows'])}"
+    if "contributions" in rep:
+        out += "\n\nwith each mechanism turned off in turn:\n\n" + coupling_ablation.markdown(rep["contributions"])
+    return out
 
 
 def save(rep: dict, root: str | Path) -> Path:
@@ -140,6 +172,31 @@ def save(rep: dict, root: str | Path) -> Path:
     return path
 
 
+def save_ablation(rep: dict, root: str | Path) -> Path:
+    """Write the ablation of ``rep`` (its rows, the ablated rows, the contributions) and the command
+    that made it (``--all`` when it covers every built-in task, else its ``--task`` options) to
+    ``root``'s :data:`ABLATION_DATA`."""
+    d = dataclasses.asdict(Settings())
+    tasks = list(dict.fromkeys(r["task"] for r in rep["rows"]))
+    extra = " --all" if tasks == [name for name, _, _ in BUILTIN] else "".join(f" --task {t}" for t in tasks)
+    extra += "".join(f" --{k} {v}" for k, v in rep["settings"].items() if v != d[k])
+    policies = list(dict.fromkeys(r["policy"] for r in rep["rows"]))
+    if policies != list(POLICIES):
+        extra += "".join(f" --policy {p}" for p in policies)
+    path = Path(root) / ABLATION_DATA
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"command": ABLATION_COMMAND + extra, **rep}, indent=1) + "\n")
+    return path
+
+
+def ablation_block(data: dict) -> str:
+    """The ablation's block of :data:`DOC` rendered from its saved data."""
+    return (
+        f"{ABLATION_START}\n<!-- written by `{ABLATION_COMMAND}` from {ABLATION_DATA}; edit the text around it, not this block -->\n\n"
+        f"```bash\n{data['command']}\n```\n\n{coupling_ablation.markdown(data['contributions'])}\n{ABLATION_END}"
+    )
+
+
 def block(data: dict) -> str:
     """The block of :data:`DOC` rendered from the saved data."""
     return (
@@ -150,8 +207,13 @@ def block(data: dict) -> str:
 
 def blocks(root: Path) -> list[tuple[str, str, str, str]]:
     """The block of :data:`DOC` when ``root`` has the data (for :mod:`fleet_marl.studies.publish`)."""
-    path = Path(root) / DATA
-    return [(DOC, START, END, block(json.loads(path.read_text())))] if path.is_file() else []
+    out = []
+    path, abl = Path(root) / DATA, Path(root) / ABLATION_DATA
+    if path.is_file():
+        out.append((DOC, START, END, block(json.loads(path.read_text()))))
+    if abl.is_file():
+        out.append((DOC, ABLATION_START, ABLATION_END, ablation_block(json.loads(abl.read_text()))))
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -160,17 +222,24 @@ def run(args: argparse.Namespace) -> int:
     for t in tasks:
         if t not in TASKS:
             raise UsageError(f"--task {t!r}: expected one of {', '.join(TASKS)}")
-    if args.save and not args.all:
-        raise UsageError(f"--save with --task: the table of {DOC} covers every built-in task; use --all --save")
+    if args.save and not args.all and not args.ablate:
+        raise UsageError(f"--save with --task: the table of {DOC} covers every built-in task; use --all --save (or --ablate --save)")
     root = checkout_root("fleet-marl coupling --save") if args.save else None
-    rep = report(tasks, args.policy or list(POLICIES), settings)
+    rep = report(tasks, args.policy or list(POLICIES), settings, ablate=args.ablate)
     if root is not None:
-        print(f"wrote {save(rep, root)}", file=sys.stderr)
+        if args.all:
+            print(f"wrote {save({k: rep[k] for k in ('settings', 'rows')}, root)}", file=sys.stderr)
+        if args.ablate:
+            print(f"wrote {save_ablation(rep, root)}", file=sys.stderr)
         publish(root, echo=lambda m: print(m, file=sys.stderr))
     return print_report(rep, args.json, lambda r: print(text(r)))
 
 
 __all__ = [
+    "ABLATION_COMMAND",
+    "ABLATION_DATA",
+    "ABLATION_END",
+    "ABLATION_START",
     "COMMAND",
     "DATA",
     "DESCRIPTION",
@@ -180,6 +249,7 @@ __all__ = [
     "EXAMPLES",
     "POLICIES",
     "START",
+    "ablation_block",
     "add_arguments",
     "block",
     "blocks",
@@ -187,6 +257,7 @@ __all__ = [
     "report",
     "run",
     "save",
+    "save_ablation",
     "settings_of",
     "text",
 ]
