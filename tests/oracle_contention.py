@@ -39,9 +39,11 @@ def load_seconds(capacity: float, size: np.ndarray, caps: np.ndarray) -> np.ndar
         times = left[idx] / rates
         dt = times.min()
         now += dt
-        done = times <= dt
-        finish[idx[done]] = now
         left[idx] -= rates * dt
+        # a load that ties the first to finish up to rounding ends now too (its time may round
+        # above dt while its bytes left round to zero or below: it must not finish at 0)
+        done = (times <= dt) | (left[idx] <= 0.0)
+        finish[idx[done]] = now
         left[idx[done]] = 0.0
         active = left > 0
     return finish

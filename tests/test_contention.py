@@ -308,3 +308,13 @@ def test_through_the_env_fair_share_play_has_the_two_trainers_slow_each_other():
                     assert info["slowdown"] > 1.1 and info["link_load"] > 0 and gap > 0.01 * info["reward_local"], info
                 else:
                     assert info["slowdown"] == 1.0 and gap == pytest.approx(0.0, abs=1e-12), info
+
+
+def test_the_oracles_storage_schedule_ends_two_tied_loads_together():
+    """Two equal loads finish together even when rounding leaves one's bytes at or below zero
+    while its time rounds above the other's (the oracle reported it finished at 0 s: found on
+    the revised ``hard``'s counterfactual rows, two identical trainers restarting together)."""
+    size = np.array([49783752225.47945, 9124692677.179739, 9124692677.179739])
+    caps = np.array([12894186006.35415, 11481179900.419714, 11481179900.419714])
+    finish = oracle_contention.load_seconds(2555406076.8672643, size, caps)
+    assert finish[1] == finish[2] > 0 and finish[0] > finish[1]
