@@ -94,6 +94,7 @@ def test_quick_run_prints_every_required_key_as_a_number(report):
     )
     # the kernel against another checkout's is measured only with --kernel-before: not measured, not met
     assert report["kernel_before"] is None and report["kernel_speedup_n16_b1024_vs_before"] is None
+    assert report["kernel_coupled_cost_n16_b1024_vs_before"] is None
     assert report["targets"]["kernel_speedup_n16_b1024_vs_before"] == {
         "measured": None,
         "target": 4.0,
@@ -142,8 +143,8 @@ def test_table_shows_every_measure(report):
 def test_kernel_before_measures_another_checkout_in_a_subprocess():
     """--kernel-before: this checkout against itself (the ratio is not asserted: speed lives in the
     bench); a folder without the engine is a clear error."""
-    now, then = measures.kernel_before_rates(str(ROOT), None, repeats=1, min_time=0.005, rounds=1)
-    assert now > 0 and then > 0
+    now, then, then_nodes, coupled = measures.kernel_before_rates(str(ROOT), None, repeats=1, min_time=0.005, rounds=1)
+    assert now > 0 and then > 0 and then_nodes > 0 and coupled > 0
     with pytest.raises(ValueError, match="--kernel-before .*expected a checkout of the engine"):
         measures.kernel_before_rates(str(ROOT / "docs"), None, repeats=1, min_time=0.005)
 
@@ -267,3 +268,23 @@ def test_clients_quick_run_measures_every_route_and_rllib_before_and_after(tmp_p
 def test_clients_refuses_a_before_checkout_without_fleet_marl(tmp_path):
     with pytest.raises(ValueError, match="no fleet_marl package there"):
         clients.rllib_train_rate(1, 1, checkout=str(tmp_path))
+
+
+def test_the_coupled_bench_config_turns_every_coupling_on_and_each_acts():
+    """The coupled kernel measurement runs every mechanism of ``CouplingSpec`` on a scenario
+    where each has something to do: a switch added to the spec fails here until it is on."""
+    import dataclasses
+
+    import numpy as np
+
+    from fleet_marl.config import CouplingSpec, FleetConfig, from_dict
+    from fleet_marl.kernel import Draws, KernelStatic, RoundState, evaluate
+
+    cfg = from_dict(FleetConfig, measures.coupled_bench_config(16))
+    assert all(getattr(cfg.coupling, f.name) for f in dataclasses.fields(CouplingSpec))
+    st = KernelStatic.from_config(cfg)
+    acts = measures.kernel_actions(st, np.random.default_rng(0), 256)
+    out = evaluate(st, acts, RoundState.initial(st), Draws.expected(st), validate=False)
+    assert (out.slowdown > 1).any()  # contention: trainers across the 4:1 uplinks
+    assert (out.usable_gpus < out.alloc).any()  # gang: odd grants to tensor-parallel-2 trainers
+    assert (out.restart_s > 0).any() and (out.ttft_p99_s > out.ttft_p50_s).any()  # restarts, queues

@@ -15,6 +15,7 @@ enough that no tenant leaves before ``max_cycles`` (so every step has N agents).
 from __future__ import annotations
 
 import gc
+import json
 import os
 import statistics
 import subprocess
@@ -99,6 +100,26 @@ def bench_config(n: int, max_cycles: int = 100) -> dict:
     }
 
 
+def coupled_bench_config(n: int, max_cycles: int = 100, couplings: bool = True) -> dict:
+    """:func:`bench_config` with every coupling mechanism on (``config.CouplingSpec``) over a
+    topology where each can act: the same GPUs on nodes of 4 (a grant of 5 to 8 spans two), one
+    leaf per node behind 4:1 uplinks, 50 GB/s of shared storage, a checkpoint every 10 minutes
+    of each trainer's training, tensor-parallel degree 2. ``couplings=False``: the same nodes
+    and racks only, in keys an engine without the couplings reads (the round it is compared with)."""
+    cfg = bench_config(n, max_cycles)
+    types = cfg["cluster"]["gpu_types"]
+    cfg["cluster"].update(gpu_types=types * 2, gpus_per_node=4, nodes_per_rack=1)
+    if not couplings:
+        return cfg
+    cfg["cluster"].update(uplink_oversubscription=4.0, storage_gbs=50.0)
+    for t in cfg["tenants"]:
+        if t["kind"] == "train":
+            t["workload"]["checkpoint_interval_s"] = 600.0
+            t["tensor_parallel"] = 2
+    cfg["coupling"] = {"contention": True, "queueing": True, "persistent_placement": True, "gang": True}
+    return cfg
+
+
 # --- the measurements --------------------------------------------------------------------------
 
 
@@ -131,9 +152,11 @@ def kernel_actions(st, rng: np.random.Generator, batch: int):
     return check_actions(st, acts)
 
 
-def kernel_rate(batch: int, repeats: int, min_time: float) -> float:
-    """Evaluations (rows) per second of ``evaluate`` at N = 16 for ``batch`` rows, inputs checked once."""
-    st = KernelStatic.from_config(from_dict(FleetConfig, bench_config(KERNEL_N)))
+def kernel_rate(batch: int, repeats: int, min_time: float, coupled: bool = False) -> float:
+    """Evaluations (rows) per second of ``evaluate`` at N = 16 for ``batch`` rows, inputs checked
+    once; ``coupled``: on :func:`coupled_bench_config`, every coupling mechanism on (the state
+    carries a placement, none held yet)."""
+    st = KernelStatic.from_config(from_dict(FleetConfig, (coupled_bench_config if coupled else bench_config)(KERNEL_N)))
     acts = kernel_actions(st, np.random.default_rng(batch), batch)
     state, draws = RoundState.initial(st), Draws.expected(st)
     dt = median_call_time(lambda: evaluate(st, acts, state, draws, validate=False), repeats, min_time)
@@ -299,8 +322,10 @@ def _measures_module(checkout: Path) -> str | None:
     return next((m for m in MEASURES_MODULES if (checkout / f"{m.replace('.', '/')}.py").is_file()), None)
 
 
-def kernel_before_rates(before: str, cpu: int | None, repeats: int, min_time: float, rounds: int = 3) -> tuple[float, float]:
-    """(this kernel's, ``before``'s kernel's) evaluations/s at N = ``KERNEL_N``, batch 1024: each
+def kernel_before_rates(before: str, cpu: int | None, repeats: int, min_time: float, rounds: int = 3) -> tuple[float, float, float, float]:
+    """(this kernel's, ``before``'s kernel's) evaluations/s at N = ``KERNEL_N``, batch 1024, then
+    (``before``'s on the coupled scenario's nodes, this kernel's with every coupling on there,
+    :func:`coupled_bench_config`): each
     checkout's own ``kernel_rate`` in a fresh subprocess pinned to the same core (``before`` is a
     folder holding its ``fleet_marl`` package, e.g. a ``git worktree`` of
     :data:`~fleet_marl.studies.bench.targets.KERNEL_BEFORE_COMMIT`; its ``kernel_rate`` is read from
@@ -313,12 +338,21 @@ def kernel_before_rates(before: str, cpu: int | None, repeats: int, min_time: fl
         where = " or ".join(f"{m.replace('.', '/')}.py" for m in MEASURES_MODULES)
         raise ValueError(f"--kernel-before {before!r}: no {where} there; expected a checkout of the engine")
 
-    def rate(checkout: Path) -> float:
-        code = (
-            "import json, os; "
-            + (f"os.sched_setaffinity(0, {{{cpu}}}); " if cpu is not None else "")
-            + f"from {_measures_module(checkout)} import kernel_rate; print(json.dumps(kernel_rate(1024, {repeats}, {min_time})))"
-        )
+    def rate(checkout: Path, config: dict | None = None) -> float:
+        pin = f"os.sched_setaffinity(0, {{{cpu}}}); " if cpu is not None else ""
+        module = _measures_module(checkout)
+        if config is None:  # the checkout's own measurement, whatever its scenario
+            call = f"from {module} import kernel_rate; print(json.dumps(kernel_rate(1024, {repeats}, {min_time})))"
+        else:  # ``config`` on the checkout's kernel, by the public API every engine has
+            call = (
+                "import numpy as np; from fleet_marl.config import FleetConfig, from_dict; "
+                "from fleet_marl.kernel import Draws, KernelStatic, RoundState, evaluate; "
+                f"from {module} import kernel_actions, median_call_time; "
+                f"st = KernelStatic.from_config(from_dict(FleetConfig, json.loads({json.dumps(json.dumps(config))}))); "
+                "acts = kernel_actions(st, np.random.default_rng(1024), 1024); s, d = RoundState.initial(st), Draws.expected(st); "
+                f"print(json.dumps(1024 / median_call_time(lambda: evaluate(st, acts, s, d, validate=False), {repeats}, {min_time})))"
+            )
+        code = "import json, os; " + pin + call
         env = {**os.environ, "PYTHONPATH": str(checkout), "PYTHONHASHSEED": "0"}
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=checkout, timeout=1800, check=False)
         if out.returncode != 0:
@@ -326,11 +360,13 @@ def kernel_before_rates(before: str, cpu: int | None, repeats: int, min_time: fl
         return float(out.stdout.strip().splitlines()[-1])
 
     here = Path(fleet_marl.__file__).resolve().parents[1]
-    ours, theirs = [], []
+    ours, theirs, theirs_nodes, coupled = [], [], [], []
     for _ in range(rounds):
         ours.append(rate(here))
         theirs.append(rate(root))
-    return max(ours), max(theirs)
+        theirs_nodes.append(rate(root, coupled_bench_config(KERNEL_N, couplings=False)))
+        coupled.append(rate(here, coupled_bench_config(KERNEL_N)))
+    return max(ours), max(theirs), max(theirs_nodes), max(coupled)
 
 
 def reference_rate(steps: int, repeats: int) -> tuple[str, StepTiming]:
@@ -356,6 +392,7 @@ __all__ = [
     "SHAPLEY_N",
     "VECTOR_B",
     "bench_config",
+    "coupled_bench_config",
     "env_step",
     "kernel_actions",
     "kernel_before_rates",

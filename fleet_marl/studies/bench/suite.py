@@ -170,11 +170,14 @@ def measure(quick: bool = False, cpu: int | None = None, progress: bool = True, 
     jobs.append((f"VMAS simple_spread N={KERNEL_N} B={VECTOR_B}", vmas_job))
     r["kernel_before"] = kernel_before
     r[f"kernel_evals_per_s_n{KERNEL_N}_b1024_now"] = r[f"kernel_evals_per_s_n{KERNEL_N}_b1024_before"] = None
+    r[f"kernel_coupled_evals_per_s_n{KERNEL_N}_b1024_now"] = r[f"kernel_coupled_evals_per_s_n{KERNEL_N}_b1024_before"] = None
     if kernel_before is not None:
 
         def before_job():
-            now, then = kernel_before_rates(kernel_before, pinned, plan.repeats, plan.kernel_min_time)
+            now, then, then_nodes, coupled = kernel_before_rates(kernel_before, pinned, plan.repeats, plan.kernel_min_time)
             r[f"kernel_evals_per_s_n{KERNEL_N}_b1024_now"], r[f"kernel_evals_per_s_n{KERNEL_N}_b1024_before"] = now, then
+            r[f"kernel_coupled_evals_per_s_n{KERNEL_N}_b1024_now"] = coupled
+            r[f"kernel_coupled_evals_per_s_n{KERNEL_N}_b1024_before"] = then_nodes
 
         jobs.append(("the kernel before (--kernel-before)", before_job))
     jobs.append(("memory (long run)", lambda: r.update(rss_run(plan.rss_agent_steps))))
@@ -195,6 +198,8 @@ def measure(quick: bool = False, cpu: int | None = None, progress: bool = True, 
         r[f"vector_over_vmas_{scheme}"] = r[f"vector_agent_steps_per_s_n{KERNEL_N}_b{VECTOR_B}_{scheme}"] / vmas_rate if vmas_rate else None
     now, then = r[f"kernel_evals_per_s_n{KERNEL_N}_b1024_now"], r[f"kernel_evals_per_s_n{KERNEL_N}_b1024_before"]
     r[f"kernel_speedup_n{KERNEL_N}_b1024_vs_before"] = now / then if now and then else None
+    coupled, then_nodes = r[f"kernel_coupled_evals_per_s_n{KERNEL_N}_b1024_now"], r[f"kernel_coupled_evals_per_s_n{KERNEL_N}_b1024_before"]
+    r[f"kernel_coupled_cost_n{KERNEL_N}_b1024_vs_before"] = then_nodes / coupled if coupled and then_nodes else None
     r["readme_env_ratio_max"] = max(r[f"readme_{f}_ratio_{t}"] for f in ("parallel", "vector") for t in README_TASKS)
     r["agent_steps_ratio_vs_reference"] = r["agent_steps_per_s_n16_difference"] / r["reference_agent_steps_per_s"]
     r["targets"] = targets(r)
@@ -257,7 +262,9 @@ def format_table(r: dict) -> str:
     if r["kernel_before"] is not None:
         lines.append(
             f"kernel, N=16, batch 1024, interleaved: {r['kernel_evals_per_s_n16_b1024_now']:,.0f} evals/s now, "
-            f"{r['kernel_evals_per_s_n16_b1024_before']:,.0f} in {r['kernel_before']} ({r['kernel_speedup_n16_b1024_vs_before']:.2f}x)"
+            f"{r['kernel_evals_per_s_n16_b1024_before']:,.0f} in {r['kernel_before']} ({r['kernel_speedup_n16_b1024_vs_before']:.2f}x); "
+            f"every coupling on {r['kernel_coupled_evals_per_s_n16_b1024_now']:,.0f} evals/s "
+            f"({r['kernel_coupled_cost_n16_b1024_vs_before']:.2f}x the checkout's time per row)"
         )
     lines.append("")
     lines.append(f"{'target':<34}{'measured':>14}{'target':>12}{'ratio':>8}  met")

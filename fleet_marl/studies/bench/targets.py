@@ -29,10 +29,17 @@ TARGETS = {
     f"sampled_shapley_overhead_ratio_{SAMPLED_SHAPLEY_TASK}": (3.0, "max"),
     "agent_steps_ratio_vs_reference": (8.0, "min"),
     f"kernel_speedup_n{KERNEL_N}_b1024_vs_before": (4.0, "min"),
+    # the coupled round (every coupling on) against the checkout's round, time per kernel row
+    # (issue 47: at most 1.3x, with --kernel-before a checkout of COUPLING_BEFORE_COMMIT)
+    f"kernel_coupled_cost_n{KERNEL_N}_b1024_vs_before": (1.3, "max"),
+    "vector_over_vmas_local": (15.0, "min"),
 }
 #: The commit whose kernel ``--kernel-before`` is meant to measure: the last one before the cost
 #: model changed (the package's version was 0.3.0 then; no tag was made).
 KERNEL_BEFORE_COMMIT = "12a23ba"
+#: The commit the coupled round's cost is measured against (``--kernel-before``): the last one
+#: before the coupling mechanisms (``config.CouplingSpec``) entered the round.
+COUPLING_BEFORE_COMMIT = "8ba19cf"
 #: The training target (``--train``): end-to-end agent-steps per second of ``make train``'s config on easy.
 TRAIN_TARGETS = {"train_agent_steps_per_s_easy": (50_000.0, "min")}
 #: The targets of ``--clients``: RLlib's training after over before, and each
@@ -59,4 +66,4 @@ def targets(r: dict) -> dict:
     return {key: verdict(r[key], target, kind) for key, (target, kind) in TARGETS.items()}
 
 
-__all__ = ["CLIENT_TARGETS", "KERNEL_BEFORE_COMMIT", "TARGETS", "TRAIN_TARGETS", "targets", "verdict"]
+__all__ = ["CLIENT_TARGETS", "COUPLING_BEFORE_COMMIT", "KERNEL_BEFORE_COMMIT", "TARGETS", "TRAIN_TARGETS", "targets", "verdict"]
