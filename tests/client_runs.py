@@ -383,7 +383,8 @@ def cleanrl_example(opts: dict, ends: int, limit: int, rng: np.random.Generator)
     mod = cleanrl_module()
     env = _parallel(opts)
     venv = fleet_marl.vector_env(num_envs=1, task=opts["task"])
-    agent = mod.Agent(len(env.possible_agents), 34, venv.state_space.shape[-1], venv.nvec_max, 16, 1, "local", False)
+    obs_width = venv.single_observation_space.shape[-1]  # 34, or 39 with a coupling switch on
+    agent = mod.Agent(len(env.possible_agents), obs_width, venv.state_space.shape[-1], venv.nvec_max, 16, 1, "local", False)
     policy = mod.GreedyPolicy(env, agent)
     r = Rollout(0, 0, 0, True)
     for seed in range(ends):
