@@ -2,7 +2,9 @@
 are :mod:`fleet_marl.studies.coupling`'s), as a table or ``--json``; ``--all --save`` measures
 every built-in task, saves the rows in ``docs/data/coupling.json`` and publishes
 ``docs/environment.md``'s table from them (:func:`blocks`, a renderer of
-:mod:`fleet_marl.studies.publish`).
+:mod:`fleet_marl.studies.publish`). ``--ablate`` measures each task again with each of its
+coupling mechanisms turned off in turn (:mod:`fleet_marl.studies.coupling_ablation`); with
+``--save`` it writes ``docs/data/coupling_ablation.json`` and the table of what each contributes.
 """
 
 from __future__ import annotations
