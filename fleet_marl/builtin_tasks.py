@@ -88,52 +88,36 @@ def medium() -> dict:
 
 
 def hard() -> dict:
-    # One rack of four H100 nodes: 32 x 700 W = 22.4 kW at TDP against an 8 kW cap (36 %, a rack
-    # power-oversubscribed far past POLCA's 30 % more servers, docs/model.md section 12.5): the
-    # 32 GPUs idle at 2.7 kW, so about 8.6 GPUs run at full clock and past that every GPU one
-    # tenant runs slows every GPU in the rack. The hall's cooling has degraded: inlet air at 45 C
-    # (the top of ASHRAE class A4's allowable range) leaves 42 C to the 87 C throttle point, less
-    # than the 47 C a node's hottest air-cooled GPU rises at TDP (docs/model.md section 6), so a
-    # node loaded past 89 % of its TDP throttles (when the rack's power sits on one node).
-    # Eight long training jobs (priorities 2 and 4) and eight servers near their capacity
-    # (20 requests/s, about 0.7 of an 8B model's on one GPU, with queueing: coupling.queueing)
-    # that all burst 8x together. Five-minute rounds, so that a restart (30 s plus the load)
-    # costs a tenth of a round. The restarts' checkpoint loads share 2.6 GB/s of storage
-    # (coupling.contention): Llama 3's Tectonic sustains 2 TB/s for 24K GPUs (arXiv 2407.21783
-    # section 3.3.1), 81 MB/s a GPU, 2.6 GB/s for these 32.
-    # A trainer's $255 budget is $2.55 a round, 10 GPU-rounds at the auction's reserve
-    # ($2.96/h x 300 s = $0.25); a server's $170 is $1.70 a round.
+    # One rack of four H100 nodes: 32 x 700 W = 22.4 kW at TDP against a 15 kW cap, in a hall
+    # whose cooling has degraded: inlet air at 45 C (the top of ASHRAE class A4's allowable
+    # range) leaves 42 C to the 87 C throttle point, less than the 47 C a node's hottest
+    # air-cooled GPU rises at TDP (docs/model.md section 6), so a node loaded past 89 % of its TDP
+    # throttles. All servers burst together.
+    # A $34 budget buys 2.6x its 2-GPU fair share for the episode at list price (2 x 100
+    # rounds x $3.9492/h / 60 = $13.16); 8 GPUs at twice list price spend it in 32 rounds.
     # hoard_share 0.2 of the 32-GPU pool: holding 7 or 8 GPUs while another starves.
     h = "h100-sxm"
     storm = dict(pattern="bursty", burst_factor=8.0, burst_fraction=0.15, burst_rounds=4.0, burst_shared=True)
-    trainers = [("gpt2", 4.0e10), ("qwen2.5-0.5b", 1.0e10), ("qwen2.5-7b", 1.0e9), ("llama-3.1-8b", 1.0e9)]
+    trainers = [("gpt2", 4.0e8), ("qwen2.5-0.5b", 1.0e8), ("qwen2.5-7b", 1.0e7), ("llama-3.1-8b", 1.0e7)]
     servers = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "qwen2.5-0.5b"]
     tenants = []
     for i in range(16):
         if i % 2 == 0:
             m, tokens = trainers[(i // 2) % 4]
             seq = 1024 if m == "gpt2" else 2048
-            t = tenant("train", m, h, 255.0, seq_len=seq, job_tokens=tokens, rate=6.0, priority=2.0 + 2.0 * (i % 3 == 0))
+            t = tenant("train", m, h, 34.0, seq_len=seq, job_tokens=tokens, rate=6.0, priority=1.0 + (i % 3 == 0))
             t["activation_checkpointing"] = m in ("qwen2.5-7b", "llama-3.1-8b")  # else they need 4+ GPUs
             tenants.append(t)
         else:
             m = servers[(i // 2) % 4]
             tenants.append(
-                tenant("serve", m, h, 170.0, rate=24.0, prompt_tokens=1024, output_tokens=256, priority=1.0 + (i % 4 == 1), **storm)
+                tenant("serve", m, h, 34.0, rate=3.0, prompt_tokens=1024, output_tokens=256, priority=1.0 + (i % 4 == 1), **storm)
             )
     return {
-        "cluster": {
-            "gpu_types": [h] * 4,
-            "nodes_per_rack": 4,
-            "rack_power_cap_w": 8_000.0,
-            "ambient_c": 45.0,
-            "round_seconds": 300.0,
-            "storage_gbs": 2.6,
-        },
+        "cluster": {"gpu_types": [h] * 4, "nodes_per_rack": 4, "rack_power_cap_w": 15_000.0, "ambient_c": 45.0},
         "tenants": tenants,
         "arbiter": {"mechanism": "auction", "reserve_price": 0.75},
         "fairness": {"hoard_share": 0.2},
-        "coupling": {"contention": True, "queueing": True},
         "max_cycles": 100,
     }
 

@@ -313,7 +313,7 @@ def test_through_the_env_fair_share_play_has_the_two_trainers_slow_each_other():
 def test_the_oracles_storage_schedule_ends_two_tied_loads_together():
     """Two equal loads finish together even when rounding leaves one's bytes at or below zero
     while its time rounds above the other's (the oracle reported it finished at 0 s: found on
-    the revised ``hard``'s counterfactual rows, two identical trainers restarting together)."""
+    a coupled revision of ``hard``'s counterfactual rows, two identical trainers restarting together)."""
     size = np.array([49783752225.47945, 9124692677.179739, 9124692677.179739])
     caps = np.array([12894186006.35415, 11481179900.419714, 11481179900.419714])
     finish = oracle_contention.load_seconds(2555406076.8672643, size, caps)
