@@ -109,7 +109,9 @@ S_GANG = SC.index("gang")  # coupling.gang: a tenant runs on the GPUs its parall
 (S_CLEARS, S_KEY1, S_KEY2, S_NKEYS, S_PAYS, S_HAS_RESERVE, S_AFFORD, S_RESERVE, S_VETO, S_GPN, S_OVERLAP, S_MBU, S_ROUND, S_RESTART) = (
     range(14)
 )
-S_AMBIENT, S_RISE, S_DECAY, S_CRIT, S_SPAN, S_COSTW, S_MFU, S_LOAD_GPU, S_LOAD_NODE, S_CONTENTION, S_QUEUEING, S_PERSIST = range(14, S_STORAGE)
+S_AMBIENT, S_RISE, S_DECAY, S_CRIT, S_SPAN, S_COSTW, S_MFU, S_LOAD_GPU, S_LOAD_NODE, S_CONTENTION, S_QUEUEING, S_PERSIST = range(
+    14, S_STORAGE
+)
 I_GPUS, I_BATCH, I_PREV, I_PRES, I_PREC = 0, 1, 2, 3, 4
 F_BID, F_QUEUE, F_REMAIN, F_BUDGET, F_ARR, F_TIE, F_PROMPT, F_OUT = range(len(IF))
 (O_PRICE, O_THROTTLE, O_MW, O_MG, O_MM, O_MO, O_MA, O_MKV, O_MTOT, O_MCAP, O_TPS) = range(11)
@@ -139,7 +141,9 @@ def pack_static(st) -> tuple[np.ndarray, ...]:
     tenant_cols += [st.seq_len, st.bw, st.slo_ttft_s, st.slo_tpot_s]
     tenant_cols += [st.ref_rate, st.spend_norm, st.tdp_w - st.idle_w, *tenant_terms_.T, st.checkpoint_every_s]
     tf = np.stack(tenant_cols, axis=-1).astype(np.float64)
-    ti = np.stack([st.max_gpus, st.pool, st.is_train, st.checkpointing, st.tensor_parallel, st.heads, st.kv_heads], axis=-1).astype(np.int64)
+    ti = np.stack([st.max_gpus, st.pool, st.is_train, st.checkpointing, st.tensor_parallel, st.heads, st.kv_heads], axis=-1).astype(
+        np.int64
+    )
     nf = np.stack([node_idle, g * st.node_tdp_w, headroom[st.node_rack], st.leaf_uplink_bps], axis=-1).astype(np.float64)
     ni = np.stack([st.node_pool, st.node_rack, st.node_leaf], axis=-1).astype(np.int64)
     cluster = [
