@@ -37,6 +37,7 @@ SLOW_FILES = (
     "test_reproducible.py",
     "test_rllib.py",
     "test_rllib_config.py",
+    "test_rllib_runs.py",
     "test_rllib_vector.py",
     "test_sb3.py",
     "test_sequential_torchrl.py",
