@@ -77,7 +77,10 @@ class _Interventions:
         self.rounds = dict.fromkeys(env.possible_agents, 0)
 
     def add(self, outcome, played) -> None:
-        """Count the round of ``outcome`` for the agents in ``played`` (live at its start)."""
+        """Count the round of ``outcome`` for the agents in ``played`` (live at its start). An
+        env without a kernel Outcome (a remote one) counts nothing: its rates are None, not 0."""
+        if outcome is None:
+            return
         flags = {k: np.asarray(getattr(outcome, f)) for k, f in INTERVENTIONS.items()}
         for a in played:
             i = self.index[a]

@@ -230,26 +230,8 @@ def round_one(
         temp[0, k] = temp_c[k]
     out_f3, out_i3, out_b3 = out_f.reshape((_NOF, 1, T)), out_i.reshape((_NOI, 1, T)), out_b.reshape((_NOB, 1, T))
     gon3, out_k3, rack2 = gon.reshape((1, T, K)), out_k.reshape((2, 1, K)), rack.reshape((1, R))
-    round_rows(
-        tf,
-        ti,
-        tg,
-        nf,
-        ni,
-        sc,
-        ins_i,
-        ins_f,
-        temp,
-        prev_gon.reshape((1, T, K)),
-        np.zeros(1, np.int64),
-        out_f3,
-        out_i3,
-        out_b3,
-        gon3,
-        out_k3,
-        rack2,
-        welfare,
-    )
+    pg = prev_gon.reshape((1, T, K))
+    round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, pg, np.zeros(1, np.int64), out_f3, out_i3, out_b3, gon3, out_k3, rack2, welfare)
 
 
 #: the compiled cost functions, here too for the callers that read them from the engine
