@@ -41,7 +41,7 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 #: The core's requirements (pyproject.toml ``dependencies``), by normalized name.
 CORE = {"numpy", "numba", "gymnasium", "pettingzoo", "pyyaml", "tqdm"}
 #: The extras pyproject.toml declares.
-EXTRAS = {"rllib", "torchrl", "plot", "bench", "openenv", "sb3", "pufferlib", "benchmarl", "all", "test", "fast"}
+EXTRAS = {"rllib", "torchrl", "plot", "bench", "openenv", "sb3", "pufferlib", "benchmarl", "all", "test", "fast", "llm"}
 #: Distributions that only extras install: none may be in the core venv.
 EXTRA_DISTS = {"ray", "torch", "torchrl", "tensordict", "matplotlib", "pillow", "supersuit", "tensorboardx", "mpe2",
                "openenv", "fastapi", "uvicorn", "httpx", "pandas", "scipy", "pytest", "hypothesis", "stable-baselines3",
@@ -71,12 +71,13 @@ def norm(name: str) -> str:
 
 def expected_package_files() -> set[str]:
     """fleet_marl/... files the wheel must hold: every module, the catalog, the published
-    measurements ``fleet-marl validate`` reads, the trace data."""
+    measurements ``fleet-marl validate`` reads, the trace data, the viewer's page."""
     pkg = CHECKOUT / "fleet_marl"
     files = {p for p in pkg.rglob("*.py") if "__pycache__" not in p.parts}
     files |= set((pkg / "catalog").glob("*.yaml"))
     files |= set((pkg / "validation").glob("*.yaml"))
     files |= {p for p in (pkg / "traces" / "data").iterdir() if p.is_file()}
+    files |= {p for p in (pkg / "openenv" / "static").rglob("*") if p.is_file()}  # the viewer's page
     return {p.relative_to(CHECKOUT).as_posix() for p in files}
 
 
