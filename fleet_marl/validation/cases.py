@@ -24,6 +24,9 @@ from fleet_marl.catalog import ModelArch
 from fleet_marl.kernel.activations import LOSS_BYTES
 
 PATH = Path(__file__).resolve().parent / "measurements.yaml"
+#: The coupling mechanisms' measurements, a file each beside :data:`PATH`
+#: (``measurements_<mechanism>.yaml``, the same format); the shipped set is all of them.
+COUPLED_GLOB = "measurements_*.yaml"
 
 #: Measured quantity -> the group its error counts in (the targets are per group).
 QUANTITY_GROUP = {
@@ -35,8 +38,17 @@ QUANTITY_GROUP = {
     "queue_ttft_ms": "queueing latency",  # mean TTFT at a request rate near the engine's capacity
     "tpot_ms": "TPOT",
     "fp8_gemm_speedup": "FP8 GEMM speedup",
+    # the coupling mechanisms' quantities (docs/model.md section 12), each predicted by its own
+    # module (predict.COUPLED_PREDICTORS) from the case's own block of its measurements file
+    "contention_slowdown": "contention slowdown",  # a job's step time sharing links or storage, over alone
+    "checkpoint_write_s": "checkpoint and restart time",  # seconds a trainer stops to save a checkpoint
+    "restart_s": "checkpoint and restart time",  # seconds from a restart to training again (init and load)
+    "power_capped_throughput_ratio": "power-capped throughput",  # throughput at a power limit over at the TDP
 }
 GROUP_ORDER = tuple(dict.fromkeys(QUANTITY_GROUP.values()))
+#: The groups of the coupling mechanisms (issue 47): judged together as well as each on its own
+#: (``report.COUPLING_TARGETS``).
+COUPLING_GROUPS = ("queueing latency", "contention slowdown", "checkpoint and restart time", "power-capped throughput")
 #: Bytes per gradient element that an FSDP reduce-scatter moves under Composer's
 #: ``fsdp_config.mixed_precision`` presets (``training.fsdp_mixed_precision``, llm-foundry's "MP Mode"
 #: column): ``DEFAULT`` reduces in FP32 (mosaicml/composer v0.16.4,
@@ -287,7 +299,7 @@ def _case(e: dict) -> Case:
         reduce_bytes=FSDP_REDUCE_BYTES[str(tr.get("fsdp_mixed_precision", "PURE")).upper()],
         total_tokens=_tokens_counted(sv.get("tokens_counted", "output"), e["id"]),
         framework=str(sv.get("framework") or "").split(" (")[0].strip(),
-        extra={"notes": e.get("notes", ""), "parallelism": par},
+        extra={"notes": e.get("notes", ""), "parallelism": par, "entry": e},
     )
 
 
@@ -299,14 +311,37 @@ def _tokens_counted(v, cid: str) -> bool:
     return str(v) == "total"
 
 
+def shipped_paths() -> tuple[Path, ...]:
+    """The shipped measurement files: :data:`PATH`, then the coupling mechanisms' (:data:`COUPLED_GLOB`)."""
+    return (PATH, *sorted(PATH.parent.glob(COUPLED_GLOB)))
+
+
 @cache
 def load(path: str | None = None) -> tuple[Case, ...]:
-    """Every measurement of ``path`` (default: the shipped ``measurements.yaml``) as a Case."""
-    with open(path or PATH, encoding="utf-8") as fh:
-        raw = yaml.safe_load(fh)
-    if not isinstance(raw, list):
-        raise ValueError(f"{path or PATH}: expected a list of measurements")
-    return tuple(_case(e) for e in raw)
+    """Every measurement of ``path`` (default: every shipped file, :func:`shipped_paths`) as a Case."""
+    out: list[Case] = []
+    for p in [path] if path else shipped_paths():
+        with open(p, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh)
+        if not isinstance(raw, list):
+            raise ValueError(f"{p}: expected a list of measurements")
+        out += [_case(e) for e in raw]
+    ids = [c.id for c in out]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ValueError(f"measurement ids appear twice: {', '.join(dup)}")
+    return tuple(out)
 
 
-__all__ = ["EXTRA_MODELS", "GROUP_ORDER", "PATH", "QUANTITY_GROUP", "Case", "arch", "load"]
+__all__ = [
+    "COUPLED_GLOB",
+    "COUPLING_GROUPS",
+    "EXTRA_MODELS",
+    "GROUP_ORDER",
+    "PATH",
+    "QUANTITY_GROUP",
+    "Case",
+    "arch",
+    "load",
+    "shipped_paths",
+]

@@ -91,4 +91,5 @@ def run(args) -> int:
     else:
         print(table(result))
     missed = any(s.get("cases") and not s["meets_targets"] for s in result["summary"].values())
+    missed = missed or bool(result["coupling"]["cases"] and not result["coupling"]["meets_targets"])
     return 1 if args.check and missed else 0

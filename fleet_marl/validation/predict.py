@@ -10,6 +10,7 @@ GEMM timing of ``cost.linear_seconds``. Nothing here is fitted to a measurement.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from typing import Any
 
@@ -189,9 +190,23 @@ def queue_wait(st: KernelStatic, c: Case, tt, mem) -> float:
     return float(p * m)
 
 
+#: The coupling mechanisms' quantities -> ``"module:function"`` that predicts a case of it
+#: (``function(case) -> (value, setting)``), each from the kernel's own functions of that
+#: mechanism (imported when first asked: those modules use this one's helpers).
+COUPLED_PREDICTORS = {
+    "contention_slowdown": "fleet_marl.validation.predict_contention:predict",
+    "checkpoint_write_s": "fleet_marl.validation.predict_checkpoint:predict",
+    "restart_s": "fleet_marl.validation.predict_checkpoint:predict",
+    "power_capped_throughput_ratio": "fleet_marl.validation.predict_power:predict",
+}
+
+
 def predict(c: Case) -> tuple[float, dict]:
     """The kernel's value of ``c.quantity`` at the case's setting, in the case's unit, and the
     setting it used (batch, GPUs)."""
+    if c.quantity in COUPLED_PREDICTORS:
+        module, name = COUPLED_PREDICTORS[c.quantity].split(":")
+        return getattr(importlib.import_module(module), name)(c)
     if c.quantity == "fp8_gemm_speedup":
         g = catalog.gpu(c.gpu)
         M, K, N = c.gemm
@@ -231,4 +246,14 @@ def predict(c: Case) -> tuple[float, dict]:
     return tps, setting
 
 
-__all__ = ["GIB", "MAX_BATCH", "burst_latencies", "finite_run_inflight", "predict", "queue_wait", "serving_batch", "serving_capacity"]
+__all__ = [
+    "COUPLED_PREDICTORS",
+    "GIB",
+    "MAX_BATCH",
+    "burst_latencies",
+    "finite_run_inflight",
+    "predict",
+    "queue_wait",
+    "serving_batch",
+    "serving_capacity",
+]
