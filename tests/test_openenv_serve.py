@@ -3,13 +3,8 @@
 ``websockets``), then stopped with its whole process group."""
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -20,57 +15,16 @@ import fleet_marl
 from fleet_marl import policies
 from fleet_marl.evaluation import run_episode
 from fleet_marl.openenv import FleetEgoAction, FleetEgoClient, RemoteParallelEnv
+from tests import servers
 
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _serve(*args: str, token: str | None = None):
-    port = _free_port()
-    exe = BIN / "fleet-marl"
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fleet_marl.cli"]
-    proc = subprocess.Popen(
-        [*cmd, "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        if proc.poll() is not None:
-            raise AssertionError(f"fleet-marl serve exited with {proc.returncode}:\n{proc.stdout.read()}")
-        try:
-            headers = {"Authorization": f"Bearer {token}"} if token else {}
-            with urllib.request.urlopen(urllib.request.Request(url + "/health", headers=headers), timeout=2) as r:
-                if json.load(r)["status"] == "healthy":
-                    return proc, url
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            _stop(proc)
-            raise AssertionError("fleet-marl serve did not answer /health within 120 s")
-        time.sleep(0.3)
-
-
-def _stop(proc) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=20)
-    if proc.stdout:
-        proc.stdout.close()
+    port = servers.free_port()
+    return servers.start("serve", *args, port=port, token=token), f"http://127.0.0.1:{port}"
 
 
 def test_serve_multi_passes_openenv_validate_and_runs_a_policy_remotely():
@@ -93,7 +47,7 @@ def test_serve_multi_passes_openenv_validate_and_runs_a_policy_remotely():
         local_env = fleet_marl.parallel_env(task="tiny", max_cycles=6)
         assert remote.welfare == run_episode(local_env, policies.make("precision_expert", local_env), seed=4).welfare
     finally:
-        _stop(proc)
+        servers.stop(proc)
     assert proc.returncode is not None
 
 
@@ -125,4 +79,4 @@ def test_serve_ego_with_the_real_client():
         finally:
             tenant.client.close()
     finally:
-        _stop(proc)
+        servers.stop(proc)

@@ -6,12 +6,8 @@ to ``$FLEET_MARL_ARTIFACTS`` (default ``build/artifacts/``): ``viewer.png``, ``v
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -26,11 +22,11 @@ from selenium.webdriver.support.ui import WebDriverWait
 from fleet_marl.evaluation.recording import read_episode
 from fleet_marl.openenv import RemoteParallelEnv
 from fleet_marl.policies import POLICIES
+from tests import servers
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 TOKEN = "browser-test-token"
 CHROMIUM = ("chromium", "chromedriver")
 
@@ -39,50 +35,6 @@ def artifacts() -> Path:
     out = Path(os.environ.get("FLEET_MARL_ARTIFACTS") or ROOT / "build" / "artifacts")
     out.mkdir(parents=True, exist_ok=True)
     return out
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _fleet(*args: str, url_path: str, port: int):
-    exe = BIN / "fleet-marl"
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fleet_marl.cli"]
-    proc = subprocess.Popen(
-        [*cmd, *args, "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 120
-    while True:
-        if proc.poll() is not None:
-            raise AssertionError(f"fleet-marl {args[0]} exited with {proc.returncode}:\n{proc.stdout.read()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{url_path}", timeout=2) as r:
-                if r.status == 200:
-                    return proc
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            _stop(proc)
-            raise AssertionError(f"fleet-marl {args[0]} did not answer within 120 s")
-        time.sleep(0.3)
-
-
-def _stop(proc) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=20)
-    if proc.stdout:
-        proc.stdout.close()
 
 
 @pytest.fixture(scope="module")
@@ -140,8 +92,8 @@ def test_view_replays_a_recording_round_by_round(browser, tmp_path):
     )
     ep = read_episode(path)
     agents = [t["agent"] for t in ep["header"]["tenants"]]
-    port = _free_port()
-    proc = _fleet("view", str(path), "--token", TOKEN, url_path="/viewer/", port=port)
+    port = servers.free_port()
+    proc = servers.start("view", str(path), "--token", TOKEN, ready_path="/viewer/", port=port)
     try:
         browser.get(f"http://127.0.0.1:{port}/viewer/")  # no token: the page asks for it
         WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "token-box").is_displayed())
@@ -172,12 +124,12 @@ def test_view_replays_a_recording_round_by_round(browser, tmp_path):
         assert browser.find_element(By.ID, "error").is_displayed() is False
         assert browser.save_screenshot(str(artifacts() / "viewer.png"))
     finally:
-        _stop(proc)
+        servers.stop(proc)
 
 
 def test_serve_page_follows_a_live_session(browser):
-    port = _free_port()
-    proc = _fleet("serve", "--token", TOKEN, "--task", "medium", url_path="/viewer/", port=port)
+    port = servers.free_port()
+    proc = servers.start("serve", "--token", TOKEN, "--task", "medium", ready_path="/viewer/", port=port)
     url = f"http://127.0.0.1:{port}"
     env = RemoteParallelEnv.connect(url, token=TOKEN, task="medium")
     try:
@@ -197,4 +149,4 @@ def test_serve_page_follows_a_live_session(browser):
         assert browser.save_screenshot(str(artifacts() / "viewer-live.png"))
     finally:
         env.close()
-        _stop(proc)
+        servers.stop(proc)
