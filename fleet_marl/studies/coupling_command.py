@@ -161,34 +161,34 @@ def text(rep: dict) -> str:
     return out
 
 
-def save(rep: dict, root: str | Path) -> Path:
-    """Write ``rep`` and :data:`COMMAND` (with any non-default option) to ``root``'s :data:`DATA`."""
+def _options(rep: dict) -> str:
+    """The options of ``rep``'s settings that differ from the defaults, and its ``--policy``
+    options unless it covers every reference policy."""
     d = dataclasses.asdict(Settings())
     extra = "".join(f" --{k} {v}" for k, v in rep["settings"].items() if v != d[k])
     policies = list(dict.fromkeys(r["policy"] for r in rep["rows"]))
-    if policies != list(POLICIES):
-        extra += "".join(f" --policy {p}" for p in policies)
-    path = Path(root) / DATA
+    return extra + ("" if policies == list(POLICIES) else "".join(f" --policy {p}" for p in policies))
+
+
+def _write(root: str | Path, rel: str, command: str, rep: dict) -> Path:
+    path = Path(root) / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"command": COMMAND + extra, **rep}, indent=1) + "\n")
+    path.write_text(json.dumps({"command": command, **rep}, indent=1) + "\n")
     return path
+
+
+def save(rep: dict, root: str | Path) -> Path:
+    """Write ``rep`` and :data:`COMMAND` (with any non-default option) to ``root``'s :data:`DATA`."""
+    return _write(root, DATA, COMMAND + _options(rep), rep)
 
 
 def save_ablation(rep: dict, root: str | Path) -> Path:
     """Write the ablation of ``rep`` (its rows, the ablated rows, the contributions) and the command
     that made it (``--all`` when it covers every built-in task, else its ``--task`` options) to
     ``root``'s :data:`ABLATION_DATA`."""
-    d = dataclasses.asdict(Settings())
     tasks = list(dict.fromkeys(r["task"] for r in rep["rows"]))
     extra = " --all" if tasks == [name for name, _, _ in BUILTIN] else "".join(f" --task {t}" for t in tasks)
-    extra += "".join(f" --{k} {v}" for k, v in rep["settings"].items() if v != d[k])
-    policies = list(dict.fromkeys(r["policy"] for r in rep["rows"]))
-    if policies != list(POLICIES):
-        extra += "".join(f" --policy {p}" for p in policies)
-    path = Path(root) / ABLATION_DATA
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"command": ABLATION_COMMAND + extra, **rep}, indent=1) + "\n")
-    return path
+    return _write(root, ABLATION_DATA, ABLATION_COMMAND + extra + _options(rep), rep)
 
 
 def ablation_block(data: dict) -> str:
