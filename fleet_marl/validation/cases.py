@@ -86,6 +86,43 @@ EXTRA_MODELS: dict[str, dict[str, Any]] = {
     "llama-3.2-3b": dict(
         layers=28, hidden=3072, heads=24, kv_heads=8, ffn=8192, vocab=128256, tied_embeddings=True, mlp="gated", norm="rmsnorm"
     ),
+    # Megatron-LM's GPT (examples/pretrain_gpt_distributed.sh) at GPT-2 XL's shape, as DLRover's
+    # Flash Checkpoint blog runs it: --num-layers 48 --hidden-size 1600 --num-attention-heads 16
+    # --max-position-embeddings 1024, GPT-2's BPE vocabulary (50257) padded by Megatron to a
+    # multiple of 128 x TP 8 (51200); LayerNorm, biases, GeLU MLP of 4h, tied embeddings.
+    "megatron-gpt-1.5b": dict(
+        layers=48,
+        hidden=1600,
+        heads=16,
+        kv_heads=16,
+        ffn=6400,
+        vocab=51200,
+        tied_embeddings=True,
+        mlp="dense",
+        norm="layernorm",
+        qkv_bias=True,
+        linear_bias=True,
+        learned_positions=1024,
+        max_seq=1024,
+    ),
+    # Megatron-Turing NLG 530B (Smith et al. 2022, arXiv 2201.11990, Table 1: 105 layers, hidden
+    # 20480, 128 heads, sequence 2048; GPT-2's BPE vocabulary, 50257), the model of GEMINI's
+    # (SOSP 2023) checkpoint-time example.
+    "mt-nlg-530b": dict(
+        layers=105,
+        hidden=20480,
+        heads=128,
+        kv_heads=128,
+        ffn=81920,
+        vocab=50257,
+        tied_embeddings=True,
+        mlp="dense",
+        norm="layernorm",
+        qkv_bias=True,
+        linear_bias=True,
+        learned_positions=2048,
+        max_seq=2048,
+    ),
 }
 
 
@@ -98,7 +135,7 @@ def arch(name: str) -> ModelArch:
     kw: dict[str, Any] = dict(
         qkv_bias=False, linear_bias=False, learned_positions=0, max_seq=1 << 20, published_params=0.0, source="measurements.yaml"
     )
-    return ModelArch(name=name, **EXTRA_MODELS[name], **kw)
+    return ModelArch(name=name, **(kw | EXTRA_MODELS[name]))  # an entry may set the biases and position table
 
 
 @dataclass(frozen=True)
