@@ -77,6 +77,13 @@ EXTRA_MODELS: dict[str, dict[str, Any]] = {
     "mpt-7b": _mpt(4096, 32, 32),
     "mpt-13b": _mpt(5120, 40, 40),
     "mpt-70b": _mpt(8192, 64, 80),
+    # GPT-J 6B, MLPerf Inference's GPT-J (EleutherAI/gpt-j-6b config.json: n_layer 28, n_embd 4096,
+    # n_head 16, n_inner null = 4 x n_embd, vocab_size 50400, gelu_new, rotary, tie_word_embeddings
+    # false; its model card: "n_parameters 6,053,381,344"); its MLP and head biases
+    # are left out (the count comes 0.05 % short).
+    "gpt-j-6b": dict(
+        layers=28, hidden=4096, heads=16, kv_heads=16, ffn=16384, vocab=50400, tied_embeddings=False, mlp="dense", norm="layernorm"
+    ),
     "llama-2-7b": dict(
         layers=32, hidden=4096, heads=32, kv_heads=32, ffn=11008, vocab=32000, tied_embeddings=False, mlp="gated", norm="rmsnorm"
     ),
