@@ -29,7 +29,11 @@ CEILING = {
     "TPOT": 0.04,
     "FP8 GEMM speedup": 0.10,
     "power-capped throughput": 0.12,  # 10.9 %: MLPerf MaxQ/MaxP pairs, docs/validation.md
+    "contention slowdown": 0.09,  # 8.8 %: Crux's GPT/BERT pair, predicted unslowed (docs/validation.md)
 }
+#: Groups with fewer than four published cases, and why: the contention slowdowns published with
+#: their setting are Crux's pair (docs/validation.md, "Contention slowdown").
+MIN_CASES = {"contention slowdown": 2}
 #: The groups that meet both of issue 30's targets on this model: median |error| <= 10 % and
 #: every case within 30 %.
 TARGET_MET = ("training throughput", "training memory", "TPOT", "FP8 GEMM speedup")
@@ -52,7 +56,7 @@ def test_enough_measurements_each_with_a_source(result):
 
 def test_every_quantity_is_covered(result):
     for g, s in result["summary"].items():
-        assert s["cases"] >= 4, g
+        assert s["cases"] >= MIN_CASES.get(g, 4), g
 
 
 def test_errors_within_recorded_ceilings(result):

@@ -130,6 +130,44 @@ EXTRA_MODELS: dict[str, dict[str, Any]] = {
         learned_positions=2048,
         max_seq=2048,
     ),
+    # Crux's (SIGCOMM 2024, section 2.2) GPT: "the GPT-3 parameters from [Megatron-LM's
+    # examples/gpt3] ... we modify the number of transformer layers from 96 to 24, and hidden size
+    # from 12288 to 1024"; its heads are not published (GPT-3's 96 do not divide 1024): 16 of 64,
+    # GPT-3 Medium's at the same 24 layers and width (Brown et al. 2020, Table 2.1); GeLU MLP of
+    # 4h, LayerNorm, biases, learned positions of 2048, tied embeddings, GPT-2's BPE vocabulary
+    "crux-gpt3-24l-1024h": dict(
+        layers=24,
+        hidden=1024,
+        heads=16,
+        kv_heads=16,
+        ffn=4096,
+        vocab=50257,
+        tied_embeddings=True,
+        mlp="dense",
+        norm="layernorm",
+        qkv_bias=True,
+        linear_bias=True,
+        learned_positions=2048,
+        max_seq=2048,
+    ),
+    # BERT-large (Devlin et al. 2019, arXiv 1810.04805: L=24, H=1024, A=16, FFN 4H, WordPiece
+    # vocabulary of 30522, learned positions of 512, biases, GeLU, LayerNorm; the MLM decoder tied
+    # to the embeddings), the size assumed for Crux's unnamed "BERT"
+    "bert-large": dict(
+        layers=24,
+        hidden=1024,
+        heads=16,
+        kv_heads=16,
+        ffn=4096,
+        vocab=30522,
+        tied_embeddings=True,
+        mlp="dense",
+        norm="layernorm",
+        qkv_bias=True,
+        linear_bias=True,
+        learned_positions=512,
+        max_seq=512,
+    ),
 }
 
 
