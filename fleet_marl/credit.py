@@ -33,7 +33,7 @@ step after it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from math import factorial
 from typing import Any
 
@@ -287,10 +287,9 @@ class CreditEngine:
                 d = self.default
                 for f in ("gpus", "bid", "precision", "batch"):
                     getattr(acts, f)[rows, ten] = np.asarray(getattr(d, f))[ten]
-            st_rows = RoundState(
-                **{f: np.asarray(getattr(state, f))[rc] for f in ("prev_alloc", "temp_c", "queue", "remaining_tokens", "budget_left")},
-                prev_placement=None if state.prev_placement is None else np.asarray(state.prev_placement)[rc],
-            )
+            kept: dict[str, Any] = {f.name: getattr(state, f.name) for f in fields(RoundState)}
+            rows_of: dict[str, Any] = {k: None if v is None else np.asarray(v)[rc] for k, v in kept.items()}
+            st_rows = RoundState(**rows_of)  # each row its cluster's state (a field left None stays None)
             dr_rows = Draws(
                 np.asarray(draws.arrivals)[rc],
                 np.asarray(draws.tiebreak)[rc],

@@ -583,6 +583,70 @@ def restart_seconds(st, terms: TenantTerms, n: np.ndarray, nodes: np.ndarray) ->
         return np.where(n > 0, st.restart_seconds + ckpt / rate, 0.0)
 
 
+class Restarts(NamedTuple):
+    restarted: np.ndarray  # (B, T) bool a restart begins
+    carry: np.ndarray  # (B, T) seconds added to it (a planned save) or carried on (a restart under way)
+    lost_tokens: np.ndarray  # (B, T) train: tokens a preemption loses
+    lost_s: np.ndarray  # (B, T) train: their seconds of training
+    since: np.ndarray  # (B, T) the state's seconds since the last checkpoint
+    unsaved: np.ndarray  # (B, T) the state's tokens since it
+
+
+def restart_state(st, state, rows, gpus, prev, alloc, gon, nodes, prev_gon) -> Restarts:
+    """Who restarts and at what cost beyond the load (docs/model.md section 12.3). With
+    persistent placement a tenant with as many GPUs as before but on other nodes than last
+    round's migrates (a restart); a trainer that lost GPUs it still asked for, or was moved, is
+    preempted and loses its unsaved tokens; one that changed as it asked saves a checkpoint
+    first (12 bytes a parameter at its new grant's loaders' rate); a tenant whose grant did not
+    change carries on the restart still ahead; one with no GPUs drops it."""
+    B, T = alloc.shape
+    has = alloc > 0
+
+    def field(v):
+        return np.zeros((B, T)) if v is None else np.broadcast_to(rows(v, (T,)), (B, T))
+
+    left, since, unsaved = field(state.restart_left_s), field(state.since_ckpt_s), field(state.unsaved_tokens)
+    none = np.zeros((B, T))
+    if not st.persistent_placement:
+        return Restarts((alloc != prev) & has, none, none, none, since, unsaved)
+    if prev_gon is None:
+        moved = np.zeros((B, T), bool)
+    else:
+        moved = has & (alloc == prev) & (prev_gon.sum(-1) > 0) & (gon != prev_gon).any(-1)
+    changed = (alloc != prev) | moved
+    restarted = changed & has
+    train = np.broadcast_to(st.is_train, (B, T))
+    quits = train & changed & (prev > 0)
+    preempted = quits & (moved | ((alloc < prev) & (alloc < gpus)))
+    saves = quits & ~preempted & has & (left == 0.0)
+    rate = np.minimum(alloc * st.load_gpu_bps, np.maximum(nodes, 1) * st.load_node_bps)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        save_s = np.where(saves, 12.0 * st.params.sum(-1) / rate, 0.0)
+    carry = np.where(changed, save_s, np.where(has, left, 0.0))
+    return Restarts(restarted, carry, np.where(preempted, unsaved, 0.0), np.where(preempted, since, 0.0), since, unsaved)
+
+
+def checkpoint_clock(st, rs: Restarts, alloc, run_s, trained) -> tuple[np.ndarray, np.ndarray]:
+    """A trainer's seconds and tokens since its last checkpoint at the round's end: counted
+    from 0 after a restart or without GPUs, ``run_s`` seconds of training at an even rate, a
+    checkpoint every ``checkpoint_every_s`` of them (never when 0)."""
+    B, T = alloc.shape
+    if not st.persistent_placement:
+        return np.zeros((B, T)), np.zeros((B, T))
+    reset = rs.restarted | (alloc == 0)
+    since0 = np.where(reset, 0.0, rs.since)
+    unsaved0 = np.where(reset, 0.0, rs.unsaved)
+    every = np.broadcast_to(st.checkpoint_every_s, (B, T))
+    clock = since0 + run_s
+    wrote = (every > 0) & (clock >= every) & (run_s > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        after = np.fmod(clock, np.where(every > 0, every, 1.0))
+        since = np.where(wrote, after, clock)
+        unsaved = np.where(wrote, trained * np.minimum(after, run_s) / np.where(run_s > 0, run_s, 1.0), unsaved0 + trained)
+    train = st.is_train
+    return np.where(train, since, 0.0), np.where(train, unsaved, 0.0)
+
+
 def evaluate(st, actions: Actions, state: RoundState, draws: Draws, present=None) -> Outcome:
     """The round for every batch row (inputs already checked), in numpy."""
     prec = np.asarray(actions.precision)
@@ -607,7 +671,11 @@ def _lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> t
         np.shape(state.budget_left)[:-1],
         np.shape(draws.arrivals)[:-1],
         np.shape(draws.tiebreak)[:-1],
-    ] + [np.shape(v)[:-1] for v in (draws.prompt_tokens, draws.output_tokens) if v is not None]
+    ] + [
+        np.shape(v)[:-1]
+        for v in (draws.prompt_tokens, draws.output_tokens, state.restart_left_s, state.since_ckpt_s, state.unsaved_tokens)
+        if v is not None
+    ]
     if present is not None:
         shapes.append(np.shape(present)[:-1])
     distinct = set(shapes)
@@ -670,8 +738,10 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
     else:
         gon = place(st, alloc)
     nodes = (gon > 0).sum(-1)
-    has = alloc > 0
-    restarted = (alloc != prev) & has
+    rs = restart_state(
+        st, state, rows, gpus, prev, alloc, gon, nodes, prev_gon if st.persistent_placement and state.prev_placement is not None else None
+    )
+    restarted = rs.restarted
     # the GPUs each tenant's parallel layout uses on each node (all of them without coupling.gang):
     # memory, throughput, contention, power and heat read them; the restart and the bill the grant
     ug = oracle_gang.usable_on_nodes(st, gon) if st.gang else gon
@@ -698,10 +768,15 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
 
     # --- cost: throughput ------------------------------------------------------------------
     thr = throughput(st, terms, used, batch, unodes, prompt, output)
-    avail = np.where(restarted, np.maximum(st.round_seconds - restart_seconds(st, terms, alloc, nodes), 0.0), st.round_seconds)
-    link = None
     if st.contention:  # the restarts share the storage, the multi-leaf trainers their leaves' uplinks
-        avail = oracle_contention.available_seconds(st, terms, alloc, nodes, restarted)
+        down = oracle_contention.restart_down(st, terms, alloc, nodes, restarted)
+    else:
+        down = np.where(restarted, restart_seconds(st, terms, alloc, nodes), 0.0)
+    down = down + rs.carry  # a planned save before a restart, or the rest of one under way
+    avail = np.maximum(st.round_seconds - down, 0.0)
+    pending = np.maximum(down - st.round_seconds, 0.0) if st.persistent_placement else np.zeros((B, T))
+    link = None
+    if st.contention:
         link = oracle_contention.links(st, terms, ug, used, unodes, batch, running, thr.work_rate, avail)
         f_link = link.factor
         thr = thr._replace(work_rate=thr.work_rate * f_link, tokens_per_s=thr.tokens_per_s * f_link, efficiency=thr.efficiency * f_link)
@@ -724,7 +799,9 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
 
     # --- outcome ----------------------------------------------------------------------------
     work = np.where(running, thr.work_rate * f * avail, 0.0)  # train tokens, serve requests this round
-    progress = np.where(train, np.minimum(remaining, work), 0.0)
+    trained = np.where(train, np.minimum(remaining + rs.lost_tokens, work), 0.0)
+    progress = trained - rs.lost_tokens  # net of what a preemption lost (0 without persistent placement)
+    since_next, unsaved_next = checkpoint_clock(st, rs, alloc, np.where(running, avail, 0.0), trained)
     served = np.where(train, 0.0, np.minimum(demand, work))
     with np.errstate(divide="ignore", invalid="ignore"):
         on_time = (thr.tpot_s / f <= st.slo_tpot_s) & (thr.ttft_s / f <= st.slo_ttft_s) & running
@@ -800,6 +877,11 @@ def _stage2(st, actions: Actions, terms, invalid, state: RoundState, draws: Draw
         restart_s=st.round_seconds - avail,
         ttft_p50_s=ttft50,
         ttft_p99_s=ttft99,
+        restart_pending_s=pending,
+        lost_tokens=rs.lost_tokens,
+        lost_s=rs.lost_s,
+        since_ckpt_s=since_next,
+        unsaved_tokens=unsaved_next,
         welfare=utility.sum(-1),
         node_power_w=pt.node_power_w,
         rack_power_w=pt.rack_power_w,

@@ -49,10 +49,18 @@ def load_seconds(capacity: float, size: np.ndarray, caps: np.ndarray) -> np.ndar
     return finish
 
 
-def available_seconds(st, terms, alloc: np.ndarray, nodes: np.ndarray, restarted: np.ndarray) -> np.ndarray:
+def restart_down(st, terms, alloc: np.ndarray, nodes: np.ndarray, restarted: np.ndarray) -> np.ndarray:
+    """(B, T) seconds each restarted tenant is down: the fixed part of a restart and its
+    checkpoint's load (a trainer's 12 bytes a parameter, fp32 master and Adam moments; a
+    server's weights), the loads of a batch row sharing the storage; 0 for the others."""
+    return st.round_seconds - available_seconds(st, terms, alloc, nodes, restarted, clip=False)
+
+
+def available_seconds(st, terms, alloc: np.ndarray, nodes: np.ndarray, restarted: np.ndarray, clip: bool = True) -> np.ndarray:
     """(B, T) seconds of the round each tenant has: a restarted one loses the fixed part of a
     restart and its checkpoint's load (a trainer's 12 bytes a parameter, fp32 master and Adam
-    moments; a server's weights), the loads of a batch row sharing the storage."""
+    moments; a server's weights), the loads of a batch row sharing the storage (``clip``: at
+    least 0)."""
     ckpt = np.broadcast_to(np.where(st.is_train, 12.0 * st.params.sum(-1), terms.weights), alloc.shape)
     own = np.minimum(alloc * st.load_gpu_bps, np.maximum(nodes, 1) * st.load_node_bps)
     avail = np.full(alloc.shape, float(st.round_seconds))
@@ -60,7 +68,8 @@ def available_seconds(st, terms, alloc: np.ndarray, nodes: np.ndarray, restarted
         r = restarted[b]
         if r.any():
             loads = load_seconds(st.storage_bps, np.where(r, ckpt[b], 0.0), np.where(r, own[b], 1.0))
-            avail[b] = np.where(r, np.maximum(st.round_seconds - (st.restart_seconds + loads), 0.0), st.round_seconds)
+            lo = 0.0 if clip else -np.inf
+            avail[b] = np.where(r, np.maximum(st.round_seconds - (st.restart_seconds + loads), lo), st.round_seconds)
     return avail
 
 

@@ -69,6 +69,13 @@ def agree_on_random_rounds(st, rng, rows, max_gpus, where="", batches=None, calm
         budget_left=rng.choice([0.0, 1.0, 50.0, 1e300], (rows, st.T)) * rng.random((rows, st.T)),
         prev_placement=random_placement(st, rng, rows) if rng.random() < 0.75 else None,
     )
+    if rng.random() < 0.75:  # restarts under way, training since the last checkpoint (persistent placement)
+        state = dataclasses.replace(
+            state,
+            restart_left_s=rng.choice([0.0, 0.0, 20.0, 5000.0], (rows, st.T)) * rng.random((rows, st.T)),
+            since_ckpt_s=rng.choice([0.0, 100.0, 1e4], (rows, st.T)) * rng.random((rows, st.T)),
+            unsaved_tokens=rng.choice([0.0, 1e6, 1e12], (rows, st.T)) * rng.random((rows, st.T)),
+        )
     if calm:
         state.temp_c[:calm], state.budget_left[:calm], state.remaining_tokens[:calm] = st.ambient_c, 1e300, 1e12
     lengths = {}
@@ -381,6 +388,7 @@ REACHES = [
     (dict(reward=dict(cost_weight=3.0)), "utility"),
     (dict(max_cycles=10), "utility"),
     (dict(coupling=CouplingSpec(queueing=True)), "ttft_p99_s"),  # the server's queue (docs/model.md section 12.2)
+    (dict(coupling=CouplingSpec(persistent_placement=True)), "since_ckpt_s"),  # the checkpoint clock (section 12.3)
     (dict(coupling=CouplingSpec(gang=True), a=dict(tensor_parallel=4)), "usable_gpus"),  # TP groups of 4 on 4 + 2 GPUs (section 12.4)
 ]
 

@@ -127,3 +127,151 @@ def test_a_bad_prev_placement_is_refused_naming_the_field():
     wrong_pool[0, 1] = 2  # tenant 0 is an H100 tenant; node 1 is an A100 node
     with pytest.raises(KernelInputError, match="GPU type"):
         _round(other, [1, 1], wrong_pool)
+
+
+# --- restarts that span rounds, migrations and lost work (docs/model.md section 12.3) ------------
+
+
+def _trainer(persist: bool, n_tenants=1, nodes=("h100-sxm",), interval=0.0, **cluster_kw) -> KernelStatic:
+    """Tenant 0 trains llama-3.1-8b (a 96 GB checkpoint: 12 bytes a parameter); tenant 1, if any, serves."""
+    cfg = make_config(n_tenants=n_tenants, nodes=nodes, rack_power_cap_w=1e6, **cluster_kw)
+    tenants = list(cfg.tenants)
+    tenants[0] = dataclasses.replace(tenants[0], workload=dataclasses.replace(tenants[0].workload, checkpoint_interval_s=interval))
+    return KernelStatic.from_config(dataclasses.replace(cfg, tenants=tuple(tenants), coupling=CouplingSpec(persistent_placement=persist)))
+
+
+def _acts(st, gpus):
+    return Actions(
+        gpus=np.array(gpus, np.int64),
+        bid=np.ones(st.T),
+        precision=np.full((st.T, catalog.N_GROUPS), BF16, np.int64),
+        batch=np.ones(st.T, np.int64),
+    )
+
+
+def _ckpt_s(st, n, nodes=1):
+    """Seconds to read or write tenant 0's checkpoint on ``n`` GPUs over ``nodes`` nodes (section 7)."""
+    return 12.0 * st.params[0].sum() / min(n * st.load_gpu_bps, nodes * st.load_node_bps)
+
+
+def test_a_restart_of_one_and_a_half_rounds_idles_one_round_and_half_the_next():
+    base = _trainer(True)
+    R = base.round_seconds
+    # the node's loaders slowed so that the restart (30 s fixed + the load) takes 1.5 rounds
+    node_gbs = 12.0 * base.params[0].sum() / (1.5 * R - base.restart_seconds) / 1e9
+    st = _trainer(True, checkpoint_load_gbs_per_node=node_gbs, checkpoint_load_gbs_per_gpu=100.0)
+    s, d, a = RoundState.initial(st), Draws.expected(st), _acts(st, [8])
+    one = evaluate(st, a, s, d)
+    assert one.restarted[0] and one.restart_s[0] == R and one.progress_tokens[0] == 0.0
+    assert one.restart_pending_s[0] == pytest.approx(0.5 * R, rel=1e-12)
+    s2 = dataclasses.replace(one.next_state(), temp_c=s.temp_c)  # at the inlet temperature, as round 3
+    two = evaluate(st, a, s2, d)
+    assert not two.restarted[0] and two.restart_s[0] == pytest.approx(0.5 * R, rel=1e-12) and two.restart_pending_s[0] == 0.0
+    three = evaluate(st, a, dataclasses.replace(two.next_state(), temp_c=s.temp_c), d)
+    assert three.restart_s[0] == 0.0
+    assert two.progress_tokens[0] == pytest.approx(0.5 * three.progress_tokens[0], rel=1e-9) and two.progress_tokens[0] > 0
+    # without the switch the restart is cut at the round's end: nothing is carried over
+    off = _trainer(False, checkpoint_load_gbs_per_node=node_gbs, checkpoint_load_gbs_per_gpu=100.0)
+    first = evaluate(off, a, RoundState.initial(off), d)
+    assert first.restart_s[0] == R and first.restart_pending_s[0] == 0.0
+    second = evaluate(off, a, dataclasses.replace(first.next_state(), temp_c=s.temp_c), d)
+    assert second.restart_s[0] == 0.0 and second.progress_tokens[0] == pytest.approx(three.progress_tokens[0], rel=1e-9)
+
+
+def _held(st, gpus_on_node0, since=100.0, unsaved=1e9):
+    pp = np.zeros((st.T, st.K), np.int64)
+    pp[0, 0] = gpus_on_node0
+    return dataclasses.replace(
+        RoundState.initial(st),
+        prev_placement=pp,
+        prev_alloc=pp.sum(-1),
+        since_ckpt_s=np.full(st.T, since) * (np.arange(st.T) == 0),
+        unsaved_tokens=np.full(st.T, unsaved) * (np.arange(st.T) == 0),
+    )
+
+
+def test_a_preempted_trainer_loses_its_work_since_the_last_checkpoint():
+    st = _trainer(True, n_tenants=2)  # a server arrives and asks for the node: max-min halves it
+    s = _held(st, 8)
+    out = evaluate(st, _acts(st, [8, 8]), s, Draws.expected(st))
+    assert out.alloc.tolist() == [4, 4] and out.restarted[0]
+    assert out.lost_tokens[0] == 1e9 and out.lost_s[0] == 100.0 and out.lost_tokens[1] == 0.0
+    trained = out.progress_tokens[0] + 1e9
+    assert trained > 0 and out.remaining_next[0] == pytest.approx(s.remaining_tokens[0] + 1e9 - trained, rel=1e-12)
+    # a preemption pays no save: the fixed part and the load on its 4 GPUs
+    assert out.restart_s[0] == pytest.approx(st.restart_seconds + _ckpt_s(st, 4), rel=1e-12)
+    # its clock restarts from the checkpoint it reloaded: only this round's training since
+    run_s = st.round_seconds - out.restart_s[0]
+    assert out.since_ckpt_s[0] == pytest.approx(run_s, rel=1e-12) and out.unsaved_tokens[0] == pytest.approx(trained, rel=1e-12)
+    # the switch off: nothing is lost
+    off = _trainer(False, n_tenants=2)
+    o2 = evaluate(off, _acts(off, [8, 8]), _held(off, 8), Draws.expected(off))
+    assert o2.lost_tokens[0] == 0.0 and o2.since_ckpt_s[0] == 0.0 and o2.progress_tokens[0] > 0
+    assert o2.remaining_next[0] == s.remaining_tokens[0] - o2.progress_tokens[0]
+
+
+def test_a_planned_shrink_pays_the_save_and_loses_nothing():
+    st = _trainer(True)
+    R = st.round_seconds
+    out = evaluate(st, _acts(st, [4]), _held(st, 8), Draws.expected(st))  # it asks for 4 of its 8
+    assert out.alloc[0] == 4 and out.restarted[0] and out.lost_tokens[0] == 0.0
+    # the save (96 GB at the node's 3.7 GB/s) and the load after it: 30 + 26 + 26 s, past the round
+    total = st.restart_seconds + 2 * _ckpt_s(st, 4)
+    assert total > R and out.restart_s[0] == R and out.restart_pending_s[0] == pytest.approx(total - R, rel=1e-12)
+    # growing from nothing pays no save
+    fresh = evaluate(st, _acts(st, [4]), RoundState.initial(st), Draws.expected(st))
+    assert fresh.restart_s[0] == pytest.approx(st.restart_seconds + _ckpt_s(st, 4), rel=1e-12) and fresh.restart_pending_s[0] == 0.0
+
+
+def test_a_change_during_a_restart_begins_a_new_one_and_an_unchanged_grant_carries_it_on():
+    st = _trainer(True)
+    s = dataclasses.replace(_held(st, 8, since=0.0, unsaved=0.0), restart_left_s=np.array([20.0]))
+    kept = evaluate(st, _acts(st, [8]), s, Draws.expected(st))
+    assert not kept.restarted[0] and kept.restart_s[0] == 20.0 and kept.restart_pending_s[0] == 0.0
+    shrunk = evaluate(st, _acts(st, [4]), s, Draws.expected(st))  # planned, mid-restart: no save, a new load
+    assert shrunk.restarted[0] and shrunk.restart_s[0] == pytest.approx(st.restart_seconds + _ckpt_s(st, 4), rel=1e-12)
+
+
+def test_a_same_count_move_restarts_under_persistent_placement():
+    st = _trainer(True, nodes=("h100-sxm",) * 2)
+    # last round's placement shows 6 GPUs of node 0 and 2 of node 1 held; it is counted 6 and
+    # keeps the 6 of node 0: its GPUs changed (the 2 of node 1 are gone), as when a caller moves it
+    pp = np.zeros((st.T, st.K), np.int64)
+    pp[0] = [6, 2]
+    s = dataclasses.replace(_held(st, 0), prev_placement=pp, prev_alloc=np.array([6]))
+    out = evaluate(st, _acts(st, [6]), s, Draws.expected(st))
+    assert out.alloc[0] == 6 and out.gpus_on_node[0].tolist() == [6, 0]
+    assert out.restarted[0] and out.lost_tokens[0] == 1e9 and out.restart_s[0] > 0
+    same = dataclasses.replace(s, prev_placement=np.array([[6, 0]]))
+    stay = evaluate(st, _acts(st, [6]), same, Draws.expected(st))
+    assert not stay.restarted[0] and stay.restart_s[0] == 0.0 and stay.lost_tokens[0] == 0.0
+    off = _trainer(False, nodes=("h100-sxm",) * 2)
+    assert not evaluate(off, _acts(off, [6]), s, Draws.expected(off)).restarted[0]
+
+
+def test_a_checkpoint_interval_resets_the_clock_at_each_write():
+    st = _trainer(True, interval=25.0)
+    s = _held(st, 8, since=10.0, unsaved=5e8)
+    out = evaluate(st, _acts(st, [8]), s, Draws.expected(st))
+    assert not out.restarted[0]
+    R = st.round_seconds  # 10 + 60 s of training: writes at 25 and 50, 20 s since the last
+    assert out.since_ckpt_s[0] == pytest.approx(10.0 + R - 50.0, rel=1e-12)
+    assert out.unsaved_tokens[0] == pytest.approx(out.progress_tokens[0] * (10.0 + R - 50.0) / R, rel=1e-12)
+    none = evaluate(_trainer(True), _acts(st, [8]), _held(st, 8, since=10.0, unsaved=5e8), Draws.expected(st))
+    assert none.since_ckpt_s[0] == 10.0 + R and none.unsaved_tokens[0] == pytest.approx(5e8 + none.progress_tokens[0], rel=1e-12)
+
+
+def test_the_env_carries_a_restart_over_and_reports_it():
+    from fleet_marl.environment import FleetParallelEnv
+
+    cfg = make_config(n_tenants=1, nodes=("h100-sxm",), rack_power_cap_w=1e6, checkpoint_load_gbs_per_node=0.5)
+    cfg = dataclasses.replace(cfg, coupling=CouplingSpec(persistent_placement=True))
+    env = FleetParallelEnv(config=cfg)
+    env.reset(seed=0)
+    act = np.array(env.default_action_index[0])
+    act[0] = 8  # all 8 GPUs of the node
+    _, _, _, _, infos = env.step({"tenant_0": act})
+    pending = infos["tenant_0"]["restart_pending_s"]
+    assert pending > 0 and env.round_state.restart_left_s[0] == pending  # 96 GB at 0.5 GB/s: past the round
+    obs, _, _, _, infos = env.step({"tenant_0": act})
+    assert infos["tenant_0"]["restart_s"] == pytest.approx(min(pending, env.kernel_static.round_seconds))

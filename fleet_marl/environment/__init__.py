@@ -63,7 +63,7 @@ Infos -- after ``reset()`` and every ``step()`` each live agent's info has the s
     ``illegal_fields``, ``action_mask`` (``obs_mode="flat"`` only), ``oom``, ``vetoed``,
     ``unsafe_numerics``, ``projected``, ``tripped``, ``restarted``, ``ttft_p50_s``,
     ``ttft_p99_s``, then what sharing the cluster cost it (``COUPLING_KEYS``: ``slowdown``,
-    ``link_load``, ``restart_s``, ``power_headroom``, ``ttft_p99_over_slo``); after ``reset()``
+    ``link_load``, ``restart_s``, ``power_headroom``, ``ttft_p99_over_slo``, ``restart_pending_s``, ``lost_tokens``); after ``reset()``
     all 0 / False but the mask.
     An agent's episode report (``fairness.summary()`` on the step it finished) is in
     ``env.episode_reports``, not in the infos (a key in some steps only breaks TorchRL's

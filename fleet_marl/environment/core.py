@@ -57,6 +57,9 @@ def reset(cs: CoreStatic, s: EnvState, clusters, rngs) -> None:
     s.prev_alloc[clusters] = 0
     if s.prev_gon is not None:
         s.prev_gon[clusters] = 0
+    for carried in (s.restart_left, s.since_ckpt, s.unsaved):
+        if carried is not None:
+            carried[clusters] = 0.0
     s.temp_c[clusters] = st.ambient_c
     s.queue[clusters] = 0.0
     s.remaining[clusters] = st.job_tokens
@@ -166,6 +169,11 @@ def step(cs: CoreStatic, s: EnvState, idx: np.ndarray, credit_rngs) -> StepResul
     s.budget = np.array(o.budget_next)
     jobs = np.where(st.is_train, scheduled, 0.0).astype(np.int64)
     queues = fairness.QueueRound(*advance_queues(t, live, st.is_train, arrivals, o.served, jobs, st.job_tokens, s.queues()))
+    if s.restart_left is not None:  # a restart still ahead; a new job has nothing since a checkpoint to lose
+        s.restart_left = np.array(o.restart_pending_s)
+        fresh = s.remaining != np.asarray(o.remaining_next)  # the queue step began a new job
+        s.since_ckpt = np.where(fresh, 0.0, o.since_ckpt_s)
+        s.unsaved = np.where(fresh, 0.0, o.unsaved_tokens)
     events = (o.oom, o.vetoed, o.power_throttled | o.thermal_throttled, degenerate)
     fairness.record(s.fairness, live, credit.welfare, events, queues, cs.rounds_alone)
     s.round = t + 1

@@ -80,7 +80,11 @@ COUPLING_FIELDS: tuple[tuple[str, str], ...] = (
     ("slowdown", "1 - 1 / (step-time factor from the contention on the shared links it crossed last round): 0 unslowed"),
     ("link_load", "offered load / capacity of the most loaded shared link it crossed last round, x / (x + 1) (0: none)"),
     ("power_headroom", "(rack cap - rack power last round) / rack cap of the tightest rack it ran on (not running: of its pool's racks)"),
-    ("restart_lost", "seconds of last round lost to a restart / round_seconds (1: the restart took the whole round)"),
+    (
+        "restart_lost",
+        "seconds of last round lost to a restart, plus the restart's seconds still ahead and (persistent placement) the training "
+        "a preemption lost, / round_seconds, at most 1 (1: the restart took the whole round)",
+    ),
     ("ttft_tail", "serve: TTFT p99 last round / its TTFT SLO, x / (x + 1) (0.5 at the SLO); train: 0"),
 )
 N_COUPLING = len(COUPLING_FIELDS)

@@ -20,8 +20,10 @@ OUTCOME_KEYS = ("ttft_p50_s", "ttft_p99_s")
 #: coupling switch on or off (``observer.TenantCoupling``): the step-time factor from the shared
 #: links' contention (1 unslowed), the offered load over capacity of the most loaded shared link it
 #: crossed (0: none), the seconds lost to a restart, its tightest rack's power headroom ((cap -
-#: power) / cap) and a server's TTFT p99 over its TTFT SLO (0 for a trainer).
-COUPLING_KEYS = ("slowdown", "link_load", "restart_s", "power_headroom", "ttft_p99_over_slo")
+#: power) / cap), a server's TTFT p99 over its TTFT SLO (0 for a trainer), the seconds of its
+#: restart still ahead at the round's end and the tokens a preemption lost (both 0 without
+#: ``coupling.persistent_placement``, docs/model.md section 12.3).
+COUPLING_KEYS = ("slowdown", "link_load", "restart_s", "power_headroom", "ttft_p99_over_slo", "restart_pending_s", "lost_tokens")
 INFO_KEYS = (
     "utility",
     "welfare",

@@ -79,6 +79,8 @@ class TenantCoupling(NamedTuple):
     restart_s: np.ndarray  # seconds of the round lost to a restart
     power_headroom: np.ndarray  # (rack cap - rack power) / rack cap of the tightest rack it ran on
     ttft_p99_over_slo: np.ndarray  # serve: TTFT p99 / its TTFT SLO; train: 0
+    restart_pending_s: np.ndarray  # seconds of its restart still ahead at the round's end (coupling.persistent_placement)
+    lost_tokens: np.ndarray  # train: tokens a preemption lost (trained since its last checkpoint; persistent_placement)
 
 
 def pool_racks(st) -> np.ndarray:
@@ -99,7 +101,15 @@ def tenant_coupling(st, o, racks_of_pool: np.ndarray | None = None) -> TenantCou
     free = (cap - np.asarray(o.rack_power_w)) / cap  # (B, R)
     headroom = np.where(where, free[..., None, :], np.inf).min(-1)
     over = np.where(st.is_train, 0.0, np.asarray(o.ttft_p99_s) / st.slo_ttft_s)
-    return TenantCoupling(np.asarray(o.slowdown), np.asarray(o.link_load), np.asarray(o.restart_s), headroom, over)
+    return TenantCoupling(
+        np.asarray(o.slowdown),
+        np.asarray(o.link_load),
+        np.asarray(o.restart_s),
+        headroom,
+        over,
+        np.asarray(o.restart_pending_s),
+        np.asarray(o.lost_tokens),
+    )
 
 
 class Observer:
@@ -190,8 +200,9 @@ class Observer:
     def coupling_columns(self, last, has_last, out: np.ndarray) -> None:
         """Write the ``COUPLING_FIELDS`` of B clusters into ``out`` (B, T, N_COUPLING) from the
         last round's Outcome ``last`` (None: no round yet), read where ``has_last`` (B,):
-        ``1 - 1/slowdown``, ``link_load / (link_load + 1)``, the rack headroom, ``restart_s /
-        round_seconds`` and ``ttft_p99/slo / (ttft_p99/slo + 1)``, each clipped to [0, 1]; a
+        ``1 - 1/slowdown``, ``link_load / (link_load + 1)``, the rack headroom, ``(restart_s +
+        restart_pending_s + lost_s) / round_seconds`` (the round's restart, the restart still
+        ahead and the training a preemption lost) and ``ttft_p99/slo / (ttft_p99/slo + 1)``, each clipped to [0, 1]; a
         cluster with no round yet reads 0, but a headroom of 1."""
         out[...] = 0.0
         out[..., COUPLING_INDEX["power_headroom"]] = 1.0
@@ -202,7 +213,7 @@ class Observer:
             "slowdown": 1.0 - 1.0 / np.maximum(c.slowdown, 1.0),
             "link_load": squash(c.link_load, 1.0),
             "power_headroom": c.power_headroom,
-            "restart_lost": c.restart_s / self.st.round_seconds,
+            "restart_lost": (c.restart_s + c.restart_pending_s + np.asarray(last.lost_s)) / self.st.round_seconds,
             "ttft_tail": squash(c.ttft_p99_over_slo, 1.0),
         }
         h = np.asarray(has_last, bool)

@@ -129,6 +129,11 @@ class EnvState:
     #: (B, T, K) int64 GPUs each tenant held on each node last round, tracked where placement
     #: persists (``CouplingSpec.persistent_placement``), else None
     prev_gon: np.ndarray | None = None
+    #: (B, T) float64 each, tracked where placement persists, else None: seconds of a restart still
+    #: ahead, and a trainer's seconds and tokens of training since its last checkpoint (docs/model.md section 12.3)
+    restart_left: np.ndarray | None = None
+    since_ckpt: np.ndarray | None = None
+    unsaved: np.ndarray | None = None
 
     @staticmethod
     def zeros(cs: CoreStatic, B: int) -> EnvState:
@@ -159,6 +164,9 @@ class EnvState:
             last_arrivals=np.zeros((B, T)),
             drawn_from=[None] * B,
             prev_gon=np.zeros((B, T, st.K), np.int64) if st.persistent_placement else None,
+            restart_left=np.zeros((B, T)) if st.persistent_placement else None,
+            since_ckpt=np.zeros((B, T)) if st.persistent_placement else None,
+            unsaved=np.zeros((B, T)) if st.persistent_placement else None,
         )
 
     @property
@@ -174,6 +182,9 @@ class EnvState:
             remaining_tokens=self.remaining,
             budget_left=self.budget,
             prev_placement=self.prev_gon,
+            restart_left_s=self.restart_left,
+            since_ckpt_s=self.since_ckpt,
+            unsaved_tokens=self.unsaved,
         )
 
     def queues(self) -> Queues:

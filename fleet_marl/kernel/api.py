@@ -33,7 +33,7 @@ import numpy as np
 from fleet_marl import catalog
 from fleet_marl.kernel import engine, layout, tenant_cost
 from fleet_marl.kernel.checks import KernelInputError, checked, leads
-from fleet_marl.kernel.packing import ALL_PRESENT, lead_shape, no_placement, one_row, outcome_of_flat, outcome_of_packed, pack
+from fleet_marl.kernel.packing import ALL_PRESENT, lead_shape, no_placement, one_row, outcome_of_flat, outcome_of_packed, pack, zeros_row
 from fleet_marl.kernel.static import KernelStatic
 from fleet_marl.kernel.types import Actions, Draws, Outcome, RoundState, Stage1
 
@@ -183,6 +183,7 @@ def _round_one(st, actions: Actions, state: RoundState, draws: Draws, present) -
         st.output_tokens if output is None else output,
         state.temp_c,
         no_placement((T, K))[0] if state.prev_placement is None else state.prev_placement,
+        *(zeros_row(T) if v is None else v for v in (state.restart_left_s, state.since_ckpt_s, state.unsaved_tokens)),
         flat[0],
         flat[1],
         flat[2],

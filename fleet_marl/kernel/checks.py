@@ -106,6 +106,13 @@ def check_state(st: KernelStatic, state: RoundState) -> RoundState:
         "remaining_tokens": _field("state.remaining_tokens", state.remaining_tokens, np.float64, (T,), False, 0, big, "a token count >= 0"),
         "budget_left": _field("state.budget_left", state.budget_left, np.float64, (T,), False, 0, big, "an amount of USD >= 0"),
     }
+    for name, what in (
+        ("restart_left_s", "seconds >= 0"),
+        ("since_ckpt_s", "seconds >= 0"),
+        ("unsaved_tokens", "a token count >= 0"),
+    ):
+        if getattr(state, name) is not None:
+            kw[name] = _field(f"state.{name}", getattr(state, name), np.float64, (T,), False, 0, big, what)
     if state.prev_placement is not None:
         gpn = st.gpus_per_node
         kw["prev_placement"] = _field(

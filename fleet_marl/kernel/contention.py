@@ -30,17 +30,18 @@ import math
 
 from fleet_marl.kernel.jit import jit
 from fleet_marl.kernel.layout import (
-    I_PREV,
     N_LEAF,
     N_UPLINK,
     O_EFF,
     O_LINK,
+    O_PENDING,
     O_SLOW,
     O_TPS,
     OI_BATCH,
     S_LOAD_GPU,
     S_LOAD_NODE,
     S_OVERLAP,
+    S_PERSIST,
     S_RESTART,
     S_ROUND,
     S_STORAGE,
@@ -79,20 +80,23 @@ def _water_fill(capacity, cap, rem, rate):
 
 
 @jit
-def storage_loads(b, ti, sc, ins_i, c_terms, alloc, n_nodes, avail_s, ct):
+def storage_loads(b, ti, sc, c_terms, alloc, n_nodes, restarted, carry, avail_s, rf, ct):
     """The seconds of the round each tenant of row ``b`` has, into ``avail_s``: a tenant that
-    restarts (its GPUs changed, some granted) loses the fixed part of a restart and the seconds
-    it takes to read its checkpoint (``tenant_cost.checkpoint_bytes``), every load at most
-    ``min(n x per-GPU loader, nodes x per-node rate)``, all of them sharing the storage's
-    bytes/s max-min fair until each finishes. ``ct`` (4, T) is scratch."""
-    round_s, fixed, storage = sc[S_ROUND], sc[S_RESTART], sc[S_STORAGE]
+    begins a restart (``restarted``, ``tenant_cost.restarts``) loses the fixed part of a restart
+    and the seconds it takes to read its checkpoint (``tenant_cost.checkpoint_bytes``), every load
+    at most ``min(n x per-GPU loader, nodes x per-node rate)``, all of them sharing the storage's
+    bytes/s max-min fair until each finishes. With ``coupling.persistent_placement`` a restart
+    also takes its ``carry`` seconds (a planned save, or the rest of a restart under way, which
+    reads nothing more), and what does not fit in the round is left for the next (``rf``'s
+    ``restart_pending_s``). ``ct`` (4, T) is scratch."""
+    round_s, fixed, storage, persist = sc[S_ROUND], sc[S_RESTART], sc[S_STORAGE], sc[S_PERSIST] != 0.0
     load_s, rem, cap, rate = ct[0], ct[1], ct[2], ct[3]
     total = 0.0
     for t in range(alloc.shape[0]):
         n = alloc[t]
         load_s[t] = 0.0
         rem[t] = 0.0
-        if n > 0 and n != ins_i[I_PREV, b, t]:
+        if restarted[t]:
             rem[t] = checkpoint_bytes(c_terms, t, ti[t, T_TRAIN] != 0)
             cap[t] = min(n * sc[S_LOAD_GPU], max(n_nodes[t], 1) * sc[S_LOAD_NODE])
             total += cap[t]
@@ -103,8 +107,18 @@ def storage_loads(b, ti, sc, ins_i, c_terms, alloc, n_nodes, avail_s, ct):
     else:
         _share(storage, load_s, rem, cap, rate)
     for t in range(alloc.shape[0]):
-        restarted = alloc[t] > 0 and alloc[t] != ins_i[I_PREV, b, t]
-        avail_s[t] = max(round_s - (fixed + load_s[t]), 0.0) if restarted else round_s
+        rf[O_PENDING, t] = 0.0
+        if restarted[t]:
+            down = fixed + load_s[t]
+            if persist:
+                down += carry[t]
+                rf[O_PENDING, t] = max(down - round_s, 0.0)
+            avail_s[t] = max(round_s - down, 0.0)
+        elif carry[t] > 0.0:
+            avail_s[t] = max(round_s - carry[t], 0.0)
+            rf[O_PENDING, t] = max(carry[t] - round_s, 0.0)
+        else:
+            avail_s[t] = round_s
 
 
 @jit

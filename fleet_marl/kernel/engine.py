@@ -13,7 +13,9 @@ the module named for it, called once per row in this order:
 3. ``tenant_cost.tenant_stage1``: each tenant's stage 1 under its precision map (memoised:
    a cluster's counterfactual rows share it);
 4. ``safety.check``: the numerics and memory verdicts, the batch that runs, bytes per GPU;
-5. ``tenant_cost.throughput``: the roofline on the granted GPUs, and each tenant's activity
+5. ``tenant_cost.restarts`` (who begins a restart; with ``coupling.persistent_placement`` a move
+   too, a planned save's seconds, a restart carried on, a preemption's lost work), then
+   ``tenant_cost.throughput``: the roofline on the granted GPUs, and each tenant's activity
    (with ``coupling.contention`` on, ``contention.storage_loads`` first: the restarts'
    checkpoint loads over the shared storage; then ``contention.contend``: the leaf uplinks
    shared by the trainers that cross them);
@@ -45,7 +47,10 @@ from fleet_marl.kernel.layout import (
     F_PROMPT,
     F_QUEUE,
     F_REMAIN,
+    F_RLEFT,
+    F_SINCE,
     F_TIE,
+    F_UNSAVED,
     I_BATCH,
     I_GPUS,
     I_PREC,
@@ -56,6 +61,7 @@ from fleet_marl.kernel.layout import (
     O_PRICE,
     O_UTIL,
     OB,
+    OB_RESTART,
     OF,
     OI,
     OI_ALLOC,
@@ -75,10 +81,10 @@ from fleet_marl.kernel.placement import place
 from fleet_marl.kernel.power_heat import power_heat, throttle
 from fleet_marl.kernel.roofline import roofline, tenant_groups, tenant_roofline
 from fleet_marl.kernel.safety import check
-from fleet_marl.kernel.tenant_cost import fitting_batch, memory_per_gpu, peak_bytes, tenant_stage1, tenant_terms, throughput
+from fleet_marl.kernel.tenant_cost import fitting_batch, memory_per_gpu, peak_bytes, restarts, tenant_stage1, tenant_terms, throughput
 
 _NOF, _NOI, _NOB = len(OF), len(OI), len(OB)
-_NF_ROWS, _NI_ROWS, _NB_ROWS = _NOF + 31, _NOI + 5, _NOB + 4  # each block: the row's outputs, then scratch rows
+_NF_ROWS, _NI_ROWS, _NB_ROWS = _NOF + 32, _NOI + 5, _NOB + 4  # each block: the row's outputs, then scratch rows
 
 
 @jit
@@ -116,6 +122,7 @@ def round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, pgon, out_index, out_
     c_terms, c_len = sf[_NOF + 10 : _NOF + 23], sf[_NOF + 23 : _NOF + 25]  # the stage-1 memo: (13, T) terms, (2, T) lengths
     k1, k2 = sf[_NOF + 25], sf[_NOF + 26]
     ct = sf[_NOF + 27 : _NOF + 31]  # the contention stage's (4, T) rows
+    carry = sf[_NOF + 31]  # the seconds a restart adds or carries on (tenant_cost.restarts)
     contended, gang = sc[S_CONTENTION] != 0.0, sc[S_GANG] != 0.0
     caps, got, order, n_nodes = si[_NOI], si[_NOI + 1], si[_NOI + 2], si[_NOI + 3]
     used, u_n, ug, u_nodes = ri[OI_USABLE], si[_NOI + 4], sg[2], sg[3]  # the GPUs, nodes a tenant's layout uses (gang)
@@ -139,16 +146,36 @@ def round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, pgon, out_index, out_
             pg, pn, pl = rg, t_nodes, n_nodes
         tenant_stage1(b, tf, ti, tg, sc, ins_i, ins_f, prec, prec_run, c_prec, c_run, c_len, c_terms, cached, unsafe_c, invalid_c, ri)
         check(b, tf, sc, ins_i, c_terms, unsafe_c, invalid_c, used, rf, ri, rb, running)
+        restarts(b, ti, sc, ins_i, ins_f, c_terms, alloc, prev, rg, n_nodes, rf, rb, carry)
         if contended:  # the restarts' checkpoint loads share the storage: each tenant's seconds available
-            storage_loads(b, ti, sc, ins_i, c_terms, alloc, n_nodes, avail_s, ct)
+            storage_loads(b, ti, sc, c_terms, alloc, n_nodes, rb[OB_RESTART], carry, avail_s, rf, ct)
         throughput(
-            b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, pl, running, rf, ri, rb, work_rate, prefill_a, t_dec_a, avail_s, activity
+            b,
+            tf,
+            ti,
+            sc,
+            ins_i,
+            ins_f,
+            c_terms,
+            alloc,
+            n_nodes,
+            pl,
+            running,
+            rf,
+            ri,
+            rb,
+            work_rate,
+            prefill_a,
+            t_dec_a,
+            avail_s,
+            activity,
+            carry,
         )
         if contended:
             contend(b, tf, ti, nf, ni, sc, c_terms, used, pl, pn, running, work_rate, avail_s, rf, ri, ct, leaf_load, leaf_stamp)
         power_heat(b, tf, nf, ni, sc, temp, activity, pg, pn, pl, node_dyn, rack_dyn, f_cap, f_heat, f_node, t_pred, dead, rk, rr)
         throttle(sc, pn, pl, f_node, f_cap, f_heat, t_pred, dead, running, rf, rb)
-        outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a, t_dec_a, alloc, mult, rf, ri, c_terms, pl)
+        outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a, t_dec_a, alloc, mult, rf, ri, rb, c_terms, pl)
         welfare[b] = numpy_sum(util, 0, T)
         j = out_index[b]
         if j < 0:
@@ -187,12 +214,15 @@ def round_one(
     output,
     temp_c,
     prev_gon,
+    restart_left,
+    since_ckpt,
+    unsaved,
     flat_f,
     flat_i,
     flat_b,
 ):
     """One row from unpacked inputs ((T,) each, ``precision`` (T, G), ``temp_c`` (K,), ``prev_gon``
-    (T, K) last round's placement) into three
+    (T, K) last round's placement; ``restart_left``, ``since_ckpt``, ``unsaved`` the state's) into three
     flat output buffers, one per dtype: ``flat_f`` holds ``out_f`` (``len(OF)``, T), ``out_k``
     (2, K), ``rack`` (R,) and the welfare, ``flat_i`` ``out_i`` (``len(OI)``, T) and ``gon`` (T,
     K), ``flat_b`` ``out_b`` (``len(OB)``, T), each C-ordered, in that order. Packs the inputs and
@@ -226,6 +256,9 @@ def round_one(
         ins_f[F_TIE, 0, t] = tiebreak[t]
         ins_f[F_PROMPT, 0, t] = prompt[t]
         ins_f[F_OUT, 0, t] = output[t]
+        ins_f[F_RLEFT, 0, t] = restart_left[t]
+        ins_f[F_SINCE, 0, t] = since_ckpt[t]
+        ins_f[F_UNSAVED, 0, t] = unsaved[t]
     for k in range(K):
         temp[0, k] = temp_c[k]
     out_f3, out_i3, out_b3 = out_f.reshape((_NOF, 1, T)), out_i.reshape((_NOI, 1, T)), out_b.reshape((_NOB, 1, T))

@@ -56,12 +56,13 @@ SC = _layout(
 )
 #: Input rows of ``ins_i`` and ``ins_f``.
 II = _layout("gpus batch prev_alloc present") + tuple(f"precision{g}" for g in range(G))
-IF = _layout("bid queue remaining_tokens budget_left arrivals tiebreak prompt_tokens output_tokens")
+IF = _layout("bid queue remaining_tokens budget_left arrivals tiebreak prompt_tokens output_tokens restart_left since_ckpt unsaved_tokens")
 #: Output rows of ``out_f``, ``out_i`` and ``out_b`` (the names of :class:`~fleet_marl.kernel.Outcome`).
 OF = _layout(
     "price throttle mem_weights mem_grads mem_master mem_optimizer mem_activations mem_kv_cache mem_total mem_capacity "
     "tokens_per_s multi_gpu_efficiency progress_tokens served slo_good slo_attainment queue_next remaining_next spend "
-    "budget_next value utility slowdown link_load restart_s ttft_p50_s ttft_p99_s"
+    "budget_next value utility slowdown link_load restart_s ttft_p50_s ttft_p99_s restart_pending_s lost_tokens lost_s since_ckpt_s "
+    "unsaved_tokens"
 )
 OI = _layout("requested alloc nodes_spanned batch usable_gpus") + tuple(f"precision{g}" for g in range(G))
 OB = _layout("restarted unsafe_numerics projected vetoed oom tripped power_throttled thermal_throttled")
@@ -113,10 +114,10 @@ S_AMBIENT, S_RISE, S_DECAY, S_CRIT, S_SPAN, S_COSTW, S_MFU, S_LOAD_GPU, S_LOAD_N
     14, S_STORAGE
 )
 I_GPUS, I_BATCH, I_PREV, I_PRES, I_PREC = 0, 1, 2, 3, 4
-F_BID, F_QUEUE, F_REMAIN, F_BUDGET, F_ARR, F_TIE, F_PROMPT, F_OUT = range(len(IF))
+F_BID, F_QUEUE, F_REMAIN, F_BUDGET, F_ARR, F_TIE, F_PROMPT, F_OUT, F_RLEFT, F_SINCE, F_UNSAVED = range(len(IF))
 (O_PRICE, O_THROTTLE, O_MW, O_MG, O_MM, O_MO, O_MA, O_MKV, O_MTOT, O_MCAP, O_TPS) = range(11)
 (O_EFF, O_PROGRESS, O_SERVED, O_GOOD, O_ATTAIN, O_QNEXT, O_RNEXT, O_SPEND, O_BNEXT, O_VALUE, O_UTIL) = range(11, 22)
-O_SLOW, O_LINK, O_RESTART_S, O_TTFT50, O_TTFT99 = range(22, len(OF))
+O_SLOW, O_LINK, O_RESTART_S, O_TTFT50, O_TTFT99, O_PENDING, O_LOST, O_LOST_S, O_SINCE, O_UNSAVED = range(22, len(OF))
 OI_REQ, OI_ALLOC, OI_NODES, OI_BATCH, OI_USABLE, OI_PREC = 0, 1, 2, 3, 4, 5
 OB_RESTART, OB_UNSAFE, OB_PROJ, OB_VETO, OB_OOM, OB_TRIP, OB_PTHR, OB_TTHR = range(len(OB))
 assert (

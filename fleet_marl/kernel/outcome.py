@@ -15,31 +15,41 @@ its SLO at that clock. It spends ``GPUs x list price x price multiplier x hours`
 
 from __future__ import annotations
 
+import math
+
 from fleet_marl.kernel.jit import jit
 from fleet_marl.kernel.layout import (
     F_ARR,
     F_BUDGET,
     F_QUEUE,
     F_REMAIN,
+    F_SINCE,
+    F_UNSAVED,
     I_PRES,
     O_ATTAIN,
     O_BNEXT,
     O_GOOD,
+    O_LOST,
     O_PROGRESS,
     O_QNEXT,
     O_RNEXT,
     O_SERVED,
+    O_SINCE,
     O_SPEND,
     O_THROTTLE,
     O_TTFT50,
     O_TTFT99,
+    O_UNSAVED,
     O_UTIL,
     O_VALUE,
+    OB_RESTART,
     OI_BATCH,
     OI_USABLE,
     S_COSTW,
+    S_PERSIST,
     S_QUEUEING,
     S_ROUND,
+    T_CKPT_EVERY,
     T_NORM,
     T_PRICE,
     T_PRIO,
@@ -53,15 +63,17 @@ from fleet_marl.kernel.tenant_cost import roofline_groups
 
 
 @jit
-def outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a, t_dec_a, alloc, mult, rf, ri, c_terms, n_nodes):
+def outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a, t_dec_a, alloc, mult, rf, ri, rb, c_terms, n_nodes):
     """Row ``b``'s progress, service, money and utility of every tenant into ``rf``'s rows, from
     whether it runs (``running``), its throttle (``rf``'s throttle row), its work rate, seconds
     available, prefill and decode seconds (the throughput stage's scratch rows), its GPUs
     ``alloc`` and its price multiplier ``mult``. With ``coupling.queueing`` on, a server's good
     requests and TTFT quantiles come from its queue (``queueing.serve_queue``: its batch in
     ``ri``, one prompt's work from its roofline groups, ``c_terms``, the GPUs it uses in ``ri``
-    and ``n_nodes``, the nodes they span)."""
-    round_s, cost_w, queueing = sc[S_ROUND], sc[S_COSTW], sc[S_QUEUEING] != 0.0
+    and ``n_nodes``, the nodes they span). With ``coupling.persistent_placement`` on, a trainer's
+    progress is net of the tokens a preemption lost (``rf``'s ``lost_tokens``, which it must train
+    again), and its seconds and tokens since its last checkpoint go on (:func:`since_checkpoint`)."""
+    round_s, cost_w, queueing, persist = sc[S_ROUND], sc[S_COSTW], sc[S_QUEUEING] != 0.0, sc[S_PERSIST] != 0.0
     hours = round_s / 3600.0
     for t in range(alloc.shape[0]):
         run = running[t]
@@ -72,7 +84,13 @@ def outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a,
         arrivals = ins_f[F_ARR, b, t]
         remaining = ins_f[F_REMAIN, b, t]
         demand = queue + arrivals
-        if train:
+        if train and persist:
+            lost = rf[O_LOST, t]
+            trained = min(remaining + lost, work)
+            progress = trained - lost
+            served = 0.0
+            since_checkpoint(b, t, tf, ins_f, rb, alloc, avail_s[t] if run else 0.0, trained, rf)
+        elif train:
             progress = min(remaining, work)
             served = 0.0
         else:
@@ -110,6 +128,31 @@ def outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a,
         rf[O_UTIL, t] = util
         rf[O_TTFT50, t] = ttft
         rf[O_TTFT99, t] = ttft99
+        if not (train and persist):
+            rf[O_SINCE, t] = 0.0
+            rf[O_UNSAVED, t] = 0.0
+
+
+@jit
+def since_checkpoint(b, t, tf, ins_f, rb, alloc, run_s, trained, rf):
+    """Trainer ``t``'s seconds and tokens of training since its last checkpoint at the round's
+    end (``rf``'s ``since_ckpt_s``, ``unsaved_tokens``): from 0 after a restart or without GPUs
+    (it resumes from its checkpoint), else from the state's; then ``run_s`` seconds training
+    ``trained`` tokens at an even rate, with a checkpoint written each ``I`` seconds of training
+    (``checkpoint_every_s``; none when 0: it counts from the job's start or last restart)."""
+    since, unsaved = ins_f[F_SINCE, b, t], ins_f[F_UNSAVED, b, t]
+    if rb[OB_RESTART, t] or alloc[t] == 0:
+        since, unsaved = 0.0, 0.0
+    every = tf[t, T_CKPT_EVERY]
+    k = since + run_s
+    if every > 0.0 and k >= every and run_s > 0.0:
+        since = k - every * math.floor(k / every)  # a checkpoint written this round: the tokens after it
+        unsaved = trained * min(since, run_s) / run_s
+    else:
+        since = k
+        unsaved += trained
+    rf[O_SINCE, t] = since
+    rf[O_UNSAVED, t] = unsaved
 
 
 __all__ = ["outcome"]

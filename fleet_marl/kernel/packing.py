@@ -57,6 +57,7 @@ def one_row(actions: Actions, state: RoundState, draws: Draws, present) -> bool:
     ):
         return False
     p, o, pp = draws.prompt_tokens, draws.output_tokens, state.prev_placement
+    carried = (state.restart_left_s, state.since_ckpt_s, state.unsaved_tokens)
     return (
         g.ndim == n.ndim == pa.ndim == bid.ndim == q.ndim == rem.ndim == bud.ndim == arr.ndim == tie.ndim == temp.ndim == prec.ndim - 1 == 1
         and g.dtype is n.dtype is pa.dtype is prec.dtype is _I64
@@ -65,6 +66,7 @@ def one_row(actions: Actions, state: RoundState, draws: Draws, present) -> bool:
         and (p is None or (type(p) is np.ndarray and p.ndim == 1 and p.dtype is _F64))
         and (o is None or (type(o) is np.ndarray and o.ndim == 1 and o.dtype is _F64))
         and (pp is None or (type(pp) is np.ndarray and pp.ndim == 2 and pp.dtype is _I64 and pp.flags.c_contiguous))
+        and all(v is None or (type(v) is np.ndarray and v.ndim == 1 and v.dtype is _F64) for v in carried)
     )
 
 
@@ -101,7 +103,11 @@ def lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> tu
         draws.arrivals,
         draws.tiebreak,
     )
-    extra = [v for v in (draws.prompt_tokens, draws.output_tokens, present) if v is not None]
+    extra = [
+        v
+        for v in (draws.prompt_tokens, draws.output_tokens, present, state.restart_left_s, state.since_ckpt_s, state.unsaved_tokens)
+        if v is not None
+    ]
     pp = state.prev_placement
     if all(type(a) is np.ndarray and a.ndim == 2 for a in arrays) and all(type(v) is np.ndarray and v.ndim == 2 for v in extra):
         p = actions.precision
@@ -123,7 +129,11 @@ def lead_shape(actions: Actions, state: RoundState, draws: Draws, present) -> tu
         np.shape(state.budget_left)[:-1],
         np.shape(draws.arrivals)[:-1],
         np.shape(draws.tiebreak)[:-1],
-    ] + [np.shape(v)[:-1] for v in (draws.prompt_tokens, draws.output_tokens) if v is not None]
+    ] + [
+        np.shape(v)[:-1]
+        for v in (draws.prompt_tokens, draws.output_tokens, state.restart_left_s, state.since_ckpt_s, state.unsaved_tokens)
+        if v is not None
+    ]
     if present is not None:
         shapes.append(np.shape(present)[:-1])
     if pp is not None:
@@ -185,6 +195,8 @@ def pack(st, actions: Actions, state: RoundState, draws: Draws, present, lead: t
     put(ins_f[layout.F_TIE], draws.tiebreak, (T,))
     put(ins_f[layout.F_PROMPT], st.prompt_tokens if draws.prompt_tokens is None else draws.prompt_tokens, (T,))
     put(ins_f[layout.F_OUT], st.output_tokens if draws.output_tokens is None else draws.output_tokens, (T,))
+    for row, v in ((layout.F_RLEFT, state.restart_left_s), (layout.F_SINCE, state.since_ckpt_s), (layout.F_UNSAVED, state.unsaved_tokens)):
+        put(ins_f[row], 0.0 if v is None else v, (T,))
     put(temp, state.temp_c, (st.K,))
     return ins_i, ins_f, temp, prev_placement(st, state.prev_placement, lead, B)
 
@@ -199,6 +211,16 @@ def prev_placement(st, pp, lead: tuple[int, ...], B: int) -> np.ndarray:
     if pp.ndim == 2 or np.prod(pp.shape[:-2], dtype=np.int64) == 1:
         return np.ascontiguousarray(pp.reshape((1,) + tail), np.int64)
     return np.ascontiguousarray(np.broadcast_to(pp, lead + tail).reshape((B,) + tail), np.int64)
+
+
+class _ZerosRow(dict):
+    def __missing__(self, T):
+        self[T] = np.zeros(T)
+        self[T].setflags(write=False)
+        return self[T]
+
+
+zeros_row = _ZerosRow().__getitem__  # T -> (T,) float64 zeros, read-only: a state field left None
 
 
 class _NoPlacement(dict):
@@ -298,4 +320,4 @@ def outcome_of_flat(flat) -> Outcome:
     return out
 
 
-__all__ = ["ALL_PRESENT", "lead_shape", "one_row", "outcome_of_flat", "outcome_of_packed", "pack"]
+__all__ = ["ALL_PRESENT", "lead_shape", "one_row", "outcome_of_flat", "outcome_of_packed", "pack", "zeros_row"]

@@ -21,10 +21,17 @@ from fleet_marl.kernel.layout import (
     F_OUT,
     F_PROMPT,
     F_QUEUE,
+    F_RLEFT,
+    F_SINCE,
+    F_UNSAVED,
+    I_GPUS,
     I_PREC,
     I_PREV,
     O_EFF,
     O_LINK,
+    O_LOST,
+    O_LOST_S,
+    O_PENDING,
     O_RESTART_S,
     O_SLOW,
     O_TPS,
@@ -39,6 +46,7 @@ from fleet_marl.kernel.layout import (
     S_MBU,
     S_MFU,
     S_OVERLAP,
+    S_PERSIST,
     S_RESTART,
     S_ROUND,
     S_VETO,
@@ -235,6 +243,53 @@ def restart_time(fixed_s, ckpt_bytes, n, nodes, gpu_bps, node_bps):
     return fixed_s + ckpt_bytes / min(n * gpu_bps, max(nodes, 1) * node_bps)
 
 
+@jit
+def restarts(b, ti, sc, ins_i, ins_f, c_terms, alloc, prev, gon, n_nodes, rf, rb, carry):
+    """Which tenants of row ``b`` begin a restart (into ``rb``'s restart row), the seconds each
+    adds to the restart it begins or carries on (``carry``), and the work a preemption loses
+    (``rf``'s ``lost_tokens``, ``lost_s``); ``prev`` (T, K) is last round's placement. Without
+    ``coupling.persistent_placement`` a restart is a change of the GPU count, and nothing is carried
+    or lost. With it (docs/model.md section 12.3) a tenant whose count is unchanged but whose nodes
+    differ from last round's restarts too (a migration); a change the tenant did not ask for (its
+    grant below both last round's and its request, or a move) preempts a trainer, which loses its
+    tokens since its last checkpoint (``unsaved_tokens``); a change it asked for pays a
+    checkpoint save first (``checkpoint_bytes`` at the loaders' rate of its new grant) and loses
+    nothing. A change during a restart begins a new one (the one under way is dropped); a
+    tenant whose grant is unchanged carries on the restart still ahead (``restart_left``); one
+    with no GPUs drops it."""
+    persist = sc[S_PERSIST] != 0.0
+    for t in range(alloc.shape[0]):
+        n, was = alloc[t], ins_i[I_PREV, b, t]
+        carry[t] = 0.0
+        rf[O_LOST, t] = 0.0
+        rf[O_LOST_S, t] = 0.0
+        if not persist:
+            rb[OB_RESTART, t] = n > 0 and n != was
+            continue
+        moved = False
+        if n > 0 and n == was:
+            held = 0
+            for k in range(gon.shape[1]):
+                held += prev[t, k]
+            if held > 0:
+                for k in range(gon.shape[1]):
+                    moved = moved or gon[t, k] != prev[t, k]
+        changed = n != was or moved
+        rb[OB_RESTART, t] = changed and n > 0
+        left = ins_f[F_RLEFT, b, t]
+        train = ti[t, T_TRAIN] != 0
+        if not changed:
+            carry[t] = left if n > 0 else 0.0
+            continue
+        if not (train and was > 0):
+            continue
+        if moved or (n < was and n < ins_i[I_GPUS, b, t]):  # preempted: the work since the last checkpoint is lost
+            rf[O_LOST, t] = ins_f[F_UNSAVED, b, t]
+            rf[O_LOST_S, t] = ins_f[F_SINCE, b, t]
+        elif n > 0 and left == 0.0:  # planned: a checkpoint save before the restart
+            carry[t] = checkpoint_bytes(c_terms, t, True) / min(n * sc[S_LOAD_GPU], max(n_nodes[t], 1) * sc[S_LOAD_NODE])
+
+
 @jit_inline
 def roofline_groups(b, t, tf, ti, sc, ins_f, c_terms):
     """The roofline's :class:`~fleet_marl.kernel.roofline.Job`, ``Hardware`` and ``Terms`` of
@@ -260,9 +315,46 @@ def roofline_groups(b, t, tf, ti, sc, ins_f, c_terms):
     return job, hw, terms
 
 
+@jit_inline
+def _seconds_left(sc, c_terms, t, train, n, nodes, restarted, carry, rf):
+    """Tenant ``t``'s seconds of the round left by its restart (without ``coupling.contention``:
+    its load at its own loaders' rate), and its ``restart_pending_s`` (see :func:`throughput`)."""
+    round_s = sc[S_ROUND]
+    rf[O_PENDING, t] = 0.0
+    if restarted:
+        total = restart_time(sc[S_RESTART], checkpoint_bytes(c_terms, t, train), n, nodes, sc[S_LOAD_GPU], sc[S_LOAD_NODE])
+        if sc[S_PERSIST] != 0.0:
+            total += carry
+            rf[O_PENDING, t] = max(total - round_s, 0.0)
+        return max(round_s - total, 0.0)
+    if carry > 0.0:
+        rf[O_PENDING, t] = max(carry - round_s, 0.0)
+        return max(round_s - carry, 0.0)
+    return round_s
+
+
 @jit
 def throughput(
-    b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, used_nodes, running, rf, ri, rb, work_rate, prefill_a, t_dec_a, avail_s, activity
+    b,
+    tf,
+    ti,
+    sc,
+    ins_i,
+    ins_f,
+    c_terms,
+    alloc,
+    n_nodes,
+    used_nodes,
+    running,
+    rf,
+    ri,
+    rb,
+    work_rate,
+    prefill_a,
+    t_dec_a,
+    avail_s,
+    activity,
+    carry,
 ):
     """Each tenant's throughput in row ``b`` on its GPUs and nodes, before throttling: writes
     its nodes spanned, restart flag, tokens/s and efficiency, and into the scratch rows its
@@ -274,15 +366,16 @@ def throughput(
     is its roofline at its batch; its TTFT and TPOT are the roofline's at the load it carries,
     ``load x batch`` requests in flight (at least 1). The roofline runs on the GPUs the tenant
     uses (``ri``'s ``usable_gpus``) over ``used_nodes`` nodes (with ``coupling.gang`` off, its grant
-    and ``n_nodes``); a restart is a change of its grant, read by all its granted GPUs."""
-    round_s, restart_s, shared = sc[S_ROUND], sc[S_RESTART], sc[S_CONTENTION] != 0.0
+    and ``n_nodes``); a restart (``rb``'s restart row, :func:`restarts`) is read by all its granted
+    GPUs. With ``coupling.persistent_placement`` a restart adds ``carry`` (a planned save) and one
+    longer than the round leaves the rest of it for the next (``restart_pending_s``); a restart
+    carried on takes ``carry`` seconds."""
+    round_s, shared = sc[S_ROUND], sc[S_CONTENTION] != 0.0
     for t in range(alloc.shape[0]):
         n = alloc[t]
-        has = n > 0
         nodes = n_nodes[t]
         ri[OI_NODES, t] = nodes
-        restarted = (n != ins_i[I_PREV, b, t]) and has
-        rb[OB_RESTART, t] = restarted
+        restarted = rb[OB_RESTART, t]
         job, hw, terms = roofline_groups(b, t, tf, ti, sc, ins_f, c_terms)
         train = job.is_train
         u, u_nodes = ri[OI_USABLE, t], used_nodes[t]
@@ -292,14 +385,9 @@ def throughput(
         rf[O_EFF, t] = eff if u > 0 else 0.0
         prefill_a[t] = prefill
         t_dec_a[t] = t_dec
-        if shared:
-            av = avail_s[t]
-        elif restarted:
-            ckpt = checkpoint_bytes(c_terms, t, train)
-            av = max(round_s - restart_time(restart_s, ckpt, n, nodes, sc[S_LOAD_GPU], sc[S_LOAD_NODE]), 0.0)
-        else:
-            av = round_s
-        avail_s[t] = av
+        if not shared:  # (with it, storage_loads wrote them)
+            avail_s[t] = _seconds_left(sc, c_terms, t, train, n, nodes, restarted, carry[t], rf)
+        av = avail_s[t]
         rf[O_RESTART_S, t] = round_s - av
         rf[O_SLOW, t] = 1.0
         rf[O_LINK, t] = 0.0
@@ -335,6 +423,7 @@ __all__ = [
     "memory_per_gpu",
     "peak_bytes",
     "restart_time",
+    "restarts",
     "roofline_groups",
     "tenant_stage1",
     "tenant_terms",

@@ -42,6 +42,14 @@ class RoundState:
     #: (B, T, K) int64 GPUs each tenant held on each node last round; None: not tracked (every
     #: round's placement is made afresh, as without ``CouplingSpec.persistent_placement``)
     prev_placement: np.ndarray | None = None
+    #: (B, T) float64 seconds of a restart still ahead (one longer than a round goes on into the
+    #: next, ``CouplingSpec.persistent_placement``; docs/model.md section 12.3); None: zeros
+    restart_left_s: np.ndarray | None = None
+    #: (B, T) float64 a trainer's seconds of training since its last checkpoint (with no checkpoint
+    #: interval: since its job started or it last restarted); None: zeros
+    since_ckpt_s: np.ndarray | None = None
+    #: (B, T) float64 a trainer's tokens trained since its last checkpoint: what a preemption loses; None: zeros
+    unsaved_tokens: np.ndarray | None = None
 
     @staticmethod
     def initial(static: Any, batch: int | None = None) -> RoundState:
@@ -56,6 +64,9 @@ class RoundState:
             remaining_tokens=np.broadcast_to(static.job_tokens, lead + (T,)).copy(),
             budget_left=np.broadcast_to(static.budget, lead + (T,)).copy(),
             prev_placement=np.zeros(lead + (T, static.K), np.int64),
+            restart_left_s=np.zeros(lead + (T,)),
+            since_ckpt_s=np.zeros(lead + (T,)),
+            unsaved_tokens=np.zeros(lead + (T,)),
         )
 
 
@@ -126,7 +137,7 @@ class Outcome:
     tokens_per_s: np.ndarray  # (B, T) float64 train: training tokens/s; serve: generated tokens/s
     multi_gpu_efficiency: np.ndarray  # (B, T) float64 compute time / step time
     # outcome
-    progress_tokens: np.ndarray  # (B, T) float64 train: tokens trained this round
+    progress_tokens: np.ndarray  # (B, T) float64 train: tokens trained this round, less those a preemption lost (lost_tokens)
     served: np.ndarray  # (B, T) float64 serve: requests completed
     slo_good: np.ndarray  # (B, T) float64 serve: requests completed within SLO
     slo_attainment: np.ndarray  # (B, T) float64 serve: slo_good / arrivals
@@ -142,6 +153,12 @@ class Outcome:
     restart_s: np.ndarray  # (B, T) float64 seconds of the round lost to a restart (0 without one)
     ttft_p50_s: np.ndarray  # (B, T) float64 serve: median time to first token of the round's requests, queueing included (0 train)
     ttft_p99_s: np.ndarray  # (B, T) float64 serve: its 99th percentile
+    # restarts that span rounds, lost work (coupling.persistent_placement, docs/model.md section 12.3; 0 with it off)
+    restart_pending_s: np.ndarray  # (B, T) float64 seconds of restart still ahead at the round's end
+    lost_tokens: np.ndarray  # (B, T) float64 train: tokens a preemption lost this round (trained since the last checkpoint)
+    lost_s: np.ndarray  # (B, T) float64 train: the seconds of training they took
+    since_ckpt_s: np.ndarray  # (B, T) float64 train: seconds of training since the last checkpoint, at the round's end
+    unsaved_tokens: np.ndarray  # (B, T) float64 train: tokens trained since the last checkpoint, at the round's end
     welfare: np.ndarray  # (B,) float64 G = sum_i u_i
     node_power_w: np.ndarray  # (B, K) float64
     rack_power_w: np.ndarray  # (B, R) float64
@@ -167,6 +184,9 @@ class Outcome:
             remaining_tokens=self.remaining_next,
             budget_left=self.budget_next,
             prev_placement=self.gpus_on_node,
+            restart_left_s=self.restart_pending_s,
+            since_ckpt_s=self.since_ckpt_s,
+            unsaved_tokens=self.unsaved_tokens,
         )
 
     def row(self, i: int) -> Outcome:

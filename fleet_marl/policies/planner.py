@@ -249,7 +249,10 @@ class HindsightPolicy(PlannerPolicy):
             queue=np.array(true.queue),
             remaining_tokens=np.asarray(true.remaining_tokens) + np.where(st.is_train, seen.jobs_waiting * st.job_tokens, 0.0),
             budget_left=np.array(true.budget_left),
-            prev_placement=None if true.prev_placement is None else np.array(true.prev_placement),
+            **{
+                f: None if getattr(true, f, None) is None else np.array(getattr(true, f))
+                for f in ("prev_placement", "restart_left_s", "since_ckpt_s", "unsaved_tokens")
+            },
         )
         return seen.live, state, env.round_draws()
 
