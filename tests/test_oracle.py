@@ -493,3 +493,44 @@ def test_checkpointing_modes_agree_with_the_oracle(mode):
     )
     draws = Draws(arrivals=rng.poisson(100, (16, st.T)).astype(float), tiebreak=rng.random(st.T))
     assert_agree(evaluate(st, acts, state, draws), oracle.evaluate(st, acts, state, draws), f"checkpointing={mode}")
+
+
+def test_a_persistent_placement_episode_agrees_with_the_oracle(monkeypatch):
+    """An episode with restarts that span rounds, preemptions and checkpoints
+    (``coupling.persistent_placement`` and ``contention``, docs/model.md section 12.3), on the
+    engine and with the oracle in the credit engine's place: the same allocations, rewards, the
+    carried state and the new infos; the episode reaches a pending restart and a lost job's work."""
+    from fleet_marl.environment import FleetParallelEnv
+
+    base = make_config(n_tenants=6, nodes=("h100-sxm", "h100-sxm"), rack_power_cap_w=1e6, checkpoint_load_gbs_per_node=1.0)
+    tenants = tuple(
+        dataclasses.replace(t, workload=dataclasses.replace(t.workload, checkpoint_interval_s=25.0)) if t.kind == "train" else t
+        for t in base.tenants
+    )
+    cfg = dataclasses.replace(base, tenants=tenants, max_cycles=12, coupling=CouplingSpec(persistent_placement=True, contention=True))
+    runs = []
+    for use_oracle in (False, True):
+        if use_oracle:
+            monkeypatch.setattr(credit, "evaluate_welfare", _oracle_welfare)
+        env = FleetParallelEnv(config=cfg)
+        obs, infos = env.reset(seed=0)
+        rng = np.random.default_rng(0)
+        steps = []
+        while env.agents:
+            acts = {a: np.array([rng.choice(np.flatnonzero(d)) for d in infos[a]["action_mask"]]) for a in env.agents}
+            obs, rew, term, trunc, infos = env.step(acts)
+            steps.append((rew, infos, dataclasses.asdict(env.round_state), obs))
+        runs.append(steps)
+    assert len(runs[0]) == len(runs[1]) > 5
+    pending = lost = 0.0
+    for (r0, i0, s0, o0), (r1, i1, s1, o1) in zip(*runs, strict=True):
+        for a in r0:
+            assert r1[a] == pytest.approx(r0[a], rel=1e-9, abs=1e-9)
+            assert i1[a]["alloc"] == i0[a]["alloc"] and i1[a]["restarted"] == i0[a]["restarted"]
+            for k in ("restart_s", "restart_pending_s", "lost_tokens"):
+                assert i1[a][k] == pytest.approx(i0[a][k], rel=1e-9, abs=1e-9), (a, k)
+            np.testing.assert_allclose(o1[a], o0[a], atol=1e-6)
+            pending, lost = max(pending, i0[a]["restart_pending_s"]), max(lost, i0[a]["lost_tokens"])
+        for k in ("restart_left_s", "since_ckpt_s", "unsaved_tokens", "remaining_tokens"):
+            np.testing.assert_allclose(s1[k], s0[k], rtol=1e-9, atol=1e-6, err_msg=k)
+    assert pending > 0 and lost > 0
