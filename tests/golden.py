@@ -1,5 +1,5 @@
-"""Whole-episode digests: every task x every mechanism x both safety modes x {difference,
-shapley}, random masked actions from a fixed generator. ``python tests/golden.py --write``
+"""Whole-episode digests: every task (and ``hard_04``, 0.4's ``hard``) x every mechanism x both
+safety modes x {difference, shapley}, random masked actions from a fixed generator. ``python tests/golden.py --write``
 records them in ``tests/data/golden_digests.json``; ``tests/test_golden.py`` checks them.
 
 A digest covers every observation, reward, termination, truncation and info of the episode,
@@ -19,13 +19,49 @@ from pathlib import Path
 import numpy as np
 
 import fleet_marl
+from fleet_marl.builtin_tasks import tenant
 from fleet_marl.environment import ACTION_FIELDS, scheme_rewards
 
 PATH = Path(__file__).parent / "data" / "golden_digests.json"
-TASKS = ("tiny", "easy", "medium", "hard", "trace", "trace_code")
+TASKS = ("tiny", "easy", "medium", "hard", "hard_04", "trace", "trace_code")
 MECHANISMS = ("proportional", "maxmin", "priority", "auction")
 SAFETY = ("veto", "project")
 SCHEMES = ("difference", "shapley")
+
+
+def hard_04() -> dict:
+    """``hard`` as fleet_marl 0.4 built it (its digests are 0.4's ``hard`` digests). Issue 47
+    revised the task (a deeper rack cap, five-minute rounds, long jobs, servers near capacity, the
+    couplings on); these digests keep checking the model with every coupling switch off on this
+    scenario (16 tenants, heat and power binding, the auction), which the revised task no longer is."""
+    h = "h100-sxm"
+    storm = dict(pattern="bursty", burst_factor=8.0, burst_fraction=0.15, burst_rounds=4.0, burst_shared=True)
+    trainers = [("gpt2", 4.0e8), ("qwen2.5-0.5b", 1.0e8), ("qwen2.5-7b", 1.0e7), ("llama-3.1-8b", 1.0e7)]
+    servers = ["llama-3.1-8b", "qwen2.5-7b", "mistral-7b", "qwen2.5-0.5b"]
+    tenants = []
+    for i in range(16):
+        if i % 2 == 0:
+            m, tokens = trainers[(i // 2) % 4]
+            seq = 1024 if m == "gpt2" else 2048
+            t = tenant("train", m, h, 34.0, seq_len=seq, job_tokens=tokens, rate=6.0, priority=1.0 + (i % 3 == 0))
+            t["activation_checkpointing"] = m in ("qwen2.5-7b", "llama-3.1-8b")
+            tenants.append(t)
+        else:
+            m = servers[(i // 2) % 4]
+            tenants.append(
+                tenant("serve", m, h, 34.0, rate=3.0, prompt_tokens=1024, output_tokens=256, priority=1.0 + (i % 4 == 1), **storm)
+            )
+    return {
+        "cluster": {"gpu_types": [h] * 4, "nodes_per_rack": 4, "rack_power_cap_w": 15_000.0, "ambient_c": 45.0},
+        "tenants": tenants,
+        "arbiter": {"mechanism": "auction", "reserve_price": 0.75},
+        "fairness": {"hoard_share": 0.2},
+        "max_cycles": 100,
+    }
+
+
+#: Scenarios digested under a name of their own (not a registered task's).
+SCENARIOS = {"hard_04": hard_04}
 
 
 def canon(x):
@@ -73,7 +109,8 @@ def recorded_layout(infos: dict, env, finished: dict | None) -> dict:
 
 
 def digest(task: str, mechanism: str, safety: str, scheme: str, seed: int = 3) -> str:
-    env = fleet_marl.parallel_env(task=task, mechanism=mechanism, safety_mode=safety, reward_scheme=scheme, compute_all=True)
+    where = {"config": SCENARIOS[task]()} if task in SCENARIOS else {"task": task}
+    env = fleet_marl.parallel_env(**where, mechanism=mechanism, safety_mode=safety, reward_scheme=scheme, compute_all=True)
     obs, infos = env.reset(seed=seed)
     rng = np.random.default_rng(seed)
     h = hashlib.sha256(json.dumps(canon((obs, recorded_layout(infos, env, None)))).encode())

@@ -196,9 +196,10 @@ def test_the_ablation_turns_off_each_switch_a_task_turns_on_and_raises_a_capped_
 
     # easy: no switch on, and its rack of two nodes (11.2 kW at TDP) under a 16 kW cap: nothing to turn off
     assert variants("easy") == []
-    # hard: no switch on, its rack of four nodes (22.4 kW at TDP) under a 15 kW cap: power only
+    # hard: queueing on, its rack of four nodes (22.4 kW at TDP) under an 8 kW cap
     hard = dict(variants("hard"))
-    assert list(hard) == [POWER]
+    assert list(hard) == ["queueing", POWER]
+    assert hard["queueing"]["coupling"] == {"queueing": False}
     assert hard[POWER]["cluster"]["rack_power_cap_w"] == tdp_sum(hard[POWER]) == 32 * 700.0
     # shared_fabric: contention on, its racks of two nodes: the cap rises to 16 x 700 W
     fabric = dict(variants("shared_fabric"))
@@ -256,7 +257,7 @@ def test_the_committed_ablation_covers_every_mechanism_of_every_builtin_task_and
 
 #: The coupled tasks and issue 47's targets for them: under both the planner and fair_share the
 #: externality share is at least 0.2 and selfish best responses keep at most 80 % of the team's welfare.
-COUPLED = ("capped_rack", "shared_fabric")
+COUPLED = ("hard", "capped_rack", "shared_fabric")
 
 
 def test_the_committed_data_shows_the_coupled_tasks_coupling_surviving_good_play():
