@@ -105,7 +105,7 @@ def storage_loads(b, ti, sc, c_terms, alloc, n_nodes, restarted, carry, avail_s,
             if rem[t] > 0.0:
                 load_s[t] = rem[t] / cap[t]
     else:
-        _share(storage, load_s, rem, cap, rate)
+        storage_share(storage, load_s, rem, cap, rate)
     for t in range(alloc.shape[0]):
         rf[O_PENDING, t] = 0.0
         if restarted[t]:
@@ -122,7 +122,7 @@ def storage_loads(b, ti, sc, c_terms, alloc, n_nodes, restarted, carry, avail_s,
 
 
 @jit
-def _share(storage, load_s, rem, cap, rate):
+def storage_share(storage, load_s, rem, cap, rate):
     """The max-min fair fluid schedule of the loads of ``rem`` bytes (at most ``cap`` bytes/s
     each) over ``storage`` bytes/s: each load's finishing time into ``load_s``."""
     now = 0.0
@@ -198,11 +198,11 @@ def contend(b, tf, ti, nf, ni, sc, c_terms, alloc, n_nodes, t_nodes, running, wo
         rf[O_EFF, t] *= f
         rf[O_SLOW, t] = slowed / step[t]
         rf[O_LINK, t] = most
-    _checkpoints(tf, ti, sc, c_terms, alloc, n_nodes, running, work_rate, rf, ct)
+    checkpoint_writes(tf, ti, sc, c_terms, alloc, n_nodes, running, work_rate, rf, ct)
 
 
 @jit
-def _checkpoints(tf, ti, sc, c_terms, alloc, n_nodes, running, work_rate, rf, ct):
+def checkpoint_writes(tf, ti, sc, c_terms, alloc, n_nodes, running, work_rate, rf, ct):
     """The synchronous checkpoint writes of the running trainers with an interval (see the module
     doc): scales each one's work rate and tokens/s by the share of its time it trains. ``ct``
     (4, T) is scratch (its rows are free once the links are done)."""
@@ -227,4 +227,4 @@ def _checkpoints(tf, ti, sc, c_terms, alloc, n_nodes, running, work_rate, rf, ct
             rf[O_TPS, t] *= f
 
 
-__all__ = ["contend", "storage_loads"]
+__all__ = ["checkpoint_writes", "contend", "storage_loads", "storage_share"]

@@ -9,13 +9,13 @@ functions, none re-derived here:
 
 * the checkpoint's bytes: ``tenant_cost.checkpoint_bytes`` over the trainer's optimizer bytes of
   stage 1 (the fp32 master copy and Adam's two moments, 12 bytes a parameter);
-* a synchronous save (``checkpoint_write_s``): ``contention._checkpoints``, the round's rule that
+* a synchronous save (``checkpoint_write_s``): ``contention.checkpoint_writes``, the round's rule that
   stops a trainer with a checkpoint interval ``I`` for ``s w`` seconds every ``I`` (``w`` the bytes
   at its loaders' rate, ``s`` its share of the storage); it scales the trainer's work rate by
   ``I / (I + s w)``, from which the seconds of one save are read back;
 * a load or a restart (``restart_s``): ``tenant_cost.restart_time`` (the fixed part, then the bytes
   at ``min(n x per-GPU, nodes x per-node)``) and, where the storage is slower than that, the
-  storage's max-min fluid schedule of the round's loads (``contention._share``, as
+  storage's max-min fluid schedule of the round's loads (``contention.storage_share``, as
   ``contention.storage_loads`` runs it) for the one load. ``checkpoint.part: load`` marks a
   source that times the checkpoint load alone: the fixed part is then left out.
 """
@@ -78,7 +78,7 @@ def checkpoint_bytes(c: Case) -> float:
 
 def write_seconds(ckpt: float, n: int, n_nodes: int, cl: ClusterSpec, storage: float) -> float:
     """Seconds one synchronous save stops a lone trainer of ``ckpt`` bytes on ``n`` GPUs over
-    ``n_nodes`` nodes: ``contention._checkpoints`` on a one-tenant row (its checkpoint bytes put in
+    ``n_nodes`` nodes: ``contention.checkpoint_writes`` on a one-tenant row (its checkpoint bytes put in
     through the optimizer row that ``checkpoint_bytes`` reads), read back from the share of its
     time it trains, ``I / (I + s w)``."""
     every = 1000.0
@@ -94,7 +94,7 @@ def write_seconds(ckpt: float, n: int, n_nodes: int, cl: ClusterSpec, storage: f
     c_terms[tenant_cost.C_O, 0] = ckpt * tenant_cost.ADAM_BYTES / tenant_cost.CKPT_TRAIN_BYTES
     work_rate = np.ones(1)
     rf = np.zeros((len(layout.OF), 1))
-    contention._checkpoints(
+    contention.checkpoint_writes(
         tf, ti, sc, c_terms, np.array([n], np.int64), np.array([n_nodes], np.int64), np.ones(1, np.bool_), work_rate, rf, np.zeros((4, 1))
     )
     return every * (1.0 - work_rate[0]) / work_rate[0]
@@ -103,13 +103,13 @@ def write_seconds(ckpt: float, n: int, n_nodes: int, cl: ClusterSpec, storage: f
 def load_seconds(ckpt: float, n: int, n_nodes: int, cl: ClusterSpec, storage: float) -> float:
     """Seconds a lone trainer of ``ckpt`` bytes on ``n`` GPUs over ``n_nodes`` nodes reads its checkpoint:
     ``tenant_cost.restart_time`` without its fixed part (the loaders' rate), and where the storage
-    is slower than that rate, the storage's fluid schedule of the one load (``contention._share``)."""
+    is slower than that rate, the storage's fluid schedule of the one load (``contention.storage_share``)."""
     gpu_bps, node_bps = cl.checkpoint_load_gbs_per_gpu * 1e9, cl.checkpoint_load_gbs_per_node * 1e9
     own = tenant_cost.restart_time(0.0, ckpt, n, n_nodes, gpu_bps, node_bps)
     if ckpt / own <= storage:  # the load at its own rate throughout (contention.storage_loads)
         return float(own)
     load_s, rem, cap, rate = np.zeros(1), np.array([ckpt]), np.array([ckpt / own]), np.zeros(1)
-    contention._share(storage, load_s, rem, cap, rate)
+    contention.storage_share(storage, load_s, rem, cap, rate)
     return float(load_s[0])
 
 
