@@ -55,31 +55,6 @@ from fleet_marl.kernel.tenant_cost import C_COMM, checkpoint_bytes
 
 
 @jit
-def _water_fill(capacity, cap, rem, rate):
-    """Max-min fair rates over the loads with bytes left (``rem > 0``), each at most its
-    ``cap``, of ``capacity`` bytes/s, into ``rate`` (-1 marks a load not yet fixed)."""
-    T = rem.shape[0]
-    left, unfixed = capacity, 0
-    for t in range(T):
-        if rem[t] > 0.0:
-            rate[t] = -1.0
-            unfixed += 1
-    changed = True
-    while changed and unfixed > 0:
-        changed = False
-        share = left / unfixed
-        for t in range(T):
-            if rem[t] > 0.0 and rate[t] < 0.0 and cap[t] <= share:
-                rate[t] = cap[t]
-                left -= cap[t]
-                unfixed -= 1
-                changed = True
-    for t in range(T):
-        if rem[t] > 0.0 and rate[t] < 0.0:
-            rate[t] = left / unfixed
-
-
-@jit
 def storage_loads(b, ti, sc, c_terms, alloc, n_nodes, restarted, carry, avail_s, rf, ct):
     """The seconds of the round each tenant of row ``b`` has, into ``avail_s``: a tenant that
     begins a restart (``restarted``, ``tenant_cost.restarts``) loses the fixed part of a restart
@@ -124,24 +99,64 @@ def storage_loads(b, ti, sc, c_terms, alloc, n_nodes, restarted, carry, avail_s,
 @jit
 def storage_share(storage, load_s, rem, cap, rate):
     """The max-min fair fluid schedule of the loads of ``rem`` bytes (at most ``cap`` bytes/s
-    each) over ``storage`` bytes/s: each load's finishing time into ``load_s``."""
-    now = 0.0
+    each) over ``storage`` bytes/s: each load's finishing time into ``load_s``; ``rem`` is spent
+    (0 after) and ``rate`` is scratch.
+
+    Event by event: the loads not held at their cap share what the capped ones leave equally,
+    ``share = (storage - sum of caps) / uncapped``. The share only grows (a finished load frees
+    its rate), so a load once capped stays capped and finishes ``(rem - S) / cap`` after it was
+    capped, ``S`` the bytes each uncapped load had by then; the uncapped loads progress together
+    (``S`` grows at ``share``), the smallest first. Each event is the earlier of the next capped
+    load's end and the smallest uncapped load's; a division per load and per event, not per load
+    and event (the schedule of ``tests/oracle_contention.py``, computed from scratch each event)."""
+    T = rem.shape[0]
+    left, unfixed = storage, 0
+    for t in range(T):
+        load_s[t] = 0.0
+        rate[t] = 0.0  # 0: done or no load, -1: uncapped, > 0: capped at it
+        if rem[t] > 0.0:
+            rate[t] = -1.0
+            unfixed += 1
+    now = served = 0.0  # the time, and the bytes each uncapped load has had
     while True:
-        _water_fill(storage, cap, rem, rate)
-        dt = math.inf
-        for t in range(rem.shape[0]):
-            if rem[t] > 0.0:
-                dt = min(dt, rem[t] / rate[t])
-        if dt == math.inf:
-            return
-        now += dt
-        for t in range(rem.shape[0]):
-            if rem[t] > 0.0:
-                if rem[t] / rate[t] <= dt:
+        changed = True
+        while changed and unfixed > 0:  # cap every uncapped load whose cap is within the share
+            changed = False
+            share = left / unfixed
+            for t in range(T):
+                if rate[t] < 0.0 and cap[t] <= share:
+                    rate[t] = cap[t]
+                    left -= cap[t]
+                    unfixed -= 1
+                    load_s[t] = now + (rem[t] - served) / cap[t]
+                    changed = True
+        end_c, smallest = math.inf, math.inf
+        for t in range(T):
+            if rate[t] > 0.0:
+                end_c = min(end_c, load_s[t])
+            elif rate[t] < 0.0:
+                smallest = min(smallest, rem[t])
+        share = left / unfixed if unfixed > 0 else 0.0
+        end_u = now + (smallest - served) / share if unfixed > 0 else math.inf
+        if end_c == math.inf and end_u == math.inf:
+            break
+        if end_c <= end_u:  # capped loads end (and free their rate)
+            served += share * (end_c - now)
+            now = end_c
+            for t in range(T):
+                if rate[t] > 0.0 and load_s[t] <= now:
+                    left += rate[t]
+                    rate[t] = 0.0
+        else:  # the smallest uncapped loads end
+            served = smallest
+            now = end_u
+            for t in range(T):
+                if rate[t] < 0.0 and rem[t] <= served:
                     load_s[t] = now
-                    rem[t] = 0.0
-                else:
-                    rem[t] -= rate[t] * dt
+                    rate[t] = 0.0
+                    unfixed -= 1
+    for t in range(T):
+        rem[t] = 0.0
 
 
 @jit

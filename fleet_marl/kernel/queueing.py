@@ -182,15 +182,16 @@ def fluid_quantile(q, n1, lo1, hi1, n2, lo2, hi2, n3):
 
 
 @jit
-def wait_quantile(q, n1, lo1, hi1, n2, lo2, hi2, n3, p, m):
+def wait_quantile(q, n1, lo1, hi1, n2, lo2, hi2, n3, p, m, floor=0.0):
     """The smallest wait ``y`` with :func:`served_cdf` ``>= q``: in closed form when no request
     has a fluid wait, else by Newton's method on :func:`served_cdf` kept inside a bracket
     (Numerical Recipes' ``rtsafe``: a bisection step when Newton's would leave the bracket or
-    not halve the step before last), to ``1e-13`` of the bracket's top."""
+    not halve the step before last), to ``1e-13`` of the bracket's top. ``floor``: a wait known
+    to be at most the quantile (a lower quantile's), the bracket's bottom."""
     z = m * math.log(p / (1.0 - q)) if p > 1.0 - q else 0.0  # each part's quantile is at most its top + z
     if n1 <= 0.0 and n2 <= 0.0:
         return z
-    lo, hi = 0.0, max(hi1 if n1 > 0.0 else 0.0, hi2 if n2 > 0.0 else 0.0) + z
+    lo, hi = floor, max(hi1 if n1 > 0.0 else 0.0, hi2 if n2 > 0.0 else 0.0) + z
     if served_cdf(lo, n1, lo1, hi1, n2, lo2, hi2, n3, p, m)[0] >= q:
         return lo
     tol = 1e-13 * hi
@@ -231,9 +232,9 @@ def serve_queue(ttft0, d, mu, c, avail_s, q0, arrivals, round_s, slo_ttft, tpot_
     good = 0.0
     if tpot_ok:
         good = (n1 + n2 + n3) * served_cdf(slo_ttft - ttft0, n1, lo1, hi1, n2, lo2, hi2, n3, p, m)[0]
-    p50 = ttft0 + wait_quantile(0.5, n1, lo1, hi1, n2, lo2, hi2, n3, p, m)
-    p99 = ttft0 + wait_quantile(0.99, n1, lo1, hi1, n2, lo2, hi2, n3, p, m)
-    return good, p50, p99
+    w50 = wait_quantile(0.5, n1, lo1, hi1, n2, lo2, hi2, n3, p, m)
+    w99 = wait_quantile(0.99, n1, lo1, hi1, n2, lo2, hi2, n3, p, m, w50)  # at least the median
+    return good, ttft0 + w50, ttft0 + w99
 
 
 __all__ = [
