@@ -270,6 +270,16 @@ def test_baselines_table_and_marked_blocks(tmp_path, capsys):
             " --tasks tiny --policies random,fair_share,planner",
         ),
     )
+    # a partial --write adds its cells to the saved table: the tiny rows stay beside greedy's
+    more = ["baselines", "--tasks", "tiny", "--policies", "greedy", "--episodes", "2", "--results", str(results), "--readme", str(readme)]
+    assert cli.main(more + ["--write"]) == 0
+    saved = json.loads((results.parent / baselines.DATA).read_text())
+    assert [r["policy"] for r in saved["rows"]] == ["random", "greedy", "fair_share", "planner"]
+    assert saved["extra_args"] == " --tasks tiny --policies random,greedy,fair_share,planner"
+    assert "| tiny | greedy |" in readme.read_text() and "| tiny | planner |" in readme.read_text()
+    # rows of other seeds are not mixed in
+    assert cli.main([*more[:6], "3", *more[7:], "--write"]) == 2
+    assert "holds 2 episodes from seed 0, this run 3 from seed 0" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -4,7 +4,8 @@ baseline table (:mod:`fleet_marl.evaluation.baselines`).
 A full run saves the table's data (``docs/data/baselines.json``) and publishes it: into the
 checkout's README and ``docs/results.md`` through :func:`fleet_marl.studies.publish.publish`
 (which renders every block from its data), or into the files ``--results`` and ``--readme`` name.
-A partial run (``--tasks``, ``--policies``) or one under the sequential protocol prints the table.
+A partial run (``--tasks``, ``--policies``) or one under the sequential protocol prints the table;
+a partial run with ``--write`` puts its rows into the saved table in place of those cells' (:func:`merged`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--readme", default=None, help="README to update (default: README.md of the fleet_marl checkout)")
     add_protocol_arguments(parser)
     w = parser.add_mutually_exclusive_group()
-    w.add_argument("--write", action="store_true", help="update the files even for a partial run (--tasks/--policies)")
+    w.add_argument(
+        "--write",
+        action="store_true",
+        help="update the files even for a partial run (--tasks/--policies): its rows replace those cells' rows",
+    )
     w.add_argument("--no-write", action="store_true", help="print the table only")
 
 
@@ -86,12 +91,9 @@ def run(args) -> int:
                 file=sys.stderr,
             )
         return 0
-    extra = ("" if tasks == list(TASKS) else f" --tasks {','.join(tasks)}") + (
-        "" if names == list(POLICIES) else f" --policies {','.join(names)}"
-    )
-    d = data(evals, args.episodes, args.seed, extra)
     assert results is not None and readme is not None  # do_write: both were found or given (checked above)
     dest = results.parent / DATA
+    d = merged(data(evals, args.episodes, args.seed), dest, tasks, names)
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(d, indent=1) + "\n")
     print(f"wrote {dest}", file=sys.stderr)
@@ -108,4 +110,30 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["ERRORS", "EXAMPLES", "add_arguments", "run"]
+def merged(new: dict, dest: Path, tasks: list[str], names: list[str]) -> dict:
+    """The table's data after a run of ``tasks`` x ``names``: its rows in place of the saved
+    data's rows of those cells, the saved data's other rows kept (a partial ``--write`` adds to
+    the table; it does not drop the tasks it did not play), in the registry's order of tasks and
+    policies. ``extra_args`` names the tasks and policies the table then holds, empty when it
+    holds them all (``make baselines`` reproduces every row: each is a function of its seeds).
+    Saved rows of other seeds or episodes are not mixed in: that is a :class:`UsageError`."""
+    rows = {(r["task"], r["policy"]): r for r in new["rows"]}
+    if dest.exists() and (set(tasks) != set(TASKS) or set(names) != set(POLICIES)):
+        old = json.loads(dest.read_text())
+        if (old["episodes"], old["seed"]) != (new["episodes"], new["seed"]):
+            raise UsageError(
+                f"--write: {dest} holds {old['episodes']} episodes from seed {old['seed']}, this run {new['episodes']} from seed "
+                f"{new['seed']}; a partial run adds to the table only with the same seeds (or run every task: make baselines)"
+            )
+        rows = {**{(r["task"], r["policy"]): r for r in old["rows"]}, **rows}
+    order = {t: i for i, t in enumerate(TASKS)}, {p: i for i, p in enumerate(POLICIES)}
+    keys = sorted(rows, key=lambda k: (order[0].get(k[0], len(TASKS)), order[1].get(k[1], len(POLICIES))))
+    held_t = [t for t in TASKS if any(k[0] == t for k in keys)]
+    held_p = [p for p in POLICIES if any(k[1] == p for k in keys)]
+    extra = ("" if held_t == list(TASKS) else f" --tasks {','.join(held_t)}") + (
+        "" if held_p == list(POLICIES) else f" --policies {','.join(held_p)}"
+    )
+    return {**new, "extra_args": extra, "rows": [rows[k] for k in keys]}
+
+
+__all__ = ["ERRORS", "EXAMPLES", "add_arguments", "merged", "run"]
