@@ -68,6 +68,27 @@ def _mpt(h: int, heads: int, layers: int) -> dict[str, Any]:
     )
 
 
+def _gpt(h: int, heads: int, layers: int, vocab: int, positions: int) -> dict[str, Any]:
+    """A GPT-2-style transformer (Megatron-LM's GPT, BERT): multi-head attention, GeLU MLP of 4h,
+    LayerNorm, biases on every linear layer, learned positions up to ``positions`` (its longest
+    sequence), tied embeddings."""
+    return dict(
+        layers=layers,
+        hidden=h,
+        heads=heads,
+        kv_heads=heads,
+        ffn=4 * h,
+        vocab=vocab,
+        tied_embeddings=True,
+        mlp="dense",
+        norm="layernorm",
+        qkv_bias=True,
+        linear_bias=True,
+        learned_positions=positions,
+        max_seq=positions,
+    )
+
+
 #: Published architectures that are not in the catalog, from their ``config.json`` or training
 #: YAML (the ``model_arch`` of the measurements).
 EXTRA_MODELS: dict[str, dict[str, Any]] = {
@@ -97,77 +118,21 @@ EXTRA_MODELS: dict[str, dict[str, Any]] = {
     # Flash Checkpoint blog runs it: --num-layers 48 --hidden-size 1600 --num-attention-heads 16
     # --max-position-embeddings 1024, GPT-2's BPE vocabulary (50257) padded by Megatron to a
     # multiple of 128 x TP 8 (51200); LayerNorm, biases, GeLU MLP of 4h, tied embeddings.
-    "megatron-gpt-1.5b": dict(
-        layers=48,
-        hidden=1600,
-        heads=16,
-        kv_heads=16,
-        ffn=6400,
-        vocab=51200,
-        tied_embeddings=True,
-        mlp="dense",
-        norm="layernorm",
-        qkv_bias=True,
-        linear_bias=True,
-        learned_positions=1024,
-        max_seq=1024,
-    ),
+    "megatron-gpt-1.5b": _gpt(1600, 16, 48, 51200, 1024),
     # Megatron-Turing NLG 530B (Smith et al. 2022, arXiv 2201.11990, Table 1: 105 layers, hidden
     # 20480, 128 heads, sequence 2048; GPT-2's BPE vocabulary, 50257), the model of GEMINI's
     # (SOSP 2023) checkpoint-time example.
-    "mt-nlg-530b": dict(
-        layers=105,
-        hidden=20480,
-        heads=128,
-        kv_heads=128,
-        ffn=81920,
-        vocab=50257,
-        tied_embeddings=True,
-        mlp="dense",
-        norm="layernorm",
-        qkv_bias=True,
-        linear_bias=True,
-        learned_positions=2048,
-        max_seq=2048,
-    ),
+    "mt-nlg-530b": _gpt(20480, 128, 105, 50257, 2048),
     # Crux's (SIGCOMM 2024, section 2.2) GPT: "the GPT-3 parameters from [Megatron-LM's
     # examples/gpt3] ... we modify the number of transformer layers from 96 to 24, and hidden size
     # from 12288 to 1024"; its heads are not published (GPT-3's 96 do not divide 1024): 16 of 64,
     # GPT-3 Medium's at the same 24 layers and width (Brown et al. 2020, Table 2.1); GeLU MLP of
     # 4h, LayerNorm, biases, learned positions of 2048, tied embeddings, GPT-2's BPE vocabulary
-    "crux-gpt3-24l-1024h": dict(
-        layers=24,
-        hidden=1024,
-        heads=16,
-        kv_heads=16,
-        ffn=4096,
-        vocab=50257,
-        tied_embeddings=True,
-        mlp="dense",
-        norm="layernorm",
-        qkv_bias=True,
-        linear_bias=True,
-        learned_positions=2048,
-        max_seq=2048,
-    ),
+    "crux-gpt3-24l-1024h": _gpt(1024, 16, 24, 50257, 2048),
     # BERT-large (Devlin et al. 2019, arXiv 1810.04805: L=24, H=1024, A=16, FFN 4H, WordPiece
     # vocabulary of 30522, learned positions of 512, biases, GeLU, LayerNorm; the MLM decoder tied
     # to the embeddings), the size assumed for Crux's unnamed "BERT"
-    "bert-large": dict(
-        layers=24,
-        hidden=1024,
-        heads=16,
-        kv_heads=16,
-        ffn=4096,
-        vocab=30522,
-        tied_embeddings=True,
-        mlp="dense",
-        norm="layernorm",
-        qkv_bias=True,
-        linear_bias=True,
-        learned_positions=512,
-        max_seq=512,
-    ),
+    "bert-large": _gpt(1024, 16, 24, 30522, 512),
 }
 
 
