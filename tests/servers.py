@@ -25,14 +25,15 @@ def free_port() -> int:
 
 
 def start(*args: str, port: int, ready_path: str = "/health", token: str | None = None, timeout: float = 120.0) -> subprocess.Popen:
-    """``fleet-marl ARGS --host 127.0.0.1 --port PORT --log-level warning`` as a process, once a
+    """``fleet-marl COMMAND --host 127.0.0.1 --port PORT --log-level warning ARGS`` (``args`` is
+    the command and its options) as a process, once a
     GET of ``ready_path`` answers 200 (for ``/health``: with ``"status": "healthy"``), sending
     ``token`` as a bearer token if given. Fails with the process's output if it exits first, and
     stops it if it does not answer within ``timeout`` seconds."""
     exe = BIN / "fleet-marl"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fleet_marl.cli"]
-    proc = subprocess.Popen(
-        [*cmd, *args, "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+    proc = subprocess.Popen(  # ARGS after the defaults, so that a test's own --log-level wins
+        [*cmd, args[0], "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", *args[1:]],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -55,6 +56,13 @@ def start(*args: str, port: int, ready_path: str = "/health", token: str | None 
             stop(proc)
             raise AssertionError(f"fleet-marl {args[0]} did not answer {ready_path} within {timeout:.0f} s")
         time.sleep(0.3)
+
+
+def serve(*args: str, token: str | None = None) -> tuple[subprocess.Popen, str]:
+    """``fleet-marl serve ARGS`` on a free port once ``/health`` answers healthy (:func:`start`):
+    the process and its base URL."""
+    port = free_port()
+    return start("serve", *args, port=port, token=token), f"http://127.0.0.1:{port}"
 
 
 def stop(proc: subprocess.Popen) -> None:

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("openenv")
 from websockets.sync.client import connect
 
-from tests.test_openenv_serve import _serve, _stop
+from tests import servers
 from tests.test_openenv_stress import rss_kib
 
 pytestmark = pytest.mark.slow
@@ -71,7 +71,7 @@ def test_slow_and_silent_connections_beyond_the_cap_leave_health_and_sessions_an
     connection is closed once --header-timeout has passed; an upgrade whose header line is
     over --max-header-bytes is answered 431, not left hanging."""
     cap, timeout = 64, 3
-    proc, url = _serve("--task", "easy", "--max-connections", str(cap), "--header-timeout", str(timeout))
+    proc, url = servers.serve("--task", "easy", "--max-connections", str(cap), "--header-timeout", str(timeout))
     socks: list[socket.socket] = []
     try:
         timed_session(url)  # warm: the first env of the process
@@ -117,7 +117,7 @@ def test_slow_and_silent_connections_beyond_the_cap_leave_health_and_sessions_an
     finally:
         for s in socks:
             s.close()
-        _stop(proc)
+        servers.stop(proc)
 
 
 def slow_body(addr, size: int) -> socket.socket:
@@ -136,7 +136,7 @@ def test_slow_bodies_are_bounded_in_memory_and_time():
     --body-timeout, the server's memory stays within the budget plus a stated margin while they
     are open and comes back near where it started once they close."""
     budget, timeout, n = 8 << 20, 4, 300
-    proc, url = _serve(
+    proc, url = servers.serve(
         "--task",
         "easy",
         "--max-bodies-bytes",
@@ -186,7 +186,7 @@ def test_slow_bodies_are_bounded_in_memory_and_time():
     finally:
         for s in socks:
             s.close()
-        _stop(proc)
+        servers.stop(proc)
 
 
 def worst_frames(limit: int) -> list:
@@ -236,7 +236,7 @@ def test_four_attacking_sockets_do_not_stall_a_bystander():
     within 2x its unloaded p99 + 20 ms (parsing runs on the session's thread, messages are
     counted before they are parsed, each socket is read at --max-bytes-per-s, and there is no
     permessage-deflate to inflate a small frame into a large message)."""
-    proc, url = _serve("--task", "easy")
+    proc, url = servers.serve("--task", "easy")
     try:
         with connect(url.replace("http", "ws") + "/ws", compression="deflate") as ws:
             assert not ws.protocol.extensions, "the server accepted permessage-deflate"
@@ -264,7 +264,7 @@ def test_four_attacking_sockets_do_not_stall_a_bystander():
         assert p_loaded <= 2 * p_quiet + 0.020
         assert timed_health(url) < 2.0
     finally:
-        _stop(proc)
+        servers.stop(proc)
 
 
 def test_session_ids_never_reach_the_log_and_no_server_header_is_sent():
@@ -272,7 +272,7 @@ def test_session_ids_never_reach_the_log_and_no_server_header_is_sent():
     No ``server`` header names the software."""
     import signal
 
-    proc, url = _serve("--task", "tiny", "--allow-attach", "--log-level", "info")
+    proc, url = servers.serve("--task", "tiny", "--allow-attach", "--log-level", "info")
     try:
         req = urllib.request.Request(
             url + "/mcp",
@@ -319,7 +319,7 @@ def _read_frame(s: socket.socket) -> bytes:
 def test_text_that_is_not_utf8_is_an_error_frame_and_the_session_lives():
     """RFC 6455 lets a server fail the connection on a text frame of bad UTF-8; this one answers
     it with an error frame, as every other bad frame, and the session goes on."""
-    proc, url = _serve("--task", "tiny")
+    proc, url = servers.serve("--task", "tiny")
     try:
         s = socket.create_connection(hostport(url), timeout=30)
         s.sendall(
@@ -334,13 +334,13 @@ def test_text_that_is_not_utf8_is_an_error_frame_and_the_session_lives():
         assert json.loads(_read_frame(s))["type"] == "observation"
         s.close()
     finally:
-        _stop(proc)
+        servers.stop(proc)
 
 
 def test_a_ping_flood_closes_its_own_connection_only():
     """Pings are answered on the event loop: past a burst, a flood of them closes that socket
     (1008), and another session goes on as before."""
-    proc, url = _serve("--task", "tiny")
+    proc, url = servers.serve("--task", "tiny")
     try:
         with connect(url.replace("http", "ws") + "/ws", open_timeout=30) as calm:
             calm.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
@@ -365,7 +365,7 @@ def test_a_ping_flood_closes_its_own_connection_only():
             calm.send(json.dumps({"type": "state"}))
             assert json.loads(calm.recv(timeout=30))["type"] == "state"
     finally:
-        _stop(proc)
+        servers.stop(proc)
 
 
 def test_concurrent_http_env_routes_run_one_at_a_time_and_never_queue():
@@ -373,7 +373,7 @@ def test_concurrent_http_env_routes_run_one_at_a_time_and_never_queue():
     answered 503 at once, so a flood of them cannot hold connections or session slots."""
     import urllib.error
 
-    proc, url = _serve("--task", "easy")
+    proc, url = servers.serve("--task", "easy")
     try:
         timed_session(url)
         statuses: list[int] = []
@@ -397,4 +397,4 @@ def test_concurrent_http_env_routes_run_one_at_a_time_and_never_queue():
         assert len(statuses) == 80 and statuses.count(200) >= 5 and set(statuses) <= {200, 503}
         print(f"80 concurrent HTTP resets: {statuses.count(200)} ran, {statuses.count(503)} answered 503 at once")
     finally:
-        _stop(proc)
+        servers.stop(proc)

@@ -22,13 +22,8 @@ pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
 
 
-def _serve(*args: str, token: str | None = None):
-    port = servers.free_port()
-    return servers.start("serve", *args, port=port, token=token), f"http://127.0.0.1:{port}"
-
-
 def test_serve_multi_passes_openenv_validate_and_runs_a_policy_remotely():
-    proc, url = _serve("--mode", "multi", "--task", "tiny", "--max-sessions", "2")
+    proc, url = servers.serve("--mode", "multi", "--task", "tiny", "--max-sessions", "2")
     try:
         openenv_cli = BIN / "openenv"
         assert openenv_cli.exists(), "the openenv extra installs the 'openenv' CLI"
@@ -52,7 +47,7 @@ def test_serve_multi_passes_openenv_validate_and_runs_a_policy_remotely():
 
 
 def test_serve_ego_with_the_real_client():
-    proc, url = _serve("--mode", "ego", "--task", "tiny", "--opponents", "fair_share", "--max-invalid-streak", "2")
+    proc, url = servers.serve("--mode", "ego", "--task", "tiny", "--opponents", "fair_share", "--max-invalid-streak", "2")
     try:
         with FleetEgoClient(base_url=url).sync() as client:
             first = client.reset(seed=0)

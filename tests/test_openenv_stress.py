@@ -23,7 +23,7 @@ pytest.importorskip("openenv")
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from tests.test_openenv_serve import _serve, _stop
+from tests import servers
 
 pytestmark = pytest.mark.slow
 
@@ -167,7 +167,9 @@ def big_body(url: str, size: int, chunked: bool) -> bytes:
 def test_the_server_survives_a_hostile_load_with_bounded_memory(monkeypatch):
     monkeypatch.setenv("FLEET_MARL_STRESS_CANARY", CANARY)
     monkeypatch.setenv("FLEET_MARL_TOKEN", TOKEN)
-    proc, url = _serve("--mode", "multi", "--task", "tiny", "--max-sessions", str(SESSIONS), token=TOKEN)  # the token from the variable
+    proc, url = servers.serve(
+        "--mode", "multi", "--task", "tiny", "--max-sessions", str(SESSIONS), token=TOKEN
+    )  # the token from the variable
     try:
         # the token guards the running server, as in process
         with pytest.raises(urllib.error.HTTPError) as refused:
@@ -242,4 +244,4 @@ def test_the_server_survives_a_hostile_load_with_bounded_memory(monkeypatch):
         assert proc.poll() is None
     finally:
         if proc is not None:
-            _stop(proc)
+            servers.stop(proc)

@@ -12,7 +12,6 @@ import csv
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from fleet_marl.rllib.config import TrainConfig, build  # noqa: E402
 from fleet_marl.rllib.env import FleetRLlibEnv, credit_timing, fleet_envs  # noqa: E402
 from fleet_marl.rllib.evaluation import algorithm_policy, take_grades  # noqa: E402
 from fleet_marl.rllib.policy import ModulePolicy  # noqa: E402
+from tests import servers  # noqa: E402
 
 SMALL = dict(train_batch_size=200, minibatch_size=100, num_epochs=1, eval_interval=0, hidden=[32, 32])
 ROOT = Path(__file__).resolve().parents[1]
@@ -253,12 +253,6 @@ def test_a_relative_checkpoint_path_loads(ray_session, tmp_path, monkeypatch):
     assert ev.episodes[0].rounds > 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.timeout(1200)
 def test_train_on_a_ray_start_cluster_through_address(tmp_path):
     """ray start --head on 127.0.0.1, fleet-marl train --address against it, then stop it (only
@@ -267,7 +261,7 @@ def test_train_on_a_ray_start_cluster_through_address(tmp_path):
     import shutil
     import tempfile
 
-    port = _free_port()
+    port = servers.free_port()
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
     temp = tempfile.mkdtemp(prefix="fr-", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
@@ -344,7 +338,7 @@ def test_train_on_a_ray_start_cluster_through_address(tmp_path):
 def test_address_without_a_cluster_says_how_to_start_one(tmp_path):
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
-    port = _free_port()
+    port = servers.free_port()
     r = subprocess.run(
         [
             str(Path(sys.executable).parent / "fleet-marl"),
