@@ -842,7 +842,8 @@ def test_auction_mask_and_starvation_respect_the_reserve():
     """In an auction a bid below the reserve cannot win: the mask's affordability is at the
     lowest winning bid, and a losing bid below the reserve is not starvation."""
     cfg = task_dict("hard")
-    unit = catalog.gpu("h100-sxm").price_per_hour / 60  # one H100 for one round at list price
+    rounds_per_hour = 3600.0 / cfg["cluster"].get("round_seconds", 60.0)
+    unit = catalog.gpu("h100-sxm").price_per_hour / rounds_per_hour  # one H100 for one round at list price
     cfg["tenants"][0]["budget"] = 3.5 * unit * 0.75  # three GPU-rounds at the 0.75 reserve
     env = fleet_marl.parallel_env(config=cfg)
     obs, infos = env.reset(seed=0)
