@@ -443,26 +443,37 @@ def _oracle_welfare(st, actions, state, draws, present=None, *, full=None):
     return Outcome(**{f: getattr(out, f)[keep] for f in FIELDS}), out.welfare
 
 
+def _engine_and_oracle_episodes(make_env, seed, monkeypatch, record):
+    """One episode of ``make_env()`` on the engine, then one with the oracle in the credit
+    engine's place, from ``seed`` with the same random masked actions: ``record(env, step)`` of
+    each step, per run."""
+    runs = []
+    for use_oracle in (False, True):
+        if use_oracle:
+            monkeypatch.setattr(credit, "evaluate_welfare", _oracle_welfare)
+        env = make_env()
+        obs, infos = env.reset(seed=seed)
+        rng = np.random.default_rng(seed)
+        steps = []
+        while env.agents:
+            acts = {a: np.array([rng.choice(np.flatnonzero(d)) for d in infos[a]["action_mask"]]) for a in env.agents}
+            out = env.step(acts)
+            infos = out[4]
+            steps.append(record(env, out))
+        runs.append(steps)
+    assert len(runs[0]) == len(runs[1]) > 5
+    return runs
+
+
 @pytest.mark.parametrize("scheme", ["difference", "shapley"])
 @pytest.mark.parametrize("task", sorted(TASKS))
 def test_whole_episodes_agree_with_the_oracle(task, scheme, monkeypatch):
     """Every task, one episode on the engine and one with the oracle in the credit engine's
     place, same seed and actions: the same allocations, flags and terminations; rewards and
     observations within 1e-9."""
-    runs = []
-    for use_oracle in (False, True):
-        if use_oracle:
-            monkeypatch.setattr(credit, "evaluate_welfare", _oracle_welfare)
-        env = fleet_marl.parallel_env(task=task, reward_scheme=scheme)
-        obs, infos = env.reset(seed=5)
-        rng = np.random.default_rng(5)
-        steps = []
-        while env.agents:
-            acts = {a: np.array([rng.choice(np.flatnonzero(d)) for d in infos[a]["action_mask"]]) for a in env.agents}
-            obs, rew, term, trunc, infos = env.step(acts)
-            steps.append((obs, rew, term, trunc, infos, env.state()))
-        runs.append(steps)
-    assert len(runs[0]) == len(runs[1]) > 5
+    runs = _engine_and_oracle_episodes(
+        lambda: fleet_marl.parallel_env(task=task, reward_scheme=scheme), 5, monkeypatch, lambda env, out: (*out, env.state())
+    )
     for (o0, r0, t0, u0, i0, s0), (o1, r1, t1, u1, i1, s1) in zip(*runs, strict=True):
         assert t0 == t1 and u0 == u1
         np.testing.assert_allclose(s1, s0, atol=1e-6)
@@ -508,20 +519,9 @@ def test_a_persistent_placement_episode_agrees_with_the_oracle(monkeypatch):
         for t in base.tenants
     )
     cfg = dataclasses.replace(base, tenants=tenants, max_cycles=12, coupling=CouplingSpec(persistent_placement=True, contention=True))
-    runs = []
-    for use_oracle in (False, True):
-        if use_oracle:
-            monkeypatch.setattr(credit, "evaluate_welfare", _oracle_welfare)
-        env = FleetParallelEnv(config=cfg)
-        obs, infos = env.reset(seed=0)
-        rng = np.random.default_rng(0)
-        steps = []
-        while env.agents:
-            acts = {a: np.array([rng.choice(np.flatnonzero(d)) for d in infos[a]["action_mask"]]) for a in env.agents}
-            obs, rew, term, trunc, infos = env.step(acts)
-            steps.append((rew, infos, dataclasses.asdict(env.round_state), obs))
-        runs.append(steps)
-    assert len(runs[0]) == len(runs[1]) > 5
+    runs = _engine_and_oracle_episodes(
+        lambda: FleetParallelEnv(config=cfg), 0, monkeypatch, lambda env, out: (out[1], out[4], dataclasses.asdict(env.round_state), out[0])
+    )
     pending = lost = 0.0
     for (r0, i0, s0, o0), (r1, i1, s1, o1) in zip(*runs, strict=True):
         for a in r0:
