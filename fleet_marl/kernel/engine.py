@@ -38,7 +38,7 @@ import numpy as np
 from fleet_marl.kernel.clearing import ask, clear_pools
 from fleet_marl.kernel.contention import contend, storage_loads
 from fleet_marl.kernel.gang import usable
-from fleet_marl.kernel.jit import copy_row, jit, numpy_sum
+from fleet_marl.kernel.jit import copy_row, jit_alloc, numpy_sum
 from fleet_marl.kernel.layout import (
     F_ARR,
     F_BID,
@@ -77,26 +77,28 @@ from fleet_marl.kernel.layout import (
     pack_static,
 )
 from fleet_marl.kernel.outcome import outcome
-from fleet_marl.kernel.placement import place
+from fleet_marl.kernel.placement import held_gpus, place
 from fleet_marl.kernel.power_heat import power_heat, throttle
 from fleet_marl.kernel.roofline import roofline, tenant_groups, tenant_roofline
 from fleet_marl.kernel.safety import check
 from fleet_marl.kernel.tenant_cost import fitting_batch, memory_per_gpu, peak_bytes, restarts, tenant_stage1, tenant_terms, throughput
 
 _NOF, _NOI, _NOB = len(OF), len(OI), len(OB)
-_NF_ROWS, _NI_ROWS, _NB_ROWS = _NOF + 32, _NOI + 5, _NOB + 4  # each block: the row's outputs, then scratch rows
+_NF_ROWS, _NI_ROWS, _NB_ROWS = _NOF + 32, _NOI + 6, _NOB + 4  # each block: the row's outputs, then scratch rows
 
 
-@jit
-def _scratch(T, K, R, max_n):
+@jit_alloc
+def _scratch(T, K, R, Q, gpn, max_n):
     """The round's scratch in three blocks, one per dtype (a call of a few rows is dominated by
     allocations otherwise): ``(sf, si, sb)`` per tenant -- one row's outputs, then the stages'
     scratch rows and the stage-1 memo --, ``skf`` (8, K) and ``ski`` (3, K) per node, ``sg`` (4,
     T, K) the row's placement and each tenant's nodes, then the GPUs and nodes it uses (``gang``),
     ``sr`` (2, R) per rack, ``precs`` (2, G),
-    ``c_precs`` (2, T, G) the memo's precision maps, ``count`` (max_n + 2,) and ``dead`` (K,)."""
+    ``c_precs`` (2, T, G) the memo's precision maps, ``count`` (max_n + 2,), ``dead`` (K,), then
+    the contention stage's per-leaf scratch and ``hist`` (Q, gpn + 1) the placement's free counts."""
     fl = np.empty(_NF_ROWS * T + 8 * K + 2 * R + K)  # (+ K: the contention stage's load per leaf)
-    it = np.empty(_NI_ROWS * T + 3 * K + 4 * T * K + 2 * G + 2 * T * G + max_n + 2 + K, np.int64)  # (+ K: its leaf stamps)
+    nh = Q * (gpn + 1)
+    it = np.empty(_NI_ROWS * T + 3 * K + 4 * T * K + 2 * G + 2 * T * G + max_n + 2 + K + nh, np.int64)  # (+ K: its leaf stamps)
     bo = np.empty(_NB_ROWS * T + K, np.bool_)
     o = _NF_ROWS * T
     sf, skf, sr = fl[:o].reshape((_NF_ROWS, T)), fl[o : o + 8 * K].reshape((8, K)), fl[o + 8 * K : o + 8 * K + 2 * R].reshape((2, R))
@@ -106,16 +108,35 @@ def _scratch(T, K, R, max_n):
     o += 3 * K
     sg, precs = it[o : o + 4 * T * K].reshape((4, T, K)), it[o + 4 * T * K : o + 4 * T * K + 2 * G].reshape((2, G))
     o += 4 * T * K + 2 * G
-    c_precs, count, leaf_i = it[o : o + 2 * T * G].reshape((2, T, G)), it[o + 2 * T * G : it.shape[0] - K], it[it.shape[0] - K :]
-    return sf, si, bo[: _NB_ROWS * T].reshape((_NB_ROWS, T)), skf, ski, sg, sr, precs, c_precs, count, bo[_NB_ROWS * T :], leaf_f, leaf_i
+    end = it.shape[0] - nh
+    c_precs, count, leaf_i = it[o : o + 2 * T * G].reshape((2, T, G)), it[o + 2 * T * G : end - K], it[end - K : end]
+    hist = it[end:].reshape((Q, gpn + 1))
+    return (
+        sf,
+        si,
+        bo[: _NB_ROWS * T].reshape((_NB_ROWS, T)),
+        skf,
+        ski,
+        sg,
+        sr,
+        precs,
+        c_precs,
+        count,
+        bo[_NB_ROWS * T :],
+        leaf_f,
+        leaf_i,
+        hist,
+    )
 
 
-@jit
+@jit_alloc
 def round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, pgon, out_index, out_f, out_i, out_b, gon, out_k, rack, welfare):
     """Play the round on every row ``b`` of the packed inputs, stage by stage (see the module doc)."""
     (_, B, T), K, R = ins_i.shape, ni.shape[0], rack.shape[1]
     q_caps, gpn, persist, one_prev = sc[len(SC) :], int(sc[S_GPN]), sc[S_PERSIST] != 0.0, pgon.shape[0] == 1
-    sf, si, sb, skf, ski, sg, sr, precs, c_precs, count, dead, leaf_load, leaf_stamp = _scratch(T, K, R, ti[:, T_MAXG].max())
+    sf, si, sb, skf, ski, sg, sr, precs, c_precs, count, dead, leaf_load, leaf_stamp, hist = _scratch(
+        T, K, R, q_caps.shape[0], gpn, ti[:, T_MAXG].max()
+    )
     rf, ri, rb, rk, rr, rg, t_nodes = sf[:_NOF], si[:_NOI], sb[:_NOB], skf[:2], sr[0], sg[0], sg[1]
     w, level, frac, mult, zeros = sf[_NOF], sf[_NOF + 1], sf[_NOF + 2], sf[_NOF + 3], sf[_NOF + 4]
     activity, work_rate, avail_s, t_dec_a, prefill_a = sf[_NOF + 5], sf[_NOF + 6], sf[_NOF + 7], sf[_NOF + 8], sf[_NOF + 9]
@@ -124,20 +145,24 @@ def round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, pgon, out_index, out_
     ct = sf[_NOF + 27 : _NOF + 31]  # the contention stage's (4, T) rows
     carry = sf[_NOF + 31]  # the seconds a restart adds or carries on (tenant_cost.restarts)
     contended, gang = sc[S_CONTENTION] != 0.0, sc[S_GANG] != 0.0
-    caps, got, order, n_nodes = si[_NOI], si[_NOI + 1], si[_NOI + 2], si[_NOI + 3]
+    caps, got, order, n_nodes, held = si[_NOI], si[_NOI + 1], si[_NOI + 2], si[_NOI + 3], si[_NOI + 5]
     used, u_n, ug, u_nodes = ri[OI_USABLE], si[_NOI + 4], sg[2], sg[3]  # the GPUs, nodes a tenant's layout uses (gang)
     running, cached, unsafe_c, invalid_c = sb[_NOB], sb[_NOB + 1], sb[_NOB + 2], sb[_NOB + 3]
-    neg_avail, node_dyn, f_cap, f_heat, f_node, t_pred = skf[2], skf[3], skf[4], skf[5], skf[6], skf[7]
-    free, by_free, avail, rack_dyn = ski[0], ski[1], ski[2], sr[1]
+    node_dyn, f_cap, f_heat, f_node, t_pred = skf[3], skf[4], skf[5], skf[6], skf[7]
+    free, rack_dyn = ski[0], sr[1]
     prec, prec_run, c_prec, c_run = precs[0], precs[1], c_precs[0], c_precs[1]
     req, alloc, price, util = ri[OI_REQ], ri[OI_ALLOC], rf[O_PRICE], rf[O_UTIL]
     zeros[:] = 0.0
     cached[:] = False
+    if persist and one_prev:  # every row keeps the same placement: its sums once
+        held_gpus(pgon[0], held)
     for b in range(B):
         ask(b, tf, ti, sc, ins_i, ins_f, req)
         clear_pools(b, q_caps, tf, ti, sc, ins_f, req, alloc, mult, price, caps, got, k1, k2, w, level, order, frac, zeros)
         prev = pgon[0] if one_prev else pgon[b]
-        place(alloc, prev, persist, ti, ni, gpn, rg, free, avail, order, by_free, neg_avail, count, t_nodes, n_nodes)
+        if persist and not one_prev:
+            held_gpus(prev, held)
+        place(alloc, prev, held, persist, ti, ni, gpn, rg, free, hist, order, count, t_nodes, n_nodes)
         if gang:  # the stages after it run on the GPUs and nodes the layouts use (pg, pn, pl)
             usable(ti, rg, t_nodes, n_nodes, used, ug, u_nodes, u_n)
             pg, pn, pl = ug, u_nodes, u_n
@@ -146,7 +171,7 @@ def round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, pgon, out_index, out_
             pg, pn, pl = rg, t_nodes, n_nodes
         tenant_stage1(b, tf, ti, tg, sc, ins_i, ins_f, prec, prec_run, c_prec, c_run, c_len, c_terms, cached, unsafe_c, invalid_c, ri)
         check(b, tf, sc, ins_i, c_terms, unsafe_c, invalid_c, used, rf, ri, rb, running)
-        restarts(b, ti, sc, ins_i, ins_f, c_terms, alloc, prev, rg, n_nodes, rf, rb, carry)
+        restarts(b, ti, sc, ins_i, ins_f, c_terms, alloc, prev, held, rg, n_nodes, rf, rb, carry)
         if contended:  # the restarts' checkpoint loads share the storage: each tenant's seconds available
             storage_loads(b, ti, sc, c_terms, alloc, n_nodes, rb[OB_RESTART], carry, avail_s, rf, ct)
         throughput(
@@ -191,7 +216,7 @@ def round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, pgon, out_index, out_
             rack[j, r] = rr[r]
 
 
-@jit
+@jit_alloc
 def round_one(
     tf,
     ti,

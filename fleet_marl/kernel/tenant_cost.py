@@ -244,10 +244,11 @@ def restart_time(fixed_s, ckpt_bytes, n, nodes, gpu_bps, node_bps):
 
 
 @jit
-def restarts(b, ti, sc, ins_i, ins_f, c_terms, alloc, prev, gon, n_nodes, rf, rb, carry):
+def restarts(b, ti, sc, ins_i, ins_f, c_terms, alloc, prev, held, gon, n_nodes, rf, rb, carry):
     """Which tenants of row ``b`` begin a restart (into ``rb``'s restart row), the seconds each
     adds to the restart it begins or carries on (``carry``), and the work a preemption loses
-    (``rf``'s ``lost_tokens``, ``lost_s``); ``prev`` (T, K) is last round's placement. Without
+    (``rf``'s ``lost_tokens``, ``lost_s``); ``prev`` (T, K) is last round's placement, ``held``
+    (T,) each tenant's GPUs in it (``placement.held_gpus``). Without
     ``coupling.persistent_placement`` a restart is a change of the GPU count, and nothing is carried
     or lost. With it (docs/model.md section 12.3) a tenant whose count is unchanged but whose nodes
     differ from last round's restarts too (a migration); a change the tenant did not ask for (its
@@ -267,13 +268,9 @@ def restarts(b, ti, sc, ins_i, ins_f, c_terms, alloc, prev, gon, n_nodes, rf, rb
             rb[OB_RESTART, t] = n > 0 and n != was
             continue
         moved = False
-        if n > 0 and n == was:
-            held = 0
+        if n > 0 and n == was and held[t] > 0:
             for k in range(gon.shape[1]):
-                held += prev[t, k]
-            if held > 0:
-                for k in range(gon.shape[1]):
-                    moved = moved or gon[t, k] != prev[t, k]
+                moved = moved or gon[t, k] != prev[t, k]
         changed = n != was or moved
         rb[OB_RESTART, t] = changed and n > 0
         left = ins_f[F_RLEFT, b, t]
