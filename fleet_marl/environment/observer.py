@@ -95,11 +95,16 @@ def tenant_coupling(st, o, racks_of_pool: np.ndarray | None = None) -> TenantCou
     (``racks_of_pool``, :func:`pool_racks`). A rack's headroom is its cap minus its power, over
     the cap (negative when over it)."""
     gon = np.asarray(o.gpus_on_node)
-    ran = (gon > 0).astype(np.float64) @ st.rack_of > 0  # (B, T, R) racks each tenant ran on
-    where = ran | (~ran.any(-1, keepdims=True) & (pool_racks(st) if racks_of_pool is None else racks_of_pool))
     cap = st.rack_power_cap_w
-    free = (cap - np.asarray(o.rack_power_w)) / cap  # (B, R)
-    headroom = np.where(where, free[..., None, :], np.inf).min(-1)
+    free = (cap - np.asarray(o.rack_power_w)) / cap  # (..., R)
+    headroom = np.empty(gon.shape[:-1])
+    _tightest_rack(
+        gon.reshape(-1, *gon.shape[-2:]),
+        st.node_rack,
+        free.reshape(-1, free.shape[-1]),
+        pool_racks(st) if racks_of_pool is None else racks_of_pool,
+        headroom.reshape(-1, gon.shape[-2]),
+    )
     over = np.where(st.is_train, 0.0, np.asarray(o.ttft_p99_s) / st.slo_ttft_s)
     return TenantCoupling(
         np.asarray(o.slowdown),
@@ -110,6 +115,26 @@ def tenant_coupling(st, o, racks_of_pool: np.ndarray | None = None) -> TenantCou
         np.asarray(o.restart_pending_s),
         np.asarray(o.lost_tokens),
     )
+
+
+@nb.njit(cache=True, nogil=True)
+def _tightest_rack(gon, node_rack, free, racks_of_pool, out):
+    """``out[b, t]``: the least ``free[b, r]`` over the racks ``r`` of the nodes tenant ``t`` ran
+    on in round ``b`` (``gon`` (B, T, K) > 0), or over its pool's racks (``racks_of_pool`` (T,
+    R)) when it ran on none; inf when there are none."""
+    B, T, K = gon.shape
+    for b in range(B):
+        for t in range(T):
+            least, ran = np.inf, False
+            for k in range(K):
+                if gon[b, t, k] > 0:
+                    ran = True
+                    least = min(least, free[b, node_rack[k]])
+            if not ran:
+                for r in range(free.shape[1]):
+                    if racks_of_pool[t, r]:
+                        least = min(least, free[b, r])
+            out[b, t] = least
 
 
 class Observer:
