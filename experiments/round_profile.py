@@ -26,6 +26,11 @@ share of tenant-rows that keep their GPUs; their GPUs and nodes (the throughput 
 skipped); those and their clock (the outcome could be skipped); and the share of rows in which
 no tenant's placement moved (the placement and power stages could be skipped).
 
+``--stages`` prints the microseconds per row of the round cut short before each of its stages,
+on ``fleet-marl bench``'s kernel rows (N = 16, batch 1024, random actions) of the bench scenario,
+the coupled scenario's nodes and the coupled scenario with every coupling on (the "where the
+coupled round's time goes" table of docs/benchmarks.md).
+
 ``--layers`` times the bench's N = 16 ``difference`` env as the parallel env and as the vector
 env with one cluster (the same core step without the agent-ID dicts), interleaved, so that the
 difference is the parallel env's dict layer.
@@ -53,25 +58,51 @@ ABLATIONS = {
         "        for t in range(T):\n            alloc[t] = min(req[t], 2)\n            mult[t] = 1.0\n            price[t] = tf[t, 0]\n",
     ),
     "no throughput": (
-        "        throughput(\n            b, tf, ti, sc, ins_i, ins_f, c_terms, alloc, n_nodes, running, rf, ri, rb, work_rate, prefill_a, t_dec_a, avail_s, activity\n        )\n",
+        "        throughput(\n"
+        + "".join(
+            f"            {a},\n"
+            for a in [
+                "b",
+                "tf",
+                "ti",
+                "sc",
+                "ins_i",
+                "ins_f",
+                "c_terms",
+                "alloc",
+                "n_nodes",
+                "pl",
+                "running",
+                "rf",
+                "ri",
+                "rb",
+                "work_rate",
+                "prefill_a",
+                "t_dec_a",
+                "avail_s",
+                "activity",
+                "carry",
+            ]
+        )
+        + "        )\n",
         "        for t in range(T):\n            work_rate[t] = 1.0 * alloc[t]\n            prefill_a[t] = 0.1\n            t_dec_a[t] = 0.01\n"
         "            avail_s[t] = 60.0\n            activity[t] = 1.0 if running[t] else 0.0\n",
     ),
     "no power": (
-        "        power_heat(b, tf, nf, ni, sc, temp, activity, rg, t_nodes, n_nodes, node_dyn, rack_dyn, f_cap, f_heat, f_node, t_pred, dead, rk, rr)\n"
-        "        throttle(sc, t_nodes, n_nodes, f_node, f_cap, f_heat, t_pred, dead, running, rf, rb)\n",
+        "        power_heat(b, tf, nf, ni, sc, temp, activity, pg, pn, pl, node_dyn, rack_dyn, f_cap, f_heat, f_node, t_pred, dead, rk, rr)\n"
+        "        throttle(sc, pn, pl, f_node, f_cap, f_heat, t_pred, dead, running, rf, rb)\n",
         "",
     ),
     "no outcome": (
-        "        outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a, t_dec_a, alloc, mult, rf)\n",
+        "        outcome(b, tf, ti, sc, ins_i, ins_f, running, work_rate, avail_s, prefill_a, t_dec_a, alloc, mult, rf, ri, rb, c_terms, pl)\n",
         "        for t in range(T):\n            util[t] = work_rate[t] * 1e-9\n",
     ),
     "no check": (  # row 3 of ri is the batch that runs (layout.OI_BATCH), row 1 of ins_i the batch asked (I_BATCH)
-        "        check(b, tf, sc, ins_i, c_terms, unsafe_c, invalid_c, alloc, rf, ri, rb, running)\n",
+        "        check(b, tf, sc, ins_i, c_terms, unsafe_c, invalid_c, used, rf, ri, rb, running)\n",
         "        for t in range(T):\n            running[t] = alloc[t] > 0\n            ri[3, t] = ins_i[1, b, t]\n",
     ),
     "no placement": (
-        "        place(alloc, ti, ni, gpn, rg, free, avail, order, by_free, neg_avail, count, t_nodes, n_nodes)\n",
+        "        place(alloc, prev, held, persist, ti, ni, gpn, rg, free, hist, order, count, t_nodes, n_nodes)\n",
         "        for t in range(T):\n            n_nodes[t] = 1\n            t_nodes[t, 0] = t % K\n            rg[t, t % K] = alloc[t]\n",
     ),
 }
@@ -265,7 +296,90 @@ def layers_report() -> None:
     print(f"parallel env {p:.0f} us a step; vector env, B = 1: {v:.0f} us; the dict layer: {p - v:.0f} us")
 
 
+#: the statements of ``round_rows``' loop over rows that begin a stage, in order (cut points of ``--stages``)
+STAGES = (
+    "ask(",
+    "clear_pools(",
+    "place(",
+    "if gang:",
+    "tenant_stage1(",
+    "check(",
+    "restarts(",
+    "if contended:",
+    "throughput(",
+    "power_heat(",
+    "throttle(",
+    "outcome(",
+    "welfare[b] =",
+)
+
+
+def stages_report() -> None:
+    """Microseconds per row of ``round_rows`` cut short before each stage (the row's loop body
+    ``continue``s there), on the bench's kernel rows (``measures.kernel_rate``: N = 16, batch 1024,
+    random actions, the whole outcome written) of three scenarios: the bench scenario, the coupled
+    scenario's nodes with no coupling on, and every coupling on (``coupled_bench_config``). A
+    stage's cost is the difference between the cut after it and the cut before it (a cut leaves
+    the later stages' scratch as the last row left it, so the differences are estimates)."""
+    import inspect
+    import textwrap
+
+    import numba
+
+    from fleet_marl.config import FleetConfig, from_dict
+    from fleet_marl.kernel import Draws, KernelStatic, RoundState, engine, layout
+    from fleet_marl.kernel.packing import lead_shape, pack
+    from fleet_marl.studies.bench.measures import bench_config, coupled_bench_config, kernel_actions, median_call_time
+
+    src = textwrap.dedent(inspect.getsource(engine.round_rows.py_func)).replace("@jit_alloc\n", "")
+    src = src.replace("def round_rows(tf,", "def cut_rows(stop, tf,")
+    lines, names = [], []
+    for line in src.split("\n"):
+        body = line.startswith(" " * 8) and not line.startswith(" " * 9)  # a statement of the loop over rows
+        for st in STAGES:
+            if body and line.strip().startswith(st) and st not in names:
+                lines.append(f"        if stop == {len(names)}:\n            continue")
+                names.append(st)
+        lines.append(line)
+    scope = dict(vars(engine))
+    exec("\n".join(lines), scope)
+    cut = numba.njit(nogil=True, error_model="numpy")(scope["cut_rows"])
+    scenarios = {
+        "bench": bench_config(16),
+        "coupled nodes": coupled_bench_config(16, couplings=False),
+        "every coupling": coupled_bench_config(16),
+    }
+    table = {}
+    for label, cfg in scenarios.items():
+        st = KernelStatic.from_config(from_dict(FleetConfig, cfg))
+        acts = kernel_actions(st, np.random.default_rng(1024), 1024)
+        state, draws = RoundState.initial(st), Draws.expected(st)
+        B, T, K = 1024, st.T, st.K
+        ins = pack(st, acts, state, draws, None, lead_shape(acts, state, draws, None), B)
+        outs = (
+            np.arange(B),
+            np.empty((len(layout.OF), B, T)),
+            np.empty((len(layout.OI), B, T), np.int64),
+            np.empty((len(layout.OB), B, T), np.bool_),
+            np.empty((B, T, K), np.int64),
+            np.empty((2, B, K)),
+            np.empty((B, st.n_racks)),
+            np.empty(B),
+        )
+        for k in range(len(names) + 1):
+            call = lambda k=k, st=st, ins=ins, outs=outs: cut(k, *st.packed, *ins, *outs)  # noqa: E731
+            call()
+            table[label, k] = median_call_time(call, 7, 0.3) / B * 1e6
+    print(f"{'us per row, cut before':<26}" + "".join(f"{label:>16}" for label in scenarios))
+    for k in range(len(names) + 1):
+        name = names[k].rstrip("(:") if k < len(names) else "(the whole row)"
+        print(f"{name:<26}" + "".join(f"{table[label, k]:>16.2f}" for label in scenarios))
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--stages"]:
+        stages_report()
+        return
     if sys.argv[1:] == ["--layers"]:
         layers_report()
         return
