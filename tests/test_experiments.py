@@ -264,3 +264,21 @@ def test_tiny_plays_partner_noise_plays_a_run_greedy_and_sampled(tmp_path):
         ("greedy", "greedy"),
     ]
     assert all(float(c) == float(c) for _, _, x, y in cells for c in (x, y))  # numbers, not NaN
+
+
+def test_round_profile_ablations_and_stage_cuts_match_the_round():
+    # the profiler rewrites engine.round_rows' text: each ablation's line and each stage it cuts
+    # before must be there (the ablations had gone stale once, when the couplings entered the round)
+    import inspect
+
+    from fleet_marl.kernel import engine
+
+    rp = _script("round_profile")
+    text = (ROOT / "fleet_marl" / "kernel" / "engine.py").read_text()
+    assert all(old in text for old, _ in rp.ABLATIONS.values())
+    loop = [
+        line.strip()
+        for line in inspect.getsource(engine.round_rows.py_func).split("\n")
+        if line.startswith(" " * 8) and not line.startswith(" " * 9)
+    ]
+    assert all(any(line.startswith(stage) for line in loop) for stage in rp.STAGES)
