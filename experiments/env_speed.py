@@ -5,7 +5,10 @@ What it prints, for each task and reward setting: agent-steps per second over ra
 episodes (actions sampled from the masks beforehand, so sampling is not timed), the time of
 one env step, and the time of the credit call inside it (``env.last_credit_seconds``: the one
 batched kernel call per round plus the reward schemes' arithmetic; the rest is the env layer:
-validation, fairness, observations, infos). Medians over the episodes.
+validation, fairness, observations, infos). Medians over the episodes. Then, per task, the
+kernel rows of one round with every scheme computed (``compute_all=True``): at the first step
+of seed 0 with every tenant's default action (``env.last_credit.rows``; docs/environment.md,
+"One kernel call per round").
 """
 
 from __future__ import annotations
@@ -61,6 +64,17 @@ def main():
             runs = [episode_rate(env, pool, s) for s in range(args.episodes)]
             med = [statistics.median(r[j] for r in runs) for j in range(3)]
             print(f"{task:<8} {label:<28} {med[0]:>14.0f} {med[1]:>9.0f} {med[2]:>10.0f}")
+    for task in args.tasks:
+        print(f"{task:<8} kernel rows at the first step, every scheme, default actions: {first_step_rows(task)}")
+
+
+def first_step_rows(task: str) -> int:
+    """The kernel rows of the first round of seed 0 with every scheme computed and every tenant
+    at its default action."""
+    env = fleet_marl.parallel_env(task=task, reward_scheme="difference", compute_all=True)
+    env.reset(seed=0)
+    env.step({a: env.default_action_index[i] for i, a in enumerate(env.possible_agents)})
+    return env.last_credit.rows
 
 
 if __name__ == "__main__":
