@@ -23,7 +23,7 @@ from fleet_marl.builtin_tasks import tenant
 from fleet_marl.environment import ACTION_FIELDS, scheme_rewards
 
 PATH = Path(__file__).parent / "data" / "golden_digests.json"
-TASKS = ("tiny", "easy", "medium", "hard", "hard_04", "trace", "trace_code")
+TASKS = ("tiny", "easy", "medium", "hard", "hard_04", "trace", "trace_code", "capped_rack", "shared_fabric")
 MECHANISMS = ("proportional", "maxmin", "priority", "auction")
 SAFETY = ("veto", "project")
 SCHEMES = ("difference", "shapley")
