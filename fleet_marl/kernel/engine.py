@@ -88,14 +88,16 @@ _NF_ROWS, _NI_ROWS, _NB_ROWS = _NOF + 32, _NOI + 6, _NOB + 4  # each block: the 
 
 
 @jit_alloc
-def _scratch(T, K, R, Q, gpn, max_n):
+def _scratch(T, K, R, sc, ti):
     """The round's scratch in three blocks, one per dtype (a call of a few rows is dominated by
     allocations otherwise): ``(sf, si, sb)`` per tenant -- one row's outputs, then the stages'
     scratch rows and the stage-1 memo --, ``skf`` (8, K) and ``ski`` (3, K) per node, ``sg`` (4,
     T, K) the row's placement and each tenant's nodes, then the GPUs and nodes it uses (``gang``),
     ``sr`` (2, R) per rack, ``precs`` (2, G),
     ``c_precs`` (2, T, G) the memo's precision maps, ``count`` (max_n + 2,), ``dead`` (K,), then
-    the contention stage's per-leaf scratch and ``hist`` (Q, gpn + 1) the placement's free counts."""
+    the contention stage's per-leaf scratch and ``hist`` (Q, gpn + 1) the placement's free counts
+    (``max_n`` the largest grant, ``Q`` the pools and ``gpn`` the GPUs per node, from ``ti`` and ``sc``)."""
+    max_n, Q, gpn = ti[:, T_MAXG].max(), sc.shape[0] - len(SC), int(sc[S_GPN])
     fl = np.empty(_NF_ROWS * T + 8 * K + 2 * R + K)  # (+ K: the contention stage's load per leaf)
     nh = Q * (gpn + 1)
     it = np.empty(_NI_ROWS * T + 3 * K + 4 * T * K + 2 * G + 2 * T * G + max_n + 2 + K + nh, np.int64)  # (+ K: its leaf stamps)
@@ -134,9 +136,7 @@ def round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, pgon, out_index, out_
     """Play the round on every row ``b`` of the packed inputs, stage by stage (see the module doc)."""
     (_, B, T), K, R = ins_i.shape, ni.shape[0], rack.shape[1]
     q_caps, gpn, persist, one_prev = sc[len(SC) :], int(sc[S_GPN]), sc[S_PERSIST] != 0.0, pgon.shape[0] == 1
-    sf, si, sb, skf, ski, sg, sr, precs, c_precs, count, dead, leaf_load, leaf_stamp, hist = _scratch(
-        T, K, R, q_caps.shape[0], gpn, ti[:, T_MAXG].max()
-    )
+    sf, si, sb, skf, ski, sg, sr, precs, c_precs, count, dead, leaf_load, leaf_stamp, hist = _scratch(T, K, R, sc, ti)
     rf, ri, rb, rk, rr, rg, t_nodes = sf[:_NOF], si[:_NOI], sb[:_NOB], skf[:2], sr[0], sg[0], sg[1]
     w, level, frac, mult, zeros = sf[_NOF], sf[_NOF + 1], sf[_NOF + 2], sf[_NOF + 3], sf[_NOF + 4]
     activity, work_rate, avail_s, t_dec_a, prefill_a = sf[_NOF + 5], sf[_NOF + 6], sf[_NOF + 7], sf[_NOF + 8], sf[_NOF + 9]
@@ -154,13 +154,11 @@ def round_rows(tf, ti, tg, nf, ni, sc, ins_i, ins_f, temp, pgon, out_index, out_
     req, alloc, price, util = ri[OI_REQ], ri[OI_ALLOC], rf[O_PRICE], rf[O_UTIL]
     zeros[:] = 0.0
     cached[:] = False
-    if persist and one_prev:  # every row keeps the same placement: its sums once
-        held_gpus(pgon[0], held)
     for b in range(B):
         ask(b, tf, ti, sc, ins_i, ins_f, req)
         clear_pools(b, q_caps, tf, ti, sc, ins_f, req, alloc, mult, price, caps, got, k1, k2, w, level, order, frac, zeros)
         prev = pgon[0] if one_prev else pgon[b]
-        if persist and not one_prev:
+        if persist and (b == 0 or not one_prev):  # each tenant's GPUs in it (once when every row keeps the same)
             held_gpus(prev, held)
         place(alloc, prev, held, persist, ti, ni, gpn, rg, free, hist, order, count, t_nodes, n_nodes)
         if gang:  # the stages after it run on the GPUs and nodes the layouts use (pg, pn, pl)
