@@ -47,9 +47,8 @@ _drop_stale_caches()
 #: GIL, numpy's division semantics (x / 0 is inf or nan, as in the model's formulas), and no
 #: reference counting (numba's ``_nrt=False``): the stages only read and write arrays their
 #: caller owns, and counting the references of a helper's array arguments at each call in a loop
-#: was most of some stages' time (the placement's best-fit loop ran 4x slower with it: 1.33 us a
-#: row against 0.33 us, ``fleet-marl bench``'s N = 16 coupled scenario). A function compiled so
-#: cannot allocate; those that do use :data:`jit_alloc`.
+#: was most of some stages' time (docs/benchmarks.md, "Issue 47"). A function compiled so cannot
+#: allocate; those that do use :data:`jit_alloc`.
 jit = nb.njit(cache=True, nogil=True, error_model="numpy", _nrt=False)
 #: The same, inlined by numba into every caller (a small function called in a loop of a stage).
 jit_inline = nb.njit(cache=True, nogil=True, error_model="numpy", inline="always", _nrt=False)
