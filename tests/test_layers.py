@@ -37,6 +37,7 @@ RANK = {
     "fairness": 3,
     "builtin_tasks": 2,
     "tasks": 3,
+    "suite": 3,
     "validation": 3,
     "environment": 4,
     "policies": 5,

@@ -33,6 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "evaluate": ("fleet_marl.evaluation.command", "grade a policy on a task over K seeds"),
     "baselines": ("fleet_marl.studies.baselines", "every reference policy on every task, as a table"),
+    "open-loop": (
+        "fleet_marl.evaluation.open_loop",
+        "search an open-loop table (one joint action per round, blind to the state) on seeds: the baseline that should lose",
+    ),
     "docs": ("fleet_marl.studies.publish", "render every generated block of README.md and docs/ from the data in docs/data/"),
     "demo": ("fleet_marl.evaluation.demo", "one rendered episode with a summary"),
     "estimate": ("fleet_marl.tools.estimate", "memory per GPU, fit and throughput of one configuration"),
@@ -40,6 +44,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "coupling": (
         "fleet_marl.studies.coupling_command",
         "how much the tenants couple under a policy: externality share, factoredness, learnability, selfish/team ratio",
+    ),
+    "suite": (
+        "fleet_marl.studies.suite_command",
+        "the credit-assignment suite: list its tasks and their coupling, show a scenario, measure the coupling",
     ),
     "sweep": ("fleet_marl.tools.sweep", "batched-kernel search for the best safe configuration of catalog models"),
     "bench": ("fleet_marl.studies.bench.command", "how fast the env and the batched kernel are, against a stock PettingZoo env"),
@@ -55,10 +63,12 @@ EPILOG = """examples:
   fleet-marl train
   fleet-marl compare --quick
   fleet-marl evaluate --task easy --policy precision_expert
+  fleet-marl open-loop --task tiny --seeds 0-9 --out tiny.json
   fleet-marl estimate --model llama-3.1-8b --gpus 8 --gpu-type h100-sxm
   fleet-marl sweep --quick
   fleet-marl validate --summary
   fleet-marl coupling --task easy
+  fleet-marl suite list
   fleet-marl demo
   fleet-marl bench --quick
   fleet-marl serve --mode ego

@@ -19,6 +19,8 @@ has ``blocks(root) -> [(doc, start, end, text), ...]``:
 ``fleet_marl.studies.manifest``             ``openenv.yaml``'s declared task count, from the task registry
 ``fleet_marl.studies.coupling_command``     environment.md's coupling table, from ``docs/data/coupling.json``
 ``fleet_marl.studies.client_matrix``        environment.md's client table, from ``docs/data/client_matrix.json``
+``fleet_marl.studies.suite_command``        suite.md's coupling table, from ``docs/data/suite_coupling.json``
+``fleet_marl.studies.credit_horizon``       credit_horizon.md's tables, from ``docs/data/credit_horizon.json``
 ==========================================  ========================================================
 
 :func:`render` is what the docs should say, :func:`publish` writes it (only the files that
@@ -51,6 +53,7 @@ RENDERERS = (
     "fleet_marl.studies.manifest",
     "fleet_marl.studies.coupling_command",
     "fleet_marl.studies.client_matrix",
+    "fleet_marl.studies.credit_horizon",
 )
 
 EXAMPLES = """examples:
