@@ -80,7 +80,8 @@ Termination -- a tenant whose budget cannot pay for one GPU for one round at the
 Read-only views -- the scenario: ``config``, ``kernel_static``, ``bid_levels``, ``nvec``,
     ``default_action_index``, ``default_actions``, ``rounds_alone``, ``reward_schemes``; the
     episode: ``round``, ``last_outcome``, ``last_credit``, ``episode_reports``, ``node_temperatures``, ``round_state``,
-    ``arrival_schedule``, ``observed_round()`` (the inverse of the observation normalization)
+    ``arrival_schedule``, ``observed_round()`` (the inverse of the observation normalization),
+    ``core_state()`` (a copy of the array core's state, to branch the episode)
     and ``fairness`` (``fairness.summary()`` of the episode as of now). Render, remote clients, policies and benchmarks use
     only these.
 

@@ -64,8 +64,8 @@ class FleetParallelEnv(EnvViews, AgentSpaces, ParallelEnv):
     default action), ``rounds_alone`` ((T,) Themis ``T_independent`` in rounds),
     ``reward_schemes`` (the schemes computed each round, each in ``infos[agent]["reward_<scheme>"]``).
     Of the episode: the properties ``round``, ``last_outcome``, ``last_credit``, ``fairness``,
-    ``episode_reports``, ``node_temperatures``, ``round_state``, ``arrival_schedule``, and
-    ``observed_round()``.
+    ``episode_reports``, ``node_temperatures``, ``round_state``, ``arrival_schedule``,
+    ``observed_round()``, and ``core_state()`` (a copy of the array core's state, to branch the episode).
     Timing: ``credit_seconds``, ``last_credit_seconds``, ``steps_taken``.
 
     It is a thin adapter over the array core (:mod:`fleet_marl.environment.core`) with one

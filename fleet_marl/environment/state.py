@@ -5,7 +5,7 @@ the four."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 import numpy as np
@@ -186,6 +186,25 @@ class EnvState:
             since_ckpt_s=self.since_ckpt,
             unsaved_tokens=self.unsaved,
         )
+
+    def take(self, rows) -> EnvState:
+        """A new state of the clusters ``rows`` (indices into B; repeats allowed) of this one,
+        every array copied, so that stepping it (:func:`~fleet_marl.environment.core.step`)
+        changes nothing here: a branch of the episode. Its ``drawn_from`` is None (the copy
+        never hands tie-breaks back to a generator at reset)."""
+        rows = np.asarray(rows, np.int64)
+        out = {}
+        for f in fields(EnvState):
+            v = getattr(self, f.name)
+            if f.name == "fairness":
+                out[f.name] = v.take(rows)
+            elif f.name == "drawn_from":
+                out[f.name] = [None] * rows.size
+            elif f.name == "last":
+                out[f.name] = None if v is None else Outcome.of({k.name: np.asarray(getattr(v, k.name))[rows] for k in fields(v)})
+            else:
+                out[f.name] = None if v is None else v[rows]
+        return EnvState(**out)
 
     def queues(self) -> Queues:
         """The :class:`Queues` of the B clusters: this state's own arrays."""

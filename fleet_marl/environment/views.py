@@ -25,7 +25,8 @@ def _read_only(a: np.ndarray) -> np.ndarray:
 
 class EnvViews:
     """``round``, ``last_outcome``, ``last_credit``, ``fairness``, ``episode_reports``,
-    ``node_temperatures``, ``round_state``, ``arrival_schedule``, ``round_draws()`` and ``observed_round()``
+    ``node_temperatures``, ``round_state``, ``arrival_schedule``, ``round_draws()``, ``observed_round()`` and
+    ``core_state()``
     (``FleetParallelEnv`` provides the state)."""
 
     if TYPE_CHECKING:  # what the env that mixes this in provides
@@ -108,6 +109,14 @@ class EnvViews:
         tests and analysis: a policy that reads it sees the future."""
         self._need_reset("arrival_schedule")
         return _read_only(self._s.schedule[0])
+
+    def core_state(self) -> core.EnvState:
+        """A copy of the episode's array-core state (:class:`~fleet_marl.environment.core.EnvState`,
+        one cluster) as the next step starts from it: every array copied, so that stepping it
+        with :func:`fleet_marl.environment.core.step` plays the rounds this env would and changes
+        nothing here. For tools that branch an episode (``fleet_marl.studies.credit_horizon``)."""
+        self._need_reset("core_state")
+        return self._s.take([0])
 
     def round_draws(self, r: int | None = None) -> Draws:
         """The kernel :class:`~fleet_marl.kernel.Draws` of round ``r`` (default: the round

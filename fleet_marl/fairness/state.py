@@ -79,6 +79,10 @@ class FairnessState:
             rho_n=np.zeros((B, T), i),
         )
 
+    def take(self, rows) -> FairnessState:
+        """A new state of the clusters ``rows`` (indices into B; repeats allowed), copied."""
+        return FairnessState(**{f.name: getattr(self, f.name)[(slice(None), rows) if f.name == "counts" else rows] for f in fields(self)})
+
     def reset(self, clusters: np.ndarray) -> None:
         """Zero the state of the ``clusters`` (indices or a (B,) mask)."""
         for f in fields(self):
