@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 
-from fleet_marl.config import ConfigError
+from fleet_marl.errors import ConfigError
 
 
 def tenant(kind, model, gpu, budget, max_gpus=8, priority=1.0, **wl) -> dict:

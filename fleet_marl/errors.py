@@ -1,4 +1,5 @@
-"""The errors a command raises for bad user input, and for a missing optional extra. The CLI
+"""The errors a command raises for bad user input (``UsageError``; ``ConfigError``, a bad config
+field, which :mod:`fleet_marl.config` re-exports), and for a missing optional extra. The CLI
 prints ``error: <message>`` and the command's ``--help`` hint, and exits with code 2. It sits at
 the bottom of the package so that every feature's command can raise them without importing the
 CLI.
@@ -17,6 +18,7 @@ fleet_marl.errors.MissingExtra: fleet-marl demo --gif needs the [plot] extra: pi
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 #: The most characters of a value's ``repr`` an error message quotes (:func:`short_repr`).
 REPR_LIMIT = 200
@@ -44,6 +46,22 @@ class ClientError(ValueError):
     :func:`short_repr`) and what was expected, and is the project's own text, so a server sends
     it back to the client that caused it (``fleet_marl.openenv``); any other exception's text
     stays in the server's log. ``ConfigError`` and ``ActionError`` are ClientErrors."""
+
+
+class ConfigError(ClientError):
+    """A configuration value is invalid. ``field`` is the dotted path of the bad field (``fleet_marl.config``
+    re-exports it; it lives here so that the scenario builders below the config, ``builtin_tasks`` and
+    ``suite``, raise it too)."""
+
+    def __init__(self, field_name: str, value: Any, expected: str):
+        self.field = field_name
+        self.value = value
+        self.expected = expected
+        name = field_name if len(field_name) <= 120 else short_repr(field_name, 120)  # an unknown key can be of any length
+        super().__init__(f"{name} = {short_repr(value)}: expected {expected}")
+
+    def prefixed(self, prefix: str) -> ConfigError:
+        return ConfigError(f"{prefix}.{self.field}" if prefix else self.field, self.value, self.expected)
 
 
 class UsageError(ClientError):
@@ -91,4 +109,4 @@ def require(modules: str | tuple[str, ...] | list[str], extra: str, what: str) -
                 raise MissingExtra(what, extra, mod, str(exc)) from exc
 
 
-__all__ = ["ClientError", "MissingExtra", "UsageError", "install_command", "require"]
+__all__ = ["ClientError", "ConfigError", "MissingExtra", "UsageError", "install_command", "require"]

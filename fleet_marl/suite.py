@@ -56,8 +56,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleet_marl.builtin_tasks import tenant, trace_config
-from fleet_marl.config import ConfigError
+from fleet_marl.errors import ConfigError
 
+#: Train scenarios a learner's clusters spread over by default (``FleetTorchEnv(task=...)``, ``scenarios``):
+#: scenario seeds 0..31 of the train split, as Procgen's ``num_levels``.
+TRAIN_SCENARIOS = 32
 #: Team sizes the suite sweeps.
 NS = (4, 8, 16, 32, 64, 128)
 #: The splits and the offset of each one's env seeds (:func:`env_seed`).
@@ -380,6 +383,7 @@ __all__ = [
     "NS",
     "SPLITS",
     "SUITE",
+    "TRAIN_SCENARIOS",
     "Family",
     "SuiteTask",
     "check_split",

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fleet_marl import builtin_tasks
+from fleet_marl import builtin_tasks, suite
 from fleet_marl.builtin_tasks import scaled
 from fleet_marl.config import ConfigError, FleetConfig, from_dict
 from fleet_marl.config.turn_orders import TURN_ORDERS as BUILTIN_TURN_ORDERS
@@ -143,9 +143,13 @@ for _entry in builtin_tasks.BUILTIN:
 
 
 def task_dict(name: str) -> dict:
-    """The plain-dict config of task ``name`` (a fresh copy, safe to edit)."""
+    """The plain-dict config of task ``name`` (a fresh copy, safe to edit). A suite task's name
+    (:data:`fleet_marl.suite.SUITE`, ``"power_n16"``) gives its train scenario 0: the shapes every
+    scenario of the task shares (``fleet_marl.suite.scenario`` draws the others)."""
+    if name in suite.SUITE:
+        return suite.scenario(name, 0, "train")
     if name not in TASKS:
-        raise ConfigError("task", name, f"one of {', '.join(map(repr, TASKS))}")
+        raise ConfigError("task", name, f"one of {', '.join(map(repr, TASKS))}, or a suite task (fleet-marl suite list)")
     return copy.deepcopy(TASKS[name].builder())
 
 

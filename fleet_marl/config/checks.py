@@ -21,22 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_marl import catalog
-from fleet_marl.errors import ClientError, short_repr
-
-
-class ConfigError(ClientError):
-    """A configuration value is invalid. ``field`` is the dotted path of the bad field."""
-
-    def __init__(self, field_name: str, value: Any, expected: str):
-        self.field = field_name
-        self.value = value
-        self.expected = expected
-        name = field_name if len(field_name) <= 120 else short_repr(field_name, 120)  # an unknown key can be of any length
-        super().__init__(f"{name} = {short_repr(value)}: expected {expected}")
-
-    def prefixed(self, prefix: str) -> ConfigError:
-        return ConfigError(f"{prefix}.{self.field}" if prefix else self.field, self.value, self.expected)
-
+from fleet_marl.errors import ConfigError  # ConfigError is defined at the bottom, for the scenario builders
 
 # --- field checks -------------------------------------------------------------------------
 

@@ -2,14 +2,15 @@
 
 ::
 
-    score = clip((W_policy - W_random) / (W_planner - W_random), 0, 1)
+    score = max((W_policy - W_random) / (W_planner - W_random), 0)
     gap_to_hindsight = (W_hindsight - W_policy) / (W_hindsight - W_random)
 
 with ``W`` the mean episode welfare (``sum_t G_t``, the sum of every tenant's utility over the
 episode) over the same seeds: 0 is no better than the ``random`` policy, 1 is as good as the
-centralized ``planner`` or better. The score stops at 1; the gap does not: it measures the way
-left to ``hindsight``, the planner with the episode's future in hand (1 for random, 0 at the
-hindsight reference, below 0 for a policy that beats it; docs/policies.md). The episode with
+centralized ``planner``, above 1 better than it (the score is not capped: a policy that beats
+the planner shows by how much). The gap measures the way left to ``hindsight``, the best of
+the grader's searches with the episode's future in hand (1 for random, 0 at the hindsight
+reference, below 0 for a policy that beats it; docs/policies.md). The episode with
 seed ``s`` resets the environment and the policy with ``s``, so an evaluation is deterministic
 for its list of seeds.
 """
@@ -24,11 +25,16 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from fleet_marl import suite
 from fleet_marl.checks import is_integer, is_seed
 from fleet_marl.evaluation.loading import load_policy, source_name
 from fleet_marl.evaluation.reference import HINDSIGHT, RANDOM, REFERENCE, reference_episodes
 from fleet_marl.evaluation.runner import EVENTS, INTERVENTIONS, Episode, episode_means, intervention_rates, make_env, run_episode
+from fleet_marl.suite import SUITE
 from fleet_marl.tasks import TASKS
+
+#: The task a suite scenario's config overrides (each scenario sets every field ``easy`` sets).
+SUITE_BASE = "easy"
 
 
 class GraderError(ValueError):
@@ -119,13 +125,14 @@ def _agent_table(eps: list[Episode]) -> dict[str, dict]:
 
 
 def score(welfare: float, random_welfare: float, reference_welfare: float) -> float:
-    """``clip((W - W_random) / (W_reference - W_random), 0, 1)``."""
+    """``max((W - W_random) / (W_reference - W_random), 0)``: floored at random, not capped at the
+    reference (above 1 beats it)."""
     span = reference_welfare - random_welfare
     if not span > 0:
         raise GraderError(
             f"the score is undefined: reference welfare {reference_welfare:.3f} does not exceed random welfare {random_welfare:.3f} on these seeds; use more episodes or another task"
         )
-    return float(np.clip((welfare - random_welfare) / span, 0.0, 1.0))
+    return float(max((welfare - random_welfare) / span, 0.0))
 
 
 def gap(welfare: float, random_welfare: float, hindsight_welfare: float) -> float | None:
@@ -147,14 +154,20 @@ def evaluate(
 ) -> Evaluation:
     """Evaluate ``policy`` on ``task`` for seeds ``seed .. seed + episodes - 1``, with the
     random and planner references on the same seeds, and (``hindsight``, the default; the
-    simultaneous protocol only) the hindsight reference for ``gap_to_hindsight``."""
-    if task not in TASKS:
-        raise ValueError(f"task = {task!r}: expected one of {', '.join(TASKS)}")
+    simultaneous protocol only) the hindsight reference for ``gap_to_hindsight``.
+
+    A suite task (:mod:`fleet_marl.suite`) plays its scenarios ``seed .. seed + episodes - 1`` of
+    the split ``overrides["split"]`` (default ``"heldout"``), each its own config reset with
+    :func:`fleet_marl.suite.env_seed`, the references on the same ones."""
+    if task not in TASKS and task not in SUITE:
+        raise ValueError(f"task = {task!r}: expected one of {', '.join(TASKS)}, or a suite task (fleet-marl suite list)")
     if not is_integer(episodes) or episodes < 1:
         raise ValueError(f"episodes = {episodes!r}: expected an integer >= 1")
     if not is_seed(seed):
         raise ValueError(f"seed = {seed!r}: expected a non-negative integer")
     overrides = dict(overrides or {})
+    if task in SUITE:
+        return _evaluate_scenarios(task, policy, episodes, seed, overrides, progress, cache, hindsight)
     seeds = list(range(int(seed), int(seed) + int(episodes)))
     env = make_env(task, **overrides)
     source = source_name(policy)
@@ -189,6 +202,31 @@ def evaluate(
         reference_welfare=[e.welfare for e in ref],
         overrides=overrides,
         hindsight_welfare=None if hind is None else [e.welfare for e in hind],
+    )
+
+
+def _evaluate_scenarios(task: str, policy, episodes: int, seed: int, overrides: dict, progress, cache, hindsight) -> Evaluation:
+    """:func:`evaluate` on suite task ``task``: each scenario of the split played once, pooled."""
+    split = suite.check_split(overrides.pop("split", "heldout"))
+    parts = []
+    bar = tqdm(total=episodes, desc=f"evaluate {task} {split}", unit="scenario", file=sys.stderr, leave=False, disable=not progress)
+    try:
+        for env_seed, cfg in suite.scenarios(task, range(seed, seed + episodes), split):
+            # every scenario sets each field the base task sets, so its config is the scenario's own
+            parts.append(evaluate(SUITE_BASE, policy, 1, env_seed, {**cfg, **overrides}, False, cache, hindsight))
+            bar.update(1)
+    finally:
+        bar.close()
+    hind = [p.hindsight_welfare for p in parts]
+    return Evaluation(
+        task=task,
+        policy=parts[0].policy,
+        seeds=[s for p in parts for s in p.seeds],
+        episodes=[e for p in parts for e in p.episodes],
+        random_welfare=[w for p in parts for w in p.random_welfare],
+        reference_welfare=[w for p in parts for w in p.reference_welfare],
+        overrides={**overrides, "split": split},
+        hindsight_welfare=None if any(h is None for h in hind) else [w for h in hind for w in h],
     )
 
 

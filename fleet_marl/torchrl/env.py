@@ -58,7 +58,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, MultiCategorical, Unbounded
 from torchrl.envs import EnvBase
 
-from fleet_marl.environment.vector import FleetVectorEnv
+from fleet_marl.environment.scenario_vector import make_vector_env
 
 #: The agent group's name.
 GROUP = "agents"
@@ -94,7 +94,9 @@ class FleetActionSpec(MultiCategorical):
 
 class FleetTorchEnv(EnvBase):
     """B clusters of ``task`` (or ``config``, plus overrides of any field, as
-    :func:`fleet_marl.vector_env` takes them) as a batched TorchRL env; see the module docstring."""
+    :func:`fleet_marl.vector_env` takes them) as a batched TorchRL env; see the module docstring.
+    A suite task (``fleet_marl.suite``) spreads its clusters over its first ``scenarios`` train
+    scenarios (:func:`~fleet_marl.environment.scenario_vector.make_vector_env`)."""
 
     batch_locked = True
 
@@ -105,10 +107,11 @@ class FleetTorchEnv(EnvBase):
         config=None,
         device: str | torch.device = "cpu",
         seed: int | None = None,
+        scenarios: int | None = None,
         **overrides: Any,
     ):
         overrides.setdefault("compute_all", False)  # only the configured scheme's rewards reach a learner
-        venv = FleetVectorEnv(num_envs, task, config, **overrides)
+        venv = make_vector_env(num_envs, task, config, scenarios=scenarios, **overrides)
         super().__init__(batch_size=torch.Size([venv.num_envs]), device=device)
         self.venv = venv
         self.task = venv.task

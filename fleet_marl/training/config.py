@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_marl.config import REWARD_SCHEMES, ConfigError
+from fleet_marl.suite import SUITE
 from fleet_marl.tasks import TASKS
 
 
@@ -35,8 +36,8 @@ class TrainConfigError(ValueError):
 
 def check_common(cfg: Any, source: str, sharing: Sequence[str], bad: Callable[[str, str], None]) -> None:
     """The fields every engine's config has: ``bad(name, expected)`` raises for the first wrong one."""
-    if cfg.task not in TASKS:
-        bad("task", f"one of {', '.join(TASKS)}")
+    if cfg.task not in TASKS and cfg.task not in SUITE:
+        bad("task", f"one of {', '.join(TASKS)}, or a suite task (fleet-marl suite list)")
     if cfg.reward_scheme not in REWARD_SCHEMES:
         bad("reward_scheme", f"one of {', '.join(REWARD_SCHEMES)}")
     if cfg.sharing not in sharing:

@@ -28,6 +28,7 @@ from fleet_marl.evaluation.baselines import table
 from fleet_marl.evaluation.loading import PolicyError, PolicyLoader, fleet_env_or_none
 from fleet_marl.evaluation.score import Evaluation, evaluate
 from fleet_marl.policies import POLICIES
+from fleet_marl.suite import SUITE
 from fleet_marl.tasks import make_config
 from fleet_marl.training.engines import ENGINES
 from fleet_marl.training.folder import TrainResult
@@ -120,14 +121,21 @@ def final_evaluation(
     task: str, overrides: dict, policy: Callable[[Any], Any], label: str, episodes: int, progress: bool = True
 ) -> tuple[list[Evaluation], str]:
     """The trained ``policy`` (a factory ``env -> policy``) and every reference policy on
-    ``task`` with ``overrides``, seeds ``0 .. episodes - 1``: (evaluations, markdown table)."""
+    ``task`` with ``overrides``, seeds ``0 .. episodes - 1``: (evaluations, markdown table). On a
+    suite task the trained policy is graded on scenarios ``0 .. episodes - 1`` of its train split
+    and of its held-out split (two rows), the references on the held-out ones."""
     names = list(POLICIES)
-    bar = tqdm(total=1 + len(names), desc="final evaluation", unit="policy", file=sys.stderr, leave=False) if progress else None
-    ev = evaluate(task, policy, episodes=episodes, seed=0, overrides=overrides, progress=False)
-    ev.policy = label
-    evals = [ev]
-    if bar is not None:
-        bar.update(1)
+    # a suite task's learned policy is graded on its train scenarios and its held-out ones (the references on the held-out ones)
+    splits = ["train", "heldout"] if task in SUITE else [None]
+    bar = tqdm(total=len(splits) + len(names), desc="final evaluation", unit="policy", file=sys.stderr, leave=False) if progress else None
+    evals = []
+    for split in splits:
+        over = overrides if split is None else {**overrides, "split": split}
+        ev = evaluate(task, policy, episodes=episodes, seed=0, overrides=over, progress=False)
+        ev.policy = label if split is None else f"{label} [{split}]"
+        evals.append(ev)
+        if bar is not None:
+            bar.update(1)
     for name in names:
         evals.append(evaluate(task, name, episodes=episodes, seed=0, overrides=overrides, progress=False))
         if bar is not None:
@@ -159,7 +167,7 @@ def finish(
         evals, tab = final_evaluation(task, overrides, policy, label, episodes, progress)
         res.final = [e.summary() for e in evals]
         res.table = tab
-        refs = {e.policy: float(e.welfare.mean()) for e in evals[1:]}
+        refs = {e.policy: float(e.welfare.mean()) for e in evals if e.policy in POLICIES}
         text = f"# {tc.run_name}\n\n{trained}, seed {tc.seed}. Graded on seeds 0..{episodes - 1} of `{tc.task}`.\n\n{tab}\n"
         (res.run_dir / "results.md").write_text(text)
         (res.run_dir / "results.json").write_text(
