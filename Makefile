@@ -53,9 +53,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check fleet_marl tests experiments
 	$(VENV)/bin/mypy
 
-## make baselines: every reference policy on every task, 10 seeds; saves docs/data/baselines.json and publishes README.md and docs/ from the data
+## make baselines: every reference policy and the open-loop baseline on every task, 10 seeds (100 on tiny); saves docs/data/baselines.json and publishes README.md and docs/ from the data
 baselines: $(STAMP)
-	$(VENV)/bin/fleet-marl baselines --episodes 10 --seed 0
+	$(VENV)/bin/fleet-marl baselines --seed 0
 
 ## make docs: every generated block of README.md and docs/ (tables, learned rows, study reports) from the data in docs/data/
 docs: $(STAMP)

@@ -87,11 +87,13 @@ def test_hindsight_beats_the_planner_where_the_forecast_misses(task):
     assert np.mean(h) > np.mean(p) + 5.0
 
 
-def test_the_hindsight_reference_is_the_best_of_its_horizons():
+def test_the_hindsight_reference_is_at_least_the_best_of_its_horizons():
+    """The reference is the best of its searches: the horizons, and an open-loop search on the seed
+    (tests/test_open_loop.py checks it against the open-loop baseline too)."""
     env = make_env("tiny")
     each = [run_episode(env, HindsightPolicy(env, horizon=h), 2, "hindsight").welfare for h in HINDSIGHT_HORIZONS]
     (ref,) = reference_episodes("tiny", HINDSIGHT, [2])
-    assert ref.welfare == max(each)
+    assert ref.welfare >= max(each)
     assert each[0] > max(each[1:])  # on tiny a one-round search wins: 29.4 against 21.2 (seed 2)
 
 
@@ -102,7 +104,7 @@ def test_gap_to_hindsight():
     h = evaluate("easy", "hindsight", episodes=2, progress=False)
     p = evaluate("easy", "planner", episodes=2, progress=False)
     assert r.gap_to_hindsight == 1.0 and h.gap_to_hindsight == 0.0
-    assert 0.0 < p.gap_to_hindsight < 1.0 and p.score == 1.0  # the score saturates; the gap does not
+    assert 0.0 < p.gap_to_hindsight < 1.0 and p.score == 1.0 and h.score > 1.0  # the score is not capped at the planner
     s = p.summary()
     assert s["gap_to_hindsight"] == p.gap_to_hindsight and s["hindsight_welfare_mean"] == np.mean(h.welfare)
     seq = evaluate("tiny", "planner", episodes=1, progress=False, overrides={"protocol": "sequential"})

@@ -6,6 +6,7 @@ module                 what it owns
 ``loading``            policy specs -> policy objects; the ``PolicyLoader`` plug-in hook
 ``runner``             one episode, every action checked (``run_episode``, ``Episode``, ``episode_means``)
 ``reference``          the ``random``, ``planner`` and ``hindsight`` reference episodes, cached on disk
+``open_loop``          the ``open_loop`` baseline's policy spec (and table files), ``fleet-marl open-loop``
 ``score``              the score and ``evaluate`` (``fleet-marl evaluate``)
 ``baselines``          every reference policy on every task (``fleet-marl baselines``)
 ``demo``               one rendered episode (``fleet-marl demo``)
@@ -21,14 +22,16 @@ This layer sits on the env and the reference policies; it knows no RLlib (traine
 arrive through a loader plug-in that ``fleet_marl.rllib`` declares).
 """
 
+from fleet_marl.evaluation import open_loop  # registers the open_loop policy loader
 from fleet_marl.evaluation.loading import PolicyError, PolicyLoader, load_policy, loaders, register_loader, source_name
-from fleet_marl.evaluation.reference import HINDSIGHT, RANDOM, REFERENCE, code_version, data_version, reference_episodes
+from fleet_marl.evaluation.reference import HINDSIGHT, OPEN_LOOP, RANDOM, REFERENCE, code_version, data_version, reference_episodes
 from fleet_marl.evaluation.runner import EVENTS, Episode, episode_means, make_env, run_episode
 from fleet_marl.evaluation.score import Evaluation, GraderError, evaluate, score
 
 __all__ = [
     "EVENTS",
     "HINDSIGHT",
+    "OPEN_LOOP",
     "RANDOM",
     "REFERENCE",
     "Episode",
@@ -43,6 +46,7 @@ __all__ = [
     "load_policy",
     "loaders",
     "make_env",
+    "open_loop",
     "reference_episodes",
     "register_loader",
     "run_episode",

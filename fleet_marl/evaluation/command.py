@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fleet_marl.errors import UsageError
 from fleet_marl.evaluation.loading import PolicyError
+from fleet_marl.evaluation.reference import EPISODES, TASK_EPISODES, graded_episodes
 from fleet_marl.evaluation.score import GraderError, evaluate
 from fleet_marl.output import print_report
 from fleet_marl.policies import POLICIES
@@ -25,9 +26,11 @@ EXAMPLES = f"""examples:
 'package.module:Name', a path to a .py file ('my_policy.py' or 'my_policy.py:Name'), or a
 fleet-marl train run folder. Name is a class or a function, called with the env; a file without
 ':Name' must define make_policy(env) or exactly one class with reset() and act().
-score = (welfare - random's) / (planner's - random's), clipped to [0, 1], on the same seeds;
-gap to hindsight = (hindsight's - welfare) / (hindsight's - random's), not clipped: the way left
-to the hindsight reference, which plans with the episode's future in hand (docs/policies.md).
+score = (welfare - random's) / (planner's - random's), floored at 0 and not capped (above 1 beats
+the planner), on the same seeds; gap to hindsight = (hindsight's - welfare) / (hindsight's -
+random's), not clipped: the way left to the hindsight reference, the best of the grader's
+searches with the episode's future in hand (docs/policies.md). --policy open_loop is the
+open-loop baseline (one joint action per round, searched on seeds 1000..1009).
 --protocol sequential plays every episode (the references' too) through the AEC loop, the
 tenants claiming one at a time in --turn-order, each seeing the claims made before its turn.
 """
@@ -74,7 +77,12 @@ def add_arguments(parser) -> None:
         default="precision_expert",
         help="reference policy name, module:Name, path.py[:Name] or a fleet-marl train run folder (default precision_expert)",
     )
-    parser.add_argument("--episodes", type=int, default=10, help="episodes, one per seed (default 10)")
+    parser.add_argument(
+        "--episodes",
+        type=int,
+        default=None,
+        help=f"episodes, one per seed (default {EPISODES}; " + ", ".join(f"{n} on {t}" for t, n in TASK_EPISODES.items()) + ")",
+    )
     parser.add_argument("--seed", type=int, default=0, help="first seed; episodes use seed .. seed+episodes-1 (default 0)")
     add_protocol_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -118,10 +126,12 @@ def print_evaluation(s: dict) -> None:
 
 
 def run(args) -> int:
-    positive("episodes", args.episodes)
-    positive("seed", args.seed, 0)
     if args.task not in TASKS:
         raise UsageError(f"--task {args.task!r}: expected one of {', '.join(TASKS)}")
+    if args.episodes is None:
+        args.episodes = graded_episodes(args.task)
+    positive("episodes", args.episodes)
+    positive("seed", args.seed, 0)
     overrides = protocol_overrides(args)
     s = evaluate(
         args.task, args.policy, episodes=args.episodes, seed=args.seed, overrides=overrides, progress=True, cache=not args.no_cache

@@ -15,7 +15,7 @@ means under ``result["env_runners"]``:
 =================================  ===============================================================
 
 Per iteration (``on_train_result``, on the driver): ``fleet/score_train``, the grader's formula
-``clip((W - W_random) / (W_planner - W_random), 0, 1)`` applied to this iteration's
+``max((W - W_random) / (W_planner - W_random), 0)`` applied to this iteration's
 ``fleet/welfare``, with the random and planner references' mean welfare on the grader's seeds
 ``0 .. evaluation_duration - 1`` (3 without evaluation). It is cheap (the references are
 computed once and cached) but measures the sampled training policy on the training episodes'

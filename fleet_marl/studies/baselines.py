@@ -5,7 +5,10 @@ A full run saves the table's data (``docs/data/baselines.json``) and publishes i
 checkout's README and ``docs/results.md`` through :func:`fleet_marl.studies.publish.publish`
 (which renders every block from its data), or into the files ``--results`` and ``--readme`` name.
 A partial run (``--tasks``, ``--policies``) or one under the sequential protocol prints the table;
-a partial run with ``--write`` puts its rows into the saved table in place of those cells' (:func:`merged`).
+a partial run with ``--write`` puts its rows into the saved table in place of those cells' (:func:`merged`),
+and every row's score and gap are recomputed from its task's reference rows
+(:func:`fleet_marl.evaluation.baselines.derived`). ``--episodes`` defaults to the grader's count
+per task (100 on ``tiny``, 10 elsewhere).
 """
 
 from __future__ import annotations
@@ -15,11 +18,11 @@ import sys
 from pathlib import Path
 
 from fleet_marl.errors import UsageError
-from fleet_marl.evaluation.baselines import DATA, END, START, block, data, run_all, table
+from fleet_marl.evaluation.baselines import DATA, END, POLICIES, START, block, data, derived, run_all, table
 from fleet_marl.evaluation.command import add_protocol_arguments, positive, protocol_overrides
 from fleet_marl.evaluation.loading import PolicyError
+from fleet_marl.evaluation.reference import EPISODES, TASK_EPISODES
 from fleet_marl.evaluation.score import GraderError
-from fleet_marl.policies import POLICIES
 from fleet_marl.studies.publish import publish, write_block
 from fleet_marl.tasks import TASKS
 from fleet_marl.training.config import checkout
@@ -27,7 +30,7 @@ from fleet_marl.training.config import checkout
 #: User errors this command reports as ``error: ...`` (exit code 2).
 ERRORS = (UsageError, PolicyError, GraderError)
 EXAMPLES = """examples:
-  fleet-marl baselines                          # 10 seeds, every task and policy; updates README.md and docs/results.md
+  fleet-marl baselines                          # 10 seeds (100 on tiny), every task and policy; updates README.md and docs/results.md
   fleet-marl baselines --tasks tiny,easy --episodes 3  # a partial run prints the table and writes nothing (--write to force)
   fleet-marl baselines --tasks medium --protocol sequential --turn-order rotating  # the AEC loop; prints the table only
 """
@@ -35,8 +38,11 @@ EXAMPLES = """examples:
 
 def add_arguments(parser) -> None:
     parser.add_argument("--tasks", default="", help="comma-separated tasks (default: all of " + ", ".join(TASKS) + ")")
-    parser.add_argument("--policies", default="", help="comma-separated reference policies (default: all)")
-    parser.add_argument("--episodes", type=int, default=10, help="seeds per cell (default 10)")
+    parser.add_argument(
+        "--policies", default="", help="comma-separated policies of the table (default: all of " + ", ".join(POLICIES) + ")"
+    )
+    per_task = ", ".join(f"{n} on {t}" for t, n in TASK_EPISODES.items())
+    parser.add_argument("--episodes", type=int, default=None, help=f"seeds per cell (default: the grader's, {EPISODES}; {per_task})")
     parser.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
     parser.add_argument("--results", default=None, help="markdown file to update (default: docs/results.md of the fleet_marl checkout)")
     parser.add_argument("--readme", default=None, help="README to update (default: README.md of the fleet_marl checkout)")
@@ -58,8 +64,9 @@ def run(args) -> int:
             raise UsageError(f"--tasks: {t!r}: expected tasks from {', '.join(TASKS)}")
     for n in names:
         if n not in POLICIES:
-            raise UsageError(f"--policies: {n!r}: expected reference policies from {', '.join(POLICIES)}")
-    positive("episodes", args.episodes)
+            raise UsageError(f"--policies: {n!r}: expected policies from {', '.join(POLICIES)}")
+    if args.episodes is not None:
+        positive("episodes", args.episodes)
     positive("seed", args.seed, 0)
     overrides = protocol_overrides(args)
     if overrides and args.write:
@@ -114,18 +121,28 @@ def merged(new: dict, dest: Path, tasks: list[str], names: list[str]) -> dict:
     """The table's data after a run of ``tasks`` x ``names``: its rows in place of the saved
     data's rows of those cells, the saved data's other rows kept (a partial ``--write`` adds to
     the table; it does not drop the tasks it did not play), in the registry's order of tasks and
-    policies. ``extra_args`` names the tasks and policies the table then holds, empty when it
-    holds them all (``make baselines`` reproduces every row: each is a function of its seeds).
-    Saved rows of other seeds or episodes are not mixed in: that is a :class:`UsageError`."""
+    policies, every row's score and gap recomputed from its task's reference rows
+    (:func:`~fleet_marl.evaluation.baselines.derived`). ``extra_args`` names the tasks and
+    policies the table then holds, empty when it holds them all (``make baselines`` reproduces
+    every row: each is a function of its seeds). Saved rows of other seeds or episodes are not
+    mixed in: that is a :class:`UsageError`, unless the run replaces every row of the task."""
     rows = {(r["task"], r["policy"]): r for r in new["rows"]}
+    count = {t: new.get("task_episodes", {}).get(t, new["episodes"]) for t in tasks}
+    episodes = new["episodes"]
     if dest.exists() and (set(tasks) != set(TASKS) or set(names) != set(POLICIES)):
         old = json.loads(dest.read_text())
-        if (old["episodes"], old["seed"]) != (new["episodes"], new["seed"]):
-            raise UsageError(
-                f"--write: {dest} holds {old['episodes']} episodes from seed {old['seed']}, this run {new['episodes']} from seed "
-                f"{new['seed']}; a partial run adds to the table only with the same seeds (or run every task: make baselines)"
-            )
+        held = {r["task"]: old.get("task_episodes", {}).get(r["task"], old["episodes"]) for r in old["rows"]}
+        for t in tasks:
+            replaced = {p for (task, p) in rows if task == t} >= {r["policy"] for r in old["rows"] if r["task"] == t}
+            if t in held and (held[t], old["seed"]) != (count[t], new["seed"]) and not (replaced and old["seed"] == new["seed"]):
+                raise UsageError(
+                    f"--write: {dest} holds {held[t]} episodes of {t} from seed {old['seed']}, this run {count[t]} from seed "
+                    f"{new['seed']}; a partial run adds to the table only with the same seeds, or (same first seed) with every "
+                    "policy of the task (or run every task: make baselines)"
+                )
+        count = {**held, **count}
         rows = {**{(r["task"], r["policy"]): r for r in old["rows"]}, **rows}
+        episodes = old["episodes"]
     order = {t: i for i, t in enumerate(TASKS)}, {p: i for i, p in enumerate(POLICIES)}
     keys = sorted(rows, key=lambda k: (order[0].get(k[0], len(TASKS)), order[1].get(k[1], len(POLICIES))))
     held_t = [t for t in TASKS if any(k[0] == t for k in keys)]
@@ -133,7 +150,13 @@ def merged(new: dict, dest: Path, tasks: list[str], names: list[str]) -> dict:
     extra = ("" if held_t == list(TASKS) else f" --tasks {','.join(held_t)}") + (
         "" if held_p == list(POLICIES) else f" --policies {','.join(held_p)}"
     )
-    return {**new, "extra_args": extra, "rows": [rows[k] for k in keys]}
+    return {
+        **new,
+        "episodes": episodes,
+        "task_episodes": {t: count[t] for t in held_t if count.get(t, episodes) != episodes},
+        "extra_args": extra,
+        "rows": derived([rows[k] for k in keys]),
+    }
 
 
 __all__ = ["ERRORS", "EXAMPLES", "add_arguments", "merged", "run"]
