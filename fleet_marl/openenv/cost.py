@@ -44,7 +44,7 @@ def work(cfg: FleetConfig, opponents: str | None = None) -> Work:
     each policy states its own cost (``BasePolicy.work``)."""
     T, N = len(cfg.tenants), cfg.cluster.num_nodes
     schemes = computed_schemes(cfg.reward.scheme, cfg.reward.compute_all)
-    env = kernel_work(rows_per_round(T, schemes, cfg.reward.shapley_samples), T, N)
+    env = kernel_work(rows_per_round(T, schemes, cfg.reward.shapley_samples, cfg.reward.shapley_estimator), T, N)
     opp = 0 if opponents is None else POLICIES[opponents].work(cfg)
     return Work(env=env, opponents=opp, rounds=cfg.max_cycles)
 

@@ -1,0 +1,258 @@
+"""Sampled Shapley's estimators (``RewardSpec.shapley_estimator``, ``credit.shapley_orders``):
+what each draws, what it costs in kernel rows, that it keeps the efficiency property and
+converges to exact Shapley, and the "Shapley for less" table of docs/credit_assignment.md."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fleet_marl
+from fleet_marl import credit
+from fleet_marl.config import ConfigError, RewardSpec
+from fleet_marl.config.rules import SHAPLEY_ESTIMATORS
+from fleet_marl.kernel import Actions, Draws, RoundState
+from fleet_marl.tasks import scaled
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "docs" / "data" / "shapley_estimators.json"
+DOC = ROOT / "docs" / "credit_assignment.md"
+MARKERS = ("<!-- shapley-estimators:start -->", "<!-- shapley-estimators:end -->")
+
+
+@contextlib.contextmanager
+def _recording(seen):
+    real = credit.CreditEngine.compute
+
+    def spy(self, actions, state, draws, live, rngs=None):
+        seen.append((actions, state, draws, np.array(live)))
+        return real(self, actions, state, draws, live, rngs)
+
+    credit.CreditEngine.compute = spy
+    try:
+        yield
+    finally:
+        credit.CreditEngine.compute = real
+
+
+def rounds(n_rounds: int, policy: str = "random", **env_kw):
+    """(kernel static, rounds): the credit engine's inputs of the first rounds of ``policy``'s
+    episode (seed 0) on ``parallel_env(**env_kw)``."""
+    from fleet_marl import policies
+
+    env = fleet_marl.parallel_env(reward_scheme="difference", compute_all=False, **env_kw)
+    pol = policies.make(policy, env)
+    seen: list = []
+    obs, infos = env.reset(seed=0)
+    pol.reset(0)
+    with _recording(seen):
+        while env.agents and len(seen) < n_rounds:
+            obs, _, _, _, infos = env.step(pol.act(obs, infos))
+    copy = lambda x: None if x is None else np.array(x)  # noqa: E731
+    out = [
+        (
+            Actions(*(copy(getattr(a, f)) for f in ("gpus", "bid", "precision", "batch"))),
+            RoundState(**{f.name: copy(getattr(s, f.name)) for f in fields(RoundState)}),
+            Draws(*(copy(getattr(d, f.name)) for f in fields(Draws))),
+            live,
+        )
+        for a, s, d, live in seen
+    ]
+    return env.kernel_static, out
+
+
+def engine(st, estimator: str, M: int, exact_max: int | None = 0, schemes=("shapley",)):
+    return credit.CreditEngine(
+        st, RewardSpec(scheme="shapley", shapley_samples=M, shapley_estimator=estimator), schemes, exact_max=exact_max
+    )
+
+
+def values(eng, rnd, seed: int = 0):
+    a, s, d, live = rnd
+    c = eng.compute(a, s, d, live, [np.random.default_rng(seed)])
+    return c.rewards["shapley"][0], int(c.rows[0]), float(c.welfare[0])
+
+
+# --- configuration --------------------------------------------------------------------------
+
+
+def test_the_default_is_today_s_permutations():
+    assert RewardSpec().shapley_estimator == "permutation" == SHAPLEY_ESTIMATORS[0]
+    got = credit.shapley_orders("permutation", np.random.default_rng(5), 12, 64)
+    want = np.random.default_rng(5).permuted(np.tile(np.arange(12), (64, 1)), axis=1)  # what the engine always drew
+    np.testing.assert_array_equal(got, want)
+
+
+def test_an_unknown_estimator_is_a_config_error_naming_field_value_and_choices():
+    with pytest.raises(ConfigError) as e:
+        RewardSpec(shapley_estimator="owen")
+    assert e.value.field == "shapley_estimator" and e.value.value == "owen"
+    assert "'permutation', 'antithetic', 'stratified'" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        fleet_marl.parallel_env(task="hard", reward={"scheme": "shapley", "shapley_estimator": "Stratified"})
+    assert e.value.field == "reward.shapley_estimator"
+    with pytest.raises(ValueError, match="shapley_estimator 'owen'"):
+        credit.shapley_orders("owen", np.random.default_rng(0), 9, 4)
+
+
+# --- what each estimator draws, and its rows ------------------------------------------------------
+
+
+@pytest.mark.parametrize("estimator", SHAPLEY_ESTIMATORS)
+@pytest.mark.parametrize("n", [2, 9, 16, 17])
+def test_orders_are_permutations_and_rows_per_round_bounds_their_prefixes(estimator, n):
+    for M in (1, 5, 16, 40):
+        p = credit.shapley_orders(estimator, np.random.default_rng(M), n, M)
+        assert p.shape == (M, n) and (np.sort(p, axis=1) == np.arange(n)).all()
+        pre = np.argsort(p, axis=1)[:, None, :] < np.arange(1, n)[None, :, None]
+        distinct = np.unique(pre.reshape(-1, n), axis=0).shape[0]
+        assert distinct <= credit.sampled_rows(n, M, estimator)
+        whole = 2 * -(-n // 2)  # permutations in one cycle
+        one_cycle = whole >= M
+        if estimator == "stratified" and one_cycle:  # one cycle: the count is exact
+            assert distinct == credit.sampled_rows(n, M, estimator)
+        if estimator == "antithetic":
+            np.testing.assert_array_equal(p[1::2], p[0 : 2 * (M // 2) : 2, ::-1])  # each one's reverse follows it
+
+
+@pytest.mark.parametrize("n", [10, 16])
+def test_a_whole_stratified_cycle_puts_every_tenant_at_every_position_once(n):
+    p = credit.shapley_orders("stratified", np.random.default_rng(3), n, 3 * n)  # three cycles
+    pos = np.argsort(p, axis=1)  # position of each tenant in each permutation
+    for c in range(3):
+        block = pos[c * n : (c + 1) * n]
+        assert all(sorted(block[:, j]) == list(range(n)) for j in range(n))
+    assert not (p[:n] == p[n : 2 * n]).all()  # a fresh cycle each time
+
+
+def test_the_engine_evaluates_the_rows_rows_per_round_counts():
+    """One stratified cycle (16 permutations of hard's 16 tenants): the engine evaluates exactly
+    rows_per_round's rows; the other estimators, and every scheme at once, at most that."""
+    st, rs = rounds(3, task="hard")
+    default = fleet_marl.parallel_env(task="hard").default_actions
+    for rnd in rs:
+        n = int(rnd[3].sum())
+        assert n == 16
+        _, rows, _ = values(engine(st, "stratified", 16), rnd)
+        assert rows == credit.rows_per_round(n, ("shapley",), 16, "stratified") == 1 + 8 * 15 * 2 - (64 - 8)
+        for est in SHAPLEY_ESTIMATORS:
+            for M in (7, 64):
+                _, rows, _ = values(engine(st, est, M), rnd)
+                assert rows <= credit.rows_per_round(n, ("shapley",), M, est)
+        spec = RewardSpec(scheme="shapley", shapley_samples=40, shapley_estimator="stratified")
+        everything = credit.CreditEngine(st, spec, tuple(credit.SCHEMES), default)
+        a, s, d, live = rnd
+        c = everything.compute(a, s, d, live, [np.random.default_rng(1)])
+        assert int(c.rows[0]) <= credit.rows_per_round(n, tuple(credit.SCHEMES), 40, "stratified")
+
+
+# --- the values ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("estimator", SHAPLEY_ESTIMATORS)
+def test_every_estimator_is_efficient_and_gives_a_tenant_not_live_nothing(estimator):
+    st, rs = rounds(4, policy="greedy", task="hard")
+    for rnd in rs:
+        for M in (3, 16, 33):
+            phi, _, G = values(engine(st, estimator, M), rnd, seed=M)
+            assert phi.sum() == pytest.approx(G, abs=1e-9)  # sum = G(live) - G(empty), G(empty) = 0
+            assert (phi[~rnd[3][0]] == 0).all()
+
+
+@pytest.mark.parametrize("estimator", SHAPLEY_ESTIMATORS)
+def test_same_seed_same_values_in_the_env(estimator):
+    def play(seed):
+        env = fleet_marl.parallel_env(task="hard", reward={"scheme": "shapley", "shapley_estimator": estimator, "shapley_samples": 8})
+        obs, infos = env.reset(seed=seed)
+        rng = np.random.default_rng(seed)
+        out = []
+        for _ in range(2):
+            acts = {a: np.array([rng.choice(np.flatnonzero(m)) for m in infos[a]["action_mask"]]) for a in env.agents}
+            obs, rew, _, _, infos = env.step(acts)
+            out.append([rew[a] for a in env.possible_agents if a in rew])
+        return np.array(out)
+
+    np.testing.assert_array_equal(play(4), play(4))
+    assert not np.array_equal(play(4), play(5))
+
+
+@pytest.mark.parametrize("estimator", SHAPLEY_ESTIMATORS)
+def test_every_estimator_converges_to_exact_shapley(estimator):
+    """Eight tenants competing at the auction (easy scaled, greedy play): 4,000 permutations
+    within 6 % of the largest value of exact Shapley over the 256 coalitions, whichever way
+    they are drawn."""
+    st, rs = rounds(3, policy="greedy", task="easy", **scaled(8, "auction"))
+    for r, rnd in enumerate(rs):
+        exact, rows, _ = values(engine(st, estimator, 1, exact_max=None), rnd)
+        assert rows == 1 + 2**8 == credit.rows_per_round(8, ("shapley",), 1)  # exact: the grand row and all 256 coalitions
+        sampled, _, _ = values(engine(st, estimator, 4000), rnd, seed=r)
+        scale = np.abs(exact).max()
+        assert scale > 0.1
+        np.testing.assert_allclose(sampled, exact, atol=0.06 * scale)
+
+
+def test_stratified_reaches_64_permutations_error_with_a_third_of_the_rows():
+    """The claim of "Shapley for less", on hard's greedy rounds against exact Shapley: one
+    stratified cycle (16 permutations, 185 rows) errs less than 64 permutations (about 825)."""
+    st, rs = rounds(6, policy="greedy", task="hard")
+    rs = rs[::2]
+    err = {"permutation": [], "stratified": []}
+    rows = {"permutation": [], "stratified": []}
+    for r, rnd in enumerate(rs):
+        exact, _, _ = values(engine(st, "permutation", 1, exact_max=16), rnd)
+        for est, M in (("permutation", 64), ("stratified", 16)):
+            for k in range(4):
+                phi, rw, _ = values(engine(st, est, M), rnd, seed=100 * r + k)
+                err[est].append(((phi - exact) ** 2).mean())
+                rows[est].append(rw)
+    assert 3 * np.mean(rows["stratified"]) <= np.mean(rows["permutation"])
+    assert np.mean(err["stratified"]) < np.mean(err["permutation"])
+
+
+# --- the measurement and its table ----------------------------------------------------------------
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("shapley_estimators", ROOT / "experiments" / "shapley_estimators.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_rows_to_reach_interpolates_log_log():
+    se = _script()
+    curve = [(4, 100.0, 0.4), (8, 200.0, 0.1)]
+    rows, bound = se.rows_to_reach(curve, 0.2)
+    assert bound == "=" and rows == pytest.approx(100 * 2**0.5)  # halfway in log error, halfway in log rows
+    assert se.rows_to_reach(curve, 0.5) == (100.0, "<=")
+    assert se.rows_to_reach(curve, 0.05) == (200.0, ">")
+
+
+def test_the_docs_table_is_the_committed_data_rendered():
+    se = _script()
+    data = json.loads(DATA.read_text())
+    text = DOC.read_text()
+    start, end = (text.index(m) for m in MARKERS)
+    assert se.render(data) in text[start:end]
+    assert data["command"] in text
+    assert not data["settings"]["quick"]
+    assert [(s["task"], s["N"], s["policy"]) for s in data["scenarios"]] == list(se.SCENARIOS)
+    for s in data["scenarios"]:
+        assert (s["reference"] == "exact") == (s["N"] <= se.EXACT_UP_TO)
+        for e in s["estimators"].values():
+            assert [p["M"] for p in e["curve"]] == list(se.GRID[: len(e["curve"])])
+
+
+def test_the_script_runs_and_writes_its_table(tmp_path):
+    out = tmp_path / "s.json"
+    data = _script().main(["--quick", "--json", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(data))
+    assert [s["N"] for s in data["scenarios"]] == [6, 16]
+    for s in data["scenarios"]:
+        assert set(s["estimators"]) == set(SHAPLEY_ESTIMATORS) and s["target"]["rows"] > 0
