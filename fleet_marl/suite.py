@@ -262,7 +262,7 @@ class Family:
     """A family of suite tasks: ``build(n, rng, shift)`` draws one scenario's config dict."""
 
     name: str
-    role: str  # "control", "global fades", "misaligned", "noise", "power", "fabric" or "trace"
+    role: str  # what the family was built for: "control", "global fades", "scarcity", "noise", "power", "fabric" or "trace"
     description: str
     shift: str  # what the shifted split changes
     build: Callable[[int, np.random.Generator, bool], dict]
@@ -289,7 +289,7 @@ FAMILIES: dict[str, Family] = {
         ),
         Family(
             "scarce",
-            "misaligned",
+            "scarcity",
             "easy's mix, 3 GPUs per tenant, servers at 3x load, uniform-price auction: scarcity the local reward does not price",
             "every tenant's arrivals in shared bursts",
             _scarce,

@@ -54,6 +54,7 @@ RENDERERS = (
     "fleet_marl.studies.coupling_command",
     "fleet_marl.studies.client_matrix",
     "fleet_marl.studies.credit_horizon",
+    "fleet_marl.studies.suite_command",
 )
 
 EXAMPLES = """examples:

@@ -190,7 +190,7 @@ def block(data: dict) -> str:
     for r in data["rows"]:
         rows.setdefault(r["task"], {})[r["policy"]] = r
     head = (
-        f"<!-- written by `{COMMAND}`; edit the text around it, not this block -->\n\n"
+        f"{START}\n<!-- written by `{COMMAND}`; edit the text around it, not this block -->\n\n"
         "Each task's first train scenarios (the *scenarios* column), one episode each, under `planner` and `fair_share`: "
         "the externality share Σ|D − L|/Σ|L| and the selfish/team welfare "
         "ratio (means over the scenarios, the range in brackets), and the learnability of the global and difference rewards "
@@ -215,7 +215,7 @@ def block(data: dict) -> str:
         table.append(
             f"| `{name}` | {t.family.role} | {(p or f)['scenarios']} | {cell(p, 'share')} | {cell(p, 'ratio')} | {cell(f, 'share')} | {cell(f, 'ratio')} | {lg} | {verdict(pr)} |"
         )
-    return head + "\n" + "\n".join(table) + "\n"
+    return head + "\n" + "\n".join(table) + "\n" + END
 
 
 def blocks(root: Path) -> list[tuple[str, str, str, str]]:
