@@ -33,7 +33,7 @@ def test_a_scenario_vector_env_is_its_scenarios_bit_for_bit():
         if "final_obs" in infos:
             ended += 1
             assert infos["final_obs"].shape == obs.shape and infos["episode"]["welfare"].shape == (7,)
-            for e, p, s, b in zip(subs, parts, sv.starts[:-1], sv.sizes, strict=True):
+            for p, s, b in zip(parts, sv.starts[:-1], sv.sizes, strict=True):
                 if "episode" in p[4]:
                     np.testing.assert_array_equal(infos["episode"]["welfare"][s : s + b], p[4]["episode"]["welfare"])
     assert ended >= 2
