@@ -159,12 +159,14 @@ def hindsight_episode(env, seed: int, baseline=None, report: dict | None = None)
     tables (the best episode's actions, each tenant's most frequent one, ``baseline``).
     ``report``, a dict, gets each part's welfare and CPU seconds (for the docs' cost figures)."""
     t0 = time.process_time()
-    best, table = None, None
+    best: Episode | None = None
+    table: np.ndarray | None = None
     for h in HINDSIGHT_HORIZONS:
         rec = Recorder(env, HindsightPolicy(env, horizon=h))
         ep = run_episode(env, rec, seed, HINDSIGHT)
         if best is None or ep.welfare > best.welfare:
             best, table = ep, rec.table.copy()
+    assert best is not None and table is not None  # HINDSIGHT_HORIZONS is not empty
     t1 = time.process_time()
     starts = [table, modal(table)] + ([] if baseline is None else [baseline])
     found = search(fleet_env(env).config, [seed], starts=starts, levels=HINDSIGHT_LEVELS, sweeps=HINDSIGHT_SWEEPS, budget=HINDSIGHT_BUDGET)
@@ -239,7 +241,7 @@ def open_loop_starts(config) -> list[np.ndarray]:
             rec = Recorder(env, load_policy(name, env))
             run_episode(env, rec, s, name)
             tables.append(rec.table)
-        starts += [modal(tables, per_round=True), modal(tables)]
+        starts += [modal(np.asarray(tables), per_round=True), modal(np.asarray(tables))]
     return starts
 
 

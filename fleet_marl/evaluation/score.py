@@ -226,7 +226,7 @@ def _evaluate_scenarios(task: str, policy, episodes: int, seed: int, overrides: 
         random_welfare=[w for p in parts for w in p.random_welfare],
         reference_welfare=[w for p in parts for w in p.reference_welfare],
         overrides={**overrides, "split": split},
-        hindsight_welfare=None if any(h is None for h in hind) else [w for h in hind for w in h],
+        hindsight_welfare=None if any(h is None for h in hind) else [w for h in hind if h is not None for w in h],
     )
 
 

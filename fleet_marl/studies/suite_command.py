@@ -211,9 +211,10 @@ def block(data: dict) -> str:
     for name, pr in rows.items():
         t = suite.SUITE[name]
         p, f = pr.get("planner"), pr.get("fair_share")
+        any_row = next(iter(pr.values()))
         lg = "–" if p is None else f"{_num(p['learnability']['global'])} / {_num(p['learnability']['difference'])}"
         table.append(
-            f"| `{name}` | {t.family.role} | {(p or f)['scenarios']} | {cell(p, 'share')} | {cell(p, 'ratio')} | {cell(f, 'share')} | {cell(f, 'ratio')} | {lg} | {verdict(pr)} |"
+            f"| `{name}` | {t.family.role} | {any_row['scenarios']} | {cell(p, 'share')} | {cell(p, 'ratio')} | {cell(f, 'share')} | {cell(f, 'ratio')} | {lg} | {verdict(pr)} |"
         )
     return head + "\n" + "\n".join(table) + "\n" + END
 
