@@ -13,8 +13,8 @@ the hindsight policy's best episode over horizons 1, 2, 3; the open-loop search 
 (from that episode's actions, each tenant's most frequent one, and the baseline's table); the
 reference (the better of the two); the ``open_loop`` baseline's and the planner's welfare on the
 seed; the CPU seconds of the horizons and of the search. Last, per task: the means, the
-reference's paired difference to the planner and to the baseline (mean and 95 % interval,
-1.96 standard errors), the seeds on which the reference is below the baseline (there must be
+reference's paired difference to the planner and to the baseline, the horizons' and the
+baseline's to the planner (mean and 95 % interval, 1.96 standard errors), the seeds on which the reference is below the baseline (there must be
 none), and the mean CPU seconds per seed of each part.
 
 Why: docs/policies.md, "The hindsight reference" and "The open-loop baseline" quote these
@@ -87,7 +87,8 @@ def main(argv=None) -> int:
         print(
             f"  {task} over {len(seeds)} seeds: horizons {r[:, 0].mean():.2f}, searched {r[:, 1].mean():.2f}, reference {r[:, 2].mean():.2f}, "
             f"open_loop {r[:, 3].mean():.2f}, planner {r[:, 4].mean():.2f}; reference - planner {interval(r[:, 2] - r[:, 4])}, "
-            f"reference - open_loop {interval(r[:, 2] - r[:, 3])}, horizons - planner {interval(r[:, 0] - r[:, 4])}; "
+            f"reference - open_loop {interval(r[:, 2] - r[:, 3])}, horizons - planner {interval(r[:, 0] - r[:, 4])}, "
+            f"open_loop - planner {interval(r[:, 3] - r[:, 4])}; "
             f"seeds with the reference below open_loop: {below or 'none'}; CPU s per seed: horizons {r[:, 5].mean():.2f}, "
             f"search {r[:, 6].mean():.2f}"
         )
