@@ -37,6 +37,7 @@ from fleet_marl.config import (
     TenantSpec,
     WorkloadSpec,
 )
+from fleet_marl.config.rules import SHAPLEY_ESTIMATORS
 
 GPU_TYPES = tuple(sorted(catalog.gpus()))
 MODELS = tuple(sorted(catalog.models()))
@@ -139,7 +140,7 @@ def fleet_configs(draw, max_tenants: int = 8) -> FleetConfig:
         tenants=tenants,
         arbiter=ArbiterSpec(mechanism=draw(hst.sampled_from(MECHANISMS)), reserve_price=draw(hst.sampled_from([0.0, 0.5, 1.0, 2.0]))),
         safety=SafetySpec(mode=draw(hst.sampled_from(["project", "veto"]))),
-        reward=RewardSpec(cost_weight=draw(_num(0.0, 3.0, 0.0, 1.0))),
+        reward=RewardSpec(cost_weight=draw(_num(0.0, 3.0, 0.0, 1.0)), shapley_estimator=draw(hst.sampled_from(SHAPLEY_ESTIMATORS))),
         coupling=CouplingSpec(
             contention=draw(hst.booleans()),
             queueing=draw(hst.booleans()),

@@ -393,7 +393,7 @@ def test_compare_quick_runs_the_whole_pipeline_and_a_rerun_trains_nothing(tmp_pa
     assert {(x["part"], x["setting"], int(x["n"]), x["arm"], int(x["seed"])) for x in rows} == set(s.runs())
     for x in rows:
         assert int(x["env_steps"]) == s.env_steps(x["part"], int(x["n"]))  # the same budget for every arm at an N
-        assert 0.0 <= float(x["score"]) <= 1.0 and 0.0 < float(x["jain"]) <= 1.0
+        assert float(x["score"]) >= 0.0 and 0.0 < float(x["jain"]) <= 1.0  # the score is floored at random, not capped
         assert float(x["run_seconds"]) >= float(x["train_seconds"]) > 0.0 and float(x["credit_seconds"]) > 0.0
         assert x["converged"] in ("0", "1")
     curves = _csv(out / "curves.csv")
