@@ -123,3 +123,16 @@ def test_the_committed_data_says_what_the_doc_says():
             assert list(r[v]["horizons"]) == [str(k) for k in ch.HORIZONS]
     text = (ch.checkout_root("test") / ch.DOC).read_text()
     assert ch.render(data) in text
+
+
+def test_a_suite_task_plays_a_train_scenario_an_episode():
+    """A suite row's episode e is the task's train scenario seed + e, reset with that scenario's
+    seed; a built-in task's episodes are its one scenario with seeds seed + e."""
+    from fleet_marl import suite
+
+    eps = ch.episodes_of("power_n8", 2, 3)
+    assert [s for _, s in eps] == [suite.env_seed(s, "train") for s in (2, 3, 4)]
+    assert [o["config"] for o, _ in eps] == [suite.scenario("power_n8", s, "train") for s in (2, 3, 4)]
+    assert eps[0][0]["config"] != eps[1][0]["config"]
+    assert ch.episodes_of("hard", 2, 2) == [({"task": "hard"}, 2), ({"task": "hard"}, 3)]
+    assert set(ch.SUITE_TASKS) <= set(suite.SUITE) and set(ch.TASKS) == set(ch.BUILTIN_TASKS) | set(ch.SUITE_TASKS)

@@ -196,6 +196,15 @@ class FleetVectorEnv:
         cs, s = self._core, self._s
         return core.state_vectors(cs, s, core.observe(cs, s))
 
+    def core_state(self) -> core.EnvState:
+        """A copy of every cluster's array-core state (:class:`~fleet_marl.environment.core.EnvState`,
+        B clusters) as the next step starts from it, every array copied: stepping it with
+        :func:`fleet_marl.environment.core.step` changes nothing here (``FleetParallelEnv.core_state``
+        for B clusters). For what branches the episodes: the k-round difference
+        (:mod:`fleet_marl.environment.horizon`)."""
+        self._need_reset("core_state()")
+        return self._s.take(np.arange(self.num_envs))
+
     def sample_actions(self, infos: dict, rng: np.random.Generator | None = None) -> np.ndarray:
         """(B, N, 8) random actions allowed by ``infos["action_mask"]`` (for smoke tests and
         random baselines)."""

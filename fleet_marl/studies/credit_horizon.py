@@ -26,7 +26,9 @@ episode holds its last action (``held`` counts those tenant-rounds). Two branche
 them). A window stops at the episode's last round. All horizons come from one branch of
 ``max(horizons)`` rounds: ``D^k`` is its first k terms.
 
-What is compared, over the live tenant-rounds of ``episodes`` episodes (seeds ``seed``, ...):
+What is compared, over the live tenant-rounds of ``episodes`` episodes (seeds ``seed``, ...;
+on a suite task, :data:`SUITE_TASKS`, episode e is the task's train scenario ``seed + e``:
+:func:`episodes_of`):
 
 * ``share``: ``Σ|D^k − D^1| / Σ|D^1|``;
 * ``spearman``: the mean over rounds of the Spearman correlation between ``D^1`` and ``D^k``
@@ -61,15 +63,21 @@ from time import perf_counter, process_time
 import numpy as np
 
 import fleet_marl
+from fleet_marl import suite
 from fleet_marl.environment import core, scheme_rewards
 from fleet_marl.errors import UsageError
 from fleet_marl.evaluation.loading import load_policy
+from fleet_marl.studies import credit_horizon_cost as cost
 from fleet_marl.studies.publish import checkout_root, publish
 from fleet_marl.tasks import scaled
 
 HORIZONS = (1, 2, 4, 8)
 VARIANTS = ("withdrawn", "sits_out")
-TASKS = ("capped_rack", "shared_fabric", "hard", "easy", "easy_x8_auction")
+BUILTIN_TASKS = ("capped_rack", "shared_fabric", "hard", "easy", "easy_x8_auction")
+#: The credit-assignment suite's tasks measured (``fleet_marl.suite``): episode e of a row plays the
+#: task's train scenario ``seed + e``, reset with its seed (``suite.scenarios``).
+SUITE_TASKS = ("aligned_n8", "proportional_n8", "scarce_n8", "storm_n8", "power_n8", "fabric_n8")
+TASKS = BUILTIN_TASKS + SUITE_TASKS
 POLICIES = ("planner", "fair_share")
 #: A value within this share of max(1, the round's largest |D|) counts as 0.
 TOL = 1e-9
@@ -82,9 +90,10 @@ PROG = "python -m fleet_marl.studies.credit_horizon"
 
 
 def scenario(task: str) -> dict:
-    """The overrides of ``parallel_env`` for a task of :data:`TASKS`: a built-in task's name, or
-    ``easy_x8_auction``: ``easy`` scaled to 8 tenants under the auction (``tasks.scaled(8,
-    "auction")``) on 3 nodes (3 GPUs a tenant) with the servers' arrival rates tripled."""
+    """The overrides of ``parallel_env`` for a task of :data:`TASKS`: a built-in task's name (a
+    suite task's name gives its train scenario 0), or ``easy_x8_auction``: ``easy`` scaled to 8
+    tenants under the auction (``tasks.scaled(8, "auction")``) on 3 nodes (3 GPUs a tenant) with
+    the servers' arrival rates tripled."""
     if task != "easy_x8_auction":
         return {"task": task}
     sc = scaled(8, "auction")
@@ -93,6 +102,15 @@ def scenario(task: str) -> dict:
         if t["kind"] == "serve":
             t["workload"]["rate"] *= 3.0
     return {"task": "easy", **sc}
+
+
+def episodes_of(task: str, seed: int, episodes: int) -> list[tuple[dict, int]]:
+    """``[(parallel_env overrides, reset seed)]`` of a row's episodes: a suite task's train
+    scenarios ``seed`` .. ``seed + episodes − 1``, each with its own seed (the scenarios a learner
+    of the task trains on); any other task's one scenario with seeds ``seed`` .. ``seed + episodes − 1``."""
+    if task in suite.SUITE:
+        return [({"config": cfg}, s) for s, cfg in suite.scenarios(task, range(seed, seed + episodes), "train")]
+    return [(scenario(task), seed + e) for e in range(episodes)]
 
 
 @dataclass(frozen=True)
@@ -268,19 +286,25 @@ def measure(task: str, policy: str, settings: Settings | None = None, progress: 
     variant and horizon the comparison with D^1 and its cost."""
     settings = settings or Settings()
     kmax = max(settings.horizons)
-    env = fleet_marl.parallel_env(**scenario(task), reward_scheme="difference")
-    pol = load_policy(policy, env)
-    cs = branch_static(env)
-    warm = play(env, pol, settings.seed)  # untimed: the first calls load the compiled round
-    for variant in VARIANTS:
-        branches(cs, warm, warm.held, 0, kmax, variant)
-    eps = [play(env, pol, settings.seed + e) for e in range(settings.episodes)]
+    eps, statics = [], []
+    for e, (overrides, seed) in enumerate(episodes_of(task, settings.seed, settings.episodes)):
+        env = fleet_marl.parallel_env(**overrides, reward_scheme="difference")
+        pol = load_policy(policy, env)
+        cs = branch_static(env)
+        if e == 0:  # untimed: the first calls load the compiled round
+            warm = play(env, pol, seed)
+            for variant in VARIANTS:
+                branches(cs, warm, warm.held, 0, kmax, variant)
+        eps.append(play(env, pol, seed))
+        statics.append(cs)
     row: dict = {"task": task, "policy": policy, "tenants": env.kernel_static.T, "episodes": settings.episodes, "seed": settings.seed}
+    if task in suite.SUITE:
+        row["scenarios"] = f"train {settings.seed}-{settings.seed + settings.episodes - 1}"
     rounds = sum(len(ep.welfare) for ep in eps)
     tenant_rounds = int(sum(ep.live.sum() for ep in eps))
     row.update(rounds=rounds, tenant_rounds=tenant_rounds, env_ms=1e3 * float(np.concatenate([ep.env_s for ep in eps]).mean()))
     for variant in VARIANTS:
-        out = [differences(cs, ep, kmax, variant) for ep in eps]
+        out = [differences(cs, ep, kmax, variant) for cs, ep in zip(statics, eps, strict=True)]
         D = np.concatenate([o["D"] for o in out])
         d1_env = np.concatenate([ep.d1 for ep in eps])
         err = np.abs(D[:, :, 0] - d1_env)[~np.isnan(d1_env)]
@@ -324,14 +348,20 @@ def render(data: dict) -> str:
         f"Made by `{data['command']}` ({data['settings']['episodes']} episodes a row, seeds from {data['settings']['seed']}).",
         "",
     ]
-    for variant in VARIANTS:
-        out += [f"**{variant}**", ""]
+    groups = [
+        ("", [r for r in rows if r["task"] not in suite.SUITE]),
+        (" on the suite (episode e: train scenario e)", [r for r in rows if r["task"] in suite.SUITE]),
+    ]
+    for variant, (where, group) in ((v, g) for g in groups for v in VARIANTS):
+        if not group:
+            continue
+        out += [f"**{variant}**{where}", ""]
         out += [
             "| task | policy | k | share Σ\\|Dᵏ−D¹\\|/Σ\\|D¹\\| | Spearman (mean / min) | same order | sign agreement "
             "| kernel rows per tenant-round | CPU ms per round (env's round) |",
             "|---|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
-        for r in rows:
+        for r in group:
             for k, c in r[variant]["horizons"].items():
                 rho = _f(c["spearman"], ".3f") + (" ✗" if c["spearman"] is not None and c["spearman"] < ENOUGH_SPEARMAN else "")
                 sign = _f(c["sign"], ".3f") + (" ✗" if c["sign"] is not None and c["sign"] < ENOUGH_SIGN else "")
@@ -360,11 +390,14 @@ def render(data: dict) -> str:
 
 
 def blocks(root: Path) -> list[tuple[str, str, str, str]]:
-    """The publisher's blocks (``fleet_marl.studies.publish``): the doc's table, if the data is there."""
-    path = root / DATA
-    if not path.is_file():
-        return []
-    return [(DOC, START, END, render(json.loads(path.read_text())))]
+    """The publisher's blocks (``fleet_marl.studies.publish``): the doc's tables, each if its data
+    is there (the training cost's: :mod:`fleet_marl.studies.credit_horizon_cost`)."""
+    out = []
+    if (root / DATA).is_file():
+        out.append((DOC, START, END, render(json.loads((root / DATA).read_text()))))
+    if (root / cost.DATA).is_file():
+        out.append((DOC, cost.START, cost.END, cost.render(json.loads((root / cost.DATA).read_text()))))
+    return out
 
 
 def main(argv=None) -> int:
@@ -397,7 +430,7 @@ def main(argv=None) -> int:
         except UsageError as exc:
             p.error(f"{exc}; drop --save")
         (root / DATA).write_text(json.dumps(data, indent=1) + "\n")
-        publish(root, echo=lambda m: print(m, file=sys.stderr))
+        publish(root, echo=lambda m: print(m, file=sys.stderr), renderers=("fleet_marl.studies.credit_horizon",))
     return 0
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_marl.environment import FleetParallelEnv, FleetSequentialEnv
+from fleet_marl.environment.horizon import VARIANTS
 from fleet_marl.torchrl.networks import ACTIVATIONS, SHARING
 from fleet_marl.training import TrainConfigError, check_common, check_env, check_integers, check_numbers, config_env, replaced
 
@@ -54,6 +55,11 @@ class TorchRLTrainConfig:
 
     task: str = "easy"
     reward_scheme: str = "local"
+    #: rounds the difference reward looks ahead (``reward_scheme: difference``): each tenant-step's
+    #: reward is relabelled to the k-round difference D^k (fleet_marl.environment.horizon) and the
+    #: learner trains credit_horizon - 1 steps behind the collector; 1: the env's reward, as before
+    credit_horizon: int = 1
+    credit_branch: str = "sits_out"  # D^k's counterfactual: "sits_out" (out of round t only) or "withdrawn" (out from t on)
     sharing: str = "shared"
     env: dict = field(default_factory=dict)
     iterations: int = ITERATIONS
@@ -135,11 +141,35 @@ class TorchRLTrainConfig:
                 bad(name, "true or false")
         if self.activation not in ACTIVATIONS:
             bad("activation", f"one of {', '.join(ACTIVATIONS)}")
+        self._check_horizon(bad)
         check_env(self, source)
+
+    def _check_horizon(self, bad) -> None:
+        """``credit_horizon`` and ``credit_branch``: a k > 1 relabels the batches of the one sync
+        collector of the simultaneous protocol, whose env this process steps and records."""
+        k = self.credit_horizon
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.rollout:
+            bad(
+                "credit_horizon",
+                f"an integer from 1 (the env's reward) to rollout = {self.rollout} (the learner trains k - 1 steps behind)",
+            )
+        if self.credit_branch not in VARIANTS:
+            bad("credit_branch", f"one of {', '.join(map(repr, VARIANTS))}")
+        if k == 1:
+            return
+        if self.reward_scheme != "difference":
+            bad("reward_scheme", f"'difference' with credit_horizon = {k} (the k-round difference relabels the difference reward)")
+        if self.collector != "sync" or self.collectors != 1 or self.sequential:
+            bad(
+                "credit_horizon",
+                "1 unless collector: sync, collectors: 1 and the simultaneous protocol (the k-round difference branches the "
+                "core states of the env this process steps)",
+            )
 
     @property
     def run_name(self) -> str:
-        return self.name or f"{self.task}-{self.sharing}-{self.reward_scheme}{'-sequential' if self.sequential else ''}-torchrl"
+        horizon = "" if self.credit_horizon == 1 else f"_k{self.credit_horizon}{'' if self.credit_branch == 'sits_out' else '_withdrawn'}"
+        return self.name or f"{self.task}-{self.sharing}-{self.reward_scheme}{horizon}{'-sequential' if self.sequential else ''}-torchrl"
 
     @property
     def run_dir(self) -> Path:

@@ -120,6 +120,9 @@ class FleetTorchEnv(EnvBase):
         self.nvec = venv.nvec_max  # (8,) the flat mask's layout
         self._seed: int | None = seed  # the first reset's: a collector resets its env when it is built, before set_seed could reach it
         self._pending: dict[str, np.ndarray] | None = None  # the first observation of clusters reset by the vector env
+        #: steps the vector env when set (``recorder.step(venv, actions)``, a
+        #: :class:`~fleet_marl.environment.horizon.Recorder`: the k-round difference's record); None: ``venv.step``
+        self.recorder: Any = None
         self._make_specs()
 
     # --- specs --------------------------------------------------------------------------------
@@ -193,8 +196,8 @@ class FleetTorchEnv(EnvBase):
         if self._pending is not None and self._pending["ended"].any():
             b = np.flatnonzero(self._pending["ended"]).tolist()
             raise RuntimeError(f"FleetTorchEnv: step() on clusters {b} whose episode ended; call env.reset(td) (the collector does) first")
-        act = tensordict.get((GROUP, "action"))
-        obs, rew, _term, trunc, infos = self.venv.step(act.cpu().numpy())
+        act = tensordict.get((GROUP, "action")).cpu().numpy()
+        obs, rew, _term, trunc, infos = self.venv.step(act) if self.recorder is None else self.recorder.step(self.venv, act)
         mask, alive = infos["action_mask"], infos["alive"]
         state = None
         ended = infos["_final"]

@@ -27,6 +27,11 @@ Collection runs on CPU, always: the env is numpy, and the policy that samples th
 the learner's actor on ``device: cpu``, or a CPU copy of it (:class:`Sampler`) that takes the
 learner's weights after every update when the learner is on a GPU.
 
+With ``credit_horizon`` k > 1 (the sync collector, one process) the collector's env is recorded
+and every batch relabelled with the k-round difference before the learner sees it
+(:class:`~fleet_marl.torchrl.relabel.Relabel`): the learner trains k − 1 steps behind the
+collector, and :meth:`Loop.state` holds the steps held back.
+
 Nothing that learns reads the clock: the learning rate anneals over iterations
 (:meth:`~fleet_marl.torchrl.train.Learner.set_progress`); ``max_minutes`` only stops a run, after
 the iteration that passes it (:attr:`Loop.capped` says so).
@@ -49,6 +54,7 @@ from torchrl.envs.utils import ExplorationType
 
 from fleet_marl.torchrl.config import COLUMNS, TorchRLTrainConfig
 from fleet_marl.torchrl.env import GROUP, FleetTorchEnv
+from fleet_marl.torchrl.relabel import Relabel
 from fleet_marl.torchrl.sequential import AsyncTurnCollector, TurnCollector
 from fleet_marl.training import config_env
 
@@ -181,8 +187,11 @@ class Loop:
         self.restored = False  # the episodes in progress at the checkpoint were restored
         self.sampler = Sampler(learner)
         self.env: RunEnv | None = None
+        self.relabel: Relabel | None = None  # the k-round difference (credit_horizon > 1): relabels each batch
         usable = state if state is not None and state.get("key") == self._key() else None
         self.collector = self._build(tc.seed + RESUME_STRIDE * first, usable)
+        if self.relabel is not None and self.restored and usable is not None and "credit" in usable:
+            self.relabel.load_state_dict(usable["credit"])  # the steps held back at the checkpoint
         if state is not None:
             torch.set_rng_state(state["torch_rng"])  # last: building the collector may have drawn from it
 
@@ -205,6 +214,8 @@ class Loop:
             resume = state.get("env") if state is not None else None
             self.env = config_env(RunEnv, tc, tc.num_envs, seed=seed, resume=resume)
             self.restored = resume is not None
+            if tc.credit_horizon > 1:  # before the collector steps the env: every step is recorded
+                self.relabel = Relabel(self.env, tc.credit_horizon, tc.credit_branch)
             return Collector(self.env, sampler.actor, frames_per_batch=self.frames, auto_register_policy_transforms=False, **kwargs)
         # worker processes (this one keeps ``threads`` torch threads; TorchRL's default would be the cores minus the workers)
         workers = dict(num_sub_threads=1, num_threads=tc.threads or None)
@@ -233,6 +244,7 @@ class Loop:
             "num_envs": tc.num_envs,
             "collector": tc.collector,
             "collectors": tc.collectors,
+            **({"credit": (tc.credit_horizon, tc.credit_branch)} if tc.credit_horizon > 1 else {}),
         }
 
     def state(self) -> dict:
@@ -244,6 +256,8 @@ class Loop:
             out["turns"] = self.collector.state_dict()
         elif self.env is not None:
             out["env"] = self.env.snapshot()
+            if self.relabel is not None:
+                out["credit"] = self.relabel.state_dict()
         return out
 
     # --- the loop ---------------------------------------------------------------------------------
@@ -260,7 +274,7 @@ class Loop:
             done = data.get(("next", "done")).squeeze(-1)
             welfare = data.get(("next", "episode_welfare")).squeeze(-1)[done]
             lr = learner.set_progress((it - 1) / tc.iterations)  # over iterations only: the same in every run
-            stats = learner.update(data)
+            stats = learner.update(data if self.relabel is None else self.relabel(data))
             self.sampler.sync()
             self.collector.update_policy_weights_()
             now = time.time()

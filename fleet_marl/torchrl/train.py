@@ -12,7 +12,9 @@ two cores, not reproducible) or, with ``collectors: K``, their multi-process for
 (``anneal_lr``) on ``device`` (the env and the collection stay on CPU). A tenant's samples count only while it is
 in its episode (``("agents", "mask")``); one that finishes at step t is done there (no
 bootstrap). A cluster's truncation (``max_cycles``) bootstraps every tenant still in it.
-``max_minutes`` is a safety cap on wall time: a run it stops says so.
+``max_minutes`` is a safety cap on wall time: a run it stops says so. ``credit_horizon: k`` (with
+``reward_scheme: difference``) trains on the k-round difference, each batch relabelled k − 1
+steps behind the collector (:mod:`fleet_marl.torchrl.relabel`).
 
 Under the sequential protocol (``env: {protocol: sequential, turn_order: ...}``) the collector
 is :class:`~fleet_marl.torchrl.sequential.TurnCollector` (``AsyncTurnCollector`` for
