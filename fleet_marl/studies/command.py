@@ -14,7 +14,10 @@ neither Ray nor torch, and every option is checked before either starts. Trainin
 engine's extra (:data:`NEEDS`: ``[torchrl]``; :data:`RLLIB_NEEDS`: ``[rllib]``), ``--report``
 only the ``[plot]`` extra; without it the command says which to install and exits with code 2.
 ``--docs`` saves the study under ``docs/data/`` and publishes the docs
-(:func:`fleet_marl.studies.credit.report.write_docs`).
+(:func:`fleet_marl.studies.credit.report.write_docs`). ``--suite`` runs the study on the
+credit-assignment suite instead (:class:`~fleet_marl.studies.credit.suite_design.SuiteStudy`,
+``--families``; TorchRL only, no ``--docs`` yet) and reports it with
+:mod:`fleet_marl.studies.credit.suite_report`.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import sys
 from typing import Any
 
 from fleet_marl.errors import require
-from fleet_marl.studies.credit import report, runs
+from fleet_marl.studies.credit import report, runs, suite_report
+from fleet_marl.studies.credit.suite_design import SUITE_ARMS, SuiteStudy
 from fleet_marl.studies.credit.torchrl_design import ARMS, Study
 from fleet_marl.studies.store import StudyError
 from fleet_marl.training import TrainConfigError, engines
@@ -46,6 +50,9 @@ EXAMPLES = """examples:
   fleet-marl compare --address auto               # each run a Ray task on the cluster this machine joined (ray start)
   fleet-marl compare --address ray://head:10001 --device cuda --gpus-per-run 0.25   # learners on the cluster's GPUs
   fleet-marl compare --engine rllib --quick       # the same study on RLlib (its own folder, runs/credit_study_quick_rllib)
+  fleet-marl compare --suite --quick              # the study on the credit-assignment suite, its pipeline check
+  fleet-marl compare --suite                      # ... in full: 4 families x N = 8..64 x 5 arms x 10 seeds (resumable)
+  fleet-marl compare --suite --families scarce,power --n 8,32 --arms local,difference --seeds 3
 
 A stopped study resumes: run the same command again and the runs already in
 <out>/results.csv are skipped (sessions.csv adds up the wall time). Every run trains with the
@@ -66,8 +73,27 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
         "CSV columns on each, a folder of its own (default <out>_<engine>); rllib: on this machine, on cpu, --jobs 1 or 2",
     )
     c.add_argument("--quick", action="store_true", help="N = 2, 4, two seeds, tiny budgets: checks the pipeline, not the science")
-    c.add_argument("--n", default=None, metavar="N,N", help="tenant counts (default 2,4,8,16,32,64; quick 2,4)")
-    c.add_argument("--arms", default=None, metavar="A,A", help="scaling arms (default all: " + ",".join(ARMS) + ")")
+    c.add_argument(
+        "--suite",
+        action="store_true",
+        help="the study on the credit-assignment suite (fleet-marl suite list): each family's tasks at each N, every run graded on "
+        "held-out and train scenarios (TorchRL only; default folder runs/credit_suite, quick runs/credit_suite_quick)",
+    )
+    c.add_argument(
+        "--families",
+        default=None,
+        metavar="F,F",
+        help="with --suite: the suite's families (default " + ",".join(SuiteStudy.families) + "; quick aligned,power)",
+    )
+    c.add_argument(
+        "--n", default=None, metavar="N,N", help="tenant counts (default 2,4,8,16,32,64; quick 2,4; --suite 8,16,32,64, quick 4)"
+    )
+    c.add_argument(
+        "--arms",
+        default=None,
+        metavar="A,A",
+        help="scaling arms (default all: " + ",".join(ARMS) + "; --suite " + ",".join(SUITE_ARMS) + ")",
+    )
     c.add_argument("--mechanisms", default=None, metavar="M,M", help="arbiters of the scaling part (default proportional,auction)")
     c.add_argument("--iterations", type=int, default=None, help="PPO iterations per scaling run (default 24; sharing runs 32)")
     c.add_argument(
@@ -129,6 +155,16 @@ def _check_engine(args: argparse.Namespace) -> None:
             f"--docs with --engine {args.engine}: the docs publish the study's runs on {ENGINES[0]}; drop --docs "
             "(the report is in the study folder)"
         )
+    suite = getattr(args, "suite", False)
+    if suite:
+        for option, given in (("--engine", args.engine != ENGINES[0]), ("--mechanisms", args.mechanisms), ("--docs", args.docs)):
+            if given:
+                raise StudyError(
+                    f"{option} with --suite: the study on the suite runs on {ENGINES[0]} over families (--families), "
+                    "and is not published to the docs yet; drop it"
+                )
+    elif getattr(args, "families", None):
+        raise StudyError(f"--families {args.families!r}: the families are the study on the suite's; add --suite")
 
 
 def study_from_args(args: argparse.Namespace) -> Study:
@@ -141,12 +177,14 @@ def study_from_args(args: argparse.Namespace) -> Study:
         changes["arms"] = _names(args.arms)
     if args.mechanisms:
         changes["mechanisms"] = _names(args.mechanisms)
+    if getattr(args, "families", None):
+        changes["families"] = _names(args.families)
     for name in ("seeds", "episodes", "iterations", "device", "out"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
     if args.out is None and args.engine != ENGINES[0]:  # a folder of its own: study.json names the engine
         changes["out"] = f"{runs.make_study(args.quick).out}_{args.engine}"
-    study = runs.make_study(args.quick, **changes)
+    study = runs.make_study(args.quick, suite=getattr(args, "suite", False), **changes)
     study.check()
     return study
 
@@ -161,7 +199,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         _check_engine(args)
         # MissingExtra: the CLI prints how to install it (exit code 2)
-        if args.report:
+        if args.report and getattr(args, "suite", False):
+            pass  # the suite's report is tables only
+        elif args.report:
             require("matplotlib", "plot", "fleet-marl compare --report")
         elif args.engine == "rllib":
             require(RLLIB_NEEDS, "rllib", "fleet-marl compare --engine rllib")
@@ -182,7 +222,11 @@ def run(args: argparse.Namespace) -> int:
                 overwrite=args.overwrite,
                 progress=progress,
             )
-        report.report(study.out, echo=print if progress or args.report else (lambda *_: None))
+        echo = print if progress or args.report else (lambda *_: None)
+        if isinstance(study, SuiteStudy):
+            suite_report.report(study.out, echo=echo)
+        else:
+            report.report(study.out, echo=echo)
         if args.docs:
             report.write_docs(study.out)
     except (StudyError, TrainConfigError) as exc:

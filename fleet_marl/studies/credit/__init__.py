@@ -10,12 +10,15 @@ module                what it owns
 ``runs``              the study on an engine: :func:`make_study`, :func:`prepare` (the folder,
                       ``study.json``, resuming), :func:`run` (the missing runs)
 ``torchrl_design``    :class:`Study`: the design (arms, parts, budgets, columns)
+``suite_design``      :class:`SuiteStudy`: the study on the credit-assignment suite (``--suite``):
+                      families x n x arms, graded on held-out and train scenarios
 ``torchrl_runs``      one run on TorchRL (the trainer's loop, graded along the way) and the
                       process pool that runs them
 ``torchrl_ray``       the same runs as Ray tasks on a cluster (``--address``)
 ``stats``             means and 95% Student-t intervals across seeds
 ``torchrl_tables``    the study's tables and verdicts
 ``plots``             the study's plots
+``suite_report``      the suite study's tables, verdicts per family and ``summary.md``
 ``report``            :func:`report` (``summary.md`` and the plots), :func:`write_docs` (a study
                       into ``docs/data/`` and ``docs/img/``, then the docs published) and the
                       blocks of ``docs/credit_assignment.md`` rendered from the committed data
@@ -34,6 +37,7 @@ from fleet_marl._lazy import lazy_exports
 
 _NAMES = {
     "Study": "torchrl_design",
+    "SuiteStudy": "suite_design",
     "StudyError": "runs",
     "ENGINES": "runs",
     "make_study": "runs",
@@ -44,4 +48,4 @@ _NAMES = {
 __getattr__, __dir__ = lazy_exports(__name__, _NAMES)
 
 
-__all__ = ["ENGINES", "Study", "StudyError", "make_study", "prepare", "run"]  # the lazy names of _NAMES
+__all__ = ["ENGINES", "Study", "StudyError", "SuiteStudy", "make_study", "prepare", "run"]  # the lazy names of _NAMES

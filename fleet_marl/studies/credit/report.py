@@ -61,6 +61,8 @@ def load(out: str | Path) -> dict:
 def report(out: str | Path, echo: Callable[..., Any] = print) -> dict:
     """``summary.md`` and the plots of the study in ``out``, into the study folder; returns what it wrote."""
     data = load(out)
+    if "families" in data["settings"]:  # study.json of a study on the suite (fleet_marl.studies.credit.suite_report)
+        raise StudyError(f"--out {str(out)!r} holds the study on the suite: add --suite to report it")
     img = torchrl_plots(data, data["out"])
     body = text(data, img)
     path = data["out"] / "summary.md"
@@ -92,6 +94,10 @@ def write_docs(
     if not (out / "study.json").is_file():
         raise StudyError(f"--out {str(out)!r}: no study.json; --docs needs a study run by fleet-marl compare")
     settings = json.loads((out / "study.json").read_text())
+    if "families" in settings:
+        raise StudyError(
+            f"--docs with the study on the suite in {str(out)!r}: it is not published yet; drop --docs (the report is in the study folder)"
+        )
     if "engine" in settings:
         raise StudyError(
             f"--docs with the study in {str(out)!r}, run on {settings['engine']}: the docs publish the study's runs on the "

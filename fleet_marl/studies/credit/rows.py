@@ -8,6 +8,7 @@ CSVs mean the same on every engine:
 
 :func:`point`      one row of ``curves.csv``: a graded iteration
 :func:`result`     the engine's part of a ``results.csv`` row: budget, the last grading, timing
+:func:`hindsight`  the gap to the hindsight reference of a grading that played it (a design's column)
 :func:`study_row`  the study's part: the run's key, its arm, convergence and steps to 90% of
                    the final score; returns the run's ``(row, curve rows)``
 :func:`caught`     a run in a worker: its ``(key, (row, curve))``, or ``(key, message)``
@@ -69,11 +70,23 @@ def result(iterations: int, env_steps: int, agent_steps: int, ev: Any, seconds: 
     }
 
 
+def hindsight(ev: Any) -> dict:
+    """The gap of an evaluation ``ev`` that played the hindsight reference
+    (:attr:`~fleet_marl.evaluation.score.Evaluation.gap_to_hindsight`, empty where the reference
+    does not beat random) and the reference's mean welfare."""
+    gap = ev.gap_to_hindsight
+    return {
+        "gap": "" if gap is None else float(gap),
+        "hindsight_welfare": "" if ev.hindsight_welfare is None else float(np.mean(ev.hindsight_welfare)),
+    }
+
+
 def study_row(study: Study, key: tuple, res: dict, curve: list[dict]) -> tuple[dict, list[dict]]:
     """The results row and curve rows of the run ``key``, from what its engine measured
     (``res``: :func:`result`; ``curve``: a :func:`point` per graded iteration, the 80% point
     among them). Converged: the graded welfare rose by less than ``study.converge_tol`` over
-    the last 20% of the budget."""
+    the last 20% of the budget. The row holds the design's columns (``study.RESULT_COLUMNS``)
+    of what was measured."""
     ids = dict(zip(KEY, key, strict=True))
     scheme, sharing = study.arm(key)
     at80 = next(c for c in curve if c["iteration"] == max(1, round(0.8 * res["iterations"])))
@@ -92,6 +105,7 @@ def study_row(study: Study, key: tuple, res: dict, curve: list[dict]) -> tuple[d
         "agent_steps_to_90": reached["agent_steps"] if reached else "",
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
+    row = {k: v for k, v in row.items() if k in study.RESULT_COLUMNS}  # the design's columns (an engine may measure more)
     return row, [{**ids, **c} for c in curve]
 
 
@@ -105,4 +119,4 @@ def caught(run_one: Callable[[Study, tuple], tuple[dict, list[dict]]], study: St
         return key, text.splitlines()[-1] if text else type(exc).__name__
 
 
-__all__ = ["caught", "graded", "point", "result", "study_row"]
+__all__ = ["caught", "graded", "hindsight", "point", "result", "study_row"]

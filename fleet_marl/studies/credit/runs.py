@@ -1,6 +1,7 @@
 """The credit-assignment study, run on an engine: its folder, resuming and the scheduler.
 
-The study is one design (:class:`~fleet_marl.studies.credit.torchrl_design.Study`) whose runs an
+The study is one design (:class:`~fleet_marl.studies.credit.torchrl_design.Study`, or the study
+on the suite, :class:`~fleet_marl.studies.credit.suite_design.SuiteStudy`: TorchRL only) whose runs an
 engine's module trains (:data:`RUNNERS`: the engines of the registry,
 :data:`fleet_marl.training.engines.ENGINES`, that the study has runs for: TorchRL's,
 :mod:`~fleet_marl.studies.credit.torchrl_runs`, the default, on this machine's processes or,
@@ -17,6 +18,7 @@ the engine when it is not the default, so a study folder holds one engine's runs
                     finishes, so a stopped study resumes where it stopped
 
     out = run(make_study(ns=(2, 4), seeds=3))              # the missing runs
+    out = run(make_study(suite=True, quick=True))          # the study on the suite, its pipeline check
     out = run(make_study(), address="auto")                 # ... on the Ray cluster this machine joined
     out = run(make_study(quick=True, out="runs/q_rllib"), engine="rllib")   # ... on RLlib
     report(out)                                            # fleet_marl.studies.credit.report
@@ -31,6 +33,7 @@ from typing import Any
 
 from fleet_marl.studies import store
 from fleet_marl.studies.credit import rllib_runs, torchrl_ray, torchrl_runs
+from fleet_marl.studies.credit.suite_design import SuiteStudy
 from fleet_marl.studies.credit.torchrl_design import Study
 from fleet_marl.studies.store import StudyError
 from fleet_marl.training import engines
@@ -41,9 +44,13 @@ RUNNERS = {"torchrl": torchrl_runs, "rllib": rllib_runs}
 ENGINES = tuple(e for e in engines.ENGINES if e in RUNNERS)
 
 
-def make_study(quick: bool = False, **changes: Any) -> Study:
-    """The study (its ``quick`` pipeline check, or the full study) with ``changes``; unchecked."""
-    return Study.quick(**changes) if quick else Study(**changes)
+def make_study(quick: bool = False, suite: bool = False, **changes: Any) -> Study:
+    """The study (its ``quick`` pipeline check, or the full study) with ``changes``; unchecked.
+    ``suite``: the study on the credit-assignment suite
+    (:class:`~fleet_marl.studies.credit.suite_design.SuiteStudy`) instead of the scaling and
+    sharing parts."""
+    cls = SuiteStudy if suite else Study
+    return cls.quick(**changes) if quick else cls(**changes)
 
 
 def settings(study: Study, engine: str = ENGINES[0]) -> dict:
@@ -87,6 +94,8 @@ def run(
             f"--engine {engine!r}: the study runs on {', '.join(ENGINES)} (the engines it has runs for; "
             f"the registry's engines are {', '.join(engines.ENGINES)})"
         )
+    if isinstance(study, SuiteStudy) and engine != ENGINES[0]:
+        raise StudyError(f"--engine {engine!r} with --suite: the study on the suite runs on {ENGINES[0]} only")
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise StudyError(f"--jobs {jobs!r}: expected an integer >= 1")
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, (int, float)) or gpus < 0):
@@ -101,7 +110,8 @@ def run(
     todo = [k for k in study.runs() if k not in done]
     where = f" on the Ray cluster at {address}" if address else ""
     on = "" if engine == ENGINES[0] else f" on {engine}"
-    echo(f"credit-assignment study in {out}{where}{on}: {len(study.runs())} runs, {len(done)} done, {len(todo)} to go{study.budget_note()}")
+    name = "credit-assignment study on the suite" if isinstance(study, SuiteStudy) else "credit-assignment study"
+    echo(f"{name} in {out}{where}{on}: {len(study.runs())} runs, {len(done)} done, {len(todo)} to go{study.budget_note()}")
     if not todo:
         return out
     if address is not None:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from fleet_marl.config import MECHANISMS
+from fleet_marl.evaluation import reference_episodes
 from fleet_marl.studies.store import StudyError
 from fleet_marl.tasks import TASKS, scaled
 
@@ -103,6 +104,11 @@ CURVE_COLUMNS = (
 SESSION_COLUMNS = ("started", "stopped", "wall_seconds", "runs_done", "jobs", "version")
 
 
+def _bad(name: str, value: Any, expected: str):
+    """A :class:`StudyError` naming the option of setting ``name``, its value and what was expected."""
+    raise StudyError(f"--{name.replace('_', '-')} {value!r}: expected {expected}")
+
+
 @dataclass
 class Study:
     """One study (see the module docstring). Every field but ``out`` is recorded in
@@ -135,7 +141,7 @@ class Study:
     shapley_samples: int = 16  # sampled permutations above 8 tenants
     eval_fractions: tuple = (0.25, 0.5, 0.8, 1.0)  # of the budget, where the grader grades (0.8 and 1.0 decide convergence)
     episodes: int = 4  # grader episodes (seeds 0 .. episodes - 1) at each graded point
-    max_cycles: int = 100
+    max_cycles: int | None = 100  # rounds an episode (a design on tasks with their own episodes may take None: theirs)
     converge_tol: float = 0.02
     device: str = "cpu"  # the runs' learner (the env and collection stay on CPU); recorded in study.json only when not cpu
     out: str = "runs/credit_study"
@@ -166,9 +172,7 @@ class Study:
         return cls(**base)
 
     def check(self) -> None:
-        def bad(name, value, expected):
-            raise StudyError(f"--{name.replace('_', '-')} {value!r}: expected {expected}")
-
+        bad = _bad
         for name, allowed in (("arms", ARMS), ("sharing_arms", SHARING_ARMS), ("mechanisms", MECHANISMS), ("sharing_tasks", TASKS)):
             values = getattr(self, name)
             for v in values:
@@ -183,20 +187,29 @@ class Study:
                 bad("n", n, "tenant counts between 1 and 256")
         if len(set(self.ns)) != len(self.ns):
             bad("n", ",".join(map(str, self.ns)), "a list without repeats")
-        for name, lo in (
-            ("seeds", 1),
-            ("iterations", 3),
-            ("sharing_iterations", 3),
-            ("agents_per_step", 1),
-            ("min_envs", 1),
-            ("rollout", 1),
-            ("epochs", 1),
-            ("minibatches", 1),
-            ("shapley_samples", 1),
-            ("episodes", 1),
-            ("max_cycles", 2),
-            ("shapley_max_n", 0),
-        ):
+        self.check_budget()
+
+    #: The integer settings :meth:`check_budget` checks, each with its least value.
+    INTEGERS: ClassVar[tuple[tuple[str, int], ...]] = (
+        ("seeds", 1),
+        ("iterations", 3),
+        ("sharing_iterations", 3),
+        ("agents_per_step", 1),
+        ("min_envs", 1),
+        ("rollout", 1),
+        ("epochs", 1),
+        ("minibatches", 1),
+        ("shapley_samples", 1),
+        ("episodes", 1),
+        ("max_cycles", 2),
+        ("shapley_max_n", 0),
+    )
+
+    def check_budget(self) -> None:
+        """Check the budgets, the grading fractions, the convergence tolerance and the device
+        (a :class:`StudyError` naming the option); every design's :meth:`check` ends with it."""
+        bad = _bad
+        for name, lo in self.INTEGERS:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 bad(name, v, f"an integer >= {lo}" + (" (80% of the budget must come before its end)" if lo == 3 else ""))
@@ -277,8 +290,8 @@ class Study:
         """The :class:`~fleet_marl.torchrl.config.TorchRLTrainConfig` of the run ``key``."""
         from fleet_marl.torchrl.config import TorchRLTrainConfig  # torch: only when a run trains
 
-        part, setting, n, arm, seed = key
-        scheme, sharing = (ARMS if part == "scaling" else SHARING_ARMS)[arm]
+        part, setting, n, _, seed = key
+        scheme, sharing = self.arm(key)
         task, env = self.env(part, setting, n)
         if scheme == "shapley":
             env["shapley_samples"] = self.shapley_samples
@@ -329,6 +342,25 @@ class Study:
     def arm(key: tuple) -> tuple[str, str]:
         """(reward scheme, sharing scheme) of the run ``key``."""
         return (ARMS if key[0] == "scaling" else SHARING_ARMS)[key[3]]
+
+    # --- how a run is graded (the hooks a design on other tasks changes) -------------------------
+
+    def grading(self, key: tuple) -> dict:
+        """The keyword arguments of the run ``key``'s grading
+        (:func:`~fleet_marl.studies.credit.torchrl_runs.train_and_grade`): none here, the grader
+        plays the run's own env (:meth:`env`) on seeds 0 .. episodes - 1."""
+        return {}
+
+    def reference_jobs(self, todo: list[tuple]) -> list[tuple]:
+        """What to compute before the runs ``todo`` (the grader's reference episodes, cached on
+        disk, once per setting rather than in every run): one job for :meth:`reference` each."""
+        seeds = list(range(self.episodes))
+        return [(*self.env(*r), name, seeds) for r in sorted({k[:3] for k in todo}) for name in ("random", "planner")]
+
+    def reference(self, job: tuple) -> None:
+        """Compute (and cache) one job of :meth:`reference_jobs`: a reference's episodes."""
+        task, overrides, name, seeds = job
+        reference_episodes(task, name, seeds, overrides, progress=None)
 
 
 __all__ = ["ARMS", "CURVE_COLUMNS", "ENGINE", "KEY", "PARTS", "RESULT_COLUMNS", "SESSION_COLUMNS", "SHARING_ARMS", "Study", "StudyError"]

@@ -86,7 +86,7 @@ def run_all(
                 f"{ray.cluster_resources().get('GPU', 0):g} GPUs; a run asks for {cpus:g} CPU(s) and {gpus:g} GPU(s)"
             )
         limit = min(jobs, fits) if jobs else fits
-        session = Session(out, limit)
+        session = Session(out, limit, columns=(study.RESULT_COLUMNS, study.CURVE_COLUMNS))
         task = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=0)(run_caught)
         try:
             session.run_on_ray(task, study, todo, limit, f"runs on {address}", progress)

@@ -27,34 +27,69 @@ import multiprocessing
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-from fleet_marl.evaluation import reference_episodes
+from fleet_marl.evaluation import evaluate
 from fleet_marl.studies import store
 from fleet_marl.studies.credit import rows
 from fleet_marl.studies.credit.torchrl_design import CURVE_COLUMNS, RESULT_COLUMNS, SESSION_COLUMNS, Study
 from fleet_marl.studies.store import StudyError
 
 
-def train_and_grade(tc: Any, eval_at: list[int], episodes: int) -> tuple[dict, list[dict]]:
+def train_and_grade(
+    tc: Any,
+    eval_at: list[int],
+    episodes: int,
+    overrides: dict | None = None,
+    hindsight: bool = False,
+    final: Callable[[Any, Callable[[dict, bool], Any]], dict] | None = None,
+) -> tuple[dict, list[dict]]:
     """Train ``tc`` (sync collector, its iterations; no files) and grade at the iterations
     ``eval_at`` (the last must be ``tc.iterations``) on grader seeds 0 .. episodes - 1.
-    Returns (the run's measures, one curve row per graded iteration)."""
+    Returns (the run's measures, one curve row per graded iteration).
+
+    ``overrides``: the grader's env overrides (default ``tc.env``: the env the run trained on;
+    a suite task's split goes here). ``hindsight``: the last grading plays the hindsight
+    reference too (its cached episodes), for the gap (:meth:`Evaluation.gap_to_hindsight`).
+    ``final(ev, play)``: more measures of the trained policy, for the run's row: ``ev`` is the
+    last grading, ``play(changes, hindsight)`` grades the policy again with ``changes`` to the
+    overrides (its time counts in ``eval_seconds``). The measures also hold ``cpu_seconds`` and
+    ``eval_cpu_seconds`` (this process's CPU time, which a shared core does not inflate) and,
+    with ``hindsight``, ``gap`` and ``hindsight_welfare``: a design keeps the columns it has."""
     import torch  # torch: only in a run
 
-    from fleet_marl.torchrl.train import Learner, Loop, grade  # torch and TorchRL: only in a run
+    from fleet_marl.torchrl.train import Learner, Loop  # torch and TorchRL: only in a run
 
     if not eval_at or eval_at[-1] != tc.iterations:
         raise ValueError(f"eval_at = {eval_at!r}: expected iterations ending with the last, {tc.iterations}")
     torch.set_num_threads(max(tc.threads, 1))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     learner = Learner(tc, tc.signature())
     loop = Loop(tc, learner)
+    grader_env = dict(tc.env if overrides is None else overrides)
+    clock = {"wall": 0.0, "cpu": 0.0}
+
+    def play(changes: dict, with_hindsight: bool) -> Any:
+        te, ce = time.perf_counter(), time.process_time()
+        try:
+            return evaluate(
+                tc.task,
+                lambda env: learner.policy(env),  # noqa: PLW0108 -- the grader takes a function (inspect.isfunction), not a bound method
+                episodes=episodes,
+                seed=0,
+                overrides={**grader_env, **changes},
+                progress=False,
+                hindsight=with_hindsight,
+            )
+        finally:
+            clock["wall"] += time.perf_counter() - te
+            clock["cpu"] += time.process_time() - ce
+
     curve: list[dict] = []
-    eval_seconds = 0.0
     welfare_since: list[float] = []
     ev = None
     try:
@@ -62,9 +97,7 @@ def train_and_grade(tc: Any, eval_at: list[int], episodes: int) -> tuple[dict, l
             if row["welfare"] != "":
                 welfare_since.append(float(row["welfare"]))
             if row["iteration"] in eval_at:
-                te = time.perf_counter()
-                ev = grade(learner, tc, episodes)
-                eval_seconds += time.perf_counter() - te
+                ev = play({}, hindsight and row["iteration"] == tc.iterations)
                 curve.append(
                     rows.point(row["iteration"], row["env_steps"], row["agent_steps"], welfare_since, ev, time.perf_counter() - t0)
                 )
@@ -73,16 +106,22 @@ def train_and_grade(tc: Any, eval_at: list[int], episodes: int) -> tuple[dict, l
         credit_seconds = loop.env.venv.credit_seconds if loop.env is not None else float("nan")
     finally:
         loop.close()
-    seconds = time.perf_counter() - t0
     assert ev is not None  # eval_at ends with the last iteration: the run was graded there
+    extra = final(ev, play) if final is not None else {}
+    seconds = time.perf_counter() - t0
     n_agents = len(learner.sig["possible_agents"])
-    result = rows.result(tc.iterations, env_steps, env_steps * n_agents, ev, seconds, eval_seconds, credit_seconds)
+    result = rows.result(tc.iterations, env_steps, env_steps * n_agents, ev, seconds, clock["wall"], credit_seconds)
+    result.update(cpu_seconds=round(time.process_time() - c0, 2), eval_cpu_seconds=round(clock["cpu"], 2))
+    if hindsight:
+        result.update(rows.hindsight(ev))
+    result.update(extra)
     return result, curve
 
 
 def run_one(study: Study, key: tuple) -> tuple[dict, list[dict]]:
-    """Train and grade the run ``key``; returns its results row and its curve rows."""
-    res, curve = train_and_grade(study.train_config(key), study.eval_at(key[0]), study.episodes)
+    """Train and grade the run ``key`` as its design says (:meth:`Study.grading`); returns its
+    results row (the design's columns) and its curve rows."""
+    res, curve = train_and_grade(study.train_config(key), study.eval_at(key[0]), study.episodes, **study.grading(key))
     return rows.study_row(study, key, res, curve)
 
 
@@ -105,8 +144,8 @@ def versions(dists: tuple[str, ...] = ("fleet_marl", "torch", "torchrl")) -> str
 
 
 def _reference(args: tuple) -> None:
-    task, overrides, name, seeds = args
-    reference_episodes(task, name, seeds, overrides, progress=None)
+    study, job = args
+    study.reference(job)
 
 
 def run_caught(args: tuple) -> tuple[tuple, tuple | str]:
@@ -129,10 +168,18 @@ class Session:
     :meth:`add` appends a finished run to ``curves.csv`` and ``results.csv`` (or notes a failed
     one), and this session's row of ``sessions.csv`` is rewritten after each, so a kill loses at
     most the time since the last; :meth:`close` raises the failures. ``dists``: the
-    distributions whose versions the session records (:func:`versions`)."""
+    distributions whose versions the session records (:func:`versions`); ``columns``: the
+    design's (results, curves) columns (:attr:`Study.RESULT_COLUMNS`, :attr:`Study.CURVE_COLUMNS`)."""
 
-    def __init__(self, out: Path, jobs: int, dists: tuple[str, ...] = ("fleet_marl", "torch", "torchrl")):
+    def __init__(
+        self,
+        out: Path,
+        jobs: int,
+        dists: tuple[str, ...] = ("fleet_marl", "torch", "torchrl"),
+        columns: tuple[tuple[str, ...], tuple[str, ...]] = (RESULT_COLUMNS, CURVE_COLUMNS),
+    ):
         self.out, self.jobs = out, jobs
+        self.result_columns, self.curve_columns = columns
         self.started = time.time()
         self.earlier = store.read_rows(out / "sessions.csv")
         self.version = versions(dists)
@@ -158,8 +205,8 @@ class Session:
             self.failed.append(f"{'/'.join(map(str, key))}: {result}")
             return f"{'/'.join(map(str, key))} failed"
         row, curve = result
-        store.append(self.out / "curves.csv", CURVE_COLUMNS, curve)  # the curve first: results.csv marks the run done
-        store.append(self.out / "results.csv", RESULT_COLUMNS, [row])
+        store.append(self.out / "curves.csv", self.curve_columns, curve)  # the curve first: results.csv marks the run done
+        store.append(self.out / "results.csv", self.result_columns, [row])
         self.finished += 1
         self.record()
         return f"last {key[1]} N={key[2]} {key[3]} seed {key[4]}: score {row['score']:.2f}, {row['run_seconds']:.0f}s"
@@ -206,20 +253,18 @@ class Session:
 def run_all(study: Study, out: Path, todo: list[tuple], jobs: int, progress: bool) -> None:
     """The runs ``todo`` of ``study`` in ``jobs`` worker processes, each appended to the CSVs of
     ``out`` as it finishes, and this session's row of ``sessions.csv``."""
-    session = Session(out, jobs)
-    # the grader's references (random and planner episodes, cached on disk) once per setting, before the runs need them
-    refs = sorted({k[:3] for k in todo})
-    seeds = list(range(study.episodes))
+    session = Session(out, jobs, columns=(study.RESULT_COLUMNS, study.CURVE_COLUMNS))
+    # the grader's references (cached on disk) once per setting, before the runs need them: the design says which
     # multiprocessing.Pool rather than concurrent.futures: on Ctrl-C (or any error) terminate() stops
     # the workers at once, where ProcessPoolExecutor's exit waits for the runs under way
     pool = multiprocessing.get_context("spawn").Pool(jobs, initializer=_init_worker)
     try:
-        jobs_refs = [(*study.env(*r), name, seeds) for r in refs for name in ("random", "planner")]
+        ref_jobs = [(study, job) for job in study.reference_jobs(todo)]
         for _ in tqdm(
-            pool.imap_unordered(_reference, jobs_refs),
-            total=len(jobs_refs),
-            desc="references (random, planner)",
-            unit="setting",
+            pool.imap_unordered(_reference, ref_jobs),
+            total=len(ref_jobs),
+            desc="references",
+            unit="job",
             disable=not progress,
             leave=False,
         ):

@@ -15,6 +15,9 @@ from the rows of its ``results.csv``.
                            being worth it
 =========================  ====================================================================
 
+The verdicts take the part they read (``part``: ``scaling``, or the suite study's ``suite``,
+:mod:`~fleet_marl.studies.credit.suite_report`, which applies the same rules per family).
+
 **Decision rules** (95% Student-t intervals across seeds, paired by seed; a margin ``m`` of
 :data:`MARGIN` of the grader's score, the random-to-planner range):
 
@@ -66,7 +69,7 @@ def value(row: dict, col: str) -> float:
 
 def arms_of(part: str, rows: list[dict]) -> list[str]:
     """The arms of ``part`` that ``rows`` hold, in the study's order."""
-    order = list(ARMS if part == "scaling" else SHARING_ARMS)
+    order = list(SHARING_ARMS if part == "sharing" else ARMS)
     return [a for a in order if any(r["arm"] == a for r in rows)]
 
 
@@ -146,7 +149,7 @@ def summary_table(rows: list[dict], part: str) -> str:
 def paired_table(rows: list[dict], part: str) -> str:
     """Each arm minus the baseline (``difference``; ``shared`` for sharing), paired by seed:
     score, welfare, Jain and starvation events."""
-    base = "difference" if part == "scaling" else "shared"
+    base = "shared" if part == "sharing" else "difference"
     cols = (
         ("score", "Δ score", "{:+.3f}"),
         ("eval_welfare", "Δ welfare", "{:+.1f}"),
@@ -188,12 +191,13 @@ def unconverged_table(rows: list[dict], tol: float) -> str:
     return "\n".join(lines)
 
 
-def cost_table(rows: list[dict], skipped: list) -> str:
+def cost_table(rows: list[dict], skipped: list, part: str = "scaling") -> str:
     """Reward computation per env step (the env's credit engine, ms) of each scheme by N,
-    across both arbiters, and Shapley's cost over difference's."""
-    rs = select(rows, "scaling")
+    across the settings of ``part`` (both arbiters; the suite's families), and Shapley's cost
+    over difference's."""
+    rs = select(rows, part)
     ns = sorted({int(r["n"]) for r in rs})
-    arms = [a for a in arms_of("scaling", rows) if a != "mappo"]
+    arms = [a for a in arms_of(part, rows) if a != "mappo"]
     head = ["N", *(f"`{a}`" for a in arms), "shapley / difference"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for n in ns:
@@ -218,25 +222,21 @@ def _slope(ns: list[int], gaps: list[float]) -> float:
     return float(np.polyfit(x, y, 1)[0])
 
 
-def verdict_global(rows: list[dict], setting: str) -> dict:
+def verdict_global(rows: list[dict], setting: str, part: str = "scaling") -> dict:
     ns = sorted(
-        {int(r["n"]) for r in select(rows, "scaling", setting, arm="global")}
-        & {int(r["n"]) for r in select(rows, "scaling", setting, arm="difference")}
+        {int(r["n"]) for r in select(rows, part, setting, arm="global")}
+        & {int(r["n"]) for r in select(rows, part, setting, arm="difference")}
     )
     if len(ns) < 2:
         return {"verdict": "undecided", "why": "fewer than two N with both arms"}
-    per_n = {n: paired(rows, "scaling", setting, n, "global", "difference") for n in ns}
+    per_n = {n: paired(rows, part, setting, n, "global", "difference") for n in ns}
     seeds = set.intersection(
-        *(
-            set(by_seed(rows, "scaling", setting, n, "global", "score")) & set(by_seed(rows, "scaling", setting, n, "difference", "score"))
-            for n in ns
-        )
+        *(set(by_seed(rows, part, setting, n, "global", "score")) & set(by_seed(rows, part, setting, n, "difference", "score")) for n in ns)
     )
     slopes = []
     for s in sorted(seeds):
         gaps = [
-            by_seed(rows, "scaling", setting, n, "global", "score")[s] - by_seed(rows, "scaling", setting, n, "difference", "score")[s]
-            for n in ns
+            by_seed(rows, part, setting, n, "global", "score")[s] - by_seed(rows, part, setting, n, "difference", "score")[s] for n in ns
         ]
         slopes.append(_slope(ns, gaps))
     sm, sh = mean_ci(slopes) if slopes else (float("nan"), float("nan"))
@@ -256,15 +256,15 @@ def verdict_global(rows: list[dict], setting: str) -> dict:
     return {"verdict": v, "why": why}
 
 
-def verdict_local(rows: list[dict], setting: str = "auction") -> dict:
-    ns = sorted(n for n in {int(r["n"]) for r in select(rows, "scaling", setting, arm="local")} if n >= DECIDE_FROM)
+def verdict_local(rows: list[dict], setting: str = "auction", part: str = "scaling") -> dict:
+    ns = sorted(n for n in {int(r["n"]) for r in select(rows, part, setting, arm="local")} if n >= DECIDE_FROM)
     if not ns:
         return {"verdict": "undecided", "why": f"no runs of local under {setting} at N ≥ {DECIDE_FROM}"}
     per_seed: dict[int, list[float]] = {}
     for n in ns:
         a, b = (
-            by_seed(rows, "scaling", setting, n, "local", "starvation_events"),
-            by_seed(rows, "scaling", setting, n, "difference", "starvation_events"),
+            by_seed(rows, part, setting, n, "local", "starvation_events"),
+            by_seed(rows, part, setting, n, "difference", "starvation_events"),
         )
         for s in set(a) & set(b):
             per_seed.setdefault(s, []).append(a[s] - b[s])
@@ -279,8 +279,8 @@ def verdict_local(rows: list[dict], setting: str = "auction") -> dict:
     else:
         v = "undecided"
     raw = ", ".join(
-        f"N={n}: local {fmt(*mean_ci(list(by_seed(rows, 'scaling', setting, n, 'local', 'starvation_events').values())), '{:.1f}')}"
-        f" vs difference {fmt(*mean_ci(list(by_seed(rows, 'scaling', setting, n, 'difference', 'starvation_events').values())), '{:.1f}')}"
+        f"N={n}: local {fmt(*mean_ci(list(by_seed(rows, part, setting, n, 'local', 'starvation_events').values())), '{:.1f}')}"
+        f" vs difference {fmt(*mean_ci(list(by_seed(rows, part, setting, n, 'difference', 'starvation_events').values())), '{:.1f}')}"
         for n in ns
     )
     why = (
@@ -290,20 +290,20 @@ def verdict_local(rows: list[dict], setting: str = "auction") -> dict:
     return {"verdict": v, "why": why}
 
 
-def verdict_shapley(rows: list[dict], setting: str) -> dict:
-    ns = sorted(n for n in {int(r["n"]) for r in select(rows, "scaling", setting, arm="shapley")} if n >= DECIDE_FROM)
+def verdict_shapley(rows: list[dict], setting: str, part: str = "scaling") -> dict:
+    ns = sorted(n for n in {int(r["n"]) for r in select(rows, part, setting, arm="shapley")} if n >= DECIDE_FROM)
     if not ns:
         return {"verdict": "undecided", "why": f"no shapley runs at N ≥ {DECIDE_FROM} under {setting}"}
     parts, inside, outside = [], True, False
     for n in ns:
-        m, h, _, k, _ = paired(rows, "scaling", setting, n, "shapley", "difference")
+        m, h, _, k, _ = paired(rows, part, setting, n, "shapley", "difference")
         if math.isnan(h):  # fewer than two seeds: no interval decides anything
             inside = False
         else:
             inside &= (m - h >= -MARGIN) and (m + h <= MARGIN)
             outside |= (m - h > MARGIN) or (m + h < -MARGIN)
-        cs = np.mean([value(r, "credit_ms_per_step") for r in select(rows, "scaling", setting, n, "shapley")])
-        cd = np.mean([value(r, "credit_ms_per_step") for r in select(rows, "scaling", setting, n, "difference")])
+        cs = np.mean([value(r, "credit_ms_per_step") for r in select(rows, part, setting, n, "shapley")])
+        cd = np.mean([value(r, "credit_ms_per_step") for r in select(rows, part, setting, n, "difference")])
         slower = cs > cd
         inside &= slower
         outside |= not slower
@@ -348,8 +348,9 @@ def verdict_changes(rows: list[dict], before: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def verdict_table(vs: list[dict]) -> str:
-    lines = ["| prediction | arbiter | verdict | the numbers |", "|---|---|---|---|"]
+def verdict_table(vs: list[dict], label: str = "arbiter") -> str:
+    """The verdicts ``vs`` as a table; ``label`` heads the column of their settings."""
+    lines = [f"| prediction | {label} | verdict | the numbers |", "|---|---|---|---|"]
     lines += [f"| {v['prediction']} | {v['setting']} | **{v['verdict']}** | {v['why']} |" for v in vs]
     return "\n".join(lines)
 

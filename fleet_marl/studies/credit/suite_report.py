@@ -1,0 +1,281 @@
+"""The report of the credit-assignment study on the suite (``fleet-marl compare --suite``,
+:class:`~fleet_marl.studies.credit.suite_design.SuiteStudy`): ``summary.md`` in the study folder
+and the same text printed, from its ``results.csv`` alone.
+
+=========================  ====================================================================
+:func:`summary_table`      per (family, n, arm): mean ± 95% interval across seeds of the
+                           held-out score, the train score, their difference, the gap to the
+                           hindsight reference, starvation events per episode on each split,
+                           Jain; converged runs, CPU time and the reward's cost
+:func:`paired_table`       each arm minus ``difference``, paired by seed
+:func:`verdicts`           the three predictions, per family, by the study's decision rules
+:func:`baseline_table`     policies the study does not train (``baselines``), each beside the
+                           best learned arm of its task, flagged where it is within that arm's
+                           interval
+:func:`text`, :func:`report`  the whole report
+=========================  ====================================================================
+
+**The verdicts** are :mod:`~fleet_marl.studies.credit.torchrl_tables`' rules, unchanged (margin
+``m`` = :data:`~fleet_marl.studies.credit.torchrl_tables.MARGIN` = 0.05 of the grader's score,
+95% Student-t intervals across seeds paired by seed, runs at n >= 8), applied to each family's
+runs on the held-out ``score``:
+
+* *global's gap to difference widens with N*: ``verdict_global`` (the gap at the largest n and
+  its slope against log2 n both below 0: held; the gap at the largest n above ``-m``: did not hold);
+* *local starves others under scarcity*: ``verdict_local`` (local's starvation events per
+  episode minus difference's, mean over n, above 0: held; below 1: did not hold). It is decided on
+  every family; the scarcity families (``scarce``, ``storm``) are where it predicts "held", the
+  control (``aligned``) where it predicts "did not hold";
+* *Shapley ≈ difference at a higher cost*: ``verdict_shapley`` (the score gap inside ``[-m, m]``
+  at every n and Shapley's reward slower per env step: held; outside at some n, or not slower:
+  did not hold).
+
+**Baselines** (issue 48, item 3) are rows of policies graded on the same scenarios that the study
+does not train (the open-loop policy that sees only the round index, say): whoever grades one
+passes its rows to :func:`report` (``baselines``: dicts with ``policy``, ``family``, ``n``,
+``score`` and optionally ``score_h``, its 95% half-width, ``train_score`` and ``seeds``). The
+``local`` arm, independent PPO on the local reward, is the study's own baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fleet_marl.studies.credit import torchrl_tables as tt
+from fleet_marl.studies.credit.report import load
+from fleet_marl.studies.credit.stats import fmt, mean_ci
+from fleet_marl.studies.credit.suite_design import PART, SuiteStudy
+from fleet_marl.studies.credit.torchrl_tables import arms_of, paired, select, settings_of, value
+from fleet_marl.suite import TRAIN_SCENARIOS
+
+#: The three predictions as the suite study decides them, each by the rule of the same place in
+#: :data:`~fleet_marl.studies.credit.torchrl_tables.PREDICTIONS`.
+PREDICTIONS = (
+    "global's gap to difference widens with N",
+    "local starves others under scarcity",
+    "Shapley ≈ difference at a higher cost",
+)
+#: What the report says of the ``local`` arm.
+IPPO = (
+    "The `local` arm is independent PPO on the local reward (IPPO, de Witt et al. 2020: each tenant learns from its own "
+    'reward alone, one actor and critic shared by all tenants): the "independent PPO on `local`" baseline, which should '
+    "lose where the local reward is not aligned with the team's."
+)
+
+
+def _ci(rows: list[dict], column: str) -> tuple[float, float]:
+    vals = [value(r, column) for r in rows]
+    vals = [v for v in vals if not math.isnan(v)]
+    return mean_ci(vals) if vals else (float("nan"), float("nan"))
+
+
+def _cells(rows: list[dict]) -> list[tuple[str, int, str, list[dict]]]:
+    """(family, n, arm, its rows) of the suite part, in the study's order."""
+    out = []
+    for f in settings_of(rows, PART):
+        for n in sorted({int(r["n"]) for r in select(rows, PART, f)}):
+            for arm in arms_of(PART, rows):
+                rs = select(rows, PART, f, n, arm)
+                if rs:
+                    out.append((f, n, arm, rs))
+    return out
+
+
+def summary_table(rows: list[dict]) -> str:
+    """Per (family, n, arm): mean ± 95% interval across seeds (see the module docstring)."""
+    head = [
+        "family",
+        "N",
+        "arm",
+        "seeds",
+        "held-out score",
+        "train score",
+        "train − held-out",
+        "held-out gap to hindsight",
+        "starvation / ep, held-out",
+        "starvation / ep, train",
+        "Jain, held-out",
+        "converged",
+        "CPU s / run",
+        "reward ms / env step",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for f, n, arm, rs in _cells(rows):
+        spread = [value(r, "train_score") - value(r, "score") for r in rs]
+        spread = [d for d in spread if not math.isnan(d)]
+        cells = [
+            f,
+            str(n),
+            f"`{arm}`",
+            str(len(rs)),
+            fmt(*_ci(rs, "score"), "{:.3f}"),
+            fmt(*_ci(rs, "train_score"), "{:.3f}"),
+            fmt(*(mean_ci(spread) if spread else (float("nan"), float("nan"))), "{:+.3f}"),
+            fmt(*_ci(rs, "gap"), "{:.3f}"),
+            fmt(*_ci(rs, "starvation_events"), "{:.1f}"),
+            fmt(*_ci(rs, "train_starvation_events"), "{:.1f}"),
+            fmt(*_ci(rs, "jain"), "{:.3f}"),
+            f"{sum(int(r['converged']) for r in rs)}/{len(rs)}",
+            f"{np.nanmean([value(r, 'cpu_seconds') for r in rs]):.0f}",
+            f"{np.mean([value(r, 'credit_ms_per_step') for r in rs]):.3f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def paired_table(rows: list[dict]) -> str:
+    """Each arm minus ``difference``, paired by seed: held-out and train score, gap, starvation."""
+    cols = (
+        ("score", "Δ held-out score", "{:+.3f}"),
+        ("train_score", "Δ train score", "{:+.3f}"),
+        ("gap", "Δ held-out gap", "{:+.3f}"),
+        ("starvation_events", "Δ starvation / ep, held-out", "{:+.1f}"),
+    )
+    head = ["family", "N", "arm − `difference`", *(h for _, h, _ in cols), "seeds better (held-out score)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for f, n, arm, _ in _cells(rows):
+        if arm == "difference":
+            continue
+        stats = [paired(rows, PART, f, n, arm, "difference", c) for c, _, _ in cols]
+        if not stats[0][3]:
+            continue
+        cells = [f, str(n), f"`{arm}`"] + [fmt(s[0], s[1], fm) for s, (_, _, fm) in zip(stats, cols, strict=True)]
+        cells.append(f"{stats[0][2]}/{stats[0][3]}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def verdicts(rows: list[dict]) -> list[dict]:
+    """One row per (prediction, family): ``prediction``, ``setting`` (the family), ``verdict``, ``why``."""
+    rules = (tt.verdict_global, tt.verdict_local, tt.verdict_shapley)
+    return [
+        {"prediction": name, "setting": f, **rule(rows, f, part=PART)}
+        for name, rule in zip(PREDICTIONS, rules, strict=True)
+        for f in settings_of(rows, PART)
+    ]
+
+
+def baseline_table(rows: list[dict], baselines: Sequence[dict]) -> str:
+    """Each baseline row (see the module docstring) beside the best learned arm of its (family,
+    n) by mean held-out score: **flagged** where the baseline's score is within that arm's 95%
+    interval or above it (the task does not test what it claims: issue 48, item 3)."""
+    head = ["family", "N", "baseline", "held-out score", "train score", "best learned arm, held-out", "flag"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for b in baselines:
+        f, n = str(b["family"]), int(b["n"])
+        best = None
+        for arm in arms_of(PART, rows):
+            rs = select(rows, PART, f, n, arm)
+            if rs:
+                m, h = _ci(rs, "score")
+                if best is None or m > best[1]:
+                    best = (arm, m, h)
+        score, h = float(b["score"]), float(b.get("score_h", float("nan")))
+        train = float(b.get("train_score", float("nan")))
+        if best is None:
+            best_text, flag = "no runs", "–"
+        else:
+            arm, m, bh = best
+            best_text = f"`{arm}` {fmt(m, bh, '{:.3f}')}"
+            floor = m - (0.0 if math.isnan(bh) else bh)
+            flag = "**flagged**: within the best learned arm's interval, or above it" if score >= floor else "below"
+        seeds = f" ({b['seeds']} seeds)" if b.get("seeds") else ""
+        lines.append(
+            f"| {f} | {n} | `{b['policy']}`{seeds} | {fmt(score, h, '{:.3f}')} | {fmt(train, float('nan'), '{:.3f}')} | {best_text} | {flag} |"
+        )
+    return "\n".join(lines)
+
+
+def study_of(settings: dict) -> SuiteStudy:
+    """The suite study that ``settings`` (its ``study.json``) describe."""
+    fields = SuiteStudy.__dataclass_fields__
+    kwargs: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in settings.items() if k in fields}
+    return SuiteStudy(**kwargs)
+
+
+def text(data: dict, baselines: Sequence[dict] = ()) -> str:
+    """The suite study's whole report (Markdown), of :func:`~fleet_marl.studies.credit.report.load`'s ``data``."""
+    rows, sessions = data["rows"], data["sessions"]
+    study = study_of(data["settings"])
+    expected = len(study.runs())
+    wall = sum(value(s, "wall_seconds") for s in sessions)
+    cpu = float(np.nansum([value(r, "cpu_seconds") for r in rows]))
+    budgets = ", ".join(f"N={n}: {study.env_steps(PART, n):,}" for n in sorted(study.ns))
+    parts = [
+        f"{len(rows)} of {expected} runs finished"
+        + ("" if len(rows) >= expected else " (the study is not complete: every number below is from the runs so far)")
+        + f". {cpu / 3600:.2f} CPU-hours of runs; {wall / 3600:.2f} hours of wall time over {len(sessions)} session(s) of "
+        f"`fleet-marl compare --suite` with {', '.join(sorted({s['jobs'] for s in sessions})) or '?'} job(s). "
+        f"Code: {sessions[-1]['version'] if sessions else '?'}.",
+        f"\nFamilies {', '.join(study.families)}; arms {', '.join(f'`{a}`' for a in study.arms)}; {study.seeds} seeds. Each run "
+        f"trains on its suite task's first {TRAIN_SCENARIOS} train scenarios (its clusters spread over them; fewer where it has "
+        f"fewer clusters) with the same env-step budget for every arm at an N ({budgets}; "
+        f"{study.iterations * study.agents_per_step * study.rollout:,} agent steps); it is graded on scenarios "
+        f"0..{study.episodes - 1} of the `{study.split}` split (the score, its curve at "
+        f"{', '.join(f'{f:.0%}' for f in study.eval_fractions)} of the budget"
+        + (", the gap to the hindsight reference at the end" if study.hindsight else "")
+        + ") and of the `train` split at the end (the train score"
+        + (", and its gap" if study.train_hindsight else "")
+        + ").",
+        "\n" + IPPO,
+    ]
+    skipped = study.skipped()
+    if skipped:
+        parts.append(f"\nNot run: `shapley` at N = {', '.join(sorted({str(s[2]) for s in skipped}, key=int))} (`shapley_max_n`).")
+    parts += [
+        f"\n### Verdicts, per family (held-out score; margin {tt.MARGIN}, 95% paired intervals, N ≥ {tt.DECIDE_FROM})\n",
+        tt.verdict_table(verdicts(rows), label="family"),
+        "\n### Summary (mean ± 95% interval across seeds)\n",
+        summary_table(rows),
+        "\n### Each arm against `difference`, paired by seed\n",
+        paired_table(rows),
+    ]
+    if baselines:
+        parts += ["\n### Baselines the study does not train\n", baseline_table(rows, baselines)]
+    parts += [
+        "\n### What the reward costs (the env's credit engine, ms per env step, mean over runs)\n",
+        tt.cost_table(rows, skipped, part=PART),
+        "\n### Convergence\n",
+        tt.unconverged_table(rows, study.converge_tol),
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def is_suite(out: str | Path) -> bool:
+    """Whether the study folder ``out`` holds a study on the suite (its ``study.json`` names families)."""
+    meta = Path(out) / "study.json"
+    try:
+        return meta.is_file() and "families" in json.loads(meta.read_text())
+    except ValueError:
+        return False
+
+
+def report(out: str | Path, echo: Callable[..., Any] = print, baselines: Sequence[dict] = ()) -> dict:
+    """``summary.md`` of the suite study in ``out``, into the study folder, and the text echoed;
+    ``baselines``: rows of policies the study does not train (the module docstring)."""
+    data = load(out)
+    body = text(data, baselines)
+    path = data["out"] / "summary.md"
+    path.write_text(f"# Credit-assignment study on the suite: {data['out']}\n\n{body}")
+    echo(body + f"\nwrote {path}")
+    return {"summary": path, "text": body, "verdicts": verdicts(data["rows"])}
+
+
+__all__ = [
+    "IPPO",
+    "PREDICTIONS",
+    "baseline_table",
+    "is_suite",
+    "paired_table",
+    "report",
+    "study_of",
+    "summary_table",
+    "text",
+    "verdicts",
+]
