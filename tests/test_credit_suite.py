@@ -46,12 +46,12 @@ def test_the_full_suite_study_runs_every_family_n_arm_and_seed():
     s.check()
     keys = s.runs()
     assert s.families == ("aligned", "proportional", "scarce", "power") and s.ns == (8, 16, 32, 64) and s.seeds == 10
-    assert s.arms == SUITE_ARMS == ("local", "global", "difference", "shapley", "mappo")
+    assert s.arms == SUITE_ARMS == ("local", "global", "difference", "shapley", "mappo", "difference_k4")
     assert ARMS["local"] == ("local", "shared")  # the local arm: independent PPO on the local reward, shared parameters
-    assert len(keys) == len(set(keys)) == 4 * 4 * 5 * 10
+    assert len(keys) == len(set(keys)) == 4 * 4 * 6 * 10
     assert {k[0] for k in keys} == {"suite"} and {k[1] for k in keys} == set(s.families) and {k[4] for k in keys} == set(range(10))
     assert [k[4] for k in keys] == sorted(k[4] for k in keys)  # seed-major: a stopped study holds whole seeds
-    assert keys[:5] == [("suite", "aligned", 8, arm, 0) for arm in SUITE_ARMS]
+    assert keys[:6] == [("suite", "aligned", 8, arm, 0) for arm in SUITE_ARMS]
     assert s.skipped() == []
     capped = SuiteStudy(shapley_max_n=16)
     assert capped.skipped() == [("suite", f, n, "shapley") for f in s.families for n in (32, 64)]
@@ -68,6 +68,7 @@ def test_every_arm_trains_on_the_suite_task_itself_with_the_same_budget(n):
         assert tc.task == f"scarce_n{n}" and (tc.reward_scheme, tc.sharing) == ARMS[arm] and tc.seed == 3
         assert tc.env == ({"shapley_samples": 16} if arm == "shapley" else {})  # the task as it is: no overrides
         assert tc.collector == "sync" and tc.threads == 1
+        assert tc.credit_horizon == (4 if arm == "difference_k4" else 1)  # the k-round arm: D^4, relabelled in the loop
     assert s.env("suite", "scarce", n) == (f"scarce_n{n}", {})
 
 
@@ -309,7 +310,7 @@ def test_the_suite_report_writes_its_summary_and_the_scaling_report_refuses_the_
     got = suite_report.report(out, echo=said.append, baselines=[{"policy": "open_loop", "family": "scarce", "n": 8, "score": 0.95}])
     text = (out / "summary.md").read_text()
     assert text.startswith(f"# Credit-assignment study on the suite: {out}") and said[0].startswith(got["text"])
-    assert "30 of 30 runs finished" in text
+    assert f"{2 * len(SUITE_ARMS) * 3} of {2 * len(SUITE_ARMS) * 3} runs finished" in text
     for head in ("### Verdicts, per family", "### Summary", "### Each arm against `difference`", "### Baselines the study does not train"):
         assert head in text
     assert "independent PPO on the local reward (IPPO, de Witt et al. 2020" in text

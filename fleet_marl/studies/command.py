@@ -51,7 +51,7 @@ EXAMPLES = """examples:
   fleet-marl compare --address ray://head:10001 --device cuda --gpus-per-run 0.25   # learners on the cluster's GPUs
   fleet-marl compare --engine rllib --quick       # the same study on RLlib (its own folder, runs/credit_study_quick_rllib)
   fleet-marl compare --suite --quick              # the study on the credit-assignment suite, its pipeline check
-  fleet-marl compare --suite                      # ... in full: 4 families x N = 8..64 x 5 arms x 10 seeds (resumable)
+  fleet-marl compare --suite                      # ... in full: every family, N and arm of SuiteStudy, 10 seeds (resumable)
   fleet-marl compare --suite --families scarce,power --n 8,32 --arms local,difference --seeds 3
 
 A stopped study resumes: run the same command again and the runs already in
@@ -92,7 +92,7 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
         "--arms",
         default=None,
         metavar="A,A",
-        help="scaling arms (default all: " + ",".join(ARMS) + "; --suite " + ",".join(SUITE_ARMS) + ")",
+        help="scaling arms (of " + ",".join(ARMS) + "; default " + ",".join(Study().arms) + "; --suite " + ",".join(SUITE_ARMS) + ")",
     )
     c.add_argument("--mechanisms", default=None, metavar="M,M", help="arbiters of the scaling part (default proportional,auction)")
     c.add_argument("--iterations", type=int, default=None, help="PPO iterations per scaling run (default 24; sharing runs 32)")

@@ -27,6 +27,7 @@ with k = 1 it is the env's reward, bit for bit (the loop does not relabel then).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,7 @@ class Relabel:
         self.recorder = Recorder(env.venv)
         env.recorder = self.recorder
         self.tail: TensorDictBase | None = None  # (B, k - 1) the steps held back from the last batch
+        self.seconds = 0.0  # wall seconds computing D^k (a measurement reported beside the env's credit time; nothing learns from it)
 
     def __call__(self, data: TensorDictBase) -> TensorDictBase:
         """The batch to train on: the held-back steps and ``data`` (B, rollout), less its last
@@ -56,7 +58,9 @@ class Relabel:
             raise RuntimeError(f"Relabel: {steps} steps recorded for {held} held back and a batch of {data.shape[1]}")
         full = data if self.tail is None else torch.cat([self.tail, data], dim=1)
         count = full.shape[1] - (self.k - 1)
+        t0 = time.perf_counter()
         rewards = self.recorder.rewards(self.k, self.variant, count)  # (count, B, T)
+        self.seconds += time.perf_counter() - t0
         out: TensorDictBase = full[:, :count].clone()
         out.set(("next", GROUP, "reward"), torch.from_numpy(np.ascontiguousarray(rewards.transpose(1, 0, 2), dtype=np.float32))[..., None])
         self.tail = full[:, count:].clone()

@@ -21,6 +21,8 @@ arm                    what it is
 ``difference``         the difference reward (the baseline of the paired tables)
 ``shapley``            the Shapley reward (sampled permutations above 8 tenants)
 ``mappo``              the global reward with a centralized critic on the state
+``difference_k4``      the 4-round difference (a tenant's removal carried forward 4 rounds:
+                       restarts, heat, queues; docs/credit_horizon.md), PPO as ``difference``
 =====================  =======================================================================
 
 **Budgets** are the scaling part's: ``iterations`` PPO iterations of ``num_envs(n) x rollout``
@@ -57,7 +59,7 @@ from fleet_marl.studies.credit.torchrl_design import ARMS, RESULT_COLUMNS, Study
 #: The suite study's one part.
 PART = "suite"
 #: The arms the suite study runs by default (of :data:`~fleet_marl.studies.credit.torchrl_design.ARMS`).
-SUITE_ARMS = ("local", "global", "difference", "shapley", "mappo")
+SUITE_ARMS = ("local", "global", "difference", "shapley", "mappo", "difference_k4")
 #: The columns of a run graded on the train split: the graded split's figures, prefixed.
 TRAIN_COLUMNS = (
     "train_eval_welfare",

@@ -7,8 +7,9 @@ against the random and planner references on the same seeds):
 
 ``scaling``  task ``easy`` grown to N tenants (:func:`fleet_marl.tasks.scaled`) under each
              arbiter in ``mechanisms``, for every arm in ``arms`` (:data:`ARMS`: the six reward
-             schemes with a shared actor and critic, and ``mappo``: the global reward with a
-             centralized critic) and every N in ``ns``
+             schemes with a shared actor and critic, ``mappo``: the global reward with a
+             centralized critic, and ``difference_k4``: the 4-round difference,
+             :data:`ARM_HORIZON`; the default ``arms`` are the first seven) and every N in ``ns``
 ``sharing``  the tasks ``sharing_tasks`` under the ``difference`` reward, for every sharing
              scheme in ``sharing_arms`` (:data:`SHARING_ARMS`)
 
@@ -50,7 +51,12 @@ ARMS = {
     "difference_default": ("difference_default", "shared"),
     "shapley": ("shapley", "shared"),
     "mappo": ("global", "mappo"),  # learned credit assignment: a centralized critic on the state
+    "difference_k4": ("difference", "shared"),  # the k-round difference, k = 4 (ARM_HORIZON)
 }
+#: The arms whose reward looks more than one round ahead: arm -> ``credit_horizon`` (the
+#: k-round difference of :mod:`fleet_marl.torchrl.relabel`: a tenant's removal carried forward
+#: k rounds in branches of the env, docs/credit_horizon.md). Every other arm: 1.
+ARM_HORIZON = {"difference_k4": 4}
 #: The sharing part's arms (all under the difference reward): arm -> (reward scheme, sharing).
 SHARING_ARMS = {
     "shared": ("difference", "shared"),
@@ -121,7 +127,7 @@ class Study:
     #: what --overwrite removes from the study folder (with study.json)
     FILES: ClassVar[tuple[str, ...]] = ("results.csv", "curves.csv", "sessions.csv")
 
-    arms: tuple = tuple(ARMS)
+    arms: tuple = tuple(a for a in ARMS if a not in ARM_HORIZON)  # the one-round arms (the committed study's)
     ns: tuple = (2, 4, 8, 16, 32, 64)
     mechanisms: tuple = ("proportional", "auction")
     sharing_arms: tuple = tuple(SHARING_ARMS)
@@ -315,6 +321,7 @@ class Study:
             checkpoint_interval=0,
             final_episodes=0,
             collector="sync",
+            credit_horizon=ARM_HORIZON.get(key[3], 1),
             device=self.device,
             threads=1,
             out=str(Path(self.out) / "unused"),
@@ -363,4 +370,16 @@ class Study:
         reference_episodes(task, name, seeds, overrides, progress=None)
 
 
-__all__ = ["ARMS", "CURVE_COLUMNS", "ENGINE", "KEY", "PARTS", "RESULT_COLUMNS", "SESSION_COLUMNS", "SHARING_ARMS", "Study", "StudyError"]
+__all__ = [
+    "ARMS",
+    "ARM_HORIZON",
+    "CURVE_COLUMNS",
+    "ENGINE",
+    "KEY",
+    "PARTS",
+    "RESULT_COLUMNS",
+    "SESSION_COLUMNS",
+    "SHARING_ARMS",
+    "Study",
+    "StudyError",
+]

@@ -6,7 +6,9 @@ thread) and grades the greedy policy with the grader (:func:`fleet_marl.evaluati
 at the iterations ``eval_at``: the learning curve in graded welfare, whose last point is the
 run's result. It writes nothing. Timing: ``train_seconds`` (collection and learning),
 ``eval_seconds`` (the grader), ``credit_seconds`` (the env's credit engine: the one kernel
-call per step and the scheme's arithmetic, part of ``train_seconds``). :func:`run_one` adds
+call per step and the scheme's arithmetic, and with ``credit_horizon`` k > 1 the k-round
+difference's branches, :attr:`~fleet_marl.torchrl.relabel.Relabel.seconds`; part of
+``train_seconds``). :func:`run_one` adds
 the study's measures (convergence, steps to 90% of the final score) to one run's row; the rows
 are every engine's (:mod:`~fleet_marl.studies.credit.rows`).
 
@@ -104,6 +106,8 @@ def train_and_grade(
                 welfare_since = []
         env_steps = loop.frames * tc.iterations
         credit_seconds = loop.env.venv.credit_seconds if loop.env is not None else float("nan")
+        if loop.relabel is not None:  # the k-round difference's branches: the reward's cost too
+            credit_seconds += loop.relabel.seconds
     finally:
         loop.close()
     assert ev is not None  # eval_at ends with the last iteration: the run was graded there
