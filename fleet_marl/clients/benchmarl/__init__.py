@@ -9,6 +9,7 @@ torchrl 0.14 with the two bridges of :func:`~fleet_marl.clients.benchmarl.compat
 ``FleetTaskClass``, ``TASK_DEFAULTS``  its ``TaskClass`` and the keys of a task's config
 ``FleetMenuEnv``                       the vector env as a batched TorchRL env whose tenants
                                        pick one entry of a masked menu (``env.py``)
+``Menu``                               the menu's entries, mask and actions (plain arrays)
 ``check_options``                      the ``obs_mode`` / ``mask_layout`` combinations it takes
 =====================================  ==========================================================
 
@@ -26,6 +27,7 @@ _NAMES = {
     "TASK_DEFAULTS": "task",
     "load_benchmarl": "compat",
     "FleetMenuEnv": "env",
+    "Menu": "env",
     "check_options": "env",
     "DEFAULT_FIELDS": "env",
 }
@@ -38,6 +40,7 @@ __all__ = [
     "FleetMenuEnv",
     "FleetTask",
     "FleetTaskClass",
+    "Menu",
     "check_options",
     "load_benchmarl",
 ]  # the lazy names of _NAMES

@@ -20,6 +20,12 @@ never taken. One env holds B clusters (``batch_size=[B]``, one array step of
     ("agents", "reward")         (B, N, 1) float32
     "done", "terminated", "truncated"  (B, 1) bool    the cluster's episode ended
 
+A suite task (``fleet_marl.suite``) spreads its clusters over its first ``scenarios`` train
+scenarios, as ``fleet_marl.torchrl``'s env does
+(:func:`~fleet_marl.environment.scenario_vector.make_vector_env`), each cluster's fixed fields
+its own scenario's tenants' defaults. ``ended_welfare`` collects the welfare of every episode
+that ends (a trainer reads and clears it: its training curve).
+
 As in ``fleet_marl.torchrl``'s env, done keys are the cluster's; a tenant that left before the
 others keeps its slot with reward 0 and an all-allowed mask, and its actions are ignored. A
 cluster whose episode ends returns its final observation with ``done`` set, and the next
@@ -34,9 +40,11 @@ from typing import Any
 
 import numpy as np
 
-from fleet_marl.clients.base import check_modes, open_vector
+from fleet_marl.clients.base import check_modes
 from fleet_marl.clients.benchmarl.compat import WHAT
 from fleet_marl.environment import ACTION_FIELDS, core
+from fleet_marl.environment.scenario_vector import ScenarioVectorEnv, make_vector_env
+from fleet_marl.environment.spaces import mask_dims
 from fleet_marl.errors import require
 
 require(("torch", "torchrl", "tensordict"), "benchmarl", WHAT)
@@ -71,10 +79,50 @@ def check_options(obs_mode: str, mask_layout: str, action_fields=DEFAULT_FIELDS)
     return fields
 
 
+class Menu:
+    """The menu of ``fields`` over a vector env's flat mask layout (each action dimension padded
+    to ``nvec_max``): entry k sets field j to ``choices[k, j]``, and is allowed when each of
+    those choices is. Plain arrays: a trained policy carries it to the grader's envs
+    (:class:`~fleet_marl.clients.benchmarl.policy.GreedyMenuPolicy`)."""
+
+    def __init__(self, fields: tuple[str, ...], nvec_max: np.ndarray):
+        self.fields = tuple(fields)
+        self.dims = np.array([ACTION_FIELDS.index(f) for f in self.fields])
+        self.nvec_max = np.asarray(nvec_max, np.int64)
+        self.size = int(np.prod(self.nvec_max[self.dims]))
+        if self.size > MAX_MENU:
+            raise ValueError(
+                f"action_fields = {self.fields!r}: a menu of {self.size} entries (over {MAX_MENU}); choose fewer fields, e.g. {DEFAULT_FIELDS!r}"
+            )
+        self.offsets = np.concatenate(([0], np.cumsum(self.nvec_max)))  # the flat mask's dimension boundaries
+        self.choices = np.array(list(itertools.product(*[range(self.nvec_max[d]) for d in self.dims])), np.int64)  # (K, F)
+        self.columns = self.offsets[self.dims][None, :] + self.choices  # (K, F) each entry's columns of the flat mask
+
+    def mask(self, flat_mask: np.ndarray) -> np.ndarray:
+        """(..., M) flat masks of the vector env -> (..., K) the menu's: entry k is allowed when
+        each of its fields' choices is."""
+        return np.asarray(flat_mask[..., self.columns].all(-1))
+
+    def actions(self, entries: np.ndarray, base: np.ndarray) -> np.ndarray:
+        """(...) menu entries -> (..., 8) action indices: ``base`` ((..., 8), broadcast; the
+        tenants' defaults) with the menu's fields set."""
+        out = np.broadcast_to(base, (*entries.shape, base.shape[-1])).copy()
+        out[..., self.dims] = self.choices[entries]
+        return out
+
+    def flat(self, mask: Any, nvec_row: np.ndarray) -> np.ndarray:
+        """One tenant's action mask from a ``FleetParallelEnv`` (either layout, its own action
+        sizes ``nvec_row``) -> (M,) the vector env's flat layout, each dimension padded."""
+        out = np.zeros(int(self.offsets[-1]), bool)
+        for d, m in enumerate(mask_dims(mask, np.asarray(nvec_row))):
+            out[self.offsets[d] : self.offsets[d] + len(m)] = np.asarray(m, bool)
+        return out
+
+
 class FleetMenuEnv(EnvBase):
     """B clusters of ``task`` (or ``config``, plus overrides, as :func:`fleet_marl.vector_env`
-    takes them), each tenant choosing one entry of the menu of ``action_fields``; see the module
-    docstring.
+    takes them; a suite task's over its first ``scenarios`` train scenarios), each tenant
+    choosing one entry of the menu of ``action_fields``; see the module docstring.
 
     >>> from fleet_marl.clients.benchmarl import FleetMenuEnv
     >>> env = FleetMenuEnv(num_envs=4, task="tiny")
@@ -94,25 +142,26 @@ class FleetMenuEnv(EnvBase):
         action_fields=DEFAULT_FIELDS,
         device: str | torch.device = "cpu",
         seed: int | None = None,
+        scenarios: int | None = None,
         **overrides: Any,
     ):
         fields = check_options(obs_mode, mask_layout, action_fields)
-        venv = open_vector(num_envs, task, config, overrides)
-        dims = [ACTION_FIELDS.index(f) for f in fields]
-        size = int(np.prod([venv.nvec_max[d] for d in dims]))
-        if size > MAX_MENU:
-            raise ValueError(
-                f"action_fields = {fields!r}: a menu of {size} entries (over {MAX_MENU}); choose fewer fields, e.g. {DEFAULT_FIELDS!r}"
-            )
+        overrides.setdefault("compute_all", False)  # only the configured scheme's rewards reach a learner
+        venv = make_vector_env(num_envs, task, config, scenarios=scenarios, **overrides)
+        self.menu_map = Menu(fields, venv.nvec_max)
         super().__init__(batch_size=torch.Size([venv.num_envs]), device=device)
         self.venv, self.obs_mode, self.mask_layout, self.action_fields = venv, obs_mode, mask_layout, fields
         self.task, self.config = venv.task, venv.config
-        self.num_envs, self.n_agents, self.menu_size = venv.num_envs, venv.num_agents, size
-        choices = np.array(list(itertools.product(*[range(venv.nvec_max[d]) for d in dims])), np.int64)  # (K, F)
-        self.menu = choices
-        self._dims = np.array(dims)
-        self._columns = venv.mask_offsets[self._dims][None, :] + choices  # (K, F) each entry's columns of the flat mask
-        self._base = core.CoreStatic.from_config(venv.config).default_index.astype(np.int64)  # (N, 8) the fixed fields
+        self.num_envs, self.n_agents, self.menu_size = venv.num_envs, venv.num_agents, self.menu_map.size
+        self.menu = self.menu_map.choices  # (K, F) each entry's choice of each field
+        parts = venv.envs if isinstance(venv, ScenarioVectorEnv) else [venv]  # each scenario's clusters: its tenants' defaults
+        self._base = np.concatenate(
+            [
+                np.broadcast_to(core.CoreStatic.from_config(e.config).default_index.astype(np.int64), (e.num_envs, venv.num_agents, 8))
+                for e in parts
+            ]
+        )  # (B, N, 8) the fixed fields
+        self.ended_welfare: list[float] = []
         self._seed: int | None = seed
         self._pending: dict[str, np.ndarray] | None = None
         self._make_specs()
@@ -152,15 +201,13 @@ class FleetMenuEnv(EnvBase):
         return {GROUP: list(self.venv.possible_agents)}
 
     def menu_mask(self, flat_mask: np.ndarray) -> np.ndarray:
-        """(..., M) flat masks of the vector env -> (..., K) the menu's: entry k is allowed when
-        each of its fields' choices is."""
-        return np.asarray(flat_mask[..., self._columns].all(-1))
+        """(..., M) flat masks of the vector env -> (..., K) the menu's (:meth:`Menu.mask`)."""
+        return self.menu_map.mask(flat_mask)
 
     def actions(self, entries: np.ndarray) -> np.ndarray:
-        """(B, N) menu entries -> (B, N, 8) the vector env's action indices."""
-        out = np.broadcast_to(self._base, (self.num_envs, self.n_agents, self._base.shape[-1])).copy()
-        out[..., self._dims] = self.menu[entries]
-        return out
+        """(B, N) menu entries -> (B, N, 8) the vector env's action indices, the fields off the
+        menu at each cluster's tenants' defaults."""
+        return self.menu_map.actions(entries, self._base)
 
     # --- EnvBase --------------------------------------------------------------------------------
 
@@ -191,6 +238,7 @@ class FleetMenuEnv(EnvBase):
         obs, rew, _, trunc, infos = self.venv.step(self.actions(entries))
         mask, ended = infos["action_mask"], infos["_final"]
         if ended.any():
+            self.ended_welfare.extend(np.asarray(infos["episode"]["welfare"])[ended].tolist())
             state = self.venv.state()
             self._pending = {"obs": obs.copy(), "mask": mask.copy(), "state": state, "ended": ended.copy()}
             obs = np.where(ended[:, None, None], infos["final_obs"], obs)
@@ -222,4 +270,4 @@ class FleetMenuEnv(EnvBase):
         )
 
 
-__all__ = ["DEFAULT_FIELDS", "GROUP", "FleetMenuEnv", "check_options"]
+__all__ = ["DEFAULT_FIELDS", "GROUP", "FleetMenuEnv", "Menu", "check_options"]

@@ -47,11 +47,12 @@ from torchrl.envs import EnvBase  # noqa: E402 (after the extra's check)
 from fleet_marl.clients.benchmarl.env import DEFAULT_FIELDS, GROUP, FleetMenuEnv  # noqa: E402 (after the extra's check)
 
 #: Every key of a task's config, with its default: the scenario (``task``; ``max_cycles``,
-#: ``reward_scheme`` and any override of ``fleet_marl.vector_env`` in ``overrides``), the
-#: env options and the menu's fields.
+#: ``reward_scheme`` and any override of ``fleet_marl.vector_env`` in ``overrides``; a suite
+#: task's ``scenarios``), the env options and the menu's fields.
 TASK_DEFAULTS: dict[str, Any] = {
     "max_cycles": None,  # None: the task's horizon
     "reward_scheme": None,  # None: the task's scheme
+    "scenarios": None,  # a suite task: its clusters over its first `scenarios` train scenarios (None: FleetMenuEnv's default)
     "obs_mode": "flat",
     "mask_layout": "flat",
     "action_fields": list(DEFAULT_FIELDS),
@@ -61,7 +62,8 @@ TASK_DEFAULTS: dict[str, Any] = {
 
 class FleetTaskClass(_common.TaskClass):
     """A fleet_marl task in BenchMARL: ``name`` is the registered task (upper case, as the
-    enum's member), ``config`` the keys of :data:`TASK_DEFAULTS`."""
+    enum's member) or a suite task (``FleetTaskClass("POWER_N8", config)``: the enum holds the
+    registered tasks only), ``config`` the keys of :data:`TASK_DEFAULTS`."""
 
     def __init__(self, name: str, config: dict[str, Any] | None):
         unknown = set(config or {}) - set(TASK_DEFAULTS)
@@ -73,7 +75,7 @@ class FleetTaskClass(_common.TaskClass):
         """The keyword arguments of :class:`FleetMenuEnv` this task builds with."""
         c = self.config
         kw: dict[str, Any] = {"task": self.name.lower(), **c["overrides"]}
-        for key in ("max_cycles", "reward_scheme"):
+        for key in ("max_cycles", "reward_scheme", "scenarios"):
             if c[key] is not None:
                 kw[key] = c[key]
         return {**kw, "obs_mode": c["obs_mode"], "mask_layout": c["mask_layout"], "action_fields": tuple(c["action_fields"])}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fleet_marl.studies.credit.benchmarl_runs import VALUE_ARMS
 from fleet_marl.studies.credit.stats import mean_ci
 from fleet_marl.studies.credit.torchrl_design import ARMS, SHARING_ARMS
 from fleet_marl.studies.credit.torchrl_tables import arms_of, select, settings_of, value
@@ -28,7 +29,8 @@ def _plt():
 
 def _color(arm: str) -> str:
     """One colour per arm in every panel and plot (an arm missing from a panel moves no other)."""
-    return f"C{list(ARMS).index(arm) if arm in ARMS else list(SHARING_ARMS).index(arm)}"
+    order = [*ARMS, *VALUE_ARMS]
+    return f"C{order.index(arm) if arm in order else list(SHARING_ARMS).index(arm)}"
 
 
 def _band(ax, xs, vals, label, **kw):

@@ -25,6 +25,13 @@ arm                    what it is
                        restarts, heat, queues; docs/credit_horizon.md), PPO as ``difference``
 =====================  =======================================================================
 
+**Value decomposition**: the arms ``qmix`` and ``vdn``
+(:data:`~fleet_marl.studies.credit.benchmarl_runs.VALUE_ARMS`, trained on BenchMARL:
+:data:`ENGINES`) train BenchMARL's QMIX and VDN from its own configs on the same env (the
+task's clusters over its train scenarios), the team's reward (``global``), the same env-step
+budget and seed as the PPO arms, each tenant picking from a menu of GPUs x bid level; they are
+graded the same way into the same columns (:mod:`~fleet_marl.studies.credit.benchmarl_runs`).
+
 **Budgets** are the scaling part's: ``iterations`` PPO iterations of ``num_envs(n) x rollout``
 env steps, ``num_envs(n) = agents_per_step // n`` clusters (at least ``min_envs``), so an
 iteration holds the same agent steps at every n, and every arm the same budget at an n.
@@ -53,13 +60,16 @@ import numpy as np
 
 from fleet_marl import suite
 from fleet_marl.evaluation import evaluate
-from fleet_marl.studies.credit import rows
+from fleet_marl.studies.credit import benchmarl_runs, rows
 from fleet_marl.studies.credit.torchrl_design import ARMS, RESULT_COLUMNS, Study, _bad
 
 #: The suite study's one part.
 PART = "suite"
 #: The arms the suite study runs by default (of :data:`~fleet_marl.studies.credit.torchrl_design.ARMS`).
 SUITE_ARMS = ("local", "global", "difference", "shapley", "mappo", "difference_k4")
+#: The engine that trains each arm the suite study takes: TorchRL's PPO, or BenchMARL for the
+#: value-decomposition arms (:data:`~fleet_marl.studies.credit.benchmarl_runs.VALUE_ARMS`).
+ENGINES = {**dict.fromkeys(ARMS, "torchrl"), **dict.fromkeys(benchmarl_runs.VALUE_ARMS, benchmarl_runs.ENGINE)}
 #: The columns of a run graded on the train split: the graded split's figures, prefixed.
 TRAIN_COLUMNS = (
     "train_eval_welfare",
@@ -131,7 +141,7 @@ class SuiteStudy(Study):
 
     def check(self) -> None:
         bad = _bad
-        for name, allowed in (("arms", ARMS), ("families", suite.FAMILIES)):
+        for name, allowed in (("arms", ENGINES), ("families", suite.FAMILIES)):
             values = getattr(self, name)
             if not values:
                 bad(name, "", f"at least one of {', '.join(allowed)}")
@@ -208,8 +218,9 @@ class SuiteStudy(Study):
 
     @staticmethod
     def arm(key: tuple) -> tuple[str, str]:
-        """(reward scheme, sharing scheme) of the run ``key``."""
-        return ARMS[key[3]]
+        """(reward scheme, sharing scheme) of the run ``key`` (a value-decomposition arm's
+        "sharing" is its algorithm)."""
+        return {**ARMS, **benchmarl_runs.VALUE_ARMS}[key[3]]
 
     def settings(self) -> dict:
         """What a resumed study must match (everything but ``out`` and :data:`UNUSED`)."""
@@ -256,4 +267,4 @@ class SuiteStudy(Study):
         evaluate(task, "planner", 1, s, {**env, "split": split}, progress=False, hindsight=hindsight)
 
 
-__all__ = ["PART", "SUITE_ARMS", "SUITE_RESULT_COLUMNS", "TRAIN_COLUMNS", "UNUSED", "SuiteStudy"]
+__all__ = ["ENGINES", "PART", "SUITE_ARMS", "SUITE_RESULT_COLUMNS", "TRAIN_COLUMNS", "UNUSED", "SuiteStudy"]

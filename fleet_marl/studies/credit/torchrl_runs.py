@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from fleet_marl.evaluation import evaluate
 from fleet_marl.studies import store
-from fleet_marl.studies.credit import rows
+from fleet_marl.studies.credit import benchmarl_runs, rows
 from fleet_marl.studies.credit.torchrl_design import CURVE_COLUMNS, RESULT_COLUMNS, SESSION_COLUMNS, Study
 from fleet_marl.studies.store import StudyError
 
@@ -124,7 +124,11 @@ def train_and_grade(
 
 def run_one(study: Study, key: tuple) -> tuple[dict, list[dict]]:
     """Train and grade the run ``key`` as its design says (:meth:`Study.grading`); returns its
-    results row (the design's columns) and its curve rows."""
+    results row (the design's columns) and its curve rows. A value-decomposition arm
+    (:data:`~fleet_marl.studies.credit.benchmarl_runs.VALUE_ARMS`: QMIX, VDN) trains on BenchMARL
+    (:func:`~fleet_marl.studies.credit.benchmarl_runs.run_one`), graded the same way."""
+    if key[3] in benchmarl_runs.VALUE_ARMS:
+        return benchmarl_runs.run_one(study, key)
     res, curve = train_and_grade(study.train_config(key), study.eval_at(key[0]), study.episodes, **study.grading(key))
     return rows.study_row(study, key, res, curve)
 

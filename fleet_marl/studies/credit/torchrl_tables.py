@@ -41,6 +41,7 @@ import math
 
 import numpy as np
 
+from fleet_marl.studies.credit.benchmarl_runs import VALUE_ARMS
 from fleet_marl.studies.credit.stats import fmt, mean_ci
 from fleet_marl.studies.credit.torchrl_design import ARMS, SHARING_ARMS
 
@@ -69,7 +70,7 @@ def value(row: dict, col: str) -> float:
 
 def arms_of(part: str, rows: list[dict]) -> list[str]:
     """The arms of ``part`` that ``rows`` hold, in the study's order."""
-    order = list(SHARING_ARMS if part == "sharing" else ARMS)
+    order = list(SHARING_ARMS) if part == "sharing" else [*ARMS, *VALUE_ARMS]
     return [a for a in order if any(r["arm"] == a for r in rows)]
 
 
