@@ -7,6 +7,7 @@ module                 what it owns
 ``runner``             one episode, every action checked (``run_episode``, ``Episode``, ``episode_means``)
 ``reference``          the ``random``, ``planner`` and ``hindsight`` reference episodes, cached on disk
 ``open_loop``          the ``open_loop`` baseline's policy spec (and table files), ``fleet-marl open-loop``
+``suite_open_loop``    the ``open_loop`` baseline on a suite task: one table searched on its train scenarios
 ``score``              the score and ``evaluate`` (``fleet-marl evaluate``)
 ``baselines``          every reference policy on every task (``fleet-marl baselines``)
 ``demo``               one rendered episode (``fleet-marl demo``)

@@ -4,7 +4,9 @@
 registered when ``fleet_marl.evaluation`` is imported): the
 :class:`~fleet_marl.policies.open_loop.OpenLoopPolicy` whose table
 :func:`~fleet_marl.evaluation.reference.open_loop_table` searched on ``OPEN_LOOP_SEEDS`` for the
-env's scenario, cached on disk. A ``.json`` file that ``fleet-marl open-loop --out`` wrote is a
+env's scenario, cached on disk. On a suite task the grader plays instead the one table searched
+on the task's train scenarios (:mod:`~fleet_marl.evaluation.suite_open_loop`), never one fit on
+the graded scenario. A ``.json`` file that ``fleet-marl open-loop --out`` wrote is a
 policy spec too (``fleet-marl evaluate --policy table.json``).
 
 ``fleet-marl open-loop --task T --seeds 0-9 --out F.json`` runs the search

@@ -28,13 +28,11 @@ from tqdm import tqdm
 from fleet_marl import suite
 from fleet_marl.checks import is_integer, is_seed
 from fleet_marl.evaluation.loading import load_policy, source_name
-from fleet_marl.evaluation.reference import HINDSIGHT, RANDOM, REFERENCE, reference_episodes
+from fleet_marl.evaluation.reference import HINDSIGHT, OPEN_LOOP, RANDOM, REFERENCE, reference_episodes
 from fleet_marl.evaluation.runner import EVENTS, INTERVENTIONS, Episode, episode_means, intervention_rates, make_env, run_episode
+from fleet_marl.evaluation.suite_open_loop import SUITE_BASE, SuiteOpenLoop
 from fleet_marl.suite import SUITE
 from fleet_marl.tasks import TASKS
-
-#: The task a suite scenario's config overrides (each scenario sets every field ``easy`` sets).
-SUITE_BASE = "easy"
 
 
 class GraderError(ValueError):
@@ -158,7 +156,9 @@ def evaluate(
 
     A suite task (:mod:`fleet_marl.suite`) plays its scenarios ``seed .. seed + episodes - 1`` of
     the split ``overrides["split"]`` (default ``"heldout"``), each its own config reset with
-    :func:`fleet_marl.suite.env_seed`, the references on the same ones."""
+    :func:`fleet_marl.suite.env_seed`, the references on the same ones. There the ``open_loop``
+    baseline plays the one table searched on the task's train scenarios
+    (:class:`~fleet_marl.evaluation.suite_open_loop.SuiteOpenLoop`), not a table per scenario."""
     if task not in TASKS and task not in SUITE:
         raise ValueError(f"task = {task!r}: expected one of {', '.join(TASKS)}, or a suite task (fleet-marl suite list)")
     if not is_integer(episodes) or episodes < 1:
@@ -208,6 +208,8 @@ def evaluate(
 def _evaluate_scenarios(task: str, policy, episodes: int, seed: int, overrides: dict, progress, cache, hindsight) -> Evaluation:
     """:func:`evaluate` on suite task ``task``: each scenario of the split played once, pooled."""
     split = suite.check_split(overrides.pop("split", "heldout"))
+    if isinstance(policy, str) and policy == OPEN_LOOP:  # the baseline is fit on the train scenarios, never on the graded one
+        policy = SuiteOpenLoop(task, overrides, cache)
     parts = []
     bar = tqdm(total=episodes, desc=f"evaluate {task} {split}", unit="scenario", file=sys.stderr, leave=False, disable=not progress)
     try:

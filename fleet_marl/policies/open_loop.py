@@ -21,6 +21,11 @@ what a vector env's step costs grows with): the search stops before a batch that
 so its cost does not grow with the team size. It draws no random numbers and reads no clock:
 the same seeds, starts, levels and budget give the same table.
 
+:func:`search_scenarios` is the same search over several scenarios of one set of shapes (a suite
+task's train scenarios, :mod:`fleet_marl.suite`), each played from its own seed, one cluster per
+scenario and table in a :class:`~fleet_marl.environment.ScenarioVectorEnv`: the one table that
+maximizes the mean welfare over them.
+
 Only the GPU count of a tenant's action is masked by its state (what its budget affords); the
 search tries every value of every other field that the tenant's static mask allows, and a table
 that asks for GPUs a tenant cannot afford is vetoed or capped by the env, as any policy's would be.
@@ -37,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from fleet_marl.environment import FleetVectorEnv
+from fleet_marl.environment.scenario_vector import ScenarioVectorEnv
 from fleet_marl.environment.state import CoreStatic
 from fleet_marl.policies.base import N_ACT, BasePolicy
 
@@ -123,32 +129,21 @@ class Episodes:
         if not self.seeds:
             raise ValueError("open-loop search: seeds = []: expected at least one seed")
         self.rounds = int(config.max_cycles)
-        self._envs: dict[int, FleetVectorEnv] = {}
+        self._envs: dict[int, FleetVectorEnv | ScenarioVectorEnv] = {}
         self.played = 0  # episodes played so far
         self.tenant_rounds = 0  # tenant-rounds played so far (the budget's unit)
 
-    def env(self, n: int) -> FleetVectorEnv:
+    def env(self, n: int) -> FleetVectorEnv | ScenarioVectorEnv:
         if n not in self._envs:
             self._envs[n] = FleetVectorEnv(n, config=self.config, reward_scheme="global", compute_all=False)
         return self._envs[n]
 
     def __call__(self, tables: np.ndarray) -> np.ndarray:
         """(C, S) each table's (C, R, T, 8) episode welfare on each seed."""
-        C, S, R = len(tables), len(self.seeds), tables.shape[1]
+        C, S = len(tables), len(self.seeds)
         venv = self.env(C * S)
         venv.reset(seed=self.seeds * C)
-        acts = np.repeat(tables, S, axis=0)  # cluster c * S + s: table c on seed s
-        welfare, done = np.full(C * S, np.nan), np.zeros(C * S, bool)
-        for k in range(self.rounds + 1):
-            _, _, _, _, infos = venv.step(acts[:, min(k, R - 1)])
-            if "episode" in infos:
-                new = infos["_final"] & ~done
-                welfare[new] = infos["episode"]["welfare"][new]
-                done |= infos["_final"]
-            if done.all():
-                break
-        else:
-            raise RuntimeError(f"open-loop search: an episode ran past max_cycles = {self.rounds}")
+        welfare = _play(venv, np.repeat(tables, S, axis=0), self.rounds)  # cluster c * S + s: table c on seed s
         self.played += C * S
         self.tenant_rounds += self.cost(C)
         return welfare.reshape(C, S)
@@ -156,6 +151,66 @@ class Episodes:
     def cost(self, n: int) -> int:
         """The tenant-rounds ``n`` tables cost on every seed."""
         return n * len(self.seeds) * self.rounds * len(self.config.tenants)
+
+    def allowed(self) -> np.ndarray:
+        """(T, mask size) every value each tenant's static mask allows (GPUs: 0 .. the cap)."""
+        return self.env(1).all_allowed
+
+
+class ScenarioEpisodes(Episodes):
+    """Whole episodes of candidate tables on several scenarios, scenario ``k`` (``configs[k]``, a
+    ``FleetConfig`` or its dict, all of one set of shapes and ``max_cycles``) reset with
+    ``seeds[k]``: one :class:`~fleet_marl.environment.ScenarioVectorEnv` per batch size, cluster
+    ``k * C + c`` table ``c`` on scenario ``k``. A value is allowed where every scenario's static
+    mask allows it."""
+
+    def __init__(self, configs: Sequence, seeds: Sequence[int]):
+        self.configs = list(configs)
+        if len(self.configs) != len(seeds):
+            raise ValueError(
+                f"open-loop search: {len(self.configs)} scenario configs and {len(seeds)} seeds: expected one seed per scenario"
+            )
+        probe = ScenarioVectorEnv(len(self.configs), self.configs, reward_scheme="global", compute_all=False)
+        super().__init__(probe.config, seeds)
+        if len({int(e.config.max_cycles) for e in probe.envs}) != 1:
+            raise ValueError("open-loop search: the scenarios' max_cycles differ: expected one episode length")
+        self._envs[1] = probe
+
+    def env(self, n: int) -> FleetVectorEnv | ScenarioVectorEnv:
+        if n not in self._envs:
+            self._envs[n] = ScenarioVectorEnv(n * len(self.configs), self.configs, reward_scheme="global", compute_all=False)
+        return self._envs[n]
+
+    def __call__(self, tables: np.ndarray) -> np.ndarray:
+        """(C, K) each table's (C, R, T, 8) episode welfare on each scenario."""
+        C, K = len(tables), len(self.seeds)
+        venv = self.env(C)
+        venv.reset(seed=[s for s in self.seeds for _ in range(C)])
+        acts = np.tile(tables, (K, 1, 1, 1))  # cluster k * C + c: table c on scenario k
+        welfare = _play(venv, acts, self.rounds)
+        self.played += C * K
+        self.tenant_rounds += self.cost(C)
+        return welfare.reshape(K, C).T
+
+    def allowed(self) -> np.ndarray:
+        probe = self.env(1)
+        assert isinstance(probe, ScenarioVectorEnv)
+        return np.logical_and.reduce([e.all_allowed for e in probe.envs])
+
+
+def _play(venv, acts: np.ndarray, rounds: int) -> np.ndarray:
+    """(B,) each cluster's welfare over its first episode of ``acts[b]`` ((B, R, T, 8)), from a reset ``venv``."""
+    B, R = len(acts), acts.shape[1]
+    welfare, done = np.full(B, np.nan), np.zeros(B, bool)
+    for k in range(rounds + 1):
+        _, _, _, _, infos = venv.step(acts[:, min(k, R - 1)])
+        if "episode" in infos:
+            new = infos["_final"] & ~done
+            welfare[new] = infos["episode"]["welfare"][new]
+            done |= infos["_final"]
+        if done.all():
+            return welfare
+    raise RuntimeError(f"open-loop search: an episode ran past max_cycles = {rounds}")
 
 
 @dataclass
@@ -205,19 +260,40 @@ def search(
     ``seeds``, from the best of ``starts`` ((R, T, 8) tables; default each tenant's default
     action every round), playing at most ``budget`` tenant-rounds after the starts (None: no
     bound). ``progress``: a function of one line, told of every kept move."""
+    return _ascend(lambda: Episodes(config, seeds), starts, levels, sweeps, budget, progress)
+
+
+def search_scenarios(
+    configs: Sequence,
+    seeds: Sequence[int],
+    starts: Sequence[np.ndarray] | None = None,
+    levels: Sequence[int] = LEVELS,
+    sweeps: int = SWEEPS,
+    budget: int | None = None,
+    progress=None,
+) -> SearchResult:
+    """:func:`search` over several scenarios: ``configs[k]`` played from ``seeds[k]`` (one
+    episode each, :class:`ScenarioEpisodes`), maximizing the mean welfare over them (the
+    result's ``welfare`` and ``seeds`` one per scenario); the default start is ``configs[0]``'s
+    default actions."""
+    return _ascend(lambda: ScenarioEpisodes(configs, seeds), starts, levels, sweeps, budget, progress)
+
+
+def _ascend(make_play, starts, levels, sweeps, budget, progress) -> SearchResult:
+    """The coordinate ascent on the episodes ``make_play()`` plays (:class:`Episodes`)."""
     if isinstance(sweeps, bool) or not isinstance(sweeps, int) or sweeps < 0:
         raise ValueError(f"open-loop search: sweeps = {sweeps!r}: expected an integer >= 0")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
         raise ValueError(f"open-loop search: budget = {budget!r}: expected None or an integer >= 0 (tenant-rounds)")
     if not levels or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in levels):
         raise ValueError(f"open-loop search: levels = {levels!r}: expected block counts, integers >= 1")
-    play = Episodes(config, seeds)
+    play = make_play()
     probe = play.env(1)
     nvec, R = probe.nvec, play.rounds
-    offsets, static = probe.mask_offsets, probe.all_allowed  # every field's static mask (GPUs: 0 .. the cap)
+    offsets, static = probe.mask_offsets, play.allowed()  # every field's static mask (GPUs: 0 .. the cap)
     allowed = [[np.flatnonzero(static[i, offsets[k] : offsets[k] + nvec[i, k]]) for k in range(N_ACT)] for i in range(len(nvec))]
     if starts is None:
-        starts = [np.broadcast_to(CoreStatic.from_config(config).default_index, (R, *nvec.shape))]
+        starts = [np.broadcast_to(CoreStatic.from_config(play.config).default_index, (R, *nvec.shape))]
     tables = np.stack([_fit(check_table(s, nvec), R) for s in starts])
     w = play(tables)
     b = int(np.argmax(w.mean(1)))
@@ -331,10 +407,12 @@ __all__ = [
     "Episodes",
     "OpenLoopPolicy",
     "Recorder",
+    "ScenarioEpisodes",
     "SearchResult",
     "blocks",
     "check_table",
     "modal",
     "most_frequent",
     "search",
+    "search_scenarios",
 ]
