@@ -14,28 +14,14 @@ With ``u_i`` the utility of tenant i, ``G(z) = sum_i u_i`` the welfare of the jo
 
 ``G(S)`` is the welfare of the round with only the tenants of ``S`` present (the others ask
 for nothing and count 0), under the same state and the same random draws. Shapley is exact
-over all ``2^n`` coalitions up to ``EXACT_SHAPLEY_MAX`` live tenants; above that it averages
-the marginal contributions along ``M = RewardSpec.shapley_samples`` permutations, which keeps
-the efficiency property ``sum_i r_i = G(L) - G(empty)`` exactly (every permutation's marginal
-contributions add up to it) and gives a tenant that never changes the welfare 0. A coalition
-that several permutations' prefixes share is evaluated once: the cost is the distinct
-coalitions, the kernel rows (:func:`rows_per_round`). ``RewardSpec.shapley_estimator`` says
-how the ``M`` permutations are drawn (:func:`shapley_orders`); each of them is a uniformly
-random permutation, so each estimator is unbiased:
-
-    permutation  M independent permutations (Castro, Gomez and Tejada 2009), the default
-    antithetic   M/2 independent permutations and their reverses (antithetic sampling; Mitchell,
-                 Cooper, Frank and Holmes, "Sampling permutations for Shapley value estimation",
-                 JMLR 23(43), 2022): exact for games with no more than pairwise interactions
-    stratified   random cycles, each read from ceil(n/2) evenly spaced starts, forwards and
-                 backwards: n (n even) permutations a cycle in which every tenant holds every
-                 position once (stratification by position, Maleki et al. 2013 and Castro et
-                 al. 2017, here as a cyclic Latin square), whose prefixes are the arcs of the
-                 cycle, a quarter of them shared by a forward and a backward reading. Fewer
-                 than a whole cycle's permutations: the shifts are spread evenly over it.
-
-``experiments/shapley_estimators.py`` measures them against exact Shapley (docs/credit_assignment.md,
-"Shapley for less").
+over all ``2^n`` coalitions up to ``EXACT_SHAPLEY_MAX`` live tenants; above that it is
+sampled from ``M = RewardSpec.shapley_samples`` samples drawn as
+``RewardSpec.shapley_estimator`` says (``fleet_marl.shapley_sampling``: ``permutation``,
+``antithetic``, ``stratified`` and ``banded``, each unbiased). Every one keeps the efficiency
+property ``sum_i r_i = G(L) - G(empty)`` exactly. A coalition that several samples share is
+evaluated once: the cost is the distinct coalitions, the kernel rows (:func:`rows_per_round`).
+``experiments/shapley_estimators.py`` measures the estimators against exact Shapley
+(docs/credit_assignment.md, "Shapley for less").
 
 A scheme is a :class:`Scheme`: the counterfactual rows it needs (``rows``: none, ``"removal"``,
 ``"default"`` or ``"coalitions"``) and its reward from the evaluated rows
@@ -58,8 +44,8 @@ from typing import Any
 import numpy as np
 
 from fleet_marl.config import REWARD_SCHEMES, RewardSpec
-from fleet_marl.config.rules import SHAPLEY_ESTIMATORS
 from fleet_marl.kernel import Actions, Draws, KernelStatic, Outcome, RoundState, evaluate_welfare
+from fleet_marl.shapley_sampling import Banded, Design, design, sampled_rows, shapley_orders
 
 EXACT_SHAPLEY_MAX = 8
 
@@ -170,60 +156,13 @@ def rows_per_round(tenants: int, schemes: tuple[str, ...], shapley_samples: int,
     """An upper bound on the kernel rows :meth:`CreditEngine.compute` evaluates for one cluster
     of ``tenants`` live tenants computing ``schemes``: the grand coalition, ``tenants`` rows for
     each of the removal and default families, and every coalition of exact Shapley (up to
-    ``EXACT_SHAPLEY_MAX`` tenants) or the distinct proper non-empty prefixes of the sampled
-    permutations (:func:`sampled_rows`)."""
+    ``EXACT_SHAPLEY_MAX`` tenants) or the distinct proper non-empty coalitions of sampled
+    Shapley (:func:`sampled_rows`: the permutations' prefixes, or ``banded``'s coalitions)."""
     needs = {SCHEMES[s].rows for s in schemes}
     rows = 1 + tenants * (("removal" in needs) + ("default" in needs))
     if "coalitions" in needs:
         rows += (1 << tenants) if tenants <= EXACT_SHAPLEY_MAX else sampled_rows(tenants, shapley_samples, shapley_estimator)
     return rows
-
-
-def _cycle_sizes(n: int, M: int) -> list[int]:
-    """The permutations each cycle of ``stratified`` gives, ``M`` in all: whole cycles of
-    ``2 ceil(n / 2)``, then what is left."""
-    whole = 2 * -(-n // 2)
-    return [whole] * (M // whole) + ([M % whole] if M % whole else [])
-
-
-def sampled_rows(n: int, M: int, estimator: str = "permutation") -> int:
-    """An upper bound on the distinct proper non-empty prefixes of ``M`` permutations of ``n``
-    tenants drawn by ``estimator`` (:func:`shapley_orders`): ``M (n - 1)`` for ``permutation``
-    and ``antithetic`` (a permutation's prefixes and its reverse's are never the same set); for
-    ``stratified``, each cycle's arcs: ``(f + b)(n - 1)`` for ``f`` forward and ``b`` backward
-    readings, less the ``f b - b`` arcs that a forward and a backward reading share (the exact
-    count for one cycle; different cycles may share a few more by chance)."""
-    if estimator not in SHAPLEY_ESTIMATORS:
-        raise ValueError(f"shapley_estimator {estimator!r}: expected one of {', '.join(SHAPLEY_ESTIMATORS)}")
-    if estimator != "stratified":
-        return M * (n - 1)
-    rows = 0
-    for r in _cycle_sizes(n, M):
-        f, b = -(-r // 2), r // 2
-        rows += (f + b) * (n - 1) - (f * b - b)
-    return rows
-
-
-def shapley_orders(estimator: str, rng: np.random.Generator, n: int, M: int) -> np.ndarray:
-    """(M, n) int64: ``M`` permutations of ``n`` tenants for sampled Shapley, drawn from ``rng``
-    by ``estimator`` (``RewardSpec.shapley_estimator``; the module docstring compares them).
-    Each row is a uniformly random permutation. ``permutation`` draws what fleet_marl always
-    drew, from the same generator calls (the golden digests stand)."""
-    if estimator == "permutation":
-        return rng.permuted(np.tile(np.arange(n), (M, 1)), axis=1)
-    if estimator == "antithetic":
-        half = rng.permuted(np.tile(np.arange(n), (-(-M // 2), 1)), axis=1)
-        return np.stack([half, half[:, ::-1]], axis=1).reshape(-1, n)[:M]  # each permutation, then its reverse
-    if estimator == "stratified":
-        out = []
-        for r in _cycle_sizes(n, M):
-            k = -(-r // 2)  # forward readings of this cycle
-            cycle = rng.permutation(n)
-            starts = (np.arange(k) * n) // k  # evenly spaced: every second position in a whole cycle
-            forward = cycle[(starts[:, None] + np.arange(n)[None, :]) % n]
-            out.append(np.stack([forward, forward[:, ::-1]], axis=1).reshape(-1, n)[:r])  # each reading, then its reverse
-        return np.concatenate(out)
-    raise ValueError(f"shapley_estimator {estimator!r}: expected one of {', '.join(SHAPLEY_ESTIMATORS)}")
 
 
 @dataclass
@@ -274,7 +213,7 @@ class CreditEngine:
     tenant's default action (needed by ``difference_default``). Sampled Shapley permutations
     come from the ``rngs`` passed to :meth:`compute` (one generator per cluster, separate from
     the environment's, so a trajectory never depends on which schemes are computed), drawn as
-    ``spec.shapley_estimator`` says (:func:`shapley_orders`). ``exact_max`` (None:
+    ``spec.shapley_estimator`` says (``shapley_sampling.design``). ``exact_max`` (None:
     ``EXACT_SHAPLEY_MAX``) is the most live tenants whose Shapley values are exact; a
     measurement sets it (0: always sampled; 16: exact at ``hard``'s 16 tenants, 65,536 rows).
     """
@@ -317,27 +256,25 @@ class CreditEngine:
         fixed = np.concatenate(present, axis=1)  # (B, F, T): the same number of rows in every cluster
         F = fixed.shape[1]
         coal: list[np.ndarray] = []
-        perm_ranks: list[tuple[np.ndarray, np.ndarray] | None] = []  # None: exact Shapley (every coalition)
+        # each cluster's plan: None (exact Shapley, every coalition) or (its sampling design,
+        # `which`: the distinct row of each of its coalitions, evaluated once)
+        plans: list[tuple[Design, np.ndarray] | None] = []
         if "coalitions" in self.needs:
             exact_max = EXACT_SHAPLEY_MAX if self.exact_max is None else self.exact_max
             for b in range(B):
                 idx = np.flatnonzero(live[b])
                 n = idx.size
-                if n <= exact_max:
+                if n <= exact_max or (n <= 2 and self.spec.shapley_estimator == "banded"):  # banded needs 3 tenants
                     bits = (np.arange(1 << n)[:, None] >> np.arange(n)) & 1
                     co = np.zeros((1 << n, T), bool)
                     co[:, idx] = bits.astype(bool)
-                    perm_ranks.append(None)
+                    plans.append(None)
                 else:
-                    perms = shapley_orders(self.spec.shapley_estimator, rngs[b], n, self.spec.shapley_samples)
-                    rank = np.argsort(perms, axis=1)  # position of player j in permutation m
-                    pre = rank[:, None, :] < np.arange(1, n)[None, :, None]  # (M, n-1, n): proper, non-empty prefixes
-                    # a coalition that several permutations share is evaluated once (a row's welfare
-                    # depends on its coalition only): `which` maps each prefix to its distinct row
-                    distinct, which = _distinct_rows(pre.reshape(-1, n))
+                    plan = design(self.spec.shapley_estimator, rngs[b], n, self.spec.shapley_samples)
+                    distinct, which = _distinct_rows(plan.coalitions())
                     co = np.zeros((distinct.shape[0], T), bool)
                     co[:, idx] = distinct
-                    perm_ranks.append((rank, which))
+                    plans.append((plan, which))
                 coal.append(co)
         counts = F + np.array([c.shape[0] for c in coal], np.int64) if coal else np.full(B, F, np.int64)
         start = np.concatenate(([0], np.cumsum(counts)[:-1]))
@@ -388,19 +325,13 @@ class CreditEngine:
                 if not n:
                     continue
                 v = W[start[b] + col : start[b] + counts[b]]
-                sampled = perm_ranks[b]
+                sampled = plans[b]
                 if sampled is None:
                     without, with_, weight = self._plan(n)
                     phi[b, idx] = (weight * (v[with_] - v[without])).sum(-1)
                 else:
-                    ranks, which = sampled
-                    M = ranks.shape[0]
-                    full = np.empty((M, n + 1))
-                    full[:, 0] = 0.0
-                    full[:, n] = G[b]
-                    full[:, 1:n] = v[which].reshape(M, n - 1)
-                    m = np.arange(M)[:, None]
-                    phi[b, idx] = (full[m, ranks + 1] - full[m, ranks]).mean(0)
+                    plan, which = sampled
+                    phi[b, idx] = plan.values(v[which], G[b])
             r.shapley = phi
         rewards = {s: SCHEMES[s].reward(r) for s in self.schemes}
         return Credit(outcome=out, welfare=G, rewards=rewards, rows=counts)
@@ -428,6 +359,7 @@ __all__ = [
     "EXACT_SHAPLEY_MAX",
     "ROW_FAMILIES",
     "SCHEMES",
+    "Banded",
     "Credit",
     "CreditEngine",
     "Rows",
