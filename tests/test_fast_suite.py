@@ -29,6 +29,7 @@ SLOW_FILES = (
     "test_client_matrix.py",
     "test_clients.py",
     "test_credit_ray.py",
+    "test_credit_suite_benchmarl.py",
     "test_openenv_attacks.py",
     "test_openenv_serve.py",
     "test_openenv_stress.py",
