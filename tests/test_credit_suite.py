@@ -347,6 +347,18 @@ def test_compare_suite_builds_the_suite_study_and_refuses_what_it_does_not_take(
             command.study_from_args(_args(*argv))
 
 
+def test_compare_help_lists_every_arm_the_suite_takes():
+    """``--arms``' help names every arm ``--suite`` accepts, the value-decomposition arms too, from the tables."""
+    parser = argparse.ArgumentParser(formatter_class=lambda prog: argparse.HelpFormatter(prog, width=10_000))
+    command.add_arguments(parser)
+    line = next(x for x in parser.format_help().splitlines() if x.lstrip().startswith("--arms"))
+    assert "qmix" in suite_design.ENGINES and "vdn" in suite_design.ENGINES
+    assert f"with --suite of {','.join(suite_design.ENGINES)} (qmix,vdn: value decomposition on benchmarl;" in line
+    assert f"default {','.join(SUITE_ARMS)})" in line and f"(of {','.join(ARMS)}; default {','.join(Study().arms)})" in line
+    for arm in suite_design.ENGINES:  # each accepted by --suite
+        assert command.study_from_args(_args("--suite", "--quick", "--arms", arm)).arms == (arm,)
+
+
 def _cli(*args):
     return subprocess.run([str(BIN / "fleet-marl"), "compare", *args], capture_output=True, text=True, timeout=1200)
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from fleet_marl.errors import require
 from fleet_marl.studies.credit import report, runs, suite_report
+from fleet_marl.studies.credit.suite_design import ENGINES as SUITE_ENGINES
 from fleet_marl.studies.credit.suite_design import SUITE_ARMS, SuiteStudy
 from fleet_marl.studies.credit.torchrl_design import ARMS, Study
 from fleet_marl.studies.store import StudyError
@@ -63,6 +64,18 @@ and the plots. See docs/credit_assignment.md.
 """
 
 
+def arms_help() -> str:
+    """``--arms``' help, from the tables: the scaling study's arms (:data:`~fleet_marl.studies.credit.torchrl_design.ARMS`)
+    and the suite study's (:data:`~fleet_marl.studies.credit.suite_design.ENGINES`: its PPO arms and the
+    value-decomposition arms it trains on BenchMARL), each with its default."""
+    value = [a for a, engine in SUITE_ENGINES.items() if engine != ENGINES[0]]
+    engines_of = sorted({SUITE_ENGINES[a] for a in value})
+    return (
+        f"the arms (of {','.join(ARMS)}; default {','.join(Study().arms)}); with --suite of {','.join(SUITE_ENGINES)} "
+        f"({','.join(value)}: value decomposition on {','.join(engines_of)}; default {','.join(SUITE_ARMS)})"
+    )
+
+
 def add_arguments(c: argparse.ArgumentParser) -> None:
     """The options of ``fleet-marl compare``."""
     c.add_argument(
@@ -92,7 +105,7 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
         "--arms",
         default=None,
         metavar="A,A",
-        help="scaling arms (of " + ",".join(ARMS) + "; default " + ",".join(Study().arms) + "; --suite " + ",".join(SUITE_ARMS) + ")",
+        help=arms_help(),
     )
     c.add_argument("--mechanisms", default=None, metavar="M,M", help="arbiters of the scaling part (default proportional,auction)")
     c.add_argument("--iterations", type=int, default=None, help="PPO iterations per scaling run (default 24; sharing runs 32)")
@@ -239,4 +252,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["ENGINES", "EXAMPLES", "NEEDS", "RLLIB_NEEDS", "add_arguments", "run", "study_from_args"]
+__all__ = ["ENGINES", "EXAMPLES", "NEEDS", "RLLIB_NEEDS", "add_arguments", "arms_help", "run", "study_from_args"]
