@@ -38,9 +38,9 @@ import numpy as np
 
 from fleet_marl import suite
 from fleet_marl.environment.horizon import Recorder
+from fleet_marl.environment.parallel import parallel_env
 from fleet_marl.environment.vector import FleetVectorEnv
 from fleet_marl.evaluation.loading import load_policy
-from fleet_marl.environment.parallel import parallel_env
 
 TASK = "power_n8"
 #: What the learned policies request (every tenant, every round).
@@ -79,7 +79,7 @@ def play(cfg: dict, seed: int, gpus: list[int]) -> dict:
     local, d1, welfare = [], [], 0.0
     while True:
         live = venv.alive.copy()
-        _, rew, term, trunc, infos = rec.step(venv, act)
+        _, rew, _, _, infos = rec.step(venv, act)
         local.append(np.where(live[0], np.asarray(infos["utility"])[0], np.nan))
         d1.append(np.where(live[0], np.asarray(rew)[0], np.nan))
         welfare += float(np.asarray(infos["welfare"])[0])
@@ -124,12 +124,12 @@ def main() -> None:
             m = {k: float(np.nanmean([r[k] for r in rs])) for k in ["gpus requested", "welfare", *keys]}
             summary.append({"joint action": name, "tenants": group, **m})
             print(
-                f"| {name} | {group} | {m['gpus requested']:.1f} | {m['welfare']:.1f} | "
-                + " | ".join(f"{m[k]:+.3f}" for k in keys)
-                + " |"
+                f"| {name} | {group} | {m['gpus requested']:.1f} | {m['welfare']:.1f} | " + " | ".join(f"{m[k]:+.3f}" for k in keys) + " |"
             )
     if args.json:
-        args.json.write_text(json.dumps({"task": TASK, "split": "heldout", "scenarios": args.scenarios, "summary": summary, "rows": rows}, indent=1) + "\n")
+        args.json.write_text(
+            json.dumps({"task": TASK, "split": "heldout", "scenarios": args.scenarios, "summary": summary, "rows": rows}, indent=1) + "\n"
+        )
 
 
 if __name__ == "__main__":
