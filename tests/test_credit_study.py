@@ -136,8 +136,11 @@ def _fake_run(curve_welfare, scores, iterations=30):
     return run
 
 
-@pytest.mark.parametrize("welfare,converged", [((50, 90, 100, 101.9), 1), ((50, 90, 100, 102.0), 0), ((50, 90, 100, 80), 1)])
-def test_convergence_is_the_rise_over_the_last_fifth(monkeypatch, welfare, converged):
+@pytest.mark.parametrize(
+    "welfare,converged",
+    [((50, 90, 100, 101.9), 1), ((50, 90, 100, 102.0), 0), ((50, 90, 100, 98.1), 1), ((50, 90, 100, 98.0), 0), ((50, 90, 100, 80), 0)],
+)
+def test_convergence_is_the_change_over_the_last_fifth_either_way(monkeypatch, welfare, converged):
     monkeypatch.setattr(torchrl_runs, "train_and_grade", _fake_run(welfare, (0.3, 0.85, 0.95, 1.0), iterations=Study().iterations))
     row, curve = torchrl_runs.run_one(Study(), ("scaling", "auction", 8, "global", 1))
     assert row["welfare_at_80"] == 100 and row["improvement_last_20"] == pytest.approx((welfare[-1] - 100) / 100)
@@ -309,7 +312,23 @@ def test_the_report_keeps_every_unconverged_run():
     rows = _rows(lambda arm, n, s: 0.9, seeds=2, ns=(2, 8))
     rows[3].update(converged=0, improvement_last_20=0.05, welfare_at_80=80.0, eval_welfare=84.0)
     text = torchrl_tables.unconverged_table(rows, 0.02)
-    assert text.startswith(f"1 of {len(rows)} runs did not converge") and "+5.0%" in text
+    assert text.startswith(f"1 of {len(rows)} runs did not converge (graded welfare rose or fell by 2% or more") and "+5.0%" in text
+    assert "1 rose, 0 fell" in text
+
+
+def test_the_report_rederives_convergence_from_the_improvement():
+    """The rule is the report's: a stored ``converged`` written under the old rule (a rise only)
+    is re-derived from ``improvement_last_20``; a fall of 10% did not converge."""
+    rows = _rows(lambda arm, n, s: 0.9, seeds=2, ns=(2, 8))
+    for r in rows:
+        r.update(converged=1, improvement_last_20=0.001)
+    rows[1].update(improvement_last_20=-0.10, welfare_at_80=100.0, eval_welfare=90.0)  # fell: stored 1 by the old rule
+    rows[2].update(improvement_last_20="", converged=0)  # no improvement: kept as stored
+    got = torchrl_tables.with_convergence(rows, 0.02)
+    assert [int(r["converged"]) for r in got] == [1, 0, 0] + [1] * (len(rows) - 3)
+    assert rows[1]["converged"] == 1  # the input rows are left as they were
+    text = torchrl_tables.unconverged_table(got, 0.02)
+    assert text.startswith(f"2 of {len(rows)} runs did not converge") and "-10.0%" in text
 
 
 # --- the command, end to end ------------------------------------------------------------------------------

@@ -186,6 +186,26 @@ def test_a_suite_run_passes_its_grading_and_keeps_its_columns(monkeypatch):
     assert row["gap"] == 0.2 and row["train_score"] == 0.4 and row["part"] == "suite" and len(curve) == 4
 
 
+@pytest.mark.parametrize("final,converged", [(101.0, 1), (99.0, 1), (110.0, 0), (90.0, 0)])
+def test_a_suite_run_whose_welfare_falls_did_not_converge(monkeypatch, final, converged):
+    """Converged iff the graded welfare moved by less than ``converge_tol`` (2%) over the last
+    20% of the budget, either way: a fall of 10% (a collapse) did not converge, nor a rise of 10%."""
+
+    def fake(tc, eval_at, episodes, **kw):
+        welfare = dict(zip(eval_at, (60.0, 80.0, 100.0, final), strict=True))
+        curve = [{"iteration": it, "env_steps": it, "agent_steps": it, "eval_welfare": welfare[it], "score": 0.5} for it in eval_at]
+        return {"iterations": tc.iterations, "eval_welfare": final, "score": 0.5}, curve
+
+    monkeypatch.setattr(torchrl_runs, "train_and_grade", fake)
+    row, _ = torchrl_runs.run_one(SuiteStudy(), ("suite", "scarce", 8, "difference", 0))
+    assert row["welfare_at_80"] == 100.0 and row["improvement_last_20"] == pytest.approx(final / 100 - 1)
+    assert row["converged"] == converged
+    # the report re-derives it from the improvement: a row stored as converged under the old rule (a rise only) is not
+    rows = [_row(("suite", "scarce", 8, "difference", s), improvement_last_20=-0.1 if s == 0 else 0.0) for s in range(3)]
+    assert "| scarce | 8 | `difference` | 3 |" in suite_report.summary_table(tt.with_convergence(rows, 0.02))
+    assert "| 2/3 |" in suite_report.summary_table(tt.with_convergence(rows, 0.02)) and "| 3/3 |" in suite_report.summary_table(rows)
+
+
 def test_the_suite_study_resumes_and_refuses_other_settings(tmp_path):
     s = SuiteStudy.quick(out=str(tmp_path / "s"))
     out, done = runs.prepare(s)

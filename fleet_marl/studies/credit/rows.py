@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from fleet_marl.evaluation import episode_means
-from fleet_marl.studies.credit.torchrl_design import KEY, Study
+from fleet_marl.studies.credit.torchrl_design import KEY, Study, converged
 
 
 def graded(ev: Any) -> dict:
@@ -84,8 +84,9 @@ def hindsight(ev: Any) -> dict:
 def study_row(study: Study, key: tuple, res: dict, curve: list[dict]) -> tuple[dict, list[dict]]:
     """The results row and curve rows of the run ``key``, from what its engine measured
     (``res``: :func:`result`; ``curve``: a :func:`point` per graded iteration, the 80% point
-    among them). Converged: the graded welfare rose by less than ``study.converge_tol`` over
-    the last 20% of the budget. The row holds the design's columns (``study.RESULT_COLUMNS``)
+    among them). Converged: the graded welfare moved by less than ``study.converge_tol`` over
+    the last 20% of the budget, up or down (:func:`~fleet_marl.studies.credit.torchrl_design.converged`).
+    The row holds the design's columns (``study.RESULT_COLUMNS``)
     of what was measured."""
     ids = dict(zip(KEY, key, strict=True))
     scheme, sharing = study.arm(key)
@@ -100,7 +101,7 @@ def study_row(study: Study, key: tuple, res: dict, curve: list[dict]) -> tuple[d
         **res,
         "welfare_at_80": w80,
         "improvement_last_20": improvement,
-        "converged": int(improvement < study.converge_tol),
+        "converged": int(converged(improvement, study.converge_tol)),
         "env_steps_to_90": reached["env_steps"] if reached else "",
         "agent_steps_to_90": reached["agent_steps"] if reached else "",
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),

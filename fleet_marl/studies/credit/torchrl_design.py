@@ -18,8 +18,9 @@ task (sharing). Every run of a part at one N has the same budget: ``iterations``
 iterations of ``num_envs(N) x rollout`` env steps, and ``num_envs(N) = agents_per_step / N``
 clusters, so an iteration holds the same number of agent steps at every N (the env-step
 budget per N is in :meth:`Study.env_steps`). The grader grades each run at ``eval_fractions``
-of its budget: the learning curve. A run **converged**
-when its graded welfare rose by less than 2% (``converge_tol``) over the last 20% of its budget.
+of its budget: the learning curve. A run **converged** when its graded welfare moved by less
+than 2% (``converge_tol``) over the last 20% of its budget, up or down (:func:`converged`): a
+run still rising has not converged, and neither has one whose welfare fell (a collapse).
 
 Runs are seed-major (all of seed 0 first), so a stopped study holds whole seeds; how they run
 is :mod:`fleet_marl.studies.credit.torchrl_runs`, the store and resuming
@@ -108,6 +109,13 @@ CURVE_COLUMNS = (
     "seconds",
 )
 SESSION_COLUMNS = ("started", "stopped", "wall_seconds", "runs_done", "jobs", "version")
+
+
+def converged(improvement: float, tol: float) -> bool:
+    """The convergence rule: the graded welfare's relative change over the last 20% of the budget
+    (``improvement_last_20``, from the 80% grading to the last) is within ``tol`` either way,
+    ``|improvement| < tol``: a run whose welfare rose or fell by ``tol`` or more has not converged."""
+    return abs(improvement) < tol
 
 
 def _bad(name: str, value: Any, expected: str):
@@ -382,4 +390,5 @@ __all__ = [
     "SHARING_ARMS",
     "Study",
     "StudyError",
+    "converged",
 ]

@@ -10,6 +10,7 @@ from the rows of its ``results.csv``.
 :func:`verdicts`           one verdict per prediction and arbiter (:data:`PREDICTIONS`): held,
                            did not hold or undecided, with the numbers that decide it
 :func:`verdict_changes`    a study's verdicts next to an earlier study's, whole and at the same N
+:func:`with_convergence`   the rows with ``converged`` re-derived by the rule (:func:`~fleet_marl.studies.credit.torchrl_design.converged`)
 :func:`unconverged_table`  every run that did not converge (none is dropped)
 :func:`cost_table`         the reward computation's cost per env step by N: where Shapley stops
                            being worth it
@@ -43,7 +44,7 @@ import numpy as np
 
 from fleet_marl.studies.credit.benchmarl_runs import VALUE_ARMS
 from fleet_marl.studies.credit.stats import fmt, mean_ci
-from fleet_marl.studies.credit.torchrl_design import ARMS, SHARING_ARMS
+from fleet_marl.studies.credit.torchrl_design import ARMS, SHARING_ARMS, converged
 
 #: Equivalence margin of the verdicts, in grader score (0 = random, 1 = planner).
 MARGIN = 0.05
@@ -173,15 +174,31 @@ def paired_table(rows: list[dict], part: str) -> str:
     return "\n".join(lines)
 
 
+def with_convergence(rows: list[dict], tol: float) -> list[dict]:
+    """``rows`` with ``converged`` re-derived from ``improvement_last_20`` by the study's rule
+    (:func:`~fleet_marl.studies.credit.torchrl_design.converged`, tolerance ``tol``): the rule is
+    the report's, so a study stored under an older rule (a rise only) is reported under today's.
+    A row without the improvement keeps its stored value."""
+    out = []
+    for r in rows:
+        imp = value(r, "improvement_last_20")
+        out.append(r if math.isnan(imp) else {**r, "converged": int(converged(imp, tol))})
+    return out
+
+
 def unconverged_table(rows: list[dict], tol: float) -> str:
+    """Every run that did not converge (``converged`` as the rows hold it: :func:`with_convergence`
+    re-derives it), with its welfare at 80% and at the end of its budget and the change between."""
     bad = [r for r in rows if not int(r["converged"])]
+    rule = f"graded welfare rose or fell by {tol:.0%} or more over the last 20% of the budget"
     if not bad:
-        return f"Every run converged (its graded welfare rose by less than {tol:.0%} over the last 20% of its budget)."
+        return f"Every run converged (its graded welfare moved by less than {tol:.0%}, up or down, over the last 20% of its budget)."
+    rose = sum(value(r, "improvement_last_20") > 0 for r in bad)
+    fell = sum(value(r, "improvement_last_20") < 0 for r in bad)
     lines = [
-        f"{len(bad)} of {len(rows)} runs did not converge (graded welfare rose by {tol:.0%} or more over the last 20% of the budget); "
-        "they are in every table above.",
+        f"{len(bad)} of {len(rows)} runs did not converge ({rule}: {rose} rose, {fell} fell); they are in every table above.",
         "",
-        "| part | setting | N | arm | seed | welfare at 80% | final welfare | rise | final score |",
+        "| part | setting | N | arm | seed | welfare at 80% | final welfare | change | final score |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(bad, key=lambda r: (r["part"], r["setting"], int(r["n"]), r["arm"], int(r["seed"]))):
@@ -378,4 +395,5 @@ __all__ = [
     "verdict_shapley",
     "verdict_table",
     "verdicts",
+    "with_convergence",
 ]
