@@ -317,8 +317,100 @@ def test_a_baseline_within_the_best_arms_interval_is_flagged():
         ],
     )
     lines = table.splitlines()
-    assert lines[2].startswith("| scarce | 8 | `open_loop` (3 seeds) | 0.890 ± 0.010 |") and "`difference` 0.900 ± 0.050" in lines[2]
-    assert "**flagged**" in lines[2] and lines[3].endswith("| below |") and "| no runs | – |" in lines[4]
+    assert lines[2].startswith("| scarce | 8 | `open_loop` (3 scenarios) | 0.890 ± 0.010 |") and "`difference` 0.900 ± 0.050" in lines[2]
+    assert lines[2].endswith(f"| {suite_report.FLAG} |") and "not testing what it claims" in suite_report.FLAG
+    # the local arm, independent PPO on local, named as the issue's baseline beside the same best arm (learned: not flagged)
+    assert lines[3] == (
+        "| scarce | 8 | `local`, independent PPO on local (3 seeds) | 0.700 ± 0.050 | 0.750 ± 0.000 | `difference` 0.900 ± 0.050 | learned: below |"
+    )
+    assert lines[4].startswith("| aligned | 8 | `open_loop` |") and lines[4].endswith("| below |")
+    assert lines[5].startswith("| aligned | 8 | `local`, independent PPO on local") and "| no runs | – |" in lines[6] and len(lines) == 7
+    best = suite_report.baseline_table(_suite_rows(lambda f, arm, n: 0.95 if arm == "local" else 0.7, seeds=3, ns=(8,)), [])
+    assert best.splitlines()[2].endswith("| `local` 0.950 ± 0.050 | learned: the best arm |") and "open_loop" not in best
+
+
+def _quick_rows(s: SuiteStudy) -> list[dict]:
+    return [_row(k, score=0.9 if k[3] == "difference" else 0.6) for k in s.runs()]
+
+
+def test_the_quick_studys_baselines_are_stored_before_the_runs_and_the_report_only_reads_them(tmp_path, monkeypatch):
+    """The open_loop baseline of each task of the quick study is graded once, as its runs are
+    graded (split, scenarios, max_cycles), into baselines.csv; the report shows it beside the
+    learned arms, and neither searches nor plays an episode (the grader raises while it runs)."""
+    import importlib
+
+    from fleet_marl.evaluation import suite_open_loop
+    from fleet_marl.studies.credit import suite_baselines
+
+    score = importlib.import_module("fleet_marl.evaluation.score")  # the module (the package's `score` is a function)
+    reference = importlib.import_module("fleet_marl.evaluation.reference")
+
+    s = SuiteStudy.quick(out=str(tmp_path / "q"))
+    out, _ = runs.prepare(s)
+    said: list[str] = []
+    assert suite_baselines.compute(s, out, jobs=1, progress=False, echo=said.append) == []
+    assert said == ["open_loop baseline: 2 of 2 task(s) to search and grade (search budget 250,000 tenant-rounds)"]
+    stored = _csv(out / suite_baselines.BASELINES)
+    assert list(stored[0]) == list(suite_baselines.BASELINE_COLUMNS)
+    assert [(r["task"], r["split"], r["seeds"], r["search_budget"]) for r in stored] == [
+        ("aligned_n4", "heldout", "1", "250000"),
+        ("power_n4", "heldout", "1", "250000"),
+    ]
+    assert all(int(r["search_episodes"]) > 0 and float(r["score"]) >= 0 and r["finished"] for r in stored)
+
+    def played(*args, **kwargs):
+        raise AssertionError("the report played an episode or searched")
+
+    for where, name in (
+        (score, "evaluate"),
+        (score, "run_episode"),
+        (score, "reference_episodes"),
+        (reference, "run_episode"),
+        (suite_baselines, "evaluate"),
+        (suite_baselines, "suite_open_loop_entry"),
+        (suite_open_loop, "search_scenarios"),
+        (suite_open_loop, "run_episode"),
+    ):
+        monkeypatch.setattr(where, name, played)
+    assert suite_baselines.compute(s, out, jobs=1, progress=False, echo=said.append) == [] and len(said) == 1  # written once
+    assert _csv(out / suite_baselines.BASELINES) == stored
+    _write(out / "results.csv", SUITE_RESULT_COLUMNS, _quick_rows(s))
+    _write(out / "sessions.csv", ("started", "stopped", "wall_seconds", "runs_done", "jobs", "version"), [{"wall_seconds": 60, "jobs": 2}])
+    text = suite_report.report(out, echo=lambda *_: None)["text"]
+    section = text[text.index(suite_report.BASELINES_HEADING) :]
+    for r in stored:
+        family, n = r["task"].split("_n")
+        assert (
+            f"| {family} | {n} | `open_loop` (1 scenario) | {float(r['score']):.3f} | {float(r['train_score']):.3f} | `difference` 0.900"
+            in section
+        )
+        assert f"| {family} | {n} | `local`, independent PPO on local (2 seeds) | 0.600 ± " in section
+    assert "250,000 (`open_loop_budget`) tenant-rounds" in section and "No `open_loop` row yet" not in section
+    # a study without its baselines.csv: the report says so, and still computes nothing
+    (out / suite_baselines.BASELINES).unlink()
+    text = suite_report.report(out, echo=lambda *_: None)["text"]
+    assert "No `open_loop` row yet for aligned N=4, power N=4" in text and "| `local`, independent PPO on local" in text
+
+
+def test_the_suite_baselines_are_graded_as_the_runs_are(monkeypatch):
+    """``SuiteStudy.baseline`` grades the open_loop baseline on the runs' split, scenarios and env
+    overrides, with the study's search budget (None: the grader's), once per task missing."""
+    from fleet_marl.studies.credit import suite_baselines
+
+    seen = []
+    monkeypatch.setattr(suite_baselines, "open_loop_row", lambda *a, **kw: seen.append((a, kw)) or {"policy": "open_loop"})
+    q, s = SuiteStudy.quick(), SuiteStudy(families=("scarce",), ns=(8, 16), split="shift")
+    q.baseline(("power", 4))
+    s.baseline(("scarce", 16))
+    assert seen == [
+        (("power_n4", "heldout", 1, {"max_cycles": 20}), {"budget": 250_000}),
+        (("scarce_n16", "shift", 4, {}), {"budget": None}),
+    ]
+    assert s.baseline_jobs(set()) == [("scarce", 8), ("scarce", 16)] and s.baseline_jobs({("scarce", 8)}) == [("scarce", 16)]
+    assert "open_loop_budget" not in s.settings() and q.settings()["open_loop_budget"] == 250_000  # older study.json still match
+    assert "baselines.csv" in SuiteStudy.FILES
+    with pytest.raises(StudyError, match="--open-loop-budget 0: expected None"):
+        SuiteStudy(open_loop_budget=0).check()
 
 
 def test_the_suite_report_writes_its_summary_and_the_scaling_report_refuses_the_folder(tmp_path):
@@ -331,7 +423,7 @@ def test_the_suite_report_writes_its_summary_and_the_scaling_report_refuses_the_
     text = (out / "summary.md").read_text()
     assert text.startswith(f"# Credit-assignment study on the suite: {out}") and said[0].startswith(got["text"])
     assert f"{2 * len(SUITE_ARMS) * 3} of {2 * len(SUITE_ARMS) * 3} runs finished" in text
-    for head in ("### Verdicts, per family", "### Summary", "### Each arm against `difference`", "### Baselines the study does not train"):
+    for head in ("### Verdicts, per family", "### Summary", "### Each arm against `difference`", suite_report.BASELINES_HEADING):
         assert head in text
     assert "independent PPO on the local reward (IPPO, de Witt et al. 2020" in text
     assert suite_report.is_suite(out) and not suite_report.is_suite(tmp_path)
@@ -404,8 +496,17 @@ def test_compare_suite_quick_runs_end_to_end_and_resumes_a_partial_study(tmp_pat
     assert len(_csv(out / "curves.csv")) == len(rows) * len(s.eval_fractions)
     summary = (out / "summary.md").read_text()
     assert "### Verdicts, per family" in summary and "| aligned | 4 | `local` | 2 |" in summary
+    # the open_loop baseline of each task, graded before the runs into baselines.csv, in the report beside the learned arms
+    assert "open_loop baseline: 2 of 2 task(s) to search and grade" in r.stdout
+    baselines = _csv(out / "baselines.csv")
+    assert [(b["task"], b["search_budget"]) for b in baselines] == [("aligned_n4", "250000"), ("power_n4", "250000")]
+    for f in s.families:
+        assert (
+            f"| {f} | 4 | `open_loop` (1 scenario) |" in summary and f"| {f} | 4 | `local`, independent PPO on local (2 seeds) |" in summary
+        )
     again = _cli("--suite", "--quick", "--out", str(out), "--no-progress")
     assert again.returncode == 0 and f"{len(rows)} done, 0 to go" in again.stdout
+    assert "open_loop baseline" not in again.stdout and _csv(out / "baselines.csv") == baselines  # written once
     # cut short: the last rows lost, one half written; the same command trains them again, to the same numbers
     kept = sorted(rows, key=lambda x: x["finished"])[:5]
     _write(out / "results.csv", SUITE_RESULT_COLUMNS, kept)

@@ -17,7 +17,11 @@ task plays the spec ``open_loop`` as :class:`SuiteOpenLoop` ``(task, overrides)`
 ``env -> OpenLoopPolicy`` named ``open_loop``. The table is cached on disk like the other
 references, keyed by the task's train configs (the task and the grader's config overrides, such
 as a shorter ``max_cycles``), the search's settings and the code version: the same entry for
-every split.
+every split. The search's ``budget`` in tenant-rounds is the grader's (``OPEN_LOOP_BUDGET``)
+unless a caller passes a smaller one (the quick suite study's pipeline check,
+:class:`~fleet_marl.studies.credit.suite_design.SuiteStudy` ``open_loop_budget``: a
+:class:`SuiteOpenLoop` given to :func:`~fleet_marl.evaluation.evaluate` as the policy); the
+budget keys the cache entry.
 """
 
 from __future__ import annotations
@@ -87,10 +91,14 @@ def scenario_starts(configs: list, seeds: list[int]) -> list[np.ndarray]:
 _TABLES: dict[str, dict] = {}
 
 
-def suite_open_loop_entry(task: str, overrides: dict | None = None, cache: bool = True, scenarios: int | None = None) -> dict:
+def suite_open_loop_entry(
+    task: str, overrides: dict | None = None, cache: bool = True, scenarios: int | None = None, budget: int | None = None
+) -> dict:
     """The suite baseline's search (see the module docstring) for ``task`` with the grader's
-    ``overrides``: ``{"table", "welfare" (one per train scenario), "seeds" (their env seeds),
-    "start_welfare" (the best start's mean), "episodes", "exhausted"}``, from the disk cache or this process's memory when they have it."""
+    ``overrides`` and ``budget`` (tenant-rounds; None: ``OPEN_LOOP_BUDGET``): ``{"table",
+    "welfare" (one per train scenario), "seeds" (their env seeds), "start_welfare" (the best
+    start's mean), "episodes", "exhausted"}``, from the disk cache or this process's memory when they have it."""
+    budget = OPEN_LOOP_BUDGET if budget is None else budget
     configs = train_configs(task, overrides, scenarios)
     seeds = [suite.env_seed(s, "train") for s in range(len(configs))]
     version = code_version() + "".join(data_version(c) for c in configs) if cache else ""
@@ -100,7 +108,7 @@ def suite_open_loop_entry(task: str, overrides: dict | None = None, cache: bool 
         "seeds": seeds,
         "levels": OPEN_LOOP_LEVELS,
         "sweeps": OPEN_LOOP_SWEEPS,
-        "budget": OPEN_LOOP_BUDGET,
+        "budget": budget,
         "starts": OPEN_LOOP_STARTS,
     }
     key = _cache_key(task, blob, OPEN_LOOP, -1, version)
@@ -119,7 +127,7 @@ def suite_open_loop_entry(task: str, overrides: dict | None = None, cache: bool 
             starts=scenario_starts(configs, seeds),
             levels=OPEN_LOOP_LEVELS,
             sweeps=OPEN_LOOP_SWEEPS,
-            budget=OPEN_LOOP_BUDGET,
+            budget=budget,
         )
         entry = {
             "table": found.table.tolist(),
@@ -136,28 +144,33 @@ def suite_open_loop_entry(task: str, overrides: dict | None = None, cache: bool 
     return entry
 
 
-def suite_open_loop_table(task: str, overrides: dict | None = None, cache: bool = True, scenarios: int | None = None) -> np.ndarray:
+def suite_open_loop_table(
+    task: str, overrides: dict | None = None, cache: bool = True, scenarios: int | None = None, budget: int | None = None
+) -> np.ndarray:
     """The ``open_loop`` baseline's ``(R, T, 8)`` table on suite task ``task`` (:func:`suite_open_loop_entry`)."""
-    return np.asarray(suite_open_loop_entry(task, overrides, cache, scenarios)["table"], np.int64)
+    return np.asarray(suite_open_loop_entry(task, overrides, cache, scenarios, budget)["table"], np.int64)
 
 
 class SuiteOpenLoop:
     """The ``open_loop`` spec on suite task ``task``, graded with ``overrides``: a factory
-    ``env -> OpenLoopPolicy`` playing :func:`suite_open_loop_table` on any scenario of the task."""
+    ``env -> OpenLoopPolicy`` playing :func:`suite_open_loop_table` (searched with ``budget``
+    tenant-rounds; None: the grader's) on any scenario of the task."""
 
     name = OPEN_LOOP
 
-    def __init__(self, task: str, overrides: dict | None = None, cache: bool = True):
+    def __init__(self, task: str, overrides: dict | None = None, cache: bool = True, budget: int | None = None):
         self.task, self.overrides, self.cache = suite.suite_task(task).name, dict(overrides or {}), cache
+        self.budget = budget
         self.table: np.ndarray | None = None  # searched (or read) at the first scenario, played on every one
 
     def __call__(self, env) -> OpenLoopPolicy:
         if self.table is None:
-            self.table = suite_open_loop_table(self.task, self.overrides, self.cache)
+            self.table = suite_open_loop_table(self.task, self.overrides, self.cache, budget=self.budget)
         return OpenLoopPolicy(env, self.table)
 
     def __repr__(self) -> str:
-        return f"SuiteOpenLoop({self.task!r}, {self.overrides!r})"
+        extra = "" if self.budget is None else f", budget={self.budget!r}"
+        return f"SuiteOpenLoop({self.task!r}, {self.overrides!r}{extra})"
 
 
 __all__ = [

@@ -60,7 +60,8 @@ A stopped study resumes: run the same command again and the runs already in
 reproducible collector (sync): a run gives the same results on this machine's processes and on
 a Ray cluster (--address), bit for bit. Outputs in <out>/:
 results.csv (one row per run), curves.csv (the grader's score along each run), summary.md,
-and the plots. See docs/credit_assignment.md.
+and the plots; with --suite, baselines.csv (the open_loop baseline of each task, graded before
+the runs) and no plots. See docs/credit_assignment.md and docs/suite.md.
 """
 
 

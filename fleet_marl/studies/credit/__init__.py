@@ -18,6 +18,8 @@ module                what it owns
 ``stats``             means and 95% Student-t intervals across seeds
 ``torchrl_tables``    the study's tables and verdicts
 ``plots``             the study's plots
+``suite_baselines``   the suite study's baselines (``open_loop``): graded before the runs into
+                      ``baselines.csv``, read by the report
 ``suite_report``      the suite study's tables, verdicts per family and ``summary.md``
 ``report``            :func:`report` (``summary.md`` and the plots), :func:`write_docs` (a study
                       into ``docs/data/`` and ``docs/img/``, then the docs published) and the

@@ -15,7 +15,9 @@ the engine when it is not the default, so a study folder holds one engine's runs
                     already done (a study with other settings is refused, a run a kill cut
                     short is dropped: :mod:`fleet_marl.studies.store`)
 :func:`run`         every missing run, each appended to ``results.csv`` and ``curves.csv`` as it
-                    finishes, so a stopped study resumes where it stopped
+                    finishes, so a stopped study resumes where it stopped; on the suite, first
+                    the baselines its tasks lack (``baselines.csv``,
+                    :func:`~fleet_marl.studies.credit.suite_baselines.compute`)
 
     out = run(make_study(ns=(2, 4), seeds=3))              # the missing runs
     out = run(make_study(suite=True, quick=True))          # the study on the suite, its pipeline check
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_marl.studies import store
-from fleet_marl.studies.credit import rllib_runs, torchrl_ray, torchrl_runs
+from fleet_marl.studies.credit import rllib_runs, suite_baselines, torchrl_ray, torchrl_runs
 from fleet_marl.studies.credit.suite_design import SuiteStudy
 from fleet_marl.studies.credit.torchrl_design import Study
 from fleet_marl.studies.store import StudyError
@@ -88,7 +90,9 @@ def run(
     machine; on a Ray cluster, ``address``, as many as fit), and return the study folder (for
     the report). On a cluster each TorchRL run is a Ray task of one CPU and ``gpus`` GPUs
     (default: 1 when the study's runs learn on ``cuda``, else 0). The RLlib runs train on this
-    machine only, on cpu, at most :data:`~fleet_marl.studies.credit.rllib_runs.RAY_CPUS` at once."""
+    machine only, on cpu, at most :data:`~fleet_marl.studies.credit.rllib_runs.RAY_CPUS` at once.
+    A study on the suite first grades the baselines of its tasks that its ``baselines.csv`` lacks,
+    ``jobs`` (default 2) processes at a time on this machine, with a cluster too."""
     if engine not in RUNNERS:
         raise StudyError(
             f"--engine {engine!r}: the study runs on {', '.join(ENGINES)} (the engines it has runs for; "
@@ -112,6 +116,9 @@ def run(
     on = "" if engine == ENGINES[0] else f" on {engine}"
     name = "credit-assignment study on the suite" if isinstance(study, SuiteStudy) else "credit-assignment study"
     echo(f"{name} in {out}{where}{on}: {len(study.runs())} runs, {len(done)} done, {len(todo)} to go{study.budget_note()}")
+    if isinstance(study, SuiteStudy):  # the baselines before the runs, on this machine, each stored once (baselines.csv)
+        for failure in suite_baselines.compute(study, out, jobs or 2, progress, echo):
+            echo(f"warning: {failure} (not stored; the same command retries it)")
     if not todo:
         return out
     if address is not None:

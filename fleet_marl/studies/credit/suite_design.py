@@ -48,6 +48,17 @@ the issue's headline gap is the held-out one). Every reference episode (random, 
 hindsight) of each scenario is computed once, before the runs (:meth:`SuiteStudy.reference_jobs`),
 and cached on disk.
 
+**Baselines** (issue 48, item 3). Before the runs, the ``open_loop`` baseline (one table of joint
+actions per round, searched on the task's train scenarios: it sees only the round index) is
+graded on each task of the study exactly as a run is (the same ``split``, ``episodes`` and
+``max_cycles``, so it shares the runs' cached references) and stored in the study folder's
+``baselines.csv`` (:meth:`SuiteStudy.baseline_jobs`, :meth:`SuiteStudy.baseline`,
+:mod:`~fleet_marl.studies.credit.suite_baselines`): once per task, resumable. The report reads
+that file and never plays an episode. Its search spends ``open_loop_budget`` tenant-rounds at most
+(None, the study's: the grader's ``OPEN_LOOP_BUDGET``, 30,000,000; the quick study's 250,000,
+which checks the pipeline at a fraction of the search's cost, not the baseline's strength). The ``local`` arm is the other baseline the issue
+asks for, independent PPO on ``local``, and the report's baseline table names it so.
+
     out = run(SuiteStudy(families=("scarce",), ns=(8, 32), seeds=3))   # fleet_marl.studies.credit.run
 """
 
@@ -60,7 +71,7 @@ import numpy as np
 
 from fleet_marl import suite
 from fleet_marl.evaluation import evaluate
-from fleet_marl.studies.credit import benchmarl_runs, rows
+from fleet_marl.studies.credit import benchmarl_runs, rows, suite_baselines
 from fleet_marl.studies.credit.torchrl_design import ARMS, RESULT_COLUMNS, Study, _bad
 
 #: The suite study's one part.
@@ -103,6 +114,8 @@ class SuiteStudy(Study):
     ``study.json`` (but :data:`UNUSED`); the PPO settings are :class:`Study`'s."""
 
     RESULT_COLUMNS: ClassVar[tuple[str, ...]] = SUITE_RESULT_COLUMNS
+    #: what --overwrite removes from the study folder (with study.json): the runs' files and the baselines'
+    FILES: ClassVar[tuple[str, ...]] = (*Study.FILES, suite_baselines.BASELINES)
 
     arms: tuple = SUITE_ARMS
     ns: tuple = (8, 16, 32, 64)
@@ -112,12 +125,14 @@ class SuiteStudy(Study):
     split: str = "heldout"  # the split of the run's score (and its curve); the train split is graded too (train_*)
     hindsight: bool = True  # the last grading on `split` plays the hindsight reference: gap
     train_hindsight: bool = False  # ... and the train split's: train_gap (twice the references' cost)
+    open_loop_budget: int | None = None  # the open_loop baseline's search, tenant-rounds (None: the grader's OPEN_LOOP_BUDGET)
 
     @classmethod
     def quick(cls, **changes) -> SuiteStudy:
         """A minute or two: families ``aligned`` and ``power`` at n = 4, two seeds, arms local,
         global and difference; five tiny iterations per run, episodes of 20 rounds, one grader
-        scenario per split. It checks the pipeline, not the science."""
+        scenario per split, the open_loop baseline searched with 250,000 tenant-rounds at most
+        (``open_loop_budget``; the grader's is 30,000,000). It checks the pipeline, not the science."""
         base: dict[str, Any] = dict(
             families=("aligned", "power"),
             ns=(4,),
@@ -134,6 +149,7 @@ class SuiteStudy(Study):
             episodes=1,
             max_cycles=20,
             train_hindsight=True,  # the pipeline check grades every column
+            open_loop_budget=250_000,  # the baseline's search: a check of the pipeline, not the grader's budget
             out="runs/credit_suite_quick",
         )
         base.update({k: v for k, v in changes.items() if v is not None})
@@ -169,6 +185,10 @@ class SuiteStudy(Study):
             isinstance(self.max_cycles, bool) or not isinstance(self.max_cycles, int) or self.max_cycles < 2
         ):
             bad("max_cycles", self.max_cycles, "None (the task's own episodes) or an integer >= 2")
+        if self.open_loop_budget is not None and (
+            isinstance(self.open_loop_budget, bool) or not isinstance(self.open_loop_budget, int) or self.open_loop_budget < 1
+        ):
+            bad("open_loop_budget", self.open_loop_budget, "None (the grader's search budget) or an integer >= 1 (tenant-rounds)")
         defaults = Study()
         for name in UNUSED:
             if getattr(self, name) != getattr(defaults, name):
@@ -227,6 +247,8 @@ class SuiteStudy(Study):
         d = super().settings()
         for name in UNUSED:
             d.pop(name)
+        if d["open_loop_budget"] is None:
+            d.pop("open_loop_budget")  # the studies before the option had the grader's, and their study.json must still match
         return d
 
     def budget_note(self) -> str:
@@ -257,6 +279,19 @@ class SuiteStudy(Study):
         the graded split and the train split, scenarios 0 .. episodes - 1."""
         pairs = sorted({(k[1], k[2]) for k in todo})
         return [(f, n, split, s) for f, n in pairs for split in (self.split, "train") for s in range(self.episodes)]
+
+    def baseline_jobs(self, done: set) -> list[tuple]:
+        """One job per task of the study whose baseline row is not in ``done`` (its ``(family, n)``
+        pairs): ``(family, n)``, in the study's order."""
+        return [(f, n) for f in self.families for n in sorted(self.ns) if (f, n) not in done]
+
+    def baseline(self, job: tuple) -> dict:
+        """The ``open_loop`` baseline's row on the task of ``job`` (``(family, n)``), graded as its
+        runs are: on ``split`` and the train split, scenarios 0 .. episodes - 1, the runs' env
+        overrides (:func:`~fleet_marl.studies.credit.suite_baselines.open_loop_row`)."""
+        f, n = job
+        task, env = self.env(PART, f, n)
+        return suite_baselines.open_loop_row(task, self.split, self.episodes, env, budget=self.open_loop_budget)
 
     def reference(self, job: tuple) -> None:
         """The references (random, planner and, with ``hindsight`` on ``split`` or ``train_hindsight``

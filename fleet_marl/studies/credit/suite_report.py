@@ -9,9 +9,10 @@ and the same text printed, from its ``results.csv`` alone.
                            Jain; converged runs, CPU time and the reward's cost
 :func:`paired_table`       each arm minus ``difference``, paired by seed
 :func:`verdicts`           the three predictions, per family, by the study's decision rules
-:func:`baseline_table`     policies the study does not train (``baselines``), each beside the
-                           best learned arm of its task, flagged where it is within that arm's
-                           interval
+:func:`baseline_table`     the baselines that should lose: policies the study does not train
+                           (``baselines``: the ``open_loop`` rows of ``baselines.csv``) and
+                           the ``local`` arm (IPPO), each beside the best learned arm of its
+                           task; a baseline within that arm's interval is flagged
 :func:`text`, :func:`report`  the whole report
 =========================  ====================================================================
 
@@ -31,10 +32,15 @@ runs on the held-out ``score``:
   did not hold).
 
 **Baselines** (issue 48, item 3) are rows of policies graded on the same scenarios that the study
-does not train (the open-loop policy that sees only the round index, say): whoever grades one
-passes its rows to :func:`report` (``baselines``: dicts with ``policy``, ``family``, ``n``,
-``score`` and optionally ``score_h``, its 95% half-width, ``train_score`` and ``seeds``). The
-``local`` arm, independent PPO on the local reward, is the study's own baseline.
+does not train: the ``open_loop`` policy that sees only the round index, graded on each task before
+the runs and stored in the study folder's ``baselines.csv``
+(:mod:`~fleet_marl.studies.credit.suite_baselines`). :func:`report` reads them from there (or
+takes ``baselines``: dicts with ``policy``, ``family``, ``n``, ``score`` and optionally
+``score_h``, its 95% half-width, ``train_score`` and ``seeds``) and never searches nor plays an
+episode. A baseline whose held-out score is within the best learned arm's 95% interval, or above
+it, is **flagged**: the task does not test what it claims. The ``local`` arm, independent PPO on
+the local reward, is the study's own baseline: the table shows it beside the same best arm
+(learned, so not flagged; it is expected to lose where local is not aligned).
 """
 
 from __future__ import annotations
@@ -47,9 +53,13 @@ from typing import Any
 
 import numpy as np
 
+from fleet_marl.evaluation.reference import OPEN_LOOP, OPEN_LOOP_BUDGET
+from fleet_marl.evaluation.suite_open_loop import SCENARIOS
+from fleet_marl.studies.credit import suite_baselines
 from fleet_marl.studies.credit import torchrl_tables as tt
 from fleet_marl.studies.credit.report import load
 from fleet_marl.studies.credit.stats import fmt, mean_ci
+from fleet_marl.studies.credit.suite_baselines import BASELINES
 from fleet_marl.studies.credit.suite_design import PART, SuiteStudy
 from fleet_marl.studies.credit.torchrl_tables import arms_of, paired, select, settings_of, value
 from fleet_marl.suite import TRAIN_SCENARIOS
@@ -161,35 +171,79 @@ def verdicts(rows: list[dict]) -> list[dict]:
     ]
 
 
+#: The report's section of the baselines (issue 48, item 3).
+BASELINES_HEADING = "### Baselines that should lose: the open-loop policy and independent PPO on `local`"
+#: What the baseline table says of a baseline within the best learned arm's held-out interval, or above it.
+FLAG = "**flagged**: within the best learned arm's interval on held-out seeds, or above it: not testing what it claims"
+
+
+def _best(rows: list[dict], f: str, n: int) -> tuple[str, float, float] | None:
+    """(arm, mean, 95% half-width) of the learned arm with the best mean held-out score on (f, n)."""
+    best = None
+    for arm in arms_of(PART, rows):
+        rs = select(rows, PART, f, n, arm)
+        if rs:
+            m, h = _ci(rs, "score")
+            if best is None or m > best[1]:
+                best = (arm, m, h)
+    return best
+
+
 def baseline_table(rows: list[dict], baselines: Sequence[dict]) -> str:
-    """Each baseline row (see the module docstring) beside the best learned arm of its (family,
-    n) by mean held-out score: **flagged** where the baseline's score is within that arm's 95%
-    interval or above it (the task does not test what it claims: issue 48, item 3)."""
+    """The baselines that should lose, per (family, n) of the runs and of ``baselines``: each
+    baseline row (see the module docstring) and the ``local`` arm (independent PPO on the local
+    reward), beside the best learned arm of the task by mean held-out score. A baseline is
+    **flagged** (:data:`FLAG`) where its score is within that arm's 95% interval or above it (the
+    task does not test what it claims: issue 48, item 3); ``local``, a learned arm, is said to be
+    the best arm, within its interval or below it."""
     head = ["family", "N", "baseline", "held-out score", "train score", "best learned arm, held-out", "flag"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for b in baselines:
-        f, n = str(b["family"]), int(b["n"])
-        best = None
-        for arm in arms_of(PART, rows):
-            rs = select(rows, PART, f, n, arm)
-            if rs:
-                m, h = _ci(rs, "score")
-                if best is None or m > best[1]:
-                    best = (arm, m, h)
-        score, h = float(b["score"]), float(b.get("score_h", float("nan")))
-        train = float(b.get("train_score", float("nan")))
-        if best is None:
-            best_text, flag = "no runs", "–"
-        else:
-            arm, m, bh = best
-            best_text = f"`{arm}` {fmt(m, bh, '{:.3f}')}"
-            floor = m - (0.0 if math.isnan(bh) else bh)
-            flag = "**flagged**: within the best learned arm's interval, or above it" if score >= floor else "below"
-        seeds = f" ({b['seeds']} seeds)" if b.get("seeds") else ""
-        lines.append(
-            f"| {f} | {n} | `{b['policy']}`{seeds} | {fmt(score, h, '{:.3f}')} | {fmt(train, float('nan'), '{:.3f}')} | {best_text} | {flag} |"
-        )
+    tasks = list(dict.fromkeys([(f, n) for f, n, _, _ in _cells(rows)] + [(str(b["family"]), int(b["n"])) for b in baselines]))
+    for f, n in tasks:
+        best = _best(rows, f, n)
+        best_text = "no runs" if best is None else f"`{best[0]}` {fmt(best[1], best[2], '{:.3f}')}"
+        floor = float("nan") if best is None else best[1] - (0.0 if math.isnan(best[2]) else best[2])
+        for b in baselines:
+            if (str(b["family"]), int(b["n"])) != (f, n):
+                continue
+            score, h = float(b["score"]), float(b.get("score_h", float("nan")))
+            train = float(b.get("train_score", float("nan")))
+            flag = "–" if best is None else FLAG if score >= floor else "below"
+            seeds = f" ({b['seeds']} scenario{'' if int(b['seeds']) == 1 else 's'})" if b.get("seeds") else ""  # its interval's sample
+            lines.append(
+                f"| {f} | {n} | `{b['policy']}`{seeds} | {fmt(score, h, '{:.3f}')} | {fmt(train, float('nan'), '{:.3f}')} | {best_text} | {flag} |"
+            )
+        local = select(rows, PART, f, n, "local")
+        if local and best is not None:
+            m, h = _ci(local, "score")
+            said = "learned: the best arm" if best[0] == "local" else "learned: within its interval" if m >= floor else "learned: below"
+            lines.append(
+                f"| {f} | {n} | `local`, independent PPO on local ({len(local)} seeds) | {fmt(m, h, '{:.3f}')} | "
+                f"{fmt(*_ci(local, 'train_score'), '{:.3f}')} | {best_text} | {said} |"
+            )
     return "\n".join(lines)
+
+
+def baselines_text(study: SuiteStudy, rows: list[dict], baselines: Sequence[dict]) -> str:
+    """The baselines' section: what they are, :func:`baseline_table`, and the tasks of the runs
+    that have no ``open_loop`` row (not computed yet)."""
+    budget = f"{OPEN_LOOP_BUDGET:,}" if study.open_loop_budget is None else f"{study.open_loop_budget:,} (`open_loop_budget`)"
+    have = {(str(b["family"]), int(b["n"])) for b in baselines if b.get("policy") == OPEN_LOOP}
+    missing = [(f, n) for f, n in dict.fromkeys((f, n) for f, n, _, _ in _cells(rows)) if (f, n) not in have]
+    out = [
+        f"`{OPEN_LOOP}` plays one joint action per round whatever the state (it sees only the round index): one table per task, "
+        f"searched on the task's first {SCENARIOS} train scenarios with at most {budget} tenant-rounds, graded before the runs on "
+        f"the runs' scenarios (`{study.split}` and `train`, 0..{study.episodes - 1}; its interval is across those scenarios) and "
+        f"stored in `{BASELINES}`. `local` is independent PPO on the local reward, one of the study's arms. A baseline within the "
+        "best learned arm's 95% interval on held-out seeds, or above it, is flagged: the task does not test what it claims.\n",
+        baseline_table(rows, baselines),
+    ]
+    if missing:
+        out.append(
+            f"\nNo `{OPEN_LOOP}` row yet for {', '.join(f'{f} N={n}' for f, n in missing)}: `fleet-marl compare --suite` with the "
+            f"study's options computes it before its runs (into `{BASELINES}`); the report does not."
+        )
+    return "\n".join(out)
 
 
 def study_of(settings: dict) -> SuiteStudy:
@@ -237,8 +291,7 @@ def text(data: dict, baselines: Sequence[dict] = ()) -> str:
         "\n### Each arm against `difference`, paired by seed\n",
         paired_table(rows),
     ]
-    if baselines:
-        parts += ["\n### Baselines the study does not train\n", baseline_table(rows, baselines)]
+    parts += [f"\n{BASELINES_HEADING}\n", baselines_text(study, rows, baselines)]
     parts += [
         "\n### What the reward costs (the env's credit engine, ms per env step, mean over runs)\n",
         tt.cost_table(rows, skipped, part=PART),
@@ -257,11 +310,12 @@ def is_suite(out: str | Path) -> bool:
         return False
 
 
-def report(out: str | Path, echo: Callable[..., Any] = print, baselines: Sequence[dict] = ()) -> dict:
+def report(out: str | Path, echo: Callable[..., Any] = print, baselines: Sequence[dict] | None = None) -> dict:
     """``summary.md`` of the suite study in ``out``, into the study folder, and the text echoed;
-    ``baselines``: rows of policies the study does not train (the module docstring)."""
+    ``baselines``: rows of policies the study does not train (the module docstring; None: the
+    rows stored in ``out/baselines.csv``). It reads files only: no search, no episode."""
     data = load(out)
-    body = text(data, baselines)
+    body = text(data, suite_baselines.stored(data["out"]) if baselines is None else baselines)
     path = data["out"] / "summary.md"
     path.write_text(f"# Credit-assignment study on the suite: {data['out']}\n\n{body}")
     echo(body + f"\nwrote {path}")
@@ -269,9 +323,12 @@ def report(out: str | Path, echo: Callable[..., Any] = print, baselines: Sequenc
 
 
 __all__ = [
+    "BASELINES_HEADING",
+    "FLAG",
     "IPPO",
     "PREDICTIONS",
     "baseline_table",
+    "baselines_text",
     "is_suite",
     "paired_table",
     "report",
