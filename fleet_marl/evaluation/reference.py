@@ -18,8 +18,12 @@ deterministic for a (task, overrides, seed, policy, code version, trace contents
 episode is cached as JSON under ``$FLEET_MARL_CACHE`` (default ``~/.cache/fleet_marl``)
 ``/grader/``, keyed by a digest of all of those: repeated evaluations only run the policy under
 test. ``code_version()`` digests the package's code and data, leaving out the layers that
-never change a reference episode (``NOT_EPISODE``); ``data_version(env)`` digests the trace
-files the env replays. A damaged entry is recomputed; a read-only home means no cache.
+never change a reference episode (``NOT_EPISODE``: the commands, the studies, the trainers), once
+per process, when this module is imported: the code a process runs is the code it imported,
+so a file edited while a study runs neither keys its workers' gradings apart from the
+references they cached before the runs (each worker would play them again) nor files the
+episodes of the code they run under the edited code's key. ``data_version(env)`` digests the
+trace files the env replays. A damaged entry is recomputed; a read-only home means no cache.
 """
 
 from __future__ import annotations
@@ -67,8 +71,9 @@ OPEN_LOOP_STARTS = ("precision_expert", "planner")
 #: table): ``EPISODES``, or the task's entry of ``TASK_EPISODES``. ``tiny`` gets 100: its planner,
 #: hindsight and open-loop rows are a welfare point or two apart, with a spread of 7 across seeds.
 EPISODES, TASK_EPISODES = 10, {"tiny": 100}
-#: Top-level folders of fleet_marl whose code never changes a reference episode.
-NOT_EPISODE = frozenset({"rllib", "openenv", "studies", "cli", "tools"})
+#: Top-level folders of fleet_marl whose code never changes a reference episode: no module of
+#: theirs is imported to play one (tests/test_grader_cache.py checks it).
+NOT_EPISODE = frozenset({"rllib", "openenv", "studies", "cli", "tools", "torchrl", "clients", "training", "validation"})
 
 
 def graded_episodes(task: str) -> int:
@@ -78,8 +83,13 @@ def graded_episodes(task: str) -> int:
 
 def code_version() -> str:
     """A digest of the code and data that decide an episode: every ``.py`` and ``.yaml`` of
-    fleet_marl outside ``NOT_EPISODE``."""
-    root = Path(fleet_marl.__file__).parent
+    fleet_marl outside ``NOT_EPISODE``, as this process imported it (:func:`package_digest`
+    once, on import; not the files on disk now)."""
+    return _CODE_VERSION
+
+
+def package_digest(root: Path) -> str:
+    """The digest of :func:`code_version` of the package folder ``root``, read now."""
     h = hashlib.blake2b(digest_size=12)
     for p in sorted(root.rglob("*")):
         # the layers above the episode never change a reference episode
@@ -87,6 +97,9 @@ def code_version() -> str:
             h.update(p.relative_to(root.parent).as_posix().encode())
             h.update(p.read_bytes())
     return h.hexdigest()
+
+
+_CODE_VERSION = package_digest(Path(fleet_marl.__file__).parent)
 
 
 def _cache_dir() -> Path:
@@ -278,5 +291,6 @@ __all__ = [
     "hindsight_episode",
     "open_loop_starts",
     "open_loop_table",
+    "package_digest",
     "reference_episodes",
 ]
