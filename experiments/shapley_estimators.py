@@ -10,7 +10,7 @@ reference Shapley values: exact over all ``2^n`` coalitions up to 16 live tenant
 engine with ``exact_max=16``), above that the mean of ``--ref-chunks`` x 512 independent
 permutations. Then it runs the credit engine itself, always sampled (``exact_max=0``), with
 each ``RewardSpec.shapley_estimator`` (``permutation``, ``antithetic``, ``stratified``,
-``banded``) at growing ``shapley_samples`` M, ``--reps`` independent draws per round, and measures
+``banded``, ``regression``) at growing ``shapley_samples`` M, ``--reps`` independent draws per round, and measures
 
 - **rows**: the kernel rows the engine evaluated for the round's Shapley values (the distinct
   coalitions, the grand coalition included: what ``Credit.rows`` counts), mean over draws;
@@ -21,20 +21,21 @@ each ``RewardSpec.shapley_estimator`` (``permutation``, ``antithetic``, ``strati
 The target is the ``permutation`` estimator's RMSE at M = 64 (what the env does today). For
 each other estimator it prints the rows at which its RMSE reaches the target (log-log
 interpolation between the two grid points around it; "<=" when the smallest M already does)
-and the ratio, 64 permutations' rows over those rows, and, for ``stratified`` and ``banded``,
-their rows and RMSE at the same M = 64. Same seed, same table (each estimator draws from its
+and the ratio, 64 permutations' rows over those rows, and, for ``stratified``, ``banded`` and
+``regression``, their rows and RMSE at the same M = 64. Same seed, same table (each estimator draws from its
 own seeds, so adding one leaves the others' numbers as they were). ``--json`` writes
 the table and every grid point; docs/credit_assignment.md ("Shapley for less") is
-:func:`render` of docs/data/shapley_estimators.json (a test checks it). About 20 minutes of
-CPU on one core; ``--quick`` is a smoke run of seconds.
+:func:`render` of docs/data/shapley_estimators.json (a test checks it). About 13 minutes of
+CPU on one core to itself (twice that on a shared one); ``--quick`` is a smoke run of seconds.
 
 Results to expect (docs/credit_assignment.md): the target (3x fewer rows, issue 48 item 6)
 applies where the env samples, N > 8 (up to 8 live tenants it computes exact Shapley; the
-N = 6 and 8 rows are informational). ``banded`` meets it at N = 10, 16 and 64 under random and
-greedy play (4.3-8.3x) and on ``hard`` under greedy play and the planner (5.0x, 4.6x); no
-estimator meets it on ``hard`` under random play (banded 1.8x, stratified 2.0x), where the
-strata table shows why: 56 % of a marginal's variance is within coalitions and a pairwise game
-explains 19 % of that.
+N = 6 and 8 rows are informational). ``regression`` meets it in all nine: 5.3x, 6.1x, 5.7x
+at N = 10, 16, 64 under random play, 8.5x, 12.2x, 12.1x under greedy play, and on ``hard``
+3.9x under random play, 8.5x under greedy play, 9.7x under the planner. ``banded`` meets it in
+the eight others (4.3-8.3x) but not on ``hard`` under random play (1.8x; stratified 2.0x),
+where the strata table shows why marginals fail there: 56 % of a marginal's variance is within
+coalitions and a pairwise game explains 19 % of that.
 """
 
 from __future__ import annotations
@@ -317,16 +318,16 @@ def verdict(s: dict) -> str:
     if s["N"] <= credit.EXACT_SHAPLEY_MAX:
         return "n/a (the env is exact)"
     ok = [k for k, e in s["estimators"].items() if k != "permutation" and meets(e)]
-    return f"**{'yes' if 'banded' in ok else 'no'}**" + (f" ({', '.join(ok)})" if ok else " (none)")
+    return f"**{'yes' if 'regression' in ok else 'no'}**" + (f" ({', '.join(ok)})" if ok else " (none)")
 
 
 def render(data: dict) -> str:
     """The markdown table of a run (docs/credit_assignment.md, "Shapley for less")."""
     lines = [
         "| task | policy | N | reference | 64 permutations: rows | RMSE (of rms φ) | antithetic: rows for that RMSE | "
-        "stratified: rows for that RMSE | banded: rows for that RMSE | banded meets 3x (which do) | "
-        "stratified, 64 samples: rows, RMSE | banded, 64 samples: rows, RMSE |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|",
+        "stratified: rows for that RMSE | banded: rows for that RMSE | regression: rows for that RMSE | regression meets 3x (which do) | "
+        "stratified, 64 samples: rows, RMSE | banded, 64 samples: rows, RMSE | regression, 64 samples: rows, RMSE |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     for s in data["scenarios"]:
         t = s["target"]
@@ -335,9 +336,11 @@ def render(data: dict) -> str:
         e = s["estimators"]
         lines.append(
             f"| {task} | {s['policy']} | {s['N']} | {s['reference']} | {t['rows']:,.0f} | {t['rmse']:.4f} ({rel:.1%}) "
-            f"| {_ratio(e['antithetic'])} | {_ratio(e['stratified'])} | **{_ratio(e['banded'])}** | {verdict(s)} "
-            f"| {e['stratified']['at_target_M']['rows']:,.0f}, {e['stratified']['at_target_M']['rmse']:.4f} "
-            f"| {e['banded']['at_target_M']['rows']:,.0f}, {e['banded']['at_target_M']['rmse']:.4f} |"
+            f"| {_ratio(e['antithetic'])} | {_ratio(e['stratified'])} | {_ratio(e['banded'])} | **{_ratio(e['regression'])}** | {verdict(s)} "
+            + "".join(
+                f"| {e[k]['at_target_M']['rows']:,.0f}, {e[k]['at_target_M']['rmse']:.4f} " for k in ("stratified", "banded", "regression")
+            )
+            + "|"
         )
     return "\n".join(lines)
 
@@ -391,7 +394,8 @@ def main(argv=None) -> dict:
         e = r["estimators"]
         print(
             f"{task} N={n} {policy}: 64 permutations {r['target']['rows']:,.0f} rows, RMSE {r['target']['rmse']:.5f}; "
-            f"antithetic {_ratio(e['antithetic'])}; stratified {_ratio(e['stratified'])}; banded {_ratio(e['banded'])} [{r['seconds']:.0f} s]",
+            f"antithetic {_ratio(e['antithetic'])}; stratified {_ratio(e['stratified'])}; banded {_ratio(e['banded'])}; "
+            f"regression {_ratio(e['regression'])} [{r['seconds']:.0f} s]",
             flush=True,
         )
     data = {

@@ -17,7 +17,7 @@ for nothing and count 0), under the same state and the same random draws. Shaple
 over all ``2^n`` coalitions up to ``EXACT_SHAPLEY_MAX`` live tenants; above that it is
 sampled from ``M = RewardSpec.shapley_samples`` samples drawn as
 ``RewardSpec.shapley_estimator`` says (``fleet_marl.shapley_sampling``: ``permutation``,
-``antithetic``, ``stratified`` and ``banded``, each unbiased). Every one keeps the efficiency
+``antithetic``, ``stratified``, ``banded`` and ``regression``, each unbiased). Every one keeps the efficiency
 property ``sum_i r_i = G(L) - G(empty)`` exactly. A coalition that several samples share is
 evaluated once: the cost is the distinct coalitions, the kernel rows (:func:`rows_per_round`).
 ``experiments/shapley_estimators.py`` measures the estimators against exact Shapley
@@ -45,7 +45,7 @@ import numpy as np
 
 from fleet_marl.config import REWARD_SCHEMES, RewardSpec
 from fleet_marl.kernel import Actions, Draws, KernelStatic, Outcome, RoundState, evaluate_welfare
-from fleet_marl.shapley_sampling import Banded, Design, design, sampled_rows, shapley_orders
+from fleet_marl.shapley_sampling import MIN_TENANTS, Banded, Design, Regression, design, sampled_rows, shapley_orders
 
 EXACT_SHAPLEY_MAX = 8
 
@@ -157,7 +157,7 @@ def rows_per_round(tenants: int, schemes: tuple[str, ...], shapley_samples: int,
     of ``tenants`` live tenants computing ``schemes``: the grand coalition, ``tenants`` rows for
     each of the removal and default families, and every coalition of exact Shapley (up to
     ``EXACT_SHAPLEY_MAX`` tenants) or the distinct proper non-empty coalitions of sampled
-    Shapley (:func:`sampled_rows`: the permutations' prefixes, or ``banded``'s coalitions)."""
+    Shapley (:func:`sampled_rows`: the permutations' prefixes, or ``banded``'s or ``regression``'s coalitions)."""
     needs = {SCHEMES[s].rows for s in schemes}
     rows = 1 + tenants * (("removal" in needs) + ("default" in needs))
     if "coalitions" in needs:
@@ -264,7 +264,7 @@ class CreditEngine:
             for b in range(B):
                 idx = np.flatnonzero(live[b])
                 n = idx.size
-                if n <= exact_max or (n <= 2 and self.spec.shapley_estimator == "banded"):  # banded needs 3 tenants
+                if n <= exact_max or n < MIN_TENANTS.get(self.spec.shapley_estimator, 1):  # banded needs 3 tenants, regression 4
                     bits = (np.arange(1 << n)[:, None] >> np.arange(n)) & 1
                     co = np.zeros((1 << n, T), bool)
                     co[:, idx] = bits.astype(bool)
@@ -362,6 +362,7 @@ __all__ = [
     "Banded",
     "Credit",
     "CreditEngine",
+    "Regression",
     "Rows",
     "Scheme",
     "computed_schemes",
